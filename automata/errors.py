@@ -1,0 +1,79 @@
+"""The error hierarchy of corral's compilers and kernels (STYLE.md: one hierarchy, mapped to
+OpenAI's error shape in one place, `corral.tools`).
+
+Every error corral raises on bad input is a `ConstrainError`. Subclasses carry what the API layer
+needs to name the culprit: a position in a pattern, a JSON pointer and keyword in a schema, or the
+limit that was passed and its configured value.
+"""
+
+from __future__ import annotations
+
+
+class ConstrainError(ValueError):
+    """Base of every error raised by corral's compilers, kernels and samplers."""
+
+
+class PatternError(ConstrainError):
+    """A regex outside the supported subset or malformed (DESIGN.md section 2).
+
+    Attributes:
+        pattern: the pattern text.
+        position: 0-based index (in characters) of the offending place in `pattern`.
+        reason: what is wrong there, in a few words.
+    """
+
+    def __init__(self, pattern: str, position: int, reason: str):
+        self.pattern = pattern
+        self.position = position
+        self.reason = reason
+        super().__init__(f"position {position}: {reason}")
+
+
+class EmptyLanguageError(ConstrainError):
+    """The pattern or schema matches no string at all, so no output could satisfy it."""
+
+
+class LimitError(ConstrainError):
+    """A documented size limit was passed (see `corral.automata.Limits`).
+
+    Attributes:
+        limit: the name of the `Limits` field that was passed.
+        value: its configured value.
+    """
+
+    def __init__(self, limit: str, value: int, detail: str):
+        self.limit = limit
+        self.value = value
+        super().__init__(f"{detail} (limit {limit}={value})")
+
+
+class PatternTooLongError(LimitError):
+    """The pattern text is longer than `Limits.max_pattern_length` characters."""
+
+
+class RepetitionTooLargeError(LimitError):
+    """A counted repetition `{m,n}` has a bound above `Limits.max_repetition`."""
+
+
+class TooManyNfaStatesError(LimitError):
+    """The Thompson NFA would have more than `Limits.max_nfa_states` states."""
+
+
+class TooManyDfaStatesError(LimitError):
+    """Subset construction would make more than `Limits.max_dfa_states` DFA states."""
+
+
+class SchemaError(ConstrainError):
+    """A JSON Schema outside the supported subset or malformed (DESIGN.md section 3).
+
+    Attributes:
+        pointer: JSON pointer (RFC 6901) of the offending subschema, "" for the root.
+        keyword: the keyword at fault, or None when the subschema as a whole is.
+        reason: what is wrong, in a few words.
+    """
+
+    def __init__(self, pointer: str, keyword: str | None, reason: str):
+        self.pointer = pointer
+        self.keyword = keyword
+        self.reason = reason
+        super().__init__(f"{pointer or '/'}: {reason}")
