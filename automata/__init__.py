@@ -3,6 +3,7 @@
 Pure Python and NumPy; nothing here imports Numba.
 """
 
+from corral.automata.compile import regex_to_dfa, tree_to_dfa
 from corral.automata.dfa import DEAD, Dfa
 from corral.automata.errors import (
     ConstrainError,
@@ -15,6 +16,8 @@ from corral.automata.errors import (
     TooManyDfaStatesError,
     TooManyNfaStatesError,
 )
+from corral.automata.limits import Limits
+from corral.automata.parse import escape, parse
 
 __all__ = [
     "DEAD",
@@ -22,10 +25,15 @@ __all__ = [
     "Dfa",
     "EmptyLanguageError",
     "LimitError",
+    "Limits",
     "PatternError",
     "PatternTooLongError",
     "RepetitionTooLargeError",
     "SchemaError",
     "TooManyDfaStatesError",
     "TooManyNfaStatesError",
+    "escape",
+    "parse",
+    "regex_to_dfa",
+    "tree_to_dfa",
 ]

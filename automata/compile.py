@@ -1,0 +1,44 @@
+"""The regex pipeline end to end (DESIGN.md section 2): pattern -> tree -> Thompson NFA -> byte
+classes -> subset construction -> dead-state removal -> minimization -> breadth-first numbering.
+"""
+
+from __future__ import annotations
+
+from corral.automata.determinize import byte_classes, remove_dead_states, subset_construction
+from corral.automata.dfa import Dfa
+from corral.automata.limits import Limits
+from corral.automata.minimize import minimize, number_breadth_first
+from corral.automata.nfa import tree_to_nfa
+from corral.automata.parse import parse
+from corral.automata.tree import Node
+
+
+def tree_to_dfa(node: Node, limits: Limits | None = None) -> Dfa:
+    """The canonical minimal DFA of a regex tree (`corral.automata.tree`; it may be a DAG whose
+    shared tails are built once).
+
+    Returns a `Dfa`: trans int32 `[n_states, 256]` (-1 dead), accept bool `[n_states]`, start 0,
+    every state live; equal languages give identical arrays.
+
+    Raises:
+        EmptyLanguageError: the tree matches no string.
+        TooManyNfaStatesError, TooManyDfaStatesError: a limit of `limits` was passed.
+    """
+    nfa = tree_to_nfa(node, limits)
+    byte_to_class = byte_classes([m for m in nfa.edge_mask if m])
+    trans, accept = subset_construction(nfa, byte_to_class, limits)
+    trans, accept = remove_dead_states(trans, accept)
+    trans, accept = minimize(trans, accept)
+    return number_breadth_first(trans, accept, byte_to_class)
+
+
+def regex_to_dfa(pattern: str, limits: Limits | None = None) -> Dfa:
+    """The canonical minimal DFA of `pattern` (DESIGN.md section 2's subset, fullmatch
+    semantics over UTF-8 bytes): `tree_to_dfa(parse(pattern, limits), limits)`.
+
+    Raises:
+        PatternError: the pattern is malformed or outside the subset (with its position).
+        EmptyLanguageError: it matches no string.
+        LimitError subclasses: a limit of `limits` was passed.
+    """
+    return tree_to_dfa(parse(pattern, limits), limits)

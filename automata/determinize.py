@@ -1,0 +1,164 @@
+"""Thompson NFA to a trimmed DFA over byte classes (DESIGN.md section 2: "byte classes (bytes every
+edge treats alike) -> subset construction over classes -> remove states that cannot reach
+acceptance").
+
+Three steps, one function each:
+- `byte_classes`: the coarsest partition of the bytes 0..255 that every NFA edge treats alike;
+  classes are numbered in order of their smallest byte.
+- `subset_construction`: the classic construction over epsilon closures, with one column per class
+  instead of one per byte; the DFA-state limit is checked as each state is made.
+- `remove_dead_states`: drop the states from which no accepting state can be reached.
+
+The DFA here is a pair `trans` int32 `[n_states, n_classes]` (-1: dead) and `accept` bool
+`[n_states]`, with start state 0.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+from corral.automata.errors import EmptyLanguageError, TooManyDfaStatesError
+from corral.automata.limits import DEFAULT_LIMITS, Limits
+from corral.automata.nfa import ACCEPT, Nfa
+
+
+def mask_to_bools(mask: int) -> np.ndarray:
+    """bool `[256]`: entry b is True when bit b of the 256-bit `mask` is set."""
+    raw = np.frombuffer(mask.to_bytes(32, "little"), dtype=np.uint8)
+    return np.unpackbits(raw, bitorder="little").astype(bool)
+
+
+def byte_classes(masks: list[int]) -> np.ndarray:
+    """int32 `[256]`: the class of each byte, for the coarsest partition of 0..255 in which every
+    mask in `masks` is a union of classes. Classes are numbered 0, 1, ... in order of their
+    smallest byte."""
+    unique = sorted(set(masks))
+    if not unique:
+        return np.zeros(256, dtype=np.int32)
+    member = np.stack([mask_to_bools(m) for m in unique])  # [n_masks, 256]
+    signature = np.packbits(member, axis=0).T  # [256, ceil(n_masks / 8)]: byte -> which masks
+    _, inverse = np.unique(signature, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    _, first_byte = np.unique(inverse, return_index=True)  # smallest byte of each class
+    rank = np.empty(len(first_byte), dtype=np.int32)
+    rank[np.argsort(first_byte, kind="stable")] = np.arange(len(first_byte), dtype=np.int32)
+    return rank[inverse].astype(np.int32)
+
+
+def subset_construction(
+    nfa: Nfa, byte_to_class: np.ndarray, limits: Limits | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The DFA of `nfa` over byte classes: `(trans, accept)`, trans int32 `[n_states, n_classes]`
+    (-1 where the set of NFA states reached is empty), accept bool `[n_states]`, start state 0.
+
+    A DFA state is identified by the NFA states with a byte edge in its epsilon closure and by
+    whether the closure holds the accepting state. Per DFA state the work is vectorized over
+    classes: classes whose NFA states move alike share one closure computation.
+
+    Raises:
+        EmptyLanguageError: the start closure has no byte edge and does not accept.
+        TooManyDfaStatesError: more than `limits.max_dfa_states` states would be made; raised as
+            the state past the limit is discovered.
+    """
+    limits = limits or DEFAULT_LIMITS
+    n_classes = int(byte_to_class.max()) + 1
+    class_bytes = np.unique(byte_to_class, return_index=True)[1]  # smallest byte of each class
+
+    # Per NFA state: which classes its byte edge reads (rows shared between equal masks).
+    masks = nfa.edge_mask
+    mask_ids: dict[int, int] = {}
+    mask_of_state = np.array([mask_ids.setdefault(m, len(mask_ids)) for m in masks], np.int64)
+    rows = [mask_to_bools(m)[class_bytes] for m in mask_ids]
+    class_rows = np.stack(rows)  # [n_masks, n_classes]
+    edge_target = np.array(nfa.edge_target, dtype=np.int64)
+    epsilon = nfa.epsilon
+
+    closures: dict[tuple[int, ...], tuple[tuple[int, ...], bool]] = {}
+
+    def closure(states: tuple[int, ...]) -> tuple[tuple[int, ...], bool]:
+        """(sorted NFA states with a byte edge, accepts) of the epsilon closure of `states`."""
+        cached = closures.get(states)
+        if cached is not None:
+            return cached
+        seen = set(states)
+        stack = list(seen)
+        while stack:
+            for t in epsilon[stack.pop()]:
+                if t not in seen:
+                    seen.add(t)
+                    stack.append(t)
+        kernel = tuple(sorted(s for s in seen if masks[s]))
+        result = (kernel, ACCEPT in seen)
+        closures[states] = result
+        return result
+
+    start = closure((nfa.start,))
+    if not start[0] and not start[1]:
+        raise EmptyLanguageError("the pattern matches no string")
+    index = {start: 0}
+    kernels = [start[0]]
+    accept = [start[1]]
+    trans_rows: list[np.ndarray] = []
+    limit = limits.max_dfa_states
+    i = 0
+    while i < len(kernels):
+        row = np.full(n_classes, -1, dtype=np.int32)
+        kernel = np.array(kernels[i], dtype=np.int64)
+        if len(kernel):
+            moves = class_rows[mask_of_state[kernel]]  # [len(kernel), n_classes] bool
+            columns = np.packbits(moves, axis=0).T  # [n_classes, ceil(len(kernel) / 8)]
+            column_keys = np.ascontiguousarray(columns).view(np.dtype((np.void, columns.shape[1])))
+            _, first, inverse = np.unique(column_keys, return_index=True, return_inverse=True)
+            inverse = inverse.reshape(-1)
+            targets_all = edge_target[kernel]
+            for u, c in enumerate(first):
+                column = moves[:, c]
+                if not column.any():
+                    continue
+                key = closure(tuple(targets_all[column].tolist()))
+                j = index.get(key)
+                if j is None:
+                    if len(kernels) >= limit:
+                        raise TooManyDfaStatesError(
+                            "max_dfa_states", limit, "the pattern's DFA has too many states"
+                        )
+                    j = len(kernels)
+                    index[key] = j
+                    kernels.append(key[0])
+                    accept.append(key[1])
+                row[inverse == u] = j
+        trans_rows.append(row)
+        i += 1
+    return np.stack(trans_rows), np.array(accept, dtype=bool)
+
+
+def remove_dead_states(trans: np.ndarray, accept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Drop the states that cannot reach an accepting state (their edges become -1) and renumber
+    the rest keeping their order; state 0 stays the start.
+
+    Args:
+        trans: int32 `[n_states, n_classes]`, -1 dead. accept: bool `[n_states]`.
+    Returns:
+        `(trans, accept)` of the live states.
+    Raises:
+        EmptyLanguageError: the start state cannot reach acceptance.
+    """
+    n = trans.shape[0]
+    sources, columns = np.nonzero(trans >= 0)
+    targets = trans[sources, columns]
+    pairs = np.unique(np.stack([targets, sources], axis=1), axis=0)  # sorted by target
+    starts = np.searchsorted(pairs[:, 0], np.arange(n + 1))
+    live = accept.copy()
+    queue = deque(np.flatnonzero(accept).tolist())
+    while queue:
+        t = queue.popleft()
+        for s in pairs[starts[t] : starts[t + 1], 1].tolist():
+            if not live[s]:
+                live[s] = True
+                queue.append(s)
+    if not live[0]:
+        raise EmptyLanguageError("the pattern matches no string")
+    new_id = np.full(n + 1, -1, dtype=np.int32)  # index -1 (dead) maps to -1
+    new_id[:n][live] = np.arange(int(live.sum()), dtype=np.int32)
+    return new_id[trans[live]], accept[live]

@@ -1,0 +1,125 @@
+"""Regex tree to Thompson NFA, built in continuation-passing style (DESIGN.md section 2,
+"Thompson NFA"; Russ Cox, "Regular Expression Matching Can Be Simple And Fast").
+
+`build(node, next_state) -> start_state` makes the states that match `node` and then continue to
+`next_state`. Calls are memoized on `(id(node), next_state)`, so a node shared by several parents
+with the same continuation (a DAG with shared tails, as the schema compiler builds for objects with
+many optional members, DESIGN.md section 3) is instantiated once and the NFA stays linear in the
+size of the DAG, not of its unfolded tree.
+
+A state has epsilon edges (a list of targets) and at most one byte edge: a set of bytes (a 256-bit
+int mask) and its target. State 0 is the single accepting state and has no edges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from corral.automata.errors import TooManyNfaStatesError
+from corral.automata.limits import DEFAULT_LIMITS, Limits
+from corral.automata.tree import Alt, ByteSet, Concat, Node, Repeat
+
+ACCEPT = 0
+
+
+@dataclass(frozen=True, eq=False)
+class Nfa:
+    """A Thompson NFA over bytes.
+
+    Attributes:
+        start: the start state.
+        epsilon: per state, the states reached without reading a byte.
+        edge_mask: per state, the 256-bit mask of bytes its byte edge reads (0: no byte edge).
+        edge_target: per state, the target of its byte edge (-1: none).
+    State `ACCEPT` (0) is the only accepting state.
+    """
+
+    start: int
+    epsilon: list[list[int]]
+    edge_mask: list[int]
+    edge_target: list[int]
+
+    @property
+    def n_states(self) -> int:
+        return len(self.epsilon)
+
+
+def tree_to_nfa(node: Node, limits: Limits | None = None) -> Nfa:
+    """The Thompson NFA of a regex tree (shared subtrees in tail position built once).
+
+    Raises:
+        TooManyNfaStatesError: more than `limits.max_nfa_states` states would be needed; raised
+            while building, before the memory is spent.
+    """
+    builder = _Builder(limits or DEFAULT_LIMITS)
+    accept = builder.new_state()
+    assert accept == ACCEPT
+    start = builder.build(node, accept)
+    return Nfa(start, builder.epsilon, builder.edge_mask, builder.edge_target)
+
+
+class _Builder:
+    def __init__(self, limits: Limits):
+        self.limit = limits.max_nfa_states
+        self.epsilon: list[list[int]] = []
+        self.edge_mask: list[int] = []
+        self.edge_target: list[int] = []
+        self.memo: dict[tuple[int, int], int] = {}
+
+    def new_state(self) -> int:
+        if len(self.epsilon) >= self.limit:
+            raise TooManyNfaStatesError(
+                "max_nfa_states", self.limit, "the pattern needs too many NFA states"
+            )
+        self.epsilon.append([])
+        self.edge_mask.append(0)
+        self.edge_target.append(-1)
+        return len(self.epsilon) - 1
+
+    def build(self, node: Node, next_state: int) -> int:
+        """The start state of a fragment matching `node` then continuing to `next_state`."""
+        key = (id(node), next_state)
+        start = self.memo.get(key)
+        if start is None:
+            start = self._build(node, next_state)
+            self.memo[key] = start
+        return start
+
+    def _build(self, node: Node, next_state: int) -> int:
+        if isinstance(node, ByteSet):
+            s = self.new_state()
+            self.edge_mask[s] = node.mask
+            self.edge_target[s] = next_state
+            return s
+        if isinstance(node, Concat):
+            for item in reversed(node.items):
+                next_state = self.build(item, next_state)
+            return next_state
+        if isinstance(node, Alt):
+            s = self.new_state()
+            self.epsilon[s] = [self.build(item, next_state) for item in node.items]
+            return s
+        if isinstance(node, Repeat):
+            return self._repeat(node, next_state)
+        raise TypeError(f"not a regex tree node: {node!r}")
+
+    def _repeat(self, node: Repeat, next_state: int) -> int:
+        item, lo, hi = node.item, node.min, node.max
+        if hi is None:
+            # item{lo,}: item^(lo-1) then item+ (a loop back through `loop`), or item* for lo=0.
+            loop = self.new_state()
+            body = self.build(item, loop)
+            self.epsilon[loop] = [body, next_state]
+            cur = body if lo > 0 else loop
+            for _ in range(max(lo - 1, 0)):
+                cur = self.build(item, cur)
+            return cur
+        # item{lo,hi}: lo copies, then hi-lo optional copies each of which may skip to the end.
+        cur = next_state
+        for _ in range(hi - lo):
+            s = self.new_state()
+            self.epsilon[s] = [self.build(item, cur), next_state]
+            cur = s
+        for _ in range(lo):
+            cur = self.build(item, cur)
+        return cur
