@@ -1,1 +1,33 @@
-"""corral.model."""
+"""corral.model: SmolLM2 (Llama) on the CPU in NumPy: weights, tokenizer, chat template, forward
+pass with a KV cache and batched decode (DESIGN.md section 6).
+
+    from corral.model import load_model
+    model = load_model()                       # downloads and converts the default model once
+    ids = model.tokenizer.encode(model.render_chat([{"role": "user", "content": "Hi"}]))
+    cache = model.new_cache(n_slots=8, max_len=1024)
+    logits = model.prefill(cache, 0, ids)      # float32 [V]
+    logits = model.decode(cache, [0], [int(logits.argmax())])   # float32 [1, V]
+"""
+
+from corral.model.chat import render_chat
+from corral.model.config import LlamaConfig
+from corral.model.errors import CacheError, ChatTemplateError, ModelError, ModelLoadError
+from corral.model.model import KVCache, Model, load_folder, load_model
+from corral.model.tokenizer import Tokenizer
+from corral.model.weights import cache_dir, convert_gguf
+
+__all__ = [
+    "CacheError",
+    "ChatTemplateError",
+    "KVCache",
+    "LlamaConfig",
+    "Model",
+    "ModelError",
+    "ModelLoadError",
+    "Tokenizer",
+    "cache_dir",
+    "convert_gguf",
+    "load_folder",
+    "load_model",
+    "render_chat",
+]

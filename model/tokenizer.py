@@ -1,0 +1,185 @@
+"""Byte-level BPE tokenization through the `tokenizers` library (DESIGN.md section 6).
+
+`tokenizer_json_from_gguf` rebuilds a Hugging Face `tokenizer.json` from a GGUF file's metadata
+(`tokenizer.ggml.tokens`, `.merges`, `.token_type`, `.pre`): a BPE model over GPT-2's byte-to-
+unicode alphabet, the pre-tokenizer llama.cpp names by `.pre` (SmolLM2's "smollm": every digit
+alone, then GPT-2's regex, exactly Hugging Face's `Sequence[Digits(individual_digits),
+ByteLevel]`), the ByteLevel decoder, and the control tokens as special added tokens. Encodings and
+decodings then equal those of the model's own Hugging Face tokenizer.
+
+`Tokenizer` wraps it with the three things corral needs: `encode`, `decode` and `vocabulary` (each
+token id's raw bytes, the input of the token-mask kernels, DESIGN.md section 4).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+
+from corral.model.errors import ModelLoadError
+from tokenizers import Tokenizer as HFTokenizer
+
+# GGUF token types (llama.cpp's llama_token_type).
+_NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _UNUSED, _BYTE = 1, 2, 3, 4, 5, 6
+
+# llama.cpp pre-tokenizer names -> whether digits are split one by one before GPT-2's regex.
+_PRE_TOKENIZERS = {
+    "default": False,
+    "gpt2": False,
+    "gpt-2": False,
+    "smollm": True,
+    "starcoder": True,
+    "refact": True,
+}
+
+
+@cache
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible map from the 256 byte values to printable characters."""
+    printable = list(range(ord("!"), ord("~") + 1))
+    printable += list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    chars, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            chars[byte] = chr(byte)
+        else:
+            chars[byte] = chr(256 + extra)
+            extra += 1
+    return chars
+
+
+def tokenizer_json_from_gguf(fields: dict, source: str | Path) -> dict:
+    """Build a Hugging Face `tokenizer.json` dict from GGUF metadata.
+
+    Args:
+        fields: GGUF key -> Python value (`tokenizer.ggml.tokens`: list[str], `.merges`:
+            list[str] of "left right", `.token_type`: list[int], `.pre`: str, ...).
+        source: the GGUF file, named in errors.
+
+    Raises:
+        ModelLoadError: the tokenizer is not byte-level BPE ("gpt2"), its pre-tokenizer is one
+            corral does not know, or the token list is missing.
+    """
+    kind = fields.get("tokenizer.ggml.model")
+    if kind != "gpt2":
+        raise ModelLoadError(source, f"tokenizer model {kind!r} is not supported (only gpt2 BPE)")
+    pre = fields.get("tokenizer.ggml.pre", "default")
+    if pre not in _PRE_TOKENIZERS:
+        raise ModelLoadError(source, f"pre-tokenizer {pre!r} is not supported")
+    tokens = fields.get("tokenizer.ggml.tokens")
+    merges = fields.get("tokenizer.ggml.merges")
+    if not tokens or merges is None:
+        raise ModelLoadError(source, "tokenizer.ggml.tokens or tokenizer.ggml.merges missing")
+    types = fields.get("tokenizer.ggml.token_type") or [_NORMAL] * len(tokens)
+
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True}
+    pre_tokenizer = {**byte_level, "use_regex": True}
+    if _PRE_TOKENIZERS[pre]:
+        pre_tokenizer = {
+            "type": "Sequence",
+            "pretokenizers": [{"type": "Digits", "individual_digits": True}, pre_tokenizer],
+        }
+    added = [
+        {
+            "id": index,
+            "content": token,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": kind_ == _CONTROL,
+        }
+        for index, (token, kind_) in enumerate(zip(tokens, types, strict=True))
+        if kind_ in (_CONTROL, _USER_DEFINED)
+    ]
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": pre_tokenizer,
+        "post_processor": {**byte_level, "trim_offsets": False, "use_regex": True},
+        "decoder": {**byte_level, "use_regex": True},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": {token: index for index, token in enumerate(tokens)},
+            "merges": [merge.split(" ", 1) for merge in merges],
+        },
+    }
+
+
+class Tokenizer:
+    """A byte-level BPE tokenizer (a `tokenizers.Tokenizer` underneath, as `.backend`).
+
+    Special tokens written in the text (e.g. `<|im_start|>`) encode to their ids, as Hugging
+    Face's tokenizers do by default; no BOS or EOS is added.
+    """
+
+    def __init__(self, backend: HFTokenizer):
+        self.backend = backend
+        self._vocabulary: list[bytes | None] | None = None
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Tokenizer:
+        """Load a `tokenizer.json`. Raises `ModelLoadError` naming it if missing or malformed."""
+        path = Path(path)
+        if not path.is_file():
+            raise ModelLoadError(path, "file not found")
+        try:
+            return cls(HFTokenizer.from_file(str(path)))
+        except Exception as error:  # tokenizers raises a bare Exception on bad JSON
+            raise ModelLoadError(path, f"malformed tokenizer: {error}") from error
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> Tokenizer:
+        """Build from a `tokenizer.json` dict (e.g. `tokenizer_json_from_gguf`'s result)."""
+        return cls(HFTokenizer.from_str(json.dumps(raw)))
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of token ids, added tokens included."""
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        """Text -> token ids (special-token text becomes the special ids; nothing is added)."""
+        return self.backend.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids) -> str:
+        """Token ids -> text, special tokens kept; bytes that are not UTF-8 become U+FFFD."""
+        return self.backend.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    def token_id(self, text: str) -> int | None:
+        """The id of a token written exactly as `text` (e.g. "<|im_end|>"), or None."""
+        return self.backend.token_to_id(text)
+
+    def vocabulary(self) -> list[bytes | None]:
+        """Each token id's raw bytes; None for special tokens (DESIGN.md section 4).
+
+        Returns a list of length `vocab_size`, computed once.
+        """
+        if self._vocabulary is None:
+            decoder = {char: byte for byte, char in bytes_to_unicode().items()}
+            special = {
+                index
+                for index, token in self.backend.get_added_tokens_decoder().items()
+                if token.special
+            }
+            vocabulary: list[bytes | None] = [None] * self.vocab_size
+            for token, index in self.backend.get_vocab(with_added_tokens=True).items():
+                if index in special:
+                    continue
+                if all(char in decoder for char in token):
+                    vocabulary[index] = bytes(decoder[char] for char in token)
+                else:  # an added (non-byte-level) token: its text as UTF-8
+                    vocabulary[index] = token.encode("utf-8")
+            self._vocabulary = vocabulary
+        return self._vocabulary
