@@ -1,1 +1,54 @@
-"""corral.tools."""
+"""corral.tools: the OpenAI surface (DESIGN.md section 5): requests, grammars per tool_choice,
+rendering with tools, the streaming tool-call parser and the answer's JSON shapes.
+
+Modules: `request` (parse_tool_request), `errors` (ToolError, the one place a ConstrainError
+becomes OpenAI's error shape), `grammar`, `render`, `parser` (ToolParser), `shapes` (events,
+message and delta JSON), `vocab` (vocab_bytes), `bfcl` (BFCL schemas to JSON Schema).
+"""
+
+from corral.tools.bfcl import bfcl_to_json_schema, bfcl_tools
+from corral.tools.errors import ToolError
+from corral.tools.grammar import Grammar, grammar
+from corral.tools.parser import ToolParser, parse_text
+from corral.tools.render import render_messages, render_prompt, render_request, tools_prompt
+from corral.tools.request import ResponseFormat, Tool, ToolRequest, parse_tool_request
+from corral.tools.shapes import (
+    Arguments,
+    CallStart,
+    Content,
+    ToolCall,
+    ToolEvent,
+    collect,
+    delta_json,
+    finish_reason,
+    message_json,
+)
+from corral.tools.vocab import vocab_bytes
+
+__all__ = [
+    "Arguments",
+    "CallStart",
+    "Content",
+    "Grammar",
+    "ResponseFormat",
+    "Tool",
+    "ToolCall",
+    "ToolError",
+    "ToolEvent",
+    "ToolParser",
+    "ToolRequest",
+    "bfcl_to_json_schema",
+    "bfcl_tools",
+    "collect",
+    "delta_json",
+    "finish_reason",
+    "grammar",
+    "message_json",
+    "parse_text",
+    "parse_tool_request",
+    "render_messages",
+    "render_prompt",
+    "render_request",
+    "tools_prompt",
+    "vocab_bytes",
+]

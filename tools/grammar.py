@@ -1,0 +1,173 @@
+"""The grammar of an answer, per tool_choice and response_format (DESIGN.md section 5;
+tool-calls-spec section 2.4, `grammar_by_tool_choice`).
+
+A call is `<tool_call>{"name":"NAME","arguments":ARGS}</tool_call>` (compact JSON, the name
+written as a JSON string), ARGS being the tool's `parameters` compiled by DESIGN.md section 3;
+calls are separated by `\\n`.
+
+- named function f: exactly one call of f, from the first token (no trigger).
+- `required`: one call of any tool, or 1 to 4 calls joined by `\\n` when `parallel_tool_calls`
+  (the OpenAI default) is true (no trigger).
+- `auto`: free text; once the output ends with the trigger `<tool_call>`, the rest of one call,
+  `{"name":...,"arguments":...}</tool_call>`, is constrained.
+- `none`, or no tools: free text (no grammar), or the response_format language (no trigger).
+
+Decisions (the specification says "the rest of one call"):
+- Under `auto`, the grammar's pattern is what follows the trigger, and it ends with the call:
+  its last state accepts and allows nothing but EOS, so a call ends the answer. Text may come
+  before the call, not after it, and there is at most one call. Clients that want several calls
+  in one turn ask for `required` (parallel calls are a forced-call feature here).
+- Under `auto` with a `json_object` or `json_schema` response_format, the answer is constrained
+  from the first token to be either that JSON (the content) or one call: the content must match
+  the format, so free text is not allowed, and the trigger is not needed.
+- Under a named function or `required`, response_format does not apply (the answer is calls).
+
+The pattern text is for display, tests and cache keys; the DFA is built from the regex tree
+assembled from the same pieces (literals, and each schema's `schema_to_tree`), so large schemas
+never go through their (possibly quadratic) text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from corral import automata
+from corral.automata import ConstrainError, Dfa
+from corral.automata.tree import Alt, Concat, Node, Repeat, literal_bytes
+from corral.tools.errors import unsupported
+from corral.tools.request import Tool, ToolRequest
+
+OPENER = "<tool_call>"
+CLOSER = "</tool_call>"
+SEPARATOR = "\n"
+MAX_PARALLEL_CALLS = 4
+_DFA_CACHE_SIZE = 64
+
+
+@dataclass(frozen=True, eq=False)
+class Grammar:
+    """The language an answer is held to.
+
+    Attributes:
+        pattern: the regex (DESIGN.md section 2's subset) of the constrained text.
+        trigger: None when the whole answer is constrained from its first token; otherwise the
+            text (`<tool_call>`) after which the constraint starts: the output is free until it
+            ends with the trigger, and from the byte after it, it must match `pattern`.
+        tree: the regex tree of `pattern`, built without re-parsing its text.
+        param: the request field the grammar comes from, named in errors (`tools`,
+            `response_format.json_schema.schema`, ...).
+    """
+
+    pattern: str
+    trigger: str | None
+    tree: Node = field(repr=False)
+    param: str = "tools"
+
+    def dfa(self) -> Dfa:
+        """The canonical DFA of the grammar, built once per distinct pattern (a small LRU cache
+        shared by every request). Raises ToolError 422 `unsupported_parameter` naming `param`
+        when the automaton passes a size limit or the language is empty."""
+        dfa = _DFA_CACHE.get(self.pattern)
+        if dfa is None:
+            try:
+                dfa = automata.tree_to_dfa(self.tree)
+            except ConstrainError as error:
+                raise unsupported(self.param, error) from None
+            _DFA_CACHE[self.pattern] = dfa
+            while len(_DFA_CACHE) > _DFA_CACHE_SIZE:
+                _DFA_CACHE.popitem(last=False)
+        else:
+            _DFA_CACHE.move_to_end(self.pattern)
+        return dfa
+
+
+_DFA_CACHE: OrderedDict[str, Dfa] = OrderedDict()
+
+
+def grammar(request: ToolRequest) -> Grammar | None:
+    """The grammar for `request` (see the module docstring's table); None when the answer is
+    free text. Raises ConstrainError only if a schema that `parse_tool_request` accepted fails
+    to compile to a pattern (it should not)."""
+    tools = request.tools
+    if request.calls_allowed and request.tool_choice == "function":
+        call = _call(request.tool(request.function_name))
+        return _grammar(_seq(_literal(OPENER), call, _literal(CLOSER)), None, "tool_choice")
+    if request.calls_allowed and request.tool_choice == "required":
+        call = _seq(_literal(OPENER), _alt([_call(t) for t in tools]), _literal(CLOSER))
+        if request.parallel_tool_calls:
+            more = _repeat(_seq(_literal(SEPARATOR), call), 0, MAX_PARALLEL_CALLS - 1)
+            call = _seq(call, more)
+        return _grammar(call, None, "tools")
+    content = _response_format(request)
+    if request.calls_allowed:  # auto
+        rest = _seq(_alt([_call(t) for t in tools]), _literal(CLOSER))
+        if content is None:
+            return _grammar(rest, OPENER, "tools")
+        return _grammar(_alt([content, _seq(_literal(OPENER), rest)]), None, "tools")
+    if content is None:
+        return None
+    return _grammar(content, None, _format_param(request))
+
+
+# --- pieces: a pattern's text and its tree, built side by side ------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class _Piece:
+    pattern: str
+    tree: Node
+
+
+def _grammar(piece: _Piece, trigger: str | None, param: str) -> Grammar:
+    return Grammar(piece.pattern, trigger, piece.tree, param)
+
+
+def _literal(text: str) -> _Piece:
+    return _Piece(automata.escape(text), literal_bytes(text.encode("utf-8")))
+
+
+def _seq(*pieces: _Piece) -> _Piece:
+    return _Piece("".join(p.pattern for p in pieces), Concat(tuple(p.tree for p in pieces)))
+
+
+def _alt(pieces: list[_Piece]) -> _Piece:
+    if len(pieces) == 1:
+        return pieces[0]
+    return _Piece(
+        "(?:" + "|".join(p.pattern for p in pieces) + ")", Alt(tuple(p.tree for p in pieces))
+    )
+
+
+def _repeat(piece: _Piece, low: int, high: int) -> _Piece:
+    return _Piece(f"(?:{piece.pattern}){{{low},{high}}}", Repeat(piece.tree, low, high))
+
+
+def _schema(schema: dict, tree: Node) -> _Piece:
+    return _Piece("(?:" + automata.json_schema_to_regex(schema) + ")", tree)
+
+
+def _call(tool: Tool) -> _Piece:
+    """`{"name":"NAME","arguments":ARGS}` for one tool."""
+    name = json.dumps(tool.name, ensure_ascii=False)
+    return _seq(
+        _literal('{"name":' + name + ',"arguments":'),
+        _schema(tool.parameters, tool.tree),
+        _literal("}"),
+    )
+
+
+def _response_format(request: ToolRequest) -> _Piece | None:
+    fmt = request.response_format
+    if fmt.type == "json_object":
+        return _Piece("(?:" + automata.json_object_regex(3) + ")", fmt.tree)
+    if fmt.type == "json_schema":
+        return _schema(fmt.schema, fmt.tree)
+    return None
+
+
+def _format_param(request: ToolRequest) -> str:
+    if request.response_format.type == "json_schema":
+        return "response_format.json_schema.schema"
+    return "response_format"

@@ -1,0 +1,138 @@
+"""Rendering a conversation with tools into the model's prompt (DESIGN.md section 5,
+"Rendering"; tool-calls-spec section 2.4, `render_messages_with_tools`).
+
+OpenAI messages become the plain `{"role","content"}` turns every chat template understands:
+
+- the tools are described in a system message, in the Hermes/Qwen style small instruct models
+  are trained on (a `<tools>` block with one function JSON per line, and the instruction to answer
+  with `<tool_call>{"name":...,"arguments":...}</tool_call>`); it is appended to the first system
+  message if there is one, else it becomes a system message of its own at the start;
+- `developer` turns are system turns;
+- an assistant turn's `tool_calls` are written back as `<tool_call>` blocks exactly as the
+  grammar generates them (`corral.tools.grammar`): the content text, then the calls joined by
+  `\\n`, arguments verbatim when given as a JSON string, compact JSON when given as an object;
+- `tool` messages become a user turn wrapping each result in `<tool_response>\\n...\\n
+  </tool_response>` (consecutive tool messages share one user turn, joined by `\\n`).
+
+Then the model's own jinja2 chat template renders the turns. So a conversation renders the way it
+was generated, and the model sees its earlier calls in the form it must produce.
+"""
+
+from __future__ import annotations
+
+import json
+
+from corral.tools.errors import invalid
+from corral.tools.grammar import CLOSER, OPENER, SEPARATOR
+from corral.tools.request import Tool, ToolRequest, check_messages, message_calls, message_text
+
+TOOLS_PROMPT = """\
+# Tools
+
+You may call one or more functions to assist with the user query.
+
+You are provided with function signatures within <tools></tools> XML tags:
+<tools>
+{tools}
+</tools>
+
+For each function call, return a json object with function name and arguments within \
+<tool_call></tool_call> XML tags:
+<tool_call>{{"name":<function-name>,"arguments":<args-json-object>}}</tool_call>"""
+
+
+def tools_prompt(tools) -> str:
+    """The tools' description for the system message. `tools` are `Tool`s or OpenAI tool dicts
+    (`{"type":"function","function":{...}}`); each is written as one line of compact JSON."""
+    lines = [
+        json.dumps(_tool_json(tool), ensure_ascii=False, separators=(",", ":")) for tool in tools
+    ]
+    return TOOLS_PROMPT.format(tools="\n".join(lines))
+
+
+def call_text(name: str, arguments: str) -> str:
+    """One call as the model writes it: `<tool_call>{"name":NAME,"arguments":ARGS}</tool_call>`.
+    `arguments` is JSON text, inserted verbatim."""
+    return (
+        f'{OPENER}{{"name":{json.dumps(name, ensure_ascii=False)},"arguments":{arguments}}}{CLOSER}'
+    )
+
+
+def render_messages(messages, tools=()) -> list[dict]:
+    """OpenAI chat messages (and the tools, when calls are allowed) -> `[{"role","content"}]`
+    turns with roles system, user and assistant, as the module docstring describes.
+
+    Raises ToolError (400) for malformed messages, naming the message index (arguments that are
+    not JSON: `messages[i].tool_calls[j].function.arguments`).
+    """
+    messages = check_messages(messages)
+    turns: list[dict] = []
+    for i, message in enumerate(messages):
+        role = message["role"]
+        text = message_text(message, i)
+        if role in ("system", "developer"):
+            turns.append({"role": "system", "content": text})
+        elif role == "user":
+            turns.append({"role": "user", "content": text})
+        elif role == "assistant":
+            calls = [call_text(name, arguments) for name, arguments in message_calls(message, i)]
+            turns.append({"role": "assistant", "content": text + SEPARATOR.join(calls)})
+        else:  # tool
+            response = f"<tool_response>\n{text}\n</tool_response>"
+            previous = messages[i - 1]["role"] if i > 0 else None
+            if previous == "tool":
+                turns[-1]["content"] += "\n" + response
+            else:
+                turns.append({"role": "user", "content": response})
+    tools = list(tools or ())
+    if tools:
+        description = tools_prompt(tools)
+        for turn in turns:
+            if turn["role"] == "system":
+                turn["content"] = (
+                    f"{turn['content']}\n\n{description}" if turn["content"] else description
+                )
+                break
+        else:
+            turns.insert(0, {"role": "system", "content": description})
+    return turns
+
+
+def render_prompt(template, messages, tools=(), add_generation_prompt: bool = True, **extra) -> str:
+    """The prompt text: `render_messages(messages, tools)` through a chat template.
+
+    `template` is the jinja2 template text (rendered by `corral.model.chat.render_chat`, as
+    transformers does; `extra` may carry `special_tokens={...}`), or an object with a
+    `render_chat(turns, add_generation_prompt=...)` method (a `corral.model.Model`), or such a
+    callable. The tools are never passed to the template: they are already in the system turn.
+
+    Raises ToolError: 400 for malformed messages, and 400 (param `messages`) when the template
+    refuses the conversation.
+    """
+    from corral.model.errors import ChatTemplateError
+
+    turns = render_messages(messages, tools)
+    try:
+        if isinstance(template, str):
+            from corral.model.chat import render_chat
+
+            return render_chat(template, turns, add_generation_prompt, **extra)
+        render = getattr(template, "render_chat", template)
+        return render(turns, add_generation_prompt=add_generation_prompt, **extra)
+    except ChatTemplateError as error:
+        raise invalid("messages", f"The chat template refused the conversation: {error}") from None
+
+
+def render_request(template, request: ToolRequest, **extra) -> str:
+    """The prompt for a parsed request: its messages, and its tools when calls are allowed
+    (`ToolRequest.calls_allowed`: not under tool_choice `none`)."""
+    tools = request.tools if request.calls_allowed else ()
+    return render_prompt(template, list(request.messages), tools, **extra)
+
+
+def _tool_json(tool) -> dict:
+    if isinstance(tool, Tool):
+        return tool.to_json()
+    if isinstance(tool, dict):
+        return tool
+    raise TypeError(f"not a tool: {tool!r}")
