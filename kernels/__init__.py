@@ -1,1 +1,43 @@
-"""corral.kernels."""
+"""corral.kernels: token masks over a byte trie of the vocabulary, walked by Numba, and the masked
+sampler (DESIGN.md section 4).
+
+- `Vocabulary`: token id -> raw bytes (None for specials) and the EOS ids.
+- `TokenIndex(dfa, vocabulary)`: packed masks per DFA state, `next_state`, `distance`,
+  `mask_within` (budget-aware ending).
+- `Constraint(index)`: one answer's walk: `mask()`, `advance(token)`, `done`, `is_complete()`.
+- `SamplingParams`, `apply_mask`, `sample`, `constrained_sample`, `constrained_sample_batch`.
+"""
+
+from corral.kernels.constraint import Constraint
+from corral.kernels.errors import NoTokenAllowedError, TokenNotAllowedError, VocabularyError
+from corral.kernels.index import EAGER_LIMIT_BYTES, TokenIndex, choose_mode, unpack_ids
+from corral.kernels.sampling import (
+    GREEDY,
+    SamplingParams,
+    apply_mask,
+    constrained_sample,
+    constrained_sample_batch,
+    sample,
+)
+from corral.kernels.trie import Trie, build_trie
+from corral.kernels.vocabulary import Vocabulary
+
+__all__ = [
+    "EAGER_LIMIT_BYTES",
+    "GREEDY",
+    "Constraint",
+    "NoTokenAllowedError",
+    "SamplingParams",
+    "TokenIndex",
+    "TokenNotAllowedError",
+    "Trie",
+    "Vocabulary",
+    "VocabularyError",
+    "apply_mask",
+    "build_trie",
+    "choose_mode",
+    "constrained_sample",
+    "constrained_sample_batch",
+    "sample",
+    "unpack_ids",
+]

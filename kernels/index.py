@@ -1,0 +1,281 @@
+"""The token index of a grammar: which tokens each DFA state allows (DESIGN.md section 4).
+
+Token t is allowed in state s when walking all of its bytes from s through `dfa.trans` stays
+live; the EOS ids are allowed exactly in accepting states; special (None) and empty tokens never.
+Masks are packed bitsets, `uint32[ceil(V / 32)]`, bit `t % 32` of word `t // 32` is token t (the
+layout XGrammar and vLLM use).
+
+A mask is one depth-first walk of the vocabulary's byte trie (`corral.kernels.trie`) from s: the
+walk keeps a stack of DFA states by depth, reads each node's byte from its parent's state, skips a
+whole subtree at the first dead state, and writes bits straight into the packed row. The cost is
+O(live nodes + their children), not O(total bytes of the vocabulary).
+
+Two modes, chosen by `choose_mode`:
+- eager: all states' masks at once by one parallel Numba kernel (prange over states); identical
+  rows are stored once (`TokenIndex.n_unique_masks`).
+- lazy: one state at a time on first request, cached (a bounded LRU), for DFAs whose full table
+  would be large. The rule: lazy when `n_states * ceil(V / 32) * 4` bytes exceeds
+  `EAGER_LIMIT_BYTES` (32 MiB: 5,461 states at V = 49,152), since such a table costs more to build
+  than a generation visits.
+
+Budget-aware ending (used by the generation engine): `distance[s]` is the fewest bytes from s to
+acceptance, and `mask_within(s, k)` allows only the tokens that end in a state at distance <= k
+(plus EOS in accepting states), so an engine short of tokens can steer towards a complete answer.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import numba
+import numpy as np
+from corral.automata.dfa import Dfa
+from corral.kernels.vocabulary import Vocabulary
+
+EAGER_LIMIT_BYTES = 32 << 20
+"""Eager (all-states) tables larger than this many bytes are computed lazily instead."""
+
+LAZY_CACHE_ROWS = 4096
+"""The most mask rows a lazy index keeps (least recently used rows are dropped first)."""
+
+
+def choose_mode(n_states: int, vocabulary_size: int) -> str:
+    """`"eager"` when the all-states table `n_states * ceil(V / 32) * 4` bytes fits in
+    `EAGER_LIMIT_BYTES`, else `"lazy"`."""
+    n_words = (vocabulary_size + 31) // 32
+    return "eager" if n_states * n_words * 4 <= EAGER_LIMIT_BYTES else "lazy"
+
+
+class TokenIndex:
+    """Masks and transitions of one grammar's DFA over one vocabulary (DESIGN.md section 4).
+
+    Built once per (grammar, vocabulary) and shared, read-only, by every request using that
+    grammar. Thread-safe for readers (the lazy cache takes a lock).
+
+    Args:
+        dfa: the grammar's DFA (`corral.automata.Dfa`).
+        vocabulary: the model's `Vocabulary` (its trie is built on first use and cached).
+        mode: `"auto"` (the size rule of `choose_mode`), `"eager"` or `"lazy"`.
+
+    Attributes:
+        dfa, vocabulary, mode.
+        distance: int32 `[n_states]`, the fewest bytes from each state to acceptance (0 in
+            accepting states, -1 where acceptance cannot be reached).
+    """
+
+    def __init__(self, dfa: Dfa, vocabulary: Vocabulary, mode: str = "auto"):
+        if mode not in ("auto", "eager", "lazy"):
+            raise ValueError(f"mode must be auto, eager or lazy, not {mode!r}")
+        self.dfa = dfa
+        self.vocabulary = vocabulary
+        self.mode = choose_mode(dfa.n_states, vocabulary.size) if mode == "auto" else mode
+        self._trans = np.ascontiguousarray(dfa.trans, dtype=np.int32)
+        self._accept = np.ascontiguousarray(dfa.accept, dtype=np.bool_)
+        self._trans_rows = None  # the table as Python lists, for next_state
+        self._eos = np.asarray(vocabulary.eos_ids, dtype=np.int32)
+        self._eos_set = frozenset(vocabulary.eos_ids)
+        self._n_words = vocabulary.n_words
+        self._trie = vocabulary.trie
+        self.distance = dfa.distance_to_accept().astype(np.int32)
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._rows: list[np.ndarray] | None = None
+        self._continues: list[bool] | None = None
+        self.n_unique_masks = 0
+        if self.mode == "eager":
+            self._build_all()
+
+    @property
+    def n_states(self) -> int:
+        return self.dfa.n_states
+
+    @property
+    def n_words(self) -> int:
+        """`ceil(V / 32)`, the length of a mask."""
+        return self._n_words
+
+    @property
+    def mask_bytes(self) -> int:
+        """Memory held by the stored mask rows, in bytes."""
+        if self._rows is not None:
+            return self.n_unique_masks * self._n_words * 4
+        return len(self._cache) * self._n_words * 4
+
+    def _build_all(self) -> None:
+        t = self._trie
+        table = all_masks(
+            self._trans, self._accept, t.byte, t.depth, t.end, t.token_start, t.token_ids,
+            self._eos, self._n_words, t.max_depth,
+        )  # fmt: skip
+        keys = table.view(np.dtype((np.void, self._n_words * 4))).ravel()
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        unique = table[first]
+        unique.setflags(write=False)
+        self.n_unique_masks = int(unique.shape[0])
+        self._rows = [unique[i] for i in inverse.ravel()]
+        for e in self._eos.tolist():
+            table[:, e >> 5] &= np.uint32(~(1 << (e & 31)) & 0xFFFFFFFF)
+        self._continues = table.any(axis=1).tolist()
+
+    def mask(self, state: int) -> np.ndarray:
+        """The packed mask of `state`: uint32 `[ceil(V / 32)]`, read-only, shared; O(1) when
+        eager, one trie walk on a lazy cache miss."""
+        if self._rows is not None:
+            return self._rows[state]
+        with self._lock:
+            row = self._cache.get(state)
+            if row is not None:
+                self._cache.move_to_end(state)
+                return row
+        if not 0 <= state < self.n_states:
+            raise IndexError(f"state {state} out of range")
+        t = self._trie
+        row = one_mask(
+            self._trans, self._accept, t.byte, t.depth, t.end, t.token_start, t.token_ids,
+            self._eos, self._n_words, t.max_depth, state,
+        )  # fmt: skip
+        row.setflags(write=False)
+        with self._lock:
+            self._cache[state] = row
+            if len(self._cache) > LAZY_CACHE_ROWS:
+                self._cache.popitem(last=False)
+        return row
+
+    def mask_within(self, state: int, max_distance: int) -> np.ndarray:
+        """The packed mask of the tokens allowed in `state` whose end state is at most
+        `max_distance` bytes from acceptance; EOS exactly when `state` is accepting. uint32
+        `[ceil(V / 32)]`, a new array (not cached); one trie walk, O(live nodes). It may allow
+        nothing when no single token gets close enough: the caller then falls back to `mask`."""
+        t = self._trie
+        return mask_within_distance(
+            self._trans, self._accept, self.distance, t.byte, t.depth, t.end, t.token_start,
+            t.token_ids, self._eos, self._n_words, t.max_depth, state, int(max_distance),
+        )  # fmt: skip
+
+    def allowed(self, state: int) -> np.ndarray:
+        """The allowed token ids of `state`, ascending: int64 `[n_allowed]`."""
+        return unpack_ids(self.mask(state))
+
+    def next_state(self, state: int, token: int) -> int:
+        """The state after `token` from `state`: -1 when the token is not allowed as text (dead,
+        special, empty or EOS). O(bytes of the token)."""
+        data = self.vocabulary.tokens[token]
+        if not data or token in self._eos_set:
+            return -1
+        rows = self._trans_rows
+        if rows is None:
+            rows = self._trans_rows = self._trans.tolist()
+        for b in data:
+            state = rows[state][b]
+            if state < 0:
+                return -1
+        return state
+
+    def is_accepting(self, state: int) -> bool:
+        return bool(self._accept[state])
+
+    def is_eos(self, token: int) -> bool:
+        return token in self._eos_set
+
+    def can_continue(self, state: int) -> bool:
+        """True when some text token (not EOS) is allowed in `state`."""
+        if self._continues is not None:
+            return self._continues[state]
+        row = self.mask(state).copy()
+        for e in self._eos.tolist():
+            row[e >> 5] &= np.uint32(~(1 << (e & 31)) & 0xFFFFFFFF)
+        return bool(row.any())
+
+
+def unpack_ids(mask: np.ndarray) -> np.ndarray:
+    """The set bits of a packed mask as ascending token ids (int64), O(V / 8) vectorized."""
+    bits = np.unpackbits(np.ascontiguousarray(mask, dtype="<u4").view(np.uint8), bitorder="little")
+    return np.flatnonzero(bits)
+
+
+# --------------------------------------------------------------------------------------------
+# Numba kernels. The trie arrays are described in corral.kernels.trie.
+
+
+@numba.njit(cache=True, inline="always")
+def _walk(trans, state, byte, depth, end, token_start, token_ids, stack, row):
+    """Set in `row` the bit of every token whose bytes stay live from `state`.
+
+    O(nodes visited): the live nodes and the first dead node of each pruned subtree.
+    """
+    stack[0] = state
+    n_nodes = byte.shape[0]
+    i = 1
+    while i < n_nodes:
+        d = depth[i]
+        s = trans[stack[d - 1], byte[i]]
+        if s < 0:
+            i = end[i]
+            continue
+        stack[d] = s
+        for k in range(token_start[i], token_start[i + 1]):
+            t = token_ids[k]
+            row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+        i += 1
+
+
+@numba.njit(cache=True, parallel=True)
+def all_masks(trans, accept, byte, depth, end, token_start, token_ids, eos, n_words, max_depth):
+    """uint32 `[n_states, n_words]`: every state's mask, one trie walk per state in parallel.
+
+    O(sum over states of nodes visited) work, divided among the threads.
+    """
+    n_states = trans.shape[0]
+    table = np.zeros((n_states, n_words), np.uint32)
+    for s in numba.prange(n_states):
+        stack = np.empty(max_depth + 1, np.int32)
+        row = table[s]
+        _walk(trans, s, byte, depth, end, token_start, token_ids, stack, row)
+        if accept[s]:
+            for t in eos:
+                row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+    return table
+
+
+@numba.njit(cache=True)
+def one_mask(trans, accept, byte, depth, end, token_start, token_ids, eos, n_words, max_depth, s):
+    """uint32 `[n_words]`: the mask of state `s`. O(nodes visited)."""
+    row = np.zeros(n_words, np.uint32)
+    stack = np.empty(max_depth + 1, np.int32)
+    _walk(trans, s, byte, depth, end, token_start, token_ids, stack, row)
+    if accept[s]:
+        for t in eos:
+            row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+    return row
+
+
+@numba.njit(cache=True)
+def mask_within_distance(
+    trans, accept, distance, byte, depth, end, token_start, token_ids, eos, n_words, max_depth,
+    s, max_distance,
+):  # fmt: skip
+    """uint32 `[n_words]`: tokens allowed in `s` that end at distance <= `max_distance` from
+    acceptance, plus EOS when `s` accepts. O(nodes visited), like `one_mask`."""
+    row = np.zeros(n_words, np.uint32)
+    stack = np.empty(max_depth + 1, np.int32)
+    stack[0] = s
+    n_nodes = byte.shape[0]
+    i = 1
+    while i < n_nodes:
+        d = depth[i]
+        state = trans[stack[d - 1], byte[i]]
+        if state < 0:
+            i = end[i]
+            continue
+        stack[d] = state
+        near = distance[state]
+        if near >= 0 and near <= max_distance:
+            for k in range(token_start[i], token_start[i + 1]):
+                t = token_ids[k]
+                row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+        i += 1
+    if accept[s]:
+        for t in eos:
+            row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+    return row
