@@ -1,0 +1,138 @@
+"""Issue 4, tests 2 and 6: the rules of DESIGN.md section 4 on small hand-made grammars."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from corral.automata import Dfa, regex_to_dfa
+from corral.kernels import (
+    EAGER_LIMIT_BYTES,
+    Constraint,
+    TokenIndex,
+    TokenNotAllowedError,
+    Vocabulary,
+    choose_mode,
+)
+from kernel_strategies import mask_ids
+
+# ids:         0     1     2      3     4    5   6     7
+TOKENS = [b"a", b"b", b"ab", None, b"", b"a", None, b"ba"]
+EOS = 6
+
+
+@pytest.fixture
+def vocabulary():
+    return Vocabulary.from_list(TOKENS, eos_ids=[EOS])
+
+
+def test_eos_only_in_accepting_states(vocabulary):
+    index = TokenIndex(regex_to_dfa("a(ba)*"), vocabulary)
+    for state in range(index.n_states):
+        assert (EOS in mask_ids(index.mask(state))) == index.is_accepting(state)
+
+
+def test_specials_and_empty_tokens_never_allowed(vocabulary):
+    index = TokenIndex(regex_to_dfa("[\\x00-\\xff]*".replace("\\xff", "\\x7f")), vocabulary)
+    for state in range(index.n_states):
+        allowed = mask_ids(index.mask(state))
+        assert not allowed & {3, 4}
+        assert index.next_state(state, 3) == -1 and index.next_state(state, 4) == -1
+
+
+def test_duplicate_tokens_are_all_allowed(vocabulary):
+    index = TokenIndex(regex_to_dfa("ab?"), vocabulary)
+    assert mask_ids(index.mask(0)) == {0, 2, 5}
+    assert index.next_state(0, 0) == index.next_state(0, 5) == 1
+
+
+def test_advance_disallowed_token_raises(vocabulary):
+    constraint = Constraint(TokenIndex(regex_to_dfa("ab"), vocabulary))
+    with pytest.raises(TokenNotAllowedError):
+        constraint.advance(1)  # "b" first
+    with pytest.raises(TokenNotAllowedError):
+        constraint.advance(EOS)  # not complete yet
+    with pytest.raises(TokenNotAllowedError):
+        constraint.advance(3)  # special
+    with pytest.raises(TokenNotAllowedError):
+        constraint.advance(4)  # empty
+    with pytest.raises(TokenNotAllowedError):
+        constraint.advance(99)  # outside the vocabulary
+    assert constraint.state == 0 and not constraint.done
+
+
+def test_advance_after_eos_raises(vocabulary):
+    constraint = Constraint(TokenIndex(regex_to_dfa("a(ba)*"), vocabulary))
+    constraint.advance(0)
+    assert constraint.is_complete() and not constraint.done
+    constraint.advance(EOS)
+    assert constraint.done and constraint.is_complete()
+    with pytest.raises(TokenNotAllowedError):
+        constraint.advance(7)
+    with pytest.raises(TokenNotAllowedError):
+        constraint.mask()
+
+
+def test_complete_grammar_with_nothing_left_ends(vocabulary):
+    constraint = Constraint(TokenIndex(regex_to_dfa("ab"), vocabulary))
+    constraint.advance(2)  # "ab": accepting, no byte may follow
+    assert constraint.done and constraint.is_complete()
+    with pytest.raises(TokenNotAllowedError):
+        constraint.advance(EOS)
+
+
+def test_complete_grammar_whose_continuations_no_token_spells_ends():
+    # "ab|abc" after "ab": "c" could follow, but no token holds it.
+    vocabulary = Vocabulary.from_list([b"a", b"b", None], eos_ids=[2])
+    constraint = Constraint(TokenIndex(regex_to_dfa("ab|abc"), vocabulary))
+    constraint.advance(0)
+    constraint.advance(1)
+    assert constraint.done
+
+
+def test_copy_is_independent(vocabulary):
+    constraint = Constraint(TokenIndex(regex_to_dfa("a(ba)*"), vocabulary))
+    constraint.advance(0)
+    other = constraint.copy()
+    other.advance(1)
+    assert constraint.state != other.state and constraint.index is other.index
+    assert constraint.is_complete() and not other.is_complete()
+
+
+def test_a_star_eos_competes_with_a_at_every_step():
+    """Issue 4, test 6: generation never stops at the first accepting state."""
+    vocabulary = Vocabulary.from_list([b"a", b"aa", b"b", None], eos_ids=[3])
+    constraint = Constraint(TokenIndex(regex_to_dfa("a*"), vocabulary))
+    for _ in range(10):
+        assert mask_ids(constraint.mask()) == {0, 1, 3}
+        assert not constraint.done and constraint.is_complete()
+        constraint.advance(0)
+    constraint.advance(3)
+    assert constraint.done
+
+
+def test_distance_and_mask_within_steer_to_acceptance():
+    # '"' then at least 3 letters then '"'.
+    vocabulary = Vocabulary.from_list([b'"', b"x", b"xxx", b'x"', b'"xxx"', None], eos_ids=[5])
+    index = TokenIndex(regex_to_dfa('"x{3,}"'), vocabulary)
+    constraint = Constraint(index)
+    assert constraint.distance == 5
+    np.testing.assert_array_equal(index.distance, regex_to_dfa('"x{3,}"').distance_to_accept())
+    assert mask_ids(constraint.mask(max_distance=0)) == {4}  # only the whole answer ends there
+    assert mask_ids(constraint.mask(max_distance=4)) == {0, 4}
+    constraint.advance(0)
+    constraint.advance(2)
+    assert constraint.distance == 1
+    assert mask_ids(constraint.mask()) == {0, 1, 2, 3}
+    assert mask_ids(constraint.mask(max_distance=0)) == {0, 3}
+    assert mask_ids(constraint.mask(max_distance=1)) == {0, 1, 2, 3}
+
+
+def test_mode_size_rule():
+    assert choose_mode(100, 49152) == "eager"
+    n_words = (49152 + 31) // 32
+    assert choose_mode(EAGER_LIMIT_BYTES // (4 * n_words), 49152) == "eager"
+    assert choose_mode(EAGER_LIMIT_BYTES // (4 * n_words) + 1, 49152) == "lazy"
+    dfa = Dfa(np.full((1, 256), 0, dtype=np.int32), np.ones(1, dtype=bool))
+    assert TokenIndex(dfa, Vocabulary.from_list([b"a"]), mode="auto").mode == "eager"
+    with pytest.raises(ValueError):
+        TokenIndex(dfa, Vocabulary.from_list([b"a"]), mode="fast")
