@@ -18,6 +18,17 @@ from corral.automata.errors import (
 )
 from corral.automata.limits import Limits
 from corral.automata.parse import escape, parse
+from corral.automata.schema import (
+    NonFiniteNumberError,
+    SchemaLimits,
+    SchemaTextError,
+    dumps,
+    json_object_regex,
+    json_object_tree,
+    json_schema_to_regex,
+    schema_to_dfa,
+    schema_to_tree,
+)
 
 __all__ = [
     "DEAD",
@@ -32,6 +43,15 @@ __all__ = [
     "SchemaError",
     "TooManyDfaStatesError",
     "TooManyNfaStatesError",
+    "NonFiniteNumberError",
+    "SchemaLimits",
+    "SchemaTextError",
+    "dumps",
+    "json_object_regex",
+    "json_object_tree",
+    "json_schema_to_regex",
+    "schema_to_dfa",
+    "schema_to_tree",
     "escape",
     "parse",
     "regex_to_dfa",
