@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -25,6 +26,66 @@ def _compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _generate(args: argparse.Namespace) -> int:
+    from corral.automata import ConstrainError
+    from corral.model import load_model
+    from corral.tools.batch import Engine, done_ids, run_batch
+
+    quick = args.schema is not None or args.regex is not None
+    if quick == (args.input is not None):
+        message = "give an input file, or --schema/--regex with --prompt"
+        print(f"corral generate: {message}", file=sys.stderr)
+        return 2
+    if quick and args.prompt is None:
+        print("corral generate: --schema and --regex need --prompt", file=sys.stderr)
+        return 2
+    try:
+        model = load_model(args.model)
+    except ConstrainError as error:
+        print(f"corral generate: {error}", file=sys.stderr)
+        return 2
+    engine = Engine(model)
+    if quick:
+        return _generate_quick(args, engine)
+    source = Path(args.input)
+    output = Path(args.output) if args.output else source.with_name(source.stem + ".output.jsonl")
+    skip = done_ids(output) if args.resume else set()
+    with source.open(encoding="utf-8") as lines, output.open("a" if args.resume else "w") as out:
+        summary = run_batch(
+            engine, lines, out, skip, args.batch_size, args.max_tokens or 512, not args.quiet
+        )
+    print(f"corral generate: {summary.line()} -> {output}", file=sys.stderr)
+    return 0
+
+
+def _generate_quick(args: argparse.Namespace, engine) -> int:
+    """`--schema FILE` or `--regex PATTERN` with `--prompt`: one answer a line on stdout."""
+    from corral.automata import ConstrainError, regex_to_dfa, schema_to_dfa
+    from corral.kernels import Constraint, SamplingParams
+    from corral.model.generate import GenerationRequest, generate
+
+    try:
+        if args.schema is not None:
+            schema = json.loads(Path(args.schema).read_text(encoding="utf-8"))
+            dfa, pattern = schema_to_dfa(schema), "schema:" + args.schema
+        else:
+            dfa, pattern = regex_to_dfa(args.regex), args.regex
+        constraint = Constraint(engine.index(pattern, dfa))
+        prompt = engine.model.render_chat([{"role": "user", "content": args.prompt}])
+        ids = engine.model.tokenizer.encode(prompt)
+        params = SamplingParams(temperature=args.temperature)
+        requests = [
+            GenerationRequest(ids, args.max_tokens or 512, params, args.seed + i, (), constraint)
+            for i in range(args.n)
+        ]
+        for result in generate(engine.model, requests, args.batch_size):
+            print(result.text, flush=True)
+    except (ConstrainError, OSError, json.JSONDecodeError) as error:
+        print(f"corral generate: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `corral` console script."""
     parser = argparse.ArgumentParser(prog="corral", description=__doc__)
@@ -33,6 +94,26 @@ def main(argv: list[str] | None = None) -> int:
     compile_.add_argument("pattern")
     compile_.add_argument("--json", action="store_true", help="print the whole table as JSON")
     compile_.set_defaults(run=_compile)
+    generate = commands.add_parser(
+        "generate",
+        help="run an OpenAI Batch API input file (or a quick --schema/--regex prompt)",
+        description="Run an OpenAI Batch API input file of /v1/chat/completions requests and "
+        "write the output file; or, with --schema or --regex and --prompt, print -n answers.",
+    )
+    generate.add_argument("input", nargs="?", help="Batch API input file (.jsonl)")
+    generate.add_argument("-o", "--output", help="output file (default: INPUT.output.jsonl)")
+    generate.add_argument("--resume", action="store_true", help="skip custom_ids in the output")
+    generate.add_argument("--model", help="Hugging Face folder or .gguf (default: SmolLM2-135M)")
+    generate.add_argument("--batch-size", type=int, default=16, help="sequences decoded together")
+    generate.add_argument("--max-tokens", type=int, help="default max_tokens (512)")
+    generate.add_argument("--quiet", action="store_true", help="no progress bar")
+    generate.add_argument("--schema", help="quick form: a JSON Schema file")
+    generate.add_argument("--regex", help="quick form: a regex")
+    generate.add_argument("--prompt", help="quick form: the user message")
+    generate.add_argument("-n", type=int, default=1, help="quick form: how many answers")
+    generate.add_argument("--temperature", type=float, default=1.0, help="quick form")
+    generate.add_argument("--seed", type=int, default=0, help="quick form: seed of the first")
+    generate.set_defaults(run=_generate)
     args = parser.parse_args(argv)
     return args.run(args)
 

@@ -1,0 +1,124 @@
+"""The fewest tokens from each DFA state to a complete answer (budget-aware ending, issue 7).
+
+A byte-level vocabulary has a token for every byte, so the byte distance of
+`Dfa.distance_to_accept` bounds the token distance from above, but loosely: `"celsius"` is 9
+bytes and 3 tokens. The engine needs the exact figure to refuse only budgets that truly cannot
+hold an answer and to steer only when it must. The token graph has an edge s -> e when some text
+token's bytes lead from s to e; the token distance is a breadth-first search over its reversed
+edges from the accepting states.
+
+The edges come from the same trie walk as the masks (`corral.kernels.index`): a walk from s visits
+every token that stays live, and the state on the walk's stack at a node holding tokens is where
+those tokens end.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+
+@numba.njit(cache=True)
+def _ends(trans, s, byte, depth, end, token_start, stack, seen, out):
+    """Write into `out` the distinct states where a text token from `s` ends; return how many.
+    `seen` is a scratch bool array `[n_states]`, left all-False. O(nodes visited)."""
+    stack[0] = s
+    n = 0
+    n_nodes = byte.shape[0]
+    i = 1
+    while i < n_nodes:
+        d = depth[i]
+        state = trans[stack[d - 1], byte[i]]
+        if state < 0:
+            i = end[i]
+            continue
+        stack[d] = state
+        if token_start[i] < token_start[i + 1] and not seen[state]:
+            seen[state] = True
+            out[n] = state
+            n += 1
+        i += 1
+    for k in range(n):
+        seen[out[k]] = False
+    return n
+
+
+@numba.njit(cache=True, parallel=True)
+def token_graph(trans, byte, depth, end, token_start, max_depth):
+    """The token graph in CSR form: `(start int64 [n_states + 1], targets int32 [n_edges])`,
+    the distinct end states of state s being `targets[start[s]:start[s + 1]]`.
+
+    Two trie walks per state (count, then fill), parallel over states: O(sum of nodes visited).
+    """
+    n_states = trans.shape[0]
+    counts = np.zeros(n_states, np.int64)
+    for s in numba.prange(n_states):
+        stack = np.empty(max_depth + 1, np.int32)
+        seen = np.zeros(n_states, np.bool_)
+        out = np.empty(n_states, np.int32)
+        counts[s] = _ends(trans, s, byte, depth, end, token_start, stack, seen, out)
+    start = np.zeros(n_states + 1, np.int64)
+    start[1:] = np.cumsum(counts)
+    targets = np.empty(start[n_states], np.int32)
+    for s in numba.prange(n_states):
+        stack = np.empty(max_depth + 1, np.int32)
+        seen = np.zeros(n_states, np.bool_)
+        out = np.empty(n_states, np.int32)
+        n = _ends(trans, s, byte, depth, end, token_start, stack, seen, out)
+        targets[start[s] : start[s] + n] = out[:n]
+    return start, targets
+
+
+@numba.njit(cache=True)
+def _backward_bfs(start, targets, accept):
+    """int32 `[n_states]`: breadth-first distance to an accepting state over the edges
+    s -> targets[start[s]:start[s+1]], -1 where none is reachable. O(n_states + n_edges)."""
+    n_states = accept.shape[0]
+    n_edges = targets.shape[0]
+    # reverse the edges: for each target, the sources that reach it
+    rcount = np.zeros(n_states + 1, np.int64)
+    for k in range(n_edges):
+        rcount[targets[k] + 1] += 1
+    rstart = np.cumsum(rcount)
+    fill = rstart[:-1].copy()
+    sources = np.empty(n_edges, np.int32)
+    for s in range(n_states):
+        for k in range(start[s], start[s + 1]):
+            t = targets[k]
+            sources[fill[t]] = s
+            fill[t] += 1
+    dist = np.full(n_states, -1, np.int32)
+    queue = np.empty(n_states, np.int32)
+    head = tail = 0
+    for s in range(n_states):
+        if accept[s]:
+            dist[s] = 0
+            queue[tail] = s
+            tail += 1
+    while head < tail:
+        t = queue[head]
+        head += 1
+        for k in range(rstart[t], rstart[t + 1]):
+            s = sources[k]
+            if dist[s] < 0:
+                dist[s] = dist[t] + 1
+                queue[tail] = s
+                tail += 1
+    return dist
+
+
+def token_distance(trans: np.ndarray, accept: np.ndarray, trie) -> np.ndarray:
+    """int32 `[n_states]`: the fewest text tokens leading from each state to an accepting state
+    (0 in accepting states, -1 where no token sequence reaches one).
+
+    Args:
+        trans: int32 `[n_states, 256]`, the DFA table; accept: bool `[n_states]`.
+        trie: the vocabulary's `corral.kernels.Trie`.
+
+    Cost: two trie walks per state plus a BFS, about twice an all-states mask build.
+    """
+    trans = np.ascontiguousarray(trans, dtype=np.int32)
+    accept = np.ascontiguousarray(accept, dtype=np.bool_)
+    t = trie
+    start, targets = token_graph(trans, t.byte, t.depth, t.end, t.token_start, t.max_depth)
+    return _backward_bfs(start, targets, accept)
