@@ -36,6 +36,12 @@ from corral.kernels.vocabulary import Vocabulary
 EAGER_LIMIT_BYTES = 32 << 20
 """Eager (all-states) tables larger than this many bytes are computed lazily instead."""
 
+PARALLEL_MIN_STATES = 128
+"""Eager tables of DFAs with fewer states are built on the calling thread: a walk costs about
+0.5 ms for a state inside a JSON string and microseconds for most others, so small DFAs finish
+before threads pay off, and on a machine whose cores are busy (the model's forward pass, other
+processes) waking spinning OpenMP threads can cost ten times the work."""
+
 LAZY_CACHE_ROWS = 4096
 """The most mask rows a lazy index keeps (least recently used rows are dropped first)."""
 
@@ -57,6 +63,9 @@ class TokenIndex:
         dfa: the grammar's DFA (`corral.automata.Dfa`).
         vocabulary: the model's `Vocabulary` (its trie is built on first use and cached).
         mode: `"auto"` (the size rule of `choose_mode`), `"eager"` or `"lazy"`.
+        parallel: build an eager table with the parallel kernel (prange over states). None
+            (default): when the DFA has at least `PARALLEL_MIN_STATES` states and Numba has more
+            than one thread.
 
     Attributes:
         dfa, vocabulary, mode.
@@ -64,9 +73,14 @@ class TokenIndex:
             accepting states, -1 where acceptance cannot be reached).
     """
 
-    def __init__(self, dfa: Dfa, vocabulary: Vocabulary, mode: str = "auto"):
+    def __init__(
+        self, dfa: Dfa, vocabulary: Vocabulary, mode: str = "auto", parallel: bool | None = None
+    ):
         if mode not in ("auto", "eager", "lazy"):
             raise ValueError(f"mode must be auto, eager or lazy, not {mode!r}")
+        if parallel is None:
+            parallel = dfa.n_states >= PARALLEL_MIN_STATES and numba.get_num_threads() > 1
+        self.parallel = parallel
         self.dfa = dfa
         self.vocabulary = vocabulary
         self.mode = choose_mode(dfa.n_states, vocabulary.size) if mode == "auto" else mode
@@ -104,7 +118,8 @@ class TokenIndex:
 
     def _build_all(self) -> None:
         t = self._trie
-        table = all_masks(
+        kernel = all_masks if self.parallel else all_masks_serial
+        table = kernel(
             self._trans, self._accept, t.byte, t.depth, t.end, t.token_start, t.token_ids,
             self._eos, self._n_words, t.max_depth,
         )  # fmt: skip
@@ -222,14 +237,30 @@ def _walk(trans, state, byte, depth, end, token_start, token_ids, stack, row):
 
 @numba.njit(cache=True, parallel=True)
 def all_masks(trans, accept, byte, depth, end, token_start, token_ids, eos, n_words, max_depth):
-    """uint32 `[n_states, n_words]`: every state's mask, one trie walk per state in parallel.
-
-    O(sum over states of nodes visited) work, divided among the threads.
-    """
+    """uint32 `[n_states, n_words]`: every state's mask, one trie walk per state, states split
+    among Numba's threads (prange). O(sum over states of nodes visited) work."""
     n_states = trans.shape[0]
     table = np.zeros((n_states, n_words), np.uint32)
     for s in numba.prange(n_states):
         stack = np.empty(max_depth + 1, np.int32)
+        row = table[s]
+        _walk(trans, s, byte, depth, end, token_start, token_ids, stack, row)
+        if accept[s]:
+            for t in eos:
+                row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+    return table
+
+
+@numba.njit(cache=True)
+def all_masks_serial(
+    trans, accept, byte, depth, end, token_start, token_ids, eos, n_words, max_depth
+):  # fmt: skip
+    """`all_masks` on the calling thread only (for small DFAs, where waking threads costs more
+    than it saves, and on a machine whose cores are busy). Same O(sum of nodes visited)."""
+    n_states = trans.shape[0]
+    table = np.zeros((n_states, n_words), np.uint32)
+    stack = np.empty(max_depth + 1, np.int32)
+    for s in range(n_states):
         row = table[s]
         _walk(trans, s, byte, depth, end, token_start, token_ids, stack, row)
         if accept[s]:

@@ -14,8 +14,11 @@ from kernel_strategies import mask_ids, oracle_allowed, random_dfas, random_voca
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+MODES = st.sampled_from(["eager", "eager-parallel", "lazy"])
+
+
 def check_index(dfa, vocabulary, mode):
-    index = TokenIndex(dfa, vocabulary, mode=mode)
+    index = TokenIndex(dfa, vocabulary, mode=mode.split("-")[0], parallel=mode.endswith("parallel"))
     distance = dfa.distance_to_accept()
     for state in range(dfa.n_states):
         mask = index.mask(state)
@@ -37,7 +40,7 @@ def check_index(dfa, vocabulary, mode):
 
 
 @SETTINGS
-@given(dfa=random_dfas(), vocabulary=random_vocabularies(), mode=st.sampled_from(["eager", "lazy"]))
+@given(dfa=random_dfas(), vocabulary=random_vocabularies(), mode=MODES)
 def test_random_dfa_masks_equal_brute_force_walk(dfa, vocabulary, mode):
     check_index(dfa, vocabulary, mode)
 
@@ -51,7 +54,7 @@ patterns = st.lists(piece, min_size=1, max_size=5).map("".join) | st.lists(
 
 
 @SETTINGS
-@given(pattern=patterns, vocabulary=random_vocabularies(), mode=st.sampled_from(["eager", "lazy"]))
+@given(pattern=patterns, vocabulary=random_vocabularies(), mode=MODES)
 def test_random_pattern_masks_equal_brute_force_walk(pattern, vocabulary, mode):
     check_index(regex_to_dfa(pattern), vocabulary, mode)
 

