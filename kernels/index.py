@@ -86,7 +86,7 @@ class TokenIndex:
         self.mode = choose_mode(dfa.n_states, vocabulary.size) if mode == "auto" else mode
         self._trans = np.ascontiguousarray(dfa.trans, dtype=np.int32)
         self._accept = np.ascontiguousarray(dfa.accept, dtype=np.bool_)
-        self._trans_rows = None  # the table as Python lists, for next_state
+        self._accepting: list[bool] = self._accept.tolist()
         self._eos = np.asarray(vocabulary.eos_ids, dtype=np.int32)
         self._eos_set = frozenset(vocabulary.eos_ids)
         self._n_words = vocabulary.n_words
@@ -178,17 +178,15 @@ class TokenIndex:
         data = self.vocabulary.tokens[token]
         if not data or token in self._eos_set:
             return -1
-        rows = self._trans_rows
-        if rows is None:
-            rows = self._trans_rows = self._trans.tolist()
+        step = self._trans.item
         for b in data:
-            state = rows[state][b]
+            state = step(state, b)
             if state < 0:
                 return -1
         return state
 
     def is_accepting(self, state: int) -> bool:
-        return bool(self._accept[state])
+        return self._accepting[state]
 
     def is_eos(self, token: int) -> bool:
         return token in self._eos_set
