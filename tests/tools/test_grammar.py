@@ -1,0 +1,211 @@
+"""Grammars per tool_choice and response_format (DESIGN.md section 5; tool-calls-spec
+section 4: grammar_by_tool_choice)."""
+
+import re
+
+import numpy as np
+import pytest
+from corral.automata import escape, json_schema_to_regex
+from corral.tools import grammar, parse_tool_request
+
+WEATHER_PARAMETERS = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string"},
+        "unit": {"enum": ["celsius", "fahrenheit"]},
+    },
+    "required": ["city"],
+}
+TIME_PARAMETERS = {
+    "type": "object",
+    "properties": {"zone": {"type": "string"}},
+    "required": ["zone"],
+}
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER_PARAMETERS}},
+    {"type": "function", "function": {"name": "get_time", "parameters": TIME_PARAMETERS}},
+]
+WEATHER = '<tool_call>{"name":"get_weather","arguments":{"city":"Paris"}}</tool_call>'
+WEATHER_UNIT = (
+    '<tool_call>{"name":"get_weather","arguments":{"city":"Oslo","unit":"celsius"}}</tool_call>'
+)
+TIME = '<tool_call>{"name":"get_time","arguments":{"zone":"CET"}}</tool_call>'
+
+
+def grammar_for(**fields):
+    body = {"messages": [{"role": "user", "content": "x"}], **fields}
+    return grammar(parse_tool_request(body))
+
+
+def matches(g, text: str) -> bool:
+    return g.dfa().matches(text.encode("utf-8"))
+
+
+def pattern_agrees_with_tree(g, n=30):
+    """The displayed pattern and the tree the DFA is built from describe the same language."""
+    rng = np.random.default_rng(0)
+    for _ in range(n):
+        text = g.dfa().sample(rng).decode("utf-8")
+        assert re.fullmatch(g.pattern, text, re.ASCII), text
+
+
+def test_named_choice_is_exactly_one_call_of_that_tool():
+    g = grammar_for(
+        tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_weather"}}
+    )
+    assert g.trigger is None
+    args = json_schema_to_regex(WEATHER_PARAMETERS)
+    assert g.pattern == (
+        escape('<tool_call>{"name":"get_weather","arguments":')
+        + f"(?:{args})"
+        + escape("}</tool_call>")
+    )
+    assert matches(g, WEATHER)
+    assert matches(g, WEATHER_UNIT)
+    assert not matches(g, TIME)  # only that tool
+    assert not matches(g, WEATHER + "\n" + WEATHER)  # exactly one call
+    assert not matches(g, "Sure." + WEATHER)  # from the first token
+    assert not matches(
+        g, '<tool_call>{"name":"get_weather","arguments":{"unit":"celsius"}}</tool_call>'
+    )
+    assert not matches(g, WEATHER.replace('{"city"', '{ "city"'))  # compact JSON only
+    pattern_agrees_with_tree(g)
+
+
+def test_named_choice_ignores_parallel_calls():
+    g = grammar_for(
+        tools=TOOLS,
+        tool_choice={"type": "function", "function": {"name": "get_time"}},
+        parallel_tool_calls=True,
+    )
+    assert matches(g, TIME)
+    assert not matches(g, TIME + "\n" + TIME)
+
+
+def test_required_is_one_to_four_calls_of_any_tool():
+    g = grammar_for(tools=TOOLS, tool_choice="required")
+    assert g.trigger is None
+    assert matches(g, WEATHER)
+    assert matches(g, TIME)
+    assert matches(g, WEATHER + "\n" + TIME)
+    assert matches(g, "\n".join([WEATHER, TIME, WEATHER_UNIT, TIME]))
+    assert not matches(g, "\n".join([WEATHER, TIME, WEATHER_UNIT, TIME, WEATHER]))  # at most 4
+    assert not matches(g, WEATHER + TIME)  # separated by a newline
+    assert not matches(g, WEATHER + "\n\n" + TIME)
+    assert not matches(g, "")
+    assert not matches(g, "text")
+    pattern_agrees_with_tree(g)
+
+
+def test_required_without_parallel_calls_is_exactly_one_call():
+    g = grammar_for(tools=TOOLS, tool_choice="required", parallel_tool_calls=False)
+    assert matches(g, WEATHER)
+    assert matches(g, TIME)
+    assert not matches(g, WEATHER + "\n" + TIME)
+
+
+def test_auto_is_free_text_then_the_rest_of_one_call_after_the_trigger():
+    for g in (grammar_for(tools=TOOLS), grammar_for(tools=TOOLS, tool_choice="auto")):
+        assert g.trigger == "<tool_call>"
+        rest = WEATHER[len("<tool_call>") :]
+        assert matches(g, rest)
+        assert matches(g, TIME[len("<tool_call>") :])
+        assert not matches(g, WEATHER)  # the pattern is what follows the trigger
+        assert not matches(g, rest + "\n" + TIME)  # one call, which ends the answer
+        assert not matches(g, rest + " more text")
+        # After the call nothing can follow: the DFA's end state has no live edge.
+        dfa = g.dfa()
+        end = dfa.step(0, rest.encode())
+        assert dfa.accept[end] and (dfa.trans[end] < 0).all()
+        pattern_agrees_with_tree(g)
+
+
+def test_none_is_free_text():
+    assert grammar_for(tools=TOOLS, tool_choice="none") is None
+    assert grammar_for() is None
+    assert grammar_for(response_format={"type": "text"}) is None
+
+
+def test_json_object_format_is_an_object_nested_at_most_three_levels():
+    for g in (
+        grammar_for(response_format={"type": "json_object"}),
+        grammar_for(tools=TOOLS, tool_choice="none", response_format={"type": "json_object"}),
+    ):
+        assert g.trigger is None
+        assert g.param == "response_format"
+        assert matches(g, "{}")
+        assert matches(g, '{"a":{"b":{"c":null}},"d":[1,"x"]}')
+        assert not matches(g, '{"a":{"b":{"c":{"d":1}}}}')
+        assert not matches(g, "[1]")
+        assert not matches(g, '"text"')
+        assert not matches(g, '{"a":1')
+
+
+def test_json_schema_format_is_the_schema_language():
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+    }
+    fmt = {
+        "type": "json_schema",
+        "json_schema": {"name": "person", "schema": schema, "strict": True},
+    }
+    g = grammar_for(response_format=fmt)
+    assert g.trigger is None
+    assert g.param == "response_format.json_schema.schema"
+    assert g.pattern == f"(?:{json_schema_to_regex(schema)})"
+    assert matches(g, '{"name":"Ada","age":36}')
+    assert not matches(g, '{"age":36,"name":"Ada"}')
+    assert not matches(g, '{"name":"Ada"}')
+    pattern_agrees_with_tree(g)
+
+
+def test_auto_with_a_json_schema_format_is_that_json_or_one_call():
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "string"}},
+        "required": ["answer"],
+    }
+    fmt = {"type": "json_schema", "json_schema": {"name": "a", "schema": schema}}
+    g = grammar_for(tools=TOOLS, response_format=fmt)
+    assert g.trigger is None
+    assert matches(g, '{"answer":"42"}')
+    assert matches(g, WEATHER)
+    assert not matches(g, "free text")
+    assert not matches(g, "Sure." + WEATHER)
+
+
+def test_forced_calls_ignore_the_response_format():
+    fmt = {"type": "json_object"}
+    g = grammar_for(tools=TOOLS, tool_choice="required", response_format=fmt)
+    assert matches(g, TIME)
+    assert not matches(g, "{}")
+
+
+def test_names_are_written_as_json_strings():
+    tools = [{"type": "function", "function": {"name": "math.factorial"}}]
+    g = grammar_for(tools=tools, tool_choice="required")
+    assert matches(g, '<tool_call>{"name":"math.factorial","arguments":{}}</tool_call>')
+    assert not matches(g, '<tool_call>{"name":"mathXfactorial","arguments":{}}</tool_call>')
+
+
+def test_the_dfa_is_built_once_per_pattern():
+    first = grammar_for(tools=TOOLS, tool_choice="required")
+    second = grammar_for(tools=TOOLS, tool_choice="required")
+    assert first.dfa() is second.dfa()
+
+
+@pytest.mark.parametrize("n_optional", [30, 60])
+def test_many_optional_parameters_stay_small(n_optional):
+    properties = {f"p{i}": {"type": "integer"} for i in range(n_optional)}
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "f", "parameters": {"type": "object", "properties": properties}},
+        }
+    ]
+    g = grammar_for(tools=tools, tool_choice="required", parallel_tool_calls=False)
+    assert matches(g, '<tool_call>{"name":"f","arguments":{"p3":1,"p7":2}}</tool_call>')
+    assert not matches(g, '<tool_call>{"name":"f","arguments":{"p7":1,"p3":2}}</tool_call>')
+    assert g.dfa().n_states < 40 * n_optional
