@@ -1,7 +1,6 @@
 """Rendering conversations with tools (DESIGN.md section 5 "Rendering"; tool-calls-spec
 section 4: render_messages_with_tools, vocab_bytes_marks_specials)."""
 
-
 import pytest
 from corral.tools import (
     ToolError,
