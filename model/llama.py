@@ -224,18 +224,25 @@ def decode(
     keys, values [L, S, Hkv, T, hd] (updated); slots, positions, tokens int [B] (slots
     distinct); cos, sin [> max(positions), hd/2] -> final hidden states [B, d]
 
-    Keys and values are read in place when the slots are a contiguous ascending range, and
-    gathered (one copy per layer) otherwise; only positions below max(positions) + 1 are read.
+    Keys and values are read in place (no copy) from the span of slots min(slots)..max(slots)
+    when that span is at most twice B: the queries are scattered to their rows of the span, rows
+    of unused slots compute harmless values that are dropped. Slots spread wider are gathered
+    (one copy per layer). Only positions below max(positions) + 1 are read.
     """
     batch = len(tokens)
     hq, hkv, hd = config.num_attention_heads, config.num_key_value_heads, config.head_dim
     scale = np.float32(hd**-0.5)
     total = int(positions.max()) + 1
-    first = int(slots[0])
-    contiguous = bool(np.all(slots == np.arange(first, first + batch)))
-    rows = slice(first, first + batch) if contiguous else slots
-    bias = np.where(np.arange(total)[None, :] <= positions[:, None], 0.0, -np.inf)
-    bias = bias.astype(np.float32)[:, None, None, :]  # [B, 1, 1, T]
+    first, span = int(slots.min()), int(slots.max()) + 1 - int(slots.min())
+    if span <= 2 * batch:  # attend over the span's rows in place
+        rows, width, at = slice(first, first + span), span, slots - first
+    else:  # gather the slots' rows
+        rows, width, at = slots, batch, np.arange(batch)
+    in_order = width == batch and bool(np.all(at == np.arange(batch)))
+    length = np.full(width, total, np.int64)  # unused rows attend to everything: never all -inf
+    length[at] = positions + 1
+    bias = np.where(np.arange(total)[None, :] < length[:, None], 0.0, -np.inf)
+    bias = bias.astype(np.float32)[:, None, None, :]  # [width, 1, 1, T]
     x = params["embed"][tokens]  # [B, d]
     cos_b, sin_b = cos[positions, None, :], sin[positions, None, :]  # [B, 1, hd/2]
 
@@ -245,9 +252,14 @@ def decode(
             keys[index, slots, :, positions] = k
             values[index, slots, :, positions] = v
             q = q.reshape(batch, hkv, hq // hkv, hd) * scale
-            layer_keys = keys[index, rows, :, :total]  # [B, Hkv, T, hd]
+            if not in_order:  # [B, ...] -> [width, ...], query b at row at[b]
+                scattered = np.zeros((width, *q.shape[1:]), np.float32)
+                scattered[at] = q
+                q = scattered
+            layer_keys = keys[index, rows, :, :total]  # [width, Hkv, T, hd]
             layer_values = values[index, rows, :, :total]
-            return attention_decode(q, layer_keys, layer_values, bias).reshape(batch, -1)
+            out = attention_decode(q, layer_keys, layer_values, bias)  # [width, Hkv, G, hd]
+            return (out if in_order else out[at]).reshape(batch, -1)
 
         transformer_block(x, layer, config, cos_b, sin_b, attend)
     return rms_norm(x, params["norm"], config.rms_norm_eps)

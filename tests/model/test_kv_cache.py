@@ -41,11 +41,19 @@ def test_several_decode_steps_equal_prefills(tiny_model):
         np.testing.assert_allclose(logits, one_prefill(tiny_model, ids[: n + 1]), atol=ATOL)
 
 
-@pytest.mark.parametrize("slots", [[0, 1, 2], [2, 0, 1], [3, 1, 0]])
+@pytest.mark.parametrize(
+    "slots",
+    [
+        [0, 1, 2],  # in order: the cache is read in place
+        [2, 0, 1],  # out of order: queries scattered over the span
+        [3, 1, 0],  # a free slot inside the span
+        [9, 0, 4],  # spread wide: rows gathered
+    ],
+)
 def test_ragged_batch_equals_one_at_a_time(tiny_model, slots):
     lengths = [5, 11, 1]
     sequences = [random_ids(tiny_model, n + 3, seed=10 + n) for n in lengths]
-    cache = tiny_model.new_cache(4, 20)
+    cache = tiny_model.new_cache(10, 20)
     for slot, ids, n in zip(slots, sequences, lengths, strict=True):
         tiny_model.prefill(cache, slot, ids[:n])
     for step in range(3):  # three batched steps, each sequence at its own position
