@@ -5,7 +5,8 @@ sampler (DESIGN.md section 4).
 - `TokenIndex(dfa, vocabulary)`: packed masks per DFA state, `next_state`, `distance`,
   `mask_within` (budget-aware ending).
 - `Constraint(index)`: one answer's walk: `mask()`, `advance(token)`, `done`, `is_complete()`.
-- `SamplingParams`, `apply_mask`, `sample`, `constrained_sample`, `constrained_sample_batch`.
+- `SamplingParams`, `apply_mask`, `sample`, `constrained_sample`, `constrained_sample_batch`,
+  `top_logprobs`.
 """
 
 from corral.kernels.constraint import Constraint
@@ -18,6 +19,7 @@ from corral.kernels.sampling import (
     constrained_sample,
     constrained_sample_batch,
     sample,
+    top_logprobs,
 )
 from corral.kernels.trie import Trie, build_trie
 from corral.kernels.vocabulary import Vocabulary
@@ -39,5 +41,6 @@ __all__ = [
     "constrained_sample",
     "constrained_sample_batch",
     "sample",
+    "top_logprobs",
     "unpack_ids",
 ]

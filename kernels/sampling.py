@@ -153,6 +153,44 @@ def sample(
     return token, float(shifted[i]) - log_total
 
 
+def top_logprobs(
+    logits: np.ndarray, mask: np.ndarray | None, n: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The `n` most likely allowed tokens and their logprobs (the model's log-softmax over the
+    allowed tokens, as `sample` reports), most likely first, for OpenAI's `top_logprobs`.
+
+    Args:
+        logits: float32 `[V]`; mask: packed uint32 `[ceil(V / 32)]` or None (all allowed).
+
+    Returns:
+        (token ids int64 `[k]`, logprobs float32 `[k]`), k = min(n, number allowed); ties in
+        logit order by id.
+
+    Raises:
+        NoTokenAllowedError: the mask allows no token.
+
+    O(V / 32 + n_allowed + k log k).
+    """
+    logits = np.asarray(logits, dtype=np.float32)
+    if mask is None:
+        ids, values = np.arange(logits.shape[0]), logits
+    else:
+        allowed = _Allowed(mask, logits)
+        values = allowed.values
+        if not len(values):
+            raise NoTokenAllowedError("the mask allows no token")
+        ids = None
+    top = values.max()
+    log_total = float(top) + math.log(float(np.exp(values - top).sum()))
+    k = min(n, len(values))
+    if k <= 0:
+        return np.empty(0, np.int64), np.empty(0, np.float32)
+    best = np.argpartition(-values, k - 1)[:k] if k < len(values) else np.arange(len(values))
+    best = best[np.lexsort((best, -values[best]))]
+    tokens = best if ids is not None else np.array([allowed.token(int(i)) for i in best])
+    return tokens.astype(np.int64), (values[best] - np.float32(log_total)).astype(np.float32)
+
+
 def constrained_sample(
     logits: np.ndarray,
     constraint: Constraint,

@@ -19,6 +19,7 @@ from corral.kernels import (
     constrained_sample,
     constrained_sample_batch,
     sample,
+    top_logprobs,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -229,3 +230,24 @@ def test_batch_matches_single_rows(ab_constraint):
         logits, constraints, params, rngs, [[], [], []], [[], [], []]
     )
     assert tokens[0] == 0 and tokens[1] in (1, 3) and tokens[2] == 1
+
+
+def test_top_logprobs_are_the_best_allowed_with_sample_logprobs():
+    rng = np.random.default_rng(5)
+    logits = rng.standard_normal(300).astype(np.float32)
+    logits[7] = logits[9] = 5.0  # a tie: lower id first
+    allowed = rng.random(300) < 0.4
+    allowed[[7, 9]] = True
+    reference = log_softmax_over(logits, allowed)
+    tokens, logprobs = top_logprobs(logits, pack(allowed), 5)
+    expected = sorted(np.flatnonzero(allowed), key=lambda t: (-logits[t], t))[:5]
+    assert tokens.tolist() == expected and tokens[:2].tolist() == [7, 9]
+    np.testing.assert_allclose(logprobs, reference[expected], atol=1e-5)
+    token, logprob = sample(logits, GREEDY, None, pack(allowed))
+    assert (token, logprob) == (tokens[0], pytest.approx(logprobs[0], abs=1e-6))
+    few = np.zeros(300, bool)
+    few[[3, 4]] = True
+    assert sorted(top_logprobs(logits, pack(few), 10)[0].tolist()) == [3, 4]
+    assert len(top_logprobs(logits, None, 3)[0]) == 3
+    with pytest.raises(NoTokenAllowedError):
+        top_logprobs(logits, pack(np.zeros(300, bool)), 3)
