@@ -4,7 +4,9 @@ in EOS, and their text passes `json.loads` and `jsonschema`."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+from pathlib import Path
 
 import jsonschema
 import numpy as np
@@ -165,3 +167,37 @@ def test_constrained_output_parses_on_the_smollm2_vocabulary(name, smollm2):
         # hold a quote): steer to the end after 100 steps.
         text, _ = walk(index, seed, steer_after=100)
         jsonschema.validate(json.loads(text.decode("utf-8")), schema)
+
+
+def schema_issue_test_set() -> list:
+    """The hand-made schemas of the schema compiler's tests (`HAND_SCHEMAS` in
+    tests/automata/test_schema.py), when that file is there and imports."""
+    path = Path(__file__).resolve().parent.parent / "automata" / "test_schema.py"
+    if not path.is_file():
+        return []
+    try:
+        spec = importlib.util.spec_from_file_location("_schema_issue_tests", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except Exception:  # a schema test file in the middle of a change: use our set alone
+        return []
+    return list(getattr(module, "HAND_SCHEMAS", []))
+
+
+SCHEMA_ISSUE_SET = schema_issue_test_set()
+
+
+def validate(value, schema) -> None:
+    """jsonschema validation, formats included (those the installed checkers know)."""
+    cls = jsonschema.validators.validator_for(schema)
+    cls(schema, format_checker=cls.FORMAT_CHECKER).validate(value)
+
+
+@pytest.mark.parametrize("number", range(len(SCHEMA_ISSUE_SET)))
+def test_constrained_output_always_parses_for_the_schema_issue_set(number):
+    schema = SCHEMA_ISSUE_SET[number]
+    index = TokenIndex(schema_to_dfa(schema), VOCABULARY)
+    for seed in range(25):
+        # Steered after 300 steps so that long string and array loops end in test time.
+        text, _ = walk(index, seed, steer_after=300)
+        validate(json.loads(text.decode("utf-8")), schema)
