@@ -22,7 +22,7 @@ Decisions (the specification says "the rest of one call"):
   the format, so free text is not allowed, and the trigger is not needed.
 - Under a named function or `required`, response_format does not apply (the answer is calls).
 
-The pattern text is for display, tests and cache keys; the DFA is built from the regex tree
+The pattern text is for display and tests (built on demand); the DFA is built from the regex tree
 assembled from the same pieces (literals, and each schema's `schema_to_tree`), so large schemas
 never go through their (possibly quadratic) text.
 """
@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from corral import automata
 from corral.automata import ConstrainError, Dfa
@@ -51,35 +52,58 @@ class Grammar:
     """The language an answer is held to.
 
     Attributes:
-        pattern: the regex (DESIGN.md section 2's subset) of the constrained text.
         trigger: None when the whole answer is constrained from its first token; otherwise the
             text (`<tool_call>`) after which the constraint starts: the output is free until it
-            ends with the trigger, and from the byte after it, it must match `pattern`.
-        tree: the regex tree of `pattern`, built without re-parsing its text.
+            ends with the trigger, and from the byte after it (a token may carry bytes past the
+            trigger: they are the first bytes under the constraint) it must match `pattern`.
+        tree: the regex tree of the constrained text, built from the pieces and each schema's
+            `schema_to_tree`, without going through the pattern text.
         param: the request field the grammar comes from, named in errors (`tools`,
-            `response_format.json_schema.schema`, ...).
+            `tool_choice`, `response_format`, `response_format.json_schema.schema`).
+        chunks: the pattern as literal regex text and `_Schema` references, joined on demand.
     """
 
-    pattern: str
     trigger: str | None
     tree: Node = field(repr=False)
     param: str = "tools"
+    chunks: tuple = field(default=(), repr=False)
+
+    @cached_property
+    def pattern(self) -> str:
+        """The regex (DESIGN.md section 2's subset) of the constrained text, for display and
+        tests; `re.fullmatch(pattern, text, re.ASCII)` agrees with `dfa()`. Built on first use.
+        Raises LimitError when a schema's text form passes `SchemaLimits.max_regex_length` (the
+        DFA does not need the text)."""
+        return "".join(
+            c if isinstance(c, str) else automata.json_schema_to_regex(c.schema)
+            for c in self.chunks
+        )
+
+    @cached_property
+    def key(self) -> str:
+        """A string that identifies the language: the chunks with each schema as compact JSON
+        (key order kept). Equal keys, equal languages: a cache key for DFAs and token indexes."""
+        return json.dumps(
+            [c if isinstance(c, str) else {"schema": c.schema} for c in self.chunks],
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
 
     def dfa(self) -> Dfa:
-        """The canonical DFA of the grammar, built once per distinct pattern (a small LRU cache
+        """The canonical DFA of the grammar, built once per distinct `key` (a small LRU cache
         shared by every request). Raises ToolError 422 `unsupported_parameter` naming `param`
         when the automaton passes a size limit or the language is empty."""
-        dfa = _DFA_CACHE.get(self.pattern)
+        dfa = _DFA_CACHE.get(self.key)
         if dfa is None:
             try:
                 dfa = automata.tree_to_dfa(self.tree)
             except ConstrainError as error:
                 raise unsupported(self.param, error) from None
-            _DFA_CACHE[self.pattern] = dfa
+            _DFA_CACHE[self.key] = dfa
             while len(_DFA_CACHE) > _DFA_CACHE_SIZE:
                 _DFA_CACHE.popitem(last=False)
         else:
-            _DFA_CACHE.move_to_end(self.pattern)
+            _DFA_CACHE.move_to_end(self.key)
         return dfa
 
 
@@ -111,41 +135,50 @@ def grammar(request: ToolRequest) -> Grammar | None:
     return _grammar(content, None, _format_param(request))
 
 
-# --- pieces: a pattern's text and its tree, built side by side ------------------------------
+# --- pieces: a pattern's chunks and its tree, built side by side ----------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class _Schema:
+    """A schema inside a pattern: its text is `json_schema_to_regex(schema)`."""
+
+    schema: dict
 
 
 @dataclass(frozen=True, eq=False)
 class _Piece:
-    pattern: str
+    chunks: tuple  # str (regex text) | _Schema
     tree: Node
 
 
 def _grammar(piece: _Piece, trigger: str | None, param: str) -> Grammar:
-    return Grammar(piece.pattern, trigger, piece.tree, param)
+    return Grammar(trigger, piece.tree, param, piece.chunks)
 
 
 def _literal(text: str) -> _Piece:
-    return _Piece(automata.escape(text), literal_bytes(text.encode("utf-8")))
+    return _Piece((automata.escape(text),), literal_bytes(text.encode("utf-8")))
 
 
 def _seq(*pieces: _Piece) -> _Piece:
-    return _Piece("".join(p.pattern for p in pieces), Concat(tuple(p.tree for p in pieces)))
+    chunks = tuple(c for p in pieces for c in p.chunks)
+    return _Piece(chunks, Concat(tuple(p.tree for p in pieces)))
 
 
 def _alt(pieces: list[_Piece]) -> _Piece:
     if len(pieces) == 1:
         return pieces[0]
-    return _Piece(
-        "(?:" + "|".join(p.pattern for p in pieces) + ")", Alt(tuple(p.tree for p in pieces))
-    )
+    chunks: list = ["(?:"]
+    for i, piece in enumerate(pieces):
+        chunks += [*(["|"] if i else []), *piece.chunks]
+    return _Piece((*chunks, ")"), Alt(tuple(p.tree for p in pieces)))
 
 
 def _repeat(piece: _Piece, low: int, high: int) -> _Piece:
-    return _Piece(f"(?:{piece.pattern}){{{low},{high}}}", Repeat(piece.tree, low, high))
+    return _Piece(("(?:", *piece.chunks, f"){{{low},{high}}}"), Repeat(piece.tree, low, high))
 
 
 def _schema(schema: dict, tree: Node) -> _Piece:
-    return _Piece("(?:" + automata.json_schema_to_regex(schema) + ")", tree)
+    return _Piece(("(?:", _Schema(schema), ")"), tree)
 
 
 def _call(tool: Tool) -> _Piece:
@@ -161,7 +194,7 @@ def _call(tool: Tool) -> _Piece:
 def _response_format(request: ToolRequest) -> _Piece | None:
     fmt = request.response_format
     if fmt.type == "json_object":
-        return _Piece("(?:" + automata.json_object_regex(3) + ")", fmt.tree)
+        return _Piece(("(?:", automata.json_object_regex(3), ")"), fmt.tree)
     if fmt.type == "json_schema":
         return _schema(fmt.schema, fmt.tree)
     return None

@@ -209,3 +209,17 @@ def test_many_optional_parameters_stay_small(n_optional):
     assert matches(g, '<tool_call>{"name":"f","arguments":{"p3":1,"p7":2}}</tool_call>')
     assert not matches(g, '<tool_call>{"name":"f","arguments":{"p7":1,"p3":2}}</tool_call>')
     assert g.dfa().n_states < 40 * n_optional
+
+
+def test_a_schema_too_large_for_its_text_form_still_gets_a_dfa():
+    from corral.automata import LimitError
+
+    properties = {f"p{i}": {"type": "integer"} for i in range(700)}
+    parameters = {"type": "object", "properties": properties}
+    tools = [{"type": "function", "function": {"name": "f", "parameters": parameters}}]
+    g = grammar_for(tools=tools, tool_choice={"type": "function", "function": {"name": "f"}})
+    assert matches(g, '<tool_call>{"name":"f","arguments":{"p1":1,"p699":2}}</tool_call>')
+    assert not matches(g, '<tool_call>{"name":"f","arguments":{"p699":1,"p1":2}}</tool_call>')
+    with pytest.raises(LimitError):
+        g.pattern  # noqa: B018 - the quadratic text form passes its limit
+    assert g.key.startswith('["<tool_call>')
