@@ -21,7 +21,7 @@ from corral.kernels import (
     sample,
 )
 from corral.tools import (
-    bfcl_to_json_schema,
+    bfcl_tools,
     collect,
     grammar,
     parse_text,
@@ -57,25 +57,18 @@ def vocabulary(smollm2):
     return Vocabulary(tuple(vocab_bytes(smollm2, smollm2.eos_ids)), smollm2.eos_ids)
 
 
+KINDS = ('"float"', '"array"', '"enum"', '"string"', '"boolean"')
+
+
 def bfcl_three_tools(shared_data):
-    """The first BFCL `multiple` entry with three or more functions that all use floats, taking its
-    first three, converted to OpenAI tools."""
+    """The first three functions of the first BFCL `multiple` entry whose three functions use
+    between them floats, arrays, enums, strings and booleans, converted to OpenAI tools."""
     with open(shared_data / "bfcl" / "BFCL_v4_multiple.jsonl") as lines:
         for line in lines:
-            functions = json.loads(line)["function"]
-            if len(functions) >= 3 and all('"float"' in json.dumps(f) for f in functions[:3]):
-                return [
-                    {
-                        "type": "function",
-                        "function": {
-                            "name": f["name"],
-                            "description": f["description"],
-                            "parameters": bfcl_to_json_schema(f["parameters"]),
-                        },
-                    }
-                    for f in functions[:3]
-                ]
-    raise AssertionError("no BFCL entry with three float-using functions")
+            functions = json.loads(line)["function"][:3]
+            if len(functions) == 3 and all(kind in json.dumps(functions) for kind in KINDS):
+                return bfcl_tools(functions)
+    raise AssertionError("no BFCL entry with three such functions")
 
 
 def walk(index: TokenIndex, vocabulary: Vocabulary, rng: np.random.Generator) -> str:
