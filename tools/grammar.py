@@ -58,8 +58,9 @@ class Grammar:
             trigger: they are the first bytes under the constraint) it must match `pattern`.
         tree: the regex tree of the constrained text, built from the pieces and each schema's
             `schema_to_tree`, without going through the pattern text.
-        param: the request field the grammar comes from, named in errors (`tools`,
-            `tool_choice`, `response_format`, `response_format.json_schema.schema`).
+        param: the request field the grammar comes from, named in errors
+            (`tools[i].function.parameters` when it holds one tool's schema, `tools`,
+            `response_format`, `response_format.json_schema.schema`).
         chunks: the pattern as literal regex text and `_Schema` references, joined on demand.
     """
 
@@ -117,18 +118,19 @@ def grammar(request: ToolRequest) -> Grammar | None:
     tools = request.tools
     if request.calls_allowed and request.tool_choice == "function":
         call = _call(request.tool(request.function_name))
-        return _grammar(_seq(_literal(OPENER), call, _literal(CLOSER)), None, "tool_choice")
+        param = _tools_param(request, [request.function_name])
+        return _grammar(_seq(_literal(OPENER), call, _literal(CLOSER)), None, param)
     if request.calls_allowed and request.tool_choice == "required":
         call = _seq(_literal(OPENER), _alt([_call(t) for t in tools]), _literal(CLOSER))
         if request.parallel_tool_calls:
             more = _repeat(_seq(_literal(SEPARATOR), call), 0, MAX_PARALLEL_CALLS - 1)
             call = _seq(call, more)
-        return _grammar(call, None, "tools")
+        return _grammar(call, None, _tools_param(request, [t.name for t in tools]))
     content = _response_format(request)
     if request.calls_allowed:  # auto
         rest = _seq(_alt([_call(t) for t in tools]), _literal(CLOSER))
         if content is None:
-            return _grammar(rest, OPENER, "tools")
+            return _grammar(rest, OPENER, _tools_param(request, [t.name for t in tools]))
         return _grammar(_alt([content, _seq(_literal(OPENER), rest)]), None, "tools")
     if content is None:
         return None
@@ -198,6 +200,14 @@ def _response_format(request: ToolRequest) -> _Piece | None:
     if fmt.type == "json_schema":
         return _schema(fmt.schema, fmt.tree)
     return None
+
+
+def _tools_param(request: ToolRequest, names: list[str]) -> str:
+    """`tools[i].function.parameters` when the grammar holds one tool's schema, else `tools`."""
+    if len(names) == 1:
+        i = [t.name for t in request.tools].index(names[0])
+        return f"tools[{i}].function.parameters"
+    return "tools"
 
 
 def _format_param(request: ToolRequest) -> str:

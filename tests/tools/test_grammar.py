@@ -223,3 +223,12 @@ def test_a_schema_too_large_for_its_text_form_still_gets_a_dfa():
     with pytest.raises(LimitError):
         g.pattern  # noqa: B018 - the quadratic text form passes its limit
     assert g.key.startswith('["<tool_call>')
+
+
+def test_the_param_named_in_errors():
+    named = grammar_for(
+        tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_time"}}
+    )
+    assert named.param == "tools[1].function.parameters"
+    assert grammar_for(tools=TOOLS, tool_choice="required").param == "tools"
+    assert grammar_for(tools=TOOLS[:1]).param == "tools[0].function.parameters"

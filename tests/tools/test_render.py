@@ -200,6 +200,9 @@ def test_vocab_bytes_marks_specials(smollm2):
     assert vocabulary[eos] is None and vocabulary[start] is None
     hello = smollm2.tokenizer.encode("Hello world")
     assert b"".join(vocabulary[t] for t in hello) == b"Hello world"
+    # The same from the underlying tokenizers.Tokenizer (through corral.kernels.Vocabulary).
+    backend = vocab_bytes(smollm2.tokenizer.backend, [eos, start])
+    assert backend[: len(vocabulary)] == vocabulary[: len(backend)]
     # A token made special by the caller is None too.
     assert vocab_bytes(smollm2.tokenizer, [hello[0]])[hello[0]] is None
 
