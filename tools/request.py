@@ -141,10 +141,8 @@ def parse_tool_request(body: str | bytes | dict) -> ToolRequest:
     if not isinstance(body, dict):
         raise invalid(None, "The body must be a JSON object.", "invalid_type")
 
+    # Cheap fields first, so that a malformed request is told so before any schema compiles.
     messages = check_messages(body.get("messages"))
-    tools = _tools(body.get("tools"))
-    tool_choice, function_name = _tool_choice(body.get("tool_choice"), tools)
-    response_format = _response_format(body.get("response_format"))
     parallel = body.get("parallel_tool_calls")
     if parallel is None:
         parallel = True
@@ -152,7 +150,6 @@ def parse_tool_request(body: str | bytes | dict) -> ToolRequest:
         raise invalid(
             "parallel_tool_calls", "'parallel_tool_calls' must be a boolean.", "invalid_type"
         )
-
     max_tokens = _integer(body, "max_completion_tokens", 1, None)
     if max_tokens is None:
         max_tokens = _integer(body, "max_tokens", 1, None)
@@ -162,6 +159,22 @@ def parse_tool_request(body: str | bytes | dict) -> ToolRequest:
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise invalid("model", "'model' must be a string.", "invalid_type")
+    sampling = {
+        "temperature": _number(body, "temperature", 0.0, 2.0, 1.0),
+        "top_p": _number(body, "top_p", 0.0, 1.0, 1.0, low_open=True),
+        "seed": _integer(body, "seed", None, None),
+        "stop": _stop(body.get("stop")),
+        "n": _integer(body, "n", 1, 128) or 1,
+        "presence_penalty": _number(body, "presence_penalty", -2.0, 2.0, 0.0),
+        "frequency_penalty": _number(body, "frequency_penalty", -2.0, 2.0, 0.0),
+        "logprobs": _boolean(body, "logprobs"),
+        "top_logprobs": _integer(body, "top_logprobs", 0, 20),
+        "stream": _boolean(body, "stream"),
+        "stream_include_usage": _boolean(stream_options or {}, "include_usage", "stream_options."),
+    }
+    tools = _tools(body.get("tools"))
+    tool_choice, function_name = _tool_choice(body.get("tool_choice"), tools)
+    response_format = _response_format(body.get("response_format"))
     return ToolRequest(
         messages=tuple(messages),
         tools=tools,
@@ -171,17 +184,7 @@ def parse_tool_request(body: str | bytes | dict) -> ToolRequest:
         parallel_tool_calls=parallel,
         model=model,
         max_tokens=max_tokens,
-        temperature=_number(body, "temperature", 0.0, 2.0, 1.0),
-        top_p=_number(body, "top_p", 0.0, 1.0, 1.0, low_open=True),
-        seed=_integer(body, "seed", None, None),
-        stop=_stop(body.get("stop")),
-        n=_integer(body, "n", 1, 128) or 1,
-        presence_penalty=_number(body, "presence_penalty", -2.0, 2.0, 0.0),
-        frequency_penalty=_number(body, "frequency_penalty", -2.0, 2.0, 0.0),
-        logprobs=_boolean(body, "logprobs"),
-        top_logprobs=_integer(body, "top_logprobs", 0, 20),
-        stream=_boolean(body, "stream"),
-        stream_include_usage=_boolean(stream_options or {}, "include_usage", "stream_options."),
+        **sampling,
     )
 
 

@@ -295,3 +295,9 @@ def test_image_content_parts_are_a_422():
     messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]
     error = refused(body(messages=messages))
     assert (error.status, error.param) == (422, "messages[0].content[0].type")
+
+
+def test_an_empty_tools_list_counts_as_no_tools():
+    request = parse_tool_request(body(tools=[]))
+    assert (request.tools, request.tool_choice, request.calls_allowed) == ((), "none", False)
+    assert refused(body(tools=[], tool_choice="required")).param == "tool_choice"
