@@ -31,6 +31,7 @@ from collections import OrderedDict
 import numba
 import numpy as np
 from corral.automata.dfa import Dfa
+from corral.kernels.trie import BYTE_CATEGORY, N_CATEGORIES
 from corral.kernels.vocabulary import Vocabulary
 
 EAGER_LIMIT_BYTES = 32 << 20
@@ -90,7 +91,9 @@ class TokenIndex:
         self._eos = np.asarray(vocabulary.eos_ids, dtype=np.int32)
         self._eos_set = frozenset(vocabulary.eos_ids)
         self._n_words = vocabulary.n_words
-        self._trie = vocabulary.trie
+        self._trie = t = vocabulary.trie
+        self._trie_arrays = (t.byte, t.depth, t.end, t.categories, t.token_start, t.token_ids)
+        self._loops = loop_categories(self._trans)
         self.distance = dfa.distance_to_accept().astype(np.int32)
         self._lock = threading.Lock()
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
@@ -120,8 +123,8 @@ class TokenIndex:
         t = self._trie
         kernel = all_masks if self.parallel else all_masks_serial
         table = kernel(
-            self._trans, self._accept, t.byte, t.depth, t.end, t.token_start, t.token_ids,
-            self._eos, self._n_words, t.max_depth,
+            self._trans, self._loops, self._accept, self._trie_arrays, self._eos, self._n_words,
+            t.max_depth,
         )  # fmt: skip
         keys = table.view(np.dtype((np.void, self._n_words * 4))).ravel()
         _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
@@ -147,8 +150,8 @@ class TokenIndex:
             raise IndexError(f"state {state} out of range")
         t = self._trie
         row = one_mask(
-            self._trans, self._accept, t.byte, t.depth, t.end, t.token_start, t.token_ids,
-            self._eos, self._n_words, t.max_depth, state,
+            self._trans, self._loops, self._accept, self._trie_arrays, self._eos, self._n_words,
+            t.max_depth, state,
         )  # fmt: skip
         row.setflags(write=False)
         with self._lock:
@@ -164,8 +167,8 @@ class TokenIndex:
         nothing when no single token gets close enough: the caller then falls back to `mask`."""
         t = self._trie
         return mask_within_distance(
-            self._trans, self._accept, self.distance, t.byte, t.depth, t.end, t.token_start,
-            t.token_ids, self._eos, self._n_words, t.max_depth, state, int(max_distance),
+            self._trans, self._loops, self._accept, self.distance, self._trie_arrays, self._eos,
+            self._n_words, t.max_depth, state, int(max_distance),
         )  # fmt: skip
 
     def allowed(self, state: int) -> np.ndarray:
@@ -212,80 +215,89 @@ def unpack_ids(mask: np.ndarray) -> np.ndarray:
 
 
 @numba.njit(cache=True, inline="always")
-def _walk(trans, state, byte, depth, end, token_start, token_ids, stack, row):
+def _set_bit(row, t):
+    row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+
+
+@numba.njit(cache=True, inline="always")
+def _walk(trans, loops, state, byte, depth, end, categories, token_start, token_ids, stack, row):
     """Set in `row` the bit of every token whose bytes stay live from `state`.
 
-    O(nodes visited): the live nodes and the first dead node of each pruned subtree.
+    Node i is read from its parent's state p = stack[depth - 1]. When p loops to itself on every
+    byte category in i's subtree (`loops[p]` covers `categories[i]`), every token of the subtree
+    is allowed: their bits are set and the subtree is skipped. Otherwise a dead byte skips the
+    subtree, a live one pushes its state. O(nodes visited + tokens set in bulk).
     """
     stack[0] = state
     n_nodes = byte.shape[0]
     i = 1
     while i < n_nodes:
         d = depth[i]
-        s = trans[stack[d - 1], byte[i]]
+        parent = stack[d - 1]
+        if categories[i] & ~loops[parent] == 0:
+            for k in range(token_start[i], token_start[end[i]]):
+                _set_bit(row, token_ids[k])
+            i = end[i]
+            continue
+        s = trans[parent, byte[i]]
         if s < 0:
             i = end[i]
             continue
         stack[d] = s
         for k in range(token_start[i], token_start[i + 1]):
-            t = token_ids[k]
-            row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+            _set_bit(row, token_ids[k])
         i += 1
 
 
+@numba.njit(cache=True, inline="always")
+def _state_row(trans, loops, accept, s, trie, eos, stack, row):
+    byte, depth, end, categories, token_start, token_ids = trie
+    _walk(trans, loops, s, byte, depth, end, categories, token_start, token_ids, stack, row)
+    if accept[s]:
+        for t in eos:
+            _set_bit(row, t)
+
+
 @numba.njit(cache=True, parallel=True)
-def all_masks(trans, accept, byte, depth, end, token_start, token_ids, eos, n_words, max_depth):
+def all_masks(trans, loops, accept, trie, eos, n_words, max_depth):
     """uint32 `[n_states, n_words]`: every state's mask, one trie walk per state, states split
-    among Numba's threads (prange). O(sum over states of nodes visited) work."""
+    among Numba's threads (prange). `trie` is the tuple (byte, depth, end, categories,
+    token_start, token_ids). O(sum over states of nodes visited) work."""
     n_states = trans.shape[0]
     table = np.zeros((n_states, n_words), np.uint32)
     for s in numba.prange(n_states):
         stack = np.empty(max_depth + 1, np.int32)
-        row = table[s]
-        _walk(trans, s, byte, depth, end, token_start, token_ids, stack, row)
-        if accept[s]:
-            for t in eos:
-                row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+        _state_row(trans, loops, accept, s, trie, eos, stack, table[s])
     return table
 
 
 @numba.njit(cache=True)
-def all_masks_serial(
-    trans, accept, byte, depth, end, token_start, token_ids, eos, n_words, max_depth
-):  # fmt: skip
+def all_masks_serial(trans, loops, accept, trie, eos, n_words, max_depth):
     """`all_masks` on the calling thread only (for small DFAs, where waking threads costs more
     than it saves, and on a machine whose cores are busy). Same O(sum of nodes visited)."""
     n_states = trans.shape[0]
     table = np.zeros((n_states, n_words), np.uint32)
     stack = np.empty(max_depth + 1, np.int32)
     for s in range(n_states):
-        row = table[s]
-        _walk(trans, s, byte, depth, end, token_start, token_ids, stack, row)
-        if accept[s]:
-            for t in eos:
-                row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+        _state_row(trans, loops, accept, s, trie, eos, stack, table[s])
     return table
 
 
 @numba.njit(cache=True)
-def one_mask(trans, accept, byte, depth, end, token_start, token_ids, eos, n_words, max_depth, s):
+def one_mask(trans, loops, accept, trie, eos, n_words, max_depth, s):
     """uint32 `[n_words]`: the mask of state `s`. O(nodes visited)."""
     row = np.zeros(n_words, np.uint32)
     stack = np.empty(max_depth + 1, np.int32)
-    _walk(trans, s, byte, depth, end, token_start, token_ids, stack, row)
-    if accept[s]:
-        for t in eos:
-            row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+    _state_row(trans, loops, accept, s, trie, eos, stack, row)
     return row
 
 
 @numba.njit(cache=True)
-def mask_within_distance(
-    trans, accept, distance, byte, depth, end, token_start, token_ids, eos, n_words, max_depth,
-    s, max_distance,
-):  # fmt: skip
-    """uint32 `[n_words]`: tokens allowed in `s` that end at distance <= `max_distance` from
-    acceptance, plus EOS when `s` accepts. O(nodes visited), like `one_mask`."""
+def mask_within_distance(trans, loops, accept, distance, trie, eos, n_words, max_depth, s, limit):
+    """uint32 `[n_words]`: tokens allowed in `s` that end at distance <= `limit` from
+    acceptance, plus EOS when `s` accepts. A subtree that stays in its parent's state p (see
+    `_walk`) is allowed whole when distance[p] <= limit, else skipped. O(nodes visited)."""
+    byte, depth, end, categories, token_start, token_ids = trie
     row = np.zeros(n_words, np.uint32)
     stack = np.empty(max_depth + 1, np.int32)
     stack[0] = s
@@ -293,18 +305,35 @@ def mask_within_distance(
     i = 1
     while i < n_nodes:
         d = depth[i]
-        state = trans[stack[d - 1], byte[i]]
+        parent = stack[d - 1]
+        if categories[i] & ~loops[parent] == 0:
+            if 0 <= distance[parent] <= limit:
+                for k in range(token_start[i], token_start[end[i]]):
+                    _set_bit(row, token_ids[k])
+            i = end[i]
+            continue
+        state = trans[parent, byte[i]]
         if state < 0:
             i = end[i]
             continue
         stack[d] = state
-        near = distance[state]
-        if near >= 0 and near <= max_distance:
+        if 0 <= distance[state] <= limit:
             for k in range(token_start[i], token_start[i + 1]):
-                t = token_ids[k]
-                row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+                _set_bit(row, token_ids[k])
         i += 1
     if accept[s]:
         for t in eos:
-            row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+            _set_bit(row, t)
     return row
+
+
+def loop_categories(trans: np.ndarray) -> np.ndarray:
+    """uint16 `[n_states]`: bit c set when state s moves to itself on every byte of category c
+    (`corral.kernels.trie.BYTE_CATEGORY`). O(n_states * 256), vectorized."""
+    n = trans.shape[0]
+    stays = trans == np.arange(n, dtype=trans.dtype)[:, None]
+    loops = np.zeros(n, dtype=np.uint16)
+    for c in range(N_CATEGORIES):
+        members = (BYTE_CATEGORY >> c) & 1 == 1
+        loops[stays[:, members].all(axis=1)] |= np.uint16(1 << c)
+    return loops

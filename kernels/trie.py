@@ -9,6 +9,12 @@ with one jump, `i = end[i]`. A walk keeps a stack of DFA states by depth: node i
 
 This is the layout llguidance describes (about 2 x V nodes for V tokens); building it is
 O(total bytes) after an O(V log V) sort, once per vocabulary.
+
+Each node also records which byte categories (`BYTE_CATEGORY`: lowercase, uppercase, digits,
+space, other printable ASCII, `"`, `\\`, controls, DEL, UTF-8 continuation and lead bytes) occur
+anywhere in its subtree, `categories[i]`. A walk in a DFA state that loops to itself on every byte
+of those categories (the inside of a JSON string, `.*`) allows the whole subtree at once: its
+tokens are `token_ids[token_start[i]:token_start[end[i]]]`, set without visiting the nodes.
 """
 
 from __future__ import annotations
@@ -18,6 +24,37 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
+
+
+def _byte_categories() -> np.ndarray:
+    """uint16 `[256]`: the category bit of every byte."""
+    groups = [
+        range(ord("a"), ord("z") + 1),
+        range(ord("A"), ord("Z") + 1),
+        range(ord("0"), ord("9") + 1),
+        [ord(" ")],
+        [b for b in range(0x21, 0x7F) if not chr(b).isalnum() and chr(b) not in '"\\'],
+        [ord('"')],
+        [ord("\\")],
+        range(0x00, 0x20),
+        [0x7F],
+        range(0x80, 0xC0),
+        range(0xC0, 0xE0),
+        range(0xE0, 0xF0),
+        range(0xF0, 0x100),
+    ]
+    table = np.zeros(256, dtype=np.uint16)
+    for c, group in enumerate(groups):
+        for b in group:
+            assert table[b] == 0
+            table[b] = 1 << c
+    assert table.all()
+    return table
+
+
+BYTE_CATEGORY = _byte_categories()
+"""uint16 `[256]`: each byte's category as one bit (13 categories)."""
+N_CATEGORIES = 13
 
 
 @dataclass(frozen=True, eq=False)
@@ -31,6 +68,8 @@ class Trie:
         token_start: int32 `[n_nodes + 1]`, CSR offsets into `token_ids`.
         token_ids: int32 `[n_tokens]`, ids of the tokens ending at each node, grouped by node.
         max_depth: the length in bytes of the longest token.
+        categories: uint16 `[n_nodes]`, bit c set when a byte of category c
+            (`BYTE_CATEGORY`) occurs in the node's subtree (the node's own byte included).
     """
 
     byte: np.ndarray
@@ -39,6 +78,7 @@ class Trie:
     token_start: np.ndarray
     token_ids: np.ndarray
     max_depth: int
+    categories: np.ndarray
 
     @property
     def n_nodes(self) -> int:
@@ -59,9 +99,11 @@ def build_trie(tokens: Sequence[bytes | None], exclude: Iterable[int] = ()) -> T
     np.cumsum(lengths, out=offsets[1:])
     data = np.frombuffer(b"".join(ordered), dtype=np.uint8)
     byte, depth, end, token_node = _build(data, offsets)
+    categories = _subtree_categories(byte, depth, BYTE_CATEGORY)
     token_start = np.searchsorted(token_node, np.arange(byte.shape[0] + 1)).astype(np.int32)
     max_depth = int(lengths.max()) if len(lengths) else 0
-    return Trie(byte, depth, end, token_start, np.asarray(ids, dtype=np.int32), max_depth)
+    token_ids = np.asarray(ids, dtype=np.int32)
+    return Trie(byte, depth, end, token_start, token_ids, max_depth, categories)
 
 
 @numba.njit(cache=True)
@@ -109,3 +151,25 @@ def _build(data, offsets):
         end[path[d]] = count
     end[0] = count
     return byte[:count].copy(), depth[:count].copy(), end[:count].copy(), token_node
+
+
+@numba.njit(cache=True)
+def _subtree_categories(byte, depth, byte_category):
+    """uint16 per node: the OR of the categories of every byte in its subtree. One backward pass
+    over the preorder (a node's children follow it), keeping per depth the OR of the subtrees
+    closed below: O(n_nodes)."""
+    n = byte.shape[0]
+    out = np.zeros(n, np.uint16)
+    max_depth = 0
+    for i in range(n):
+        max_depth = max(max_depth, depth[i])
+    below = np.zeros(max_depth + 2, np.uint16)  # below[d]: OR of pending subtrees at depth d
+    for i in range(n - 1, -1, -1):
+        d = depth[i]
+        acc = below[d + 1]
+        below[d + 1] = 0
+        if i > 0:
+            acc |= byte_category[byte[i]]
+        out[i] = acc
+        below[d] |= acc
+    return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 from corral.automata.dfa import Dfa
 from corral.kernels import Vocabulary
+from corral.kernels.trie import BYTE_CATEGORY, N_CATEGORIES
 from hypothesis import strategies as st
 
 # Bytes the random DFAs and tokens use: ASCII, and the UTF-8 of é (C3 A9) and € (E2 82 AC).
@@ -16,13 +17,16 @@ PIECES += [b"\xc3", b"\xa9", b"\xe2\x82", b"\x82\xac", b"a\xc3", "é€".encode(
 
 @st.composite
 def random_dfas(draw, max_states: int = 6) -> Dfa:
-    """A DFA over `ALPHABET` with random transitions (some dead) and random accepting states.
-    Unlike a compiled DFA it may have states that cannot reach acceptance: the kernels must not
-    care."""
+    """A DFA over `ALPHABET` with random transitions (some dead) and random accepting states;
+    some states loop to themselves on whole byte categories (as inside a JSON string), so that
+    the walk's subtree skipping is exercised. Unlike a compiled DFA it may have states that
+    cannot reach acceptance: the kernels must not care."""
     n = draw(st.integers(1, max_states))
     trans = np.full((n, 256), -1, dtype=np.int32)
     for s in range(n):
-        for b in ALPHABET:
+        for c in draw(st.lists(st.integers(0, N_CATEGORIES - 1), max_size=N_CATEGORIES)):
+            trans[s, (BYTE_CATEGORY >> c) & 1 == 1] = s
+        for b in draw(st.lists(st.sampled_from(ALPHABET), unique=True)):
             trans[s, b] = draw(st.integers(-1, n - 1))
     accept = np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool)
     return Dfa(trans, accept)

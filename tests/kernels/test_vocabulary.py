@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 from corral.kernels import Vocabulary, VocabularyError, build_trie
+from corral.kernels.trie import BYTE_CATEGORY
 from corral.kernels.vocabulary import gpt2_token_bytes, sentencepiece_token_bytes
 from hypothesis import given, settings
 from kernel_strategies import random_vocabularies
@@ -186,6 +187,10 @@ def test_trie_layout(vocabulary):
             assert t not in seen
             seen[t] = paths[i]
     assert seen == expected
+    for i in range(n):
+        below = set(b"".join(p[len(paths[i]) - 1 :] if i else p for p in paths[i : trie.end[i]]))
+        expected_categories = np.bitwise_or.reduce(BYTE_CATEGORY[sorted(below)]) if below else 0
+        assert trie.categories[i] == expected_categories
     assert trie.max_depth == max(map(len, expected.values()), default=0)
     assert trie.token_start.dtype == trie.token_ids.dtype == trie.end.dtype == np.int32
     assert vocabulary.trie is vocabulary.trie  # built once, cached
