@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import time
 import zipfile
@@ -185,7 +186,7 @@ def transformers_speeds(gguf: Path, batches: list[int], steps: int, threads: int
     except ImportError:
         return None
     torch.set_num_threads(threads)
-    with contextlib.redirect_stderr(None):
+    with open(os.devnull, "w") as quiet, contextlib.redirect_stderr(quiet):
         model = AutoModelForCausalLM.from_pretrained(
             str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
         )
