@@ -74,24 +74,33 @@ def subset_construction(
     edge_target = np.array(nfa.edge_target, dtype=np.int64)
     epsilon = nfa.epsilon
 
+    state_closures: dict[int, frozenset[int]] = {}
+
+    def state_closure(state: int) -> frozenset[int]:
+        """The NFA states with a byte edge, or ACCEPT, reachable from `state` by epsilon edges."""
+        cached = state_closures.get(state)
+        if cached is None:
+            seen = {state}
+            stack = [state]
+            while stack:
+                for t in epsilon[stack.pop()]:
+                    if t not in seen:
+                        seen.add(t)
+                        stack.append(t)
+            cached = frozenset(s for s in seen if masks[s] or s == ACCEPT)
+            state_closures[state] = cached
+        return cached
+
     closures: dict[tuple[int, ...], tuple[tuple[int, ...], bool]] = {}
 
     def closure(states: tuple[int, ...]) -> tuple[tuple[int, ...], bool]:
         """(sorted NFA states with a byte edge, accepts) of the epsilon closure of `states`."""
         cached = closures.get(states)
-        if cached is not None:
-            return cached
-        seen = set(states)
-        stack = list(seen)
-        while stack:
-            for t in epsilon[stack.pop()]:
-                if t not in seen:
-                    seen.add(t)
-                    stack.append(t)
-        kernel = tuple(sorted(s for s in seen if masks[s]))
-        result = (kernel, ACCEPT in seen)
-        closures[states] = result
-        return result
+        if cached is None:
+            reached = frozenset().union(*(state_closure(s) for s in states))
+            cached = (tuple(sorted(reached - {ACCEPT})), ACCEPT in reached)
+            closures[states] = cached
+        return cached
 
     start = closure((nfa.start,))
     if not start[0] and not start[1]:
@@ -107,16 +116,17 @@ def subset_construction(
         kernel = np.array(kernels[i], dtype=np.int64)
         if len(kernel):
             moves = class_rows[mask_of_state[kernel]]  # [len(kernel), n_classes] bool
-            columns = np.packbits(moves, axis=0).T  # [n_classes, ceil(len(kernel) / 8)]
-            column_keys = np.ascontiguousarray(columns).view(np.dtype((np.void, columns.shape[1])))
-            _, first, inverse = np.unique(column_keys, return_index=True, return_inverse=True)
-            inverse = inverse.reshape(-1)
+            # Group the classes by which kernel states move on them (one packed column each).
+            width = (len(kernel) + 7) // 8
+            packed = np.packbits(moves, axis=0).T.tobytes()  # n_classes columns of `width`
+            groups: dict[bytes, list[int]] = {}
+            for c in range(n_classes):
+                groups.setdefault(packed[c * width : (c + 1) * width], []).append(c)
             targets_all = edge_target[kernel]
-            for u, c in enumerate(first):
-                column = moves[:, c]
-                if not column.any():
+            for column, classes in groups.items():
+                if not any(column):
                     continue
-                key = closure(tuple(targets_all[column].tolist()))
+                key = closure(tuple(targets_all[moves[:, classes[0]]].tolist()))
                 j = index.get(key)
                 if j is None:
                     if len(kernels) >= limit:
@@ -127,7 +137,7 @@ def subset_construction(
                     index[key] = j
                     kernels.append(key[0])
                     accept.append(key[1])
-                row[inverse == u] = j
+                row[classes] = j
         trans_rows.append(row)
         i += 1
     return np.stack(trans_rows), np.array(accept, dtype=bool)

@@ -125,15 +125,12 @@ class _Parser:
     def sequence(self, depth: int) -> Node:
         items: list[Node] = []
         while not self.at_end() and self.peek() not in "|)":
-            start = self.pos
-            atom = self.atom(depth)
-            items.append(self.quantified(atom, start))
+            items.append(self.quantified(self.atom(depth)))
         return EMPTY if not items else _concat(items)
 
-    def quantified(self, atom: Node, atom_start: int) -> Node:
+    def quantified(self, atom: Node) -> Node:
         """Read at most one greedy quantifier after an atom; refuse a second one (nested,
         lazy or possessive)."""
-        start = self.pos
         bounds = self.quantifier()
         if bounds is None:
             return atom
@@ -146,7 +143,6 @@ class _Parser:
         if c == "*" or (c == "{" and self.brace_quantifier(peek_only=True) is not None):
             raise self.error(follow, "nested quantifier: put the repeated part in a group")
         lo, hi = bounds
-        del start, atom_start
         return Repeat(atom, lo, hi)
 
     def quantifier(self) -> tuple[int, int | None] | None:
@@ -280,11 +276,9 @@ class _Parser:
 
     def escape_outside(self) -> Node:
         """An escape outside brackets: a character, a class, or a refused construct."""
-        start = self.pos
         item = self.escape_item(in_class=False)
         if isinstance(item, list):
             return ranges_to_tree(item)
-        del start
         return ranges_to_tree([(item, item)])
 
     def escape_item(self, in_class: bool) -> int | list[tuple[int, int]]:
