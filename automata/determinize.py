@@ -157,13 +157,14 @@ def remove_dead_states(trans: np.ndarray, accept: np.ndarray) -> tuple[np.ndarra
     n = trans.shape[0]
     sources, columns = np.nonzero(trans >= 0)
     targets = trans[sources, columns]
-    pairs = np.unique(np.stack([targets, sources], axis=1), axis=0)  # sorted by target
-    starts = np.searchsorted(pairs[:, 0], np.arange(n + 1))
+    edges = np.unique(targets.astype(np.int64) * n + sources)  # distinct, sorted by target
+    edge_sources = (edges % n).tolist()
+    starts = np.searchsorted(edges // n, np.arange(n + 1)).tolist()
     live = accept.copy()
     queue = deque(np.flatnonzero(accept).tolist())
     while queue:
         t = queue.popleft()
-        for s in pairs[starts[t] : starts[t + 1], 1].tolist():
+        for s in edge_sources[starts[t] : starts[t + 1]]:
             if not live[s]:
                 live[s] = True
                 queue.append(s)
