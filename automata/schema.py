@@ -1123,6 +1123,10 @@ class _Compiler:
     def deref(self, schema, pointer: str, seen: tuple = ()):
         """The schema with top-level `$ref`s replaced by their targets (siblings merged as
         `compile_ref` does). Raises SchemaError on a cycle of bare `$ref`s."""
+        return self.deref_seen(schema, pointer, seen)[0]
+
+    def deref_seen(self, schema, pointer: str, seen: tuple) -> tuple:
+        """`deref`, also returning the ref targets passed through (with `seen`)."""
         while isinstance(schema, dict) and "$ref" in schema:
             siblings = self.ref_siblings(schema)
             target_pointer, target = self.resolve(schema["$ref"], pointer)
@@ -1130,9 +1134,9 @@ class _Compiler:
                 raise _unsupported(pointer, "$ref", f"a $ref cycle through {target_pointer!r}")
             seen = (*seen, target_pointer)
             if siblings and not self.legacy:
-                return self.merge_all([target, siblings], pointer, seen)
+                return self.merge_all([target, siblings], pointer, seen), seen
             schema = target
-        return schema
+        return schema, seen
 
     # -- allOf: merging ------------------------------------------------------------------------
 
@@ -1140,9 +1144,10 @@ class _Compiler:
         """One schema equivalent to the conjunction of `parts` (each may hold `allOf` and
         `$ref`), or SchemaError naming 'allOf' when the parts do not merge."""
         flat: list = []
-        queue = list(parts)
+        queue = [(part, seen) for part in parts]
         while queue:
-            part = self.deref(queue.pop(0), pointer, seen)
+            part, part_seen = queue.pop(0)
+            part, part_seen = self.deref_seen(part, pointer, part_seen)
             if part is True:
                 continue
             if part is False:
@@ -1155,7 +1160,7 @@ class _Compiler:
                 if not isinstance(branches, list) or not branches:
                     raise SchemaError(pointer, "allOf", "allOf must be a non-empty array")
                 rest = {k: v for k, v in part.items() if k != "allOf"}
-                queue = [rest, *branches, *queue]
+                queue = [(rest, part_seen), *((b, part_seen) for b in branches), *queue]
                 continue
             flat.append(part)
         merged: dict = {}
@@ -1534,7 +1539,7 @@ class _Compiler:
         if content is None:
             if min_len == 0 and max_len is None:
                 return _STRING
-            hi = cap if max_len is None else min(max_len, cap)
+            hi = None if max_len is None else min(max_len, cap)
             return _seq(_QUOTE, _repeat(_COUNTED_CHAR, min_len, hi), _QUOTE)
         if min_len == 0 and max_len is None:
             return _seq(_QUOTE, content_ir, _QUOTE)
@@ -1632,9 +1637,10 @@ class _Compiler:
             raise LimitError(
                 "max_array_length", cap, f"{pointer or '/'}: minItems {min_items} is too large"
             )
-        max_items = cap if max_items is None else min(max_items, cap)
+        if max_items is not None:
+            max_items = min(max_items, cap)
         unique = schema.get("uniqueItems", False)
-        if unique is True and max_items > 1:
+        if unique is True and (max_items is None or max_items > 1):
             raise _unsupported(pointer, "uniqueItems", "uniqueItems with more than one item")
         if not isinstance(unique, bool):
             raise SchemaError(pointer, "uniqueItems", "uniqueItems must be a boolean")
@@ -1659,7 +1665,8 @@ class _Compiler:
         comma = _Lit(",")
         alternatives = []
         k = len(prefix_ir)
-        for n in range(min_items, min(k, max_items) + 1):
+        top = k if max_items is None else min(k, max_items)
+        for n in range(min_items, top + 1):
             if n == 0:
                 alternatives.append(EMPTY_IR)
                 continue
@@ -1667,11 +1674,12 @@ class _Compiler:
             for item in prefix_ir[1:n]:
                 parts += [comma, item]
             alternatives.append(_seq(*parts))
-        if max_items > k:
+        if max_items is None or max_items > k:
             lo = max(min_items - k, 1)
-            extra_hi = max_items - k
+            extra_hi = None if max_items is None else max_items - k
             if k == 0:
-                body = _seq(rest, _repeat(_seq(comma, rest), lo - 1, extra_hi - 1))
+                more = None if extra_hi is None else extra_hi - 1
+                body = _seq(rest, _repeat(_seq(comma, rest), lo - 1, more))
                 if min_items == 0:
                     alternatives.append(_repeat(body, 0, 1))
                 else:
