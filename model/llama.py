@@ -173,36 +173,44 @@ def prefill(
     config: LlamaConfig,
     keys: np.ndarray,
     values: np.ndarray,
-    slot: int,
-    start: int,
+    segments: list[tuple[int, int, int]],
     tokens: np.ndarray,
     cos: np.ndarray,
     sin: np.ndarray,
 ) -> np.ndarray:
-    """Run n tokens of one sequence at positions start..start+n-1 through the model, writing
-    their keys and values into cache slot `slot`.
+    """Run the tokens of one or more sequences through the model in one pass, writing their keys
+    and values into the cache.
 
-    keys, values [L, S, Hkv, T, hd] (updated); tokens int [n]; cos, sin [>= start + n, hd/2]
-    -> final hidden states [n, d] (after the last RMSNorm)
+    segments: (slot, start, n) per sequence, in the order of `tokens`: its n tokens go to cache
+    slot `slot` at positions start..start+n-1 (slots distinct). keys, values [L, S, Hkv, T, hd]
+    (updated); tokens int [N], N = sum of the n; cos, sin [> every start + n, hd/2]
+    -> final hidden states [N, d] (after the last RMSNorm)
+
+    The projections and the MLP are one GEMM over all N tokens; attention runs per sequence
+    (each a batched matmul over heads), so short prompts share one read of the weights.
     """
-    n = len(tokens)
-    end = start + n
     hkv, hd = config.num_key_value_heads, config.head_dim
     group = config.num_attention_heads // hkv
     scale = np.float32(hd**-0.5)
-    x = params["embed"][tokens]  # [n, d]
-    cos_n, sin_n = cos[start:end, None, :], sin[start:end, None, :]
+    positions = np.concatenate([np.arange(start, start + n) for _, start, n in segments])
+    offsets = np.cumsum([0] + [n for _, _, n in segments])
+    x = params["embed"][tokens]  # [N, d]
+    cos_n, sin_n = cos[positions, None, :], sin[positions, None, :]  # [N, 1, hd/2]
 
     for index, layer in enumerate(params["layers"]):
 
-        def attend(q, k, v, index=index):  # [n, Hq, hd], [n, Hkv, hd] x 2 -> [n, Hq hd]
-            keys[index, slot, :, start:end] = k.transpose(1, 0, 2)
-            values[index, slot, :, start:end] = v.transpose(1, 0, 2)
-            q = q.reshape(n, hkv, group, hd).transpose(1, 2, 0, 3) * scale  # [Hkv, G, n, hd]
-            out = attention_prefill(
-                q, keys[index, slot, :, :end], values[index, slot, :, :end], start
-            )
-            return out.transpose(2, 0, 1, 3).reshape(n, -1)
+        def attend(q, k, v, index=index):  # [N, Hq, hd], [N, Hkv, hd] x 2 -> [N, Hq hd]
+            out = np.empty((q.shape[0], q.shape[1] * hd), np.float32)
+            for (slot, start, n), first in zip(segments, offsets, strict=False):
+                end, rows = start + n, slice(first, first + n)
+                keys[index, slot, :, start:end] = k[rows].transpose(1, 0, 2)
+                values[index, slot, :, start:end] = v[rows].transpose(1, 0, 2)
+                q_seq = q[rows].reshape(n, hkv, group, hd).transpose(1, 2, 0, 3) * scale
+                attended = attention_prefill(  # [Hkv, G, n, hd]
+                    q_seq, keys[index, slot, :, :end], values[index, slot, :, :end], start
+                )
+                out[rows] = attended.transpose(2, 0, 1, 3).reshape(n, -1)
+            return out
 
         transformer_block(x, layer, config, cos_n, sin_n, attend)
     return rms_norm(x, params["norm"], config.rms_norm_eps)

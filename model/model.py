@@ -6,6 +6,7 @@ The engine's loop, in shapes:
     model = load_model()                          # the default SmolLM2-135M-Instruct
     cache = model.new_cache(n_slots=32, max_len=2048)
     logits = model.prefill(cache, slot, ids)      # float32 [V]: next-token logits of slot
+    logits = model.prefill_batch(cache, slots, [ids, ...])   # float32 [B, V], shared GEMMs
     logits = model.decode(cache, slots, tokens)   # int [B], int [B] -> float32 [B, V]
     cache.reset(slot)                             # the slot is free for the next request
 
@@ -182,15 +183,39 @@ class Model:
         Raises:
             CacheError: bad slot, empty ids, or the slot would exceed `cache.max_len`.
         """
-        return self._prefill(cache, slot, ids, all_positions=False)[0]
+        return self.prefill_batch(cache, [slot], [ids])[0]
+
+    def prefill_batch(self, cache: KVCache, slots, sequences) -> np.ndarray:
+        """Append sequences[i] to slot slots[i] for several sequences at once; return the
+        next-token logits of each.
+
+        Short sequences share passes (one GEMM over their tokens together, up to
+        `prefill_chunk` tokens a pass), so many short prompts read the weights once rather
+        than once each; a sequence longer than `prefill_chunk` runs alone, chunk by chunk.
+
+        Args:
+            cache: the KV cache; `cache.lengths[slots[i]]` grows by len(sequences[i]).
+            slots: int [B], distinct slot indices.
+            sequences: B sequences of int token ids, each [n_i], n_i >= 1.
+
+        Returns:
+            float32 [B, V]: row i is the logits after the last token of sequences[i].
+
+        Raises:
+            CacheError: repeated or missing slots, an empty sequence, a token id outside the
+                vocabulary, or a slot that would exceed `cache.max_len`. Nothing is changed.
+        """
+        hidden, _ = self._prefill(cache, slots, sequences, all_positions=False)
+        return llama.lm_head(self.params, hidden)
 
     def decode(self, cache: KVCache, slots, tokens) -> np.ndarray:
         """Append one token to each of B slots, each at its own position; return their logits.
 
         Args:
             cache: the KV cache; `cache.lengths[slots]` grow by one.
-            slots: int [B], distinct slot indices. Fastest when they form a contiguous ascending
-                range (the cache is then read in place, otherwise gathered per layer).
+            slots: int [B], distinct slot indices, in any order. Fastest when they lie within
+                a span of at most 2B slots (the cache is then read in place; slots spread wider
+                are gathered, one copy per layer).
             tokens: int [B], token b is appended to slot slots[b].
 
         Returns:
@@ -226,40 +251,61 @@ class Model:
         """
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         cache = self.new_cache(1, max(len(ids), 1))
-        return self._prefill(cache, 0, ids, all_positions=True)
+        return self._prefill(cache, [0], [ids], all_positions=True)[1]
 
-    def _prefill(self, cache: KVCache, slot: int, ids, all_positions: bool) -> np.ndarray:
-        slot = cache._check_slot(slot)
-        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-        if len(ids) == 0:
-            raise CacheError("prefill needs at least one token")
-        self._check_tokens(ids)
-        start = int(cache.lengths[slot])
-        if start + len(ids) > cache.max_len:
-            raise CacheError(
-                f"slot {slot} holds {start} tokens; {len(ids)} more exceed max_len {cache.max_len}"
-            )
-        cos, sin = self._rope(start + len(ids))
+    def _prefill(self, cache: KVCache, slots, sequences, all_positions: bool):
+        """Plan and run prefill passes. -> (last hidden state per sequence [B, d], logits of
+        every position [N, V] when all_positions else None)"""
+        slots = [cache._check_slot(slot) for slot in slots]
+        sequences = [np.asarray(ids, dtype=np.int64).reshape(-1) for ids in sequences]
+        if len(slots) != len(sequences) or not slots or len(set(slots)) != len(slots):
+            raise CacheError(f"prefill needs distinct slots, one per sequence: {slots}")
+        for slot, ids in zip(slots, sequences, strict=True):
+            if len(ids) == 0:
+                raise CacheError("prefill needs at least one token")
+            self._check_tokens(ids)
+            if cache.lengths[slot] + len(ids) > cache.max_len:
+                raise CacheError(
+                    f"slot {slot} holds {cache.lengths[slot]} tokens; {len(ids)} more exceed "
+                    f"max_len {cache.max_len}"
+                )
+        chunk = self.prefill_chunk
+        passes, group, group_tokens = [], [], 0  # a pass: [(sequence index, slot, start, ids)]
+        for i, (slot, ids) in enumerate(zip(slots, sequences, strict=True)):
+            start = int(cache.lengths[slot])
+            if group and group_tokens + min(len(ids), chunk) > chunk:
+                passes.append(group)
+                group, group_tokens = [], 0
+            if len(ids) > chunk:
+                passes += [
+                    [(i, slot, start + b, ids[b : b + chunk])] for b in range(0, len(ids), chunk)
+                ]
+                continue
+            group.append((i, slot, start, ids))
+            group_tokens += len(ids)
+        if group:
+            passes.append(group)
+
+        ends = [
+            int(cache.lengths[slot]) + len(ids) for slot, ids in zip(slots, sequences, strict=True)
+        ]
+        cos, sin = self._rope(max(ends))
+        last = np.empty((len(slots), self.config.hidden_size), np.float32)
         outputs = []
-        for begin in range(0, len(ids), self.prefill_chunk):
-            chunk = ids[begin : begin + self.prefill_chunk]
+        for group in passes:
+            segments = [(slot, start, len(ids)) for _, slot, start, ids in group]
+            tokens = np.concatenate([ids for *_, ids in group])
             hidden = llama.prefill(
-                self.params,
-                self.config,
-                cache.keys,
-                cache.values,
-                slot,
-                start + begin,
-                chunk,
-                cos,
-                sin,
+                self.params, self.config, cache.keys, cache.values, segments, tokens, cos, sin
             )
-            cache.lengths[slot] = start + begin + len(chunk)
+            row = -1
+            for i, slot, start, ids in group:
+                row += len(ids)
+                cache.lengths[slot] = start + len(ids)
+                last[i] = hidden[row]
             if all_positions:
                 outputs.append(llama.lm_head(self.params, hidden))
-        if all_positions:
-            return np.concatenate(outputs, axis=0)
-        return llama.lm_head(self.params, hidden[-1:])
+        return last, (np.concatenate(outputs, axis=0) if all_positions else None)
 
     def _check_tokens(self, tokens: np.ndarray) -> None:
         if tokens.min() < 0 or tokens.max() >= self.vocab_size:

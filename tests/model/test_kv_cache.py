@@ -152,3 +152,33 @@ def test_real_model_ragged_batch_equals_one_at_a_time(model):
     batch = model.decode(cache, [1, 0, 2], [sequences[1][-1], sequences[0][-1], sequences[2][-1]])
     for row, slot in enumerate([1, 0, 2]):
         np.testing.assert_allclose(batch[row], one_prefill(model, sequences[slot]), atol=1e-4)
+
+
+@pytest.mark.parametrize("chunk", [1024, 8])  # one shared pass; several passes, one split
+def test_prefill_batch_equals_one_prefill_each(tiny_model, monkeypatch, chunk):
+    monkeypatch.setattr(tiny_model, "prefill_chunk", chunk)
+    sequences = [random_ids(tiny_model, n, seed=20 + n) for n in (3, 1, 12, 5, 2)]
+    cache = tiny_model.new_cache(6, 16)
+    tiny_model.prefill(cache, 4, sequences[3][:2])  # a slot that already holds a prefix
+    slots = [5, 0, 2, 4, 1]
+    tails = [ids[2:] if slot == 4 else ids for slot, ids in zip(slots, sequences, strict=True)]
+    logits = tiny_model.prefill_batch(cache, slots, tails)
+    assert logits.shape == (5, tiny_model.vocab_size) and logits.dtype == np.float32
+    for row, ids in enumerate(sequences):
+        np.testing.assert_allclose(logits[row], one_prefill(tiny_model, ids), atol=ATOL)
+    assert [int(cache.lengths[s]) for s in slots] == [len(ids) for ids in sequences]
+    # and decoding on from the batch-prefilled slots matches too
+    step = tiny_model.decode(cache, slots, [7] * 5)
+    for row, ids in enumerate(sequences):
+        np.testing.assert_allclose(step[row], one_prefill(tiny_model, [*ids, 7]), atol=ATOL)
+
+
+def test_prefill_batch_errors_change_nothing(tiny_model):
+    cache = tiny_model.new_cache(3, 8)
+    with pytest.raises(CacheError, match="distinct"):
+        tiny_model.prefill_batch(cache, [0, 0], [[5], [6]])
+    with pytest.raises(CacheError, match="exceed max_len"):
+        tiny_model.prefill_batch(cache, [0, 1], [[5] * 3, [6] * 9])
+    with pytest.raises(CacheError, match="at least one"):
+        tiny_model.prefill_batch(cache, [0, 1], [[5], []])
+    assert cache.lengths.tolist() == [0, 0, 0]
