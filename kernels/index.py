@@ -28,13 +28,14 @@ acceptance, and `mask_within(s, k)` allows only the tokens that end in a state a
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 
 import numba
 import numpy as np
 from corral.automata.dfa import Dfa
-from corral.kernels.trie import BYTE_CATEGORY, N_CATEGORIES
+from corral.kernels.trie import BYTE_CATEGORY
 from corral.kernels.vocabulary import Vocabulary
 
 EAGER_LIMIT_BYTES = 32 << 20
@@ -98,7 +99,7 @@ class TokenIndex:
         self._trie = t = vocabulary.trie
         self._trie_arrays = (t.byte, t.depth, t.end, t.categories, t.token_start, t.token_ids)
         self._loops = loop_categories(self._trans)
-        self.distance = dfa.distance_to_accept().astype(np.int32)
+        self.distance = distances_to_accept(self._trans, self._accept)
         self._lock = threading.Lock()
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
         self._rows: list[np.ndarray] | None = None
@@ -130,12 +131,11 @@ class TokenIndex:
             self._trans, self._loops, self._accept, self._trie_arrays, self._eos, self._n_words,
             t.max_depth,
         )  # fmt: skip
-        keys = table.view(np.dtype((np.void, self._n_words * 4))).ravel()
-        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        first, inverse = unique_rows(table)
         unique = table[first]
         unique.setflags(write=False)
         self.n_unique_masks = int(unique.shape[0])
-        self._rows = [unique[i] for i in inverse.ravel()]
+        self._rows = [unique[i] for i in inverse.tolist()]
         for e in self._eos.tolist():
             table[:, e >> 5] &= np.uint32(~(1 << (e & 31)) & 0xFFFFFFFF)
         self._continues = table.any(axis=1).tolist()
@@ -331,13 +331,114 @@ def mask_within_distance(trans, loops, accept, distance, trie, eos, n_words, max
     return row
 
 
+def unique_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(first, inverse) for the distinct rows of a uint32 `[n, w]` table: `table[first]` are the
+    distinct rows and `table[first][inverse]` equals `table`. Rows are grouped by a 64-bit
+    multiplicative hash and then checked equal; a collision falls back to sorting the rows.
+    O(n * w)."""
+    hashes = _row_hashes(table, _multipliers(table.shape[1]))
+    _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+    inverse = inverse.ravel()
+    if not _rows_match(table, first, inverse):
+        keys = np.ascontiguousarray(table).view(np.dtype((np.void, table.shape[1] * 4))).ravel()
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        inverse = inverse.ravel()
+    return first, inverse
+
+
+@functools.cache
+def _multipliers(n_words: int) -> np.ndarray:
+    """uint64 `[n_words]`: fixed random odd multipliers for `_row_hashes`."""
+    return np.random.default_rng(0x5EED).integers(1, 2**63, n_words, np.uint64) | np.uint64(1)
+
+
+@numba.njit(cache=True)
+def _row_hashes(table, multipliers):
+    """uint64 `[n]`: sum over words of word * multiplier (wrapping). O(n * w)."""
+    n, w = table.shape
+    out = np.zeros(n, np.uint64)
+    for i in range(n):
+        h = np.uint64(0)
+        for j in range(w):
+            h += np.uint64(table[i, j]) * multipliers[j]
+        out[i] = h
+    return out
+
+
+@numba.njit(cache=True)
+def _rows_match(table, first, inverse):
+    """True when every row equals the representative row of its group. O(n * w)."""
+    n, w = table.shape
+    for i in range(n):
+        r = first[inverse[i]]
+        if r != i:
+            for j in range(w):
+                if table[i, j] != table[r, j]:
+                    return False
+    return True
+
+
+def distances_to_accept(trans: np.ndarray, accept: np.ndarray) -> np.ndarray:
+    """int32 `[n_states]`: the fewest bytes from each state to an accepting state (0 when
+    accepting, -1 when none can be reached); `Dfa.distance_to_accept` in a Numba kernel."""
+    return _distances(np.ascontiguousarray(trans, dtype=np.int32), accept.astype(np.bool_))
+
+
+@numba.njit(cache=True)
+def _distances(trans, accept):
+    """Breadth-first search from the accepting states over reversed edges. O(n_states * 256)."""
+    n = trans.shape[0]
+    count = np.zeros(n + 1, np.int64)
+    for s in range(n):
+        for b in range(256):
+            t = trans[s, b]
+            if t >= 0:
+                count[t + 1] += 1
+    for t in range(n):
+        count[t + 1] += count[t]
+    sources = np.empty(count[n], np.int32)
+    fill = count[:n].copy()
+    for s in range(n):
+        for b in range(256):
+            t = trans[s, b]
+            if t >= 0:
+                sources[fill[t]] = s
+                fill[t] += 1
+    distance = np.full(n, -1, np.int32)
+    queue = np.empty(n, np.int32)
+    head = tail = 0
+    for s in range(n):
+        if accept[s]:
+            distance[s] = 0
+            queue[tail] = s
+            tail += 1
+    while head < tail:
+        t = queue[head]
+        head += 1
+        for k in range(count[t], count[t + 1]):
+            s = sources[k]
+            if distance[s] < 0:
+                distance[s] = distance[t] + 1
+                queue[tail] = s
+                tail += 1
+    return distance
+
+
 def loop_categories(trans: np.ndarray) -> np.ndarray:
     """uint16 `[n_states]`: bit c set when state s moves to itself on every byte of category c
-    (`corral.kernels.trie.BYTE_CATEGORY`). O(n_states * 256), vectorized."""
+    (`corral.kernels.trie.BYTE_CATEGORY`)."""
+    return _loop_categories(np.ascontiguousarray(trans, dtype=np.int32), BYTE_CATEGORY)
+
+
+@numba.njit(cache=True)
+def _loop_categories(trans, byte_category):
+    """O(n_states * 256): start from all categories, drop those with a byte that leaves."""
     n = trans.shape[0]
-    stays = trans == np.arange(n, dtype=trans.dtype)[:, None]
-    loops = np.zeros(n, dtype=np.uint16)
-    for c in range(N_CATEGORIES):
-        members = (BYTE_CATEGORY >> c) & 1 == 1
-        loops[stays[:, members].all(axis=1)] |= np.uint16(1 << c)
+    loops = np.empty(n, np.uint16)
+    for s in range(n):
+        keep = np.uint16(0xFFFF)
+        for b in range(256):
+            if trans[s, b] != s:
+                keep &= ~byte_category[b]
+        loops[s] = keep
     return loops

@@ -13,6 +13,7 @@ from corral.kernels import (
     Vocabulary,
     choose_mode,
 )
+from corral.kernels.index import distances_to_accept, unique_rows
 from kernel_strategies import mask_ids
 
 # ids:         0     1     2      3     4    5   6     7
@@ -136,3 +137,22 @@ def test_mode_size_rule():
     assert TokenIndex(dfa, Vocabulary.from_list([b"a"]), mode="auto").mode == "eager"
     with pytest.raises(ValueError):
         TokenIndex(dfa, Vocabulary.from_list([b"a"]), mode="fast")
+
+
+def test_unique_rows_and_distances():
+    rng = np.random.default_rng(0)
+    for n_words in (1, 2, 3, 1536):
+        rows = rng.integers(0, 2**32, (5, n_words), dtype=np.uint32)
+        table = rows[rng.integers(0, 5, 40)]
+        first, inverse = unique_rows(table)
+        np.testing.assert_array_equal(table[first][inverse], table)
+        assert len(first) == len({r.tobytes() for r in table})
+    for pattern in ["a*", "(cat|car|dog)s?", '"x{3,}"', "[a-c]{2,5}é"]:
+        dfa = regex_to_dfa(pattern)
+        np.testing.assert_array_equal(
+            distances_to_accept(dfa.trans, dfa.accept), dfa.distance_to_accept()
+        )
+    # A state that cannot reach acceptance (never in a compiled DFA) is at distance -1.
+    trans = np.full((3, 256), -1, dtype=np.int32)
+    trans[0, 97], trans[0, 98] = 1, 2
+    assert distances_to_accept(trans, np.array([0, 1, 0], bool)).tolist() == [1, 0, -1]
