@@ -17,6 +17,8 @@ grammar); `decode` appends one token to each of B distinct slots, each at its ow
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -323,7 +325,8 @@ class Model:
 
 def load_folder(folder: str | Path) -> Model:
     """Load a Hugging Face folder: config.json, *.safetensors, tokenizer.json and
-    tokenizer_config.json (or chat_template.jinja).
+    tokenizer_config.json (or chat_template.jinja); generation_config.json's EOS ids, if any,
+    join config.json's.
 
     Raises:
         ModelLoadError: naming the file, for a missing or malformed file, another architecture,
@@ -343,6 +346,15 @@ def load_folder(folder: str | Path) -> Model:
             value = value.get("content")
         if isinstance(value, str):
             special_tokens[key] = value
+    generation = folder / "generation_config.json"  # may list more EOS ids (e.g. Llama 3)
+    if generation.is_file():
+        try:
+            eos = json.loads(generation.read_text(encoding="utf-8")).get("eos_token_id")
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as error:
+            raise ModelLoadError(generation, f"malformed JSON: {error}") from error
+        eos = eos if isinstance(eos, list) else [] if eos is None else [eos]
+        extra = tuple(dict.fromkeys([*config.eos_token_ids, *eos]))
+        config = dataclasses.replace(config, eos_token_ids=extra)
     params = llama.build_params(config, load_folder_tensors(folder, config))
     return Model(config, params, tokenizer, chat_template, special_tokens, folder)
 

@@ -42,7 +42,14 @@ def test_a_missing_folder_is_named(tmp_path):
     assert error.value.path == tmp_path / "nowhere"
 
 
-@pytest.mark.parametrize("name", ["config.json", "tokenizer.json", "tokenizer_config.json"])
+def test_generation_config_eos_ids_join_the_config_ones(folder):
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [0, 2]}))
+    assert load_model(folder).eos_ids == (0, 2)
+
+
+@pytest.mark.parametrize(
+    "name", ["config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"]
+)
 def test_malformed_json_is_named(folder, name):
     (folder / name).write_text("{not json")
     with pytest.raises(ModelLoadError, match="malformed") as error:
