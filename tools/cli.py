@@ -12,15 +12,36 @@ import numpy as np
 
 
 def _compile(args: argparse.Namespace) -> int:
-    from corral.automata import ConstrainError, regex_to_dfa
+    from corral.automata import ConstrainError, json_schema_to_regex, regex_to_dfa, schema_to_dfa
 
+    if (args.pattern is None) == (args.schema is None):
+        print("corral compile: give a pattern or --schema FILE", file=sys.stderr)
+        return 2
     try:
-        dfa = regex_to_dfa(args.pattern)
-    except ConstrainError as error:
+        if args.schema is not None:
+            schema = json.loads(Path(args.schema).read_text(encoding="utf-8"))
+            try:
+                regex = json_schema_to_regex(schema)
+            except ConstrainError as error:  # the text may be refused where the tree is not
+                regex = f"(no regex text: {error})"
+            if len(regex) > 2000:
+                regex = f"{regex[:2000]}... ({len(regex)} characters)"
+            print(regex)
+            dfa = schema_to_dfa(schema)
+        else:
+            dfa = regex_to_dfa(args.pattern)
+    except (ConstrainError, OSError, json.JSONDecodeError) as error:
         print(f"corral compile: {error}", file=sys.stderr)
         return 2
     accepting = np.flatnonzero(dfa.accept).tolist()
-    print(f"states: {dfa.n_states}  live edges: {dfa.n_live_edges}  accepting: {accepting}")
+    if args.schema is not None:
+        n_accepting = len(accepting)
+        print(f"states: {dfa.n_states}  live edges: {dfa.n_live_edges}  accepting: {n_accepting}")
+        rng = np.random.default_rng(0)
+        for _ in range(args.samples):
+            print(dfa.sample(rng).decode("utf-8"))
+    else:
+        print(f"states: {dfa.n_states}  live edges: {dfa.n_live_edges}  accepting: {accepting}")
     if args.json:
         print(json.dumps({"trans": dfa.trans.tolist(), "accept": dfa.accept.tolist()}))
     return 0
@@ -90,8 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `corral` console script."""
     parser = argparse.ArgumentParser(prog="corral", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    compile_ = commands.add_parser("compile", help="compile a regex to its canonical byte DFA")
-    compile_.add_argument("pattern")
+    compile_ = commands.add_parser(
+        "compile", help="compile a regex or a JSON Schema (--schema FILE) to its canonical DFA"
+    )
+    compile_.add_argument("pattern", nargs="?")
+    compile_.add_argument("--schema", help="a JSON Schema file: print its regex, DFA, samples")
+    compile_.add_argument("--samples", type=int, default=5, help="sample strings (--schema)")
     compile_.add_argument("--json", action="store_true", help="print the whole table as JSON")
     compile_.set_defaults(run=_compile)
     generate = commands.add_parser(

@@ -1,0 +1,128 @@
+"""Schema coverage on JSONSchemaBench (issue 3): every schema in ../shared/data/jsonschemabench/
+through `schema_to_dfa`, per subset compiled / refused, the ten most common refusal reasons, and
+the median and worst compile time (schema -> DFA, seconds of wall time).
+
+One schema cannot hang the run: the regex limits are tightened (`--max-nfa-states`,
+`--max-dfa-states`) and a wall-clock alarm (`--timeout`, SIGALRM) counts a schema that runs past it
+as refused with reason "timeout".
+
+    .venv/bin/python bench/coverage.py [--data DIR] [--subset NAME ...] [--timeout 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import signal
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from corral.automata import ConstrainError, LimitError, Limits, SchemaError, schema_to_dfa
+
+DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "jsonschemabench"
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _on_alarm(signum, frame):
+    raise _Timeout()
+
+
+def reason_of(error: Exception) -> str:
+    """A short, schema-independent name for a refusal (quoted values elided)."""
+    if isinstance(error, _Timeout):
+        return "timeout"
+    if isinstance(error, SchemaError):
+        text = re.sub(r"'[^']*'|\"[^\"]*\"|\d+", "…", error.reason)
+        keyword = error.keyword or "-"
+        if text.startswith("keyword … is not supported"):
+            text = text[len("keyword … is not supported") :].lstrip(": ") or "unsupported"
+        return f"{keyword}: {text}"[:90]
+    if isinstance(error, LimitError):
+        return f"limit {error.limit}"
+    return type(error).__name__
+
+
+def run(data: Path, subsets: list[str], limits: Limits, timeout: float) -> int:
+    signal.signal(signal.SIGALRM, _on_alarm)
+    files = sorted(data.glob("*.jsonl"))
+    if subsets:
+        files = [f for f in files if f.stem in subsets]
+    rows = []
+    all_reasons: collections.Counter = collections.Counter()
+    all_times: list[float] = []
+    worst = (0.0, "")
+    for path in files:
+        compiled = refused = 0
+        times: list[float] = []
+        for line in path.open(encoding="utf-8"):
+            record = json.loads(line)
+            start = time.perf_counter()
+            signal.setitimer(signal.ITIMER_REAL, timeout)
+            try:
+                schema_to_dfa(record["schema"], limits)
+                ok, error = True, None
+            except (ConstrainError, _Timeout) as caught:
+                ok, error = False, caught
+            except RecursionError as caught:
+                ok, error = False, caught
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            elapsed = time.perf_counter() - start
+            if ok:
+                compiled += 1
+                times.append(elapsed)
+                if elapsed > worst[0]:
+                    worst = (elapsed, f"{path.stem}/{record['id']}")
+            else:
+                refused += 1
+                all_reasons[reason_of(error)] += 1
+        all_times += times
+        median = statistics.median(times) if times else 0.0
+        rows.append((path.stem, compiled, refused, median, max(times, default=0.0)))
+        print(
+            f"{path.stem:16} compiled {compiled:5} refused {refused:5} "
+            f"({100 * compiled / max(compiled + refused, 1):5.1f}%)  median {median:.3f}s  "
+            f"worst {max(times, default=0.0):.2f}s",
+            flush=True,
+        )
+    total_ok = sum(r[1] for r in rows)
+    total = sum(r[1] + r[2] for r in rows)
+    print()
+    print("| subset | compiled | refused | compiled % | median s | worst s |")
+    print("|---|---|---|---|---|---|")
+    for name, ok, bad, median, top in rows:
+        share = 100 * ok / max(ok + bad, 1)
+        print(f"| {name} | {ok} | {bad} | {share:.1f} | {median:.3f} | {top:.2f} |")
+    print(
+        f"| **all** | {total_ok} | {total - total_ok} | {100 * total_ok / max(total, 1):.1f} | "
+        f"{statistics.median(all_times) if all_times else 0:.3f} | {worst[0]:.2f} ({worst[1]}) |"
+    )
+    print()
+    print("Ten most common refusal reasons:")
+    for reason, count in all_reasons.most_common(10):
+        print(f"{count:6}  {reason}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--subset", action="append", default=[], help="only these subsets")
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds per schema")
+    parser.add_argument("--max-nfa-states", type=int, default=100_000)
+    parser.add_argument("--max-dfa-states", type=int, default=10_000)
+    args = parser.parse_args(argv)
+    limits = Limits(max_nfa_states=args.max_nfa_states, max_dfa_states=args.max_dfa_states)
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 50_000))
+    return run(args.data, args.subset, limits, args.timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
