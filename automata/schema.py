@@ -37,8 +37,8 @@ Supported keywords (anything else that is a JSON Schema keyword of any draft is 
     writes (a member another branch requires is left out of branches that do not require it),
     or a required member has disjoint `const`/`enum` values (a discriminator), or the branches'
     `enum`/`const` sets are disjoint. Otherwise `oneOf` is refused.
-  - Strings: `minLength`/`maxLength` (characters; an escape counts as one, `\\u` escapes of
-    surrogates are left out so that Python's count agrees; `maxLength` above
+  - Strings: `minLength`/`maxLength` (characters; an escape counts as one; `\\u` escapes are
+    left out of length-bounded strings, which keeps the DFA small and Python's count exact; `maxLength` above
     `SchemaLimits.max_string_length` is lowered to it, a larger `minLength` is refused);
     `pattern` (a search, as JSON Schema says: unanchored ends get any characters; the pattern is
     read by `corral.automata.parse` and made sound inside a JSON string by removing `"`, `\\` and
@@ -608,11 +608,10 @@ _NUMBER = _Regex(formats.NUMBER, 2)
 _BOOLEAN = _Regex(formats.BOOLEAN, 1)
 _NULL = _Lit("null")
 _QUOTE = _Lit('"')
-# One counted character of a JSON string: raw, a short escape, or a non-surrogate \u escape.
-_COUNTED_CHAR = _Regex(
-    r'[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u(?:[0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2})',
-    1,
-)
+# One counted character of a JSON string: raw or a short escape. `\u` escapes are left out of
+# length-bounded strings (a sub-language): they cost 5 DFA states per counted position, and a
+# surrogate pair would count as two characters here but as one in Python.
+_COUNTED_CHAR = _Regex(r'[^"\\\x00-\x1f]|\\["\\/bfnrt]', 1)
 _FORBIDDEN_IN_STRING = sum(1 << b for b in range(0x20)) | (1 << 0x22) | (1 << 0x5C)
 _NON_ASCII = ((1 << 256) - 1) ^ ((1 << 128) - 1)
 _RAW_CHARS = [(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x10FFFF)]
@@ -632,11 +631,13 @@ def _any_value(depth: int, cache: dict):
         inner = _any_value(depth - 1, cache)
         member = _seq(_STRING, _Lit(":"), inner)
         obj = _seq(
-            _Lit("{"), _repeat(_seq(member, _repeat(_seq(_Lit(","), member), 0, None)), 0, 1),
+            _Lit("{"),
+            _repeat(_seq(member, _repeat(_seq(_Lit(","), member), 0, None)), 0, 1),
             _Lit("}"),
         )
         arr = _seq(
-            _Lit("["), _repeat(_seq(inner, _repeat(_seq(_Lit(","), inner), 0, None)), 0, 1),
+            _Lit("["),
+            _repeat(_seq(inner, _repeat(_seq(_Lit(","), inner), 0, None)), 0, 1),
             _Lit("]"),
         )
         out = _choice([*scalars, obj, arr])
@@ -649,7 +650,8 @@ def _json_object(depth: int):
     inner = _any_value(depth - 1, cache)
     member = _seq(_STRING, _Lit(":"), inner)
     return _seq(
-        _Lit("{"), _repeat(_seq(member, _repeat(_seq(_Lit(","), member), 0, None)), 0, 1),
+        _Lit("{"),
+        _repeat(_seq(member, _repeat(_seq(_Lit(","), member), 0, None)), 0, 1),
         _Lit("}"),
     )
 
@@ -1045,9 +1047,7 @@ class _Compiler:
     def any_value(self, pointer: str):
         depth = self.slimits.any_value_depth
         if depth <= 0:
-            raise SchemaError(
-                pointer, None, "a schema that admits any JSON value is not supported"
-            )
+            raise SchemaError(pointer, None, "a schema that admits any JSON value is not supported")
         return _any_value(depth, self.any_cache)
 
     # -- $ref ----------------------------------------------------------------------------------
@@ -1080,8 +1080,10 @@ class _Compiler:
         while stack:
             where, node = stack.pop()
             if isinstance(node, dict):
-                if node.get("$anchor") == name or node.get("$id") == "#" + name or (
-                    node.get("id") == "#" + name
+                if (
+                    node.get("$anchor") == name
+                    or node.get("$id") == "#" + name
+                    or (node.get("id") == "#" + name)
                 ):
                     return where, node
                 for key, value in node.items():
@@ -1197,8 +1199,8 @@ class _Compiler:
                     out[key] = min(old, value)
                 elif old != value:
                     raise _unsupported(pointer, "allOf", f"parts disagree on {key!r}")
-            elif key == "items" and isinstance(old, (dict, bool)) and isinstance(
-                value, (dict, bool)
+            elif (
+                key == "items" and isinstance(old, (dict, bool)) and isinstance(value, (dict, bool))
             ):
                 out[key] = old if old == value else {"allOf": [old, value]}
             elif key in ("properties", "additionalProperties"):
@@ -1298,9 +1300,7 @@ class _Compiler:
                         drop |= set(other.get("required", [])) - required_i
                 if drop & set(m["properties"]):
                     m = dict(m)
-                    m["properties"] = {
-                        k: v for k, v in m["properties"].items() if k not in drop
-                    }
+                    m["properties"] = {k: v for k, v in m["properties"].items() if k not in drop}
             restricted.append(m)
         for i, mi in enumerate(restricted):
             for j, mj in enumerate(merged):
@@ -1521,8 +1521,10 @@ class _Compiler:
             )
         content = None
         fmt = schema.get("format")
-        if fmt is not None and fmt not in formats.INTEGER_FORMATS and (
-            fmt not in formats.NUMBER_FORMATS
+        if (
+            fmt is not None
+            and fmt not in formats.INTEGER_FORMATS
+            and (fmt not in formats.NUMBER_FORMATS)
         ):
             if fmt not in formats.FORMATS:
                 raise _unsupported(pointer, "format", f"pattern-less format {fmt!r}")
@@ -1647,8 +1649,10 @@ class _Compiler:
         items = schema.get("items")
         prefix = schema.get("prefixItems")
         if isinstance(items, list):
-            prefix, rest_schema, rest_key = items, schema.get("additionalItems", True), (
-                "additionalItems"
+            prefix, rest_schema, rest_key = (
+                items,
+                schema.get("additionalItems", True),
+                ("additionalItems"),
             )
         else:
             rest_schema, rest_key = (True if items is None else items), "items"

@@ -10,8 +10,6 @@ import re
 import jsonschema
 import numpy as np
 import pytest
-from jsonschema.validators import validator_for
-
 from corral.automata import (
     ConstrainError,
     EmptyLanguageError,
@@ -30,6 +28,7 @@ from corral.automata import (
 )
 from corral.automata import schema_formats as formats
 from corral.automata.tree import Concat, literal_bytes
+from jsonschema.validators import validator_for
 
 INT = formats.INTEGER
 STRING = formats.STRING
@@ -262,10 +261,10 @@ def test_pattern_is_a_search_and_stays_inside_a_json_string():
 
 def test_string_lengths_count_characters_and_escapes_as_one():
     dfa = schema_to_dfa({"type": "string", "minLength": 2, "maxLength": 2})
-    for text in ['"ab"', '"é€"', '"\\n\\u0041"', '"😀x"']:
+    for text in ['"ab"', '"é€"', '"\\n\\t"', '"😀x"']:
         assert dfa.matches(text.encode()), text
         assert len(json.loads(text)) == 2
-    for text in ['"a"', '"abc"', '"\\ud83d\\ude00"']:
+    for text in ['"a"', '"abc"', '"\\ud83d\\ude00"', '"\\u0041b"']:
         assert not dfa.matches(text.encode()), text
 
 
@@ -281,7 +280,12 @@ def test_integer_ranges_are_exact():
 
 
 def test_number_ranges_are_sound_at_the_bounds():
-    cases = [(0, True, None, False), (-3, False, 7, True), (None, False, 0, True), (1, True, 2, True)]
+    cases = [
+        (0, True, None, False),
+        (-3, False, 7, True),
+        (None, False, 0, True),
+        (1, True, 2, True),
+    ]
     candidates = [f"{i}{f}" for i in range(-9, 10) for f in ["", ".0", ".5", ".000001", ".9999999"]]
     candidates += ["-0.5", "0.0000001", "1.0000000000000000000000001"]
     for lo, lo_open, hi, hi_open in cases:
@@ -344,7 +348,8 @@ REFUSED = [
     ({"oneOf": [{"type": "integer"}, {"minimum": 3}]}, "", "oneOf"),
     ({"type": "object", "properties": {"a": {"contains": {}}}}, "/properties/a", "contains"),
     ({"$ref": "#/definitions/missing"}, "", "$ref"),
-    ({"definitions": {"a": {"$ref": "#/definitions/b"}, "b": {"allOf": [{"$ref": "#/definitions/a"}]}},
+    ({"definitions": {"a": {"$ref": "#/definitions/b"},
+                      "b": {"allOf": [{"$ref": "#/definitions/a"}]}},
       "$ref": "#/definitions/a"}, "/definitions/b", "$ref"),
     ({"type": "number", "maximum": 2.5}, "", "maximum"),
     ({"type": "object", "propertyNames": {"maxLength": 3}}, "", "propertyNames"),
