@@ -116,19 +116,26 @@ def mlp(x: np.ndarray, w_gate_up: np.ndarray, w_down: np.ndarray) -> np.ndarray:
     return hidden @ w_down
 
 
+def causal_bias(start: int, n: int) -> np.ndarray:
+    """Additive mask of n queries at positions start..start+n-1 over keys 0..start+n-1.
+    -> float32 [n, start + n]: 0 where the key is not in the query's future, else -inf"""
+    future = np.arange(start + n)[None, :] > (start + np.arange(n))[:, None]
+    return np.where(future, -np.inf, 0.0).astype(np.float32)
+
+
 def attention_prefill(
-    q: np.ndarray, keys: np.ndarray, values: np.ndarray, start: int
+    q: np.ndarray, keys: np.ndarray, values: np.ndarray, bias: np.ndarray
 ) -> np.ndarray:
     """Causal attention of n new queries over a slot's cache (positions start..start+n-1).
 
-    [Hkv, G, n, hd] (pre-scaled), [Hkv, T, hd], [Hkv, T, hd] -> [Hkv, G, n, hd], T = start + n
+    [Hkv, G, n, hd] (pre-scaled), [Hkv, T, hd], [Hkv, T, hd], [n, T] (`causal_bias`)
+    -> [Hkv, G, n, hd], T = start + n
     """
     kv_heads, group, n, head_dim = q.shape
     total = keys.shape[1]
     scores = q.reshape(kv_heads, group * n, head_dim) @ keys.swapaxes(-1, -2)  # [Hkv, G n, T]
     scores = scores.reshape(kv_heads, group, n, total)
-    future = np.arange(total)[None, :] > (start + np.arange(n))[:, None]  # [n, T]
-    scores[:, :, future] = -np.inf
+    scores += bias
     softmax_(scores)
     return (scores.reshape(kv_heads, group * n, total) @ values).reshape(q.shape)
 
@@ -196,18 +203,19 @@ def prefill(
     offsets = np.cumsum([0] + [n for _, _, n in segments])
     x = params["embed"][tokens]  # [N, d]
     cos_n, sin_n = cos[positions, None, :], sin[positions, None, :]  # [N, 1, hd/2]
+    biases = [causal_bias(start, n) for _, start, n in segments]
 
     for index, layer in enumerate(params["layers"]):
 
         def attend(q, k, v, index=index):  # [N, Hq, hd], [N, Hkv, hd] x 2 -> [N, Hq hd]
             out = np.empty((q.shape[0], q.shape[1] * hd), np.float32)
-            for (slot, start, n), first in zip(segments, offsets, strict=False):
+            for (slot, start, n), first, bias in zip(segments, offsets, biases, strict=False):
                 end, rows = start + n, slice(first, first + n)
                 keys[index, slot, :, start:end] = k[rows].transpose(1, 0, 2)
                 values[index, slot, :, start:end] = v[rows].transpose(1, 0, 2)
                 q_seq = q[rows].reshape(n, hkv, group, hd).transpose(1, 2, 0, 3) * scale
                 attended = attention_prefill(  # [Hkv, G, n, hd]
-                    q_seq, keys[index, slot, :, :end], values[index, slot, :, :end], start
+                    q_seq, keys[index, slot, :, :end], values[index, slot, :, :end], bias
                 )
                 out[rows] = attended.transpose(2, 0, 1, 3).reshape(n, -1)
             return out
