@@ -143,7 +143,7 @@ class TokenIndex:
     def mask(self, state: int) -> np.ndarray:
         """The packed mask of `state`: uint32 `[ceil(V / 32)]`, read-only, shared; O(1) when
         eager, one trie walk on a lazy cache miss."""
-        if self._rows is not None:
+        if self._rows is not None and state >= 0:
             return self._rows[state]
         with self._lock:
             row = self._cache.get(state)

@@ -156,3 +156,11 @@ def test_unique_rows_and_distances():
     trans = np.full((3, 256), -1, dtype=np.int32)
     trans[0, 97], trans[0, 98] = 1, 2
     assert distances_to_accept(trans, np.array([0, 1, 0], bool)).tolist() == [1, 0, -1]
+
+
+@pytest.mark.parametrize("mode", ["eager", "lazy"])
+def test_state_out_of_range_raises(mode, vocabulary):
+    index = TokenIndex(regex_to_dfa("ab"), vocabulary, mode=mode)
+    for state in (-1, index.n_states):
+        with pytest.raises(IndexError):
+            index.mask(state)
