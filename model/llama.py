@@ -26,9 +26,11 @@ def build_params(config: LlamaConfig, tensors: dict[str, np.ndarray]) -> dict:
     """Hugging Face tensors ([out, in]) -> the forward pass's weights (float32, input-major).
 
     Returns:
-        {"embed": [V, d], "lm_head": [d, V], "norm": [d], "layers": [L x {
+        {"embed": [V, d], "lm_head": [d, V], "lm_head_rows": [V, d], "norm": [d], "layers": [L x {
             "attn_norm": [d], "w_qkv": [d, (Hq + 2 Hkv) hd], "w_o": [Hq hd, d],
             "mlp_norm": [d], "w_gate_up": [d, 2F], "w_down": [F, d]}]}
+        The LM head is kept both ways: [d, V] for batched GEMMs, [V, d] (the embedding table
+        itself when tied, possibly still memory-mapped) for one row's matrix-vector product.
     """
 
     def get(name: str) -> np.ndarray:
