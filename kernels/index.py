@@ -175,6 +175,29 @@ class TokenIndex:
             self._n_words, t.max_depth, state, int(max_distance),
         )  # fmt: skip
 
+    @functools.cached_property
+    def token_distance(self) -> np.ndarray:
+        """int32 `[n_states]`: the fewest text tokens from each state to acceptance (0 in
+        accepting states, -1 where no token sequence reaches it); exact, unlike the byte
+        `distance`, which only bounds it when every byte is a token. Computed on first use
+        (`corral.kernels.distance`, about two all-states trie walks), then cached."""
+        from corral.kernels.distance import token_distance
+
+        distance = token_distance(self._trans, self._accept, self._trie)
+        distance.setflags(write=False)
+        return distance
+
+    def mask_within_tokens(self, state: int, max_tokens: int) -> np.ndarray:
+        """Like `mask_within`, counted in tokens: the tokens allowed in `state` after which an
+        answer can be completed in at most `max_tokens` more tokens (`token_distance`), and EOS
+        when `state` accepts. Never all-false when `token_distance[state] <= max_tokens + 1`,
+        so an engine that keeps that invariant always ends with a complete answer."""
+        t = self._trie
+        return mask_within_distance(
+            self._trans, self._loops, self._accept, self.token_distance, self._trie_arrays,
+            self._eos, self._n_words, t.max_depth, state, int(max_tokens),
+        )  # fmt: skip
+
     def allowed(self, state: int) -> np.ndarray:
         """The allowed token ids of `state`, ascending: int64 `[n_allowed]`."""
         return unpack_ids(self.mask(state))

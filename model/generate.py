@@ -11,11 +11,11 @@ settings, an optional `Constraint` and an optional trigger string.
 
 Decisions:
 - Budget-aware ending (on by default, `GenerationRequest.budget_aware`): a constrained answer is
-  never cut mid-JSON by `max_tokens`. The engine keeps the invariant "the fewest bytes from the
-  constraint's state to a complete answer <= tokens left" (a byte-level vocabulary has a token per
-  byte, so the byte distance bounds the token distance): while tokens are plenty it uses the plain
-  mask, and when they are not it allows only tokens after which acceptance stays within reach
-  (`TokenIndex.mask_within`). An answer that is complete when the budget runs out ends with
+  never cut mid-JSON by `max_tokens`. The engine keeps the invariant "the fewest tokens from the
+  constraint's state to a complete answer (`TokenIndex.token_distance`, a BFS over the token
+  graph) <= tokens left": while tokens are plenty it uses the plain mask, and when they are not
+  it allows only tokens after which a complete answer still fits
+  (`TokenIndex.mask_within_tokens`). An answer that is complete when the budget runs out ends with
   finish_reason `stop`. A budget too small for any answer is refused up front
   (`BudgetTooSmallError`). Turned off, the answer is cut at `max_tokens` (finish_reason `length`).
 - Lazy trigger (tool_choice `auto`, llama.cpp's grammar triggers): the output is free until its
@@ -122,8 +122,8 @@ class _Sequence:
         if request.trigger is None and self.waiting is not None:
             self.constraint, self.waiting = self.waiting, None
         c = request.constraint
-        # the farthest any state is from acceptance: below it, every token keeps within budget
-        self.max_distance = int(c.index.distance.max()) if c is not None else 0
+        # the most tokens any state needs to finish: with more left, every token keeps in budget
+        self.max_distance = int(c.index.token_distance.max()) if c is not None else 0
         self.prompt = np.asarray(request.prompt_ids, dtype=np.int64)
         self.ids: list[int] = []
         self.logprobs: list[float] = []
@@ -156,10 +156,10 @@ class _Sequence:
         mask = None
         if constraint is not None:
             mask = constraint.mask()
+            index = constraint.index
             if self.request.budget_aware and self.max_distance > left - 1:
-                within = constraint.mask(max_distance=left - 1)
-                if within.any():
-                    mask = within
+                # only tokens after which a complete answer still fits in the tokens left
+                mask = index.mask_within_tokens(constraint.state, left - 1)
         params = self.request.params
         token, logprob = sample(self.logits, params, self.rng, mask, self.prompt, self.ids)
         if constraint is not None:
@@ -264,10 +264,11 @@ def check_budget(request: GenerationRequest) -> None:
     c = request.constraint
     if c is None or request.trigger is not None or not request.budget_aware:
         return
-    if c.distance > request.max_tokens:
+    needed = int(c.index.token_distance[c.state])
+    if needed > request.max_tokens or needed < 0:
         raise BudgetTooSmallError(
             f"max_tokens={request.max_tokens} is too small: the shortest answer the grammar "
-            f"allows takes {c.distance} tokens"
+            f"allows takes {needed} tokens"
         )
 
 

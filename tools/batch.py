@@ -27,6 +27,7 @@ from corral.model.generate import (
     GenerationRequest,
     GenerationResult,
     GenerationStats,
+    check_budget,
     iter_generate,
 )
 from corral.tools.errors import ToolError, invalid
@@ -75,7 +76,7 @@ class Engine:
         constraint, trigger = None, None
         found = grammar(request)
         if found is not None:
-            constraint = Constraint(self.index(found.pattern, found.dfa()))
+            constraint = Constraint(self.index(found.key, found.dfa()))
             trigger = found.trigger
         params = SamplingParams(
             temperature=request.temperature,
@@ -92,12 +93,10 @@ class Engine:
                     prompt, max_tokens, params, seed, request.stop, constraint, trigger
                 )
             )
-        if constraint is not None and trigger is None and constraint.distance > max_tokens:
-            raise invalid(
-                "max_tokens",
-                f"max_tokens={max_tokens} is too small: the shortest answer the grammar allows "
-                f"takes {constraint.distance} tokens",
-            )
+        try:
+            check_budget(out[0])
+        except BudgetTooSmallError as error:
+            raise invalid("max_tokens", str(error)) from None
         return out
 
     def completion(self, line: _Line) -> dict:
@@ -252,7 +251,7 @@ def run_batch(
     stats = GenerationStats()
     bar = tqdm(total=len(runnable), unit="req", disable=not progress)
     try:
-        requests = [line.choices[i] for line, i in flat]
+        requests = [line_.choices[i] for line_, i in flat]
         for k, result in iter_generate(engine.model, requests, batch_size, stats):
             line, i = flat[k]
             line.results[i] = result
@@ -273,8 +272,6 @@ def run_batch(
                 tok_s=f"{summary.completion_tokens / elapsed:.1f}", invalid=summary.invalid
             )
             bar.update(1)
-    except BudgetTooSmallError as error:  # engine.requests checks this first; kept as a guard
-        raise invalid("max_tokens", str(error)) from None
     finally:
         bar.close()
     summary.seconds = time.perf_counter() - started

@@ -1,0 +1,169 @@
+"""BFCL questions as an OpenAI Batch API file, and the scoring of `corral generate`'s output.
+
+    python examples/bfcl.py make  -o bfcl_requests.jsonl [--per-file 20]
+    corral generate bfcl_requests.jsonl -o bfcl_output.jsonl
+    python examples/bfcl.py score bfcl_requests.jsonl bfcl_output.jsonl
+
+What the adapter maps, as BFCL's own OpenAI-format runs do: parameter types `dict` -> `object`,
+`float` -> `number`, `tuple` -> `array`, `any` -> `string` and BFCL's `optional` flag dropped
+(`corral.tools.bfcl_to_json_schema`); dots in function names (`spotify.play`) become `_`, since
+OpenAI function names allow only letters, digits, `_` and `-`. Every request uses
+`tool_choice: "required"` with parallel calls allowed, greedy decoding.
+
+The score has two parts: the share of answers whose calls parse and validate against their tool's
+parameters with `jsonschema` (corral's guarantee; answers cut by max_tokens counted apart), and
+the share whose calls match BFCL's expected answer (a measure of the model, not of corral): same
+set of function names, and every argument among the allowed values (strings compared without case
+and surrounding spaces, numbers by value, "" in the allowed list meaning it may be omitted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import jsonschema
+from corral.tools import bfcl_tools
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "bfcl"
+FILES = ("simple_python", "multiple", "parallel", "parallel_multiple", "live_simple")
+
+
+def openai_name(name: str) -> str:
+    return name.replace(".", "_")
+
+
+def make(args: argparse.Namespace) -> None:
+    with open(args.output, "w", encoding="utf-8") as out:
+        for name in FILES:
+            lines = (DATA / f"BFCL_v4_{name}.jsonl").read_text(encoding="utf-8").splitlines()
+            for text in lines[: args.per_file]:
+                item = json.loads(text)
+                tools = bfcl_tools(item["function"])
+                for tool in tools:
+                    tool["function"]["name"] = openai_name(tool["function"]["name"])
+                body = {
+                    "messages": item["question"][0],
+                    "tools": tools,
+                    "tool_choice": "required",
+                    "temperature": 0,
+                    "max_tokens": args.max_tokens,
+                }
+                line = {"custom_id": item["id"], "method": "POST", "url": "/v1/chat/completions"}
+                out.write(json.dumps({**line, "body": body}, ensure_ascii=False) + "\n")
+
+
+def expected_answers() -> dict[str, list[dict]]:
+    answers = {}
+    for name in FILES:
+        path = DATA / "possible_answer" / f"BFCL_v4_{name}.jsonl"
+        for text in path.read_text(encoding="utf-8").splitlines():
+            item = json.loads(text)
+            answers[item["id"]] = item["ground_truth"]
+    return answers
+
+
+def same_value(value, allowed) -> bool:
+    if isinstance(value, str) and isinstance(allowed, str):
+        return value.strip().lower() == allowed.strip().lower()
+    if isinstance(value, bool) or isinstance(allowed, bool):
+        return value is allowed
+    if isinstance(value, int | float) and isinstance(allowed, int | float):
+        return float(value) == float(allowed)
+    if isinstance(value, list) and isinstance(allowed, list):
+        return len(value) == len(allowed) and all(map(same_value, value, allowed))
+    if isinstance(value, dict) and isinstance(allowed, dict):
+        return value.keys() == allowed.keys() and all(
+            same_value(value[k], allowed[k]) for k in value
+        )
+    return value == allowed
+
+
+def call_matches(name: str, arguments: dict, expected: dict) -> bool:
+    ((want, params),) = expected.items()
+    if openai_name(want) != name:
+        return False
+    for param, allowed in params.items():
+        if param not in arguments:
+            if "" not in allowed:
+                return False
+        elif not any(same_value(arguments[param], a) for a in allowed if a != ""):
+            return False
+    return set(arguments) <= set(params)
+
+
+def calls_match(calls: list[tuple[str, dict]], expected: list[dict]) -> bool:
+    """Every expected call matched by a distinct produced call, and nothing extra."""
+    if len(calls) != len(expected):
+        return False
+    left = list(calls)
+    for want in expected:
+        for i, (name, arguments) in enumerate(left):
+            if call_matches(name, arguments, want):
+                del left[i]
+                break
+        else:
+            return False
+    return True
+
+
+def score(args: argparse.Namespace) -> None:
+    tools = {}
+    for text in Path(args.requests).read_text(encoding="utf-8").splitlines():
+        line = json.loads(text)
+        tools[line["custom_id"]] = {
+            t["function"]["name"]: t["function"]["parameters"] for t in line["body"]["tools"]
+        }
+    answers = expected_answers()
+    total = valid = cut = matched = errors = 0
+    for text in Path(args.output).read_text(encoding="utf-8").splitlines():
+        line = json.loads(text)
+        total += 1
+        response = line["response"]
+        if response is None or response["status_code"] != 200:
+            errors += 1
+            print("error", line["custom_id"], json.dumps(response or line["error"])[:200])
+            continue
+        choice = response["body"]["choices"][0]
+        if choice["finish_reason"] == "length":
+            cut += 1
+            continue
+        calls = []
+        try:
+            for call in choice["message"].get("tool_calls") or []:
+                name = call["function"]["name"]
+                arguments = json.loads(call["function"]["arguments"])
+                jsonschema.validate(arguments, tools[line["custom_id"]][name])
+                calls.append((name, arguments))
+        except (json.JSONDecodeError, KeyError, jsonschema.ValidationError) as error:
+            print("invalid", line["custom_id"], str(error)[:200])
+            continue
+        if not calls:
+            print("no call", line["custom_id"])
+            continue
+        valid += 1
+        matched += calls_match(calls, answers[line["custom_id"]])
+    print(f"answers: {total}; errors (refused requests): {errors}; cut by max_tokens: {cut}")
+    print(f"parse and validate: {valid}/{total} = {100 * valid / max(total, 1):.1f}%")
+    print(f"match BFCL's expected calls: {matched}/{total} = {100 * matched / max(total, 1):.1f}%")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    m = commands.add_parser("make")
+    m.add_argument("-o", "--output", default="bfcl_requests.jsonl")
+    m.add_argument("--per-file", type=int, default=20)
+    m.add_argument("--max-tokens", type=int, default=384)
+    m.set_defaults(run=make)
+    s = commands.add_parser("score")
+    s.add_argument("requests")
+    s.add_argument("output")
+    s.set_defaults(run=score)
+    args = parser.parse_args()
+    args.run(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,220 @@
+"""The generation engine (corral.model.generate) on a stand-in model whose logits depend only on
+each sequence's own tokens, so batching, budgets, triggers and seeds can be checked fast and
+exactly; the real model runs in tests/tools/test_batch.py."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+import jsonschema
+import numpy as np
+import pytest
+from corral.automata import regex_to_dfa, schema_to_dfa
+from corral.kernels import Constraint, SamplingParams, TokenIndex, Vocabulary
+from corral.model.generate import (
+    BudgetTooSmallError,
+    GenerationRequest,
+    check_budget,
+    generate,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+# A byte-level vocabulary: every single byte, some multi-byte pieces, a special and EOS.
+PIECES = [bytes([b]) for b in range(256)] + [
+    b'{"', b'":', b'",', b'"}', b"city", b"Paris", b"true", b"false", b"null", b"12", b"<tool",
+    b"_call>", b'>{"', b"</tool_call>", b"name", b"arguments", b"  ", b"\xc3\xa9t\xc3\xa9",
+]  # fmt: skip
+EOS = len(PIECES)
+TOKENS = [*PIECES, None, None]  # EOS, then a special token
+VOCABULARY = Vocabulary(tuple(TOKENS), (EOS,))
+
+
+class FakeCache:
+    def __init__(self, n_slots: int, max_len: int):
+        self.n_slots, self.max_len = n_slots, max_len
+        self.history: list[list[int]] = [[] for _ in range(n_slots)]
+
+    def reset(self, slot: int) -> None:
+        self.history[slot] = []
+
+
+class FakeModel:
+    """Logits are a pure function of the sequence so far (prompt and generated tokens)."""
+
+    eos_ids = (EOS,)
+
+    def __init__(self, bias: dict[int, float] | None = None):
+        self.bias = bias or {}
+        self.decode_batches: list[int] = []
+
+    def vocabulary(self):
+        return list(TOKENS)
+
+    def new_cache(self, n_slots, max_len):
+        return FakeCache(n_slots, max_len)
+
+    def _logits(self, history) -> np.ndarray:
+        digest = hashlib.sha256(np.asarray(history, np.int64).tobytes()).digest()
+        rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
+        logits = rng.normal(0, 3, len(TOKENS)).astype(np.float32)
+        for token, value in self.bias.items():
+            logits[token] += value
+        return logits
+
+    def prefill(self, cache, slot, ids):
+        cache.history[slot] = list(ids)
+        return self._logits(cache.history[slot])
+
+    def decode(self, cache, slots, tokens):
+        assert list(slots) == sorted(slots) and len(set(slots)) == len(slots)
+        self.decode_batches.append(len(slots))
+        rows = []
+        for slot, token in zip(slots, tokens, strict=True):
+            cache.history[slot].append(int(token))
+            assert len(cache.history[slot]) <= cache.max_len
+            rows.append(self._logits(cache.history[slot]))
+        return np.stack(rows)
+
+
+CITY = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+    "required": ["city"],
+}
+
+
+def index_of(schema=None, pattern=None) -> TokenIndex:
+    dfa = schema_to_dfa(schema) if schema is not None else regex_to_dfa(pattern)
+    return TokenIndex(dfa, VOCABULARY)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), max_tokens=st.integers(1, 60))
+def test_constrained_answers_are_valid_whatever_the_budget(seed, max_tokens):
+    """Budget-aware ending: every answer that fits is complete, valid and ends with stop."""
+    constraint = Constraint(index_of(CITY))
+    request = GenerationRequest([1, 2, 3], max_tokens, SamplingParams(), seed, (), constraint)
+    if constraint.index.token_distance[0] > max_tokens:
+        with pytest.raises(BudgetTooSmallError):
+            generate(FakeModel(), [request])
+        return
+    (result,) = generate(FakeModel(), [request])
+    assert result.finish_reason == "stop"
+    assert result.completion_tokens <= max_tokens
+    jsonschema.validate(json.loads(result.text), CITY)
+
+
+def test_without_budget_awareness_the_answer_is_cut():
+    constraint = Constraint(index_of(pattern="a[0-9]{30}"))
+    params = SamplingParams(temperature=0)
+    cut = GenerationRequest([5], 5, params, 0, (), constraint, budget_aware=False)
+    (result,) = generate(FakeModel(), [cut])
+    assert result.finish_reason == "length"
+    assert len(result.token_ids) == 5
+    with pytest.raises(BudgetTooSmallError):
+        check_budget(GenerationRequest([5], 5, params, 0, (), constraint))
+
+
+def test_same_request_same_output_alone_or_in_any_batch():
+    index = index_of(CITY)
+    requests = [
+        GenerationRequest(
+            [7, i], 40, SamplingParams(temperature=1.0), seed=i, constraint=Constraint(index)
+        )
+        for i in range(6)
+    ] + [
+        GenerationRequest([9, i], 12, SamplingParams(temperature=0.8), seed=100 + i)
+        for i in range(4)
+    ]
+    alone = [generate(FakeModel(), [r])[0] for r in requests]
+    for batch_size in (1, 3, 16):
+        model = FakeModel()
+        together = generate(model, requests, batch_size=batch_size)
+        assert together == alone
+        assert max(model.decode_batches) <= batch_size
+
+
+def test_continuous_batching_refills_free_slots():
+    """With 2 slots and 5 requests of different lengths, slots are reused as sequences end."""
+    lengths = [1, 9, 2, 3, 4]
+    requests = [GenerationRequest([i], n, SamplingParams(), i) for i, n in enumerate(lengths)]
+    model = FakeModel(bias={EOS: -100.0})
+    results = generate(model, requests, batch_size=2)
+    assert [r.completion_tokens for r in results] == lengths
+    assert all(r.finish_reason == "length" for r in results)
+    assert max(model.decode_batches) == 2
+
+
+def test_eos_ends_free_text_and_is_not_in_the_text():
+    model = FakeModel(bias={EOS: 100.0})
+    (result,) = generate(model, [GenerationRequest([1], 10, SamplingParams(), 0)])
+    assert result.finish_reason == "stop"
+    assert result.token_ids == () and result.text == ""
+    assert result.completion_tokens == 1
+
+
+def test_stop_strings_cut_free_text():
+    # "Paris" is made very likely, so the stop string appears early
+    model = FakeModel(bias={PIECES.index(b"Paris"): 50.0})
+    request = GenerationRequest([1], 20, SamplingParams(), 0, stop=("ri",))
+    (result,) = generate(model, [request])
+    assert result.finish_reason == "stop"
+    assert result.text == "Pa"
+
+
+class ScriptedModel(FakeModel):
+    """Writes `script` (token ids) first, whatever the constraint, then random logits."""
+
+    def __init__(self, prompt_len: int, script: list[int]):
+        super().__init__()
+        self.prompt_len, self.script = prompt_len, script
+
+    def _logits(self, history):
+        step = len(history) - self.prompt_len
+        if step < len(self.script):
+            logits = np.zeros(len(TOKENS), np.float32)
+            logits[self.script[step]] = 100.0
+            return logits
+        return super()._logits(history)
+
+
+def tokens(*pieces: bytes) -> list[int]:
+    return [PIECES.index(p) for p in pieces]
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        (b"Hi", b" ", b"<tool", b"_call>"),  # the trigger ends on a token boundary
+        (b"<tool", b"_", b"c", b"a", b"l", b"l", b'>{"'),  # a token runs past the trigger
+    ],
+)
+def test_trigger_starts_the_constraint(script):
+    pattern = r'\{"city":"[a-z]+"\}</tool_call>'
+    script = [b"H", b"i"] + list(script[2:]) if script[0] == b"Hi" else list(script)
+    model = ScriptedModel(1, tokens(*script))
+    request = GenerationRequest(
+        [3], 60, SamplingParams(), 0, (), Constraint(index_of(pattern=pattern)), "<tool_call>"
+    )
+    (result,) = generate(model, [request])
+    before, opener, after = result.text.partition("<tool_call>")
+    assert opener and "<tool_call>" not in before
+    assert re.fullmatch(pattern, after), result.text
+    assert result.finish_reason == "stop"
+
+
+def test_trigger_respells_a_token_that_runs_into_refused_bytes():
+    """`>{"` completes `<tool_call` into the trigger but the grammar wants `[`: the token is
+    replaced by `>` and the constraint starts cleanly after the trigger."""
+    script = tokens(b"<tool", b"_", b"c", b"a", b"l", b"l", b'>{"')
+    model = ScriptedModel(1, script)
+    request = GenerationRequest(
+        [3], 30, SamplingParams(), 0, (), Constraint(index_of(pattern=r"\[1\]")), "<tool_call>"
+    )
+    (result,) = generate(model, [request])
+    assert result.text == "<tool_call>[1]"
+    assert result.token_ids[6] == PIECES.index(b">")
+    assert result.finish_reason == "stop"
