@@ -99,10 +99,13 @@ class GenerationResult:
 
 @dataclass
 class GenerationStats:
-    """Running totals, updated as `iter_generate` goes (for progress bars and benches)."""
+    """Running totals, updated as `iter_generate` goes (for progress bars and benches):
+    decode steps, tokens, and seconds in prefill, in decode forward passes, and in masks and
+    sampling."""
 
     steps: int = 0
     completion_tokens: int = 0
+    prefill_seconds: float = 0.0
     forward_seconds: float = 0.0
     mask_and_sample_seconds: float = 0.0
     started: float = field(default_factory=time.perf_counter)
@@ -309,7 +312,7 @@ def iter_generate(
             cache.reset(seq.slot)
             started = time.perf_counter()
             seq.logits = model.prefill(cache, seq.slot, seq.prompt)
-            stats.forward_seconds += time.perf_counter() - started
+            stats.prefill_seconds += time.perf_counter() - started
             live.append(seq)
         started = time.perf_counter()
         tokens, still = [], []
