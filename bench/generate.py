@@ -109,11 +109,12 @@ def main() -> None:
         f_rate, j_rate = f_tokens / f_wall, j_tokens / j_wall
         f_decode = f_tokens / (f_stats.forward_seconds + f_stats.mask_and_sample_seconds)
         j_decode = j_tokens / (j_stats.forward_seconds + j_stats.mask_and_sample_seconds)
-        per_step = j_stats.mask_and_sample_seconds / max(j_stats.steps, 1)
-        share = j_stats.mask_and_sample_seconds / j_wall
+        per_step = 1e3 * j_stats.mask_and_sample_seconds / max(j_stats.steps, 1)
+        share = 100 * j_stats.mask_and_sample_seconds / j_wall
+        overhead = 100 * (f_rate / j_rate - 1)
         print(
             f"{batch:>5} | {f_rate:>10.1f} {f_decode:>7.1f} | {j_rate:>10.1f} {j_decode:>7.1f} | "
-            f"{100 * (f_rate / j_rate - 1):>7.1f}% | {1e3 * per_step:>13.2f} ms {100 * share:>5.1f}%"
+            f"{overhead:>7.1f}% | {per_step:>13.2f} ms {share:>5.1f}%"
         )
     print("overhead: how much slower per token the json_schema run is than free text, in percent;")
     print("mask+sample/step: time in masks and sampling for the whole batch, per decode step.")
