@@ -1080,6 +1080,8 @@ class _Compiler:
         while stack:
             where, node = stack.pop()
             if isinstance(node, dict):
+                if where and self.has_own_id(node):
+                    continue  # another resource: its anchors are not this document's
                 if (
                     node.get("$anchor") == name
                     or node.get("$id") == "#" + name
@@ -1171,6 +1173,12 @@ class _Compiler:
         return merged
 
     def merge_two(self, a: dict, b: dict, pointer: str) -> dict:
+        array_keys = ("items", "prefixItems", "additionalItems")
+        for x, y in ((a, b), (b, a)):
+            tuple_form = "prefixItems" in x or isinstance(x.get("items"), list)
+            if tuple_form and any(k in y for k in array_keys):
+                if any(x.get(k) != y.get(k) for k in array_keys):
+                    raise _unsupported(pointer, "allOf", "tuple items in several parts")
         out = dict(a)
         for key, value in b.items():
             if not _is_constraint(key):
