@@ -77,6 +77,23 @@ def utf8_sequences(lo: int, hi: int) -> list[list[tuple[int, int]]]:
     return out
 
 
+# CONTINUATIONS[k]: k bytes of 0x80..0xBF, the free tail of many sequences. The same node objects
+# are used for every sequence, so the NFA builder (which memoizes on node identity and
+# continuation) makes each tail once per continuation: `.` costs 9 branch heads, not 9 chains.
+_CONTINUATION = ByteSet(_range_mask(0x80, 0xBF))
+CONTINUATIONS = [Concat(()), _CONTINUATION, Concat((_CONTINUATION,) * 2)]
+CONTINUATIONS.append(Concat((_CONTINUATION, CONTINUATIONS[2])))
+
+
+def _sequence_tree(seq: list[tuple[int, int]]) -> Node:
+    """The byte-set sequence, its trailing run of full continuation bytes as a shared tail."""
+    free = 0
+    while free < len(seq) - 1 and seq[len(seq) - 1 - free] == (0x80, 0xBF):
+        free += 1
+    head = tuple(ByteSet(_range_mask(a, b)) for a, b in seq[: len(seq) - free])
+    return Concat(head + (CONTINUATIONS[free],)) if free else Concat(head)
+
+
 def ranges_to_tree(ranges: list[tuple[int, int]]) -> Node:
     """The tree matching one scalar value in the union of `ranges` (inclusive code point pairs,
     surrogates ignored): a `ByteSet` when all are ASCII, else an `Alt` of byte-set sequences
@@ -90,8 +107,7 @@ def ranges_to_tree(ranges: list[tuple[int, int]]) -> Node:
             lo = 0x80
         if lo > hi:
             continue
-        for seq in utf8_sequences(lo, hi):
-            branches.append(Concat(tuple(ByteSet(_range_mask(a, b)) for a, b in seq)))
+        branches.extend(_sequence_tree(seq) for seq in utf8_sequences(lo, hi))
     if not branches:
         return ByteSet(ascii_mask) if ascii_mask else Alt(())
     if ascii_mask:
