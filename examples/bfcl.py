@@ -8,7 +8,9 @@ What the adapter maps, as BFCL's own OpenAI-format runs do: parameter types `dic
 `float` -> `number`, `tuple` -> `array`, `any` -> `string` and BFCL's `optional` flag dropped
 (`corral.tools.bfcl_to_json_schema`); dots in function names (`spotify.play`) become `_`, since
 OpenAI function names allow only letters, digits, `_` and `-`. Every request uses
-`tool_choice: "required"` with parallel calls allowed, greedy decoding.
+`tool_choice: "required"` and greedy decoding; `parallel_tool_calls` is true only in the
+categories whose expected answers hold several calls (`parallel`, `parallel_multiple`), since
+SmolLM2 otherwise tends to repeat its one call.
 
 The score has two parts: the share of answers whose calls parse and validate against their tool's
 parameters with `jsonschema` (corral's guarantee; answers cut by max_tokens counted apart), and
@@ -47,6 +49,7 @@ def make(args: argparse.Namespace) -> None:
                     "messages": item["question"][0],
                     "tools": tools,
                     "tool_choice": "required",
+                    "parallel_tool_calls": name.startswith("parallel"),
                     "temperature": 0,
                     "max_tokens": args.max_tokens,
                 }
