@@ -54,9 +54,9 @@ class NoEos:
     def __getattr__(self, name):
         return getattr(self.model, name)
 
-    def prefill(self, cache, slot, ids):
-        logits = self.model.prefill(cache, slot, ids)
-        logits[list(self.eos_ids)] = -np.inf
+    def prefill_batch(self, cache, slots, sequences):
+        logits = self.model.prefill_batch(cache, slots, sequences)
+        logits[:, list(self.eos_ids)] = -np.inf
         return logits
 
     def decode(self, cache, slots, tokens):

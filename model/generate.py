@@ -284,7 +284,7 @@ def iter_generate(
     """Run `requests` with continuous batching; yield `(request index, result)` as each ends.
 
     Args:
-        model: a `corral.model.Model` (`new_cache`, `prefill`, `decode`, `vocabulary`,
+        model: a `corral.model.Model` (`new_cache`, `prefill_batch`, `decode`, `vocabulary`,
             `eos_ids`).
         requests: the requests; each is checked with `check_budget` before anything runs.
         batch_size: how many sequences decode together (the KV cache's slots).
@@ -307,13 +307,20 @@ def iter_generate(
     free = list(range(cache.n_slots - 1, -1, -1))
     live: list[_Sequence] = []
     while waiting or live:
+        admitted = []
         while waiting and free:
-            seq = _Sequence(waiting[0], requests[waiting.popleft()], free.pop(), vocabulary)
-            cache.reset(seq.slot)
+            index = waiting.popleft()
+            admitted.append(_Sequence(index, requests[index], free.pop(), vocabulary))
+        if admitted:  # the new prompts share prefill passes (`Model.prefill_batch`)
             started = time.perf_counter()
-            seq.logits = model.prefill(cache, seq.slot, seq.prompt)
+            for seq in admitted:
+                cache.reset(seq.slot)
+            slots = [seq.slot for seq in admitted]
+            logits = model.prefill_batch(cache, slots, [seq.prompt for seq in admitted])
+            for row, seq in zip(logits, admitted, strict=True):
+                seq.logits = row
             stats.prefill_seconds += time.perf_counter() - started
-            live.append(seq)
+            live.extend(admitted)
         started = time.perf_counter()
         tokens, still = [], []
         for seq in live:

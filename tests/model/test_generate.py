@@ -64,9 +64,12 @@ class FakeModel:
             logits[token] += value
         return logits
 
-    def prefill(self, cache, slot, ids):
-        cache.history[slot] = list(ids)
-        return self._logits(cache.history[slot])
+    def prefill_batch(self, cache, slots, sequences):
+        rows = []
+        for slot, ids in zip(slots, sequences, strict=True):
+            cache.history[slot] = list(ids)
+            rows.append(self._logits(cache.history[slot]))
+        return np.stack(rows)
 
     def decode(self, cache, slots, tokens):
         assert list(slots) == sorted(slots) and len(set(slots)) == len(slots)
