@@ -40,7 +40,9 @@ def test_dfa_agrees_with_python_fullmatch(pattern, data):
         return
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed"))
     for _ in range(3):
-        member = dfa.sample(rng).decode("utf-8")  # only well-formed UTF-8 is ever accepted
+        member = dfa.sample(rng, stop_probability=0.5).decode("utf-8")  # well-formed UTF-8
+        if len(member) > 16:
+            continue  # Python's backtracking can take exponential time on long near-misses
         assert re.fullmatch(pattern, member, re.ASCII), (pattern, member)
         cut = data.draw(st.integers(0, len(member)), label="cut")
         agree(pattern, dfa, member[:cut] + member[cut + 1 :])
