@@ -22,7 +22,9 @@ def agree(pattern: str, dfa, text: str) -> None:
     assert (dfa is not None and dfa.matches(text.encode("utf-8"))) == expected, (pattern, text)
 
 
-@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=2000, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(pattern=patterns, data=st.data())
 def test_dfa_agrees_with_python_fullmatch(pattern, data):
     re.compile(pattern, re.ASCII)  # the strategy writes only patterns Python accepts
@@ -49,7 +51,9 @@ def test_dfa_agrees_with_python_fullmatch(pattern, data):
         agree(pattern, dfa, member[:cut] + data.draw(texts) + member[cut:])
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(pattern=patterns)
 def test_dfa_is_minimal_and_canonically_numbered(pattern):
     try:
