@@ -120,6 +120,7 @@ def score(args: argparse.Namespace) -> None:
         }
     answers = expected_answers()
     total = valid = cut = matched = errors = 0
+    by_category: dict[str, list[int]] = {}
     for text in Path(args.output).read_text(encoding="utf-8").splitlines():
         line = json.loads(text)
         total += 1
@@ -146,10 +147,16 @@ def score(args: argparse.Namespace) -> None:
             print("no call", line["custom_id"])
             continue
         valid += 1
-        matched += calls_match(calls, answers[line["custom_id"]])
+        hit = calls_match(calls, answers[line["custom_id"]])
+        matched += hit
+        tally = by_category.setdefault(line["custom_id"].rsplit("_", 1)[0], [0, 0])
+        tally[0] += hit
+        tally[1] += 1
     print(f"answers: {total}; errors (refused requests): {errors}; cut by max_tokens: {cut}")
     print(f"parse and validate: {valid}/{total} = {100 * valid / max(total, 1):.1f}%")
     print(f"match BFCL's expected calls: {matched}/{total} = {100 * matched / max(total, 1):.1f}%")
+    for category, (hits, n) in sorted(by_category.items()):
+        print(f"  {category}: {hits}/{n}")
 
 
 def main() -> None:
