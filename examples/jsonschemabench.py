@@ -4,9 +4,10 @@
     corral generate jsb_requests.jsonl -o jsb_output.jsonl
     python examples/jsonschemabench.py score jsb_requests.jsonl jsb_output.jsonl
 
-`make` takes schemas that corral's subset compiles, round-robin over the benchmark's subsets in
-file order, and asks for one JSON document each with `response_format: json_schema` (the schema
-is also shown in the prompt, cut to 1,500 characters). `score` reports the share of answers that
+`make` takes schemas that corral's subset compiles (within 5 s each), round-robin over the
+benchmark's subsets in file order, and asks for one JSON document each with
+`response_format: json_schema` (the schema is also shown in the prompt, cut to 1,500
+characters). `score` reports the share of answers that
 parse and validate with `jsonschema` (answers cut by max_tokens and refused requests apart).
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 from itertools import zip_longest
 from pathlib import Path
 
@@ -27,17 +29,30 @@ SUBSETS = (
 )  # fmt: skip
 
 
-def compiled(subset: str, limit: int):
-    """Up to `limit` (id, schema) pairs of a subset that the subset of corral compiles."""
+class _TooSlow(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _TooSlow
+
+
+def compiled(subset: str, limit: int, seconds: float = 5.0):
+    """Up to `limit` (id, schema) pairs of a subset that corral compiles within `seconds` each
+    (a schema that takes longer is passed over, as one that is refused)."""
+    signal.signal(signal.SIGALRM, _alarm)
     found = 0
     for text in (DATA / f"{subset}.jsonl").read_text(encoding="utf-8").splitlines():
         if found >= limit:
             return
         item = json.loads(text)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
         try:
             schema_to_dfa(item["schema"])
-        except (ConstrainError, RecursionError):
+        except (ConstrainError, RecursionError, _TooSlow):
             continue
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
         found += 1
         yield f"{subset}/{item['id']}", item["schema"]
 
