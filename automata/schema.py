@@ -38,8 +38,9 @@ Supported keywords (anything else that is a JSON Schema keyword of any draft is 
     or a required member has disjoint `const`/`enum` values (a discriminator), or the branches'
     `enum`/`const` sets are disjoint. Otherwise `oneOf` is refused.
   - Strings: `minLength`/`maxLength` (characters; an escape counts as one; `\\u` escapes are
-    left out of length-bounded strings, which keeps the DFA small and Python's count exact; `maxLength` above
-    `SchemaLimits.max_string_length` is lowered to it, a larger `minLength` is refused);
+    left out of length-bounded strings, which keeps the DFA small and Python's count exact;
+    `maxLength` above `SchemaLimits.max_string_length` is lowered to it, a larger `minLength`
+    is refused);
     `pattern` (a search, as JSON Schema says: unanchored ends get any characters; the pattern is
     read by `corral.automata.parse` and made sound inside a JSON string by removing `"`, `\\` and
     U+0000..U+001F from every byte set, so the JSON text of the string is its value; a pattern
@@ -57,9 +58,10 @@ Supported keywords (anything else that is a JSON Schema keyword of any draft is 
     exponent (see `schema_formats.number_range` for the float-rounding margin at exclusive
     bounds); other bounds are refused.
   - `prefixItems` and array-form `items` (tuples, with `additionalItems` / `items` for the rest),
-    `uniqueItems` when `maxItems` <= 1 or false, `minProperties`/`maxProperties` when the
-    required and listed members already satisfy them, `patternProperties` (a listed member whose
-    name the pattern matches must also satisfy its schema), `dependentRequired` and array-form
+    `uniqueItems` when `maxItems` <= 1 or false, `minProperties` (the first optional members
+    become required) and `maxProperties` (the last optional members are left out),
+    `patternProperties` (a listed member whose name the pattern matches must also satisfy its
+    schema), `dependentRequired` and array-form
     `dependencies` (the dependencies of a listed member become required).
   - `maxItems` above `SchemaLimits.max_array_length` is lowered to it; a larger `minItems` is
     refused.
@@ -1176,9 +1178,12 @@ class _Compiler:
         array_keys = ("items", "prefixItems", "additionalItems")
         for x, y in ((a, b), (b, a)):
             tuple_form = "prefixItems" in x or isinstance(x.get("items"), list)
-            if tuple_form and any(k in y for k in array_keys):
-                if any(x.get(k) != y.get(k) for k in array_keys):
-                    raise _unsupported(pointer, "allOf", "tuple items in several parts")
+            if (
+                tuple_form
+                and any(k in y for k in array_keys)
+                and any(x.get(k) != y.get(k) for k in array_keys)
+            ):
+                raise _unsupported(pointer, "allOf", "tuple items in several parts")
         out = dict(a)
         for key, value in b.items():
             if not _is_constraint(key):
@@ -1742,16 +1747,40 @@ class _Compiler:
                     return NOTHING
                 continue
             members.append((_seq(_Lit(dumps(name) + ":"), value), name in required))
-        n_required = sum(1 for _, r in members if r)
-        for key, ok in (
-            ("minProperties", lambda v: n_required >= v),
-            ("maxProperties", lambda v: len(members) <= v),
-        ):
-            if key in schema and not ok(self.count(schema, key, pointer)):
-                raise _unsupported(pointer, key, "it would need members chosen by count")
+        members = self.count_members(schema, members, pointer)
         if "propertyNames" in schema:
             raise _unsupported(pointer, "propertyNames")
         return _Object(tuple(members))
+
+    def count_members(self, schema: dict, members: list, pointer: str) -> list:
+        """Apply minProperties / maxProperties as a sub-language: the first optional members
+        become required until there are minProperties, and the last optional members are left
+        out until there are at most maxProperties."""
+        low = self.count(schema, "minProperties", pointer)
+        high = self.count(schema, "maxProperties", pointer)
+        n_required = sum(1 for _, r in members if r)
+        if low is not None and low > n_required:
+            if low > len(members):
+                raise _unsupported(pointer, "minProperties", "more than the listed members")
+            promote = low - n_required
+            out = []
+            for member, required in members:
+                if not required and promote:
+                    required, promote = True, promote - 1
+                out.append((member, required))
+            members, n_required = out, low
+        if high is not None and high < len(members):
+            if high < n_required:
+                raise _unsupported(pointer, "maxProperties", "fewer than the required members")
+            drop = len(members) - high
+            out = []
+            for member, required in reversed(members):
+                if not required and drop:
+                    drop -= 1
+                    continue
+                out.append((member, required))
+            members = out[::-1]
+        return members
 
     def dependencies(self, schema: dict, properties: dict, required: set, pointer: str) -> set:
         """Names that become required: the dependencies of listed members (a sub-language)."""

@@ -1,0 +1,388 @@
+"""The schema compiler against third-party data (issue 3, tests 2 and 3): the official
+JSON-Schema-Test-Suite (draft 2020-12) and the schemas of JSONSchemaBench and BFCL.
+
+Soundness: every string sampled from a compiled schema's DFA parses and validates with
+`jsonschema` (the validator class its `$schema` names, default 2020-12, formats checked). The
+whole data set is `slow`; the default run takes a deterministic slice of every subset.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import signal
+import time
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pytest
+from corral.automata import ConstrainError, Dfa, Limits, SchemaError, dumps, schema_to_dfa
+from corral.automata import schema as schema_module
+from corral.automata import schema_formats as formats_module
+from corral.automata.schema import _TYPE_OF_KEYWORD as TYPE_OF_KEYWORD
+from jsonschema.validators import validator_for
+
+SUITE_FILES = [
+    "type", "enum", "const", "properties", "required", "items", "minItems", "maxItems", "anyOf",
+    "additionalProperties", "minLength", "maxLength", "pattern", "minimum", "maximum",
+    "exclusiveMinimum", "exclusiveMaximum", "oneOf", "allOf", "ref", "defs", "prefixItems",
+    "format",
+]  # fmt: skip
+FORMAT_FILES = ["date-time", "date", "time", "uuid", "email", "ipv4", "uri"]
+SAMPLES = 25
+# Per-schema caps for the data runs: a schema past them counts as refused, not as a failure.
+DATA_LIMITS = Limits(max_nfa_states=60_000, max_dfa_states=4_000)
+SECONDS_PER_SCHEMA = 4.0
+
+
+def validator(schema):
+    cls = validator_for(schema, default=jsonschema.Draft202012Validator)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON-Schema-Test-Suite
+
+
+def _property_orders(schema) -> list[list[str]]:
+    """Every `properties` key list in the schema."""
+    out = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("properties"), dict):
+                out.append(list(node["properties"]))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(schema)
+    return out
+
+
+def outside_by_design(schema, value) -> str | None:
+    """Why a valid instance lies outside corral's language by design (DESIGN.md section 3 and
+    schema.py's documented sub-languages), or None when it should be accepted."""
+    orders = _property_orders(schema)
+    reasons = []
+
+    def walk(node, depth):
+        if isinstance(node, float) and node.is_integer():
+            reasons.append("integral float (1.0 is not written as an integer)")
+        if isinstance(node, str) and any(ord(c) < 0x20 for c in node):
+            reasons.append("control character (written as \\u escape)")
+        if isinstance(node, dict):
+            keys = list(node)
+            fits = [o for o in orders if all(k in o for k in keys)]
+            if not fits:
+                reasons.append("member not listed in properties")
+            elif not any(
+                [o.index(k) for k in keys] == sorted(o.index(k) for k in keys) for o in fits
+            ):
+                reasons.append("members not in schema order")
+            for v in node.values():
+                walk(v, depth + 1)
+        if isinstance(node, list):
+            for v in node:
+                walk(v, depth + 1)
+
+    walk(value, 0)
+    if _has_key(schema, "format") and (not isinstance(value, str) or "type" not in schema):
+        reasons.append("format: strict regex (and a string), stricter than the validator")
+    if _has_key(schema, "enum") or _has_key(schema, "const"):
+        reasons.append("enum/const: a value is written only as the schema writes it")
+    for sub in _subschemas(schema):
+        if "type" in sub:
+            continue
+        implied = {TYPE_OF_KEYWORD[k] for k in sub if k in TYPE_OF_KEYWORD}
+        if implied and any(_kind(v) not in implied for v in _all_values(value)):
+            reasons.append("untyped schema: only the types its keywords imply")
+            break
+    if not reasons and isinstance(value, (list, dict)) and _depth(value) > 3:
+        reasons.append("any-value depth")
+    return reasons[0] if reasons else None
+
+
+def _in_order(keys: list[str], order: list[str]) -> bool:
+    positions = [order.index(k) for k in keys]
+    return positions == sorted(positions)
+
+
+def _kind(value) -> str:
+    if isinstance(value, bool) or value is None:
+        return "literal"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {str: "string", list: "array", dict: "object"}[type(value)]
+
+
+def _all_values(value):
+    yield value
+    children = (
+        value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    )
+    for child in children:
+        yield from _all_values(child)
+
+
+def _subschemas(schema):
+    if isinstance(schema, dict):
+        yield schema
+        for value in schema.values():
+            yield from _subschemas(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            yield from _subschemas(value)
+
+
+def _has_key(schema, key: str) -> bool:
+    return any(key in sub for sub in _subschemas(schema))
+
+
+def _depth(value) -> int:
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
+def _suite_groups(shared_data: Path):
+    root = shared_data / "json-schema-test-suite" / "draft2020-12"
+    for name in SUITE_FILES:
+        for group in json.loads((root / f"{name}.json").read_text(encoding="utf-8")):
+            yield name, group
+    for name in FORMAT_FILES:
+        path = root / "optional" / "format" / f"{name}.json"
+        for group in json.loads(path.read_text(encoding="utf-8")):
+            yield f"format/{name}", group
+
+
+def test_json_schema_test_suite(shared_data):
+    compiled = refused = accepted_valid = 0
+    wrongly_accepted = []
+    wrongly_refused = []
+    outside = collections.Counter()
+    refusals = collections.Counter()
+    for name, group in _suite_groups(shared_data):
+        schema = group["schema"]
+        try:
+            dfa = schema_to_dfa(schema)
+        except ConstrainError as error:
+            refused += 1
+            refusals[getattr(error, "keyword", None) or type(error).__name__] += 1
+            continue
+        compiled += 1
+        for test in group["tests"]:
+            try:
+                text = dumps(test["data"])
+            except ConstrainError:
+                continue
+            accepted = dfa.matches(text.encode("utf-8"))
+            if accepted and not test["valid"]:
+                wrongly_accepted.append((name, group["description"], test["description"], text))
+            elif test["valid"] and accepted:
+                accepted_valid += 1
+            elif test["valid"]:
+                reason = outside_by_design(schema, test["data"])
+                if reason is None:
+                    wrongly_refused.append((name, group["description"], test["description"], text))
+                else:
+                    outside[reason] += 1
+    print(f"\nsuite groups: compiled {compiled}, refused {refused} {dict(refusals)}")
+    print(f"valid instances accepted: {accepted_valid}; outside the language by design:")
+    for reason, count in outside.most_common():
+        print(f"  {count:4}  {reason}")
+    assert not wrongly_accepted, wrongly_accepted
+    assert not wrongly_refused, wrongly_refused
+    assert compiled >= 135 and accepted_valid >= 205
+    assert dict(outside) == {
+        "format: strict regex (and a string), stricter than the validator": 100,
+        "member not listed in properties": 33,
+        "untyped schema: only the types its keywords imply": 25,
+        "integral float (1.0 is not written as an integer)": 9,
+        "enum/const: a value is written only as the schema writes it": 1,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Soundness over JSONSchemaBench and BFCL
+
+BFCL_TYPES = {"dict": "object", "float": "number", "tuple": "array", "any": "string"}
+
+
+def bfcl_to_json_schema(node):
+    """Gorilla's type names to JSON Schema (GORILLA_TO_OPENAPI): dict->object, float->number,
+    tuple->array, any->string; the `optional` key is dropped (a non-keyword anyway)."""
+    if isinstance(node, dict):
+        out = {}
+        for key, value in node.items():
+            if key == "type" and isinstance(value, str):
+                out[key] = BFCL_TYPES.get(value, value)
+            elif key == "optional":
+                continue
+            else:
+                out[key] = bfcl_to_json_schema(value)
+        return out
+    if isinstance(node, list):
+        return [bfcl_to_json_schema(v) for v in node]
+    return node
+
+
+def data_schemas(shared_data: Path):
+    """(name, schema) for every JSONSchemaBench schema and every BFCL function's parameters."""
+    for path in sorted((shared_data / "jsonschemabench").glob("*.jsonl")):
+        for line in path.open(encoding="utf-8"):
+            record = json.loads(line)
+            yield f"{path.stem}/{record['id']}", record["schema"]
+    for path in sorted((shared_data / "bfcl").glob("BFCL_*.jsonl")):
+        for line in path.open(encoding="utf-8"):
+            record = json.loads(line)
+            for function in record["function"]:
+                schema = bfcl_to_json_schema(function["parameters"])
+                yield f"{path.stem}/{record['id']}/{function['name']}", schema
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _raise_timeout(signum, frame):
+    raise _Timeout()
+
+
+def sampler(dfa: Dfa):
+    """`Dfa.sample` with the distances to acceptance computed once (same walk)."""
+    dist = dfa.distance_to_accept()
+    rows = dfa.trans.tolist()
+
+    def sample(rng: np.random.Generator, stop_probability: float = 0.3) -> bytes:
+        state, out = 0, bytearray()
+        while True:
+            row = rows[state]
+            live = [b for b in range(256) if row[b] >= 0]
+            if dfa.accept[state] and (not live or rng.random() < stop_probability):
+                return bytes(out)
+            if len(out) > 64:
+                closer = [b for b in live if dist[row[b]] < dist[state]]
+                live = closer or live
+            b = live[int(rng.integers(len(live)))]
+            out.append(b)
+            state = row[b]
+
+    return sample
+
+
+class DfaCache:
+    """Compiled DFAs on disk (pytest's cache folder), keyed by the schema text and the source of
+    the schema compiler, so reruns skip compilation. A refusal is cached as its message."""
+
+    def __init__(self, folder: Path | None):
+        self.folder = folder
+        source = (
+            b"".join(Path(m.__file__).read_bytes() for m in (schema_module, formats_module))
+            + repr(DATA_LIMITS).encode()
+        )
+        self.version = hashlib.sha256(source).hexdigest()[:16]
+
+    def compile(self, schema) -> Dfa | str:
+        key = hashlib.sha256((self.version + json.dumps(schema)).encode()).hexdigest()
+        path = self.folder / f"{key}.npz" if self.folder else None
+        if path is not None and path.exists():
+            stored = np.load(path)
+            if "refused" in stored:
+                return str(stored["refused"])
+            return Dfa(stored["trans"], stored["accept"])
+        signal.setitimer(signal.ITIMER_REAL, SECONDS_PER_SCHEMA)
+        try:
+            out = schema_to_dfa(schema, DATA_LIMITS)
+        except (ConstrainError, _Timeout) as error:
+            out = f"{type(error).__name__}: {error}"
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        if path is not None:
+            if isinstance(out, str):
+                np.savez(path, refused=np.array(out))
+            else:
+                np.savez(path, trans=out.trans, accept=out.accept)
+        return out
+
+
+def check_sound(schemas, cache: DfaCache, samples: int = SAMPLES) -> tuple[int, int, list]:
+    """Compile each schema (capped), sample, validate. Returns (compiled, refused, failures)."""
+    compiled = refused = 0
+    failures = []
+    previous = signal.signal(signal.SIGALRM, _raise_timeout)
+    try:
+        for name, schema in schemas:
+            dfa = cache.compile(schema)
+            if isinstance(dfa, str):
+                refused += 1
+                continue
+            compiled += 1
+            check = validator(schema)
+            rng = np.random.default_rng(len(name))
+            sample = sampler(dfa)
+            for _ in range(samples):
+                text = sample(rng).decode("utf-8")
+                try:
+                    value = json.loads(text)
+                except ValueError as error:
+                    failures.append((name, text[:300], f"not JSON: {error}"))
+                    break
+                error = next(iter(check.iter_errors(value)), None)
+                if error is not None:
+                    failures.append((name, text[:300], error.message[:300]))
+                    break
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    return compiled, refused, failures
+
+
+@pytest.fixture(scope="module")
+def dfa_cache(request) -> DfaCache:
+    return DfaCache(request.config.cache.mkdir("corral-schema-dfas"))
+
+
+def test_data_slice_is_sound(shared_data, dfa_cache):
+    """A deterministic slice (every 60th schema) of all the data, in the default run."""
+    schemas = [s for i, s in enumerate(data_schemas(shared_data)) if i % 60 == 0]
+    start = time.perf_counter()
+    compiled, refused, failures = check_sound(schemas, dfa_cache)
+    print(f"\nslice: {compiled} compiled, {refused} refused, {time.perf_counter() - start:.0f}s")
+    assert not failures, failures
+    assert compiled >= 0.5 * len(schemas)
+
+
+@pytest.mark.slow
+def test_all_data_is_sound(shared_data, dfa_cache):
+    """Every schema of JSONSchemaBench's dev part and every BFCL function (about 10 minutes on
+    one core the first time; compiled DFAs are cached, so reruns take about 3)."""
+    start = time.perf_counter()
+    compiled, refused, failures = check_sound(list(data_schemas(shared_data)), dfa_cache)
+    print(f"\nall data: {compiled} compiled, {refused} refused, {time.perf_counter() - start:.0f}s")
+    assert not failures, failures[:20]
+
+
+def test_refusals_in_data_name_a_keyword_and_pointer(shared_data):
+    """Every SchemaError raised on real schemas carries a keyword and a resolvable pointer."""
+    seen = 0
+    for i, (name, schema) in enumerate(data_schemas(shared_data)):
+        if i % 40:
+            continue
+        try:
+            schema_to_dfa(schema, Limits(max_nfa_states=20_000, max_dfa_states=1_000))
+        except SchemaError as error:
+            seen += 1
+            node = schema
+            for token in error.pointer.split("/")[1:]:
+                token = token.replace("~1", "/").replace("~0", "~")
+                node = node[int(token)] if isinstance(node, list) else node[token]
+            assert isinstance(node, (dict, bool, list)), (name, error.pointer)
+        except ConstrainError:
+            pass
+    assert seen > 0
