@@ -960,6 +960,15 @@ def _length_product(dfa: Dfa, min_len: int, max_len: int, limit: int) -> Node:
 # The compiler
 
 
+# The Thompson construction recurses along a tree's depth, and a pattern x length product is a
+# chain as long as the longest string (up to 4 * max_string_length byte levels): callers that pass
+# `schema_to_tree`'s result to `tree_to_dfa` themselves need more than Python's default 1,000
+# frames. Python 3.11+ runs Python-to-Python calls without C stack, so this is safe there.
+RECURSION_LIMIT = 20_000
+if sys.getrecursionlimit() < RECURSION_LIMIT:
+    sys.setrecursionlimit(RECURSION_LIMIT)
+
+
 @contextmanager
 def _deep_recursion(limit: int = 50_000):
     old = sys.getrecursionlimit()

@@ -492,3 +492,12 @@ def test_pitfall_max_items_is_exact():
     assert not accepts(schema, "[1,2,3,4]")
     assert accepts({"type": "array", "items": {}, "maxItems": 0}, "[]")
     assert not accepts({"type": "array", "items": {}, "maxItems": 0}, "[1]")
+
+
+def test_length_bounded_pattern_tree_builds_outside_the_compiler():
+    """A pattern x maxLength product is a deep tree; `tree_to_dfa` on it works for callers."""
+    tree = schema_to_tree({"type": "string", "pattern": "^[a-zé]+$", "maxLength": 256})
+    dfa = tree_to_dfa(tree)
+    assert dfa.matches(('"' + "é" * 256 + '"').encode())
+    assert not dfa.matches(('"' + "a" * 257 + '"').encode())
+    assert not dfa.matches(b'""')
