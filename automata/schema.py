@@ -46,7 +46,8 @@ Supported keywords (anything else that is a JSON Schema keyword of any draft is 
     U+0000..U+001F from every byte set, so the JSON text of the string is its value; a pattern
     using `\\D`, `\\W`, `\\S` or a negated class with `\\d`, `\\w`, `\\s` is restricted to ASCII,
     where Python's Unicode classes and ours agree); `format` with a strict regex
-    (`corral.automata.schema_formats.FORMATS`: date-time, date, time, uuid, email, ipv4, uri);
+    (`corral.automata.schema_formats.FORMATS`: date-time, date, time, uuid, email, ipv4, uri,
+    uri-reference, iri, iri-reference, idn-email, json-pointer, and the non-standard url);
     other formats are refused ("pattern-less format"), except the OpenAPI number formats
     int32/int64 (integer ranges) and float/double (no constraint).
     Length bounds next to `pattern`/`format` are kept when the pattern implies them, or applied

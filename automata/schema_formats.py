@@ -15,7 +15,9 @@ Soundness notes (each language is a subset of what the JSON Schema validator acc
 - Formats follow RFC 3339 (date-time, date, time; no leap seconds, no February 29, upper-case `T`
   and `Z`), RFC 4122 text (uuid), dotted-quad IPv4 without leading zeros, a conservative dot-atom
   e-mail address, an RFC 1123 host name, and absolute `http`/`https`-style URIs without IP
-  literals. Formats without a regex here are refused by the schema compiler.
+  literals (also for iri, and for the non-standard url); uri-reference adds absolute paths;
+  idn-email uses the ASCII e-mail regex; json-pointer follows RFC 6901. Formats without a regex
+  here are refused by the schema compiler.
 """
 
 from __future__ import annotations
@@ -217,6 +219,23 @@ FORMATS: dict[str, str] = {
     + _PATH_CHAR
     + r"|[/?])*)?",
 }
+# URI references: absolute URIs, or absolute paths with optional query and fragment.
+FORMATS["uri-reference"] = (
+    "(?:"
+    + FORMATS["uri"]
+    + r"|(?:/"
+    + _PATH_CHAR
+    + r"*)+(?:\?(?:"
+    + _PATH_CHAR
+    + r"|[/?])*)?(?:#(?:"
+    + _PATH_CHAR
+    + r"|[/?])*)?)"
+)
+FORMATS["iri"] = FORMATS["uri"]  # every URI is an IRI
+FORMATS["iri-reference"] = FORMATS["uri-reference"]
+FORMATS["url"] = FORMATS["uri"]  # non-standard (validators ignore it): read as an absolute URI
+FORMATS["idn-email"] = FORMATS["email"]  # every ASCII address is an internationalized one
+FORMATS["json-pointer"] = r'(?:/(?:[^~/"\\\x00-\x1f]|~[01])*)*'
 """`format` value -> regex text of the string's content (without the quotes). All are ASCII
 without `"` or `\\`, so the JSON text of such a string is its value."""
 

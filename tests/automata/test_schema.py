@@ -160,6 +160,8 @@ HAND_SCHEMAS = [
     {"type": "string", "format": "email"},
     {"type": "string", "format": "ipv4"},
     {"type": "string", "format": "uri"},
+    {"type": "string", "format": "uri-reference"},
+    {"type": "string", "format": "json-pointer"},
     {"type": "string", "pattern": "^[a-z]*$", "maxLength": 3, "minLength": 1},
     {
         "$schema": "http://json-schema.org/draft-07/schema#",
