@@ -256,23 +256,31 @@ def _raise_timeout(signum, frame):
 
 
 def sampler(dfa: Dfa):
-    """`Dfa.sample` with the distances to acceptance computed once (same walk)."""
-    dist = dfa.distance_to_accept()
+    """`Dfa.sample`'s walk with the distances to acceptance and each state's live bytes computed
+    once per DFA."""
+    dist = dfa.distance_to_accept().tolist()
     rows = dfa.trans.tolist()
+    accept = dfa.accept.tolist()
+    live_of: dict[int, tuple[list[int], list[int]]] = {}
+
+    def live(state: int) -> tuple[list[int], list[int]]:
+        if state not in live_of:
+            row = rows[state]
+            every = [b for b in range(256) if row[b] >= 0]
+            closer = [b for b in every if dist[row[b]] < dist[state]]
+            live_of[state] = (every, closer or every)
+        return live_of[state]
 
     def sample(rng: np.random.Generator, stop_probability: float = 0.3) -> bytes:
         state, out = 0, bytearray()
         while True:
-            row = rows[state]
-            live = [b for b in range(256) if row[b] >= 0]
-            if dfa.accept[state] and (not live or rng.random() < stop_probability):
+            every, closer = live(state)
+            if accept[state] and (not every or rng.random() < stop_probability):
                 return bytes(out)
-            if len(out) > 64:
-                closer = [b for b in live if dist[row[b]] < dist[state]]
-                live = closer or live
-            b = live[int(rng.integers(len(live)))]
+            choices = closer if len(out) > 64 else every
+            b = choices[int(rng.integers(len(choices)))]
             out.append(b)
-            state = row[b]
+            state = rows[state][b]
 
     return sample
 
@@ -327,8 +335,8 @@ def check_sound(schemas, cache: DfaCache, samples: int = SAMPLES) -> tuple[int, 
             check = validator(schema)
             rng = np.random.default_rng(len(name))
             sample = sampler(dfa)
-            for _ in range(samples):
-                text = sample(rng).decode("utf-8")
+            texts = dict.fromkeys(sample(rng).decode("utf-8") for _ in range(samples))
+            for text in texts:  # each distinct sample once
                 try:
                     value = json.loads(text)
                 except ValueError as error:
