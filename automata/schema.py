@@ -465,13 +465,30 @@ def _mask_ranges(mask: int) -> list[tuple[int, int]]:
     return out
 
 
+def _flat_byte_sets(node: Concat) -> list[ByteSet] | None:
+    """The byte sets of a Concat of byte sets (nested Concats flattened), or None."""
+    out = []
+    for item in node.items:
+        if isinstance(item, ByteSet):
+            out.append(item)
+        elif isinstance(item, Concat):
+            inner = _flat_byte_sets(item)
+            if inner is None:
+                return None
+            out.extend(inner)
+        else:
+            return None
+    return out
+
+
 def _char_ranges(node: Node) -> list[tuple[int, int]] | None:
     """The code point ranges of a tree that matches exactly one character (an ASCII byte set,
     a UTF-8 byte-range sequence, or an Alt of those), or None."""
     if isinstance(node, ByteSet):
         return _mask_ranges(node.mask) if node.mask < (1 << 128) and node.mask else None
-    if isinstance(node, Concat) and node.items and all(isinstance(i, ByteSet) for i in node.items):
-        spans = [_mask_ranges(i.mask) for i in node.items]
+    flat = _flat_byte_sets(node) if isinstance(node, Concat) else None
+    if flat:
+        spans = [_mask_ranges(i.mask) for i in flat]
         if any(len(s) != 1 for s in spans) or len(spans) < 2:
             return None
         low = bytes(s[0][0] for s in spans)
@@ -814,19 +831,29 @@ def _needs_ascii(pattern: str) -> bool:
     return False
 
 
+NEVER = Alt(())  # the empty language, as one shared node
+
+
 def _filter_tree(node: Node, forbidden: int, memo: dict) -> Node:
     """The tree with the `forbidden` bytes removed from every byte set (a sub-language)."""
     key = id(node)
     if key in memo:
         return memo[key]
     if isinstance(node, ByteSet):
-        out = ByteSet(node.mask & ~forbidden) if node.mask & ~forbidden else Alt(())
+        out = ByteSet(node.mask & ~forbidden) if node.mask & ~forbidden else NEVER
     elif isinstance(node, Concat):
-        out = Concat(tuple(_filter_tree(i, forbidden, memo) for i in node.items))
+        items = tuple(_filter_tree(i, forbidden, memo) for i in node.items)
+        out = NEVER if any(i is NEVER for i in items) else Concat(items)
     elif isinstance(node, Alt):
-        out = Alt(tuple(_filter_tree(i, forbidden, memo) for i in node.items))
+        items = tuple(i for i in (_filter_tree(i, forbidden, memo) for i in node.items))
+        items = tuple(i for i in items if i is not NEVER)
+        out = Alt(items) if items else NEVER
     elif isinstance(node, Repeat):
-        out = Repeat(_filter_tree(node.item, forbidden, memo), node.min, node.max)
+        item = _filter_tree(node.item, forbidden, memo)
+        if item is NEVER:
+            out = EMPTY if node.min == 0 else NEVER
+        else:
+            out = Repeat(item, node.min, node.max)
     else:
         raise TypeError(f"not a regex tree node: {node!r}")
     memo[key] = out
@@ -867,7 +894,7 @@ def _pattern_tree(pattern: str, pointer: str, limits: Limits | None) -> Node:
         branches.append(Concat(tuple(parts)))
     tree = branches[0] if len(branches) == 1 else Alt(tuple(branches))
     forbidden = _FORBIDDEN_IN_STRING | (_NON_ASCII if ascii_only else 0)
-    return _filter_tree(tree, forbidden, {})
+    return _filter_tree(tree, forbidden, {})  # NEVER when nothing is left
 
 
 def _char_length_bounds(dfa: Dfa) -> tuple[int, float]:
@@ -1560,6 +1587,8 @@ class _Compiler:
             if content is not None:
                 raise _unsupported(pointer, "pattern", "pattern together with format")
             content = _pattern_tree(pattern, pointer, self.limits)
+            if content is NEVER:
+                return NOTHING
             content_ir = _TreeLeaf(content)
         if content is None:
             if min_len == 0 and max_len is None:
