@@ -4,6 +4,9 @@ classes -> subset construction -> dead-state removal -> minimization -> breadth-
 
 from __future__ import annotations
 
+import sys
+from contextlib import contextmanager
+
 from corral.automata.determinize import byte_classes, remove_dead_states, subset_construction
 from corral.automata.dfa import Dfa
 from corral.automata.limits import Limits
@@ -11,6 +14,20 @@ from corral.automata.minimize import minimize, number_breadth_first
 from corral.automata.nfa import tree_to_nfa
 from corral.automata.parse import parse
 from corral.automata.tree import Node
+
+
+@contextmanager
+def deep_recursion(limit: int = 50_000):
+    """Raise Python's recursion limit to `limit` for the duration of the block. The Thompson
+    construction recurses along a tree's depth, and a length-bounded string of a schema is a
+    chain of up to 4 x maxLength byte levels, deeper than the default 1,000 frames. Python 3.11+
+    runs Python-to-Python calls without the C stack, so a high limit is safe there."""
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, limit))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
 
 
 def tree_to_dfa(node: Node, limits: Limits | None = None) -> Dfa:
@@ -24,7 +41,8 @@ def tree_to_dfa(node: Node, limits: Limits | None = None) -> Dfa:
         EmptyLanguageError: the tree matches no string.
         TooManyNfaStatesError, TooManyDfaStatesError: a limit of `limits` was passed.
     """
-    nfa = tree_to_nfa(node, limits)
+    with deep_recursion():
+        nfa = tree_to_nfa(node, limits)
     byte_to_class = byte_classes([m for m in nfa.edge_mask if m])
     trans, accept = subset_construction(nfa, byte_to_class, limits)
     trans, accept = remove_dead_states(trans, accept)

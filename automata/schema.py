@@ -89,12 +89,11 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
-from contextlib import contextmanager
 from dataclasses import dataclass
 from urllib.parse import unquote
 
 from corral.automata import schema_formats as formats
+from corral.automata.compile import deep_recursion
 from corral.automata.dfa import Dfa
 from corral.automata.errors import (
     ConstrainError,
@@ -988,27 +987,6 @@ def _length_product(dfa: Dfa, min_len: int, max_len: int, limit: int) -> Node:
 # The compiler
 
 
-# The Thompson construction recurses along a tree's depth, and a pattern x length product is a
-# chain as long as the longest string (up to 4 * max_string_length byte levels): callers that pass
-# `schema_to_tree`'s result to `tree_to_dfa` themselves need more than Python's default 1,000
-# frames. Python 3.11+ runs Python-to-Python calls without C stack, so this is safe there.
-RECURSION_LIMIT = 20_000
-if sys.getrecursionlimit() < RECURSION_LIMIT:
-    sys.setrecursionlimit(RECURSION_LIMIT)
-
-
-@contextmanager
-def _deep_recursion(limit: int = 50_000):
-    old = sys.getrecursionlimit()
-    if old < limit:
-        sys.setrecursionlimit(limit)
-    try:
-        yield
-    finally:
-        if old < limit:
-            sys.setrecursionlimit(old)
-
-
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -1888,7 +1866,7 @@ def schema_to_tree(
         EmptyLanguageError: no value can be written.
         LimitError: a `SchemaLimits` or regex `Limits` bound was passed.
     """
-    with _deep_recursion():
+    with deep_recursion():
         return _TreeBuilder(limits).build(_compile_ir(schema, limits, schema_limits))
 
 
@@ -1899,7 +1877,7 @@ def schema_to_dfa(
     of `limits`)."""
     from corral.automata.compile import tree_to_dfa
 
-    with _deep_recursion():
+    with deep_recursion():
         return tree_to_dfa(schema_to_tree(schema, limits, schema_limits), limits)
 
 
@@ -1915,6 +1893,6 @@ def json_schema_to_regex(
         SchemaTextError: a pattern with a length bound (compiled by a product automaton).
     """
     schema_limits = schema_limits or DEFAULT_SCHEMA_LIMITS
-    with _deep_recursion():
+    with deep_recursion():
         node = _compile_ir(schema, limits, schema_limits)
         return _TextRenderer(schema_limits.max_regex_length).render(node)

@@ -16,12 +16,7 @@ tokens/s counts completion tokens over the wall time of the whole run (prefill i
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
-
-if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    sys.path.pop(0)  # keep bench/ scripts from shadowing installed modules
 
 import numpy as np  # noqa: E402
 from corral.automata import schema_to_dfa  # noqa: E402

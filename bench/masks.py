@@ -24,12 +24,7 @@ import time
 import zipfile
 from pathlib import Path
 
-# `python bench/masks.py` puts bench/ first on sys.path, where a sibling script can shadow a
-# module that Numba imports (bench/coverage.py shadows `coverage`): take it off.
-if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    sys.path.pop(0)
-
-import numpy as np  # noqa: E402
+import numpy as np
 
 TOOL_CALL_SCHEMA = {
     "type": "object",

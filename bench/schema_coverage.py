@@ -6,7 +6,7 @@ One schema cannot hang the run: the regex limits are tightened (`--max-nfa-state
 `--max-dfa-states`) and a wall-clock alarm (`--timeout`, SIGALRM) counts a schema that runs past it
 as refused with reason "timeout".
 
-    .venv/bin/python bench/coverage.py [--data DIR] [--subset NAME ...] [--timeout 10]
+    .venv/bin/python bench/schema_coverage.py [--data DIR] [--subset NAME ...] [--timeout 10]
 """
 
 from __future__ import annotations
