@@ -70,7 +70,7 @@ def token_graph(trans, byte, depth, end, token_start, max_depth):
 
 
 @numba.njit(cache=True)
-def _backward_bfs(start, targets, accept):
+def backward_bfs(start, targets, accept):
     """int32 `[n_states]`: breadth-first distance to an accepting state over the edges
     s -> targets[start[s]:start[s+1]], -1 where none is reachable. O(n_states + n_edges)."""
     n_states = accept.shape[0]
@@ -121,4 +121,4 @@ def token_distance(trans: np.ndarray, accept: np.ndarray, trie) -> np.ndarray:
     accept = np.ascontiguousarray(accept, dtype=np.bool_)
     t = trie
     start, targets = token_graph(trans, t.byte, t.depth, t.end, t.token_start, t.max_depth)
-    return _backward_bfs(start, targets, accept)
+    return backward_bfs(start, targets, accept)

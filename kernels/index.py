@@ -35,6 +35,7 @@ from collections import OrderedDict
 import numba
 import numpy as np
 from corral.automata.dfa import Dfa
+from corral.kernels.distance import backward_bfs, token_distance
 from corral.kernels.trie import BYTE_CATEGORY
 from corral.kernels.vocabulary import Vocabulary
 
@@ -181,8 +182,6 @@ class TokenIndex:
         accepting states, -1 where no token sequence reaches it); exact, unlike the byte
         `distance`, which only bounds it when every byte is a token. Computed on first use
         (`corral.kernels.distance`, about two all-states trie walks), then cached."""
-        from corral.kernels.distance import token_distance
-
         distance = token_distance(self._trans, self._accept, self._trie)
         distance.setflags(write=False)
         return distance
@@ -404,47 +403,11 @@ def _rows_match(table, first, inverse):
 def distances_to_accept(trans: np.ndarray, accept: np.ndarray) -> np.ndarray:
     """int32 `[n_states]`: the fewest bytes from each state to an accepting state (0 when
     accepting, -1 when none can be reached); `Dfa.distance_to_accept` in a Numba kernel."""
-    return _distances(np.ascontiguousarray(trans, dtype=np.int32), accept.astype(np.bool_))
-
-
-@numba.njit(cache=True)
-def _distances(trans, accept):
-    """Breadth-first search from the accepting states over reversed edges. O(n_states * 256)."""
-    n = trans.shape[0]
-    count = np.zeros(n + 1, np.int64)
-    for s in range(n):
-        for b in range(256):
-            t = trans[s, b]
-            if t >= 0:
-                count[t + 1] += 1
-    for t in range(n):
-        count[t + 1] += count[t]
-    sources = np.empty(count[n], np.int32)
-    fill = count[:n].copy()
-    for s in range(n):
-        for b in range(256):
-            t = trans[s, b]
-            if t >= 0:
-                sources[fill[t]] = s
-                fill[t] += 1
-    distance = np.full(n, -1, np.int32)
-    queue = np.empty(n, np.int32)
-    head = tail = 0
-    for s in range(n):
-        if accept[s]:
-            distance[s] = 0
-            queue[tail] = s
-            tail += 1
-    while head < tail:
-        t = queue[head]
-        head += 1
-        for k in range(count[t], count[t + 1]):
-            s = sources[k]
-            if distance[s] < 0:
-                distance[s] = distance[t] + 1
-                queue[tail] = s
-                tail += 1
-    return distance
+    live = trans >= 0
+    start = np.zeros(trans.shape[0] + 1, np.int64)
+    np.cumsum(live.sum(axis=1), out=start[1:])
+    targets = np.ascontiguousarray(trans[live], dtype=np.int32)  # row-major: grouped by source
+    return backward_bfs(start, targets, np.ascontiguousarray(accept, dtype=np.bool_))
 
 
 def loop_categories(trans: np.ndarray) -> np.ndarray:
