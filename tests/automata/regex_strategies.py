@@ -32,6 +32,8 @@ def bracket(draw) -> str:
     negate = draw(st.sampled_from(["", "^"]))
     head = draw(st.sampled_from(["", "", "", "]", "-"]))
     items = draw(st.lists(class_item, min_size=0 if head else 1, max_size=4))
+    if not negate and not head and items[0] == "^":
+        items[0] = r"\^"  # a bare ^ first would negate the class instead of being a member
     tail = draw(st.sampled_from(["", "", "", "-"]))
     return f"[{negate}{head}{''.join(items)}{tail}]"
 
