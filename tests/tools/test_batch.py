@@ -164,3 +164,20 @@ def test_bad_line_and_good_line(engine, tmp_path):
     with output.open("a") as out:
         again = run_batch(engine, lines[1:], out, skip=done_ids(output), progress=False)
     assert again.requests == 0 and again.errors == 0
+
+
+@pytest.mark.slow
+def test_same_request_same_output_alone_or_in_a_batch(engine):
+    """Issue 7: the same request with the same seed gives the same output alone or batched
+    (with the real model, whose batched BLAS calls round differently only in the last bits)."""
+    from corral.model.generate import generate
+
+    bodies = [
+        {"messages": ASK, "tools": [WEATHER], "tool_choice": NAMED, "seed": 11, "max_tokens": 40},
+        {"messages": ASK, "response_format": {"type": "json_object"}, "seed": 4, "max_tokens": 24},
+        {"messages": ASK, "temperature": 0.9, "seed": 5, "max_tokens": 16},
+    ]
+    requests = [engine.requests(parse_tool_request(b), 64)[0] for b in bodies]
+    alone = [generate(engine.model, [r])[0] for r in requests]
+    together = generate(engine.model, requests, batch_size=3)
+    assert [r.token_ids for r in together] == [r.token_ids for r in alone]
