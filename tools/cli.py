@@ -47,18 +47,38 @@ def _compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _generate_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with `corral generate`'s arguments, checked before the model loads."""
+    if args.schema is not None and args.regex is not None:
+        return "give --schema or --regex, not both"
+    quick = args.schema is not None or args.regex is not None
+    if quick == (args.input is not None):
+        return "give an input file, or --schema/--regex with --prompt"
+    if quick and args.prompt is None:
+        return "--schema and --regex need --prompt"
+    if args.batch_size < 1:
+        return f"--batch-size must be at least 1, not {args.batch_size}"
+    if args.max_tokens is not None and args.max_tokens < 1:
+        return f"--max-tokens must be at least 1, not {args.max_tokens}"
+    if args.temperature < 0:
+        return f"--temperature must be >= 0, not {args.temperature}"
+    if args.n < 1:
+        return f"-n must be at least 1, not {args.n}"
+    if args.input is not None and not Path(args.input).is_file():
+        return f"{args.input}: no such input file"
+    if args.output is not None and not Path(args.output).resolve().parent.is_dir():
+        return f"{args.output}: its folder does not exist"
+    return None
+
+
 def _generate(args: argparse.Namespace) -> int:
     from corral.automata import ConstrainError
     from corral.model import load_model
     from corral.tools.batch import Engine, done_ids, run_batch
 
-    quick = args.schema is not None or args.regex is not None
-    if quick == (args.input is not None):
-        message = "give an input file, or --schema/--regex with --prompt"
-        print(f"corral generate: {message}", file=sys.stderr)
-        return 2
-    if quick and args.prompt is None:
-        print("corral generate: --schema and --regex need --prompt", file=sys.stderr)
+    problem = _generate_problem(args)
+    if problem is not None:
+        print(f"corral generate: {problem}", file=sys.stderr)
         return 2
     try:
         model = load_model(args.model)
@@ -66,7 +86,7 @@ def _generate(args: argparse.Namespace) -> int:
         print(f"corral generate: {error}", file=sys.stderr)
         return 2
     engine = Engine(model)
-    if quick:
+    if args.input is None:
         return _generate_quick(args, engine)
     source = Path(args.input)
     output = Path(args.output) if args.output else source.with_name(source.stem + ".output.jsonl")
@@ -107,14 +127,24 @@ def _generate_quick(args: argparse.Namespace, engine) -> int:
     return 0
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("corral")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `corral` console script."""
     parser = argparse.ArgumentParser(prog="corral", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"corral {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     compile_ = commands.add_parser(
         "compile", help="compile a regex or a JSON Schema (--schema FILE) to its canonical DFA"
     )
-    compile_.add_argument("pattern", nargs="?")
+    compile_.add_argument("pattern", nargs="?", help="a regex (DESIGN.md section 2 subset)")
     compile_.add_argument("--schema", help="a JSON Schema file: print its regex, DFA, samples")
     compile_.add_argument("--samples", type=int, default=5, help="sample strings (--schema)")
     compile_.add_argument("--json", action="store_true", help="print the whole table as JSON")
@@ -129,18 +159,25 @@ def main(argv: list[str] | None = None) -> int:
     generate.add_argument("-o", "--output", help="output file (default: INPUT.output.jsonl)")
     generate.add_argument("--resume", action="store_true", help="skip custom_ids in the output")
     generate.add_argument("--model", help="Hugging Face folder or .gguf (default: SmolLM2-135M)")
-    generate.add_argument("--batch-size", type=int, default=16, help="sequences decoded together")
+    generate.add_argument("--batch-size", type=int, default=16, help="batch size (16)")
     generate.add_argument("--max-tokens", type=int, help="default max_tokens (512)")
     generate.add_argument("--quiet", action="store_true", help="no progress bar")
     generate.add_argument("--schema", help="quick form: a JSON Schema file")
     generate.add_argument("--regex", help="quick form: a regex")
     generate.add_argument("--prompt", help="quick form: the user message")
     generate.add_argument("-n", type=int, default=1, help="quick form: how many answers")
-    generate.add_argument("--temperature", type=float, default=1.0, help="quick form")
-    generate.add_argument("--seed", type=int, default=0, help="quick form: seed of the first")
+    generate.add_argument(
+        "--temperature", type=float, default=1.0, help="quick form: sampling temperature (1.0)"
+    )
+    generate.add_argument("--seed", type=int, default=0, help="quick form: first seed (0)")
     generate.set_defaults(run=_generate)
     args = parser.parse_args(argv)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except KeyboardInterrupt:
+        print("corral: interrupted (finished lines stay in the output; --resume goes on)",
+              file=sys.stderr)  # fmt: skip
+        return 130
 
 
 if __name__ == "__main__":
