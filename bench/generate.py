@@ -85,7 +85,7 @@ def main() -> None:
     params = SamplingParams(temperature=1.0)
     free_model = NoEos(model)
     # warm-up: JIT kernels and BLAS
-    generate(model, [GenerationRequest(prompt, 4, params, 0, (), Constraint(index))])
+    generate(model, [GenerationRequest(prompt, 8, params, 0, (), Constraint(index), None, False)])
     print(f"prompt: {len(prompt)} tokens; up to {args.tokens} tokens per answer; temperature 1")
     header = (
         f"{'batch':>5} | {'free tok/s':>10} {'decode':>7} | {'json tok/s':>10} {'decode':>7} | "
