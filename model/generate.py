@@ -158,11 +158,14 @@ class _Sequence:
             return token
         mask = None
         if constraint is not None:
-            mask = constraint.mask()
-            index = constraint.index
             if self.request.budget_aware and self.max_distance > left - 1:
-                # only tokens after which a complete answer still fits in the tokens left
-                mask = index.mask_within_tokens(constraint.state, left - 1)
+                # only tokens after which a complete answer still fits in the tokens left; none
+                # fit when a trigger started the answer too late: it is then cut (`length`)
+                mask = constraint.index.mask_within_tokens(constraint.state, left - 1)
+                if not mask.any():
+                    mask = constraint.mask()
+            else:
+                mask = constraint.mask()
         params = self.request.params
         token, logprob = sample(self.logits, params, self.rng, mask, self.prompt, self.ids)
         if constraint is not None:

@@ -221,3 +221,18 @@ def test_trigger_respells_a_token_that_runs_into_refused_bytes():
     assert result.text == "<tool_call>[1]"
     assert result.token_ids[6] == PIECES.index(b">")
     assert result.finish_reason == "stop"
+
+
+def test_a_trigger_too_late_for_the_budget_cuts_the_call_without_error():
+    """Under a trigger, the budget cannot be checked up front: a call started with too few tokens
+    left is cut (`length`), and the rest of the batch is unaffected."""
+    script = tokens(b"<tool", b"_call>")
+    pattern = r'\{"city":"[a-z]{20}"\}</tool_call>'
+    late = GenerationRequest(
+        [3], 4, SamplingParams(), 0, (), Constraint(index_of(pattern=pattern)), "<tool_call>"
+    )
+    other = GenerationRequest([4], 6, SamplingParams(), 1)
+    late_result, other_result = generate(ScriptedModel(1, script), [late, other])
+    assert late_result.finish_reason == "length"
+    assert late_result.text.startswith("<tool_call>")
+    assert other_result.completion_tokens == 6 or other_result.finish_reason == "stop"
