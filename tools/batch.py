@@ -189,8 +189,9 @@ def done_ids(output: Path) -> set[str]:
 
 @dataclass
 class BatchSummary:
-    """Counts of a batch run: lines answered, errors, outputs that are not valid for their
-    grammar (must stay 0), outputs cut by max_tokens, tokens and seconds."""
+    """Counts of a batch run: lines answered, lines refused (error lines), answers (choices)
+    that are not valid for their request (must stay 0), answers cut by max_tokens (free text
+    only: constrained answers end within their budget), tokens and seconds."""
 
     requests: int = 0
     errors: int = 0
@@ -202,9 +203,9 @@ class BatchSummary:
     def line(self) -> str:
         rate = self.completion_tokens / self.seconds if self.seconds else 0.0
         return (
-            f"{self.requests} requests, {self.errors} errors, {self.invalid} invalid outputs, "
-            f"{self.cut} cut by max_tokens, {self.completion_tokens} completion tokens in "
-            f"{self.seconds:.1f} s ({rate:.1f} tokens/s)"
+            f"{self.requests} answered, {self.errors} refused, {self.invalid} invalid answers, "
+            f"{self.cut} answers cut by max_tokens, {self.completion_tokens} completion tokens "
+            f"in {self.seconds:.1f} s ({rate:.1f} tokens/s)"
         )
 
 
@@ -237,6 +238,8 @@ def run_batch(
             request = parse_tool_request(body)
             line = _Line(custom_id, request, engine.requests(request, default_max_tokens))
         except LineError as error:
+            if error.custom_id in skip:
+                continue
             failure = {"code": "invalid_line", "message": str(error)}
             out.write(output_line(error.custom_id, None, None, failure) + "\n")
             summary.errors += 1

@@ -144,13 +144,16 @@ def test_bad_line_and_good_line(engine, tmp_path):
         ),
         line("too-small", tools=[WEATHER], tool_choice=NAMED, max_tokens=3),
         line("good", response_format={"type": "json_object"}, temperature=0, max_tokens=40),
+        json.dumps({"custom_id": "wrong-url", "url": "/v1/embeddings", "body": {}}),
     ]
     output = tmp_path / "out.jsonl"
     with output.open("w") as out:
         summary = run_batch(engine, lines, out, progress=False)
     items = [json.loads(t) for t in output.read_text().splitlines()]
     by_id = {item["custom_id"]: item for item in items}
-    assert len(items) == 4 and summary.errors == 3 and summary.requests == 1
+    assert len(items) == 5 and summary.errors == 4 and summary.requests == 1
+    assert by_id["wrong-url"]["response"] is None
+    assert by_id["wrong-url"]["error"]["code"] == "invalid_line"
     assert by_id[None]["response"] is None and by_id[None]["error"]["code"] == "invalid_line"
     bad = by_id["bad"]["response"]
     assert bad["status_code"] == 422
@@ -160,7 +163,7 @@ def test_bad_line_and_good_line(engine, tmp_path):
     assert small["status_code"] == 400 and small["body"]["error"]["param"] == "max_tokens"
     assert by_id["good"]["response"]["status_code"] == 200
     # --resume: what is already in the output is skipped
-    assert done_ids(output) == {None, "bad", "too-small", "good"}
+    assert done_ids(output) == {None, "bad", "too-small", "good", "wrong-url"}
     with output.open("a") as out:
         again = run_batch(engine, lines[1:], out, skip=done_ids(output), progress=False)
     assert again.requests == 0 and again.errors == 0
