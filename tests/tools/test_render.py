@@ -14,19 +14,8 @@ from corral.tools import (
     vocab_bytes,
 )
 from corral.tools.render import tools_prompt
+from tool_examples import WEATHER
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
 WEATHER_LINE = (
     '{"type":"function","function":{"name":"get_weather","description":"Current weather in a '
     'city.","parameters":{"type":"object","properties":{"city":{"type":"string"}},'

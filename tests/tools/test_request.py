@@ -5,19 +5,8 @@ import json
 
 import pytest
 from corral.tools import ToolError, parse_tool_request
+from tool_examples import WEATHER
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
 TIME = {
     "type": "function",
     "function": {
