@@ -1,0 +1,58 @@
+"""Graph searches over automaton states, on `scipy.sparse.csgraph` (one helper for every
+distance and reachability question: DFA states to acceptance, token-graph distances, dead-state
+removal).
+
+States are numbered 0..n_states-1 and edges are given as two parallel int arrays (`sources[k]`
+-> `targets[k]`); duplicate edges are allowed and count once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import breadth_first_order, dijkstra
+
+
+def _graph(n_states: int, sources: np.ndarray, targets: np.ndarray) -> csr_matrix:
+    ones = np.ones(len(sources), dtype=np.float32)
+    return csr_matrix((ones, (sources, targets)), shape=(n_states, n_states))
+
+
+def distances_to(
+    n_states: int, sources: np.ndarray, targets: np.ndarray, goals: np.ndarray
+) -> np.ndarray:
+    """int32 `[n_states]`: the fewest edges from each state to any state where `goals` (bool
+    `[n_states]`) is True; 0 on a goal, -1 where no goal can be reached.
+
+    A multi-source breadth-first search over the reversed edges (`scipy.sparse.csgraph.dijkstra`
+    with `unweighted=True, min_only=True`), O(n_states + n_edges).
+    """
+    dist = np.full(n_states, -1, dtype=np.int32)
+    starts = np.flatnonzero(goals)
+    if len(starts) == 0 or n_states == 0:
+        return dist
+    reverse = _graph(n_states, targets, sources)
+    found = dijkstra(reverse, directed=True, indices=starts, unweighted=True, min_only=True)
+    finite = np.isfinite(found)
+    dist[finite] = found[finite].astype(np.int32)
+    return dist
+
+
+def reachable_from(
+    n_states: int, sources: np.ndarray, targets: np.ndarray, start: int = 0
+) -> np.ndarray:
+    """bool `[n_states]`: the states reachable from `start` (itself included).
+    `scipy.sparse.csgraph.breadth_first_order`, O(n_states + n_edges)."""
+    seen = np.zeros(n_states, dtype=bool)
+    order = breadth_first_order(
+        _graph(n_states, sources, targets), start, directed=True, return_predecessors=False
+    )
+    seen[order] = True
+    return seen
+
+
+def table_edges(trans: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The live edges of a transition table int `[n_states, n_symbols]` (-1 dead) as
+    `(sources, targets)`, int32 arrays."""
+    sources, symbols = np.nonzero(trans >= 0)
+    return sources.astype(np.int32), trans[sources, symbols].astype(np.int32)
