@@ -135,7 +135,7 @@ def step_breakdown(model, batch: int, steps: int) -> dict[str, float]:
                 q = qk[:, :hq].reshape(batch, hkv, hq // hkv, hd) * np.float32(hd**-0.5)
                 keys = cache.keys[index, :batch, :, :total]
                 values = cache.values[index, :batch, :, :total]
-                return llama.attention_decode(q, keys, values, bias).reshape(batch, -1)
+                return llama.attention(q, keys, values, bias).reshape(batch, -1)
 
             attended = timed("attention", attention)
             x += timed("qkv+o matmuls", np.matmul, attended, layer["w_o"])

@@ -1,19 +1,31 @@
-"""The Llama forward pass in NumPy, float32, with a KV cache and batched decode (DESIGN.md
-section 6).
+"""The Llama forward pass in NumPy, float32, over a KV cache, with batched prefill and decode
+(DESIGN.md section 6).
 
-Pure functions of NumPy arrays, each signed with the shapes it maps, in the manner of picoGPT's
-gpt2.py. Notation: n tokens of one sequence (prefill) or B sequences (decode), d = hidden size,
-Hq query heads and Hkv key/value heads of width hd (each key/value head serves G = Hq / Hkv query
-heads: grouped-query attention), F = MLP width, V = vocabulary, L layers, S cache slots, T cache
-length. Weights are a plain dict (`build_params`), stored input-major (`x @ w`) so that every
-projection is one contiguous BLAS GEMM, with q/k/v merged into one matrix and gate/up into another.
+Pure functions of NumPy arrays in the manner of picoGPT's gpt2.py, each signed with the shapes it
+maps. Notation: N new tokens in a pass (the tokens of one or more sequences in prefill, one token
+of each of B sequences in decode), d hidden size, Hq query heads and Hkv key/value heads of width
+hd (each key/value head serves G = Hq / Hkv query heads: grouped-query attention), F MLP width,
+V vocabulary, L layers; the KV cache holds S slots of T positions, `[L, S, Hkv, T, hd]`.
 
-Attention reads the KV cache `[L, S, Hkv, T, hd]` in place: one slot's keys for a layer are a
-contiguous `[Hkv, T, hd]` block, so scores are a batched matmul with no Python loop over heads or
-tokens; a decode step over slots at different positions masks each slot's row by its own length.
+Weights are a plain dict (`build_params`), stored input-major (`x @ w`) so that every projection
+is one contiguous BLAS GEMM, with q/k/v merged into one matrix and gate/up into another. A pass
+is the textbook loop, one layer at a time:
+
+    x = embed[tokens]                                           # [N] -> [N, d]
+    for layer, layer_keys, layer_values in zip(layers, keys, values):
+        q, k, v = project_qkv(x, layer, config, cos, sin)       # [N, d] -> [N, Hq|Hkv, hd]
+        x += attention_*(q, k, v, layer_keys, layer_values, ...) @ w_o   # [N, Hq hd] -> [N, d]
+        x += mlp(rms_norm(x, ...), ...)                         # [N, d] -> [N, d]
+    rms_norm(x, norm)                                           # [N, d] -> [N, d]
+
+`attention_prefill` and `attention_decode` write the new keys and values into one layer's cache
+and attend over it with `attention`; one slot's keys for a layer are a contiguous `[Hkv, T, hd]`
+block, so the scores are a batched matmul with no Python loop over heads or tokens.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 from corral.model.config import LlamaConfig
@@ -78,16 +90,18 @@ def rope_tables(theta: float, head_dim: int, n_positions: int) -> tuple[np.ndarr
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
-    """[n, d], [d] -> [n, d]"""
-    mean_square = np.einsum("ij,ij->i", x, x)[:, None] / np.float32(x.shape[-1])
+    """RMSNorm.  [N, d], [d] -> [N, d]"""
+    mean_square = np.einsum("ij,ij->i", x, x)[:, None] / np.float32(x.shape[-1])  # [N, 1]
     return x * (1.0 / np.sqrt(mean_square + np.float32(eps))) * weight
 
 
 def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
-    """Rotate each head's two halves by its position's angles.  [n, h, hd], [n, 1, hd/2] x 2 ->
-    [n, h, hd] (a new array)"""
+    """Rotate each head's two halves by its position's angles (Hugging Face's `rotate_half`).
+
+    [N, h, hd], [N, 1, hd/2], [N, 1, hd/2] -> [N, h, hd] (a new array)
+    """
     half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
+    x1, x2 = x[..., :half], x[..., half:]  # [N, h, hd] -> [N, h, hd/2] x 2
     out = np.empty(x.shape, np.float32)
     np.multiply(x1, cos, out=out[..., :half])
     out[..., :half] -= x2 * sin
@@ -105,72 +119,184 @@ def softmax_(scores: np.ndarray) -> np.ndarray:
 
 
 def mlp(x: np.ndarray, w_gate_up: np.ndarray, w_down: np.ndarray) -> np.ndarray:
-    """SwiGLU: down(silu(gate(x)) * up(x)).  [n, d] -> [n, d]"""
-    gate_up = x @ w_gate_up  # [n, 2F]
+    """SwiGLU: down(silu(gate(x)) * up(x)).  [N, d], [d, 2F], [F, d] -> [N, d]"""
+    gate_up = x @ w_gate_up  # [N, d] -> [N, 2F]
     width = w_down.shape[0]
-    gate, up = gate_up[:, :width], gate_up[:, width:]
+    gate, up = gate_up[:, :width], gate_up[:, width:]  # [N, 2F] -> [N, F] x 2
     hidden = np.multiply(gate, 0.5, dtype=np.float32)  # silu(g) = g/2 (1 + tanh(g/2))
     np.tanh(hidden, out=hidden)
     hidden += 1.0
     hidden *= gate
     hidden *= 0.5
     hidden *= up
-    return hidden @ w_down
+    return hidden @ w_down  # [N, F] -> [N, d]
 
 
-def causal_bias(start: int, n: int) -> np.ndarray:
-    """Additive mask of n queries at positions start..start+n-1 over keys 0..start+n-1.
-    -> float32 [n, start + n]: 0 where the key is not in the query's future, else -inf"""
-    future = np.arange(start + n)[None, :] > (start + np.arange(n))[:, None]
-    return np.where(future, -np.inf, 0.0).astype(np.float32)
+def project_qkv(
+    x: np.ndarray, layer: dict, config: LlamaConfig, cos: np.ndarray, sin: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """RMSNorm, then the q/k/v projections, with RoPE on q and k.
 
-
-def attention_prefill(
-    q: np.ndarray, keys: np.ndarray, values: np.ndarray, bias: np.ndarray
-) -> np.ndarray:
-    """Causal attention of n new queries over a slot's cache (positions start..start+n-1).
-
-    [Hkv, G, n, hd] (pre-scaled), [Hkv, T, hd], [Hkv, T, hd], [n, T] (`causal_bias`)
-    -> [Hkv, G, n, hd], T = start + n
-    """
-    kv_heads, group, n, head_dim = q.shape
-    total = keys.shape[1]
-    scores = q.reshape(kv_heads, group * n, head_dim) @ keys.swapaxes(-1, -2)  # [Hkv, G n, T]
-    scores = scores.reshape(kv_heads, group, n, total)
-    scores += bias
-    softmax_(scores)
-    return (scores.reshape(kv_heads, group * n, total) @ values).reshape(q.shape)
-
-
-def attention_decode(
-    q: np.ndarray, keys: np.ndarray, values: np.ndarray, bias: np.ndarray
-) -> np.ndarray:
-    """One new query per sequence over its own cache rows, masked by each sequence's length.
-
-    [B, Hkv, G, hd] (pre-scaled), [B, Hkv, T, hd], [B, Hkv, T, hd], [B, 1, 1, T] (0 or -inf)
-    -> [B, Hkv, G, hd]
-    """
-    scores = q @ keys.swapaxes(-1, -2)  # [B, Hkv, G, T]
-    scores += bias
-    return softmax_(scores) @ values
-
-
-def transformer_block(x: np.ndarray, layer: dict, config: LlamaConfig, cos, sin, attend):
-    """Pre-norm attention then SwiGLU MLP, both residual, updating x in place.
-
-    x [n, d]; cos, sin [n, 1, hd/2]; `attend(q [n, Hq, hd], k [n, Hkv, hd], v [n, Hkv, hd]) ->
-    [n, Hq hd]` stores k, v in the KV cache and attends over it. -> x [n, d]
+    [N, d], layer weights, config, [N, 1, hd/2] x 2 -> q [N, Hq, hd], k [N, Hkv, hd], v [N, Hkv, hd]
     """
     n = x.shape[0]
     hq, hkv, hd = config.num_attention_heads, config.num_key_value_heads, config.head_dim
     qkv = rms_norm(x, layer["attn_norm"], config.rms_norm_eps) @ layer["w_qkv"]
-    qk = rope(qkv[:, : (hq + hkv) * hd].reshape(n, hq + hkv, hd), cos, sin)
-    v = qkv[:, (hq + hkv) * hd :].reshape(n, hkv, hd)
-    x += attend(qk[:, :hq], qk[:, hq:], v) @ layer["w_o"]
-    x += mlp(
-        rms_norm(x, layer["mlp_norm"], config.rms_norm_eps), layer["w_gate_up"], layer["w_down"]
-    )
-    return x
+    # [N, d] -> [N, (Hq + 2 Hkv) hd]
+    qk = rope(qkv[:, : (hq + hkv) * hd].reshape(n, hq + hkv, hd), cos, sin)  # [N, Hq + Hkv, hd]
+    v = qkv[:, (hq + hkv) * hd :].reshape(n, hkv, hd)  # [N, Hkv, hd]
+    return qk[:, :hq], qk[:, hq:], v
+
+
+# ----------------------------------------------------------------------------------------------
+# Attention over one layer's cache
+
+
+def attention(q: np.ndarray, keys: np.ndarray, values: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """Scaled dot-product attention of grouped queries over keys and values.
+
+    q [..., Hkv, m, hd] (already scaled by hd^-1/2: m queries per key/value head),
+    keys [..., Hkv, T, hd], values [..., Hkv, T, hd], bias [..., 1 or Hkv, m, T] (0, or -inf
+    where a key must not be seen) -> [..., Hkv, m, hd]
+    """
+    scores = q @ keys.swapaxes(-1, -2)  # [..., Hkv, m, hd] -> [..., Hkv, m, T]
+    scores += bias
+    return softmax_(scores) @ values  # [..., Hkv, m, T] -> [..., Hkv, m, hd]
+
+
+def causal_bias(start: int, n: int, group: int = 1) -> np.ndarray:
+    """Additive mask of n queries at positions start..start+n-1 over keys 0..start+n-1, repeated
+    for `group` query heads.  -> float32 [group n, start + n]: row g n + i is query i's, 0 where
+    the key is not in its future, else -inf
+    """
+    future = np.arange(start + n)[None, :] > (start + np.arange(n))[:, None]  # [n, start + n]
+    return np.tile(np.where(future, -np.inf, 0.0).astype(np.float32), (group, 1))
+
+
+@dataclass(frozen=True, eq=False)
+class Segment:
+    """One sequence's new tokens in a prefill pass.
+
+    Attributes:
+        slot: its cache slot.
+        start: the position of its first new token (the tokens the slot already holds).
+        rows: slice of the pass's N tokens that are this sequence's n new tokens.
+        bias: float32 [G n, start + n], `causal_bias(start, n, G)`.
+    """
+
+    slot: int
+    start: int
+    rows: slice
+    bias: np.ndarray
+
+
+def attention_prefill(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    layer_keys: np.ndarray,
+    layer_values: np.ndarray,
+    segments: list[Segment],
+) -> np.ndarray:
+    """Causal self-attention of the new tokens of one or more sequences, each over its own slot
+    of one layer's cache, after writing their keys and values into it.
+
+    q [N, Hq, hd], k [N, Hkv, hd], v [N, Hkv, hd] (rows as `segments` say);
+    layer_keys, layer_values [S, Hkv, T, hd] (updated) -> [N, Hq hd]
+    """
+    hkv, hd = k.shape[1], k.shape[2]
+    group = q.shape[1] // hkv
+    scale = np.float32(hd**-0.5)
+    out = np.empty((q.shape[0], q.shape[1] * hd), np.float32)  # [N, Hq hd]
+    for segment in segments:
+        slot, rows = segment.slot, segment.rows
+        n = rows.stop - rows.start
+        end = segment.start + n
+        layer_keys[slot, :, segment.start : end] = k[rows].transpose(1, 0, 2)  # [Hkv, n, hd]
+        layer_values[slot, :, segment.start : end] = v[rows].transpose(1, 0, 2)
+        q_seq = q[rows].reshape(n, hkv, group, hd).transpose(1, 2, 0, 3) * scale
+        # [n, Hq, hd] -> [Hkv, G, n, hd]
+        attended = attention(
+            q_seq.reshape(hkv, group * n, hd),  # [Hkv, G n, hd]
+            layer_keys[slot, :, :end],  # [Hkv, start + n, hd]
+            layer_values[slot, :, :end],
+            segment.bias,  # [G n, start + n]
+        )  # -> [Hkv, G n, hd]
+        out[rows] = attended.reshape(hkv, group, n, hd).transpose(2, 0, 1, 3).reshape(n, -1)
+        # [Hkv, G n, hd] -> [n, Hq hd]
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class DecodeRows:
+    """Which cache rows one decode step reads, and where its B queries sit among them.
+
+    When the B slots lie within a span of at most 2B slots, the span is read in place (`rows`
+    a slice, `width` its length) and the queries are scattered to their rows of it; rows of
+    unused slots compute harmless values that are dropped. Slots spread wider are gathered
+    (`rows` the slots themselves, one copy per layer).
+
+    Attributes:
+        slots, positions: int [B], query b goes to slot slots[b] at position positions[b].
+        rows: slice or int [width] array of the cache slots read.
+        at: int [B], the row of query b among the rows read.
+        in_order: the rows read are exactly the B slots in query order (no scatter needed).
+        bias: float32 [width, 1, 1, T], 0 for the positions a row's query sees, else -inf;
+            T = max(positions) + 1.
+    """
+
+    slots: np.ndarray
+    positions: np.ndarray
+    rows: slice | np.ndarray
+    at: np.ndarray
+    in_order: bool
+    bias: np.ndarray
+
+
+def decode_rows(slots: np.ndarray, positions: np.ndarray) -> DecodeRows:
+    """Plan the cache reads of a decode step.  int [B], int [B] -> `DecodeRows`"""
+    batch = len(slots)
+    total = int(positions.max()) + 1
+    first, span = int(slots.min()), int(slots.max()) + 1 - int(slots.min())
+    if span <= 2 * batch:  # attend over the span's rows in place
+        rows, width, at = slice(first, first + span), span, slots - first
+    else:  # gather the slots' rows
+        rows, width, at = slots, batch, np.arange(batch)
+    in_order = width == batch and bool(np.all(at == np.arange(batch)))
+    length = np.full(width, total, np.int64)  # unused rows attend to everything: never all -inf
+    length[at] = positions + 1
+    bias = np.where(np.arange(total)[None, :] < length[:, None], 0.0, -np.inf)  # [width, T]
+    bias = bias.astype(np.float32)[:, None, None, :]  # [width, 1, 1, T]
+    return DecodeRows(slots, positions, rows, at, in_order, bias)
+
+
+def attention_decode(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    layer_keys: np.ndarray,
+    layer_values: np.ndarray,
+    plan: DecodeRows,
+) -> np.ndarray:
+    """Self-attention of one new token per sequence over its own slot of one layer's cache,
+    after writing its key and value there; each slot is masked by its own length.
+
+    q [B, Hq, hd], k [B, Hkv, hd], v [B, Hkv, hd]; layer_keys, layer_values [S, Hkv, T', hd]
+    (updated) -> [B, Hq hd]
+    """
+    batch, hkv, hd = k.shape
+    layer_keys[plan.slots, :, plan.positions] = k
+    layer_values[plan.slots, :, plan.positions] = v
+    q = q.reshape(batch, hkv, q.shape[1] // hkv, hd) * np.float32(hd**-0.5)  # [B, Hkv, G, hd]
+    if not plan.in_order:  # [B, Hkv, G, hd] -> [width, Hkv, G, hd], query b at row at[b]
+        scattered = np.zeros((len(plan.bias), *q.shape[1:]), np.float32)
+        scattered[plan.at] = q
+        q = scattered
+    total = plan.bias.shape[-1]
+    keys = layer_keys[plan.rows, :, :total]  # [width, Hkv, T, hd]
+    values = layer_values[plan.rows, :, :total]
+    out = attention(q, keys, values, plan.bias)  # [width, Hkv, G, hd]
+    return (out if plan.in_order else out[plan.at]).reshape(batch, -1)  # [B, Hq hd]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -198,32 +324,21 @@ def prefill(
     The projections and the MLP are one GEMM over all N tokens; attention runs per sequence
     (each a batched matmul over heads), so short prompts share one read of the weights.
     """
-    hkv, hd = config.num_key_value_heads, config.head_dim
-    group = config.num_attention_heads // hkv
-    scale = np.float32(hd**-0.5)
+    group = config.num_attention_heads // config.num_key_value_heads
     positions = np.concatenate([np.arange(start, start + n) for _, start, n in segments])
-    offsets = np.cumsum([0] + [n for _, _, n in segments])
-    x = params["embed"][tokens]  # [N, d]
-    cos_n, sin_n = cos[positions, None, :], sin[positions, None, :]  # [N, 1, hd/2]
-    biases = [causal_bias(start, n) for _, start, n in segments]
-
-    for index, layer in enumerate(params["layers"]):
-
-        def attend(q, k, v, index=index):  # [N, Hq, hd], [N, Hkv, hd] x 2 -> [N, Hq hd]
-            out = np.empty((q.shape[0], q.shape[1] * hd), np.float32)
-            for (slot, start, n), first, bias in zip(segments, offsets, biases, strict=False):
-                end, rows = start + n, slice(first, first + n)
-                keys[index, slot, :, start:end] = k[rows].transpose(1, 0, 2)
-                values[index, slot, :, start:end] = v[rows].transpose(1, 0, 2)
-                q_seq = q[rows].reshape(n, hkv, group, hd).transpose(1, 2, 0, 3) * scale
-                attended = attention_prefill(  # [Hkv, G, n, hd]
-                    q_seq, keys[index, slot, :, :end], values[index, slot, :, :end], bias
-                )
-                out[rows] = attended.transpose(2, 0, 1, 3).reshape(n, -1)
-            return out
-
-        transformer_block(x, layer, config, cos_n, sin_n, attend)
-    return rms_norm(x, params["norm"], config.rms_norm_eps)
+    first = np.cumsum([0] + [n for _, _, n in segments])
+    plan = [
+        Segment(slot, start, slice(row, row + n), causal_bias(start, n, group))
+        for (slot, start, n), row in zip(segments, first, strict=False)
+    ]
+    x = params["embed"][tokens]  # [N] -> [N, d]
+    cos, sin = cos[positions, None, :], sin[positions, None, :]  # [N, 1, hd/2]
+    for layer, layer_keys, layer_values in zip(params["layers"], keys, values, strict=True):
+        q, k, v = project_qkv(x, layer, config, cos, sin)  # [N, d] -> [N, Hq|Hkv, hd]
+        x += attention_prefill(q, k, v, layer_keys, layer_values, plan) @ layer["w_o"]  # [N, d]
+        h = rms_norm(x, layer["mlp_norm"], config.rms_norm_eps)  # [N, d] -> [N, d]
+        x += mlp(h, layer["w_gate_up"], layer["w_down"])  # [N, d] -> [N, d]
+    return rms_norm(x, params["norm"], config.rms_norm_eps)  # [N, d] -> [N, d]
 
 
 def decode(
@@ -242,52 +357,24 @@ def decode(
     keys, values [L, S, Hkv, T, hd] (updated); slots, positions, tokens int [B] (slots
     distinct); cos, sin [> max(positions), hd/2] -> final hidden states [B, d]
 
-    Keys and values are read in place (no copy) from the span of slots min(slots)..max(slots)
-    when that span is at most twice B: the queries are scattered to their rows of the span, rows
-    of unused slots compute harmless values that are dropped. Slots spread wider are gathered
-    (one copy per layer). Only positions below max(positions) + 1 are read.
+    Only positions below max(positions) + 1 are read; see `DecodeRows` for which slots.
     """
-    batch = len(tokens)
-    hq, hkv, hd = config.num_attention_heads, config.num_key_value_heads, config.head_dim
-    scale = np.float32(hd**-0.5)
-    total = int(positions.max()) + 1
-    first, span = int(slots.min()), int(slots.max()) + 1 - int(slots.min())
-    if span <= 2 * batch:  # attend over the span's rows in place
-        rows, width, at = slice(first, first + span), span, slots - first
-    else:  # gather the slots' rows
-        rows, width, at = slots, batch, np.arange(batch)
-    in_order = width == batch and bool(np.all(at == np.arange(batch)))
-    length = np.full(width, total, np.int64)  # unused rows attend to everything: never all -inf
-    length[at] = positions + 1
-    bias = np.where(np.arange(total)[None, :] < length[:, None], 0.0, -np.inf)
-    bias = bias.astype(np.float32)[:, None, None, :]  # [width, 1, 1, T]
-    x = params["embed"][tokens]  # [B, d]
-    cos_b, sin_b = cos[positions, None, :], sin[positions, None, :]  # [B, 1, hd/2]
-
-    for index, layer in enumerate(params["layers"]):
-
-        def attend(q, k, v, index=index):  # [B, Hq, hd], [B, Hkv, hd] x 2 -> [B, Hq hd]
-            keys[index, slots, :, positions] = k
-            values[index, slots, :, positions] = v
-            q = q.reshape(batch, hkv, hq // hkv, hd) * scale
-            if not in_order:  # [B, ...] -> [width, ...], query b at row at[b]
-                scattered = np.zeros((width, *q.shape[1:]), np.float32)
-                scattered[at] = q
-                q = scattered
-            layer_keys = keys[index, rows, :, :total]  # [width, Hkv, T, hd]
-            layer_values = values[index, rows, :, :total]
-            out = attention_decode(q, layer_keys, layer_values, bias)  # [width, Hkv, G, hd]
-            return (out if in_order else out[at]).reshape(batch, -1)
-
-        transformer_block(x, layer, config, cos_b, sin_b, attend)
-    return rms_norm(x, params["norm"], config.rms_norm_eps)
+    plan = decode_rows(slots, positions)
+    x = params["embed"][tokens]  # [B] -> [B, d]
+    cos, sin = cos[positions, None, :], sin[positions, None, :]  # [B, 1, hd/2]
+    for layer, layer_keys, layer_values in zip(params["layers"], keys, values, strict=True):
+        q, k, v = project_qkv(x, layer, config, cos, sin)  # [B, d] -> [B, Hq|Hkv, hd]
+        x += attention_decode(q, k, v, layer_keys, layer_values, plan) @ layer["w_o"]  # [B, d]
+        h = rms_norm(x, layer["mlp_norm"], config.rms_norm_eps)  # [B, d] -> [B, d]
+        x += mlp(h, layer["w_gate_up"], layer["w_down"])  # [B, d] -> [B, d]
+    return rms_norm(x, params["norm"], config.rms_norm_eps)  # [B, d] -> [B, d]
 
 
 def lm_head(params: dict, hidden: np.ndarray) -> np.ndarray:
-    """Logits of the tied (or separate) LM head.  [n, d] -> [n, V] float32
+    """Logits of the tied (or separate) LM head.  [N, d] -> [N, V] float32
 
-    One row uses the [V, d] table as a matrix-vector product; more rows one [n, d] x [d, V] GEMM.
+    One row uses the [V, d] table as a matrix-vector product; more rows one [N, d] x [d, V] GEMM.
     """
     if hidden.shape[0] == 1:
-        return (params["lm_head_rows"] @ hidden[0])[None, :]
-    return hidden @ params["lm_head"]
+        return (params["lm_head_rows"] @ hidden[0])[None, :]  # [V, d] x [d] -> [1, V]
+    return hidden @ params["lm_head"]  # [N, d] -> [N, V]
