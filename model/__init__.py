@@ -1,6 +1,11 @@
 """corral.model: SmolLM2 (Llama) on the CPU in NumPy: weights, tokenizer, chat template, forward
 pass with a KV cache and batched decode (DESIGN.md section 6).
 
+Modules: `config` (LlamaConfig from config.json), `weights` (safetensors, GGUF conversion, the
+cache dir), `tokenizer`, `chat` (chat templates), `llama` (the forward pass, pure functions),
+`kv_cache` (KVCache), `model` (Model: prefill, decode), `loading` (load_model), `generate` (the
+batched generation engine), `errors`.
+
     from corral.model import load_model
     model = load_model()                       # downloads and converts the default model once
     ids = model.tokenizer.encode(model.render_chat([{"role": "user", "content": "Hi"}]))
@@ -12,7 +17,9 @@ pass with a KV cache and batched decode (DESIGN.md section 6).
 from corral.model.chat import render_chat
 from corral.model.config import LlamaConfig
 from corral.model.errors import CacheError, ChatTemplateError, ModelError, ModelLoadError
-from corral.model.model import KVCache, Model, load_folder, load_model
+from corral.model.kv_cache import KVCache
+from corral.model.loading import download_wheel, load_folder, load_model
+from corral.model.model import Model
 from corral.model.tokenizer import Tokenizer
 from corral.model.weights import cache_dir, convert_gguf
 
@@ -27,6 +34,7 @@ __all__ = [
     "Tokenizer",
     "cache_dir",
     "convert_gguf",
+    "download_wheel",
     "load_folder",
     "load_model",
     "render_chat",

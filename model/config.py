@@ -49,11 +49,6 @@ class LlamaConfig:
     bos_token_id: int | None
     eos_token_ids: tuple[int, ...]
 
-    @property
-    def qkv_size(self) -> int:
-        """Width of the merged q/k/v projection: (Hq + 2 Hkv) * head_dim."""
-        return (self.num_attention_heads + 2 * self.num_key_value_heads) * self.head_dim
-
     @classmethod
     def from_dict(cls, raw: dict, path: str | Path = "config.json") -> LlamaConfig:
         """Read a Hugging Face config dict.

