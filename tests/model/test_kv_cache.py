@@ -1,4 +1,4 @@
-"""KV-cache correctness (issue 5, item 2): prefill of N tokens then decode equals one prefill of
+"""KV-cache correctness (DESIGN.md section 6): prefill of N tokens then decode equals one prefill of
 N + 1; a ragged batch equals its sequences run one at a time; slots in any order; chunked and
 extended prefill; cache bookkeeping and errors. Mostly on a tiny random Llama (fast), and once
 on the real model."""

@@ -1,4 +1,4 @@
-"""Loading (issue 5, item 4): Hugging Face folders and GGUF files load, and every broken file
+"""Loading (DESIGN.md section 6): Hugging Face folders and GGUF files load, and every broken file
 gets a `ModelLoadError` naming it: a missing file, malformed JSON or safetensors, a config of
 another architecture, a tensor missing or of the wrong shape. On tiny synthetic checkpoints."""
 
@@ -8,7 +8,8 @@ import json
 
 import numpy as np
 import pytest
-from corral.model import LlamaConfig, ModelLoadError, load_model
+from corral.automata.errors import SchemaError
+from corral.model import LlamaConfig, ModelError, ModelLoadError, load_model
 from corral.model.weights import read_safetensors, unpermute_rows
 from safetensors.numpy import save_file
 
@@ -34,12 +35,21 @@ def test_a_missing_file_is_named(folder, name):
     with pytest.raises(ModelLoadError, match="not found") as error:
         load_model(folder)
     assert error.value.path.name == name
+    assert isinstance(error.value, ModelError) and not isinstance(error.value, SchemaError)
 
 
 def test_a_missing_folder_is_named(tmp_path):
     with pytest.raises(ModelLoadError, match="no such file") as error:
         load_model(tmp_path / "nowhere")
     assert error.value.path == tmp_path / "nowhere"
+
+
+def test_a_missing_gguf_file_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("CORRAL_HOME", str(tmp_path / "home"))
+    with pytest.raises(ModelLoadError, match="no such file") as error:
+        load_model(tmp_path / "absent.gguf", progress=False)
+    assert error.value.path == tmp_path / "absent.gguf"
+    assert not isinstance(error.value, SchemaError)
 
 
 def test_generation_config_eos_ids_join_the_config_ones(folder):
@@ -115,6 +125,22 @@ def test_a_truncated_safetensors_file_is_named(folder):
     path.write_bytes(path.read_bytes()[:1000])
     with pytest.raises(ModelLoadError) as error:
         load_model(folder)
+    assert error.value.path == path
+
+
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        (b"\x01\x00", "too short"),
+        ((2).to_bytes(8, "little") + b"[]", "expected a JSON object"),
+        ((9).to_bytes(8, "little") + b"{}", "longer than the file"),
+    ],
+)
+def test_a_malformed_safetensors_header_is_named(tmp_path, content, reason):
+    path = tmp_path / "w.safetensors"
+    path.write_bytes(content)
+    with pytest.raises(ModelLoadError, match=reason) as error:
+        read_safetensors(path)
     assert error.value.path == path
 
 

@@ -1,6 +1,6 @@
 """The real SmolLM2-135M-Instruct against Hugging Face transformers on the same GGUF weights
 (tests/model/reference.json, written by make_reference.py): logits, greedy continuations,
-tokenizer encodings and decodings, chat-template renderings (issue 5, items 1 and 3)."""
+tokenizer encodings and decodings, chat-template renderings (DESIGN.md section 6)."""
 
 from __future__ import annotations
 
