@@ -67,18 +67,24 @@ class LlamaConfig:
                 path, f"architecture {found!r} is not supported: corral runs Llama models only"
             )
 
-        def need(key: str, kind: type = int):
-            if key not in raw or raw[key] is None:
+        def need(key: str, kind: type = int, source: dict = raw):
+            if key not in source or source[key] is None:
                 raise ModelLoadError(path, f"missing key {key!r}")
-            value = raw[key]
+            value = source[key]
             if kind is float and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
             if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
                 raise ModelLoadError(path, f"{key!r} must be {kind.__name__}, got {value!r}")
             return value
 
+        def optional(key: str, default, kind: type = int):
+            return default if raw.get(key) is None else need(key, kind)
+
         rope_parameters = raw.get("rope_parameters") or {}
         rope_scaling = raw.get("rope_scaling") or {}
+        for key, value in (("rope_parameters", rope_parameters), ("rope_scaling", rope_scaling)):
+            if not isinstance(value, dict):
+                raise ModelLoadError(path, f"{key!r} must be an object, got {value!r}")
         rope_type = rope_parameters.get("rope_type") or rope_scaling.get("rope_type")
         rope_type = rope_type or rope_scaling.get("type") or "default"
         if rope_type != "default":
@@ -86,14 +92,14 @@ class LlamaConfig:
         if "rope_theta" in raw:
             rope_theta = need("rope_theta", float)
         elif "rope_theta" in rope_parameters:
-            rope_theta = float(rope_parameters["rope_theta"])
+            rope_theta = need("rope_theta", float, rope_parameters)
         else:
             rope_theta = 10000.0  # transformers' LlamaConfig default
 
         hidden = need("hidden_size")
         heads = need("num_attention_heads")
-        kv_heads = raw.get("num_key_value_heads") or heads
-        head_dim = raw.get("head_dim") or hidden // max(heads, 1)
+        kv_heads = optional("num_key_value_heads", heads)
+        head_dim = optional("head_dim", hidden // max(heads, 1))
         if heads <= 0 or kv_heads <= 0 or heads % kv_heads:
             raise ModelLoadError(
                 path, f"{heads} query heads cannot share {kv_heads} key/value heads"
@@ -110,9 +116,9 @@ class LlamaConfig:
             num_attention_heads=heads,
             num_key_value_heads=kv_heads,
             head_dim=head_dim,
-            rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+            rms_norm_eps=optional("rms_norm_eps", 1e-6, float),
             rope_theta=rope_theta,
-            max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
+            max_position_embeddings=optional("max_position_embeddings", 2048),
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
             bos_token_id=raw.get("bos_token_id"),
             eos_token_ids=eos_ids,

@@ -96,6 +96,21 @@ def test_a_missing_config_key_is_named(folder, tiny):
         load_model(folder)
 
 
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"num_key_value_heads": "2"}, "'num_key_value_heads' must be int"),
+        ({"rms_norm_eps": "small"}, "'rms_norm_eps' must be float"),
+        ({"rope_parameters": [500.0]}, "'rope_parameters' must be an object"),
+    ],
+)
+def test_an_ill_typed_config_value_is_named(folder, tiny, overrides, message):
+    (folder / "config.json").write_text(json.dumps(tiny.config(**overrides)))
+    with pytest.raises(ModelLoadError, match=message) as error:
+        load_model(folder)
+    assert error.value.path.name == "config.json"
+
+
 def test_a_tensor_of_the_wrong_shape_is_named(folder, tiny):
     tensors = tiny.tensors(tiny.config())
     tensors["model.layers.1.self_attn.k_proj.weight"] = np.zeros((8, 32), np.float32)
