@@ -19,14 +19,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
+from corral.kernels import Vocabulary
 from corral.model import llama
 from corral.model.chat import render_chat
 from corral.model.config import LlamaConfig
 from corral.model.errors import CacheError, ModelLoadError
 from corral.model.tokenizer import Tokenizer
+from corral.model.vocabulary import vocabulary_from_tokenizer
 from corral.model.weights import (
     convert_gguf,
     default_model_folder,
@@ -108,6 +111,7 @@ class Model:
         chat_template: the jinja2 chat template text, or None.
         special_tokens: template variables such as `bos_token`, `eos_token` (strings).
         eos_ids: tuple of token ids that end generation (config.json's and the tokenizer's EOS).
+        vocabulary: the token bytes and EOS ids of the mask kernels (`corral.kernels.Vocabulary`).
         vocab_size: V, the width of the logits (config.json's vocab_size).
         params: the weights, as `llama.build_params` lays them out.
         path: the Hugging Face folder the model was loaded from.
@@ -157,11 +161,12 @@ class Model:
             self.chat_template, messages, add_generation_prompt, self.special_tokens, **extra
         )
 
-    def vocabulary(self) -> list[bytes | None]:
-        """Raw bytes of each of the V token ids (None for special and unused ids): the
-        vocabulary of the token-mask kernels (DESIGN.md section 4). Length `vocab_size`."""
-        vocabulary = list(self.tokenizer.vocabulary()[: self.vocab_size])
-        return vocabulary + [None] * (self.vocab_size - len(vocabulary))
+    @cached_property
+    def vocabulary(self) -> Vocabulary:
+        """The vocabulary of the token-mask kernels (DESIGN.md section 4), built once: the raw
+        bytes of each of the V = `vocab_size` token ids (None for special and unused ids) and
+        `eos_ids`. A `corral.kernels.Vocabulary`."""
+        return vocabulary_from_tokenizer(self.tokenizer.backend, self.eos_ids, self.vocab_size)
 
     # ------------------------------------------------------------------------------------------
     # Forward passes

@@ -1,5 +1,6 @@
 """Hypothesis strategies and brute-force oracles shared by the kernel tests: random DFAs, random
-vocabularies with every awkward kind of token, and a pure-Python walk of every token."""
+vocabularies with every awkward kind of token, a pure-Python walk of every token, and the token
+distance by Bellman-Ford over every token from every state."""
 
 from __future__ import annotations
 
@@ -73,3 +74,25 @@ def oracle_allowed(dfa: Dfa, vocabulary: Vocabulary, state: int) -> set[int]:
 def mask_ids(mask: np.ndarray) -> set[int]:
     """The set bits of a packed uint32 mask, read bit by bit (independently of the kernels)."""
     return {32 * w + j for w, word in enumerate(mask.tolist()) for j in range(32) if word >> j & 1}
+
+
+def brute_force_token_distance(dfa, vocabulary) -> list[int]:
+    """Bellman-Ford over the token graph, walking every token's bytes with `Dfa.step`."""
+    n = dfa.n_states
+    distance = [0 if dfa.accept[s] else -1 for s in range(n)]
+    changed = True
+    while changed:
+        changed = False
+        for s in range(n):
+            for t, data in enumerate(vocabulary.tokens):
+                if not data or t in vocabulary.eos_ids:
+                    continue
+                e = dfa.step(s, data)
+                if (
+                    e >= 0
+                    and distance[e] >= 0
+                    and (distance[s] < 0 or distance[e] + 1 < distance[s])
+                ):
+                    distance[s] = distance[e] + 1
+                    changed = True
+    return distance

@@ -1,36 +1,20 @@
-"""`TokenIndex.token_distance` and `mask_within_tokens` (budget-aware ending, issue 7) against a
-brute-force breadth-first search over every token from every state."""
+"""`TokenIndex.token_distance` and `mask_within_tokens` (the budget rule, DESIGN.md section 4)
+against a brute-force search over every token from every state (`brute_force_token_distance`)."""
 
 from __future__ import annotations
 
 import numpy as np
 from corral.kernels import TokenIndex
 from hypothesis import HealthCheck, given, settings
-from kernel_strategies import mask_ids, oracle_allowed, random_dfas, random_vocabularies
+from kernel_strategies import (
+    brute_force_token_distance,
+    mask_ids,
+    oracle_allowed,
+    random_dfas,
+    random_vocabularies,
+)
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def brute_force_token_distance(dfa, vocabulary) -> list[int]:
-    """Bellman-Ford over the token graph, walking every token's bytes with `Dfa.step`."""
-    n = dfa.n_states
-    distance = [0 if dfa.accept[s] else -1 for s in range(n)]
-    changed = True
-    while changed:
-        changed = False
-        for s in range(n):
-            for t, data in enumerate(vocabulary.tokens):
-                if not data or t in vocabulary.eos_ids:
-                    continue
-                e = dfa.step(s, data)
-                if (
-                    e >= 0
-                    and distance[e] >= 0
-                    and (distance[s] < 0 or distance[e] + 1 < distance[s])
-                ):
-                    distance[s] = distance[e] + 1
-                    changed = True
-    return distance
 
 
 @SETTINGS
