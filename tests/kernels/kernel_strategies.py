@@ -8,7 +8,11 @@ import numpy as np
 from corral.automata.dfa import Dfa
 from corral.kernels import Vocabulary
 from corral.kernels.trie import BYTE_CATEGORY, N_CATEGORIES
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+"""The property tests' settings: 150 examples, no deadline (the first examples compile kernels)."""
 
 # Bytes the random DFAs and tokens use: ASCII, and the UTF-8 of é (C3 A9) and € (E2 82 AC).
 ALPHABET = [ord("a"), ord("b"), ord("c"), ord("{"), ord('"'), 0xC3, 0xA9, 0xE2, 0x82, 0xAC]

@@ -7,18 +7,16 @@ from __future__ import annotations
 import numpy as np
 from corral.automata import regex_to_dfa
 from corral.kernels import TokenIndex, unpack_ids
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from kernel_strategies import (
+    SETTINGS,
     brute_force_token_distance,
     mask_ids,
     oracle_allowed,
     random_dfas,
     random_vocabularies,
 )
-
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
 
 MODES = st.sampled_from(["eager", "eager-parallel", "lazy"])
 
