@@ -20,7 +20,7 @@ import time
 
 import numpy as np  # noqa: E402
 from corral.automata import schema_to_dfa  # noqa: E402
-from corral.kernels import Constraint, SamplingParams, TokenIndex, Vocabulary  # noqa: E402
+from corral.kernels import Constraint, SamplingParams, TokenIndex  # noqa: E402
 from corral.model import load_model  # noqa: E402
 from corral.model.generate import GenerationRequest, GenerationStats, generate  # noqa: E402
 
@@ -75,7 +75,7 @@ def main() -> None:
     parser.add_argument("--batches", default="1,8,32")
     args = parser.parse_args()
     model = load_model()
-    vocabulary = Vocabulary(tuple(model.vocabulary()), tuple(model.eos_ids))
+    vocabulary = model.vocabulary
     started = time.perf_counter()
     index = TokenIndex(schema_to_dfa(SCHEMA), vocabulary)
     _ = index.token_distance

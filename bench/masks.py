@@ -169,7 +169,7 @@ def cold_jit(gguf: Path) -> None:
         "v = Vocabulary.from_list([b'a', b'b', b'ab', None], eos_ids=[3])\n"
         "ix = TokenIndex(regex_to_dfa('(ab)*'), v); t2 = time.perf_counter()\n"
         "TokenIndex(regex_to_dfa('(ab)*'), v, mode='lazy').mask(0)\n"
-        "ix.mask_within(0, 1); t3 = time.perf_counter()\n"
+        "ix.mask_within_tokens(0, 1); t3 = time.perf_counter()\n"
         "c = Constraint(ix); g = np.random.default_rng(0)\n"
         "constrained_sample(np.zeros(4, np.float32), c, SamplingParams(), g)\n"
         "t4 = time.perf_counter()\n"
@@ -184,7 +184,7 @@ def cold_jit(gguf: Path) -> None:
             imports, trie_and_all, lazy_within, sampler = (float(x) for x in out)
             print(
                 f"  {label:30s} import {imports:6.3f} s | trie build + all-states kernel "
-                f"{trie_and_all:6.3f} s | lazy + mask_within kernels {lazy_within:6.3f} s | "
+                f"{trie_and_all:6.3f} s | lazy + mask_within_tokens kernels {lazy_within:6.3f} s | "
                 f"sampler kernel {sampler:6.3f} s"
             )
 
@@ -198,11 +198,12 @@ def main() -> None:
     args = parser.parse_args()
 
     import numba
-    from corral.kernels import GREEDY, SamplingParams, TokenIndex, Vocabulary
+    from corral.kernels import GREEDY, SamplingParams, TokenIndex
+    from corral.model.vocabulary import vocabulary_from_gguf
 
     gguf = args.gguf or default_gguf()
     start = time.perf_counter()
-    vocabulary = Vocabulary.from_gguf(gguf)
+    vocabulary = vocabulary_from_gguf(gguf)
     vocabulary_s = time.perf_counter() - start
     start = time.perf_counter()
     trie = vocabulary.trie

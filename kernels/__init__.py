@@ -2,9 +2,10 @@
 sampler (DESIGN.md section 4).
 
 - `Vocabulary`: token id -> raw bytes (None for specials) and the EOS ids.
-- `TokenIndex(dfa, vocabulary)`: packed masks per DFA state, `next_state`, `distance`,
-  `mask_within` (budget-aware ending).
-- `Constraint(index)`: one answer's walk: `mask()`, `advance(token)`, `done`, `is_complete()`.
+- `TokenIndex(dfa, vocabulary)`: packed masks per DFA state, `next_state`, `token_distance`
+  (the fewest tokens to acceptance) and `mask_within_tokens` (budget-aware ending).
+- `Constraint(index)`: one answer's matcher: `mask(tokens_left=None)`, `advance(token)`,
+  `advance_bytes(data)`, `tokens_to_complete()`, `is_complete()`, `done`, `copy()`.
 - `SamplingParams`, `apply_mask`, `sample`, `constrained_sample`, `constrained_sample_batch`,
   `top_logprobs`.
 """

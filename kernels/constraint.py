@@ -1,10 +1,17 @@
-"""One answer's walk through a grammar (DESIGN.md section 4).
+"""One answer's walk through a grammar, a matcher in the manner of XGrammar's `GrammarMatcher`
+(DESIGN.md section 4).
 
-A `Constraint` holds the DFA state reached by the tokens written so far. `mask()` says which tokens
-may come next; `advance(token)` moves on and refuses a token the grammar does not allow. EOS (any
-of the vocabulary's EOS ids) is allowed exactly in accepting states and makes the constraint
-`done`. A grammar that is complete with no text token left to allow also ends: the constraint is
-`done` at once, and the engine stops with finish_reason `stop` without sampling EOS.
+A `Constraint` holds the DFA state reached by the text written so far. `mask()` says which tokens
+may come next; `advance(token)` moves on and refuses a token the grammar does not allow;
+`advance_bytes(data)` moves on by raw bytes (text that was not sampled under the mask: the bytes
+after a lazy trigger, or a respelled piece), so a caller never reaches into the index or the DFA.
+EOS (any of the vocabulary's EOS ids) is allowed exactly in accepting states and makes the
+constraint `done`. A grammar that is complete with no text token left to allow also ends: the
+constraint is `done` at once, and the engine stops with finish_reason `stop` without sampling EOS.
+
+The one budget rule is counted in tokens: `tokens_to_complete()` is the fewest tokens from here to
+a complete answer, and `mask(tokens_left)` allows only the tokens after which a complete answer
+still fits in the tokens left.
 """
 
 from __future__ import annotations
@@ -32,35 +39,41 @@ class Constraint:
         if not self.done:
             self._end_if_nothing_left()
 
-    def mask(self, max_distance: int | None = None) -> np.ndarray:
-        """The packed mask of the tokens allowed next: uint32 `[ceil(V / 32)]` (shared and
-        read-only; do not write to it).
+    def mask(self, tokens_left: int | None = None) -> np.ndarray:
+        """The packed mask of the tokens allowed next: uint32 `[ceil(V / 32)]` (do not write to
+        it: it may be shared).
 
         Args:
-            max_distance: when given, allow only tokens after which acceptance is at most this
-                many bytes away (`TokenIndex.mask_within`), for an engine running out of tokens;
-                such a mask may be all-false, and the caller falls back to `mask()`.
+            tokens_left: the tokens the answer may still take, this one included (>= 1), or None
+                for no budget. When given and some state of the grammar is more than
+                `tokens_left - 1` tokens from acceptance, only the tokens after which a complete
+                answer still fits in `tokens_left - 1` further tokens are allowed
+                (`TokenIndex.mask_within_tokens`, EOS included when the state accepts). Where no
+                token fits (the budget was already too small, e.g. a lazy trigger fired late),
+                the plain mask is returned and the answer will be cut by the budget.
 
         Raises:
             TokenNotAllowedError: the constraint is done (nothing may follow).
+            ValueError: `tokens_left` < 1.
         """
         if self.done:
             raise TokenNotAllowedError("the constraint is done: no token may follow")
-        if max_distance is None:
-            return self.index.mask(self.state)
-        return self.index.mask_within(self.state, max_distance)
+        index = self.index
+        if tokens_left is None:
+            return index.mask(self.state)
+        if tokens_left < 1:
+            raise ValueError(f"tokens_left must be >= 1, not {tokens_left}")
+        if index.max_token_distance <= tokens_left - 1:
+            return index.mask(self.state)  # every allowed token keeps an answer within reach
+        within = index.mask_within_tokens(self.state, tokens_left - 1)
+        return within if within.any() else index.mask(self.state)
 
-    @property
-    def distance(self) -> int:
-        """The fewest bytes from the current state to a complete answer (0 when complete)."""
-        return int(self.index.distance[self.state])
-
-    def is_allowed(self, token: int) -> bool:
-        """True when `token` may come next. O(1) bit test, or a trie walk on a lazy miss."""
-        if self.done or not 0 <= token < self.index.vocabulary.size:
-            return False
-        row = self.index.mask(self.state)
-        return bool((int(row[token >> 5]) >> (token & 31)) & 1)
+    def tokens_to_complete(self) -> int:
+        """The fewest tokens (EOS not counted) from here to a complete answer: 0 when complete,
+        -1 when no token sequence completes it (`TokenIndex.token_distance`)."""
+        if self.done:
+            return 0
+        return int(self.index.token_distance[self.state])
 
     def advance(self, token: int) -> None:
         """Append `token`: EOS (in an accepting state) makes the constraint done; a text token
@@ -87,6 +100,22 @@ class Constraint:
                 f"token {token} ({index.vocabulary.tokens[token]!r}) is not allowed in state "
                 f"{self.state}"
             )
+        self.state = state
+        self._end_if_nothing_left()
+
+    def advance_bytes(self, data: bytes) -> None:
+        """Append raw text bytes (not a token): walk them through the DFA. All or nothing: on a
+        refused byte the constraint is left as it was. Afterwards the constraint is done if the
+        state accepts and no text token is allowed there. O(len(data)).
+
+        Raises:
+            TokenNotAllowedError: the constraint is done, or a byte of `data` is dead.
+        """
+        if self.done:
+            raise TokenNotAllowedError(f"bytes {data!r} after the end of the answer")
+        state = self.index.step_bytes(self.state, data)
+        if state < 0:
+            raise TokenNotAllowedError(f"bytes {data!r} are not allowed in state {self.state}")
         self.state = state
         self._end_if_nothing_left()
 

@@ -1,11 +1,11 @@
-"""The fewest tokens from each DFA state to a complete answer (budget-aware ending, issue 7).
+"""The fewest tokens from each DFA state to a complete answer (DESIGN.md section 4): the one
+budget rule, counted in tokens, of `Constraint.mask(tokens_left)` and of the engine's budget-aware
+ending (`corral.model.generate`).
 
-A byte-level vocabulary has a token for every byte, so the byte distance of
-`Dfa.distance_to_accept` bounds the token distance from above, but loosely: `"celsius"` is 9
-bytes and 3 tokens. The engine needs the exact figure to refuse only budgets that truly cannot
-hold an answer and to steer only when it must. The token graph has an edge s -> e when some text
-token's bytes lead from s to e; the token distance is a breadth-first search over its reversed
-edges from the accepting states.
+Bytes would be the wrong unit: `"celsius"` is 9 bytes and 3 tokens, and the engine must refuse
+only budgets that truly cannot hold an answer and steer only when it must. The token graph has an
+edge s -> e when some text token's bytes lead from s to e; the token distance is a breadth-first
+search over it towards the accepting states (`corral.automata.graph.distances_to`).
 
 The edges come from the same trie walk as the masks (`corral.kernels.index`): a walk from s visits
 every token that stays live, and the state on the walk's stack at a node holding tokens is where
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from corral.automata.graph import distances_to
 
 
 @numba.njit(cache=True)
@@ -69,44 +70,6 @@ def token_graph(trans, byte, depth, end, token_start, max_depth):
     return start, targets
 
 
-@numba.njit(cache=True)
-def backward_bfs(start, targets, accept):
-    """int32 `[n_states]`: breadth-first distance to an accepting state over the edges
-    s -> targets[start[s]:start[s+1]], -1 where none is reachable. O(n_states + n_edges)."""
-    n_states = accept.shape[0]
-    n_edges = targets.shape[0]
-    # reverse the edges: for each target, the sources that reach it
-    rcount = np.zeros(n_states + 1, np.int64)
-    for k in range(n_edges):
-        rcount[targets[k] + 1] += 1
-    rstart = np.cumsum(rcount)
-    fill = rstart[:-1].copy()
-    sources = np.empty(n_edges, np.int32)
-    for s in range(n_states):
-        for k in range(start[s], start[s + 1]):
-            t = targets[k]
-            sources[fill[t]] = s
-            fill[t] += 1
-    dist = np.full(n_states, -1, np.int32)
-    queue = np.empty(n_states, np.int32)
-    head = tail = 0
-    for s in range(n_states):
-        if accept[s]:
-            dist[s] = 0
-            queue[tail] = s
-            tail += 1
-    while head < tail:
-        t = queue[head]
-        head += 1
-        for k in range(rstart[t], rstart[t + 1]):
-            s = sources[k]
-            if dist[s] < 0:
-                dist[s] = dist[t] + 1
-                queue[tail] = s
-                tail += 1
-    return dist
-
-
 def token_distance(trans: np.ndarray, accept: np.ndarray, trie) -> np.ndarray:
     """int32 `[n_states]`: the fewest text tokens leading from each state to an accepting state
     (0 in accepting states, -1 where no token sequence reaches one).
@@ -118,7 +81,8 @@ def token_distance(trans: np.ndarray, accept: np.ndarray, trie) -> np.ndarray:
     Cost: two trie walks per state plus a BFS, about twice an all-states mask build.
     """
     trans = np.ascontiguousarray(trans, dtype=np.int32)
-    accept = np.ascontiguousarray(accept, dtype=np.bool_)
     t = trie
     start, targets = token_graph(trans, t.byte, t.depth, t.end, t.token_start, t.max_depth)
-    return backward_bfs(start, targets, accept)
+    n_states = trans.shape[0]
+    sources = np.repeat(np.arange(n_states, dtype=np.int32), np.diff(start))
+    return distances_to(n_states, sources, targets, np.asarray(accept, dtype=bool))

@@ -21,9 +21,10 @@ Two modes, chosen by `choose_mode`:
   `EAGER_LIMIT_BYTES` (32 MiB: 5,461 states at V = 49,152), since such a table costs more to build
   than a generation visits.
 
-Budget-aware ending (used by the generation engine): `distance[s]` is the fewest bytes from s to
-acceptance, and `mask_within(s, k)` allows only the tokens that end in a state at distance <= k
-(plus EOS in accepting states), so an engine short of tokens can steer towards a complete answer.
+Budget-aware ending (`Constraint.mask(tokens_left)`, used by the generation engine):
+`token_distance[s]` is the fewest text tokens from s to acceptance (`corral.kernels.distance`), and
+`mask_within_tokens(s, k)` allows only the tokens that end in a state at token distance <= k (plus
+EOS in accepting states): the same trie walk, skipping the tokens that end too far.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from collections import OrderedDict
 import numba
 import numpy as np
 from corral.automata.dfa import Dfa
-from corral.kernels.distance import backward_bfs, token_distance
+from corral.kernels.distance import token_distance
 from corral.kernels.trie import BYTE_CATEGORY
 from corral.kernels.vocabulary import Vocabulary
 
@@ -48,6 +49,9 @@ a state costs a few microseconds on average (about 1.5 ms for the 385 states of 
 schema at V = 49,152), so smaller DFAs finish before threads pay off; and on a machine whose
 cores are busy (the model's forward pass, other processes), waking spinning OpenMP threads was
 measured to cost ten times the work."""
+
+_NO_DISTANCE = np.empty(0, np.int32)
+"""The `distance` argument of a walk without a budget (`limit` -1: never read)."""
 
 LAZY_CACHE_ROWS = 4096
 """The most mask rows a lazy index keeps (least recently used rows are dropped first)."""
@@ -76,8 +80,6 @@ class TokenIndex:
 
     Attributes:
         dfa, vocabulary, mode.
-        distance: int32 `[n_states]`, the fewest bytes from each state to acceptance (0 in
-            accepting states, -1 where acceptance cannot be reached).
     """
 
     def __init__(
@@ -100,7 +102,6 @@ class TokenIndex:
         self._trie = t = vocabulary.trie
         self._trie_arrays = (t.byte, t.depth, t.end, t.categories, t.token_start, t.token_ids)
         self._loops = loop_categories(self._trans)
-        self.distance = distances_to_accept(self._trans, self._accept)
         self._lock = threading.Lock()
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
         self._rows: list[np.ndarray] | None = None
@@ -153,11 +154,7 @@ class TokenIndex:
                 return row
         if not 0 <= state < self.n_states:
             raise IndexError(f"state {state} out of range")
-        t = self._trie
-        row = one_mask(
-            self._trans, self._loops, self._accept, self._trie_arrays, self._eos, self._n_words,
-            t.max_depth, state,
-        )  # fmt: skip
+        row = self._walk(state, _NO_DISTANCE, -1)
         row.setflags(write=False)
         with self._lock:
             self._cache[state] = row
@@ -165,36 +162,40 @@ class TokenIndex:
                 self._cache.popitem(last=False)
         return row
 
-    def mask_within(self, state: int, max_distance: int) -> np.ndarray:
-        """The packed mask of the tokens allowed in `state` whose end state is at most
-        `max_distance` bytes from acceptance; EOS exactly when `state` is accepting. uint32
-        `[ceil(V / 32)]`, a new array (not cached); one trie walk, O(live nodes). It may allow
-        nothing when no single token gets close enough: the caller then falls back to `mask`."""
-        t = self._trie
-        return mask_within_distance(
-            self._trans, self._loops, self._accept, self.distance, self._trie_arrays, self._eos,
-            self._n_words, t.max_depth, state, int(max_distance),
-        )  # fmt: skip
-
     @functools.cached_property
     def token_distance(self) -> np.ndarray:
         """int32 `[n_states]`: the fewest text tokens from each state to acceptance (0 in
-        accepting states, -1 where no token sequence reaches it); exact, unlike the byte
-        `distance`, which only bounds it when every byte is a token. Computed on first use
+        accepting states, -1 where no token sequence reaches it). Computed on first use
         (`corral.kernels.distance`, about two all-states trie walks), then cached."""
         distance = token_distance(self._trans, self._accept, self._trie)
         distance.setflags(write=False)
         return distance
 
+    @functools.cached_property
+    def max_token_distance(self) -> int:
+        """The most tokens any state needs to reach acceptance (`token_distance.max()`): with
+        more tokens left than that, every allowed token keeps a complete answer within reach."""
+        return int(self.token_distance.max()) if self.n_states else 0
+
     def mask_within_tokens(self, state: int, max_tokens: int) -> np.ndarray:
-        """Like `mask_within`, counted in tokens: the tokens allowed in `state` after which an
-        answer can be completed in at most `max_tokens` more tokens (`token_distance`), and EOS
-        when `state` accepts. Never all-false when `token_distance[state] <= max_tokens + 1`,
-        so an engine that keeps that invariant always ends with a complete answer."""
-        t = self._trie
-        return mask_within_distance(
-            self._trans, self._loops, self._accept, self.token_distance, self._trie_arrays,
-            self._eos, self._n_words, t.max_depth, state, int(max_tokens),
+        """The packed mask of the tokens allowed in `state` after which an answer can be
+        completed in at most `max_tokens` (>= 0) more tokens (`token_distance`), and EOS when
+        `state` accepts: uint32 `[ceil(V / 32)]`, a new array (not cached), one trie walk,
+        O(nodes visited). Never all-false when `token_distance[state] <= max_tokens + 1`, so an
+        engine that keeps that invariant always ends with a complete answer.
+
+        Raises:
+            ValueError: `max_tokens` is negative.
+        """
+        if max_tokens < 0:
+            raise ValueError(f"max_tokens must be >= 0, not {max_tokens}")
+        return self._walk(state, self.token_distance, int(max_tokens))
+
+    def _walk(self, state: int, distance: np.ndarray, limit: int) -> np.ndarray:
+        """`one_mask` of `state`: uint32 `[ceil(V / 32)]`, a new array."""
+        return one_mask(
+            self._trans, self._loops, self._accept, self._trie_arrays, self._eos, self._n_words,
+            self._trie.max_depth, state, distance, limit,
         )  # fmt: skip
 
     def allowed(self, state: int) -> np.ndarray:
@@ -207,6 +208,11 @@ class TokenIndex:
         data = self.vocabulary.tokens[token]
         if not data or token in self._eos_set:
             return -1
+        return self.step_bytes(state, data)
+
+    def step_bytes(self, state: int, data: bytes) -> int:
+        """The state after walking `data` from `state` through the DFA, -1 at the first dead
+        byte. O(len(data))."""
         step = self._trans.item
         for b in data:
             state = step(state, b)
@@ -246,14 +252,24 @@ def _set_bit(row, t):
 
 
 @numba.njit(cache=True, inline="always")
-def _walk(trans, loops, state, byte, depth, end, categories, token_start, token_ids, stack, row):
-    """Set in `row` the bit of every token whose bytes stay live from `state`.
+def _near(distance, s, limit):
+    """True when the walk keeps tokens ending in `s`: always when `limit` < 0 (no budget),
+    else when acceptance is at most `limit` tokens from s (`distance[s]`, -1 unreachable)."""
+    return limit < 0 or 0 <= distance[s] <= limit
+
+
+@numba.njit(cache=True, inline="always")
+def _walk(trans, loops, state, trie, distance, limit, stack, row):
+    """Set in `row` the bit of every token whose bytes stay live from `state` (and, when
+    `limit` >= 0, that ends at most `limit` tokens from acceptance, see `_near`).
 
     Node i is read from its parent's state p = stack[depth - 1]. When p loops to itself on every
     byte category in i's subtree (`loops[p]` covers `categories[i]`), every token of the subtree
-    is allowed: their bits are set and the subtree is skipped. Otherwise a dead byte skips the
-    subtree, a live one pushes its state. O(nodes visited + tokens set in bulk).
+    ends in p: their bits are set (if p is near enough) and the subtree is skipped. Otherwise a
+    dead byte skips the subtree, a live one pushes its state. O(nodes visited + tokens set in
+    bulk).
     """
+    byte, depth, end, categories, token_start, token_ids = trie
     stack[0] = state
     n_nodes = byte.shape[0]
     i = 1
@@ -261,8 +277,9 @@ def _walk(trans, loops, state, byte, depth, end, categories, token_start, token_
         d = depth[i]
         parent = stack[d - 1]
         if categories[i] & ~loops[parent] == 0:
-            for k in range(token_start[i], token_start[end[i]]):
-                _set_bit(row, token_ids[k])
+            if _near(distance, parent, limit):
+                for k in range(token_start[i], token_start[end[i]]):
+                    _set_bit(row, token_ids[k])
             i = end[i]
             continue
         s = trans[parent, byte[i]]
@@ -270,15 +287,15 @@ def _walk(trans, loops, state, byte, depth, end, categories, token_start, token_
             i = end[i]
             continue
         stack[d] = s
-        for k in range(token_start[i], token_start[i + 1]):
-            _set_bit(row, token_ids[k])
+        if _near(distance, s, limit):
+            for k in range(token_start[i], token_start[i + 1]):
+                _set_bit(row, token_ids[k])
         i += 1
 
 
 @numba.njit(cache=True, inline="always")
-def _state_row(trans, loops, accept, s, trie, eos, stack, row):
-    byte, depth, end, categories, token_start, token_ids = trie
-    _walk(trans, loops, s, byte, depth, end, categories, token_start, token_ids, stack, row)
+def _state_row(trans, loops, accept, s, trie, eos, distance, limit, stack, row):
+    _walk(trans, loops, s, trie, distance, limit, stack, row)
     if accept[s]:
         for t in eos:
             _set_bit(row, t)
@@ -291,9 +308,10 @@ def all_masks(trans, loops, accept, trie, eos, n_words, max_depth):
     token_start, token_ids). O(sum over states of nodes visited) work."""
     n_states = trans.shape[0]
     table = np.zeros((n_states, n_words), np.uint32)
+    no_distance = np.empty(0, np.int32)
     for s in numba.prange(n_states):
         stack = np.empty(max_depth + 1, np.int32)
-        _state_row(trans, loops, accept, s, trie, eos, stack, table[s])
+        _state_row(trans, loops, accept, s, trie, eos, no_distance, -1, stack, table[s])
     return table
 
 
@@ -303,53 +321,21 @@ def all_masks_serial(trans, loops, accept, trie, eos, n_words, max_depth):
     than it saves, and on a machine whose cores are busy). Same O(sum of nodes visited)."""
     n_states = trans.shape[0]
     table = np.zeros((n_states, n_words), np.uint32)
+    no_distance = np.empty(0, np.int32)
     stack = np.empty(max_depth + 1, np.int32)
     for s in range(n_states):
-        _state_row(trans, loops, accept, s, trie, eos, stack, table[s])
+        _state_row(trans, loops, accept, s, trie, eos, no_distance, -1, stack, table[s])
     return table
 
 
 @numba.njit(cache=True)
-def one_mask(trans, loops, accept, trie, eos, n_words, max_depth, s):
-    """uint32 `[n_words]`: the mask of state `s`. O(nodes visited)."""
+def one_mask(trans, loops, accept, trie, eos, n_words, max_depth, s, distance, limit):
+    """uint32 `[n_words]`: the mask of state `s`; when `limit` >= 0, only the tokens ending at
+    most `limit` tokens from acceptance (`distance`, int32 `[n_states]`), plus EOS when `s`
+    accepts. O(nodes visited)."""
     row = np.zeros(n_words, np.uint32)
     stack = np.empty(max_depth + 1, np.int32)
-    _state_row(trans, loops, accept, s, trie, eos, stack, row)
-    return row
-
-
-@numba.njit(cache=True)
-def mask_within_distance(trans, loops, accept, distance, trie, eos, n_words, max_depth, s, limit):
-    """uint32 `[n_words]`: tokens allowed in `s` that end at distance <= `limit` from
-    acceptance, plus EOS when `s` accepts. A subtree that stays in its parent's state p (see
-    `_walk`) is allowed whole when distance[p] <= limit, else skipped. O(nodes visited)."""
-    byte, depth, end, categories, token_start, token_ids = trie
-    row = np.zeros(n_words, np.uint32)
-    stack = np.empty(max_depth + 1, np.int32)
-    stack[0] = s
-    n_nodes = byte.shape[0]
-    i = 1
-    while i < n_nodes:
-        d = depth[i]
-        parent = stack[d - 1]
-        if categories[i] & ~loops[parent] == 0:
-            if 0 <= distance[parent] <= limit:
-                for k in range(token_start[i], token_start[end[i]]):
-                    _set_bit(row, token_ids[k])
-            i = end[i]
-            continue
-        state = trans[parent, byte[i]]
-        if state < 0:
-            i = end[i]
-            continue
-        stack[d] = state
-        if 0 <= distance[state] <= limit:
-            for k in range(token_start[i], token_start[i + 1]):
-                _set_bit(row, token_ids[k])
-        i += 1
-    if accept[s]:
-        for t in eos:
-            _set_bit(row, t)
+    _state_row(trans, loops, accept, s, trie, eos, distance, limit, stack, row)
     return row
 
 
@@ -398,16 +384,6 @@ def _rows_match(table, first, inverse):
                 if table[i, j] != table[r, j]:
                     return False
     return True
-
-
-def distances_to_accept(trans: np.ndarray, accept: np.ndarray) -> np.ndarray:
-    """int32 `[n_states]`: the fewest bytes from each state to an accepting state (0 when
-    accepting, -1 when none can be reached); `Dfa.distance_to_accept` in a Numba kernel."""
-    live = trans >= 0
-    start = np.zeros(trans.shape[0] + 1, np.int64)
-    np.cumsum(live.sum(axis=1), out=start[1:])
-    targets = np.ascontiguousarray(trans[live], dtype=np.int32)  # row-major: grouped by source
-    return backward_bfs(start, targets, np.ascontiguousarray(accept, dtype=np.bool_))
 
 
 def loop_categories(trans: np.ndarray) -> np.ndarray:

@@ -198,15 +198,16 @@ def constrained_sample(
     rng: np.random.Generator,
     prompt_ids: Sequence[int] | np.ndarray = (),
     output_ids: Sequence[int] | np.ndarray = (),
-    max_distance: int | None = None,
+    tokens_left: int | None = None,
 ) -> tuple[int, float]:
-    """`sample` under `constraint.mask(max_distance)`; does not advance the constraint.
+    """`sample` under `constraint.mask(tokens_left)` (the budget rule: see `Constraint.mask`);
+    does not advance the constraint.
 
     Raises:
         TokenNotAllowedError: the constraint is done.
         NoTokenAllowedError: the mask allows no token.
     """
-    return sample(logits, params, rng, constraint.mask(max_distance), prompt_ids, output_ids)
+    return sample(logits, params, rng, constraint.mask(tokens_left), prompt_ids, output_ids)
 
 
 def constrained_sample_batch(
@@ -279,15 +280,6 @@ class _Allowed:
         below = words & ((np.uint32(1) << bit) - np.uint32(1))
         pos = self.word_start[w] + np.bitwise_count(below)
         return pos[kept], kept
-
-
-def gather_allowed(mask: np.ndarray, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The allowed ids (int64, ascending) and their logits (float32) from a packed mask."""
-    from corral.kernels.index import unpack_ids
-
-    ids = unpack_ids(mask)
-    ids = ids[ids < logits.shape[0]]
-    return ids, logits[ids]
 
 
 @numba.njit(cache=True, boundscheck=False)

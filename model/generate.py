@@ -1,10 +1,13 @@
 """Batched generation under constraints, with continuous batching (DESIGN.md sections 4 and 7).
 
-`generate(model, requests)` runs many requests on one KV cache of `batch_size` slots: a request's
-prompt is prefilled when a slot frees up, then every live sequence decodes together, one forward
-pass per step for the whole batch. At each step each sequence's mask is applied before the
-log-softmax (`corral.kernels.sample`) and its `Constraint` advances; a sequence that ends leaves
-its slot to the next waiting request.
+A `Generator(model, batch_size, max_len)` runs requests on one KV cache of `batch_size` slots:
+`submit(request)` queues a request (at any time, also between steps) and returns its handle;
+`step()` prefills the prompts of waiting requests into free slots, picks one token for every live
+sequence, and decodes them all together, one forward pass for the whole batch; it returns the
+`(handle, GenerationResult)` of the sequences that ended, whose slots go to the next waiting
+requests. At each step each sequence's mask is applied before the log-softmax
+(`corral.kernels.sample`) and its `Constraint` advances. `iter_generate` and `generate` are thin
+loops over a `Generator` for a fixed list of requests.
 
 The engine knows nothing of HTTP or OpenAI shapes: a request is prompt token ids, sampling
 settings, an optional `Constraint` and an optional trigger string.
@@ -12,17 +15,18 @@ settings, an optional `Constraint` and an optional trigger string.
 Decisions:
 - Budget-aware ending (on by default, `GenerationRequest.budget_aware`): a constrained answer is
   never cut mid-JSON by `max_tokens`. The engine keeps the invariant "the fewest tokens from the
-  constraint's state to a complete answer (`TokenIndex.token_distance`, a BFS over the token
-  graph) <= tokens left": while tokens are plenty it uses the plain mask, and when they are not
-  it allows only tokens after which a complete answer still fits
-  (`TokenIndex.mask_within_tokens`). An answer that is complete when the budget runs out ends with
-  finish_reason `stop`. A budget too small for any answer is refused up front
-  (`BudgetTooSmallError`). Turned off, the answer is cut at `max_tokens` (finish_reason `length`).
+  constraint's state to a complete answer (`Constraint.tokens_to_complete`, a BFS over the token
+  graph) <= tokens left" by sampling under `Constraint.mask(tokens_left)`: the plain mask while
+  tokens are plenty, else only the tokens after which a complete answer still fits. An answer that
+  is complete when the budget runs out ends with finish_reason `stop`. A budget too small for any
+  answer is refused at `submit` (`BudgetTooSmallError`, `check_budget`). Turned off, the answer is
+  cut at `max_tokens` (finish_reason `length`).
 - Lazy trigger (tool_choice `auto`, llama.cpp's grammar triggers): the output is free until its
-  bytes contain the trigger; the bytes after it, if any, are walked through the constraint's DFA.
-  If the token that completed the trigger carries bytes the grammar refuses, it is replaced by
-  tokens spelling exactly the text up to the trigger's end (its own token if the vocabulary has
-  one, else single-byte tokens), so the constraint always starts cleanly.
+  bytes contain the trigger; the bytes after it, if any, are walked through the constraint
+  (`Constraint.advance_bytes`). If the token that completed the trigger carries bytes the grammar
+  refuses, it is replaced by tokens spelling exactly the text up to the trigger's end
+  (`Vocabulary.spell`: its own token if the vocabulary has one, else single-byte tokens), so the
+  constraint always starts cleanly.
 - Stop strings apply to free text only: inside a constrained answer they would cut valid JSON.
   The text is cut before the stop string, which is not returned (OpenAI's behaviour).
 - EOS ends a sequence and is not part of its text or `token_ids`; it is counted in
@@ -36,12 +40,19 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 from corral.automata import ConstrainError
-from corral.kernels import Constraint, SamplingParams, sample
+from corral.kernels import (
+    Constraint,
+    SamplingParams,
+    TokenNotAllowedError,
+    Vocabulary,
+    sample,
+)
+from corral.model.errors import CacheError
 
 DEFAULT_PARAMS = SamplingParams()
 
@@ -99,7 +110,7 @@ class GenerationResult:
 
 @dataclass
 class GenerationStats:
-    """Running totals, updated as `iter_generate` goes (for progress bars and benches):
+    """Running totals, updated as a `Generator` steps (for progress bars and benches):
     decode steps, tokens, and seconds in prefill, in decode forward passes, and in masks and
     sampling."""
 
@@ -112,10 +123,11 @@ class GenerationStats:
 
 
 class _Sequence:
-    """The mutable state of one request while it runs."""
+    """The mutable state of one request while it runs: its tokens, logprobs and text, written
+    and unwritten only through `_record` and `_unrecord`."""
 
-    def __init__(self, index: int, request: GenerationRequest, slot: int, vocabulary):
-        self.index = index
+    def __init__(self, handle: int, request: GenerationRequest, slot: int, vocabulary: Vocabulary):
+        self.handle = handle
         self.request = request
         self.slot = slot
         self.vocabulary = vocabulary
@@ -124,9 +136,6 @@ class _Sequence:
         self.constraint = None
         if request.trigger is None and self.waiting is not None:
             self.constraint, self.waiting = self.waiting, None
-        c = request.constraint
-        # the most tokens any state needs to finish: with more left, every token keeps in budget
-        self.max_distance = int(c.index.token_distance.max()) if c is not None else 0
         self.prompt = np.asarray(request.prompt_ids, dtype=np.int64)
         self.ids: list[int] = []
         self.logprobs: list[float] = []
@@ -138,11 +147,9 @@ class _Sequence:
         self._stop = [s.encode("utf-8") for s in request.stop if s]
         self._trigger = request.trigger.encode("utf-8") if request.trigger else None
 
-    # -- choosing the next token -------------------------------------------------------------
-
     def choose(self, eos_ids: frozenset[int]) -> int | None:
         """Pick the next token from `self.logits` and record it; None when the sequence ended
-        without a token (a complete answer with nothing left, or the budget spent)."""
+        without a token (EOS, a complete answer with nothing left, or the budget spent)."""
         left = self.request.max_tokens - self.generated
         constraint = self.constraint
         if constraint is not None and constraint.done:
@@ -154,37 +161,38 @@ class _Sequence:
             return None
         if self.forced:
             token = self.forced.popleft()
-            self._record(token, _logprob(self.logits, token))
-            return token
-        mask = None
-        if constraint is not None:
-            if self.request.budget_aware and self.max_distance > left - 1:
-                # only tokens after which a complete answer still fits in the tokens left; none
-                # fit when a trigger started the answer too late: it is then cut (`length`)
-                mask = constraint.index.mask_within_tokens(constraint.state, left - 1)
-                if not mask.any():
-                    mask = constraint.mask()
-            else:
-                mask = constraint.mask()
-        params = self.request.params
-        token, logprob = sample(self.logits, params, self.rng, mask, self.prompt, self.ids)
-        if constraint is not None:
-            constraint.advance(token)
-        if token in eos_ids and (constraint is None or constraint.done):
-            self.generated += 1
-            self.finish_reason = "stop"
-            return None
+            logprob = _logprob(self.logits, token)
+        else:
+            mask = None
+            if constraint is not None:
+                mask = constraint.mask(left if self.request.budget_aware else None)
+            params = self.request.params
+            token, logprob = sample(self.logits, params, self.rng, mask, self.prompt, self.ids)
+            if constraint is not None:
+                constraint.advance(token)
+            if token in eos_ids and (constraint is None or constraint.done):
+                self.generated += 1
+                self.finish_reason = "stop"
+                return None
+        start = len(self.text)
         self._record(token, logprob)
+        if self.constraint is None:
+            self._after_free_text(start)
         return token
 
     def _record(self, token: int, logprob: float) -> None:
+        """Append a generated token: its id, logprob and bytes."""
         self.generated += 1
         self.ids.append(token)
         self.logprobs.append(logprob)
-        start = len(self.text)
-        self.text += self.vocabulary[token] or b""
-        if self.constraint is None:
-            self._after_free_text(start)
+        self.text += self.vocabulary.tokens[token] or b""
+
+    def _unrecord(self) -> None:
+        """Take back the last `_record`."""
+        token = self.ids.pop()
+        self.logprobs.pop()
+        self.generated -= 1
+        del self.text[len(self.text) - len(self.vocabulary.tokens[token] or b"") :]
 
     def _after_free_text(self, start: int) -> None:
         """Stop strings and the trigger, looked for in the bytes the last token could touch."""
@@ -201,25 +209,22 @@ class _Sequence:
             return
         end = at + len(self._trigger)
         constraint, self.waiting = self.waiting, None
-        state = constraint.index.dfa.step(0, bytes(self.text[end:]))
-        if state < 0:  # the token ran past the trigger into bytes the grammar refuses
-            self._respell(start, end)
-            state = 0
-        self.constraint = Constraint(constraint.index, state)
+        rest = bytes(self.text[end:])
+        if rest:
+            try:
+                constraint.advance_bytes(rest)
+            except TokenNotAllowedError:  # the token ran past the trigger into refused bytes
+                self._respell(start, end)
+        self.constraint = constraint
 
     def _respell(self, start: int, end: int) -> None:
-        """Replace the last token by tokens spelling exactly text[start:end]."""
+        """Replace the last token (its text starts at `start`) by tokens spelling exactly
+        text[start:end]: the first is recorded now, the others are forced on the next steps."""
         piece = bytes(self.text[start:end])
-        del self.text[start:]
-        self.ids.pop()
-        self.logprobs.pop()
-        self.generated -= 1
-        tokens = self.vocabulary.spell(piece)
-        self.forced.extend(tokens[1:])
-        self.generated += 1
-        self.ids.append(tokens[0])
-        self.logprobs.append(_logprob(self.logits, tokens[0]))
-        self.text += piece[: len(self.vocabulary[tokens[0]])]
+        self._unrecord()
+        first, *rest = self.vocabulary.spell(piece)
+        self.forced.extend(rest)
+        self._record(first, _logprob(self.logits, first))
 
     def result(self) -> GenerationResult:
         return GenerationResult(
@@ -232,30 +237,6 @@ class _Sequence:
         )
 
 
-class _Bytes:
-    """Token id -> bytes (b"" for specials), and the shortest spelling of a byte string."""
-
-    def __init__(self, tokens: Sequence[bytes | None]):
-        self.tokens = [t or b"" for t in tokens]
-        self.by_bytes: dict[bytes, int] = {}
-        for i, t in enumerate(tokens):
-            if t:
-                self.by_bytes.setdefault(t, i)
-
-    def __getitem__(self, token: int) -> bytes:
-        return self.tokens[token]
-
-    def spell(self, piece: bytes) -> list[int]:
-        """Token ids whose bytes concatenate to `piece`: one token if the vocabulary has it,
-        else one per byte. Raises ConstrainError if a byte has no token."""
-        if piece in self.by_bytes:
-            return [self.by_bytes[piece]]
-        try:
-            return [self.by_bytes[bytes([b])] for b in piece]
-        except KeyError:
-            raise ConstrainError(f"the vocabulary cannot spell {piece!r}") from None
-
-
 def _logprob(logits: np.ndarray, token: int) -> float:
     """The model's log-softmax of `token` over the whole vocabulary (for forced tokens)."""
     top = float(logits.max())
@@ -263,19 +244,127 @@ def _logprob(logits: np.ndarray, token: int) -> float:
 
 
 def check_budget(request: GenerationRequest) -> None:
-    """Raise `BudgetTooSmallError` if `max_tokens` cannot hold the shortest constrained answer
-    (only for a constraint that starts at the first token and a budget-aware request)."""
+    """Raise `BudgetTooSmallError` if `max_tokens` is below 1 or cannot hold the shortest
+    constrained answer (`Constraint.tokens_to_complete`; checked only for a budget-aware request
+    whose constraint starts at the first token)."""
     if request.max_tokens < 1:
         raise BudgetTooSmallError(f"max_tokens must be at least 1, not {request.max_tokens}")
     c = request.constraint
     if c is None or request.trigger is not None or not request.budget_aware:
         return
-    needed = int(c.index.token_distance[c.state])
+    needed = c.tokens_to_complete()
     if needed > request.max_tokens or needed < 0:
         raise BudgetTooSmallError(
             f"max_tokens={request.max_tokens} is too small: the shortest answer the grammar "
             f"allows takes {needed} tokens"
         )
+
+
+class Generator:
+    """The engine: continuous batching of requests over one KV cache (see the module docstring).
+
+    Args:
+        model: a `corral.model.Model`, or anything with `new_cache(n_slots, max_len)`,
+            `prefill_batch(cache, slots, sequences)`, `decode(cache, slots, tokens)` and
+            `vocabulary` (a `corral.kernels.Vocabulary`, whose `eos_ids` end free text).
+        batch_size: how many sequences decode together (the KV cache's slots), >= 1.
+        max_len: the most tokens a sequence holds (prompt plus `max_tokens`), the cache's length.
+        stats: updated in place as steps run, if given (else a fresh `GenerationStats`).
+
+    Attributes:
+        stats: the running `GenerationStats`.
+    """
+
+    def __init__(self, model, batch_size: int, max_len: int, stats: GenerationStats | None = None):
+        self.model = model
+        self.vocabulary: Vocabulary = model.vocabulary
+        self.stats = stats if stats is not None else GenerationStats()
+        self._eos_ids = frozenset(self.vocabulary.eos_ids)
+        self._cache = model.new_cache(batch_size, max_len)
+        self._free = list(range(batch_size - 1, -1, -1))
+        self._waiting: deque[tuple[int, GenerationRequest]] = deque()
+        self._live: list[_Sequence] = []
+        self._handles = 0
+
+    @property
+    def has_work(self) -> bool:
+        """True while some submitted request has not ended."""
+        return bool(self._waiting or self._live)
+
+    def submit(self, request: GenerationRequest) -> int:
+        """Queue `request`; it starts at a coming `step` when a slot is free. Returns its handle:
+        0, 1, 2, ... in the order of submission.
+
+        Raises:
+            BudgetTooSmallError: its max_tokens cannot hold its shortest answer (`check_budget`).
+            CacheError: its prompt plus max_tokens exceed `max_len`.
+        """
+        check_budget(request)
+        if len(request.prompt_ids) + request.max_tokens > self._cache.max_len:
+            raise CacheError(
+                f"a prompt of {len(request.prompt_ids)} tokens and max_tokens="
+                f"{request.max_tokens} exceed the engine's max_len {self._cache.max_len}"
+            )
+        handle = self._handles
+        self._handles += 1
+        self._waiting.append((handle, request))
+        return handle
+
+    def step(self) -> list[tuple[int, GenerationResult]]:
+        """Admit waiting requests into free slots (their prompts share prefill passes), pick a
+        token for every live sequence, and run one decode pass for those still going. Returns
+        `(handle, result)` for each request that ended in this step (possibly none).
+
+        Raises:
+            CacheError: a prompt the model refuses (e.g. empty, or a token id out of range).
+        """
+        self._admit()
+        stats = self.stats
+        started = time.perf_counter()
+        finished, tokens, still = [], [], []
+        for seq in self._live:
+            token = seq.choose(self._eos_ids) if seq.finish_reason is None else None
+            if token is None or seq.finish_reason is not None:
+                stats.completion_tokens += seq.generated
+                self._free.append(seq.slot)
+                finished.append((seq.handle, seq.result()))
+            else:
+                tokens.append(token)
+                still.append(seq)
+        stats.mask_and_sample_seconds += time.perf_counter() - started
+        self._live = still
+        if still:
+            self._decode(tokens)
+        return finished
+
+    def _admit(self) -> None:
+        admitted = []
+        while self._waiting and self._free:
+            handle, request = self._waiting.popleft()
+            admitted.append(_Sequence(handle, request, self._free.pop(), self.vocabulary))
+        if not admitted:
+            return
+        started = time.perf_counter()
+        for seq in admitted:
+            self._cache.reset(seq.slot)
+        slots = [seq.slot for seq in admitted]
+        logits = self.model.prefill_batch(self._cache, slots, [seq.prompt for seq in admitted])
+        for row, seq in zip(logits, admitted, strict=True):
+            seq.logits = row
+        self.stats.prefill_seconds += time.perf_counter() - started
+        self._live.extend(admitted)
+
+    def _decode(self, tokens: list[int]) -> None:
+        """One decode pass: `tokens[i]` is appended to `self._live[i]`'s slot."""
+        order = sorted(range(len(self._live)), key=lambda i: self._live[i].slot)
+        self._live = [self._live[i] for i in order]
+        started = time.perf_counter()
+        slots = [seq.slot for seq in self._live]
+        logits = self.model.decode(self._cache, slots, [tokens[i] for i in order])
+        self.stats.forward_seconds += time.perf_counter() - started
+        self.stats.steps += 1
+        for row, seq in zip(logits, self._live, strict=True):
+            seq.logits = row
 
 
 def iter_generate(
@@ -284,83 +373,32 @@ def iter_generate(
     batch_size: int = 16,
     stats: GenerationStats | None = None,
 ) -> Iterator[tuple[int, GenerationResult]]:
-    """Run `requests` with continuous batching; yield `(request index, result)` as each ends.
-
-    Args:
-        model: a `corral.model.Model` (`new_cache`, `prefill_batch`, `decode`, `vocabulary`,
-            `eos_ids`).
-        requests: the requests; each is checked with `check_budget` before anything runs.
-        batch_size: how many sequences decode together (the KV cache's slots).
-        stats: updated in place as steps run, if given.
+    """Run `requests` with continuous batching (a `Generator` sized for them); yield
+    `(request index, result)` as each ends.
 
     Raises:
-        BudgetTooSmallError: a request's max_tokens cannot hold its shortest answer.
-        ConstrainError: a prompt longer than the model's context.
+        BudgetTooSmallError: a request's max_tokens cannot hold its shortest answer (raised
+            before anything runs).
+        CacheError: a prompt the model refuses.
     """
-    for request in requests:
-        check_budget(request)
     if not requests:
         return
-    stats = stats if stats is not None else GenerationStats()
-    vocabulary = _Bytes(model.vocabulary())
-    eos_ids = frozenset(model.eos_ids)
-    max_len = max(len(r.prompt_ids) + r.max_tokens for r in requests)
-    cache = model.new_cache(min(batch_size, len(requests)), max_len)
-    waiting = deque(range(len(requests)))
-    free = list(range(cache.n_slots - 1, -1, -1))
-    live: list[_Sequence] = []
-    while waiting or live:
-        admitted = []
-        while waiting and free:
-            index = waiting.popleft()
-            admitted.append(_Sequence(index, requests[index], free.pop(), vocabulary))
-        if admitted:  # the new prompts share prefill passes (`Model.prefill_batch`)
-            started = time.perf_counter()
-            for seq in admitted:
-                cache.reset(seq.slot)
-            slots = [seq.slot for seq in admitted]
-            logits = model.prefill_batch(cache, slots, [seq.prompt for seq in admitted])
-            for row, seq in zip(logits, admitted, strict=True):
-                seq.logits = row
-            stats.prefill_seconds += time.perf_counter() - started
-            live.extend(admitted)
-        started = time.perf_counter()
-        tokens, still = [], []
-        for seq in live:
-            token = seq.choose(eos_ids) if seq.finish_reason is None else None
-            if token is None or seq.finish_reason is not None:
-                stats.completion_tokens += seq.generated
-                free.append(seq.slot)
-                yield seq.index, seq.result()
-            else:
-                tokens.append(token)
-                still.append(seq)
-        stats.mask_and_sample_seconds += time.perf_counter() - started
-        live = still
-        if not live:
-            continue
-        order = sorted(range(len(live)), key=lambda i: live[i].slot)
-        live = [live[i] for i in order]
-        started = time.perf_counter()
-        logits = model.decode(cache, [s.slot for s in live], [tokens[i] for i in order])
-        stats.forward_seconds += time.perf_counter() - started
-        stats.steps += 1
-        for row, seq in zip(logits, live, strict=True):
-            seq.logits = row
+    max_len = max(1, *(len(r.prompt_ids) + r.max_tokens for r in requests))
+    generator = Generator(model, min(batch_size, len(requests)), max_len, stats)
+    for request in requests:
+        generator.submit(request)
+    while generator.has_work:
+        yield from generator.step()
 
 
 def generate(
     model,
     requests: Sequence[GenerationRequest],
     batch_size: int = 16,
-    on_result: Callable[[int, GenerationResult], None] | None = None,
     stats: GenerationStats | None = None,
 ) -> list[GenerationResult]:
-    """Run `requests` (see `iter_generate`) and return their results in request order;
-    `on_result(index, result)` is called as each one ends."""
+    """Run `requests` (see `iter_generate`) and return their results in request order."""
     results: list[GenerationResult | None] = [None] * len(requests)
     for index, result in iter_generate(model, requests, batch_size, stats):
         results[index] = result
-        if on_result is not None:
-            on_result(index, result)
     return results  # type: ignore[return-value]

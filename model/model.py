@@ -18,13 +18,16 @@ The arithmetic is `corral.model.llama`'s; loading a model from files is `corral.
 
 from __future__ import annotations
 
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
+from corral.kernels import Vocabulary
 from corral.model import llama
 from corral.model.chat import render_chat
 from corral.model.errors import CacheError, ChatTemplateError
 from corral.model.kv_cache import KVCache
+from corral.model.vocabulary import vocabulary_from_tokenizer
 
 
 class Model:
@@ -36,6 +39,7 @@ class Model:
         chat_template: the jinja2 chat template text, or None.
         special_tokens: template variables such as `bos_token`, `eos_token` (strings).
         eos_ids: tuple of token ids that end generation (config.json's and the tokenizer's EOS).
+        vocabulary: the token bytes and EOS ids of the mask kernels (`corral.kernels.Vocabulary`).
         vocab_size: V, the width of the logits (config.json's vocab_size).
         params: the weights, as `llama.build_params` lays them out.
         path: the Hugging Face folder the model was loaded from.
@@ -83,11 +87,12 @@ class Model:
             self.chat_template, messages, add_generation_prompt, self.special_tokens, **extra
         )
 
-    def vocabulary(self) -> list[bytes | None]:
-        """Raw bytes of each of the V token ids (None for special and unused ids): the
-        vocabulary of the token-mask kernels (DESIGN.md section 4). Length `vocab_size`."""
-        vocabulary = list(self.tokenizer.vocabulary()[: self.vocab_size])
-        return vocabulary + [None] * (self.vocab_size - len(vocabulary))
+    @cached_property
+    def vocabulary(self) -> Vocabulary:
+        """The vocabulary of the token-mask kernels (DESIGN.md section 4), built once: the raw
+        bytes of each of the V = `vocab_size` token ids (None for special and unused ids) and
+        `eos_ids`. A `corral.kernels.Vocabulary`."""
+        return vocabulary_from_tokenizer(self.tokenizer.backend, self.eos_ids, self.vocab_size)
 
     # ------------------------------------------------------------------------------------------
     # Forward passes

@@ -7,21 +7,18 @@ alone, then GPT-2's regex, exactly Hugging Face's `Sequence[Digits(individual_di
 ByteLevel]`), the ByteLevel decoder, and the control tokens as special added tokens. Encodings and
 decodings then equal those of the model's own Hugging Face tokenizer.
 
-`Tokenizer` wraps it with the three things corral needs: `encode`, `decode` and `vocabulary` (each
-token id's raw bytes, the input of the token-mask kernels, DESIGN.md section 4).
+`Tokenizer` wraps it with what corral needs: `encode`, `decode` and `token_id`. Each token id's raw
+bytes (the input of the token-mask kernels) are read by `corral.model.vocabulary`.
 """
 
 from __future__ import annotations
 
 import json
-from functools import cache
 from pathlib import Path
 
 from corral.model.errors import ModelLoadError
+from corral.model.vocabulary import GGUF_CONTROL, GGUF_NORMAL, GGUF_USER_DEFINED
 from tokenizers import Tokenizer as HFTokenizer
-
-# GGUF token types (llama.cpp's llama_token_type).
-_NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _UNUSED, _BYTE = 1, 2, 3, 4, 5, 6
 
 # llama.cpp pre-tokenizer names -> whether digits are split one by one before GPT-2's regex.
 _PRE_TOKENIZERS = {
@@ -32,21 +29,6 @@ _PRE_TOKENIZERS = {
     "starcoder": True,
     "refact": True,
 }
-
-
-@cache
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible map from the 256 byte values to printable characters."""
-    printable = list(range(ord("!"), ord("~") + 1))
-    printable += list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    chars, extra = {}, 0
-    for byte in range(256):
-        if byte in printable:
-            chars[byte] = chr(byte)
-        else:
-            chars[byte] = chr(256 + extra)
-            extra += 1
-    return chars
 
 
 def tokenizer_json_from_gguf(fields: dict, source: str | Path) -> dict:
@@ -71,7 +53,7 @@ def tokenizer_json_from_gguf(fields: dict, source: str | Path) -> dict:
     merges = fields.get("tokenizer.ggml.merges")
     if not tokens or merges is None:
         raise ModelLoadError(source, "tokenizer.ggml.tokens or tokenizer.ggml.merges missing")
-    types = fields.get("tokenizer.ggml.token_type") or [_NORMAL] * len(tokens)
+    types = fields.get("tokenizer.ggml.token_type") or [GGUF_NORMAL] * len(tokens)
 
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True}
     pre_tokenizer = {**byte_level, "use_regex": True}
@@ -88,10 +70,10 @@ def tokenizer_json_from_gguf(fields: dict, source: str | Path) -> dict:
             "lstrip": False,
             "rstrip": False,
             "normalized": False,
-            "special": kind_ == _CONTROL,
+            "special": kind_ == GGUF_CONTROL,
         }
         for index, (token, kind_) in enumerate(zip(tokens, types, strict=True))
-        if kind_ in (_CONTROL, _USER_DEFINED)
+        if kind_ in (GGUF_CONTROL, GGUF_USER_DEFINED)
     ]
     return {
         "version": "1.0",
@@ -126,7 +108,6 @@ class Tokenizer:
 
     def __init__(self, backend: HFTokenizer):
         self.backend = backend
-        self._vocabulary: list[bytes | None] | None = None
 
     @classmethod
     def from_file(cls, path: str | Path) -> Tokenizer:
@@ -160,26 +141,3 @@ class Tokenizer:
     def token_id(self, text: str) -> int | None:
         """The id of a token written exactly as `text` (e.g. "<|im_end|>"), or None."""
         return self.backend.token_to_id(text)
-
-    def vocabulary(self) -> list[bytes | None]:
-        """Each token id's raw bytes; None for special tokens (DESIGN.md section 4).
-
-        Returns a list of length `vocab_size`, computed once.
-        """
-        if self._vocabulary is None:
-            decoder = {char: byte for byte, char in bytes_to_unicode().items()}
-            special = {
-                index
-                for index, token in self.backend.get_added_tokens_decoder().items()
-                if token.special
-            }
-            vocabulary: list[bytes | None] = [None] * self.vocab_size
-            for token, index in self.backend.get_vocab(with_added_tokens=True).items():
-                if index in special:
-                    continue
-                if all(char in decoder for char in token):
-                    vocabulary[index] = bytes(decoder[char] for char in token)
-                else:  # an added (non-byte-level) token: its text as UTF-8
-                    vocabulary[index] = token.encode("utf-8")
-            self._vocabulary = vocabulary
-        return self._vocabulary

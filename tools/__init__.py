@@ -3,7 +3,7 @@ rendering with tools, the streaming tool-call parser and the answer's JSON shape
 
 Modules: `request` (parse_tool_request), `errors` (ToolError, the one place a ConstrainError
 becomes OpenAI's error shape), `grammar`, `render`, `parser` (ToolParser), `shapes` (events,
-message and delta JSON), `vocab` (vocab_bytes), `bfcl` (BFCL schemas to JSON Schema).
+message and delta JSON), `bfcl` (BFCL schemas to JSON Schema).
 """
 
 from corral.tools.bfcl import bfcl_to_json_schema, bfcl_tools
@@ -23,7 +23,6 @@ from corral.tools.shapes import (
     finish_reason,
     message_json,
 )
-from corral.tools.vocab import vocab_bytes
 
 __all__ = [
     "Arguments",
@@ -50,5 +49,4 @@ __all__ = [
     "render_prompt",
     "render_request",
     "tools_prompt",
-    "vocab_bytes",
 ]

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from corral.kernels import Constraint, SamplingParams, TokenIndex, Vocabulary
+from corral.kernels import Constraint, SamplingParams, TokenIndex
 from corral.model.generate import (
     BudgetTooSmallError,
     GenerationRequest,
@@ -58,7 +58,7 @@ class Engine:
     def __init__(self, model, model_name: str = "SmolLM2-135M-Instruct"):
         self.model = model
         self.model_name = model_name
-        self.vocabulary = Vocabulary(tuple(model.vocabulary()), tuple(model.eos_ids))
+        self.vocabulary = model.vocabulary
         self._indexes: dict[str, TokenIndex] = {}
 
     def index(self, pattern: str, dfa) -> TokenIndex:

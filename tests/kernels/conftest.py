@@ -7,7 +7,6 @@ from __future__ import annotations
 import zipfile
 
 import pytest
-from corral.kernels import Vocabulary
 
 
 @pytest.fixture(scope="session")
@@ -25,9 +24,10 @@ def smollm2_gguf(tmp_path_factory):
 def smollm2(smollm2_gguf):
     """(Vocabulary from the GGUF metadata, the model's tokenizer rebuilt from the same file)."""
     from corral.model.tokenizer import Tokenizer, tokenizer_json_from_gguf
+    from corral.model.vocabulary import vocabulary_from_gguf
     from gguf import GGUFReader
 
     reader = GGUFReader(smollm2_gguf)
     fields = {key: field.contents() for key, field in reader.fields.items() if "tokenizer" in key}
     tokenizer = Tokenizer.from_dict(tokenizer_json_from_gguf(fields, smollm2_gguf))
-    return Vocabulary.from_gguf(reader), tokenizer
+    return vocabulary_from_gguf(reader), tokenizer

@@ -1,5 +1,6 @@
 """Hypothesis strategies and brute-force oracles shared by the kernel tests: random DFAs, random
-vocabularies with every awkward kind of token, and a pure-Python walk of every token."""
+vocabularies with every awkward kind of token, a pure-Python walk of every token, and the token
+distance by Bellman-Ford over every token from every state."""
 
 from __future__ import annotations
 
@@ -7,7 +8,11 @@ import numpy as np
 from corral.automata.dfa import Dfa
 from corral.kernels import Vocabulary
 from corral.kernels.trie import BYTE_CATEGORY, N_CATEGORIES
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+"""The property tests' settings: 150 examples, no deadline (the first examples compile kernels)."""
 
 # Bytes the random DFAs and tokens use: ASCII, and the UTF-8 of é (C3 A9) and € (E2 82 AC).
 ALPHABET = [ord("a"), ord("b"), ord("c"), ord("{"), ord('"'), 0xC3, 0xA9, 0xE2, 0x82, 0xAC]
@@ -73,3 +78,25 @@ def oracle_allowed(dfa: Dfa, vocabulary: Vocabulary, state: int) -> set[int]:
 def mask_ids(mask: np.ndarray) -> set[int]:
     """The set bits of a packed uint32 mask, read bit by bit (independently of the kernels)."""
     return {32 * w + j for w, word in enumerate(mask.tolist()) for j in range(32) if word >> j & 1}
+
+
+def brute_force_token_distance(dfa, vocabulary) -> list[int]:
+    """Bellman-Ford over the token graph, walking every token's bytes with `Dfa.step`."""
+    n = dfa.n_states
+    distance = [0 if dfa.accept[s] else -1 for s in range(n)]
+    changed = True
+    while changed:
+        changed = False
+        for s in range(n):
+            for t, data in enumerate(vocabulary.tokens):
+                if not data or t in vocabulary.eos_ids:
+                    continue
+                e = dfa.step(s, data)
+                if (
+                    e >= 0
+                    and distance[e] >= 0
+                    and (distance[s] < 0 or distance[e] + 1 < distance[s])
+                ):
+                    distance[s] = distance[e] + 1
+                    changed = True
+    return distance

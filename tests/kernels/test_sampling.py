@@ -1,4 +1,4 @@
-"""Issue 4, test 3 and the sampler's contract (DESIGN.md section 4): masking before log-softmax,
+"""The sampler's contract (DESIGN.md section 4): masking before log-softmax,
 the reported logprob, greedy, temperature, top-k, top-p, min-p, penalties, batches."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Issue 4, tests 2 and 6: the rules of DESIGN.md section 4 on small hand-made grammars."""
+"""The rules of DESIGN.md section 4 on small hand-made grammars, and the `Constraint` matcher's
+API (mask with a token budget, advance by tokens and by bytes)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from corral.kernels import (
     Vocabulary,
     choose_mode,
 )
-from corral.kernels.index import distances_to_accept, unique_rows
+from corral.kernels.index import unique_rows
 from kernel_strategies import mask_ids
 
 # ids:         0     1     2      3     4    5   6     7
@@ -100,7 +101,7 @@ def test_copy_is_independent(vocabulary):
 
 
 def test_a_star_eos_competes_with_a_at_every_step():
-    """Issue 4, test 6: generation never stops at the first accepting state."""
+    """Generation never stops at the first accepting state."""
     vocabulary = Vocabulary.from_list([b"a", b"aa", b"b", None], eos_ids=[3])
     constraint = Constraint(TokenIndex(regex_to_dfa("a*"), vocabulary))
     for _ in range(10):
@@ -111,21 +112,42 @@ def test_a_star_eos_competes_with_a_at_every_step():
     assert constraint.done
 
 
-def test_distance_and_mask_within_steer_to_acceptance():
+def test_token_budget_steers_to_acceptance():
     # '"' then at least 3 letters then '"'.
     vocabulary = Vocabulary.from_list([b'"', b"x", b"xxx", b'x"', b'"xxx"', None], eos_ids=[5])
     index = TokenIndex(regex_to_dfa('"x{3,}"'), vocabulary)
+    assert index.max_token_distance == 2  # after '"': "xxx" then '"'
     constraint = Constraint(index)
-    assert constraint.distance == 5
-    np.testing.assert_array_equal(index.distance, regex_to_dfa('"x{3,}"').distance_to_accept())
-    assert mask_ids(constraint.mask(max_distance=0)) == {4}  # only the whole answer ends there
-    assert mask_ids(constraint.mask(max_distance=4)) == {0, 4}
+    assert constraint.tokens_to_complete() == 1
+    assert mask_ids(constraint.mask(tokens_left=1)) == {4}  # only the whole answer fits
+    assert mask_ids(constraint.mask(tokens_left=2)) == {4}  # '"' would need 2 more tokens
+    assert mask_ids(constraint.mask(tokens_left=3)) == {0, 4} == mask_ids(constraint.mask())
+    with pytest.raises(ValueError):
+        constraint.mask(tokens_left=0)
     constraint.advance(0)
+    assert constraint.tokens_to_complete() == 2
+    assert mask_ids(constraint.mask(tokens_left=2)) == {2}
+    # Nothing fits in 1 token: the plain mask (the answer will be cut by the budget).
+    assert mask_ids(constraint.mask(tokens_left=1)) == {1, 2} == mask_ids(constraint.mask())
     constraint.advance(2)
-    assert constraint.distance == 1
+    assert constraint.tokens_to_complete() == 1
     assert mask_ids(constraint.mask()) == {0, 1, 2, 3}
-    assert mask_ids(constraint.mask(max_distance=0)) == {0, 3}
-    assert mask_ids(constraint.mask(max_distance=1)) == {0, 1, 2, 3}
+    assert mask_ids(constraint.mask(tokens_left=1)) == {0, 3}
+    assert mask_ids(constraint.mask(tokens_left=2)) == {0, 1, 2, 3}
+
+
+def test_advance_bytes_walks_text_all_or_nothing():
+    vocabulary = Vocabulary.from_list([b'"', b"x", b"xxx", b'x"', None], eos_ids=[4])
+    constraint = Constraint(TokenIndex(regex_to_dfa('"x{3,}"'), vocabulary))
+    constraint.advance_bytes(b'"xx')
+    state = constraint.state
+    with pytest.raises(TokenNotAllowedError):
+        constraint.advance_bytes(b'x"x')  # the last byte is dead
+    assert constraint.state == state and not constraint.done
+    constraint.advance_bytes(b'x"')
+    assert constraint.done and constraint.is_complete() and constraint.tokens_to_complete() == 0
+    with pytest.raises(TokenNotAllowedError):
+        constraint.advance_bytes(b"x")
 
 
 def test_mode_size_rule():
@@ -139,7 +161,7 @@ def test_mode_size_rule():
         TokenIndex(dfa, Vocabulary.from_list([b"a"]), mode="fast")
 
 
-def test_unique_rows_and_distances():
+def test_unique_rows():
     rng = np.random.default_rng(0)
     for n_words in (1, 2, 3, 1536):
         rows = rng.integers(0, 2**32, (5, n_words), dtype=np.uint32)
@@ -147,15 +169,6 @@ def test_unique_rows_and_distances():
         first, inverse = unique_rows(table)
         np.testing.assert_array_equal(table[first][inverse], table)
         assert len(first) == len({r.tobytes() for r in table})
-    for pattern in ["a*", "(cat|car|dog)s?", '"x{3,}"', "[a-c]{2,5}é"]:
-        dfa = regex_to_dfa(pattern)
-        np.testing.assert_array_equal(
-            distances_to_accept(dfa.trans, dfa.accept), dfa.distance_to_accept()
-        )
-    # A state that cannot reach acceptance (never in a compiled DFA) is at distance -1.
-    trans = np.full((3, 256), -1, dtype=np.int32)
-    trans[0, 97], trans[0, 98] = 1, 2
-    assert distances_to_accept(trans, np.array([0, 1, 0], bool)).tolist() == [1, 0, -1]
 
 
 @pytest.mark.parametrize("mode", ["eager", "lazy"])

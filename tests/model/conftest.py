@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from corral.model import LlamaConfig, load_model
-from corral.model.tokenizer import bytes_to_unicode, tokenizer_json_from_gguf
+from corral.model.tokenizer import tokenizer_json_from_gguf
+from corral.model.vocabulary import bytes_to_unicode
 from corral.model.weights import expected_shapes
 from safetensors.numpy import save_file
 

@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 from corral.automata import regex_to_dfa, schema_to_dfa
 from corral.kernels import Constraint, SamplingParams, TokenIndex, Vocabulary
+from corral.model.errors import CacheError
 from corral.model.generate import (
     BudgetTooSmallError,
     GenerationRequest,
+    Generator,
     check_budget,
     generate,
 )
@@ -44,14 +46,11 @@ class FakeCache:
 class FakeModel:
     """Logits are a pure function of the sequence so far (prompt and generated tokens)."""
 
-    eos_ids = (EOS,)
+    vocabulary = VOCABULARY
 
     def __init__(self, bias: dict[int, float] | None = None):
         self.bias = bias or {}
         self.decode_batches: list[int] = []
-
-    def vocabulary(self):
-        return list(TOKENS)
 
     def new_cache(self, n_slots, max_len):
         return FakeCache(n_slots, max_len)
@@ -100,7 +99,7 @@ def test_constrained_answers_are_valid_whatever_the_budget(seed, max_tokens):
     """Budget-aware ending: every answer that fits is complete, valid and ends with stop."""
     constraint = Constraint(index_of(CITY))
     request = GenerationRequest([1, 2, 3], max_tokens, SamplingParams(), seed, (), constraint)
-    if constraint.index.token_distance[0] > max_tokens:
+    if constraint.tokens_to_complete() > max_tokens:
         with pytest.raises(BudgetTooSmallError):
             generate(FakeModel(), [request])
         return
@@ -236,3 +235,40 @@ def test_a_trigger_too_late_for_the_budget_cuts_the_call_without_error():
     assert late_result.finish_reason == "length"
     assert late_result.text.startswith("<tool_call>")
     assert other_result.completion_tokens == 6 or other_result.finish_reason == "stop"
+
+
+def test_requests_join_between_steps_and_end_as_they_would_alone():
+    """A `Generator` takes requests at any time; each result equals the one it gets alone."""
+    index = index_of(CITY)
+    requests = [
+        GenerationRequest([7, i], 30, SamplingParams(), seed=i, constraint=Constraint(index))
+        for i in range(5)
+    ]
+    alone = generate(FakeModel(), requests)
+    engine = Generator(FakeModel(), batch_size=2, max_len=64)
+    results, pending = {}, list(requests)
+    handles = [engine.submit(pending.pop(0))]
+    while engine.has_work:
+        for handle, result in engine.step():
+            results[handle] = result
+        if pending:  # one more joins after every step
+            handles.append(engine.submit(pending.pop(0)))
+    assert handles == list(range(5))
+    assert [results[h] for h in handles] == alone
+    assert engine.step() == [] and not engine.has_work
+
+
+def test_submit_refuses_one_request_and_keeps_the_others():
+    engine = Generator(FakeModel(), batch_size=2, max_len=40)
+    good = engine.submit(GenerationRequest([1], 5, SamplingParams(), 0))
+    too_small = GenerationRequest([1], 1, SamplingParams(), 0, (), Constraint(index_of(CITY)))
+    with pytest.raises(BudgetTooSmallError):
+        engine.submit(too_small)
+    with pytest.raises(CacheError):  # prompt plus max_tokens past the cache's length
+        engine.submit(GenerationRequest([1] * 30, 11, SamplingParams(), 0))
+    with pytest.raises(BudgetTooSmallError):
+        engine.submit(GenerationRequest([1], 0, SamplingParams(), 0))
+    finished = []
+    while engine.has_work:
+        finished += engine.step()
+    assert [handle for handle, _ in finished] == [good]

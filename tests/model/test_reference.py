@@ -88,7 +88,7 @@ def test_chat_template_renders_like_the_reference(model, reference, index):
 
 
 def test_vocabulary_gives_raw_bytes_and_none_for_special_tokens(model):
-    vocabulary = model.vocabulary()
+    vocabulary = model.vocabulary.tokens
     assert len(vocabulary) == model.vocab_size
     assert vocabulary[2] is None  # <|im_end|>
     for text in ["Hello", " world", "é", "\n\n", '{"']:

@@ -18,7 +18,6 @@ from corral.kernels import (
     TokenIndex,
     Vocabulary,
     constrained_sample,
-    sample,
 )
 from corral.tools import (
     bfcl_tools,
@@ -26,7 +25,6 @@ from corral.tools import (
     grammar,
     parse_text,
     parse_tool_request,
-    vocab_bytes,
 )
 
 pytestmark = pytest.mark.slow
@@ -54,7 +52,7 @@ WEATHER = {
 
 @pytest.fixture(scope="module")
 def vocabulary(smollm2):
-    return Vocabulary(tuple(vocab_bytes(smollm2, smollm2.eos_ids)), smollm2.eos_ids)
+    return smollm2.vocabulary
 
 
 KINDS = ('"float"', '"array"', '"enum"', '"string"', '"boolean"')
@@ -78,17 +76,8 @@ def walk(index: TokenIndex, vocabulary: Vocabulary, rng: np.random.Generator) ->
     ids = []
     while not constraint.done:
         logits = rng.standard_normal(vocabulary.size, dtype=np.float32) * np.float32(3)
-        mask = None
-        if len(ids) >= BUDGET:
-            for distance in (constraint.distance - 1, constraint.distance):
-                candidate = constraint.mask(max_distance=max(distance, 0))
-                if candidate.any():
-                    mask = candidate
-                    break
-        if mask is None:
-            token, _ = constrained_sample(logits, constraint, params, rng)
-        else:
-            token, _ = sample(logits, params, rng, mask)
+        left = max(constraint.tokens_to_complete(), 1) if len(ids) >= BUDGET else None
+        token, _ = constrained_sample(logits, constraint, params, rng, tokens_left=left)
         constraint.advance(token)
         ids.append(token)
     assert constraint.is_complete()

@@ -1,5 +1,6 @@
 """Rendering conversations with tools (DESIGN.md section 5 "Rendering"; tool-calls-spec
-section 4: render_messages_with_tools, vocab_bytes_marks_specials)."""
+section 4: render_messages_with_tools; vocab_bytes_marks_specials is in
+tests/model/test_vocabulary_readers.py)."""
 
 import pytest
 from corral.tools import (
@@ -11,7 +12,6 @@ from corral.tools import (
     render_messages,
     render_prompt,
     render_request,
-    vocab_bytes,
 )
 from corral.tools.render import tools_prompt
 from tool_examples import WEATHER
@@ -178,25 +178,3 @@ def test_render_messages_with_tools_through_smollm2s_chat_template(smollm2):
     # The rendered call tokenizes back to the same text.
     ids = smollm2.tokenizer.encode(prompt)
     assert smollm2.tokenizer.decode(ids) == prompt
-
-
-@pytest.mark.slow
-def test_vocab_bytes_marks_specials(smollm2):
-    eos = smollm2.tokenizer.token_id("<|im_end|>")
-    start = smollm2.tokenizer.token_id("<|im_start|>")
-    vocabulary = vocab_bytes(smollm2.tokenizer, [eos, start])
-    assert len(vocabulary) >= 49152
-    assert vocabulary[eos] is None and vocabulary[start] is None
-    hello = smollm2.tokenizer.encode("Hello world")
-    assert b"".join(vocabulary[t] for t in hello) == b"Hello world"
-    # The same from the underlying tokenizers.Tokenizer (through corral.kernels.Vocabulary).
-    backend = vocab_bytes(smollm2.tokenizer.backend, [eos, start])
-    assert backend[: len(vocabulary)] == vocabulary[: len(backend)]
-    # A token made special by the caller is None too.
-    assert vocab_bytes(smollm2.tokenizer, [hello[0]])[hello[0]] is None
-
-
-def test_vocab_bytes_from_a_list():
-    assert vocab_bytes([b"a", b"b", None, b"<|x|>"], [3]) == [b"a", b"b", None, None]
-    with pytest.raises(IndexError):
-        vocab_bytes([b"a"], [5])
