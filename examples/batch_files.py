@@ -61,15 +61,16 @@ def request_bodies(requests: str) -> dict[str, dict]:
 
 
 def main(
-    description: str,
+    doc: str,
     make: Callable[[argparse.Namespace], None],
     score: Callable[[argparse.Namespace], None],
     output: str,
     options: dict[str, int],
 ) -> None:
     """`make -o OUTPUT [--OPTION N ...]` and `score REQUESTS OUTPUT`; `options` maps each
-    integer option of `make` (`--max-tokens`) to its default."""
-    parser = argparse.ArgumentParser(description=description)
+    integer option of `make` (`--max-tokens`) to its default; the first line of the script's
+    `doc` describes it."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     m = commands.add_parser("make")
     m.add_argument("-o", "--output", default=output)

@@ -147,10 +147,4 @@ def score(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    main(
-        __doc__.split("\n")[0],
-        make,
-        score,
-        "bfcl_requests.jsonl",
-        {"--per-file": 20, "--max-tokens": 384},
-    )
+    main(__doc__, make, score, "bfcl_requests.jsonl", {"--per-file": 20, "--max-tokens": 384})

@@ -98,10 +98,4 @@ def score(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    main(
-        __doc__.split("\n")[0],
-        make,
-        score,
-        "jsb_requests.jsonl",
-        {"--count": 100, "--max-tokens": 512},
-    )
+    main(__doc__, make, score, "jsb_requests.jsonl", {"--count": 100, "--max-tokens": 512})
