@@ -23,6 +23,7 @@ def _compile(args: argparse.Namespace) -> int:
     try:
         if args.schema is not None:
             schema = json.loads(Path(args.schema).read_text(encoding="utf-8"))
+            dfa = schema_to_dfa(schema)
             try:
                 regex = json_schema_to_regex(schema)
             except ConstrainError as error:  # the text may be refused where the tree is not
@@ -30,7 +31,6 @@ def _compile(args: argparse.Namespace) -> int:
             if len(regex) > 2000:
                 regex = f"{regex[:2000]}... ({len(regex)} characters)"
             print(regex)
-            dfa = schema_to_dfa(schema)
         else:
             dfa = regex_to_dfa(args.pattern)
     except (ConstrainError, OSError, json.JSONDecodeError) as error:
