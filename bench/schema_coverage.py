@@ -1,6 +1,6 @@
-"""Schema coverage on JSONSchemaBench (issue 3): every schema in ../shared/data/jsonschemabench/
+"""Schema coverage on JSONSchemaBench: every schema in ../shared/data/jsonschemabench/
 through `schema_to_dfa`, per subset compiled / refused, the ten most common refusal reasons, and
-the median and worst compile time (schema -> DFA, seconds of wall time).
+the median and worst compile time (schema -> DFA, seconds of wall time); DESIGN.md section 3.
 
 One schema cannot hang the run: the regex limits are tightened (`--max-nfa-states`,
 `--max-dfa-states`) and a wall-clock alarm (`--timeout`, SIGALRM) counts a schema that runs past it

@@ -26,6 +26,7 @@ import json
 from pathlib import Path
 
 import jsonschema
+from batch_files import Tally, finished_choices, main, request_bodies, request_line
 from corral.tools import bfcl_tools
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "bfcl"
@@ -53,8 +54,7 @@ def make(args: argparse.Namespace) -> None:
                     "temperature": 0,
                     "max_tokens": args.max_tokens,
                 }
-                line = {"custom_id": item["id"], "method": "POST", "url": "/v1/chat/completions"}
-                out.write(json.dumps({**line, "body": body}, ensure_ascii=False) + "\n")
+                out.write(request_line(item["id"], body) + "\n")
 
 
 def expected_answers() -> dict[str, list[dict]]:
@@ -112,68 +112,39 @@ def calls_match(calls: list[tuple[str, dict]], expected: list[dict]) -> bool:
 
 
 def score(args: argparse.Namespace) -> None:
-    tools = {}
-    for text in Path(args.requests).read_text(encoding="utf-8").splitlines():
-        line = json.loads(text)
-        tools[line["custom_id"]] = {
-            t["function"]["name"]: t["function"]["parameters"] for t in line["body"]["tools"]
-        }
+    tools = {
+        custom_id: {t["function"]["name"]: t["function"]["parameters"] for t in body["tools"]}
+        for custom_id, body in request_bodies(args.requests).items()
+    }
     answers = expected_answers()
-    total = valid = cut = matched = errors = 0
+    tally, matched = Tally(), 0
     by_category: dict[str, list[int]] = {}
-    for text in Path(args.output).read_text(encoding="utf-8").splitlines():
-        line = json.loads(text)
-        total += 1
-        response = line["response"]
-        if response is None or response["status_code"] != 200:
-            errors += 1
-            print("error", line["custom_id"], json.dumps(response or line["error"])[:200])
-            continue
-        choice = response["body"]["choices"][0]
-        if choice["finish_reason"] == "length":
-            cut += 1
-            continue
+    for custom_id, choice in finished_choices(args.output, tally):
         calls = []
         try:
             for call in choice["message"].get("tool_calls") or []:
                 name = call["function"]["name"]
                 arguments = json.loads(call["function"]["arguments"])
-                jsonschema.validate(arguments, tools[line["custom_id"]][name])
+                jsonschema.validate(arguments, tools[custom_id][name])
                 calls.append((name, arguments))
         except (json.JSONDecodeError, KeyError, jsonschema.ValidationError) as error:
-            print("invalid", line["custom_id"], str(error)[:200])
+            print("invalid", custom_id, str(error)[:200])
             continue
         if not calls:
-            print("no call", line["custom_id"])
+            print("no call", custom_id)
             continue
-        valid += 1
-        hit = calls_match(calls, answers[line["custom_id"]])
+        tally.valid += 1
+        hit = calls_match(calls, answers[custom_id])
         matched += hit
-        tally = by_category.setdefault(line["custom_id"].rsplit("_", 1)[0], [0, 0])
-        tally[0] += hit
-        tally[1] += 1
-    print(f"answers: {total}; errors (refused requests): {errors}; cut by max_tokens: {cut}")
-    print(f"parse and validate: {valid}/{total} = {100 * valid / max(total, 1):.1f}%")
-    print(f"match BFCL's expected calls: {matched}/{total} = {100 * matched / max(total, 1):.1f}%")
+        category = by_category.setdefault(custom_id.rsplit("_", 1)[0], [0, 0])
+        category[0] += hit
+        category[1] += 1
+    tally.report()
+    share = 100 * matched / max(tally.total, 1)
+    print(f"match BFCL's expected calls: {matched}/{tally.total} = {share:.1f}%")
     for category, (hits, n) in sorted(by_category.items()):
         print(f"  {category}: {hits}/{n}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    m = commands.add_parser("make")
-    m.add_argument("-o", "--output", default="bfcl_requests.jsonl")
-    m.add_argument("--per-file", type=int, default=20)
-    m.add_argument("--max-tokens", type=int, default=384)
-    m.set_defaults(run=make)
-    s = commands.add_parser("score")
-    s.add_argument("requests")
-    s.add_argument("output")
-    s.set_defaults(run=score)
-    args = parser.parse_args()
-    args.run(args)
-
-
 if __name__ == "__main__":
-    main()
+    main(__doc__, make, score, "bfcl_requests.jsonl", {"--per-file": 20, "--max-tokens": 384})

@@ -20,6 +20,7 @@ from itertools import zip_longest
 from pathlib import Path
 
 import jsonschema
+from batch_files import Tally, finished_choices, main, request_bodies, request_line
 from corral.automata import ConstrainError, schema_to_dfa
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "jsonschemabench"
@@ -76,54 +77,25 @@ def make(args: argparse.Namespace) -> None:
                 "temperature": 0,
                 "max_tokens": args.max_tokens,
             }
-            line = {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions"}
-            out.write(json.dumps({**line, "body": body}, ensure_ascii=False) + "\n")
+            out.write(request_line(custom_id, body) + "\n")
 
 
 def score(args: argparse.Namespace) -> None:
-    schemas = {}
-    for text in Path(args.requests).read_text(encoding="utf-8").splitlines():
-        line = json.loads(text)
-        schemas[line["custom_id"]] = line["body"]["response_format"]["json_schema"]["schema"]
-    total = valid = cut = errors = 0
-    for text in Path(args.output).read_text(encoding="utf-8").splitlines():
-        line = json.loads(text)
-        total += 1
-        response = line["response"]
-        if response is None or response["status_code"] != 200:
-            errors += 1
-            print("error", line["custom_id"], json.dumps(response or line["error"])[:300])
-            continue
-        choice = response["body"]["choices"][0]
-        if choice["finish_reason"] == "length":
-            cut += 1
-            continue
-        schema = schemas[line["custom_id"]]
+    schemas = {
+        custom_id: body["response_format"]["json_schema"]["schema"]
+        for custom_id, body in request_bodies(args.requests).items()
+    }
+    tally = Tally()
+    for custom_id, choice in finished_choices(args.output, tally):
+        schema = schemas[custom_id]
         try:
             instance = json.loads(choice["message"]["content"])
             jsonschema.validators.validator_for(schema)(schema).validate(instance)
-            valid += 1
+            tally.valid += 1
         except (json.JSONDecodeError, TypeError, jsonschema.ValidationError) as error:
-            print("invalid", line["custom_id"], str(error)[:300])
-    print(f"answers: {total}; errors (refused requests): {errors}; cut by max_tokens: {cut}")
-    print(f"parse and validate: {valid}/{total} = {100 * valid / max(total, 1):.1f}%")
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    m = commands.add_parser("make")
-    m.add_argument("-o", "--output", default="jsb_requests.jsonl")
-    m.add_argument("--count", type=int, default=100)
-    m.add_argument("--max-tokens", type=int, default=512)
-    m.set_defaults(run=make)
-    s = commands.add_parser("score")
-    s.add_argument("requests")
-    s.add_argument("output")
-    s.set_defaults(run=score)
-    args = parser.parse_args()
-    args.run(args)
+            print("invalid", custom_id, str(error)[:300])
+    tally.report()
 
 
 if __name__ == "__main__":
-    main()
+    main(__doc__, make, score, "jsb_requests.jsonl", {"--count": 100, "--max-tokens": 512})

@@ -1,5 +1,6 @@
 """Example JSON Schemas shared by more than one test module (DESIGN.md section 3).
 
+- `WEATHER`: an OpenAI tool definition (tests/tools, tests/kernels).
 - `HAND_SCHEMAS`: hand-made schemas covering every supported keyword (the schema compiler's
   soundness tests, tests/automata; the constrained-output tests, tests/kernels).
 """
@@ -95,3 +96,21 @@ HAND_SCHEMAS = [
      "c": {"type": "null"}}, "minProperties": 1, "maxProperties": 2},
     True,
 ]  # fmt: skip
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                "days": {"type": "integer"},
+            },
+            "required": ["city"],
+        },
+    },
+}
+"""An OpenAI tool with a string, an enum and an integer argument, one of them required."""

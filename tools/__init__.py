@@ -2,13 +2,21 @@
 rendering with tools, the streaming tool-call parser and the answer's JSON shapes.
 
 Modules: `request` (parse_tool_request), `errors` (ToolError, the one place a ConstrainError
-becomes OpenAI's error shape), `grammar`, `render`, `parser` (ToolParser), `shapes` (events,
+becomes OpenAI's error shape), `grammar` (grammars per tool_choice; `GrammarCompiler`, the one
+cache of token indexes), `render`, `parser` (ToolParser), `shapes` (events,
 message and delta JSON), `bfcl` (BFCL schemas to JSON Schema).
 """
 
 from corral.tools.bfcl import bfcl_to_json_schema, bfcl_tools
 from corral.tools.errors import ToolError
-from corral.tools.grammar import Grammar, grammar
+from corral.tools.grammar import (
+    Grammar,
+    GrammarCompiler,
+    compile_dfa,
+    grammar,
+    regex_grammar,
+    schema_grammar,
+)
 from corral.tools.parser import ToolParser, parse_text
 from corral.tools.render import render_messages, render_prompt, render_request, tools_prompt
 from corral.tools.request import ResponseFormat, Tool, ToolRequest, parse_tool_request
@@ -29,6 +37,7 @@ __all__ = [
     "CallStart",
     "Content",
     "Grammar",
+    "GrammarCompiler",
     "ResponseFormat",
     "Tool",
     "ToolCall",
@@ -39,14 +48,17 @@ __all__ = [
     "bfcl_to_json_schema",
     "bfcl_tools",
     "collect",
+    "compile_dfa",
     "delta_json",
     "finish_reason",
     "grammar",
     "message_json",
     "parse_text",
     "parse_tool_request",
+    "regex_grammar",
     "render_messages",
     "render_prompt",
     "render_request",
+    "schema_grammar",
     "tools_prompt",
 ]

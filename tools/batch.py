@@ -21,7 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from corral.kernels import Constraint, SamplingParams, TokenIndex
+import jsonschema
+from corral.kernels import Constraint, SamplingParams
 from corral.model.generate import (
     BudgetTooSmallError,
     GenerationRequest,
@@ -31,11 +32,12 @@ from corral.model.generate import (
     iter_generate,
 )
 from corral.tools.errors import ToolError, invalid
-from corral.tools.grammar import grammar
+from corral.tools.grammar import DEFAULT_MAX_GRAMMARS, GrammarCompiler, grammar
 from corral.tools.parser import ToolParser
 from corral.tools.render import render_request
 from corral.tools.request import ToolRequest, parse_tool_request
 from corral.tools.shapes import collect, finish_reason, message_json
+from tqdm import tqdm
 
 DEFAULT_MAX_TOKENS = 512
 URL = "/v1/chat/completions"
@@ -52,32 +54,37 @@ class _Line:
 
 
 class Engine:
-    """A model with the token indexes of the grammars seen so far (one per distinct pattern,
-    shared by every request that uses it)."""
+    """A model, its vocabulary, and the `GrammarCompiler` whose bounded cache of token indexes
+    every request shares.
 
-    def __init__(self, model, model_name: str = "SmolLM2-135M-Instruct"):
+    Args:
+        model: a `corral.model.Model`.
+        model_name: the `model` of answers whose request names none.
+        max_grammars: how many token indexes the compiler keeps (`DEFAULT_MAX_GRAMMARS`).
+    """
+
+    def __init__(
+        self,
+        model,
+        model_name: str = "SmolLM2-135M-Instruct",
+        max_grammars: int = DEFAULT_MAX_GRAMMARS,
+    ):
         self.model = model
         self.model_name = model_name
         self.vocabulary = model.vocabulary
-        self._indexes: dict[str, TokenIndex] = {}
-
-    def index(self, pattern: str, dfa) -> TokenIndex:
-        """The token index of a grammar, built on first use."""
-        if pattern not in self._indexes:
-            self._indexes[pattern] = TokenIndex(dfa, self.vocabulary)
-        return self._indexes[pattern]
+        self.compiler = GrammarCompiler(self.vocabulary, max_grammars)
 
     def requests(self, request: ToolRequest, default_max_tokens: int) -> list[GenerationRequest]:
         """The engine requests of a chat request's `n` choices.
 
-        Raises ToolError: 400 for messages the template refuses or a max_tokens too small for
-        any valid answer; 422 for a grammar past a size limit."""
-        prompt = self.model.tokenizer.encode(render_request(self.model, request))
+        Raises ToolError: 422 for a schema the subset refuses or a grammar past a size limit;
+        400 for messages the template refuses or a max_tokens too small for any valid answer."""
         constraint, trigger = None, None
         found = grammar(request)
         if found is not None:
-            constraint = Constraint(self.index(found.key, found.dfa()))
+            constraint = Constraint(self.compiler.index(found))
             trigger = found.trigger
+        prompt = self.model.tokenizer.encode(render_request(self.model, request))
         params = SamplingParams(
             temperature=request.temperature,
             top_p=request.top_p,
@@ -221,8 +228,6 @@ def run_batch(
     """Run the input lines and write the output lines to the text stream `out` as they finish.
 
     Returns a `BatchSummary`. Never raises for a bad line: it becomes an error line."""
-    from tqdm import tqdm
-
     summary = BatchSummary()
     started = time.perf_counter()
     runnable: list[_Line] = []
@@ -286,8 +291,6 @@ def valid_choice(request: ToolRequest, choice: dict) -> bool:
     `jsonschema` library (independent of corral's compiler): each call names a tool and its
     arguments validate against that tool's parameters; a forced call was made; a json_schema
     content validates against the schema, a json_object content is a JSON object."""
-    import jsonschema
-
     message = choice["message"]
     calls = message.get("tool_calls") or []
     try:

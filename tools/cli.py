@@ -1,5 +1,8 @@
 """The `corral` command line: `corral compile` (a pattern or schema to its DFA) and
-`corral generate` (the main job, DESIGN.md section 7)."""
+`corral generate` (the main job, DESIGN.md section 7).
+
+The model and the Numba kernels are imported inside the command that needs them, so that
+`corral --help` and `corral compile` start without loading them."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ def _compile(args: argparse.Namespace) -> int:
     try:
         if args.schema is not None:
             schema = json.loads(Path(args.schema).read_text(encoding="utf-8"))
+            dfa = schema_to_dfa(schema)
             try:
                 regex = json_schema_to_regex(schema)
             except ConstrainError as error:  # the text may be refused where the tree is not
@@ -27,7 +31,6 @@ def _compile(args: argparse.Namespace) -> int:
             if len(regex) > 2000:
                 regex = f"{regex[:2000]}... ({len(regex)} characters)"
             print(regex)
-            dfa = schema_to_dfa(schema)
         else:
             dfa = regex_to_dfa(args.pattern)
     except (ConstrainError, OSError, json.JSONDecodeError) as error:
@@ -101,17 +104,19 @@ def _generate(args: argparse.Namespace) -> int:
 
 def _generate_quick(args: argparse.Namespace, engine) -> int:
     """`--schema FILE` or `--regex PATTERN` with `--prompt`: one answer a line on stdout."""
-    from corral.automata import ConstrainError, regex_to_dfa, schema_to_dfa
+    from corral.automata import ConstrainError
     from corral.kernels import Constraint, SamplingParams
     from corral.model.generate import GenerationRequest, generate
+    from corral.tools.errors import ToolError
+    from corral.tools.grammar import regex_grammar, schema_grammar
 
     try:
         if args.schema is not None:
             schema = json.loads(Path(args.schema).read_text(encoding="utf-8"))
-            dfa, pattern = schema_to_dfa(schema), "schema:" + args.schema
+            found = schema_grammar(schema, args.schema)
         else:
-            dfa, pattern = regex_to_dfa(args.regex), args.regex
-        constraint = Constraint(engine.index(pattern, dfa))
+            found = regex_grammar(args.regex, "--regex")
+        constraint = Constraint(engine.compiler.index(found))
         prompt = engine.model.render_chat([{"role": "user", "content": args.prompt}])
         ids = engine.model.tokenizer.encode(prompt)
         params = SamplingParams(temperature=args.temperature)
@@ -121,6 +126,9 @@ def _generate_quick(args: argparse.Namespace, engine) -> int:
         ]
         for result in generate(engine.model, requests, args.batch_size):
             print(result.text, flush=True)
+    except ToolError as error:
+        print(f"corral generate: {error.message}", file=sys.stderr)
+        return 2
     except (ConstrainError, OSError, json.JSONDecodeError) as error:
         print(f"corral generate: {error}", file=sys.stderr)
         return 2

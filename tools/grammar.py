@@ -1,5 +1,6 @@
-"""The grammar of an answer, per tool_choice and response_format (DESIGN.md section 5;
-tool-calls-spec section 2.4, `grammar_by_tool_choice`).
+"""The grammar of an answer, per tool_choice and response_format, and the one place where
+grammars are compiled (DESIGN.md sections 4 and 5; tool-calls-spec section 2.4,
+`grammar_by_tool_choice`).
 
 A call is `<tool_call>{"name":"NAME","arguments":ARGS}</tool_call>` (compact JSON, the name
 written as a JSON string), ARGS being the tool's `parameters` compiled by DESIGN.md section 3;
@@ -13,38 +14,184 @@ calls are separated by `\\n`.
 - `none`, or no tools: free text (no grammar), or the response_format language (no trigger).
 
 Decisions (the specification says "the rest of one call"):
-- Under `auto`, the grammar's pattern is what follows the trigger, and it ends with the call:
-  its last state accepts and allows nothing but EOS, so a call ends the answer. Text may come
-  before the call, not after it, and there is at most one call. Clients that want several calls
-  in one turn ask for `required` (parallel calls are a forced-call feature here).
+- Under `auto`, the grammar is what follows the trigger, and it ends with the call: its last
+  state accepts and allows nothing but EOS, so a call ends the answer. Text may come before the
+  call, not after it, and there is at most one call. Clients that want several calls in one turn
+  ask for `required` (parallel calls are a forced-call feature here).
 - Under `auto` with a `json_object` or `json_schema` response_format, the answer is constrained
   from the first token to be either that JSON (the content) or one call: the content must match
   the format, so free text is not allowed, and the trigger is not needed.
 - Under a named function or `required`, response_format does not apply (the answer is calls).
+- A schema is compiled when a grammar uses it, and a refusal is a 422 naming its field
+  (`tools[i].function.parameters`, `response_format.json_schema.schema`): under tool_choice
+  `none` the tools are neither shown to the model nor compiled, and under a named function only
+  that tool's schema is.
 
-The pattern text is for display and tests (built on demand); the DFA is built from the regex tree
-assembled from the same pieces (literals, and each schema's `schema_to_tree`), so large schemas
-never go through their (possibly quadratic) text.
+A grammar is written once, as a small expression (`Text`, `Schema`, `JsonObject`, `Regex`,
+`Seq`, `Alt`, `Repeat`). From it come the regex tree the DFA is built from (each schema through
+`schema_to_tree`, so a large schema never goes through its possibly quadratic text), the cache
+key (the expression as compact JSON) and, only on demand, the regex text (`Grammar.pattern`, for
+display and tests).
+
+`GrammarCompiler(vocabulary)` turns grammars into token indexes, keeping the most recently used
+ones in one bounded cache keyed by `Grammar.key`, in the manner of XGrammar's `GrammarCompiler`
+cache: `corral generate`, its quick `--schema`/`--regex` form and a server share it.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import cached_property
 
 from corral import automata
 from corral.automata import ConstrainError, Dfa
-from corral.automata.tree import Alt, Concat, Node, Repeat, literal_bytes
+from corral.automata import tree as regex_tree
+from corral.kernels import TokenIndex, Vocabulary
 from corral.tools.errors import unsupported
-from corral.tools.request import Tool, ToolRequest
+from corral.tools.parser import CLOSER, OPENER, SEPARATOR
+from corral.tools.request import ToolRequest
 
-OPENER = "<tool_call>"
-CLOSER = "</tool_call>"
-SEPARATOR = "\n"
 MAX_PARALLEL_CALLS = 4
-_DFA_CACHE_SIZE = 64
+JSON_OBJECT_DEPTH = 3
+DEFAULT_MAX_GRAMMARS = 64
+"""The token indexes a `GrammarCompiler` keeps by default. An index holds at most 32 MiB of
+masks (`corral.kernels.EAGER_LIMIT_BYTES`; a lazy one at most `LAZY_CACHE_ROWS` rows), and a
+tool-call grammar with a few small schemas about 1 MiB at V = 49,152."""
+
+
+# --- the expression of a grammar ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Text:
+    """Literal text."""
+
+    text: str
+
+
+@dataclass(frozen=True, eq=False)
+class Schema:
+    """The JSON values of a JSON Schema (DESIGN.md section 3); `param` names the request field
+    that holds it, for errors."""
+
+    schema: dict
+    param: str
+
+
+@dataclass(frozen=True)
+class JsonObject:
+    """Any JSON object nested at most `depth` levels (`corral.automata.json_object_tree`)."""
+
+    depth: int
+
+
+@dataclass(frozen=True)
+class Regex:
+    """A regex of DESIGN.md section 2's subset; `param` names where it came from, for errors."""
+
+    pattern: str
+    param: str
+
+
+@dataclass(frozen=True)
+class Seq:
+    """The parts one after the other."""
+
+    parts: tuple
+
+
+@dataclass(frozen=True)
+class Alt:
+    """Any one of the options."""
+
+    options: tuple
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """`part` `low` to `high` times."""
+
+    part: object
+    low: int
+    high: int
+
+
+def _seq(*parts) -> Seq:
+    """A `Seq` with nested sequences flattened and adjacent texts joined."""
+    flat: list = []
+    for part in parts:
+        for p in part.parts if isinstance(part, Seq) else (part,):
+            if isinstance(p, Text) and flat and isinstance(flat[-1], Text):
+                flat[-1] = Text(flat[-1].text + p.text)
+            else:
+                flat.append(p)
+    return Seq(tuple(flat))
+
+
+def _alt(options: list):
+    return options[0] if len(options) == 1 else Alt(tuple(options))
+
+
+def _tree(e) -> regex_tree.Node:
+    """The regex tree of an expression. Raises ToolError 422 naming the field of a schema or
+    regex that the subset refuses."""
+    if isinstance(e, Text):
+        return regex_tree.literal_bytes(e.text.encode("utf-8"))
+    if isinstance(e, (Schema, Regex)):
+        try:
+            if isinstance(e, Schema):
+                return automata.schema_to_tree(e.schema)
+            return automata.parse(e.pattern)
+        except ConstrainError as error:
+            raise unsupported(e.param, error) from None
+    if isinstance(e, JsonObject):
+        return automata.json_object_tree(e.depth)
+    if isinstance(e, Seq):
+        return regex_tree.Concat(tuple(_tree(p) for p in e.parts))
+    if isinstance(e, Alt):
+        return regex_tree.Alt(tuple(_tree(o) for o in e.options))
+    return regex_tree.Repeat(_tree(e.part), e.low, e.high)
+
+
+def _key(e):
+    """The expression as a JSON value: a text is a string, a sequence a list, anything else an
+    object with one tag (`schema`, `json_object`, `regex`, `alt`, `repeat`)."""
+    if isinstance(e, Text):
+        return e.text
+    if isinstance(e, Schema):
+        return {"schema": e.schema}
+    if isinstance(e, JsonObject):
+        return {"json_object": e.depth}
+    if isinstance(e, Regex):
+        return {"regex": e.pattern}
+    if isinstance(e, Seq):
+        return [_key(p) for p in e.parts]
+    if isinstance(e, Alt):
+        return {"alt": [_key(o) for o in e.options]}
+    return {"repeat": _key(e.part), "min": e.low, "max": e.high}
+
+
+def _pattern(e) -> str:
+    """The regex text of an expression (DESIGN.md section 2's subset)."""
+    if isinstance(e, Text):
+        return automata.escape(e.text)
+    if isinstance(e, Schema):
+        return f"(?:{automata.json_schema_to_regex(e.schema)})"
+    if isinstance(e, JsonObject):
+        return f"(?:{automata.json_object_regex(e.depth)})"
+    if isinstance(e, Regex):
+        return f"(?:{e.pattern})"
+    if isinstance(e, Seq):
+        return "".join(_pattern(p) for p in e.parts)
+    if isinstance(e, Alt):
+        return "(?:" + "|".join(_pattern(o) for o in e.options) + ")"
+    return f"(?:{_pattern(e.part)}){{{e.low},{e.high}}}"
+
+
+# --- grammars ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,162 +202,149 @@ class Grammar:
         trigger: None when the whole answer is constrained from its first token; otherwise the
             text (`<tool_call>`) after which the constraint starts: the output is free until it
             ends with the trigger, and from the byte after it (a token may carry bytes past the
-            trigger: they are the first bytes under the constraint) it must match `pattern`.
-        tree: the regex tree of the constrained text, built from the pieces and each schema's
-            `schema_to_tree`, without going through the pattern text.
-        param: the request field the grammar comes from, named in errors
-            (`tools[i].function.parameters` when it holds one tool's schema, `tools`,
-            `response_format`, `response_format.json_schema.schema`).
-        chunks: the pattern as literal regex text and `_Schema` references, joined on demand.
+            trigger: they are the first bytes under the constraint) it must match the grammar.
+        tree: the regex tree (`corral.automata.tree`) of the constrained text.
+        key: the grammar's expression as compact JSON, schema key order kept (property order is
+            part of the language). Equal keys, equal languages: the cache key of token indexes.
+        param: the request field named when the whole grammar is refused (its DFA passes a size
+            limit): `tools[i].function.parameters` when it holds one tool's schema, `tools`,
+            `response_format` or `response_format.json_schema.schema`.
+        expression: what the tree and the key were built from (`Text`, `Schema`, ...).
     """
 
     trigger: str | None
-    tree: Node = field(repr=False)
-    param: str = "tools"
-    chunks: tuple = field(default=(), repr=False)
+    tree: regex_tree.Node = field(repr=False)
+    key: str = field(repr=False)
+    param: str
+    expression: object = field(repr=False)
 
     @cached_property
     def pattern(self) -> str:
-        """The regex (DESIGN.md section 2's subset) of the constrained text, for display and
-        tests; `re.fullmatch(pattern, text, re.ASCII)` agrees with `dfa()`. Built on first use.
+        """The regex text of the constrained text, for display and tests:
+        `re.fullmatch(pattern, text, re.ASCII)` agrees with the DFA. Rendered on first use.
         Raises LimitError when a schema's text form passes `SchemaLimits.max_regex_length` (the
         DFA does not need the text)."""
-        return "".join(
-            c if isinstance(c, str) else automata.json_schema_to_regex(c.schema)
-            for c in self.chunks
-        )
-
-    @cached_property
-    def key(self) -> str:
-        """A string that identifies the language: the chunks with each schema as compact JSON
-        (key order kept). Equal keys, equal languages: a cache key for DFAs and token indexes."""
-        return json.dumps(
-            [c if isinstance(c, str) else {"schema": c.schema} for c in self.chunks],
-            ensure_ascii=False,
-            separators=(",", ":"),
-        )
-
-    def dfa(self) -> Dfa:
-        """The canonical DFA of the grammar, built once per distinct `key` (a small LRU cache
-        shared by every request). Raises ToolError 422 `unsupported_parameter` naming `param`
-        when the automaton passes a size limit or the language is empty."""
-        dfa = _DFA_CACHE.get(self.key)
-        if dfa is None:
-            try:
-                dfa = automata.tree_to_dfa(self.tree)
-            except ConstrainError as error:
-                raise unsupported(self.param, error) from None
-            _DFA_CACHE[self.key] = dfa
-            while len(_DFA_CACHE) > _DFA_CACHE_SIZE:
-                _DFA_CACHE.popitem(last=False)
-        else:
-            _DFA_CACHE.move_to_end(self.key)
-        return dfa
+        return _pattern(self.expression)
 
 
-_DFA_CACHE: OrderedDict[str, Dfa] = OrderedDict()
+def _grammar(expression, trigger: str | None, param: str) -> Grammar:
+    key = json.dumps(_key(expression), ensure_ascii=False, separators=(",", ":"))
+    return Grammar(trigger, _tree(expression), key, param, expression)
 
 
 def grammar(request: ToolRequest) -> Grammar | None:
-    """The grammar for `request` (see the module docstring's table); None when the answer is
-    free text. Raises ConstrainError only if a schema that `parse_tool_request` accepted fails
-    to compile to a pattern (it should not)."""
+    """The grammar for a validated request (see the module docstring's table); None when the
+    answer is free text.
+
+    Raises ToolError 422 `unsupported_parameter` naming the field of a schema the subset refuses
+    (`tools[1].function.parameters`, `response_format.json_schema.schema`).
+    """
     tools = request.tools
     if request.calls_allowed and request.tool_choice == "function":
-        call = _call(request.tool(request.function_name))
-        param = _tools_param(request, [request.function_name])
-        return _grammar(_seq(_literal(OPENER), call, _literal(CLOSER)), None, param)
+        i = [t.name for t in tools].index(request.function_name)
+        call = _seq(Text(OPENER), _call(request, i), Text(CLOSER))
+        return _grammar(call, None, f"tools[{i}].function.parameters")
+    calls_param = "tools[0].function.parameters" if len(tools) == 1 else "tools"
     if request.calls_allowed and request.tool_choice == "required":
-        call = _seq(_literal(OPENER), _alt([_call(t) for t in tools]), _literal(CLOSER))
+        call = _seq(Text(OPENER), _any_call(request), Text(CLOSER))
         if request.parallel_tool_calls:
-            more = _repeat(_seq(_literal(SEPARATOR), call), 0, MAX_PARALLEL_CALLS - 1)
-            call = _seq(call, more)
-        return _grammar(call, None, _tools_param(request, [t.name for t in tools]))
-    content = _response_format(request)
+            call = _seq(call, Repeat(_seq(Text(SEPARATOR), call), 0, MAX_PARALLEL_CALLS - 1))
+        return _grammar(call, None, calls_param)
+    content, content_param = _content(request)
     if request.calls_allowed:  # auto
-        rest = _seq(_alt([_call(t) for t in tools]), _literal(CLOSER))
+        rest = _seq(_any_call(request), Text(CLOSER))
         if content is None:
-            return _grammar(rest, OPENER, _tools_param(request, [t.name for t in tools]))
-        return _grammar(_alt([content, _seq(_literal(OPENER), rest)]), None, "tools")
+            return _grammar(rest, OPENER, calls_param)
+        return _grammar(_alt([content, _seq(Text(OPENER), rest)]), None, "tools")
     if content is None:
         return None
-    return _grammar(content, None, _format_param(request))
+    return _grammar(content, None, content_param)
 
 
-# --- pieces: a pattern's chunks and its tree, built side by side ----------------------------
+def schema_grammar(schema: dict, param: str = "schema") -> Grammar:
+    """The grammar of the JSON values of `schema` from the first token (the quick form of
+    `corral generate`). Raises ToolError 422 naming `param` for what the subset refuses."""
+    return _grammar(Schema(schema, param), None, param)
 
 
-@dataclass(frozen=True, eq=False)
-class _Schema:
-    """A schema inside a pattern: its text is `json_schema_to_regex(schema)`."""
-
-    schema: dict
-
-
-@dataclass(frozen=True, eq=False)
-class _Piece:
-    chunks: tuple  # str (regex text) | _Schema
-    tree: Node
+def regex_grammar(pattern: str, param: str = "regex") -> Grammar:
+    """The grammar of a regex (DESIGN.md section 2) from the first token. Raises ToolError 422
+    naming `param` for what the subset refuses."""
+    return _grammar(Regex(pattern, param), None, param)
 
 
-def _grammar(piece: _Piece, trigger: str | None, param: str) -> Grammar:
-    return Grammar(trigger, piece.tree, param, piece.chunks)
-
-
-def _literal(text: str) -> _Piece:
-    return _Piece((automata.escape(text),), literal_bytes(text.encode("utf-8")))
-
-
-def _seq(*pieces: _Piece) -> _Piece:
-    chunks = tuple(c for p in pieces for c in p.chunks)
-    return _Piece(chunks, Concat(tuple(p.tree for p in pieces)))
-
-
-def _alt(pieces: list[_Piece]) -> _Piece:
-    if len(pieces) == 1:
-        return pieces[0]
-    chunks: list = ["(?:"]
-    for i, piece in enumerate(pieces):
-        chunks += [*(["|"] if i else []), *piece.chunks]
-    return _Piece((*chunks, ")"), Alt(tuple(p.tree for p in pieces)))
-
-
-def _repeat(piece: _Piece, low: int, high: int) -> _Piece:
-    return _Piece(("(?:", *piece.chunks, f"){{{low},{high}}}"), Repeat(piece.tree, low, high))
-
-
-def _schema(schema: dict, tree: Node) -> _Piece:
-    return _Piece(("(?:", _Schema(schema), ")"), tree)
-
-
-def _call(tool: Tool) -> _Piece:
-    """`{"name":"NAME","arguments":ARGS}` for one tool."""
+def _call(request: ToolRequest, i: int) -> Seq:
+    """`{"name":"NAME","arguments":ARGS}` for the request's tool i."""
+    tool = request.tools[i]
     name = json.dumps(tool.name, ensure_ascii=False)
-    return _seq(
-        _literal('{"name":' + name + ',"arguments":'),
-        _schema(tool.parameters, tool.tree),
-        _literal("}"),
-    )
+    arguments = Schema(tool.parameters, f"tools[{i}].function.parameters")
+    return _seq(Text('{"name":' + name + ',"arguments":'), arguments, Text("}"))
 
 
-def _response_format(request: ToolRequest) -> _Piece | None:
+def _any_call(request: ToolRequest):
+    return _alt([_call(request, i) for i in range(len(request.tools))])
+
+
+def _content(request: ToolRequest) -> tuple[object | None, str]:
+    """The expression of the response_format's language (None for `text`) and its field."""
     fmt = request.response_format
     if fmt.type == "json_object":
-        return _Piece(("(?:", automata.json_object_regex(3), ")"), fmt.tree)
+        return JsonObject(JSON_OBJECT_DEPTH), "response_format"
     if fmt.type == "json_schema":
-        return _schema(fmt.schema, fmt.tree)
-    return None
+        param = "response_format.json_schema.schema"
+        return Schema(fmt.schema, param), param
+    return None, "response_format"
 
 
-def _tools_param(request: ToolRequest, names: list[str]) -> str:
-    """`tools[i].function.parameters` when the grammar holds one tool's schema, else `tools`."""
-    if len(names) == 1:
-        i = [t.name for t in request.tools].index(names[0])
-        return f"tools[{i}].function.parameters"
-    return "tools"
+# --- compiling ----------------------------------------------------------------------------
 
 
-def _format_param(request: ToolRequest) -> str:
-    if request.response_format.type == "json_schema":
-        return "response_format.json_schema.schema"
-    return "response_format"
+def compile_dfa(grammar: Grammar) -> Dfa:
+    """The canonical DFA of a grammar (`corral.automata.tree_to_dfa`), built anew. Raises
+    ToolError 422 `unsupported_parameter` naming `grammar.param` when the automaton passes a
+    size limit or the language is empty."""
+    try:
+        return automata.tree_to_dfa(grammar.tree)
+    except ConstrainError as error:
+        raise unsupported(grammar.param, error) from None
+
+
+class GrammarCompiler:
+    """Grammars to token indexes over one vocabulary, with one bounded cache (DESIGN.md
+    section 4: an index is built once and shared by every request that uses its grammar).
+
+    The cache maps `Grammar.key` to its `TokenIndex` and keeps the `max_entries` most recently
+    used (least recently used dropped first). Thread-safe: two threads asking for the same new
+    grammar at once may both build it; one result is kept.
+
+    Args:
+        vocabulary: the model's `corral.kernels.Vocabulary`.
+        max_entries: how many token indexes to keep (`DEFAULT_MAX_GRAMMARS`); at least 1.
+    """
+
+    def __init__(self, vocabulary: Vocabulary, max_entries: int = DEFAULT_MAX_GRAMMARS):
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be at least 1, not {max_entries}")
+        self.vocabulary = vocabulary
+        self.max_entries = max_entries
+        self._indexes: OrderedDict[str, TokenIndex] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        """The number of token indexes in the cache."""
+        return len(self._indexes)
+
+    def index(self, grammar: Grammar) -> TokenIndex:
+        """The token index of `grammar`: from the cache, or built (`compile_dfa`, then
+        `TokenIndex`) and cached. Raises ToolError 422 as `compile_dfa` does."""
+        with self._lock:
+            index = self._indexes.get(grammar.key)
+            if index is not None:
+                self._indexes.move_to_end(grammar.key)
+                return index
+        index = TokenIndex(compile_dfa(grammar), self.vocabulary)
+        with self._lock:
+            self._indexes[grammar.key] = index
+            while len(self._indexes) > self.max_entries:
+                self._indexes.popitem(last=False)
+        return index

@@ -30,7 +30,11 @@ import json
 from corral.tools.shapes import Arguments, CallStart, Content, ToolEvent
 
 OPENER = "<tool_call>"
+"""The text that opens a call (DESIGN.md section 5); `corral.tools.grammar` and
+`corral.tools.render` write calls with it."""
 CLOSER = "</tool_call>"
+SEPARATOR = "\n"
+"""What the grammar writes between parallel calls (the parser accepts any whitespace there)."""
 
 TEXT, HEADER, ARGUMENTS, CLOSE = "TEXT", "HEADER", "ARGUMENTS", "CLOSE"
 
@@ -112,12 +116,7 @@ class ToolParser:
             self.held = self.held[cut:]
 
     def _read_header(self, ch: str) -> None:
-        self.held += ch
-        matched = self._match(_HEADER_STEPS, ch)
-        if matched is False:
-            self._reject()
-            self._read(ch)
-        elif matched is True:
+        if self._read_markup(_HEADER_STEPS, ch):
             index = self.calls
             self.calls += 1
             self.separator = ""
@@ -147,14 +146,20 @@ class ToolParser:
                 self._enter(CLOSE)
 
     def _read_close(self, ch: str) -> None:
+        if self._read_markup(_CLOSE_STEPS, ch):
+            self._enter(TEXT)
+            self.after_call = True
+
+    def _read_markup(self, steps: tuple, ch: str) -> bool:
+        """HEADER and CLOSE: hold `ch` and match it against `steps`. On a mismatch, what was
+        held is released as content and `ch` is read again in TEXT. True when the last step is
+        complete."""
         self.held += ch
-        matched = self._match(_CLOSE_STEPS, ch)
+        matched = self._match(steps, ch)
         if matched is False:
             self._reject()
             self._read(ch)
-        elif matched is True:
-            self._enter(TEXT)
-            self.after_call = True
+        return matched is True
 
     def _match(self, steps: tuple, ch: str) -> bool | None:
         """Advance through `steps` by one character: True when the last step is complete,

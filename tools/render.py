@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import json
 
+from corral.model.chat import render_chat
+from corral.model.errors import ChatTemplateError
 from corral.tools.errors import invalid
-from corral.tools.grammar import CLOSER, OPENER, SEPARATOR
+from corral.tools.parser import CLOSER, OPENER, SEPARATOR
 from corral.tools.request import Tool, ToolRequest, check_messages, message_calls, message_text
 
 TOOLS_PROMPT = """\
@@ -65,7 +67,11 @@ def render_messages(messages, tools=()) -> list[dict]:
     Raises ToolError (400) for malformed messages, naming the message index (arguments that are
     not JSON: `messages[i].tool_calls[j].function.arguments`).
     """
-    messages = check_messages(messages)
+    return _turns(check_messages(messages), tools)
+
+
+def _turns(messages, tools) -> list[dict]:
+    """`render_messages` for messages already checked (`check_messages`)."""
     turns: list[dict] = []
     for i, message in enumerate(messages):
         role = message["role"]
@@ -109,25 +115,27 @@ def render_prompt(template, messages, tools=(), add_generation_prompt: bool = Tr
     Raises ToolError: 400 for malformed messages, and 400 (param `messages`) when the template
     refuses the conversation.
     """
-    from corral.model.errors import ChatTemplateError
+    return _render(template, render_messages(messages, tools), add_generation_prompt, extra)
 
-    turns = render_messages(messages, tools)
+
+def render_request(
+    template, request: ToolRequest, add_generation_prompt: bool = True, **extra
+) -> str:
+    """The prompt for a parsed request (its messages were checked by `parse_tool_request`): its
+    messages, and its tools when calls are allowed (`ToolRequest.calls_allowed`: not under
+    tool_choice `none`). Raises ToolError as `render_prompt` does."""
+    tools = request.tools if request.calls_allowed else ()
+    return _render(template, _turns(request.messages, tools), add_generation_prompt, extra)
+
+
+def _render(template, turns: list[dict], add_generation_prompt: bool, extra: dict) -> str:
     try:
         if isinstance(template, str):
-            from corral.model.chat import render_chat
-
             return render_chat(template, turns, add_generation_prompt, **extra)
         render = getattr(template, "render_chat", template)
         return render(turns, add_generation_prompt=add_generation_prompt, **extra)
     except ChatTemplateError as error:
         raise invalid("messages", f"The chat template refused the conversation: {error}") from None
-
-
-def render_request(template, request: ToolRequest, **extra) -> str:
-    """The prompt for a parsed request: its messages, and its tools when calls are allowed
-    (`ToolRequest.calls_allowed`: not under tool_choice `none`)."""
-    tools = request.tools if request.calls_allowed else ()
-    return render_prompt(template, list(request.messages), tools, **extra)
 
 
 def _tool_json(tool) -> dict:

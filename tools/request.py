@@ -2,18 +2,15 @@
 section 5; tool-calls-spec sections 2.4 and 4, `parse_tool_request_hand_example`).
 
 The body is read with `json.loads`, which keeps the key order of every schema (property order is
-part of the language, DESIGN.md section 3). Every field the engine uses is validated here, and
-every schema (each tool's `parameters`, `response_format.json_schema.schema`) is compiled to a
-regex tree here, so that whatever corral cannot serve is refused before any work starts:
+part of the language, DESIGN.md section 3). Every field the engine uses is validated and
+normalized here; schemas are not compiled here but by `corral.tools.grammar`, which refuses what
+the schema subset cannot serve with a 422 naming the field (`tools[0].function.parameters`).
 
-- 400 `invalid_request_error` naming the param for a malformed request: a body that is not a JSON
-  object, `messages` missing or malformed, `tools` not a list, a tool without a valid name or with
-  a non-object `parameters`, duplicate tool names, `tool_choice` naming an unknown tool or given
-  without tools, an unknown `response_format` type, sampling parameters of the wrong type or out
-  of OpenAI's ranges.
-- 422 `unsupported_parameter` naming the field (`tools[0].function.parameters`) with the message
-  naming the keyword, for what the schema subset refuses (section 3), and for content parts that
-  are not text.
+A malformed request is a 400 `invalid_request_error` naming the param: a body that is not a JSON
+object, `messages` missing or malformed, `tools` not a list, a tool without a valid name or with
+a non-object `parameters`, duplicate tool names, `tool_choice` naming an unknown tool or given
+without tools, an unknown `response_format` type, sampling parameters of the wrong type or out
+of OpenAI's ranges. Content parts that are not text are a 422 `unsupported_parameter`.
 
 Decisions where OpenAI is silent or where corral differs: `tools: []` counts as no tools; tool
 names are `[A-Za-z0-9_.-]{1,64}` (OpenAI's set plus `.`, which BFCL's names use); a tool without
@@ -27,11 +24,8 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from functools import cached_property
 
-from corral import automata
-from corral.automata import ConstrainError
-from corral.tools.errors import ToolError, invalid, unsupported
+from corral.tools.errors import ToolError, invalid
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 FORMAT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -47,12 +41,6 @@ class Tool:
     parameters: dict = field(default_factory=lambda: dict(NO_PARAMETERS))
     description: str | None = None
     strict: bool | None = None
-
-    @cached_property
-    def tree(self):
-        """The regex tree of the arguments (`corral.automata.schema_to_tree`). Raises
-        ConstrainError (SchemaError naming the keyword) for what the subset refuses."""
-        return automata.schema_to_tree(self.parameters)
 
     def to_json(self) -> dict:
         """The tool as OpenAI writes it: `{"type":"function","function":{...}}`."""
@@ -72,15 +60,6 @@ class ResponseFormat:
     name: str | None = None
     schema: dict | None = None
     strict: bool | None = None
-
-    @cached_property
-    def tree(self):
-        """The regex tree of the content's language, or None for `text`. Raises ConstrainError."""
-        if self.type == "json_object":
-            return automata.parse(automata.json_object_regex(3))
-        if self.type == "json_schema":
-            return automata.schema_to_tree(self.schema)
-        return None
 
 
 @dataclass(frozen=True, eq=False)
@@ -141,24 +120,13 @@ def parse_tool_request(body: str | bytes | dict) -> ToolRequest:
     if not isinstance(body, dict):
         raise invalid(None, "The body must be a JSON object.", "invalid_type")
 
-    # Cheap fields first, so that a malformed request is told so before any schema compiles.
     messages = check_messages(body.get("messages"))
-    parallel = body.get("parallel_tool_calls")
-    if parallel is None:
-        parallel = True
-    elif not isinstance(parallel, bool):
-        raise invalid(
-            "parallel_tool_calls", "'parallel_tool_calls' must be a boolean.", "invalid_type"
-        )
+    parallel = _field(body, "parallel_tool_calls", "", bool, "a boolean")
     max_tokens = _integer(body, "max_completion_tokens", 1, None)
     if max_tokens is None:
         max_tokens = _integer(body, "max_tokens", 1, None)
-    stream_options = body.get("stream_options")
-    if stream_options is not None and not isinstance(stream_options, dict):
-        raise invalid("stream_options", "'stream_options' must be an object.", "invalid_type")
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        raise invalid("model", "'model' must be a string.", "invalid_type")
+    stream_options = _field(body, "stream_options", "", dict, "an object") or {}
+    model = _field(body, "model", "", str, "a string")
     sampling = {
         "temperature": _number(body, "temperature", 0.0, 2.0, 1.0),
         "top_p": _number(body, "top_p", 0.0, 1.0, 1.0, low_open=True),
@@ -167,10 +135,10 @@ def parse_tool_request(body: str | bytes | dict) -> ToolRequest:
         "n": _integer(body, "n", 1, 128) or 1,
         "presence_penalty": _number(body, "presence_penalty", -2.0, 2.0, 0.0),
         "frequency_penalty": _number(body, "frequency_penalty", -2.0, 2.0, 0.0),
-        "logprobs": _boolean(body, "logprobs"),
+        "logprobs": _boolean(body, "logprobs", ""),
         "top_logprobs": _integer(body, "top_logprobs", 0, 20),
-        "stream": _boolean(body, "stream"),
-        "stream_include_usage": _boolean(stream_options or {}, "include_usage", "stream_options."),
+        "stream": _boolean(body, "stream", ""),
+        "stream_include_usage": _boolean(stream_options, "include_usage", "stream_options"),
     }
     tools = _tools(body.get("tools"))
     tool_choice, function_name = _tool_choice(body.get("tool_choice"), tools)
@@ -181,7 +149,7 @@ def parse_tool_request(body: str | bytes | dict) -> ToolRequest:
         tool_choice=tool_choice,
         function_name=function_name,
         response_format=response_format,
-        parallel_tool_calls=parallel,
+        parallel_tool_calls=True if parallel is None else parallel,
         model=model,
         max_tokens=max_tokens,
         **sampling,
@@ -203,51 +171,15 @@ def _tools(value) -> tuple[Tool, ...]:
             raise invalid(where, f"'{where}' must be an object.", "invalid_type")
         if entry.get("type", "function") != "function":
             raise invalid(f"{where}.type", f"'{where}.type' must be 'function'.")
-        function = entry.get("function")
-        if not isinstance(function, dict):
-            raise invalid(
-                f"{where}.function",
-                f"'{where}.function' must be an object.",
-                "missing_required_parameter" if function is None else "invalid_type",
-            )
-        name = function.get("name")
-        if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
-            raise invalid(
-                f"{where}.function.name",
-                f"'{where}.function.name' must be 1 to 64 of a-z, A-Z, 0-9, '_', '.', '-'.",
-                "missing_required_parameter" if name is None else "invalid_value",
-            )
+        function = _field(entry, "function", where, dict, "an object", required=True)
+        where += ".function"
+        name = _name(function, where, TOOL_NAME, "a-z, A-Z, 0-9, '_', '.', '-'")
         if any(tool.name == name for tool in tools):
-            raise invalid(f"{where}.function.name", f"Duplicate tool name '{name}'.")
-        description = function.get("description")
-        if description is not None and not isinstance(description, str):
-            raise invalid(
-                f"{where}.function.description",
-                f"'{where}.function.description' must be a string.",
-                "invalid_type",
-            )
-        parameters = function.get("parameters")
-        if parameters is None:
-            parameters = dict(NO_PARAMETERS)
-        elif not isinstance(parameters, dict):
-            raise invalid(
-                f"{where}.function.parameters",
-                f"'{where}.function.parameters' must be a JSON Schema object.",
-                "invalid_type",
-            )
-        strict = function.get("strict")
-        if strict is not None and not isinstance(strict, bool):
-            raise invalid(
-                f"{where}.function.strict",
-                f"'{where}.function.strict' must be a boolean.",
-                "invalid_type",
-            )
-        tool = Tool(name, parameters, description, strict)
-        try:
-            tool.tree  # noqa: B018 - compile now, so refusals surface with the request
-        except ConstrainError as error:
-            raise unsupported(f"{where}.function.parameters", error) from None
-        tools.append(tool)
+            raise invalid(f"{where}.name", f"Duplicate tool name '{name}'.")
+        description = _field(function, "description", where, str, "a string")
+        parameters = _field(function, "parameters", where, dict, "a JSON Schema object")
+        strict = _field(function, "strict", where, bool, "a boolean")
+        tools.append(Tool(name, parameters or dict(NO_PARAMETERS), description, strict))
     return tuple(tools)
 
 
@@ -288,48 +220,19 @@ def _response_format(value) -> ResponseFormat:
         raise invalid("response_format", "'response_format' must be an object.", "invalid_type")
     kind = value.get("type")
     if kind in ("text", "json_object"):
-        result = ResponseFormat(kind)
-    elif kind == "json_schema":
-        spec = value.get("json_schema")
-        if not isinstance(spec, dict):
-            raise invalid(
-                "response_format.json_schema",
-                "'response_format.json_schema' must be an object with 'name' and 'schema'.",
-                "missing_required_parameter" if spec is None else "invalid_type",
-            )
-        name = spec.get("name")
-        if not isinstance(name, str) or not FORMAT_NAME.fullmatch(name):
-            raise invalid(
-                "response_format.json_schema.name",
-                "'response_format.json_schema.name' must be 1 to 64 of a-z, A-Z, 0-9, '_', '-'.",
-                "missing_required_parameter" if name is None else "invalid_value",
-            )
-        schema = spec.get("schema")
-        if not isinstance(schema, dict):
-            raise invalid(
-                "response_format.json_schema.schema",
-                "'response_format.json_schema.schema' must be a JSON Schema object.",
-                "missing_required_parameter" if schema is None else "invalid_type",
-            )
-        strict = spec.get("strict")
-        if strict is not None and not isinstance(strict, bool):
-            raise invalid(
-                "response_format.json_schema.strict",
-                "'response_format.json_schema.strict' must be a boolean.",
-                "invalid_type",
-            )
-        result = ResponseFormat("json_schema", name, schema, strict)
-    else:
-        raise invalid(
-            "response_format.type",
-            f"Unknown 'response_format.type' {kind!r}: use 'text', 'json_object' or 'json_schema'.",
-        )
-    try:
-        result.tree  # noqa: B018 - compile now, so refusals surface with the request
-    except ConstrainError as error:
-        param = "response_format" if kind == "json_object" else "response_format.json_schema.schema"
-        raise unsupported(param, error) from None
-    return result
+        return ResponseFormat(kind)
+    if kind == "json_schema":
+        what = "an object with 'name' and 'schema'"
+        spec = _field(value, "json_schema", "response_format", dict, what, required=True)
+        where = "response_format.json_schema"
+        name = _name(spec, where, FORMAT_NAME, "a-z, A-Z, 0-9, '_', '-'")
+        schema = _field(spec, "schema", where, dict, "a JSON Schema object", required=True)
+        strict = _field(spec, "strict", where, bool, "a boolean")
+        return ResponseFormat("json_schema", name, schema, strict)
+    raise invalid(
+        "response_format.type",
+        f"Unknown 'response_format.type' {kind!r}: use 'text', 'json_object' or 'json_schema'.",
+    )
 
 
 # --- messages ------------------------------------------------------------------------------
@@ -475,13 +378,34 @@ def _integer(body: dict, name: str, low: int | None, high: int | None) -> int | 
     return value
 
 
-def _boolean(body: dict, name: str, prefix: str = "") -> bool:
-    value = body.get(name)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise invalid(prefix + name, f"'{prefix + name}' must be a boolean.", "invalid_type")
+def _field(obj: dict, key: str, where: str, kind: type, what: str, required: bool = False):
+    """`obj[key]` when it is a `kind`, or None when it is missing (or null) and not `required`.
+    Raises ToolError 400 naming `where.key` ("'where.key' must be WHAT."):
+    `missing_required_parameter` for a required field that is missing, else `invalid_type`."""
+    param = f"{where}.{key}" if where else key
+    value = obj.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, kind):
+        code = "missing_required_parameter" if value is None else "invalid_type"
+        raise invalid(param, f"'{param}' must be {what}.", code)
     return value
+
+
+def _name(obj: dict, where: str, pattern: re.Pattern, characters: str) -> str:
+    """`obj["name"]` when it is 1 to 64 `characters` (`pattern`). Raises ToolError 400 naming
+    `where.name`."""
+    param = f"{where}.name"
+    name = obj.get("name")
+    if not isinstance(name, str) or not pattern.fullmatch(name):
+        code = "missing_required_parameter" if name is None else "invalid_value"
+        raise invalid(param, f"'{param}' must be 1 to 64 of {characters}.", code)
+    return name
+
+
+def _boolean(obj: dict, key: str, where: str) -> bool:
+    """`obj[key]` as a boolean, False when missing. Raises ToolError 400 as `_field` does."""
+    return bool(_field(obj, key, where, bool, "a boolean"))
 
 
 def _stop(value) -> tuple[str, ...]:

@@ -1,5 +1,5 @@
-"""The main job end to end with the real SmolLM2-135M-Instruct: a Batch API file of mixed requests
-(issue 7, test 1), checked with `jsonschema`, independent of corral's compiler."""
+"""The main job end to end with the real SmolLM2-135M-Instruct (DESIGN.md section 7): a Batch API
+file of mixed requests, checked with `jsonschema`, independent of corral's compiler."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 
 import jsonschema
 import pytest
+from corral.model.generate import generate
 from corral.tools.batch import Engine, done_ids, run_batch, valid_choice
 from corral.tools.request import parse_tool_request
 
@@ -171,10 +172,8 @@ def test_bad_line_and_good_line(engine, tmp_path):
 
 @pytest.mark.slow
 def test_same_request_same_output_alone_or_in_a_batch(engine):
-    """Issue 7: the same request with the same seed gives the same output alone or batched
+    """The same request with the same seed gives the same output alone or batched
     (with the real model, whose batched BLAS calls round differently only in the last bits)."""
-    from corral.model.generate import generate
-
     bodies = [
         {"messages": ASK, "tools": [WEATHER], "tool_choice": NAMED, "seed": 11, "max_tokens": 40},
         {"messages": ASK, "response_format": {"type": "json_object"}, "seed": 4, "max_tokens": 24},

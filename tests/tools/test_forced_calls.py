@@ -4,7 +4,7 @@ section 4: forced_call_from_a_random_model_is_valid).
 Whatever the logits, text sampled under a forced tool_choice's grammar holds calls that the parser
 extracts and whose arguments validate against the tool's parameters. The vocabulary is
 SmolLM2's real one (49152 tokens, multi-byte and UTF-8 tokens, specials), the logits are fresh
-Gaussian noise at every step.
+Gaussian noise at every step; grammars go through the engine's `GrammarCompiler`.
 """
 
 import json
@@ -12,47 +12,20 @@ import json
 import jsonschema
 import numpy as np
 import pytest
-from corral.kernels import (
-    Constraint,
-    SamplingParams,
-    TokenIndex,
-    Vocabulary,
-    constrained_sample,
-)
-from corral.tools import (
-    bfcl_tools,
-    collect,
-    grammar,
-    parse_text,
-    parse_tool_request,
-)
+from corral.kernels import Constraint, SamplingParams, TokenIndex, constrained_sample
+from corral.tools import bfcl_tools, collect, grammar, parse_text, parse_tool_request
+from corral.tools.batch import Engine
+from example_schemas import WEATHER
 
 pytestmark = pytest.mark.slow
 
 WALKS = 40
 BUDGET = 256  # tokens; past it the walk steers towards the end, as an engine near max_tokens does
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "city": {"type": "string"},
-                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-                "days": {"type": "integer"},
-            },
-            "required": ["city"],
-        },
-    },
-}
-
 
 @pytest.fixture(scope="module")
-def vocabulary(smollm2):
-    return smollm2.vocabulary
+def engine(smollm2):
+    return Engine(smollm2)
 
 
 KINDS = ('"float"', '"array"', '"enum"', '"string"', '"boolean"')
@@ -69,29 +42,32 @@ def bfcl_three_tools(shared_data):
     raise AssertionError("no BFCL entry with three such functions")
 
 
-def walk(index: TokenIndex, vocabulary: Vocabulary, rng: np.random.Generator) -> str:
-    """Sample one answer under the grammar from random logits; return its text."""
+def walk(index: TokenIndex, rng: np.random.Generator) -> str:
+    """Sample one answer under the grammar from random logits; return its text. Past `BUDGET`
+    tokens every step brings a complete answer one token closer (the token budget rule)."""
     constraint = Constraint(index)
     params = SamplingParams(temperature=1.0)
     ids = []
     while not constraint.done:
-        logits = rng.standard_normal(vocabulary.size, dtype=np.float32) * np.float32(3)
+        logits = rng.standard_normal(index.vocabulary.size, dtype=np.float32) * np.float32(3)
         left = max(constraint.tokens_to_complete(), 1) if len(ids) >= BUDGET else None
         token, _ = constrained_sample(logits, constraint, params, rng, tokens_left=left)
         constraint.advance(token)
         ids.append(token)
     assert constraint.is_complete()
-    return vocabulary.decode(ids).decode("utf-8")
+    return index.vocabulary.decode(ids).decode("utf-8")
 
 
-def check_walks(request, vocabulary, seed, names):
+def check_walks(engine, request, seed):
+    """`WALKS` answers of a forced request; returns the number of calls of each."""
     g = grammar(request)
     assert g.trigger is None
-    index = TokenIndex(g.dfa(), vocabulary)
+    index = engine.compiler.index(g)
+    names = {tool.name for tool in request.tools}
     rng = np.random.default_rng(seed)
     counts = []
     for i in range(WALKS):
-        text = walk(index, vocabulary, rng)
+        text = walk(index, rng)
         content, calls = collect(parse_text(text, f"walk{i}"))
         assert content is None, text
         assert 1 <= len(calls) <= (4 if request.parallel_tool_calls else 1), text
@@ -104,7 +80,7 @@ def check_walks(request, vocabulary, seed, names):
     return counts
 
 
-def test_forced_call_from_a_random_model_is_valid(vocabulary):
+def test_forced_call_from_a_random_model_is_valid(engine):
     request = parse_tool_request(
         {
             "messages": [{"role": "user", "content": "Weather?"}],
@@ -112,32 +88,23 @@ def test_forced_call_from_a_random_model_is_valid(vocabulary):
             "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
         }
     )
-    counts = check_walks(request, vocabulary, 1, {"get_weather"})
-    assert counts == [1] * WALKS
+    assert check_walks(engine, request, 1) == [1] * WALKS
 
 
-def test_required_call_with_three_bfcl_tools_from_a_random_model_is_valid(vocabulary, shared_data):
-    tools = bfcl_three_tools(shared_data)
+@pytest.mark.parametrize("parallel", [True, False])
+def test_required_call_with_three_bfcl_tools_from_a_random_model_is_valid(
+    engine, shared_data, parallel
+):
     request = parse_tool_request(
         {
             "messages": [{"role": "user", "content": "Go."}],
-            "tools": tools,
+            "tools": bfcl_three_tools(shared_data),
             "tool_choice": "required",
+            "parallel_tool_calls": parallel,
         }
     )
-    counts = check_walks(request, vocabulary, 2, {t["function"]["name"] for t in tools})
-    assert max(counts) > 1  # parallel calls (the default) do occur
-
-
-def test_required_single_call_with_three_bfcl_tools_is_valid(vocabulary, shared_data):
-    tools = bfcl_three_tools(shared_data)
-    request = parse_tool_request(
-        {
-            "messages": [{"role": "user", "content": "Go."}],
-            "tools": tools,
-            "tool_choice": "required",
-            "parallel_tool_calls": False,
-        }
-    )
-    counts = check_walks(request, vocabulary, 3, {t["function"]["name"] for t in tools})
-    assert counts == [1] * WALKS
+    counts = check_walks(engine, request, 2 if parallel else 3)
+    if parallel:
+        assert max(counts) > 1  # parallel calls (the default) do occur
+    else:
+        assert counts == [1] * WALKS

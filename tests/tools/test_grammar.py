@@ -1,12 +1,27 @@
-"""Grammars per tool_choice and response_format (DESIGN.md section 5; tool-calls-spec
-section 4: grammar_by_tool_choice)."""
+"""Grammars per tool_choice and response_format, and the one compile site (DESIGN.md
+sections 4 and 5; tool-calls-spec section 4: grammar_by_tool_choice)."""
 
 import re
 
 import numpy as np
 import pytest
-from corral.automata import escape, json_schema_to_regex
-from corral.tools import grammar, parse_tool_request
+from corral.automata import (
+    LimitError,
+    escape,
+    json_object_regex,
+    json_schema_to_regex,
+    regex_to_dfa,
+)
+from corral.kernels import Vocabulary
+from corral.tools import (
+    GrammarCompiler,
+    ToolError,
+    compile_dfa,
+    grammar,
+    parse_tool_request,
+    regex_grammar,
+    schema_grammar,
+)
 
 WEATHER_PARAMETERS = {
     "type": "object",
@@ -38,14 +53,14 @@ def grammar_for(**fields):
 
 
 def matches(g, text: str) -> bool:
-    return g.dfa().matches(text.encode("utf-8"))
+    return compile_dfa(g).matches(text.encode("utf-8"))
 
 
 def pattern_agrees_with_tree(g, n=30):
     """The displayed pattern and the tree the DFA is built from describe the same language."""
     rng = np.random.default_rng(0)
     for _ in range(n):
-        text = g.dfa().sample(rng).decode("utf-8")
+        text = compile_dfa(g).sample(rng).decode("utf-8")
         assert re.fullmatch(g.pattern, text, re.ASCII), text
 
 
@@ -114,7 +129,7 @@ def test_auto_is_free_text_then_the_rest_of_one_call_after_the_trigger():
         assert not matches(g, rest + "\n" + TIME)  # one call, which ends the answer
         assert not matches(g, rest + " more text")
         # After the call nothing can follow: the DFA's end state has no live edge.
-        dfa = g.dfa()
+        dfa = compile_dfa(g)
         end = dfa.step(0, rest.encode())
         assert dfa.accept[end] and (dfa.trans[end] < 0).all()
         pattern_agrees_with_tree(g)
@@ -139,6 +154,9 @@ def test_json_object_format_is_an_object_nested_at_most_three_levels():
         assert not matches(g, "[1]")
         assert not matches(g, '"text"')
         assert not matches(g, '{"a":1')
+        # built from the tree (`json_object_tree`), the same language as the regex text
+        assert (compile_dfa(g).trans == regex_to_dfa(json_object_regex(3)).trans).all()
+        assert g.pattern == f"(?:{json_object_regex(3)})"
 
 
 def test_json_schema_format_is_the_schema_language():
@@ -190,10 +208,47 @@ def test_names_are_written_as_json_strings():
     assert not matches(g, '<tool_call>{"name":"mathXfactorial","arguments":{}}</tool_call>')
 
 
-def test_the_dfa_is_built_once_per_pattern():
+def test_equal_requests_give_equal_keys_and_other_languages_other_keys():
     first = grammar_for(tools=TOOLS, tool_choice="required")
-    second = grammar_for(tools=TOOLS, tool_choice="required")
-    assert first.dfa() is second.dfa()
+    assert first.key == grammar_for(tools=TOOLS, tool_choice="required").key
+    keys = {
+        first.key,
+        grammar_for(tools=TOOLS, tool_choice="required", parallel_tool_calls=False).key,
+        grammar_for(tools=TOOLS[::-1], tool_choice="required").key,
+        grammar_for(tools=TOOLS).key,
+        grammar_for(response_format={"type": "json_object"}).key,
+        schema_grammar(WEATHER_PARAMETERS).key,
+        schema_grammar(dict(reversed(WEATHER_PARAMETERS.items()))).key,
+        regex_grammar("a|b").key,
+    }
+    assert len(keys) == 8
+
+
+TINY = Vocabulary((b"a", b"b", b"ab", b"{", b"}", None), eos_ids=(5,))
+
+
+def test_the_compiler_builds_a_token_index_once_per_key():
+    compiler = GrammarCompiler(TINY)
+    first = compiler.index(regex_grammar("(ab)+"))
+    assert compiler.index(regex_grammar("(ab)+")) is first
+    assert compiler.index(regex_grammar("(?:ab)+")) is not first  # another key
+    assert len(compiler) == 2
+    assert first.vocabulary is TINY
+    assert first.dfa.matches(b"abab") and not first.dfa.matches(b"aba")
+
+
+def test_the_compiler_cache_is_bounded_least_recently_used_first():
+    compiler = GrammarCompiler(TINY, max_entries=2)
+    a, b, c = (regex_grammar(p) for p in ("a", "b", "ab"))
+    index_a = compiler.index(a)
+    index_b = compiler.index(b)
+    assert compiler.index(a) is index_a  # a is now the most recently used
+    compiler.index(c)  # drops b
+    assert len(compiler) == 2
+    assert compiler.index(a) is index_a
+    assert compiler.index(b) is not index_b
+    with pytest.raises(ValueError):
+        GrammarCompiler(TINY, max_entries=0)
 
 
 @pytest.mark.parametrize("n_optional", [30, 60])
@@ -208,12 +263,10 @@ def test_many_optional_parameters_stay_small(n_optional):
     g = grammar_for(tools=tools, tool_choice="required", parallel_tool_calls=False)
     assert matches(g, '<tool_call>{"name":"f","arguments":{"p3":1,"p7":2}}</tool_call>')
     assert not matches(g, '<tool_call>{"name":"f","arguments":{"p7":1,"p3":2}}</tool_call>')
-    assert g.dfa().n_states < 40 * n_optional
+    assert compile_dfa(g).n_states < 40 * n_optional
 
 
 def test_a_schema_too_large_for_its_text_form_still_gets_a_dfa():
-    from corral.automata import LimitError
-
     properties = {f"p{i}": {"type": "integer"} for i in range(700)}
     parameters = {"type": "object", "properties": properties}
     tools = [{"type": "function", "function": {"name": "f", "parameters": parameters}}]
@@ -222,7 +275,7 @@ def test_a_schema_too_large_for_its_text_form_still_gets_a_dfa():
     assert not matches(g, '<tool_call>{"name":"f","arguments":{"p699":1,"p1":2}}</tool_call>')
     with pytest.raises(LimitError):
         g.pattern  # noqa: B018 - the quadratic text form passes its limit
-    assert g.key.startswith('["<tool_call>')
+    assert g.key.startswith('["<tool_call>{\\"name\\":\\"f\\",\\"arguments\\":",{"schema":')
 
 
 def test_the_param_named_in_errors():
@@ -232,3 +285,62 @@ def test_the_param_named_in_errors():
     assert named.param == "tools[1].function.parameters"
     assert grammar_for(tools=TOOLS, tool_choice="required").param == "tools"
     assert grammar_for(tools=TOOLS[:1]).param == "tools[0].function.parameters"
+
+
+# --- the 422: schemas are compiled here, not when the request is read ------------------------
+
+UNIQUE_ITEMS = {
+    "type": "object",
+    "properties": {"s": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}},
+}
+
+
+def refused(**fields) -> ToolError:
+    request = parse_tool_request({"messages": [{"role": "user", "content": "x"}], **fields})
+    with pytest.raises(ToolError) as info:
+        grammar(request)
+    return info.value
+
+
+def test_a_keyword_outside_the_subset_is_a_422_naming_the_tool_and_keyword():
+    tools = [*TOOLS, {"type": "function", "function": {"name": "f", "parameters": UNIQUE_ITEMS}}]
+    for choice in ("auto", "required", {"type": "function", "function": {"name": "f"}}):
+        error = refused(tools=tools, tool_choice=choice)
+        assert (error.status, error.code) == (422, "unsupported_parameter")
+        assert error.param == "tools[2].function.parameters"
+        assert "uniqueItems" in error.message
+        assert error.to_json() == {
+            "error": {
+                "message": error.message,
+                "type": "invalid_request_error",
+                "param": "tools[2].function.parameters",
+                "code": "unsupported_parameter",
+            }
+        }
+
+
+def test_only_the_schemas_a_grammar_uses_are_compiled():
+    tools = [*TOOLS, {"type": "function", "function": {"name": "f", "parameters": UNIQUE_ITEMS}}]
+    assert grammar_for(tools=tools, tool_choice="none") is None
+    named = {"type": "function", "function": {"name": "get_time"}}
+    assert matches(grammar_for(tools=tools, tool_choice=named), TIME)
+
+
+def test_a_response_format_schema_outside_the_subset_is_a_422():
+    schema = {"type": "object", "not": {"required": ["a"]}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    for fields in ({}, {"tools": TOOLS}):
+        error = refused(response_format=fmt, **fields)
+        assert (error.status, error.code) == (422, "unsupported_parameter")
+        assert error.param == "response_format.json_schema.schema"
+        assert "'not'" in error.message
+
+
+def test_a_grammar_past_a_size_limit_is_a_422_naming_its_param():
+    g = regex_grammar("[ab]*a[ab]{16}", "--regex")  # 2^17 DFA states, past the default limit
+    with pytest.raises(ToolError) as info:
+        compile_dfa(g)
+    assert (info.value.status, info.value.param) == (422, "--regex")
+    with pytest.raises(ToolError) as info:
+        regex_grammar("a**")
+    assert info.value.param == "regex" and "position 2" in info.value.message

@@ -14,11 +14,12 @@ from corral.tools import (
     render_request,
 )
 from corral.tools.render import tools_prompt
-from tool_examples import WEATHER
+from example_schemas import WEATHER
 
 WEATHER_LINE = (
     '{"type":"function","function":{"name":"get_weather","description":"Current weather in a '
-    'city.","parameters":{"type":"object","properties":{"city":{"type":"string"}},'
+    'city.","parameters":{"type":"object","properties":{"city":{"type":"string"},'
+    '"unit":{"type":"string","enum":["celsius","fahrenheit"]},"days":{"type":"integer"}},'
     '"required":["city"]}}}'
 )
 CALL = '<tool_call>{"name":"get_weather","arguments":{"city":"Paris"}}</tool_call>'
