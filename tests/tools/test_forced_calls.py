@@ -60,10 +60,11 @@ def vocabulary(smollm2):
 KINDS = ('"float"', '"array"', '"enum"', '"string"', '"boolean"')
 
 
-def bfcl_three_tools(shared_data):
+def bfcl_three_tools(sample_data):
     """The first three functions of the first BFCL `multiple` entry whose three functions use
-    between them floats, arrays, enums, strings and booleans, converted to OpenAI tools."""
-    with open(shared_data / "bfcl" / "BFCL_v4_multiple.jsonl") as lines:
+    between them floats, arrays, enums, strings and booleans, converted to OpenAI tools (read
+    from the sample in tests/data, which keeps that entry, multiple_117, of the full data)."""
+    with open(sample_data / "bfcl" / "BFCL_v4_multiple.jsonl", encoding="utf-8") as lines:
         for line in lines:
             functions = json.loads(line)["function"][:3]
             if len(functions) == 3 and all(kind in json.dumps(functions) for kind in KINDS):
@@ -127,8 +128,8 @@ def test_forced_call_from_a_random_model_is_valid(vocabulary):
     assert counts == [1] * WALKS
 
 
-def test_required_call_with_three_bfcl_tools_from_a_random_model_is_valid(vocabulary, shared_data):
-    tools = bfcl_three_tools(shared_data)
+def test_required_call_with_three_bfcl_tools_from_a_random_model_is_valid(vocabulary, sample_data):
+    tools = bfcl_three_tools(sample_data)
     request = parse_tool_request(
         {
             "messages": [{"role": "user", "content": "Go."}],
@@ -140,8 +141,8 @@ def test_required_call_with_three_bfcl_tools_from_a_random_model_is_valid(vocabu
     assert max(counts) > 1  # parallel calls (the default) do occur
 
 
-def test_required_single_call_with_three_bfcl_tools_is_valid(vocabulary, shared_data):
-    tools = bfcl_three_tools(shared_data)
+def test_required_single_call_with_three_bfcl_tools_is_valid(vocabulary, sample_data):
+    tools = bfcl_three_tools(sample_data)
     request = parse_tool_request(
         {
             "messages": [{"role": "user", "content": "Go."}],
