@@ -119,11 +119,6 @@ def outside_by_design(schema, value) -> str | None:
     return reasons[0] if reasons else None
 
 
-def _in_order(keys: list[str], order: list[str]) -> bool:
-    positions = [order.index(k) for k in keys]
-    return positions == sorted(positions)
-
-
 def _kind(value) -> str:
     if isinstance(value, bool) or value is None:
         return "literal"
