@@ -417,7 +417,7 @@ def _submit(
     handles: dict[int, tuple[_Line, int]] = {}
     for line in pending:
         try:
-            if context is not None and lengths_of(line) > context:
+            if context is not None and _longest(line) > context:
                 raise _context_error(line, context)
             for i, choice in enumerate(line.choices):
                 handles[generator.submit(choice)] = (line, i)
@@ -426,7 +426,7 @@ def _submit(
     return generator, handles
 
 
-def lengths_of(line: _Line) -> int:
+def _longest(line: _Line) -> int:
     """The tokens a line's longest choice may hold: its prompt plus its max_tokens."""
     return max(len(c.prompt_ids) + c.max_tokens for c in line.choices)
 
