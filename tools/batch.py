@@ -3,18 +3,29 @@
 Each input line is `{"custom_id", "method": "POST", "url": "/v1/chat/completions", "body"}`, the
 body a chat completions request (tools, tool_choice, response_format, ...). Each output line is
 `{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"}`, the body a
-`chat.completion`, or the 400/422 error body the API would answer. A line that is not even a
-request object gets `"response": null` and an `"error": {"code", "message"}` (OpenAI's form for
-lines that cannot run). Every other line still runs.
+`chat.completion`, or the error body the API would answer (400, 422; 500 for a fault of corral's
+own). A line that is not even a request object gets `"response": null` and an
+`"error": {"code", "message"}` (OpenAI's form for lines that cannot run). Every other line still
+runs: whatever goes wrong while a line is read, validated, compiled or submitted to the engine
+becomes that line's error line.
 
-Lines are written as they finish (not in input order, as in OpenAI's output files), each flushed,
-so an interrupted run keeps what it finished, and `resume=True` skips the custom_ids already in
-the output file.
+Decisions:
+- custom_ids are unique (the Batch API requires it): the first line with an id runs, a later one
+  gets an error line with code `duplicate_custom_id` naming both line numbers, written right after
+  the first line's own output line, so an id in the output means all its lines are answered.
+- Lines are written as they finish (not in input order, as in OpenAI's output files), each
+  flushed, so an interrupted run keeps what it finished; `skip` (from `done_ids`) skips the
+  custom_ids already in the output file, after `drop_torn_tail` removed a last line cut mid-write.
+- Two phases, each with its progress bar: `prepare` reads, validates and compiles every line (the
+  token indexes of distinct grammars are built here, once each), then `requests` generates.
+- The KV cache holds the longest prompt plus `max_tokens` among the lines that fit the model's
+  context (`max_position_embeddings`); a line past it is refused at submit.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from collections.abc import Iterable
@@ -22,14 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import jsonschema
+from corral.automata import ConstrainError
 from corral.kernels import Constraint, SamplingParams
 from corral.model.generate import (
     BudgetTooSmallError,
     GenerationRequest,
     GenerationResult,
-    GenerationStats,
-    check_budget,
-    iter_generate,
+    Generator,
 )
 from corral.tools.errors import ToolError, invalid
 from corral.tools.grammar import DEFAULT_MAX_GRAMMARS, GrammarCompiler, grammar
@@ -48,9 +58,12 @@ class _Line:
     """One runnable input line: its request and the engine requests of its `n` choices."""
 
     custom_id: str
+    number: int
     request: ToolRequest
     choices: list[GenerationRequest]
     results: dict[int, GenerationResult] = field(default_factory=dict)
+    duplicates: list[int] = field(default_factory=list)  # later lines with the same custom_id
+    failed: bool = False
 
 
 class Engine:
@@ -75,10 +88,11 @@ class Engine:
         self.compiler = GrammarCompiler(self.vocabulary, max_grammars)
 
     def requests(self, request: ToolRequest, default_max_tokens: int) -> list[GenerationRequest]:
-        """The engine requests of a chat request's `n` choices.
+        """The engine requests of a chat request's `n` choices (their budget is checked when
+        they are submitted, `Generator.submit`).
 
         Raises ToolError: 422 for a schema the subset refuses or a grammar past a size limit;
-        400 for messages the template refuses or a max_tokens too small for any valid answer."""
+        400 for messages the template refuses."""
         constraint, trigger = None, None
         found = grammar(request)
         if found is not None:
@@ -100,10 +114,6 @@ class Engine:
                     prompt, max_tokens, params, seed, request.stop, constraint, trigger
                 )
             )
-        try:
-            check_budget(out[0])
-        except BudgetTooSmallError as error:
-            raise invalid("max_tokens", str(error)) from None
         return out
 
     def completion(self, line: _Line) -> dict:
@@ -182,16 +192,41 @@ def read_line(text: str, number: int) -> tuple[str, dict]:
 
 
 def done_ids(output: Path) -> set[str]:
-    """The custom_ids already written to `output` (for `--resume`); a torn last line is
-    ignored."""
+    """The custom_ids already written to `output` (for `--resume`); a line that is not a JSON
+    object with a custom_id (a torn last line) is ignored."""
     ids = set()
     if output.exists():
-        for text in output.read_text(encoding="utf-8").splitlines():
+        for text in output.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
                 ids.add(json.loads(text)["custom_id"])
             except (json.JSONDecodeError, KeyError, TypeError):
                 continue
     return ids
+
+
+def drop_torn_tail(output: Path) -> int:
+    """Truncate `output` to the end of its last complete line, so that appending keeps it valid
+    JSONL: the bytes after the last newline (a line cut mid-write) go, and so does a last line
+    that is not a JSON object (a write cut just before its newline, or garbage a crash left).
+    Its request runs again, since its custom_id is then not in `done_ids`.
+
+    Returns the number of bytes dropped (0 when the file ends cleanly or does not exist).
+    Raises OSError when the file cannot be read or truncated."""
+    if not output.exists():
+        return 0
+    data = output.read_bytes()
+    end = data.rfind(b"\n") + 1
+    if end > 0:
+        start = data.rfind(b"\n", 0, end - 1) + 1
+        try:
+            complete = isinstance(json.loads(data[start : end - 1].decode("utf-8")), dict)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            complete = False
+        if not complete:
+            end = start
+    if end < len(data):
+        os.truncate(output, end)
+    return len(data) - end
 
 
 @dataclass
@@ -216,6 +251,53 @@ class BatchSummary:
         )
 
 
+def error_body(error: Exception) -> tuple[int, dict]:
+    """`(status, body)` of the error line of a request that raised `error` before it ran: a
+    `ToolError` keeps its own; a max_tokens below the shortest answer is a 400 on `max_tokens`;
+    any other `ConstrainError`, and a value Python cannot convert, encode or recurse through, is
+    a 400; anything else is a 500 `server_error` naming the exception."""
+    if isinstance(error, ToolError):
+        return error.status, error.to_json()
+    if isinstance(error, BudgetTooSmallError):
+        return 400, invalid("max_tokens", str(error)).to_json()
+    named = f"{type(error).__name__}: {error}"
+    if isinstance(error, ConstrainError | RecursionError | OverflowError | UnicodeError):
+        param, code = getattr(error, "param", None), getattr(error, "code", None)
+        return 400, ToolError(400, param, code or "invalid_value", named).to_json()
+    server = {"message": named, "type": "server_error", "param": None, "code": "server_error"}
+    return 500, {"error": server}
+
+
+class _Writer:
+    """Writes output lines to a text stream, each flushed at once, and counts the error lines."""
+
+    def __init__(self, out, summary: BatchSummary):
+        self.out = out
+        self.summary = summary
+
+    def write(self, custom_id, status: int | None, body: dict | None, error: dict | None):
+        self.out.write(output_line(custom_id, status, body, error) + "\n")
+        self.out.flush()
+        if status != 200:
+            self.summary.errors += 1
+
+    def failure(self, line: _Line, error: Exception) -> None:
+        """The error line of a line that raised `error` (then its duplicates' lines)."""
+        line.failed = True
+        self.write(line.custom_id, *error_body(error), None)
+        self.duplicates(line)
+
+    def duplicates(self, line: _Line) -> None:
+        """The error lines of the later lines that reuse `line`'s custom_id."""
+        for number in line.duplicates:
+            self.duplicate(line.custom_id, number, line.number)
+        line.duplicates.clear()
+
+    def duplicate(self, custom_id: str, number: int, first: int) -> None:
+        message = f"line {number}: custom_id {custom_id!r} was already used on line {first}"
+        self.write(custom_id, None, None, {"code": "duplicate_custom_id", "message": message})
+
+
 def run_batch(
     engine: Engine,
     lines: Iterable[str],
@@ -225,65 +307,153 @@ def run_batch(
     default_max_tokens: int = DEFAULT_MAX_TOKENS,
     progress: bool = True,
 ) -> BatchSummary:
-    """Run the input lines and write the output lines to the text stream `out` as they finish.
+    """Run the input lines and write the output lines to the text stream `out` as they finish
+    (see the module docstring for duplicates, phases and the KV cache).
+
+    Args:
+        engine: the `Engine` (model and token index cache).
+        lines: the input file's lines (str), blank ones ignored.
+        out: a text stream; every line written is flushed at once.
+        skip: custom_ids already answered (`done_ids`): their lines are not run again.
+        batch_size: sequences decoded together, >= 1.
+        default_max_tokens: max_tokens of requests that set none.
+        progress: show the `prepare` and `requests` progress bars (tqdm, on stderr).
 
     Returns a `BatchSummary`. Never raises for a bad line: it becomes an error line."""
     summary = BatchSummary()
     started = time.perf_counter()
-    runnable: list[_Line] = []
-    flat: list[tuple[_Line, int]] = []
-    for number, text in enumerate(lines, start=1):
-        if not text.strip():
-            continue
-        custom_id = None
-        try:
-            custom_id, body = read_line(text, number)
-            if custom_id in skip:
-                continue
-            request = parse_tool_request(body)
-            line = _Line(custom_id, request, engine.requests(request, default_max_tokens))
-        except LineError as error:
-            if error.custom_id in skip:
-                continue
-            failure = {"code": "invalid_line", "message": str(error)}
-            out.write(output_line(error.custom_id, None, None, failure) + "\n")
-            summary.errors += 1
-            continue
-        except ToolError as error:
-            out.write(output_line(custom_id, error.status, error.to_json(), None) + "\n")
-            summary.errors += 1
-            continue
-        runnable.append(line)
-        flat.extend((line, i) for i in range(len(line.choices)))
-    out.flush()
-    stats = GenerationStats()
-    bar = tqdm(total=len(runnable), unit="req", disable=not progress)
+    writer = _Writer(out, summary)
+    pending = _prepare(engine, lines, skip, default_max_tokens, writer, progress)
+    generator, handles = _submit(engine, pending, batch_size, writer)
+    running = sum(not line.failed for line in pending)
+    bar = tqdm(total=running, desc="requests", unit="req", disable=not progress)
     try:
-        requests = [line_.choices[i] for line_, i in flat]
-        for k, result in iter_generate(engine.model, requests, batch_size, stats):
-            line, i = flat[k]
-            line.results[i] = result
-            summary.completion_tokens += result.completion_tokens
-            if len(line.results) < len(line.choices):
-                continue
-            body = engine.completion(line)
-            summary.requests += 1
-            for choice in body["choices"]:
-                if line.results[choice["index"]].finish_reason == "length":
-                    summary.cut += 1
-                elif not valid_choice(line.request, choice):
-                    summary.invalid += 1
-            out.write(output_line(line.custom_id, 200, body, None) + "\n")
-            out.flush()
-            elapsed = time.perf_counter() - started
-            bar.set_postfix(
-                tok_s=f"{summary.completion_tokens / elapsed:.1f}", invalid=summary.invalid
-            )
-            bar.update(1)
+        while generator.has_work:
+            for handle, result in generator.step():
+                line, i = handles.pop(handle)
+                line.results[i] = result
+                summary.completion_tokens += result.completion_tokens
+                if line.failed or len(line.results) < len(line.choices):
+                    continue
+                _finish(engine, line, writer)
+                elapsed = time.perf_counter() - started
+                bar.set_postfix(
+                    tok_s=f"{summary.completion_tokens / elapsed:.1f}", invalid=summary.invalid
+                )
+                bar.update(1)
     finally:
         bar.close()
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+def _prepare(engine, lines, skip, default_max_tokens, writer: _Writer, progress) -> list[_Line]:
+    """Phase 1: read, validate and compile every line; write the error lines of those that fail
+    and of duplicates. Returns the lines to run, in input order."""
+    pending: list[_Line] = []
+    first: dict[str, _Line | int] = {}  # custom_id -> its pending line, or its line number
+    total = len(lines) if hasattr(lines, "__len__") else None
+    bar = tqdm(total=total, desc="prepare", unit="line", disable=not progress)
+    try:
+        for number, text in enumerate(lines, start=1):
+            bar.update(1)
+            if not text.strip():
+                continue
+            custom_id = None
+            try:
+                custom_id, body = read_line(text, number)
+            except LineError as error:
+                custom_id = error.custom_id
+                if custom_id in skip or _is_duplicate(custom_id, number, first, writer):
+                    continue
+                writer.write(custom_id, None, None, {"code": "invalid_line", "message": str(error)})
+                if custom_id is not None:
+                    first[custom_id] = number
+                continue
+            if custom_id in skip or _is_duplicate(custom_id, number, first, writer):
+                continue
+            line = _Line(custom_id, number, None, [])
+            try:
+                line.request = parse_tool_request(body)
+                line.choices = engine.requests(line.request, default_max_tokens)
+            except Exception as error:  # any fault of one line is that line's error line
+                writer.failure(line, error)
+                first[custom_id] = number
+                continue
+            first[custom_id] = line
+            pending.append(line)
+            bar.set_postfix(grammars=len(engine.compiler))
+    finally:
+        bar.close()
+    return pending
+
+
+def _is_duplicate(custom_id, number: int, first: dict, writer: _Writer) -> bool:
+    """Whether line `number` reuses a custom_id seen before; if so, its error line is written
+    now (the first line is already written) or queued after the first line's output."""
+    if custom_id is None or custom_id not in first:
+        return False
+    seen = first[custom_id]
+    if isinstance(seen, _Line):
+        seen.duplicates.append(number)
+    else:
+        writer.duplicate(custom_id, number, seen)
+    return True
+
+
+def _submit(
+    engine, pending: list[_Line], batch_size: int, writer: _Writer
+) -> tuple[Generator, dict[int, tuple[_Line, int]]]:
+    """Phase 2 set-up: a `Generator` whose KV cache holds the longest line that fits the model's
+    context, and every pending line's choices submitted to it (a line whose submit raises gets
+    its error line). Returns the generator and `{handle: (line, choice index)}`."""
+    context = getattr(getattr(engine.model, "config", None), "max_position_embeddings", None)
+    lengths = [len(c.prompt_ids) + c.max_tokens for line in pending for c in line.choices]
+    fitting = [n for n in lengths if context is None or n <= context]
+    if not fitting:
+        fitting = [1]
+    n_slots = max(1, min(batch_size, len(lengths)))
+    generator = Generator(engine.model, n_slots, max(fitting))
+    handles: dict[int, tuple[_Line, int]] = {}
+    for line in pending:
+        try:
+            if context is not None and _longest(line) > context:
+                raise _context_error(line, context)
+            for i, choice in enumerate(line.choices):
+                handles[generator.submit(choice)] = (line, i)
+        except Exception as error:  # e.g. a budget too small, or past the context
+            writer.failure(line, error)
+    return generator, handles
+
+
+def _longest(line: _Line) -> int:
+    """The tokens a line's longest choice may hold: its prompt plus its max_tokens."""
+    return max(len(c.prompt_ids) + c.max_tokens for c in line.choices)
+
+
+def _context_error(line: _Line, context: int) -> ToolError:
+    choice = line.choices[0]
+    return ToolError(
+        400,
+        "max_tokens",
+        "context_length_exceeded",
+        f"This model's maximum context length is {context} tokens; the prompt has "
+        f"{len(choice.prompt_ids)} tokens and max_tokens is {choice.max_tokens}.",
+    )
+
+
+def _finish(engine, line: _Line, writer: _Writer) -> None:
+    """Write a finished line's answer (then its duplicates' error lines) and count it."""
+    summary = writer.summary
+    body = engine.completion(line)
+    summary.requests += 1
+    for choice in body["choices"]:
+        if line.results[choice["index"]].finish_reason == "length":
+            summary.cut += 1
+        elif not valid_choice(line.request, choice):
+            summary.invalid += 1
+    writer.write(line.custom_id, 200, body, None)
+    writer.duplicates(line)
 
 
 def valid_choice(request: ToolRequest, choice: dict) -> bool:

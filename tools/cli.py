@@ -1,28 +1,114 @@
 """The `corral` command line: `corral compile` (a pattern or schema to its DFA) and
 `corral generate` (the main job, DESIGN.md section 7).
 
-The model and the Numba kernels are imported inside the command that needs them, so that
-`corral --help` and `corral compile` start without loading them."""
+Decisions:
+- Every input error (a bad argument, a file that is missing, a folder, unreadable, not UTF-8 or
+  not JSON, a schema the subset refuses or nested too deep to read, an output path that cannot be
+  used) is one line on stderr and exit status 2, found before the model loads. A UTF-8 byte-order
+  mark at the start of a file is accepted.
+- No output overwrites anything: `-o` must not resolve to the input file (the same path, a
+  symlink or a hard link to it); an existing non-empty output is refused unless `--resume` goes on
+  with it; the output file is only appended to, a line at a time, each flushed, and nothing else
+  in its folder is touched. `--resume` first drops a last line cut mid-write
+  (`corral.tools.batch.drop_torn_tail`), so that request runs again.
+- The quick form prints each answer as it finishes (in the order they finish).
+- Ctrl-C (exit status 130) says truthfully what was kept: how many answers were printed, or how
+  many complete lines the output file holds.
+"""
 
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
+import math
+import os
 import sys
 from pathlib import Path
 
 import numpy as np
+from corral.automata import (
+    ConstrainError,
+    Dfa,
+    SchemaLimits,
+    json_schema_to_regex,
+    regex_to_dfa,
+    schema_to_dfa,
+)
+from corral.kernels import Constraint, SamplingParams, TokenIndex
+from corral.model import load_model
+from corral.model.generate import GenerationRequest, iter_generate
+from corral.tools.batch import DEFAULT_MAX_TOKENS, Engine, done_ids, drop_torn_tail, run_batch
+from corral.tools.errors import ToolError
+from corral.tools.grammar import compile_dfa, regex_grammar, schema_grammar
+
+INTERRUPTED = 130
+
+
+class InputError(Exception):
+    """A command-line input that cannot be used; its message is one line naming the culprit."""
+
+
+def read_text(path: str) -> str:
+    """The text of a UTF-8 file (a leading byte-order mark dropped).
+
+    Raises InputError: the file does not exist, is a folder, cannot be read, or is not UTF-8
+    (naming the line, and the byte offset in the line and in the file, of the first bad byte)."""
+    file = Path(path)
+    if not file.exists():
+        raise InputError(f"{path}: no such file")
+    if file.is_dir():
+        raise InputError(f"{path}: is a folder, not a file")
+    try:
+        data = file.read_bytes()
+    except OSError as error:
+        raise InputError(f"{path}: cannot read it: {error.strerror}") from None
+    start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+    try:
+        return data[start:].decode("utf-8")
+    except UnicodeDecodeError as error:
+        at = start + error.start
+        line = data.count(b"\n", 0, at) + 1
+        column = at - (data.rfind(b"\n", 0, at) + 1)
+        raise InputError(
+            f"{path}: not UTF-8 at line {line}, byte {column} of the line (byte {at} of the "
+            f"file): {error.reason}"
+        ) from None
+
+
+def read_json(path: str):
+    """The JSON value of a UTF-8 file. Raises InputError as `read_text` does, or when the text is
+    not JSON or is nested deeper than Python's recursion limit lets `json.loads` read."""
+    text = read_text(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InputError(f"{path}: not JSON: {error}") from None
+    except RecursionError:
+        raise InputError(_too_deep(path)) from None
+
+
+def _too_deep(path: str) -> str:
+    return (
+        f"{path}: nested too deep to read (past Python's recursion limit of "
+        f"{sys.getrecursionlimit()}); a schema may nest at most "
+        f"max_depth={SchemaLimits().max_depth} levels"
+    )
+
+
+def _fail(command: str, message: object) -> int:
+    """Print `corral COMMAND: MESSAGE` as one line on stderr; return exit status 2."""
+    text = " ".join(str(message).splitlines())
+    print(f"corral {command}: {text}", file=sys.stderr)
+    return 2
 
 
 def _compile(args: argparse.Namespace) -> int:
-    from corral.automata import ConstrainError, json_schema_to_regex, regex_to_dfa, schema_to_dfa
-
     if (args.pattern is None) == (args.schema is None):
-        print("corral compile: give a pattern or --schema FILE", file=sys.stderr)
-        return 2
+        return _fail("compile", "give a pattern or --schema FILE")
     try:
         if args.schema is not None:
-            schema = json.loads(Path(args.schema).read_text(encoding="utf-8"))
+            schema = read_json(args.schema)
             dfa = schema_to_dfa(schema)
             try:
                 regex = json_schema_to_regex(schema)
@@ -33,9 +119,10 @@ def _compile(args: argparse.Namespace) -> int:
             print(regex)
         else:
             dfa = regex_to_dfa(args.pattern)
-    except (ConstrainError, OSError, json.JSONDecodeError) as error:
-        print(f"corral compile: {error}", file=sys.stderr)
-        return 2
+    except (ConstrainError, InputError) as error:
+        return _fail("compile", error)
+    except RecursionError:
+        return _fail("compile", _too_deep(args.schema or "the pattern"))
     accepting = np.flatnonzero(dfa.accept).tolist()
     if args.schema is not None:
         n_accepting = len(accepting)
@@ -51,7 +138,7 @@ def _compile(args: argparse.Namespace) -> int:
 
 
 def _generate_problem(args: argparse.Namespace) -> str | None:
-    """What is wrong with `corral generate`'s arguments, checked before the model loads."""
+    """What is wrong with `corral generate`'s arguments themselves (files are checked next)."""
     if args.schema is not None and args.regex is not None:
         return "give --schema or --regex, not both"
     quick = args.schema is not None or args.regex is not None
@@ -63,75 +150,133 @@ def _generate_problem(args: argparse.Namespace) -> str | None:
         return f"--batch-size must be at least 1, not {args.batch_size}"
     if args.max_tokens is not None and args.max_tokens < 1:
         return f"--max-tokens must be at least 1, not {args.max_tokens}"
-    if args.temperature < 0:
-        return f"--temperature must be >= 0, not {args.temperature}"
+    if not (math.isfinite(args.temperature) and args.temperature >= 0):
+        return f"--temperature must be a finite number >= 0, not {args.temperature}"
+    if not 0 < args.top_p <= 1:
+        return f"--top-p must be in (0, 1], not {args.top_p}"
+    if args.seed < 0:
+        return f"--seed must be >= 0, not {args.seed}"
     if args.n < 1:
         return f"-n must be at least 1, not {args.n}"
-    if args.input is not None and not Path(args.input).is_file():
-        return f"{args.input}: no such input file"
-    if args.output is not None and not Path(args.output).resolve().parent.is_dir():
-        return f"{args.output}: its folder does not exist"
     return None
 
 
-def _generate(args: argparse.Namespace) -> int:
-    from corral.automata import ConstrainError
-    from corral.model import load_model
-    from corral.tools.batch import Engine, done_ids, run_batch
+def check_output(source: Path, output: Path, resume: bool) -> None:
+    """Refuse an output path that would overwrite data or cannot be written.
 
+    Raises InputError: `output` is a folder, is in a folder that does not exist or cannot be
+    written, is the input file itself (the same file through any path, symlink or hard link:
+    `os.path.samefile`), or exists, is not empty and `resume` is False."""
+    if output.is_dir():
+        raise InputError(f"{output}: is a folder; -o names the output file")
+    folder = output.absolute().parent
+    if not folder.is_dir():
+        raise InputError(f"{output}: its folder does not exist")
+    if output.exists():
+        if os.path.samefile(source, output):
+            raise InputError(f"{output}: is the input file itself; give another -o path")
+        if output.stat().st_size > 0 and not resume:
+            raise InputError(
+                f"{output}: already exists and is not empty; use --resume to go on with it, "
+                "or give another -o path"
+            )
+        if not os.access(output, os.W_OK):
+            raise InputError(f"{output}: cannot be written")
+    elif not os.access(folder, os.W_OK):
+        raise InputError(f"{output}: its folder cannot be written")
+
+
+def _quick_dfa(args: argparse.Namespace) -> Dfa:
+    """The DFA of the quick form's --schema or --regex. Raises InputError, ToolError."""
+    if args.schema is not None:
+        found = schema_grammar(read_json(args.schema), "--schema")
+    else:
+        found = regex_grammar(args.regex, "--regex")
+    return compile_dfa(found)
+
+
+def _generate(args: argparse.Namespace) -> int:
     problem = _generate_problem(args)
     if problem is not None:
-        print(f"corral generate: {problem}", file=sys.stderr)
-        return 2
+        return _fail("generate", problem)
+    quick = args.input is None
+    try:
+        if quick:
+            dfa = _quick_dfa(args)
+        else:
+            source = Path(args.input)
+            lines = read_text(args.input).split("\n")
+            default = source.with_name(source.stem + ".output.jsonl")
+            output = Path(args.output) if args.output else default
+            check_output(source, output, args.resume)
+    except InputError as error:
+        return _fail("generate", error)
+    except ToolError as error:
+        return _fail("generate", error.message)
+    except RecursionError:
+        return _fail("generate", _too_deep(args.schema))
     try:
         model = load_model(args.model)
     except ConstrainError as error:
-        print(f"corral generate: {error}", file=sys.stderr)
-        return 2
-    engine = Engine(model)
-    if args.input is None:
-        return _generate_quick(args, engine)
-    source = Path(args.input)
-    output = Path(args.output) if args.output else source.with_name(source.stem + ".output.jsonl")
-    skip = done_ids(output) if args.resume else set()
-    with source.open(encoding="utf-8") as lines, output.open("a" if args.resume else "w") as out:
-        summary = run_batch(
-            engine, lines, out, skip, args.batch_size, args.max_tokens or 512, not args.quiet
-        )
+        return _fail("generate", error)
+    if quick:
+        return _generate_quick(args, model, dfa)
+    return _generate_batch(args, model, lines, output)
+
+
+def _generate_batch(args: argparse.Namespace, model, lines: list[str], output: Path) -> int:
+    """Run the input file's lines, appending to `output`."""
+    skip = set()
+    if args.resume:
+        dropped = drop_torn_tail(output)
+        if dropped:
+            print(f"corral generate: dropped a torn last line of {output} ({dropped} bytes); "
+                  "its request runs again", file=sys.stderr)  # fmt: skip
+        skip = done_ids(output)
+    max_tokens = args.max_tokens or DEFAULT_MAX_TOKENS
+    try:
+        with output.open("a", encoding="utf-8") as out:
+            summary = run_batch(
+                Engine(model), lines, out, skip, args.batch_size, max_tokens, not args.quiet
+            )
+    except KeyboardInterrupt:
+        held = output.read_bytes().count(b"\n") if output.exists() else 0
+        print(f"corral generate: interrupted; {output} holds {held} complete lines "
+              "(run the same command with --resume to go on)", file=sys.stderr)  # fmt: skip
+        return INTERRUPTED
     print(f"corral generate: {summary.line()} -> {output}", file=sys.stderr)
     return 0
 
 
-def _generate_quick(args: argparse.Namespace, engine) -> int:
-    """`--schema FILE` or `--regex PATTERN` with `--prompt`: one answer a line on stdout."""
-    from corral.automata import ConstrainError
-    from corral.kernels import Constraint, SamplingParams
-    from corral.model.generate import GenerationRequest, generate
-    from corral.tools.errors import ToolError
-    from corral.tools.grammar import regex_grammar, schema_grammar
-
+def _generate_quick(args: argparse.Namespace, model, dfa: Dfa) -> int:
+    """`--schema FILE` or `--regex PATTERN` with `--prompt`: each answer on a line of stdout
+    as soon as it finishes."""
+    constraint = Constraint(TokenIndex(dfa, model.vocabulary))
+    prompt = model.tokenizer.encode(model.render_chat([{"role": "user", "content": args.prompt}]))
+    max_tokens = args.max_tokens or DEFAULT_MAX_TOKENS
+    context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if context is not None and len(prompt) + max_tokens > context:
+        return _fail(
+            "generate",
+            f"the prompt ({len(prompt)} tokens) plus --max-tokens {max_tokens} exceed the "
+            f"model's context of {context} tokens",
+        )
+    params = SamplingParams(temperature=args.temperature, top_p=args.top_p)
+    requests = [
+        GenerationRequest(prompt, max_tokens, params, args.seed + i, (), constraint)
+        for i in range(args.n)
+    ]
+    printed = 0
     try:
-        if args.schema is not None:
-            schema = json.loads(Path(args.schema).read_text(encoding="utf-8"))
-            found = schema_grammar(schema, args.schema)
-        else:
-            found = regex_grammar(args.regex, "--regex")
-        constraint = Constraint(engine.compiler.index(found))
-        prompt = engine.model.render_chat([{"role": "user", "content": args.prompt}])
-        ids = engine.model.tokenizer.encode(prompt)
-        params = SamplingParams(temperature=args.temperature)
-        requests = [
-            GenerationRequest(ids, args.max_tokens or 512, params, args.seed + i, (), constraint)
-            for i in range(args.n)
-        ]
-        for result in generate(engine.model, requests, args.batch_size):
+        for _, result in iter_generate(model, requests, args.batch_size):
             print(result.text, flush=True)
-    except ToolError as error:
-        print(f"corral generate: {error.message}", file=sys.stderr)
-        return 2
-    except (ConstrainError, OSError, json.JSONDecodeError) as error:
-        print(f"corral generate: {error}", file=sys.stderr)
-        return 2
+            printed += 1
+    except ConstrainError as error:  # e.g. a budget too small for any answer
+        return _fail("generate", error)
+    except KeyboardInterrupt:
+        print(f"corral generate: interrupted; {printed} of {args.n} answers were printed",
+              file=sys.stderr)  # fmt: skip
+        return INTERRUPTED
     return 0
 
 
@@ -144,9 +289,17 @@ def _version() -> str:
         return "unknown"
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr and exit status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `corral` console script."""
-    parser = argparse.ArgumentParser(prog="corral", description=__doc__)
+    """Entry point of the `corral` console script. Returns the exit status: 0, 2 for an input
+    error (one line on stderr), 130 when interrupted."""
+    parser = _Parser(prog="corral", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"corral {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     compile_ = commands.add_parser(
@@ -161,15 +314,24 @@ def main(argv: list[str] | None = None) -> int:
         "generate",
         help="run an OpenAI Batch API input file (or a quick --schema/--regex prompt)",
         description="Run an OpenAI Batch API input file of /v1/chat/completions requests and "
-        "write the output file; or, with --schema or --regex and --prompt, print -n answers.",
+        "append the answers to the output file, a line each as it finishes; or, with --schema or "
+        "--regex and --prompt, print -n answers as they finish. No output overwrites anything: "
+        "an output that is the input file is refused, and so is an existing non-empty output "
+        "unless --resume goes on with it.",
     )
     generate.add_argument("input", nargs="?", help="Batch API input file (.jsonl)")
-    generate.add_argument("-o", "--output", help="output file (default: INPUT.output.jsonl)")
-    generate.add_argument("--resume", action="store_true", help="skip custom_ids in the output")
+    generate.add_argument(
+        "-o", "--output", help="output file (default: INPUT.output.jsonl); never the input file"
+    )
+    generate.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on with an existing output: drop a torn last line, skip custom_ids it holds",
+    )
     generate.add_argument("--model", help="Hugging Face folder or .gguf (default: SmolLM2-135M)")
     generate.add_argument("--batch-size", type=int, default=16, help="batch size (16)")
     generate.add_argument("--max-tokens", type=int, help="default max_tokens (512)")
-    generate.add_argument("--quiet", action="store_true", help="no progress bar")
+    generate.add_argument("--quiet", action="store_true", help="no progress bars")
     generate.add_argument("--schema", help="quick form: a JSON Schema file")
     generate.add_argument("--regex", help="quick form: a regex")
     generate.add_argument("--prompt", help="quick form: the user message")
@@ -177,15 +339,15 @@ def main(argv: list[str] | None = None) -> int:
     generate.add_argument(
         "--temperature", type=float, default=1.0, help="quick form: sampling temperature (1.0)"
     )
+    generate.add_argument("--top-p", type=float, default=1.0, help="quick form: top_p (1.0)")
     generate.add_argument("--seed", type=int, default=0, help="quick form: first seed (0)")
     generate.set_defaults(run=_generate)
     args = parser.parse_args(argv)
     try:
         return args.run(args)
     except KeyboardInterrupt:
-        print("corral: interrupted (finished lines stay in the output; --resume goes on)",
-              file=sys.stderr)  # fmt: skip
-        return 130
+        print("corral: interrupted", file=sys.stderr)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
-"""The main job end to end with the real SmolLM2-135M-Instruct (DESIGN.md section 7): a Batch API
-file of mixed requests, checked with `jsonschema`, independent of corral's compiler."""
+"""The main job (DESIGN.md section 7): end to end with the real SmolLM2-135M-Instruct, a Batch
+API file of mixed requests checked with `jsonschema`, independent of corral's compiler; and on
+the stand-in model, the per-line errors (any exception while preparing or submitting a line),
+duplicate custom_ids, the progress phases and torn tails."""
 
 from __future__ import annotations
 
@@ -8,9 +10,12 @@ import json
 
 import jsonschema
 import pytest
+from corral.automata import ConstrainError
 from corral.model.generate import generate
-from corral.tools.batch import Engine, done_ids, run_batch, valid_choice
+from corral.tools.batch import Engine, done_ids, drop_torn_tail, run_batch, valid_choice
+from corral.tools.errors import ToolError
 from corral.tools.request import parse_tool_request
+from stand_in_model import StandInModel
 
 WEATHER = {
     "type": "function",
@@ -183,3 +188,127 @@ def test_same_request_same_output_alone_or_in_a_batch(engine):
     alone = [generate(engine.model, [r])[0] for r in requests]
     together = generate(engine.model, requests, batch_size=3)
     assert [r.token_ids for r in together] == [r.token_ids for r in alone]
+
+
+# --- per-line errors, duplicates and torn tails on the stand-in model (fast) ---
+
+
+def quick_line(custom_id: str, **body) -> str:
+    body.setdefault("messages", [{"role": "user", "content": "hi"}])
+    body.setdefault("max_tokens", 6)
+    return json.dumps({"custom_id": custom_id, "body": body})
+
+
+def run(lines, engine=None, **options) -> tuple[list[dict], object]:
+    out = io.StringIO()
+    summary = run_batch(engine or Engine(StandInModel()), lines, out, progress=False, **options)
+    return [json.loads(text) for text in out.getvalue().splitlines()], summary
+
+
+def status(item: dict):
+    return item["response"]["status_code"] if item["response"] else item["error"]["code"]
+
+
+def test_a_duplicate_custom_id_gets_an_error_line_naming_both_lines():
+    bad = quick_line("b", temperature="hot")
+    lines = [quick_line("a"), quick_line("a"), bad, quick_line("b"), "", quick_line("a")]
+    items, summary = run(lines)
+    assert [(i["custom_id"], status(i)) for i in items if i["custom_id"] == "b"] == [
+        ("b", 400),
+        ("b", "duplicate_custom_id"),
+    ]
+    a = [i for i in items if i["custom_id"] == "a"]
+    assert [status(i) for i in a] == [200, "duplicate_custom_id", "duplicate_custom_id"]
+    messages = [i["error"]["message"] for i in a[1:]]
+    assert "line 2" in messages[0] and "line 1" in messages[0] and "line 6" in messages[1]
+    assert summary.requests == 1 and summary.errors == 4
+    # --resume: an id in the output has all its lines answered, so they are all skipped
+    again, summary = run(lines, skip={"a", "b"})
+    assert again == [] and summary.errors == 0
+
+
+class Boom(RuntimeError):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (Boom("a bug"), (500, "server_error", "Boom")),
+        (OverflowError("int too large to convert to float"), (400, "invalid_value", "Overflow")),
+        (RecursionError("maximum recursion depth exceeded"), (400, "invalid_value", "Recursion")),
+        (UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates"), (400, "invalid_value", "")),
+        (ConstrainError("a refused value"), (400, "invalid_value", "refused")),
+        (
+            ToolError(422, "tools", "unsupported_parameter", "no"),
+            (422, "unsupported_parameter", ""),
+        ),
+    ],
+)
+def test_any_exception_while_preparing_a_line_is_that_lines_error(monkeypatch, error, expected):
+    engine = Engine(StandInModel())
+    requests = engine.requests
+
+    def faulty(request, default_max_tokens):
+        if request.messages[0]["content"] == "break":
+            raise error
+        return requests(request, default_max_tokens)
+
+    monkeypatch.setattr(engine, "requests", faulty)
+    broken = quick_line("x", messages=[{"role": "user", "content": "break"}])
+    items, summary = run([quick_line("a"), broken, quick_line("b")], engine)
+    by_id = {i["custom_id"]: i for i in items}
+    assert status(by_id["a"]) == status(by_id["b"]) == 200 and summary.requests == 2
+    response = by_id["x"]["response"]
+    code, piece = expected[1], expected[2]
+    assert response["status_code"] == expected[0] and summary.errors == 1
+    assert (
+        response["body"]["error"]["code"] == code and piece in response["body"]["error"]["message"]
+    )
+
+
+def test_submit_errors_are_line_errors_and_the_cache_fits_only_what_can_run():
+    model = StandInModel(context=200)
+    lines = [
+        quick_line("huge", max_tokens=1_000_000_000),
+        quick_line("too-small", response_format={"type": "json_object"}, max_tokens=1),
+        quick_line("ok", max_tokens=20),
+        quick_line("past-context", max_tokens=195),
+    ]
+    items, summary = run(lines, Engine(model))
+    by_id = {i["custom_id"]: i["response"] for i in items}
+    assert by_id["ok"]["status_code"] == 200 and summary.requests == 1
+    for name in ("huge", "past-context"):
+        error = by_id[name]["body"]["error"]
+        assert by_id[name]["status_code"] == 400 and error["code"] == "context_length_exceeded"
+        assert "200 tokens" in error["message"]
+    small = by_id["too-small"]
+    assert small["status_code"] == 400 and small["body"]["error"]["param"] == "max_tokens"
+    assert [cache.max_len for cache in model.caches] == [len("<user>hi\n<a>") + 20]
+
+
+def test_progress_shows_the_prepare_phase_then_the_requests(capsys):
+    out = io.StringIO()
+    lines = [quick_line("a", response_format={"type": "json_object"}, max_tokens=30)]
+    run_batch(Engine(StandInModel()), lines, out, progress=True)
+    err = capsys.readouterr().err
+    assert "prepare" in err and "grammars=1" in err and "requests" in err
+    assert err.index("prepare") < err.index("requests")
+
+
+def test_drop_torn_tail_leaves_the_complete_lines_whatever_the_cut(tmp_path):
+    """Every cut of a valid output file (every byte count) resumes to a prefix of whole lines."""
+    items, _ = run([quick_line(f"id{i}", max_tokens=3) for i in range(3)])
+    whole = "".join(json.dumps(item, ensure_ascii=False) + "\n" for item in items).encode()
+    whole = whole.replace(b'"id0"', '"id\u00e9"'.encode())  # a multi-byte character to cut
+    ends = [i + 1 for i, byte in enumerate(whole) if byte == ord("\n")]
+    path = tmp_path / "out.jsonl"
+    for cut in range(len(whole) + 1):
+        path.write_bytes(whole[:cut])
+        dropped = drop_torn_tail(path)
+        kept = path.read_bytes()
+        assert kept == whole[: max([0, *(e for e in ends if e <= cut)])], cut
+        assert dropped == cut - len(kept)
+    path.write_bytes(whole + b"\x00\x00\x00\n")  # a zero-filled last line a crash left
+    assert drop_torn_tail(path) == 4 and path.read_bytes() == whole
+    assert drop_torn_tail(tmp_path / "absent.jsonl") == 0

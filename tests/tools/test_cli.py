@@ -1,11 +1,20 @@
-"""The `corral` command line's fast paths: `corral compile` for a pattern and a schema, and the
-errors of `corral generate`'s arguments (the real-model runs are in test_batch.py)."""
+"""The `corral` command line: `corral compile` for a pattern and a schema; `corral generate`'s
+input errors (one line, status 2, before the model loads), its data safety (never the input as
+output, no overwrite, torn tails on resume) and Ctrl-C, on the stand-in model (the real-model runs
+are in test_batch.py)."""
 
 from __future__ import annotations
 
+import codecs
 import json
+import os
+import re
+from pathlib import Path
 
+import pytest
+from corral.tools import cli
 from corral.tools.cli import main
+from stand_in_model import StandInModel
 
 
 def test_compile_prints_the_worked_example(capsys):
@@ -51,3 +60,218 @@ def test_generate_needs_an_input_or_a_quick_form(capsys):
     assert main(["generate"]) == 2
     assert main(["generate", "--schema", "s.json"]) == 2
     assert "--prompt" in capsys.readouterr().err
+
+
+# --- corral generate: input errors, data safety, Ctrl-C (on the stand-in model) ---
+
+
+def request_line(custom_id: str, **body) -> str:
+    body.setdefault("messages", [{"role": "user", "content": "hi"}])
+    body.setdefault("max_tokens", 6)
+    return json.dumps({"custom_id": custom_id, "body": body}, ensure_ascii=False)
+
+
+def write_input(path: Path, ids=("a", "b", "c")) -> Path:
+    path.write_text("".join(request_line(i) + "\n" for i in ids), encoding="utf-8")
+    return path
+
+
+def deep_schema(depth: int) -> str:
+    """A schema nested `depth` objects deep, as text (json.dumps cannot write it)."""
+    opener = '{"type":"object","properties":{"x":'
+    return opener * depth + '{"type":"integer"}' + '},"required":["x"]}' * depth
+
+
+@pytest.fixture
+def model_never_loads(monkeypatch):
+    def fail(*args, **kwargs):
+        pytest.fail("the model was loaded for a command line that has an input error")
+
+    monkeypatch.setattr(cli, "load_model", fail)
+
+
+@pytest.fixture
+def stand_in(monkeypatch):
+    """Make `corral generate` load a fresh StandInModel; returns the list of models loaded."""
+    loaded = []
+
+    def load(path=None, **kwargs):
+        loaded.append(StandInModel(**stand_in.options))
+        return loaded[-1]
+
+    stand_in.options = {}
+    monkeypatch.setattr(cli, "load_model", load)
+    return stand_in
+
+
+def bad_command_lines(tmp: Path) -> dict[str, tuple[list[str], str]]:
+    """Name -> (arguments, a piece the one-line error must contain)."""
+    source = write_input(tmp / "in.jsonl")
+    (tmp / "deep.json").write_text(deep_schema(3000))
+    (tmp / "not-json.json").write_text("{nope")
+    latin = (request_line("a") + "\n" + request_line("caf\xe9") + "\n").encode("latin-1")
+    (tmp / "latin.jsonl").write_bytes(latin)
+    (tmp / "folder").mkdir()
+    (tmp / "link.jsonl").symlink_to(source)
+    os.link(source, tmp / "hard.jsonl")
+    write_input(tmp / "done.jsonl", ids=("x",))
+    quick = ["generate", "--regex", "[ab]+", "--prompt", "hi"]
+    t = str(tmp)
+    return {
+        "compile a 3000-deep schema": (["compile", "--schema", f"{t}/deep.json"], "max_depth"),
+        "quick form, 3000-deep schema": (
+            ["generate", "--schema", f"{t}/deep.json", "--prompt", "hi"],
+            "max_depth",
+        ),
+        "quick form, schema not JSON": (
+            ["generate", "--schema", f"{t}/not-json.json", "--prompt", "hi"],
+            "not JSON",
+        ),
+        "input not UTF-8": (["generate", f"{t}/latin.jsonl"], "line 2, byte"),
+        "temperature nan": ([*quick, "--temperature", "nan"], "--temperature"),
+        "temperature inf": ([*quick, "--temperature", "inf"], "--temperature"),
+        "temperature negative": ([*quick, "--temperature", "-0.5"], "--temperature"),
+        "temperature not a number": ([*quick, "--temperature", "hot"], "--temperature"),
+        "top-p zero": ([*quick, "--top-p", "0"], "--top-p"),
+        "top-p above 1": ([*quick, "--top-p", "1.5"], "--top-p"),
+        "top-p nan": ([*quick, "--top-p", "nan"], "--top-p"),
+        "negative seed": ([*quick, "--seed", "-1"], "--seed"),
+        "output is a folder": (["generate", f"{t}/in.jsonl", "-o", f"{t}/folder"], "folder"),
+        "output folder missing": (
+            ["generate", f"{t}/in.jsonl", "-o", f"{t}/none/out.jsonl"],
+            "does not exist",
+        ),
+        "output is the input": (["generate", f"{t}/in.jsonl", "-o", f"{t}/in.jsonl"], "input"),
+        "output is the input, resumed": (
+            ["generate", f"{t}/in.jsonl", "-o", f"{t}/in.jsonl", "--resume"],
+            "input",
+        ),
+        "output via another path": (
+            ["generate", f"{t}/in.jsonl", "-o", f"{t}/folder/../in.jsonl"],
+            "input",
+        ),
+        "output is a symlink to the input": (
+            ["generate", f"{t}/in.jsonl", "-o", f"{t}/link.jsonl"],
+            "input",
+        ),
+        "output is a hard link to the input": (
+            ["generate", f"{t}/in.jsonl", "-o", f"{t}/hard.jsonl"],
+            "input",
+        ),
+        "output exists, no --resume": (
+            ["generate", f"{t}/in.jsonl", "-o", f"{t}/done.jsonl"],
+            "--resume",
+        ),
+        "input missing": (["generate", f"{t}/missing.jsonl"], "no such file"),
+        "input is a folder": (["generate", f"{t}/folder"], "folder"),
+        "input unreadable": (["generate", f"{t}/unreadable.jsonl"], "cannot read"),
+        "no subcommand": ([], "corral"),
+    }
+
+
+def test_every_bad_command_line_is_one_line_and_status_2_before_the_model_loads(
+    tmp_path, capsys, monkeypatch, model_never_loads
+):
+    cases = bad_command_lines(tmp_path)
+    unreadable = write_input(tmp_path / "unreadable.jsonl")
+    real_read_bytes = Path.read_bytes
+
+    def read_bytes(path):  # the tests run as root, which reads any file whatever its mode
+        if path.name == unreadable.name:
+            raise PermissionError(13, "Permission denied")
+        return real_read_bytes(path)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    before = {p.name: real_read_bytes(p) for p in tmp_path.iterdir() if p.is_file()}
+    assert len(cases) >= 20
+    for name, (argv, piece) in cases.items():
+        try:
+            status = main(argv)
+        except SystemExit as exit_:  # argparse's own errors
+            status = exit_.code
+        err = capsys.readouterr().err
+        assert status == 2, (name, err)
+        assert len(err.splitlines()) == 1 and err.endswith("\n"), (name, err)
+        assert piece in err and "Traceback" not in err, (name, err)
+    after = {p.name: real_read_bytes(p) for p in tmp_path.iterdir() if p.is_file()}
+    assert after == before  # nothing was written, truncated or created
+
+
+def test_a_byte_order_mark_is_accepted(tmp_path, stand_in):
+    source = tmp_path / "bom.jsonl"
+    source.write_bytes(codecs.BOM_UTF8 + (request_line("a") + "\n").encode("utf-8"))
+    assert main(["generate", str(source), "--quiet"]) == 0
+    (item,) = read_jsonl(tmp_path / "bom.output.jsonl")
+    assert item["custom_id"] == "a" and item["response"]["status_code"] == 200
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The lines of a JSONL file; fails unless every line is a JSON object ending in newline."""
+    data = path.read_text(encoding="utf-8")
+    assert data == "" or data.endswith("\n")
+    items = [json.loads(text) for text in data.splitlines()]
+    assert all(isinstance(item, dict) for item in items)
+    return items
+
+
+def test_resume_appends_and_never_runs_an_id_twice(tmp_path, stand_in):
+    source = write_input(tmp_path / "in.jsonl", ids=("a", "b"))
+    output = tmp_path / "out.jsonl"
+    assert main(["generate", str(source), "-o", str(output), "--quiet"]) == 0
+    first = output.read_bytes()
+    write_input(source, ids=("a", "b", "c"))
+    assert main(["generate", str(source), "-o", str(output), "--quiet", "--resume"]) == 0
+    assert output.read_bytes().startswith(first)
+    assert sorted(item["custom_id"] for item in read_jsonl(output)) == ["a", "b", "c"]
+
+
+def test_resume_drops_a_torn_tail_and_runs_its_request_again(tmp_path, stand_in, capsys):
+    ids = ("a", "b", "c", "d")
+    source = write_input(tmp_path / "in.jsonl", ids=ids)
+    output = tmp_path / "out.jsonl"
+    assert main(["generate", str(source), "-o", str(output), "--quiet"]) == 0
+    whole = output.read_bytes()
+    last_start = whole.rstrip(b"\n").rfind(b"\n") + 1
+    torn_id = json.loads(whole[last_start:])["custom_id"]
+    for cut in (last_start + 1, (last_start + len(whole)) // 2, len(whole) - 1):
+        output.write_bytes(whole[:cut])  # a crash in the middle of writing the last line
+        capsys.readouterr()
+        assert main(["generate", str(source), "-o", str(output), "--quiet", "--resume"]) == 0
+        assert "torn" in capsys.readouterr().err
+        items = read_jsonl(output)
+        assert sorted(item["custom_id"] for item in items) == sorted(ids)
+        assert output.read_bytes()[:last_start] == whole[:last_start]
+        assert items[-1]["custom_id"] == torn_id
+
+
+def test_quick_form_prints_each_answer_as_it_finishes_and_ctrl_c_says_what_was_kept(
+    stand_in, capsys
+):
+    argv = ["generate", "--regex", "[a-z]{2,40}", "--prompt", "hi", "-n", "6"]
+    assert main([*argv, "--batch-size", "1"]) == 0
+    answers = capsys.readouterr().out.splitlines()
+    assert len(answers) == 6 and all(re.fullmatch("[a-z]{2,40}", a) for a in answers)
+    for interrupt_after in (0, 8, 25):
+        stand_in.options = {"interrupt_after": interrupt_after}
+        assert main([*argv, "--batch-size", "1"]) == 130
+        captured = capsys.readouterr()
+        printed = captured.out.splitlines()
+        assert printed == answers[: len(printed)]  # the same seeds, one at a time
+        assert f"{len(printed)} of 6 answers were printed" in captured.err
+        if interrupt_after:
+            assert 0 < len(printed) < 6
+
+
+def test_batch_ctrl_c_says_how_many_lines_the_output_holds(tmp_path, stand_in, capsys):
+    ids = [f"id{i}" for i in range(8)]
+    source = write_input(tmp_path / "in.jsonl", ids=ids)
+    output = tmp_path / "out.jsonl"
+    stand_in.options = {"interrupt_after": 12}
+    argv = ["generate", str(source), "-o", str(output), "--quiet", "--batch-size", "2"]
+    assert main(argv) == 130
+    held = len(read_jsonl(output))
+    assert 0 < held < len(ids)
+    assert f"holds {held} complete lines" in capsys.readouterr().err
+    stand_in.options = {}
+    assert main([*argv, "--resume"]) == 0
+    assert sorted(item["custom_id"] for item in read_jsonl(output)) == ids
