@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 from corral.automata import ConstrainError, Dfa, Limits, SchemaError, dumps, schema_to_dfa
 from corral.automata import schema as schema_module
-from corral.automata import schema_formats as formats_module
-from corral.automata.schema import _TYPE_OF_KEYWORD as TYPE_OF_KEYWORD
+from corral.automata.schema import formats as formats_module
+from corral.automata.schema.keywords import TYPE_OF_KEYWORD
 from jsonschema.validators import validator_for
 
 SUITE_FILES = [
