@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 
 import jsonschema
 import numpy as np
@@ -19,6 +20,7 @@ from corral.automata import (
     SchemaLimits,
     SchemaTextError,
     dumps,
+    escape,
     json_object_regex,
     json_schema_to_regex,
     parse,
@@ -101,6 +103,24 @@ def test_text_and_tree_back_ends_give_the_same_dfa():
         assert np.array_equal(by_tree.trans, by_text.trans)
         assert np.array_equal(by_tree.accept, by_text.accept)
     assert rendered >= len(HAND_SCHEMAS)
+
+
+def test_text_back_end_spells_literals_with_the_one_escaper():
+    schema = {"enum": ["a.b\n", "(x)"], "title": "t"}
+    text = json_schema_to_regex(schema)
+    assert text == escape('"a.b\\n"') + "|" + escape('"(x)"')
+    assert np.array_equal(regex_to_dfa(text).trans, schema_to_dfa(schema).trans)
+
+
+def test_recursion_limit_is_raised_once_per_public_call(monkeypatch):
+    calls = []
+    real = sys.setrecursionlimit
+    monkeypatch.setattr(sys, "setrecursionlimit", lambda n: calls.append(n) or real(n))
+    schema = {"type": "string", "pattern": "^[a-z]+$", "maxLength": 5, "enum": ["ab", "abc"]}
+    for compile_schema in (schema_to_dfa, schema_to_tree, json_schema_to_regex):
+        calls.clear()
+        compile_schema(schema)
+        assert len(calls) == 2, compile_schema.__name__  # raised, then restored
 
 
 def test_schema_tree_composes_with_other_trees():
