@@ -83,7 +83,7 @@ Limits (`SchemaLimits`, configurable): nesting depth, enum size, recursion unrol
 string and array lengths, any-value depth, regex text length. Past one: `LimitError`, never a hang.
 The regex limits (`corral.automata.Limits`) bound NFA and DFA sizes as for patterns.
 
-Modules, in the order a schema flows through them:
+Modules:
 - `values`: JSON values as the schema writes (`dumps`) and compares them.
 - `keywords`: keyword tables (annotations, supported keywords, the type each keyword implies),
   JSON pointers and refusals.
