@@ -9,19 +9,18 @@ from corral.automata.errors import (
     ConstrainError,
     EmptyLanguageError,
     LimitError,
+    NonFiniteNumberError,
     PatternError,
     PatternTooLongError,
     RepetitionTooLargeError,
     SchemaError,
+    SchemaTextError,
     TooManyDfaStatesError,
     TooManyNfaStatesError,
 )
-from corral.automata.limits import Limits
+from corral.automata.limits import Limits, SchemaLimits
 from corral.automata.parse import escape, parse
 from corral.automata.schema import (
-    NonFiniteNumberError,
-    SchemaLimits,
-    SchemaTextError,
     dumps,
     json_object_regex,
     json_object_tree,

@@ -42,7 +42,13 @@ def tree_to_dfa(node: Node, limits: Limits | None = None) -> Dfa:
         TooManyNfaStatesError, TooManyDfaStatesError: a limit of `limits` was passed.
     """
     with deep_recursion():
-        nfa = tree_to_nfa(node, limits)
+        return build_dfa(node, limits)
+
+
+def build_dfa(node: Node, limits: Limits | None = None) -> Dfa:
+    """`tree_to_dfa` for a caller already inside `deep_recursion()` (the schema compiler, which
+    raises the limit once per public call); same result and errors."""
+    nfa = tree_to_nfa(node, limits)
     byte_to_class = byte_classes([m for m in nfa.edge_mask if m])
     trans, accept = subset_construction(nfa, byte_to_class, limits)
     trans, accept = remove_dead_states(trans, accept)

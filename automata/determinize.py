@@ -15,10 +15,9 @@ The DFA here is a pair `trans` int32 `[n_states, n_classes]` (-1: dead) and `acc
 
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
 from corral.automata.errors import EmptyLanguageError, TooManyDfaStatesError
+from corral.automata.graph import distances_to, table_edges
 from corral.automata.limits import DEFAULT_LIMITS, Limits
 from corral.automata.nfa import ACCEPT, Nfa
 
@@ -145,7 +144,8 @@ def subset_construction(
 
 def remove_dead_states(trans: np.ndarray, accept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Drop the states that cannot reach an accepting state (their edges become -1) and renumber
-    the rest keeping their order; state 0 stays the start.
+    the rest keeping their order; state 0 stays the start. The live states are found by a
+    backward search from the accepting ones (`corral.automata.graph.distances_to`).
 
     Args:
         trans: int32 `[n_states, n_classes]`, -1 dead. accept: bool `[n_states]`.
@@ -155,19 +155,8 @@ def remove_dead_states(trans: np.ndarray, accept: np.ndarray) -> tuple[np.ndarra
         EmptyLanguageError: the start state cannot reach acceptance.
     """
     n = trans.shape[0]
-    sources, columns = np.nonzero(trans >= 0)
-    targets = trans[sources, columns]
-    edges = np.unique(targets.astype(np.int64) * n + sources)  # distinct, sorted by target
-    edge_sources = (edges % n).tolist()
-    starts = np.searchsorted(edges // n, np.arange(n + 1)).tolist()
-    live = accept.copy()
-    queue = deque(np.flatnonzero(accept).tolist())
-    while queue:
-        t = queue.popleft()
-        for s in edge_sources[starts[t] : starts[t + 1]]:
-            if not live[s]:
-                live[s] = True
-                queue.append(s)
+    sources, targets = table_edges(trans)
+    live = distances_to(n, sources, targets, accept) >= 0
     if not live[0]:
         raise EmptyLanguageError("the pattern matches no string")
     new_id = np.full(n + 1, -1, dtype=np.int32)  # index -1 (dead) maps to -1

@@ -7,10 +7,10 @@ order, so equal languages give identical arrays.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
+from corral.automata.graph import distances_to, table_edges
 
 DEAD = -1
 
@@ -52,23 +52,10 @@ class Dfa:
 
     def distance_to_accept(self) -> np.ndarray:
         """int32 `[n_states]`: the fewest bytes that lead from each state to an accepting state
-        (0 in accepting states). Breadth-first search over reversed edges, O(n_states * 256)."""
-        n = self.n_states
-        dist = np.full(n, -1, dtype=np.int32)
-        sources, _ = np.nonzero(self.trans >= 0)
-        targets = self.trans[self.trans >= 0]
-        order = np.argsort(targets, kind="stable")
-        sources, targets = sources[order], targets[order]
-        starts = np.searchsorted(targets, np.arange(n + 1))
-        queue = deque(int(s) for s in np.flatnonzero(self.accept))
-        dist[self.accept] = 0
-        while queue:
-            t = queue.popleft()
-            for s in sources[starts[t] : starts[t + 1]]:
-                if dist[s] < 0:
-                    dist[s] = dist[t] + 1
-                    queue.append(int(s))
-        return dist
+        (0 in accepting states). A breadth-first search over reversed edges
+        (`corral.automata.graph.distances_to`), O(n_states * 256)."""
+        sources, targets = table_edges(self.trans)
+        return distances_to(self.n_states, sources, targets, self.accept)
 
     def sample(self, rng: np.random.Generator, stop_probability: float = 0.3) -> bytes:
         """A random string of the language: a walk over live edges that, in an accepting state,

@@ -77,3 +77,14 @@ class SchemaError(ConstrainError):
         self.keyword = keyword
         self.reason = reason
         super().__init__(f"{pointer or '/'}: {reason}")
+
+
+class SchemaTextError(ConstrainError):
+    """The schema compiles to a tree but has no regex-text rendering (a pattern combined with a
+    length bound, compiled by a product automaton); use `schema_to_tree` or `schema_to_dfa`
+    (DESIGN.md section 3)."""
+
+
+class NonFiniteNumberError(ConstrainError):
+    """`dumps` was given NaN or an infinity, which JSON cannot write (DESIGN.md section 3:
+    "NaN and infinities refused")."""

@@ -36,3 +36,39 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()
+
+
+@dataclass(frozen=True)
+class SchemaLimits:
+    """Configurable limits of the JSON Schema compiler (DESIGN.md section 3); every schema
+    function takes `schema_limits: SchemaLimits | None = None` (None means `SchemaLimits()`).
+    Past a limit: `LimitError` naming the field, except where a bound is lowered as said.
+
+    Attributes:
+        max_depth: deepest nesting of subschemas (and inlined `$ref`s) on one path (default 64).
+        max_enum_values: most values in one `enum` (default 10,000).
+        max_recursion: times one `$ref` target may occur on a path; deeper is cut (default 3).
+        any_value_depth: container nesting of the "any JSON value" language used for `{}`,
+            `true` and untyped schemas (default 3; 0 refuses such schemas).
+        max_string_length: `maxLength` above it is lowered to it, `minLength` above it refused
+            (default 256 characters).
+        max_array_length: `maxItems` above it is lowered to it, `minItems` above it refused
+            (default 64 items).
+        max_properties: most members in one object (default 5,000).
+        max_regex_length: longest regex text `json_schema_to_regex` renders (default 2,000,000
+            characters).
+        max_product_nodes: most nodes of a pattern x length product (default 200,000).
+    """
+
+    max_depth: int = 64
+    max_enum_values: int = 10_000
+    max_recursion: int = 3
+    any_value_depth: int = 3
+    max_string_length: int = 256
+    max_array_length: int = 64
+    max_properties: int = 5_000
+    max_regex_length: int = 2_000_000
+    max_product_nodes: int = 200_000
+
+
+DEFAULT_SCHEMA_LIMITS = SchemaLimits()

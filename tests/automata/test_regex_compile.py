@@ -17,6 +17,7 @@ from corral.automata import (
     regex_to_dfa,
     tree_to_dfa,
 )
+from corral.automata.determinize import remove_dead_states
 from corral.automata.nfa import tree_to_nfa
 from corral.automata.tree import EMPTY, Alt, Concat, Repeat, byte_set, literal_bytes
 from hypothesis import HealthCheck, given, settings
@@ -47,6 +48,23 @@ def test_worked_example_table():
         (5, "s"): 6,
     }
     assert dfa.n_live_edges == 8
+
+
+def test_worked_example_distances_to_acceptance():
+    dfa = regex_to_dfa("(cat|car|dog)s?")
+    distance = dfa.distance_to_accept()
+    assert distance.dtype == np.int32
+    assert distance.tolist() == [3, 2, 2, 1, 1, 0, 0]
+
+
+def test_states_that_cannot_reach_acceptance_are_removed():
+    trans = np.array([[1, 2], [-1, 3], [2, -1], [-1, -1]], dtype=np.int32)  # 2 loops, never accepts
+    accept = np.array([False, False, False, True])
+    live_trans, live_accept = remove_dead_states(trans, accept)
+    assert live_trans.tolist() == [[1, -1], [-1, 2], [-1, -1]]
+    assert live_accept.tolist() == [False, False, True]
+    with pytest.raises(EmptyLanguageError):
+        remove_dead_states(trans[:3, :], np.zeros(3, dtype=bool))
 
 
 EQUAL_LANGUAGES = [

@@ -19,6 +19,7 @@ from corral.automata import (
     TooManyNfaStatesError,
     parse,
     regex_to_dfa,
+    tree_to_dfa,
 )
 from corral.automata.tree import Alt, Concat, byte_set
 
@@ -104,8 +105,6 @@ def test_empty_language_is_refused(pattern):
 
 
 def test_empty_tree_is_refused():
-    from corral.automata import tree_to_dfa
-
     with pytest.raises(EmptyLanguageError):
         tree_to_dfa(Alt(()))
     with pytest.raises(EmptyLanguageError):

@@ -1,4 +1,4 @@
-"""The JSON Schema compiler (DESIGN.md section 3, issue 3): worked examples, soundness on
+"""The JSON Schema compiler (DESIGN.md section 3): worked examples, soundness on
 hand-made schemas, dumps, refusals with keyword and pointer, json_object_regex and the pitfalls."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 
 import jsonschema
 import numpy as np
@@ -19,6 +20,7 @@ from corral.automata import (
     SchemaLimits,
     SchemaTextError,
     dumps,
+    escape,
     json_object_regex,
     json_schema_to_regex,
     parse,
@@ -27,12 +29,14 @@ from corral.automata import (
     schema_to_tree,
     tree_to_dfa,
 )
-from corral.automata import schema_formats as formats
+from corral.automata.schema import json_text, numbers
+from corral.automata.schema.keywords import SUPPORTED
 from corral.automata.tree import Concat, literal_bytes
+from example_schemas import HAND_SCHEMAS
 from jsonschema.validators import validator_for
 
-INT = formats.INTEGER
-STRING = formats.STRING
+INT = json_text.INTEGER
+STRING = json_text.STRING
 
 
 def validator(schema):
@@ -101,6 +105,24 @@ def test_text_and_tree_back_ends_give_the_same_dfa():
     assert rendered >= len(HAND_SCHEMAS)
 
 
+def test_text_back_end_spells_literals_with_the_one_escaper():
+    schema = {"enum": ["a.b\n", "(x)"], "title": "t"}
+    text = json_schema_to_regex(schema)
+    assert text == escape('"a.b\\n"') + "|" + escape('"(x)"')
+    assert np.array_equal(regex_to_dfa(text).trans, schema_to_dfa(schema).trans)
+
+
+def test_recursion_limit_is_raised_once_per_public_call(monkeypatch):
+    calls = []
+    real = sys.setrecursionlimit
+    monkeypatch.setattr(sys, "setrecursionlimit", lambda n: calls.append(n) or real(n))
+    schema = {"type": "string", "pattern": "^[a-z]+$", "maxLength": 5, "enum": ["ab", "abc"]}
+    for compile_schema in (schema_to_dfa, schema_to_tree, json_schema_to_regex):
+        calls.clear()
+        compile_schema(schema)
+        assert len(calls) == 2, compile_schema.__name__  # raised, then restored
+
+
 def test_schema_tree_composes_with_other_trees():
     call = Concat(
         (
@@ -135,98 +157,6 @@ def test_text_rendering_past_the_limit_is_a_limit_error():
 # ---------------------------------------------------------------------------------------------
 # 2. Soundness on hand-made schemas (every supported keyword)
 
-HAND_SCHEMAS = [
-    {"type": "string"},
-    {"type": "integer"},
-    {"type": "number"},
-    {"type": "boolean"},
-    {"type": "null"},
-    {"type": ["string", "null"]},
-    {"enum": ["a", 2.5, None, True, {"k": [1, "x"]}, "é\n\"\\", -0.0, 1e16]},
-    {"const": {"b": 1, "a": [1.5e-05, "\u2028"]}},
-    {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 4},
-    {
-        "type": "object",
-        "properties": {
-            "id": {"type": "integer", "minimum": -5, "maximum": 1234},
-            "name": {"type": "string", "minLength": 2, "maxLength": 5},
-            "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 3},
-            "ok": {"type": "boolean"},
-        },
-        "required": ["name", "ok"],
-        "additionalProperties": False,
-    },
-    {"anyOf": [{"type": "integer", "exclusiveMinimum": 10}, {"type": "string", "maxLength": 1}]},
-    {"type": "number", "minimum": -3, "exclusiveMaximum": 7},
-    {"type": "string", "pattern": "^[a-z]+[0-9]{2}$"},
-    {"type": "string", "pattern": "ab|^c|d$"},
-    {"type": "string", "pattern": "^\\S+$"},
-    {"type": "string", "format": "date-time"},
-    {"type": "string", "format": "date"},
-    {"type": "string", "format": "time"},
-    {"type": "string", "format": "uuid"},
-    {"type": "string", "format": "email"},
-    {"type": "string", "format": "ipv4"},
-    {"type": "string", "format": "uri"},
-    {"type": "string", "format": "uri-reference"},
-    {"type": "string", "format": "json-pointer"},
-    {"type": "string", "pattern": "^[a-z]*$", "maxLength": 3, "minLength": 1},
-    {
-        "$schema": "http://json-schema.org/draft-07/schema#",
-        "definitions": {"pos": {"type": "integer", "minimum": 1}},
-        "type": "object",
-        "properties": {"a": {"$ref": "#/definitions/pos"}, "b": {"$ref": "#/definitions/pos"}},
-        "required": ["a"],
-    },
-    {
-        "$defs": {
-            "node": {
-                "type": "object",
-                "properties": {
-                    "v": {"type": "integer"},
-                    "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}},
-                },
-                "required": ["v"],
-            }
-        },
-        "$ref": "#/$defs/node",
-    },
-    {
-        "allOf": [
-            {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
-            {"properties": {"a": {"minimum": 0}, "b": {"type": "string"}}},
-        ]
-    },
-    {
-        "oneOf": [
-            {"type": "object", "properties": {"kind": {"const": "circle"}, "r": {"type": "number"}},
-             "required": ["kind", "r"]},
-            {"type": "object", "properties": {"kind": {"const": "square"}, "s": {"type": "number"}},
-             "required": ["kind", "s"]},
-        ]
-    },
-    {"oneOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]},
-    {
-        "type": "object",
-        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-        "anyOf": [{"required": ["a"]}, {"required": ["b"]}],
-    },
-    {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "items": False},
-    {"type": "array", "items": [{"type": "boolean"}], "additionalItems": {"type": "null"},
-     "$schema": "http://json-schema.org/draft-04/schema#"},
-    {"type": "integer", "format": "int32"},
-    {"description": "anything", "title": "t", "default": 3, "examples": [1], "_format": "x"},
-    {"type": "array"},
-    {"type": "object", "properties": {"a": {"type": "integer"}},
-     "patternProperties": {"^a$": {"minimum": 3}}, "minProperties": 0},
-    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "null"}},
-     "dependentRequired": {"a": ["b"]}},
-    {"type": "string", "enum": ["x", "yy", "zzz"], "maxLength": 2},
-    {"type": "object", "properties": {"a": {"type": "null"}, "b": {"type": "null"},
-     "c": {"type": "null"}}, "minProperties": 1, "maxProperties": 2},
-    True,
-]  # fmt: skip
-
 
 @pytest.mark.parametrize("index", range(len(HAND_SCHEMAS)))
 def test_hand_made_schema_is_sound(index):
@@ -234,8 +164,6 @@ def test_hand_made_schema_is_sound(index):
 
 
 def test_hand_made_schemas_cover_every_supported_keyword():
-    from corral.automata.schema import SUPPORTED
-
     seen = set()
 
     def walk(node):
@@ -282,7 +210,7 @@ def test_string_lengths_count_characters_and_escapes_as_one():
 
 def test_integer_ranges_are_exact():
     for lo, hi in [(None, 0), (-17, 3), (5, None), (-1000, -999), (0, 0), (98, 1002)]:
-        text = formats.integer_range(lo, hi)
+        text = numbers.integer_range(lo, hi)
         for v in range(-1100, 1100):
             inside = (lo is None or v >= lo) and (hi is None or v <= hi)
             assert (re.fullmatch(text, str(v)) is not None) == inside, (lo, hi, v)
@@ -301,7 +229,7 @@ def test_number_ranges_are_sound_at_the_bounds():
     candidates = [f"{i}{f}" for i in range(-9, 10) for f in ["", ".0", ".5", ".000001", ".9999999"]]
     candidates += ["-0.5", "0.0000001", "1.0000000000000000000000001"]
     for lo, lo_open, hi, hi_open in cases:
-        text = formats.number_range(lo, lo_open, hi, hi_open)
+        text = numbers.number_range(lo, lo_open, hi, hi_open)
         for c in candidates:
             if re.fullmatch(text, c):
                 x = float(c)

@@ -22,9 +22,10 @@ import numpy as np
 import pytest
 from corral.automata import ConstrainError, Dfa, Limits, SchemaError, dumps, schema_to_dfa
 from corral.automata import schema as schema_module
-from corral.automata import schema_formats as formats_module
-from corral.automata.schema import _TYPE_OF_KEYWORD as TYPE_OF_KEYWORD
+from corral.automata.schema.keywords import TYPE_OF_KEYWORD
 from jsonschema.validators import validator_for
+
+AUTOMATA_SOURCES = Path(schema_module.__file__).resolve().parent.parent
 
 SUITE_FILES = [
     "type", "enum", "const", "properties", "required", "items", "minItems", "maxItems", "anyOf",
@@ -320,12 +321,13 @@ def sampler(dfa: Dfa):
 
 class DfaCache:
     """Compiled DFAs on disk (pytest's cache folder), keyed by the schema text and the source of
-    the schema compiler, so reruns skip compilation. A refusal is cached as its message."""
+    every module of `corral.automata` (the schema compiler and the regex pipeline under it), so
+    reruns skip compilation. A refusal is cached as its message."""
 
     def __init__(self, folder: Path | None):
         self.folder = folder
         source = (
-            b"".join(Path(m.__file__).read_bytes() for m in (schema_module, formats_module))
+            b"".join(path.read_bytes() for path in sorted(AUTOMATA_SOURCES.glob("**/*.py")))
             + repr(DATA_LIMITS).encode()
         )
         self.version = hashlib.sha256(source).hexdigest()[:16]

@@ -1,39 +1,30 @@
-"""Regex texts for the parts of a JSON Schema that are not plain structure (DESIGN.md section 3):
-the JSON scalar languages, integer and number ranges (`minimum`, `maximum`, `exclusiveMinimum`,
-`exclusiveMaximum`), and the `format` values that have a strict regex.
+"""Numbers of a JSON Schema (DESIGN.md section 3, beyond the subset: `minimum`, `maximum`,
+`exclusiveMinimum`, `exclusiveMaximum`, `multipleOf: 1`): bounds to regex text, and the lowering
+of `integer` and `number` subschemas to the schema form.
 
-Every text here is in DESIGN.md section 2's regex subset, so `corral.automata.parse` reads it, and
-also means the same to Python's `re` (tests check the ranges against `re.fullmatch`).
-
-Soundness notes (each language is a subset of what the JSON Schema validator accepts):
+Soundness notes (each language is a subset of what the JSON Schema validator accepts; tests
+check the ranges against `re.fullmatch`):
 - Integer ranges are exact over canonical decimal integers (no `-0`, no leading zeros).
 - Number ranges only take integer-valued bounds with magnitude at most 2**53 and write numbers
   without an exponent. With inclusive bounds, float rounding is monotonic, so a decimal inside the
   range parses to a float inside it. At an exclusive bound `b` the fraction must be at least
   0.000001, which keeps `b + fraction` distinct from `b` after rounding while |b| <= 2**30; above
   that the bound's own integer part takes no fraction.
-- Formats follow RFC 3339 (date-time, date, time; no leap seconds, no February 29, upper-case `T`
-  and `Z`), RFC 4122 text (uuid), dotted-quad IPv4 without leading zeros, a conservative dot-atom
-  e-mail address, an RFC 1123 host name, and absolute `http`/`https`-style URIs without IP
-  literals (also for iri, and for the non-standard url); uri-reference adds absolute paths;
-  idn-email uses the ASCII e-mail regex; json-pointer follows RFC 6901. Formats without a regex
-  here are refused by the schema compiler.
 """
 
 from __future__ import annotations
 
-# DESIGN.md section 3: compact JSON scalars.
-STRING_CHAR = r'[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4}'
-STRING = r'"(?:' + STRING_CHAR + r')*"'
-INTEGER = r"-?(?:0|[1-9][0-9]*)"
-NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
-BOOLEAN = r"true|false"
-NULL = r"null"
+import math
+
+from corral.automata.errors import SchemaError
+from corral.automata.schema.form import Regex
+from corral.automata.schema.formats import INTEGER_FORMATS
+from corral.automata.schema.json_text import INTEGER_FORM, NUMBER_FORM
+from corral.automata.schema.keywords import unsupported
+from corral.automata.schema.values import is_number
 
 MAX_EXACT_FLOAT_BOUND = 2**53
 MAX_FRACTION_BOUND = 2**30
-
-_DIGITS = "0123456789"
 
 
 def _digit_class(lo: str, hi: str) -> str:
@@ -186,62 +177,81 @@ def number_range(lo: int | None, lo_open: bool, hi: int | None, hi_open: bool) -
     return "|".join(parts)
 
 
-# RFC 3339 pieces. Days: 01-28 every month, 29-30 all but February, 31 in the long months.
-_MONTH_DAY = (
-    r"(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])"
-    r"|(?:0[13-9]|1[0-2])-(?:29|30)"
-    r"|(?:0[13578]|1[02])-31)"
-)
-_DATE = r"[0-9]{4}-" + _MONTH_DAY
-_PARTIAL_TIME = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?"
-_OFFSET = r"(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
-_DEC_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
-_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
-_ATOM = r"[A-Za-z0-9!#$%&'*+/=?^_`\{\|\}~-]+"
-_PATH_CHAR = r"(?:[A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})"
+# Lowering -------------------------------------------------------------------------------------
 
-FORMATS: dict[str, str] = {
-    "date-time": _DATE + "T" + _PARTIAL_TIME + _OFFSET,
-    "date": _DATE,
-    "time": _PARTIAL_TIME + _OFFSET,
-    "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
-    "email": _ATOM + r"(?:\." + _ATOM + ")*@" + _LABEL + r"(?:\." + _LABEL + ")+",
-    "ipv4": _DEC_OCTET + r"(?:\." + _DEC_OCTET + "){3}",
-    "uri": r"[a-zA-Z][a-zA-Z0-9+.-]*://"
-    + _LABEL
-    + r"(?:\."
-    + _LABEL
-    + r")*(?::[0-9]{1,5})?(?:/"
-    + _PATH_CHAR
-    + r"*)*(?:\?(?:"
-    + _PATH_CHAR
-    + r"|[/?])*)?(?:#(?:"
-    + _PATH_CHAR
-    + r"|[/?])*)?",
-}
-# URI references: absolute URIs, or absolute paths with optional query and fragment.
-FORMATS["uri-reference"] = (
-    "(?:"
-    + FORMATS["uri"]
-    + r"|(?:/"
-    + _PATH_CHAR
-    + r"*)+(?:\?(?:"
-    + _PATH_CHAR
-    + r"|[/?])*)?(?:#(?:"
-    + _PATH_CHAR
-    + r"|[/?])*)?)"
-)
-FORMATS["iri"] = FORMATS["uri"]  # every URI is an IRI
-FORMATS["iri-reference"] = FORMATS["uri-reference"]
-FORMATS["url"] = FORMATS["uri"]  # non-standard (validators ignore it): read as an absolute URI
-FORMATS["idn-email"] = FORMATS["email"]  # every ASCII address is an internationalized one
-FORMATS["json-pointer"] = r'(?:/(?:[^~/"\\\x00-\x1f]|~[01])*)*'
-"""`format` value -> regex text of the string's content (without the quotes). All are ASCII
-without `"` or `\\`, so the JSON text of such a string is its value."""
 
-INTEGER_FORMATS = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
-"""Non-standard integer formats (OpenAPI) read as ranges: a sound sub-language, since validators
-ignore unknown formats."""
+def bounds(schema: dict, pointer: str) -> tuple:
+    """`((lo, lo_open) or None, (hi, hi_open) or None)` from the four bound keywords (draft-4
+    boolean `exclusiveMinimum`/`exclusiveMaximum` and the later numeric forms); the tightest
+    bound wins. Raises SchemaError on a bound that is not a finite number."""
+    lows, highs = [], []
+    for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        if key not in schema:
+            continue
+        value = schema[key]
+        if isinstance(value, bool) and key.startswith("exclusive"):
+            continue  # draft 4: a flag on minimum / maximum
+        if not is_number(value) or (isinstance(value, float) and not math.isfinite(value)):
+            raise SchemaError(pointer, key, f"{key} must be a number")
+        if key == "minimum":
+            lows.append((value, schema.get("exclusiveMinimum") is True))
+        elif key == "maximum":
+            highs.append((value, schema.get("exclusiveMaximum") is True))
+        elif key == "exclusiveMinimum":
+            lows.append((value, True))
+        else:
+            highs.append((value, True))
+    low = max(lows, key=lambda b: (b[0], b[1])) if lows else None
+    high = min(highs, key=lambda b: (b[0], not b[1])) if highs else None
+    return low, high
 
-NUMBER_FORMATS = {"float", "double"}
-"""Non-standard number formats (OpenAPI) that add no constraint we can express: accepted."""
+
+def lower_integer(schema: dict, pointer: str):
+    """The form of the integers `schema` allows: an exact decimal range from its bounds and an
+    OpenAPI `int32`/`int64` format. Raises SchemaError on `multipleOf` other than 1 or an empty
+    range."""
+    multiple = schema.get("multipleOf")
+    if multiple is not None and multiple != 1:
+        raise unsupported(pointer, "multipleOf", f"multipleOf {multiple!r}")
+    low, high = bounds(schema, pointer)
+    lo = None if low is None else (math.floor(low[0]) + 1 if low[1] else math.ceil(low[0]))
+    hi = None if high is None else (math.ceil(high[0]) - 1 if high[1] else math.floor(high[0]))
+    fmt = schema.get("format")
+    if fmt in INTEGER_FORMATS:
+        f_lo, f_hi = INTEGER_FORMATS[fmt]
+        lo = f_lo if lo is None else max(lo, f_lo)
+        hi = f_hi if hi is None else min(hi, f_hi)
+    if lo is None and hi is None:
+        return INTEGER_FORM
+    text = integer_range(lo, hi)
+    if text is None:
+        raise SchemaError(pointer, "maximum", "no integer lies between the bounds")
+    return Regex(text, 1)
+
+
+def lower_number(schema: dict, pointer: str):
+    """The form of the numbers `schema` allows: any JSON number, or a range without exponent
+    when the bounds are integers of magnitude <= 2**53. Raises SchemaError on `multipleOf`, on
+    other bounds, or on an empty range."""
+    if "multipleOf" in schema:
+        raise unsupported(pointer, "multipleOf", "multipleOf on numbers")
+    low, high = bounds(schema, pointer)
+    if low is None and high is None:
+        return NUMBER_FORM
+    for bound, key in ((low, "minimum"), (high, "maximum")):
+        if bound is None:
+            continue
+        value = bound[0]
+        if not float(value).is_integer() or abs(value) > MAX_EXACT_FLOAT_BOUND:
+            raise unsupported(
+                pointer, key, f"a number bound {value!r} that is not an integer <= 2**53"
+            )
+    text = number_range(
+        None if low is None else int(low[0]),
+        bool(low and low[1]),
+        None if high is None else int(high[0]),
+        bool(high and high[1]),
+    )
+    if text is None:
+        raise SchemaError(pointer, "maximum", "no number lies between the bounds")
+    return Regex(text, 1)

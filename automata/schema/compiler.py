@@ -1,0 +1,348 @@
+"""The schema compiler: a parsed JSON Schema to the schema form, one subschema at a time, and the
+public entry points `schema_to_tree`, `schema_to_dfa` and `json_schema_to_regex` (DESIGN.md
+section 3; the supported subset is listed in `corral.automata.schema`).
+
+`Compiler.compile` dispatches on what a subschema holds: `$ref` (inlined; a cycle is unrolled up
+to `SchemaLimits.max_recursion` occurrences of one target on a path, deeper is the empty
+language), `allOf` (merged, `corral.automata.schema.merge`), `anyOf`, `oneOf` (only when its
+branches are disjoint, `corral.automata.schema.disjoint`), `enum`/`const`, and otherwise the
+types, each lowered by its own module (strings, numbers, containers). A schema without `type`
+takes the types its keywords imply; with none at all it is any JSON value nested at most
+`SchemaLimits.any_value_depth` levels.
+
+Each public function raises Python's recursion limit once (`deep_recursion`): a length-bounded
+string is a chain of up to 4 x maxLength tree levels.
+"""
+
+from __future__ import annotations
+
+import math
+
+from corral.automata.compile import build_dfa, deep_recursion
+from corral.automata.dfa import Dfa
+from corral.automata.errors import (
+    EmptyLanguageError,
+    LimitError,
+    NonFiniteNumberError,
+    SchemaError,
+)
+from corral.automata.limits import DEFAULT_SCHEMA_LIMITS, Limits, SchemaLimits
+from corral.automata.schema.containers import lower_array, lower_object
+from corral.automata.schema.disjoint import excludes, leave_out_others_required
+from corral.automata.schema.form import NOTHING, Lit, TreeBuilder, choice
+from corral.automata.schema.formats import INTEGER_FORMATS, NUMBER_FORMATS
+from corral.automata.schema.json_text import BOOLEAN_FORM, NULL_FORM, any_value
+from corral.automata.schema.keywords import (
+    TYPE_OF_KEYWORD,
+    TYPES,
+    check_keywords,
+    child,
+    is_constraint,
+    unsupported,
+)
+from corral.automata.schema.merge import Merger
+from corral.automata.schema.numbers import lower_integer, lower_number
+from corral.automata.schema.refs import RefResolver, has_own_id, ref_siblings
+from corral.automata.schema.strings import lower_string
+from corral.automata.schema.text import TextRenderer
+from corral.automata.schema.values import dumps, json_key, json_type
+from corral.automata.tree import Node
+
+
+class Compiler:
+    """Schema (parsed JSON) -> schema form, for one compile of the document `root`.
+
+    Attributes:
+        trees: the compile's `TreeBuilder` (regex texts parsed once; builds the result).
+        refs, merger: `$ref` resolution and `allOf` merging over `root`.
+        stack: the `$ref` targets being inlined, outermost first; `cache`: target pointer ->
+            form, for targets whose form does not depend on the path (no cycle cut inside).
+    """
+
+    def __init__(self, root, limits: Limits | None, schema_limits: SchemaLimits):
+        self.schema_limits = schema_limits
+        self.trees = TreeBuilder(limits)
+        self.refs = RefResolver(root)
+        self.merger = Merger(self.refs)
+        self.stack: list[str] = []
+        self.cache: dict[str, object] = {}
+        self.min_hit = math.inf  # lowest stack position a cut or reuse inside depended on
+        self.any_cache: dict = {}
+
+    def compile(self, schema, pointer: str, depth: int):
+        """The form of `schema` met at `pointer`, `depth` subschemas deep.
+
+        Raises:
+            SchemaError, LimitError: see `schema_to_tree`.
+        """
+        if depth > self.schema_limits.max_depth:
+            raise LimitError(
+                "max_depth",
+                self.schema_limits.max_depth,
+                f"{pointer or '/'}: schema nested too deep",
+            )
+        if schema is True:
+            return self.any_value(pointer)
+        if schema is False:
+            return NOTHING
+        if not isinstance(schema, dict):
+            raise SchemaError(pointer, None, "a schema must be an object or a boolean")
+        check_keywords(schema, pointer)
+        nested_id = depth > 0 and has_own_id(schema)
+        self.refs.nested_ids += nested_id
+        try:
+            return self.dispatch(schema, pointer, depth)
+        finally:
+            self.refs.nested_ids -= nested_id
+
+    def dispatch(self, schema: dict, pointer: str, depth: int):
+        """The form of an object schema, by the first of these it holds: `$ref`, `allOf`,
+        `anyOf`, `oneOf`, `enum`/`const`; else by its types."""
+        if "$ref" in schema:
+            return self.compile_ref(schema, pointer, depth)
+        if "allOf" in schema:
+            merged = self.merger.merge_all([schema], pointer)
+            return self.compile(merged, pointer, depth + 1)
+        if "anyOf" in schema:
+            return self.compile_any_of(schema, pointer, depth)
+        if "oneOf" in schema:
+            return self.compile_one_of(schema, pointer, depth)
+        if "enum" in schema or "const" in schema:
+            return self.compile_enum(schema, pointer, depth)
+        return self.compile_types(schema, pointer, depth)
+
+    def any_value(self, pointer: str):
+        """Any JSON value nested at most `any_value_depth` levels; SchemaError when it is 0."""
+        depth = self.schema_limits.any_value_depth
+        if depth <= 0:
+            raise SchemaError(pointer, None, "a schema that admits any JSON value is not supported")
+        return any_value(depth, self.any_cache)
+
+    def compile_ref(self, schema: dict, pointer: str, depth: int):
+        """Inline the target of `$ref`; siblings are merged with it as by `allOf` (ignored in
+        drafts 3 to 7). A target already `max_recursion` times on the stack is cut (NOTHING)."""
+        siblings = ref_siblings(schema)
+        if siblings and not self.refs.legacy:
+            merged = self.merger.merge_all([{"$ref": schema["$ref"]}, siblings], pointer)
+            return self.compile(merged, pointer, depth + 1)
+        target_pointer, target = self.refs.resolve(schema["$ref"], pointer)
+        seen = self.stack.count(target_pointer)
+        if seen:
+            self.min_hit = min(self.min_hit, self.stack.index(target_pointer))
+        if seen >= self.schema_limits.max_recursion:
+            return NOTHING
+        if not seen and target_pointer in self.cache:
+            return self.cache[target_pointer]
+        position = len(self.stack)
+        self.stack.append(target_pointer)
+        outer_hit, self.min_hit = self.min_hit, math.inf
+        try:
+            out = self.compile(target, target_pointer, depth + 1)
+        finally:
+            self.stack.pop()
+            inner_hit = self.min_hit
+            self.min_hit = min(outer_hit, inner_hit)
+        if not seen and inner_hit >= position:
+            self.cache[target_pointer] = out
+        return out
+
+    def branches(self, schema: dict, keyword: str, pointer: str) -> list:
+        """The branch list of `anyOf`/`oneOf`; SchemaError unless a non-empty array."""
+        branches = schema[keyword]
+        if not isinstance(branches, list) or not branches:
+            raise SchemaError(pointer, keyword, f"{keyword} must be a non-empty array")
+        return branches
+
+    def compile_any_of(self, schema: dict, pointer: str, depth: int):
+        """The alternation of the branches, each merged with the siblings of `anyOf`."""
+        branches = self.branches(schema, "anyOf", pointer)
+        rest = {k: v for k, v in schema.items() if k != "anyOf"}
+        out = []
+        for i, branch in enumerate(branches):
+            where = child(pointer, "anyOf", i)
+            if any(is_constraint(k) for k in rest):
+                branch = self.merger.merge_all([rest, branch], where)
+            out.append(self.compile(branch, where, depth + 1))
+        return choice(out)
+
+    def compile_one_of(self, schema: dict, pointer: str, depth: int):
+        """As `anyOf` when the branches (merged with the siblings) are provably disjoint;
+        otherwise SchemaError naming `oneOf`."""
+        branches = self.branches(schema, "oneOf", pointer)
+        rest = {k: v for k, v in schema.items() if k != "oneOf"}
+        merged = [
+            self.merger.merge_all([rest, branch], child(pointer, "oneOf", i))
+            for i, branch in enumerate(branches)
+        ]
+        if len(merged) == 1:
+            return self.compile(merged[0], child(pointer, "oneOf", 0), depth + 1)
+        restricted = leave_out_others_required(merged)
+        for i, mi in enumerate(restricted):
+            for j, mj in enumerate(merged):
+                if i != j and not excludes(mi, mj, self.merger, pointer):
+                    raise unsupported(
+                        pointer,
+                        "oneOf",
+                        f"branches {i} and {j} may both accept a value "
+                        "(oneOf is compiled only when its branches are disjoint)",
+                    )
+        return choice(
+            self.compile(m, child(pointer, "oneOf", i), depth + 1) for i, m in enumerate(restricted)
+        )
+
+    def compile_enum(self, schema: dict, pointer: str, depth: int):
+        """The alternation of the dumped `enum`/`const` values that satisfy the other keywords
+        (checked on the DFA of the rest of the schema)."""
+        if "enum" in schema:
+            values = schema["enum"]
+            if not isinstance(values, list):
+                raise SchemaError(pointer, "enum", "enum must be an array")
+            where = "enum"
+        else:
+            values, where = [schema["const"]], "const"
+        if "const" in schema and "enum" in schema:
+            key = json_key(schema["const"])
+            values = [v for v in values if json_key(v) == key]
+        if len(values) > self.schema_limits.max_enum_values:
+            raise LimitError(
+                "max_enum_values",
+                self.schema_limits.max_enum_values,
+                f"{pointer or '/'}: enum with {len(values)} values",
+            )
+        texts = []
+        for i, value in enumerate(values):
+            try:
+                texts.append((value, dumps(value)))
+            except NonFiniteNumberError:
+                at = child(pointer, "enum", i) if where == "enum" else child(pointer, "const")
+                raise SchemaError(at, where, "NaN and infinities are not JSON") from None
+            except TypeError:
+                raise SchemaError(pointer, where, "not a JSON value") from None
+        rest = {k: v for k, v in schema.items() if k not in ("enum", "const")}
+        if "type" in rest:
+            allowed = rest["type"]
+            allowed = {allowed} if isinstance(allowed, str) else set(allowed)
+            texts = [(v, t) for v, t in texts if _has_type(v, allowed)]
+        if any(is_constraint(k) and k != "type" for k in rest):
+            node = self.compile(rest, pointer, depth + 1)
+            if node is NOTHING:
+                return NOTHING
+            try:
+                dfa = build_dfa(self.trees.build(node), self.trees.limits)
+            except EmptyLanguageError:
+                return NOTHING
+            texts = [(v, t) for v, t in texts if dfa.matches(t.encode("utf-8"))]
+        unique = dict.fromkeys(text for _, text in texts)
+        return choice(Lit(text) for text in unique)
+
+    def types_of(self, schema: dict, pointer: str) -> list[str]:
+        """The types `schema` allows, in `TYPES` order: its `type`, else the types its keywords
+        (and `format`) imply. SchemaError on a malformed or unknown `type`."""
+        if "type" in schema:
+            t = schema["type"]
+            names = [t] if isinstance(t, str) else t
+            if not isinstance(names, list) or not names:
+                raise SchemaError(pointer, "type", "type must be a name or a non-empty list")
+            for name in names:
+                if name not in TYPES:
+                    raise SchemaError(pointer, "type", f"unknown type {name!r}")
+            return [t for t in TYPES if t in names]
+        implied = {TYPE_OF_KEYWORD[k] for k in schema if k in TYPE_OF_KEYWORD}
+        fmt = schema.get("format")
+        if isinstance(fmt, str):
+            if fmt in INTEGER_FORMATS:
+                implied.add("integer")
+            elif fmt in NUMBER_FORMATS:
+                implied.add("number")
+            else:
+                implied.add("string")
+        return [t for t in TYPES if t in implied]
+
+    def compile_types(self, schema: dict, pointer: str, depth: int):
+        """The alternation of the schema's types, each lowered by its module."""
+        types = self.types_of(schema, pointer)
+        if not types:
+            return self.any_value(pointer)
+        if "integer" in types and "number" in types:
+            types.remove("integer")
+        out = []
+        for t in types:
+            if t == "string":
+                out.append(lower_string(schema, pointer, self.trees, self.schema_limits))
+            elif t == "integer":
+                out.append(lower_integer(schema, pointer))
+            elif t == "number":
+                out.append(lower_number(schema, pointer))
+            elif t == "boolean":
+                out.append(BOOLEAN_FORM)
+            elif t == "null":
+                out.append(NULL_FORM)
+            elif t == "array":
+                out.append(lower_array(schema, pointer, depth, self.compile, self.schema_limits))
+            else:
+                out.append(lower_object(schema, pointer, depth, self.compile, self.schema_limits))
+        return choice(out)
+
+
+def _has_type(value, allowed: set) -> bool:
+    kind = json_type(value)
+    return kind in allowed or (kind == "integer" and "number" in allowed)
+
+
+# Public API ------------------------------------------------------------------------------------
+
+
+def _compile(schema, limits: Limits | None, schema_limits: SchemaLimits) -> tuple:
+    """(compiler, form) of a whole schema; EmptyLanguageError when nothing can be written."""
+    if isinstance(schema, (str, bytes)):
+        raise TypeError("pass the parsed schema (json.loads), not its text")
+    compiler = Compiler(schema, limits, schema_limits)
+    form = compiler.compile(schema, "", 0)
+    if form is NOTHING:
+        raise EmptyLanguageError("the schema admits no value that corral can write")
+    return compiler, form
+
+
+def schema_to_tree(
+    schema, limits: Limits | None = None, schema_limits: SchemaLimits | None = None
+) -> Node:
+    """The regex tree (`corral.automata.tree`, a DAG with shared tails) of the compact JSON
+    texts valid against `schema` (DESIGN.md section 3; the parsed schema, key order kept).
+    Compose it with other trees and pass it to `tree_to_dfa`.
+
+    Raises:
+        TypeError: `schema` is text (str or bytes) rather than parsed JSON.
+        SchemaError: a keyword outside the subset (`.pointer`, `.keyword`) or a malformed schema.
+        EmptyLanguageError: no value can be written.
+        LimitError: a `SchemaLimits` or regex `Limits` bound was passed.
+    """
+    with deep_recursion():
+        compiler, form = _compile(schema, limits, schema_limits or DEFAULT_SCHEMA_LIMITS)
+        return compiler.trees.build(form)
+
+
+def schema_to_dfa(
+    schema, limits: Limits | None = None, schema_limits: SchemaLimits | None = None
+) -> Dfa:
+    """The canonical DFA (`Dfa`: trans int32 `[n_states, 256]`, accept bool `[n_states]`) of
+    `schema_to_tree(schema)`: same errors, plus the NFA/DFA size limits of `limits`."""
+    with deep_recursion():
+        compiler, form = _compile(schema, limits, schema_limits or DEFAULT_SCHEMA_LIMITS)
+        return build_dfa(compiler.trees.build(form), limits)
+
+
+def json_schema_to_regex(
+    schema, limits: Limits | None = None, schema_limits: SchemaLimits | None = None
+) -> str:
+    """The regex text of the schema's language, in DESIGN.md section 3's form (members nested as
+    `\\{(?:"x":INT(?:,"y":INT)?|(?:"y":INT|))\\}`), readable by `corral.automata.parse`.
+
+    Raises the errors of `schema_to_tree`, and:
+        LimitError (`max_regex_length`): the text would be longer than the limit (it grows
+            quadratically with optional members; the tree does not).
+        SchemaTextError: a pattern with a length bound (compiled by a product automaton).
+    """
+    schema_limits = schema_limits or DEFAULT_SCHEMA_LIMITS
+    with deep_recursion():
+        _, form = _compile(schema, limits, schema_limits)
+        return TextRenderer(schema_limits.max_regex_length).render(form)

@@ -1,0 +1,224 @@
+"""Arrays and objects of a JSON Schema: the lowering of `array` and `object` subschemas to the
+schema form (DESIGN.md section 3: "array with `items`: minItems / maxItems exact"; "object:
+`properties` in the given order; `required` members always, the others possibly, with a comma
+exactly between members").
+
+Beyond the subset, as sub-languages: `prefixItems` and array-form `items` (tuples, with
+`additionalItems` / `items` for the rest); `uniqueItems` when `maxItems` <= 1 or false;
+`maxItems` above `SchemaLimits.max_array_length` lowered to it; `minProperties` (the first
+optional members become required) and `maxProperties` (the last optional members are left out);
+`patternProperties` (a listed member whose name the pattern matches must also satisfy its
+schema); `dependentRequired` and array-form `dependencies` (the dependencies of a listed member
+become required).
+
+Each function takes `compile(subschema, pointer, depth) -> form`, the compiler's recursion.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from corral.automata.errors import LimitError, SchemaError
+from corral.automata.limits import SchemaLimits
+from corral.automata.schema.form import EMPTY, NOTHING, Lit, Object, choice, repeat, seq
+from corral.automata.schema.keywords import child, count, unsupported
+from corral.automata.schema.values import dumps
+
+Compile = Callable[[object, str, int], object]
+
+
+def lower_array(
+    schema: dict, pointer: str, depth: int, compile: Compile, schema_limits: SchemaLimits
+):
+    """The form of the JSON arrays `schema` allows (see the module docstring).
+
+    Raises:
+        SchemaError: malformed counts or items, `uniqueItems` with more than one item, or an
+            array without items when the any-value language is off.
+        LimitError: `minItems` above `max_array_length`.
+    """
+    min_items = count(schema, "minItems", pointer) or 0
+    max_items = count(schema, "maxItems", pointer)
+    if max_items is not None and min_items > max_items:
+        raise SchemaError(pointer, "maxItems", "minItems is greater than maxItems")
+    cap = schema_limits.max_array_length
+    if min_items > cap:
+        raise LimitError(
+            "max_array_length", cap, f"{pointer or '/'}: minItems {min_items} is too large"
+        )
+    if max_items is not None:
+        max_items = min(max_items, cap)
+    unique = schema.get("uniqueItems", False)
+    if unique is True and (max_items is None or max_items > 1):
+        raise unsupported(pointer, "uniqueItems", "uniqueItems with more than one item")
+    if not isinstance(unique, bool):
+        raise SchemaError(pointer, "uniqueItems", "uniqueItems must be a boolean")
+    items = schema.get("items")
+    prefix = schema.get("prefixItems")
+    if isinstance(items, list):
+        prefix, rest_schema, rest_key = (
+            items,
+            schema.get("additionalItems", True),
+            "additionalItems",
+        )
+    else:
+        rest_schema, rest_key = (True if items is None else items), "items"
+    if items is None and prefix is None and schema_limits.any_value_depth <= 0:
+        raise SchemaError(pointer, "items", "an array without items is not supported")
+    if prefix is not None and not isinstance(prefix, list):
+        raise SchemaError(pointer, "prefixItems", "prefixItems must be an array")
+    prefix = prefix or []
+    key = "items" if isinstance(items, list) else "prefixItems"
+    prefix_forms = [compile(s, child(pointer, key, i), depth + 1) for i, s in enumerate(prefix)]
+    rest = compile(rest_schema, child(pointer, rest_key), depth + 1)
+    comma = Lit(",")
+    alternatives = []
+    k = len(prefix_forms)
+    top = k if max_items is None else min(k, max_items)
+    for n in range(min_items, top + 1):  # n items, all from the prefix
+        if n == 0:
+            alternatives.append(EMPTY)
+            continue
+        parts = [prefix_forms[0]]
+        for item in prefix_forms[1:n]:
+            parts += [comma, item]
+        alternatives.append(seq(*parts))
+    if max_items is None or max_items > k:  # the whole prefix, then more items
+        lo = max(min_items - k, 1)
+        extra_hi = None if max_items is None else max_items - k
+        if k == 0:
+            more = None if extra_hi is None else extra_hi - 1
+            body = seq(rest, repeat(seq(comma, rest), lo - 1, more))
+            alternatives.append(repeat(body, 0, 1) if min_items == 0 else body)
+        else:
+            parts = [prefix_forms[0]]
+            for item in prefix_forms[1:]:
+                parts += [comma, item]
+            parts.append(repeat(seq(comma, rest), lo, extra_hi))
+            alternatives.append(seq(*parts))
+    body = choice(alternatives)
+    if body is NOTHING:
+        return NOTHING
+    return seq(Lit("["), body, Lit("]"))
+
+
+def lower_object(
+    schema: dict, pointer: str, depth: int, compile: Compile, schema_limits: SchemaLimits
+):
+    """The form of the JSON objects `schema` allows: the listed members in schema order (see
+    the module docstring). A member whose value can never be written is left out, or makes the
+    object NOTHING when it is required.
+
+    Raises:
+        SchemaError: malformed keywords, a required member missing from `properties`,
+            `propertyNames`, or a refused counting or dependency.
+        LimitError: more members than `max_properties`.
+    """
+    properties = schema.get("properties", {})
+    if not isinstance(properties, dict):
+        raise SchemaError(pointer, "properties", "properties must be an object")
+    if len(properties) > schema_limits.max_properties:
+        raise LimitError(
+            "max_properties", schema_limits.max_properties, f"{pointer or '/'}: too many members"
+        )
+    required = schema.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(n, str) for n in required):
+        raise SchemaError(pointer, "required", "required must be an array of names")
+    for name in required:
+        if name not in properties:
+            raise SchemaError(pointer, "required", f"required member {name!r} is not in properties")
+    required = set(required)
+    additional = schema.get("additionalProperties", True)
+    if not isinstance(additional, (bool, dict)):
+        raise SchemaError(pointer, "additionalProperties", "must be a schema")
+    required |= _dependencies(schema, properties, pointer)
+    extra = _pattern_properties(schema, properties, pointer)
+    members = []
+    for name, sub in properties.items():
+        if name in extra:
+            sub = {"allOf": [sub, *extra[name]]}
+        value = compile(sub, child(pointer, "properties", name), depth + 1)
+        if value is NOTHING:
+            if name in required:
+                return NOTHING
+            continue
+        members.append((seq(Lit(dumps(name) + ":"), value), name in required))
+    members = _count_members(schema, members, pointer)
+    if "propertyNames" in schema:
+        raise unsupported(pointer, "propertyNames")
+    return Object(tuple(members))
+
+
+def _count_members(schema: dict, members: list, pointer: str) -> list:
+    """Apply minProperties / maxProperties as a sub-language: the first optional members
+    become required until there are minProperties, and the last optional members are left
+    out until there are at most maxProperties."""
+    low = count(schema, "minProperties", pointer)
+    high = count(schema, "maxProperties", pointer)
+    n_required = sum(1 for _, r in members if r)
+    if low is not None and low > n_required:
+        if low > len(members):
+            raise unsupported(pointer, "minProperties", "more than the listed members")
+        promote = low - n_required
+        out = []
+        for member, required in members:
+            if not required and promote:
+                required, promote = True, promote - 1
+            out.append((member, required))
+        members, n_required = out, low
+    if high is not None and high < len(members):
+        if high < n_required:
+            raise unsupported(pointer, "maxProperties", "fewer than the required members")
+        drop = len(members) - high
+        out = []
+        for member, required in reversed(members):
+            if not required and drop:
+                drop -= 1
+                continue
+            out.append((member, required))
+        members = out[::-1]
+    return members
+
+
+def _dependencies(schema: dict, properties: dict, pointer: str) -> set:
+    """Names that become required: the dependencies of listed members (a sub-language)."""
+    out = set()
+    for key in ("dependentRequired", "dependencies"):
+        deps = schema.get(key)
+        if deps is None:
+            continue
+        if not isinstance(deps, dict):
+            raise SchemaError(pointer, key, f"{key} must be an object")
+        for name, needed in deps.items():
+            if name not in properties:
+                continue  # never written: vacuous
+            if not isinstance(needed, list):
+                raise unsupported(pointer, key, "schema dependencies")
+            for dep in needed:
+                if dep not in properties:
+                    raise unsupported(pointer, key, f"dependency {dep!r} is not listed")
+                out.add(dep)
+    return out
+
+
+def _pattern_properties(schema: dict, properties: dict, pointer: str) -> dict:
+    """Listed member name -> the patternProperties schemas its name matches (Python's `re`,
+    as validators run it)."""
+    table = schema.get("patternProperties")
+    if table is None:
+        return {}
+    if not isinstance(table, dict):
+        raise SchemaError(pointer, "patternProperties", "patternProperties must be an object")
+    out: dict = {}
+    for pattern, sub in table.items():
+        try:
+            regex = re.compile(pattern)
+        except re.error:
+            raise unsupported(
+                pointer, "patternProperties", f"pattern {pattern!r} is not a Python regex"
+            ) from None
+        for name in properties:
+            if regex.search(name):
+                out.setdefault(name, []).append(sub)
+    return out

@@ -1,0 +1,115 @@
+"""Disjointness proofs for `oneOf` (DESIGN.md section 3, beyond the subset).
+
+`oneOf` is compiled as `anyOf` only when no value of one branch's language can validate against
+another branch: their possible types differ, or the other branch requires a member this branch
+never writes (a member another branch requires is left out of branches that do not require it:
+`leave_out_others_required`), or a required member has disjoint `const`/`enum` values (a
+discriminator), or the branches' `enum`/`const` sets are disjoint. The proofs are conservative:
+`excludes` answers False whenever it cannot tell.
+"""
+
+from __future__ import annotations
+
+from corral.automata.errors import SchemaError
+from corral.automata.schema.merge import Merger
+from corral.automata.schema.values import json_key, json_type
+
+_EVERY_TYPE = frozenset({"string", "number", "boolean", "null", "array", "object"})
+
+
+def leave_out_others_required(branches: list) -> list:
+    """The merged `oneOf` branches, each without the listed members that another branch
+    requires and it does not (a sub-language that makes the `required` proof apply)."""
+    out = []
+    for i, branch in enumerate(branches):
+        if isinstance(branch, dict) and isinstance(branch.get("properties"), dict):
+            required_here = set(branch.get("required", []))
+            drop = set()
+            for j, other in enumerate(branches):
+                if j != i and isinstance(other, dict):
+                    drop |= set(other.get("required", [])) - required_here
+            if drop & set(branch["properties"]):
+                branch = dict(branch)
+                branch["properties"] = {
+                    k: v for k, v in branch["properties"].items() if k not in drop
+                }
+        out.append(branch)
+    return out
+
+
+def possible_types(schema, merger: Merger, pointer: str, depth: int = 0) -> set[str]:
+    """A superset of the JSON types of the values valid against `schema` ("integer" folded
+    into "number"); every type past 20 nested combinators or on an unresolved `$ref`."""
+    if depth > 20:
+        return set(_EVERY_TYPE)
+    try:
+        schema = merger.deref(schema, pointer)
+    except SchemaError:
+        return set(_EVERY_TYPE)
+    if schema is False:
+        return set()
+    if not isinstance(schema, dict):
+        return set(_EVERY_TYPE)
+    out = set(_EVERY_TYPE)
+    if "type" in schema:
+        t = schema["type"]
+        names = {t} if isinstance(t, str) else set(t) if isinstance(t, list) else _EVERY_TYPE
+        out &= {"number" if n == "integer" else n for n in names}
+    for key in ("enum", "const"):
+        if key in schema:
+            vals = schema[key] if key == "enum" else [schema[key]]
+            if isinstance(vals, list):
+                out &= {"number" if json_type(v) == "integer" else json_type(v) for v in vals}
+    for key in ("anyOf", "oneOf"):
+        if isinstance(schema.get(key), list):
+            union = set()
+            for branch in schema[key]:
+                union |= possible_types(branch, merger, pointer, depth + 1)
+            out &= union
+    if isinstance(schema.get("allOf"), list):
+        for branch in schema["allOf"]:
+            out &= possible_types(branch, merger, pointer, depth + 1)
+    return out
+
+
+def enum_keys(schema) -> set | None:
+    """The `json_key`s of the values `schema`'s `enum`/`const` allow, None when unbounded."""
+    if not isinstance(schema, dict):
+        return None
+    out = None
+    for key in ("enum", "const"):
+        if key in schema:
+            vals = schema[key] if key == "enum" else [schema[key]]
+            if not isinstance(vals, list):
+                return None
+            keys = {json_key(v) for v in vals}
+            out = keys if out is None else out & keys
+    return out
+
+
+def excludes(mi, mj, merger: Merger, pointer: str) -> bool:
+    """True when no value of branch i's language (compiled from the merged branch `mi`, after
+    `leave_out_others_required`) is valid against branch j (`mj`)."""
+    ti, tj = possible_types(mi, merger, pointer), possible_types(mj, merger, pointer)
+    if not ti & tj:
+        return True
+    if not isinstance(mi, dict) or not isinstance(mj, dict):
+        return False
+    vi, vj = enum_keys(mi), enum_keys(mj)
+    if vi is not None and vj is not None and not vi & vj:
+        return True
+    if ti & tj != {"object"} or any(k in mi for k in ("anyOf", "oneOf", "allOf", "$ref")):
+        return False
+    # i writes objects only (for the shared type): its members come from its properties
+    props_i = mi.get("properties", {})
+    required_j = mj.get("required", [])
+    if isinstance(required_j, list) and any(n not in props_i for n in required_j):
+        return True
+    props_j = mj.get("properties", {})
+    for name in mi.get("required", []):
+        if name in props_i and isinstance(props_j, dict) and name in props_j:
+            a = enum_keys(merger.deref(props_i[name], pointer))
+            b = enum_keys(merger.deref(props_j[name], pointer))
+            if a is not None and b is not None and not a & b:
+                return True
+    return False

@@ -1,0 +1,77 @@
+"""The languages of compact JSON text that need no schema (DESIGN.md section 3): the scalars,
+any JSON value with containers nested at most some depth, and any JSON object
+(`json_object_regex`, for `response_format: {"type": "json_object"}`).
+
+The regex texts are in DESIGN.md section 2's subset and mean the same to Python's `re`.
+"""
+
+from __future__ import annotations
+
+from corral.automata.limits import DEFAULT_SCHEMA_LIMITS
+from corral.automata.schema.form import Lit, Regex, TreeBuilder, choice, repeat, seq
+from corral.automata.schema.text import TextRenderer
+from corral.automata.tree import Node
+
+STRING_CHAR = r'[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4}'
+"""One character of a JSON string: raw (>= U+0020, not `"` or `\\`), a short escape or `\\uXXXX`."""
+STRING = r'"(?:' + STRING_CHAR + r')*"'
+INTEGER = r"-?(?:0|[1-9][0-9]*)"
+NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+BOOLEAN = r"true|false"
+
+STRING_FORM = Regex(STRING, 2)
+INTEGER_FORM = Regex(INTEGER, 2)
+NUMBER_FORM = Regex(NUMBER, 2)
+BOOLEAN_FORM = Regex(BOOLEAN, 1)
+NULL_FORM = Lit("null")
+QUOTE = Lit('"')
+
+
+def any_value(depth: int, cache: dict):
+    """The form of any JSON value with containers nested at most `depth` levels; `cache`
+    (depth -> form) shares the inner levels between calls of one compile."""
+    if depth in cache:
+        return cache[depth]
+    scalars = [STRING_FORM, NUMBER_FORM, Lit("true"), Lit("false"), NULL_FORM]
+    if depth == 0:
+        out = choice(scalars)
+    else:
+        inner = any_value(depth - 1, cache)
+        out = choice([*scalars, _object_of(inner), _array_of(inner)])
+    cache[depth] = out
+    return out
+
+
+def _object_of(value):
+    """`{}` or `{"k":V,...}` with members in any order, V given by the form `value`."""
+    member = seq(STRING_FORM, Lit(":"), value)
+    return seq(
+        Lit("{"), repeat(seq(member, repeat(seq(Lit(","), member), 0, None)), 0, 1), Lit("}")
+    )
+
+
+def _array_of(item):
+    return seq(Lit("["), repeat(seq(item, repeat(seq(Lit(","), item), 0, None)), 0, 1), Lit("]"))
+
+
+def json_object_form(depth: int):
+    """The form of any JSON object whose containers (itself included) nest at most `depth`
+    levels, `depth` >= 1."""
+    return _object_of(any_value(depth - 1, {}))
+
+
+def json_object_regex(depth: int) -> str:
+    """Regex text of any compact JSON object whose containers (objects and arrays, the outer
+    object included) nest at most `depth` levels; members in any order (DESIGN.md section 3;
+    depth 3 for `response_format: {"type": "json_object"}`). `depth` >= 1, else ValueError."""
+    if depth < 1:
+        raise ValueError("json_object_regex needs depth >= 1")
+    return TextRenderer(DEFAULT_SCHEMA_LIMITS.max_regex_length).render(json_object_form(depth))
+
+
+def json_object_tree(depth: int) -> Node:
+    """The regex tree of `json_object_regex(depth)` (shared subtrees, built without text).
+    `depth` >= 1, else ValueError."""
+    if depth < 1:
+        raise ValueError("json_object_tree needs depth >= 1")
+    return TreeBuilder(None).build(json_object_form(depth))
