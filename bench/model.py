@@ -1,4 +1,4 @@
-"""Speed of corral's NumPy SmolLM2 forward pass (issue 5; DESIGN.md section 6), printed, not
+"""Speed of corral's NumPy SmolLM2 forward pass (DESIGN.md section 6), printed, not
 asserted.
 
     .venv/bin/python bench/model.py              # full run (alone on the machine, please)
@@ -232,7 +232,7 @@ def llama_cpp_speeds(gguf: Path, steps: int, threads: int):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="corral.model speed (issue 5)")
+    parser = argparse.ArgumentParser(description="corral.model speed")
     parser.add_argument("--threads", type=int, default=2, help="BLAS / torch threads (2)")
     parser.add_argument("--quick", action="store_true", help="smoke run: few steps")
     parser.add_argument("--no-references", action="store_true", help="corral only")
