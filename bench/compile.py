@@ -1,4 +1,5 @@
-"""Regex compile benchmark (DESIGN.md section 2): median compile time and DFA size for five patterns.
+"""Regex compile benchmark (DESIGN.md section 2): median compile time and DFA size for five
+patterns.
 
 Run: `python bench/compile.py [--repeats N]`. Prints one line per pattern: median wall time of
 `regex_to_dfa` over the repeats, the number of states and live edges. Figures are meaningful only

@@ -1,5 +1,5 @@
-"""Generation benchmark (DESIGN.md sections 4 and 7), printed, not asserted: completion tokens/s of the real
-SmolLM2-135M-Instruct at batch sizes 1, 8 and 32, unconstrained and under a json_schema
+"""Generation benchmark (DESIGN.md sections 4 and 7), printed, not asserted: completion
+tokens/s of the real SmolLM2-135M-Instruct at batch sizes 1, 8 and 32, unconstrained and under a json_schema
 constraint, side by side in one run, with the constraint's overhead and the time per step spent
 in masks and sampling.
 
