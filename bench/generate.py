@@ -1,7 +1,7 @@
 """Generation benchmark (DESIGN.md sections 4 and 7), printed, not asserted: completion
-tokens/s of the real SmolLM2-135M-Instruct at batch sizes 1, 8 and 32, unconstrained and under a json_schema
-constraint, side by side in one run, with the constraint's overhead and the time per step spent
-in masks and sampling.
+tokens/s of the real SmolLM2-135M-Instruct at batch sizes 1, 8 and 32, unconstrained and under a
+json_schema constraint, side by side in one run, with the constraint's overhead and the time per
+step spent in masks and sampling.
 
 Run alone (two BLAS threads slow down up to 10x when another process computes):
     .venv/bin/python bench/generate.py [--tokens 64] [--batches 1,8,32]
