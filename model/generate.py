@@ -63,91 +63,36 @@ import math
 import time
 import warnings
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
-from corral.kernels import (
-    Constraint,
-    SamplingParams,
-    TokenNotAllowedError,
-    Vocabulary,
-    sample,
-    top_logprobs,
-)
+from corral.kernels import TokenNotAllowedError, Vocabulary, sample, top_logprobs
 from corral.model import kv_cache
-from corral.model.errors import ContextLengthError, RequestError
+from corral.model.generation_request import (
+    BudgetTooSmallError,
+    GenerationRequest,
+    GenerationResult,
+    check_budget,
+    check_request,
+)
 
-DEFAULT_PARAMS = SamplingParams()
-MAX_TOP_LOGPROBS = 20  # OpenAI's bound on top_logprobs
-MAX_LOGIT_BIAS = 100.0  # OpenAI's bound on a logit_bias value, either sign
-
-
-class BudgetTooSmallError(RequestError):
-    """`max_tokens` is below 1 or smaller than the shortest answer the constraint allows."""
-
-    param = "max_tokens"
+__all__ = [
+    "BudgetTooSmallError",
+    "CacheWarning",
+    "GenerationRequest",
+    "GenerationResult",
+    "GenerationStats",
+    "Generator",
+    "check_budget",
+    "check_request",
+    "generate",
+    "iter_generate",
+]
 
 
 class CacheWarning(UserWarning):
     """The KV cache runs fewer slots than asked for, to fit in the memory available."""
-
-
-@dataclass(frozen=True, eq=False)
-class GenerationRequest:
-    """One sequence to generate.
-
-    Attributes:
-        prompt_ids: int token ids of the prompt, at least one.
-        max_tokens: the most tokens to generate (EOS included), >= 1; None: what the context
-            leaves after the prompt (OpenAI's default).
-        params: temperature, top_k, top_p, min_p, penalties (`corral.kernels.SamplingParams`).
-        seed: seeds this request's own random generator (None: fresh entropy).
-        stop: strings that end free text (not returned).
-        constraint: a fresh `Constraint` the output must satisfy (from the first token, or from
-            the trigger); the engine works on a copy.
-        trigger: when set, the constraint starts after the output's bytes contain this string.
-        budget_aware: keep a constrained answer within `max_tokens` (see the module docstring).
-        logit_bias: token id -> bias in [-100, 100], added to the logits before the mask.
-        top_logprobs: how many alternatives (0..20) to report per generated token; None: none.
-    """
-
-    prompt_ids: Sequence[int]
-    max_tokens: int | None = 256
-    params: SamplingParams = DEFAULT_PARAMS
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    constraint: Constraint | None = None
-    trigger: str | None = None
-    budget_aware: bool = True
-    logit_bias: Mapping[int, float] | None = None
-    top_logprobs: int | None = None
-
-
-@dataclass(frozen=True)
-class GenerationResult:
-    """What one request produced.
-
-    Attributes:
-        text: the generated text (UTF-8 decoded; stop string and EOS excluded).
-        token_ids: the generated token ids (EOS excluded).
-        logprobs: float per token of `token_ids`, the logprob the sampler used (see the module
-            docstring).
-        finish_reason: `stop` (EOS, a stop string, or a complete answer with nothing left to
-            write) or `length` (max_tokens reached).
-        prompt_tokens, completion_tokens: usage, as OpenAI counts it.
-        top_logprobs: per token of `token_ids`, its request's `top_logprobs` most likely
-            alternatives `((token id, logprob), ...)`, most likely first (ties: lower id first);
-            None when the request asked for none.
-    """
-
-    text: str
-    token_ids: tuple[int, ...]
-    logprobs: tuple[float, ...]
-    finish_reason: str
-    prompt_tokens: int
-    completion_tokens: int
-    top_logprobs: tuple[tuple[tuple[int, float], ...], ...] | None = None
 
 
 @dataclass
@@ -304,71 +249,6 @@ def _logprob(logits: np.ndarray, token: int) -> float:
     as `corral.kernels.sample` and `top_logprobs` do, so the three agree exactly."""
     shifted = logits - logits.max()
     return float(shifted[token]) - math.log(float(np.exp(shifted).sum()))
-
-
-def check_budget(request: GenerationRequest) -> None:
-    """Raise `BudgetTooSmallError` if `max_tokens` is below 1 or cannot hold the shortest
-    constrained answer (`Constraint.tokens_to_complete`; checked only for a budget-aware request
-    whose constraint starts at the first token). A `max_tokens` of None is not checked against
-    the answer (`check_request` resolves it first)."""
-    if request.max_tokens is not None and request.max_tokens < 1:
-        raise BudgetTooSmallError(f"max_tokens must be at least 1, not {request.max_tokens}")
-    c = request.constraint
-    if c is None or request.trigger is not None or not request.budget_aware:
-        return
-    needed = c.tokens_to_complete()
-    limit = math.inf if request.max_tokens is None else request.max_tokens
-    if needed > limit or needed < 0:
-        raise BudgetTooSmallError(
-            f"max_tokens={request.max_tokens} is too small: the shortest answer the grammar "
-            f"allows takes {needed} tokens"
-        )
-
-
-def check_request(
-    request: GenerationRequest, context_length: int, vocab_size: int
-) -> GenerationRequest:
-    """Check everything a request carries, so that running it cannot fail; return it with
-    `max_tokens` resolved (None becomes context_length - prompt, OpenAI's default).
-
-    Args:
-        request: the request.
-        context_length: the most tokens a sequence may hold (prompt and answer), >= 1.
-        vocab_size: V, the number of token ids.
-
-    Raises:
-        RequestError: an empty prompt or a token id outside 0..V-1 (param `messages`), a
-            `logit_bias` id outside 0..V-1 or value outside [-100, 100] or not finite, or
-            `top_logprobs` outside 0..20.
-        ContextLengthError: the prompt plus max_tokens exceed `context_length`.
-        BudgetTooSmallError: see `check_budget`.
-    """
-    prompt = len(request.prompt_ids)
-    ids = np.asarray(request.prompt_ids)
-    if prompt == 0 or ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
-        raise RequestError("the prompt must be at least one integer token id")
-    if ids.min() < 0 or ids.max() >= vocab_size:
-        raise RequestError(f"the prompt's token ids must lie within 0..{vocab_size - 1}")
-    if request.max_tokens is not None and request.max_tokens < 1:
-        check_budget(request)
-    if prompt + (request.max_tokens or 1) > context_length:
-        raise ContextLengthError(context_length, prompt, request.max_tokens)
-    if request.max_tokens is None:
-        request = replace(request, max_tokens=context_length - prompt)
-    check_budget(request)
-    top = request.top_logprobs
-    if top is not None and not 0 <= top <= MAX_TOP_LOGPROBS:
-        raise RequestError(f"top_logprobs must lie within 0..{MAX_TOP_LOGPROBS}", "top_logprobs")
-    for token, bias in (request.logit_bias or {}).items():
-        if not 0 <= token < vocab_size:
-            raise RequestError(
-                f"logit_bias names token {token}, outside 0..{vocab_size - 1}", "logit_bias"
-            )
-        if not -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS:
-            raise RequestError(
-                f"logit_bias for token {token} is {bias}, outside [-100, 100]", "logit_bias"
-            )
-    return request
 
 
 class Generator:
