@@ -117,7 +117,7 @@ def test_a_cache_too_large_to_allocate_is_a_cache_error():
 
 CONTEXT = 48
 V = len(TOKENS)
-PATTERN = "[a-z]{3,8}"  # at least 3 tokens: a budget below that is refused
+PATTERN = "[a-z]{3,8}"  # a budget below its shortest answer (in tokens) is refused
 PARAMS = {"messages", "max_tokens", "logit_bias", "top_logprobs"}
 
 
@@ -165,8 +165,8 @@ def admissible(request: GenerationRequest) -> bool:
         return False
     if max_tokens < 1 or len(ids) + max_tokens > CONTEXT:
         return False
-    if request.constraint is not None and max_tokens < 3:
-        return False
+    if request.constraint is not None and request.constraint.tokens_to_complete() > max_tokens:
+        return False  # "city" is one token: the shortest answer is shorter than 3 letters
     top = request.top_logprobs
     if top is not None and not (is_int(top) and 0 <= top <= 20):
         return False
