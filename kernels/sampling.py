@@ -139,9 +139,8 @@ def sample(
         values = allowed.values
         if not len(values):
             raise NoTokenAllowedError("the mask allows no token")
-    shifted = values - values.max()
+    shifted, log_total = _log_softmax_parts(values)
     weights = np.exp(shifted)
-    log_total = math.log(float(weights.sum()))
     scores = _penalized(values, allowed, params, prompt_ids, output_ids)
     if params.greedy:
         i = int(np.argmax(scores))
@@ -158,12 +157,14 @@ def top_logprobs(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The `n` most likely allowed tokens and their logprobs (the model's log-softmax over the
     allowed tokens, as `sample` reports), most likely first, for OpenAI's `top_logprobs`.
+    A token's logprob here is bit for bit the one `sample` reports for it.
 
     Args:
         logits: float32 `[V]`; mask: packed uint32 `[ceil(V / 32)]` or None (all allowed).
+        n: how many, >= 0.
 
     Returns:
-        (token ids int64 `[k]`, logprobs float32 `[k]`), k = min(n, number allowed); ties in
+        (token ids int64 `[k]`, logprobs float64 `[k]`), k = min(n, number allowed); ties in
         logit order by id.
 
     Raises:
@@ -180,15 +181,21 @@ def top_logprobs(
         if not len(values):
             raise NoTokenAllowedError("the mask allows no token")
         ids = None
-    top = values.max()
-    log_total = float(top) + math.log(float(np.exp(values - top).sum()))
     k = min(n, len(values))
     if k <= 0:
-        return np.empty(0, np.int64), np.empty(0, np.float32)
+        return np.empty(0, np.int64), np.empty(0, np.float64)
+    shifted, log_total = _log_softmax_parts(values)
     best = np.argpartition(-values, k - 1)[:k] if k < len(values) else np.arange(len(values))
     best = best[np.lexsort((best, -values[best]))]
     tokens = best if ids is not None else np.array([allowed.token(int(i)) for i in best])
-    return tokens.astype(np.int64), (values[best] - np.float32(log_total)).astype(np.float32)
+    return tokens.astype(np.int64), shifted[best].astype(np.float64) - log_total
+
+
+def _log_softmax_parts(values: np.ndarray) -> tuple[np.ndarray, float]:
+    """(values - max as float32, log of the sum of their exponentials): a value's logprob is
+    `float(shifted[i]) - log_total`. One function, so `sample` and `top_logprobs` agree exactly."""
+    shifted = values - values.max()
+    return shifted, math.log(float(np.exp(shifted).sum()))
 
 
 def constrained_sample(

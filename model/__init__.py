@@ -4,7 +4,8 @@ pass with a KV cache and batched decode (DESIGN.md section 6).
 Modules: `config` (LlamaConfig from config.json), `weights` (safetensors, GGUF conversion, the
 cache dir), `tokenizer`, `chat` (chat templates), `llama` (the forward pass, pure functions),
 `kv_cache` (KVCache), `model` (Model: prefill, decode), `loading` (load_model), `generate` (the
-batched generation engine), `errors`.
+batched generation engine), `generation_request` (its requests, results and their checks),
+`errors`.
 
     from corral.model import load_model
     model = load_model()                       # downloads and converts the default model once
@@ -16,7 +17,14 @@ batched generation engine), `errors`.
 
 from corral.model.chat import render_chat
 from corral.model.config import LlamaConfig
-from corral.model.errors import CacheError, ChatTemplateError, ModelError, ModelLoadError
+from corral.model.errors import (
+    CacheError,
+    ChatTemplateError,
+    ContextLengthError,
+    ModelError,
+    ModelLoadError,
+    RequestError,
+)
 from corral.model.kv_cache import KVCache
 from corral.model.loading import download_wheel, load_folder, load_model
 from corral.model.model import Model
@@ -26,11 +34,13 @@ from corral.model.weights import cache_dir, convert_gguf
 __all__ = [
     "CacheError",
     "ChatTemplateError",
+    "ContextLengthError",
     "KVCache",
     "LlamaConfig",
     "Model",
     "ModelError",
     "ModelLoadError",
+    "RequestError",
     "Tokenizer",
     "cache_dir",
     "convert_gguf",

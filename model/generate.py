@@ -1,6 +1,6 @@
 """Batched generation under constraints, with continuous batching (DESIGN.md sections 4 and 7).
 
-A `Generator(model, batch_size, max_len)` runs requests on one KV cache of `batch_size` slots:
+A `Generator(model, batch_size, max_len=None)` runs requests on one KV cache of `batch_size` slots:
 `submit(request)` queues a request (at any time, also between steps) and returns its handle;
 `step()` prefills the prompts of waiting requests into free slots, picks one token for every live
 sequence, and decodes them all together, one forward pass for the whole batch; it returns the
@@ -13,6 +13,27 @@ The engine knows nothing of HTTP or OpenAI shapes: a request is prompt token ids
 settings, an optional `Constraint` and an optional trigger string.
 
 Decisions:
+- Context (OpenAI's behaviour): a slot holds `max_len` tokens, the model's context by default
+  (`Model.context_length`, 8,192 for SmolLM2) and never more; like vLLM's `max_model_len`, it is
+  the context the engine serves. `submit` refuses, for that request only, a prompt plus
+  `max_tokens` beyond it (`ContextLengthError`, code `context_length_exceeded`, naming the
+  figures); a `max_tokens` of None takes what the context leaves (context - prompt). Every check
+  on a request (`check_request`) runs at `submit`, so nothing a request carries can fail a later
+  `step` and take the batch down.
+- Memory: the cache is sized from what admitted requests can use (`max_len`, never a raw
+  `max_tokens`) and from the memory available: `batch_size` is lowered to the slots that fit in
+  half of it (`corral.model.kv_cache.slots_that_fit`), said once with a `CacheWarning`; when not
+  even one slot fits the `Generator` is refused with a `CacheError` giving the figures.
+  `iter_generate` sizes its engine from its requests: max_len is the longest prompt plus
+  max_tokens among them, at most the context.
+- logit_bias (OpenAI's semantics): token id -> a bias in [-100, 100] added to the logits before
+  anything else, before the mask, so a bias can never let a masked token through. The logprobs
+  reported below are those of the biased logits, the distribution the sampler draws from.
+- Logprobs: every generated token's logprob is the one the sampler used (`corral.kernels.sample`:
+  the log-softmax over the allowed tokens for a constrained token, over the whole vocabulary for
+  free text and for tokens the engine forces). With `top_logprobs=k` the result also holds, per
+  token, the k most likely alternatives `(token id, logprob)` over the same distribution
+  (`corral.kernels.top_logprobs`), so the chosen token's logprob equals its entry there.
 - Budget-aware ending (on by default, `GenerationRequest.budget_aware`): a constrained answer is
   never cut mid-JSON by `max_tokens`. The engine keeps the invariant "the fewest tokens from the
   constraint's state to a complete answer (`Constraint.tokens_to_complete`, a BFS over the token
@@ -38,74 +59,40 @@ Decisions:
 
 from __future__ import annotations
 
+import math
 import time
+import warnings
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from corral.automata import ConstrainError
-from corral.kernels import (
-    Constraint,
-    SamplingParams,
-    TokenNotAllowedError,
-    Vocabulary,
-    sample,
+from corral.kernels import TokenNotAllowedError, Vocabulary, sample, top_logprobs
+from corral.model import kv_cache
+from corral.model.generation_request import (
+    BudgetTooSmallError,
+    GenerationRequest,
+    GenerationResult,
+    check_budget,
+    check_request,
 )
-from corral.model.errors import CacheError
 
-DEFAULT_PARAMS = SamplingParams()
-
-
-class BudgetTooSmallError(ConstrainError):
-    """`max_tokens` is smaller than the shortest answer the constraint allows."""
-
-
-@dataclass(frozen=True, eq=False)
-class GenerationRequest:
-    """One sequence to generate.
-
-    Attributes:
-        prompt_ids: int token ids of the prompt, at least one.
-        max_tokens: the most tokens to generate (EOS included), >= 1.
-        params: temperature, top_k, top_p, min_p, penalties (`corral.kernels.SamplingParams`).
-        seed: seeds this request's own random generator (None: fresh entropy).
-        stop: strings that end free text (not returned).
-        constraint: a fresh `Constraint` the output must satisfy (from the first token, or from
-            the trigger); the engine works on a copy.
-        trigger: when set, the constraint starts after the output's bytes contain this string.
-        budget_aware: keep a constrained answer within `max_tokens` (see the module docstring).
-    """
-
-    prompt_ids: Sequence[int]
-    max_tokens: int = 256
-    params: SamplingParams = DEFAULT_PARAMS
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    constraint: Constraint | None = None
-    trigger: str | None = None
-    budget_aware: bool = True
+__all__ = [
+    "BudgetTooSmallError",
+    "CacheWarning",
+    "GenerationRequest",
+    "GenerationResult",
+    "GenerationStats",
+    "Generator",
+    "check_budget",
+    "check_request",
+    "generate",
+    "iter_generate",
+]
 
 
-@dataclass(frozen=True)
-class GenerationResult:
-    """What one request produced.
-
-    Attributes:
-        text: the generated text (UTF-8 decoded; stop string and EOS excluded).
-        token_ids: the generated token ids (EOS excluded).
-        logprobs: float per token of `token_ids` (`corral.kernels.sample`'s logprob).
-        finish_reason: `stop` (EOS, a stop string, or a complete answer with nothing left to
-            write) or `length` (max_tokens reached).
-        prompt_tokens, completion_tokens: usage, as OpenAI counts it.
-    """
-
-    text: str
-    token_ids: tuple[int, ...]
-    logprobs: tuple[float, ...]
-    finish_reason: str
-    prompt_tokens: int
-    completion_tokens: int
+class CacheWarning(UserWarning):
+    """The KV cache runs fewer slots than asked for, to fit in the memory available."""
 
 
 @dataclass
@@ -139,6 +126,12 @@ class _Sequence:
         self.prompt = np.asarray(request.prompt_ids, dtype=np.int64)
         self.ids: list[int] = []
         self.logprobs: list[float] = []
+        self.top: list[tuple[tuple[int, float], ...]] | None = (
+            None if request.top_logprobs is None else []
+        )
+        bias = request.logit_bias or {}
+        self._bias_ids = np.fromiter(bias.keys(), np.int64, len(bias))
+        self._bias_values = np.fromiter(bias.values(), np.float32, len(bias))
         self.text = bytearray()
         self.forced: deque[int] = deque()
         self.generated = 0  # tokens generated, EOS included
@@ -146,6 +139,13 @@ class _Sequence:
         self.finish_reason: str | None = None
         self._stop = [s.encode("utf-8") for s in request.stop if s]
         self._trigger = request.trigger.encode("utf-8") if request.trigger else None
+
+    def receive(self, logits: np.ndarray) -> None:
+        """Take the model's next-token logits (float32 [V]), with the request's logit_bias."""
+        if len(self._bias_ids):
+            logits = logits.copy()
+            logits[self._bias_ids] += self._bias_values
+        self.logits = logits
 
     def choose(self, eos_ids: frozenset[int]) -> int | None:
         """Pick the next token from `self.logits` and record it; None when the sequence ended
@@ -159,11 +159,11 @@ class _Sequence:
             complete = constraint is not None and constraint.is_complete()
             self.finish_reason = "stop" if complete else "length"
             return None
+        mask = None
         if self.forced:
             token = self.forced.popleft()
             logprob = _logprob(self.logits, token)
         else:
-            mask = None
             if constraint is not None:
                 mask = constraint.mask(left if self.request.budget_aware else None)
             params = self.request.params
@@ -175,22 +175,28 @@ class _Sequence:
                 self.finish_reason = "stop"
                 return None
         start = len(self.text)
-        self._record(token, logprob)
+        self._record(token, logprob, mask)
         if self.constraint is None:
             self._after_free_text(start)
         return token
 
-    def _record(self, token: int, logprob: float) -> None:
-        """Append a generated token: its id, logprob and bytes."""
+    def _record(self, token: int, logprob: float, mask: np.ndarray | None) -> None:
+        """Append a generated token: its id, logprob, bytes and, if asked for, the top
+        alternatives under `mask` (the one it was sampled under; None: the whole vocabulary)."""
         self.generated += 1
         self.ids.append(token)
         self.logprobs.append(logprob)
         self.text += self.vocabulary.tokens[token] or b""
+        if self.top is not None:
+            ids, logprobs = top_logprobs(self.logits, mask, self.request.top_logprobs)
+            self.top.append(tuple(zip(ids.tolist(), logprobs.tolist(), strict=True)))
 
     def _unrecord(self) -> None:
         """Take back the last `_record`."""
         token = self.ids.pop()
         self.logprobs.pop()
+        if self.top is not None:
+            self.top.pop()
         self.generated -= 1
         del self.text[len(self.text) - len(self.vocabulary.tokens[token] or b"") :]
 
@@ -224,7 +230,7 @@ class _Sequence:
         self._unrecord()
         first, *rest = self.vocabulary.spell(piece)
         self.forced.extend(rest)
-        self._record(first, _logprob(self.logits, first))
+        self._record(first, _logprob(self.logits, first), None)
 
     def result(self) -> GenerationResult:
         return GenerationResult(
@@ -234,30 +240,15 @@ class _Sequence:
             finish_reason=self.finish_reason or "length",
             prompt_tokens=len(self.prompt),
             completion_tokens=self.generated,
+            top_logprobs=None if self.top is None else tuple(self.top),
         )
 
 
 def _logprob(logits: np.ndarray, token: int) -> float:
-    """The model's log-softmax of `token` over the whole vocabulary (for forced tokens)."""
-    top = float(logits.max())
-    return float(logits[token]) - top - float(np.log(np.exp(logits - top).sum()))
-
-
-def check_budget(request: GenerationRequest) -> None:
-    """Raise `BudgetTooSmallError` if `max_tokens` is below 1 or cannot hold the shortest
-    constrained answer (`Constraint.tokens_to_complete`; checked only for a budget-aware request
-    whose constraint starts at the first token)."""
-    if request.max_tokens < 1:
-        raise BudgetTooSmallError(f"max_tokens must be at least 1, not {request.max_tokens}")
-    c = request.constraint
-    if c is None or request.trigger is not None or not request.budget_aware:
-        return
-    needed = c.tokens_to_complete()
-    if needed > request.max_tokens or needed < 0:
-        raise BudgetTooSmallError(
-            f"max_tokens={request.max_tokens} is too small: the shortest answer the grammar "
-            f"allows takes {needed} tokens"
-        )
+    """The model's log-softmax of `token` over the whole vocabulary (for forced tokens), computed
+    as `corral.kernels.sample` and `top_logprobs` do, so the three agree exactly."""
+    shifted = logits - logits.max()
+    return float(shifted[token]) - math.log(float(np.exp(shifted).sum()))
 
 
 class Generator:
@@ -267,21 +258,50 @@ class Generator:
         model: a `corral.model.Model`, or anything with `new_cache(n_slots, max_len)`,
             `prefill_batch(cache, slots, sequences)`, `decode(cache, slots, tokens)` and
             `vocabulary` (a `corral.kernels.Vocabulary`, whose `eos_ids` end free text).
-        batch_size: how many sequences decode together (the KV cache's slots), >= 1.
-        max_len: the most tokens a sequence holds (prompt plus `max_tokens`), the cache's length.
+        batch_size: how many sequences decode together (the KV cache's slots), >= 1; lowered
+            to what fits in memory (a `CacheWarning`).
+        max_len: the most tokens a sequence holds (prompt plus `max_tokens`), the cache's
+            length and the context the engine serves; None or more than the model's
+            `context_length`: the model's context.
         stats: updated in place as steps run, if given (else a fresh `GenerationStats`).
 
     Attributes:
         stats: the running `GenerationStats`.
+        batch_size: the slots actually allocated.
+        max_len: the context the engine serves, in tokens.
+
+    Raises:
+        CacheError: batch_size below 1, or not even one slot fits in memory (the message gives
+            the figures and the longest max_len that fits).
     """
 
-    def __init__(self, model, batch_size: int, max_len: int, stats: GenerationStats | None = None):
+    def __init__(
+        self,
+        model,
+        batch_size: int,
+        max_len: int | None = None,
+        stats: GenerationStats | None = None,
+    ):
         self.model = model
         self.vocabulary: Vocabulary = model.vocabulary
         self.stats = stats if stats is not None else GenerationStats()
         self._eos_ids = frozenset(self.vocabulary.eos_ids)
-        self._cache = model.new_cache(batch_size, max_len)
-        self._free = list(range(batch_size - 1, -1, -1))
+        context = model.context_length
+        self.max_len = context if max_len is None else min(max_len, context)
+        available = kv_cache.available_memory()
+        fit = kv_cache.slots_that_fit(model.config, batch_size, self.max_len, available)
+        if fit < batch_size:
+            needed = kv_cache.KVCache.bytes_needed(model.config, batch_size, self.max_len)
+            warnings.warn(
+                f"a KV cache of {batch_size} slots of {self.max_len} tokens needs "
+                f"{kv_cache.format_bytes(needed)}, more than {kv_cache.MEMORY_SHARE:.0%} of the "
+                f"{kv_cache.format_bytes(available)} available: running {fit} sequences at a time",
+                CacheWarning,
+                stacklevel=2,
+            )
+        self.batch_size = fit
+        self._cache = model.new_cache(fit, self.max_len)
+        self._free = list(range(fit - 1, -1, -1))
         self._waiting: deque[tuple[int, GenerationRequest]] = deque()
         self._live: list[_Sequence] = []
         self._handles = 0
@@ -295,16 +315,12 @@ class Generator:
         """Queue `request`; it starts at a coming `step` when a slot is free. Returns its handle:
         0, 1, 2, ... in the order of submission.
 
-        Raises:
-            BudgetTooSmallError: its max_tokens cannot hold its shortest answer (`check_budget`).
-            CacheError: its prompt plus max_tokens exceed `max_len`.
+        Raises (for this request only; the engine goes on):
+            ContextLengthError: its prompt plus max_tokens exceed `max_len`.
+            BudgetTooSmallError: its max_tokens cannot hold its shortest answer.
+            RequestError: anything else it carries that cannot run (`check_request`).
         """
-        check_budget(request)
-        if len(request.prompt_ids) + request.max_tokens > self._cache.max_len:
-            raise CacheError(
-                f"a prompt of {len(request.prompt_ids)} tokens and max_tokens="
-                f"{request.max_tokens} exceed the engine's max_len {self._cache.max_len}"
-            )
+        request = check_request(request, self.max_len, len(self.vocabulary.tokens))
         handle = self._handles
         self._handles += 1
         self._waiting.append((handle, request))
@@ -315,8 +331,8 @@ class Generator:
         token for every live sequence, and run one decode pass for those still going. Returns
         `(handle, result)` for each request that ended in this step (possibly none).
 
-        Raises:
-            CacheError: a prompt the model refuses (e.g. empty, or a token id out of range).
+        Requests were checked at `submit`, so a step raises only on a fault of the engine or the
+        model, never because of what a request carries.
         """
         self._admit()
         stats = self.stats
@@ -350,7 +366,7 @@ class Generator:
         slots = [seq.slot for seq in admitted]
         logits = self.model.prefill_batch(self._cache, slots, [seq.prompt for seq in admitted])
         for row, seq in zip(logits, admitted, strict=True):
-            seq.logits = row
+            seq.receive(row)
         self.stats.prefill_seconds += time.perf_counter() - started
         self._live.extend(admitted)
 
@@ -364,7 +380,7 @@ class Generator:
         self.stats.forward_seconds += time.perf_counter() - started
         self.stats.steps += 1
         for row, seq in zip(logits, self._live, strict=True):
-            seq.logits = row
+            seq.receive(row)
 
 
 def iter_generate(
@@ -373,17 +389,20 @@ def iter_generate(
     batch_size: int = 16,
     stats: GenerationStats | None = None,
 ) -> Iterator[tuple[int, GenerationResult]]:
-    """Run `requests` with continuous batching (a `Generator` sized for them); yield
+    """Run `requests` with continuous batching (a `Generator` sized for them: max_len is the
+    longest prompt plus max_tokens among them, at most the model's context); yield
     `(request index, result)` as each ends.
 
-    Raises:
-        BudgetTooSmallError: a request's max_tokens cannot hold its shortest answer (raised
-            before anything runs).
-        CacheError: a prompt the model refuses.
+    Raises (before anything runs):
+        RequestError: a request `Generator.submit` refuses (`ContextLengthError`,
+            `BudgetTooSmallError`, ...).
+        CacheError: not even one slot fits in memory.
     """
     if not requests:
         return
-    max_len = max(1, *(len(r.prompt_ids) + r.max_tokens for r in requests))
+    context = model.context_length
+    wanted = (len(r.prompt_ids) + (r.max_tokens or context) for r in requests)
+    max_len = min(context, max(1, *wanted))
     generator = Generator(model, min(batch_size, len(requests)), max_len, stats)
     for request in requests:
         generator.submit(request)

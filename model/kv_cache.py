@@ -6,9 +6,19 @@ one slot's keys for one layer are a contiguous `[Hkv, T, hd]` block, which `llam
 reads in place. `lengths[slot]` counts the tokens a slot holds; the forward pass (`Model.prefill`,
 `Model.decode`) writes keys and values and advances it, and this class only does the
 bookkeeping between requests: reset, truncate, copy a prefix.
+
+Memory: a cache takes `KVCache.bytes_needed(config, n_slots, max_len)` bytes (46 KB a token for
+SmolLM2-135M, so 377 MB a slot of its 8,192-token context). Before the engine allocates one it asks
+`slots_that_fit` how many slots fit in `MEMORY_SHARE` (half) of the memory available now
+(`available_memory`: /proc/meminfo's MemAvailable, else `os.sysconf`); the other half is left to
+the activations, the token indexes and the rest of the machine. The pages are zeros until written,
+so the check is conservative: it holds even when every slot fills to `max_len`. An allocation that
+fails anyway is a `CacheError`, never a bare `MemoryError`.
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 from corral.model.config import LlamaConfig
@@ -39,9 +49,23 @@ class KVCache:
             max_len,
             config.head_dim,
         )
-        self.keys = np.zeros(shape, np.float32)
-        self.values = np.zeros(shape, np.float32)
+        try:
+            self.keys = np.zeros(shape, np.float32)
+            self.values = np.zeros(shape, np.float32)
+        except MemoryError:
+            needed = self.bytes_needed(config, n_slots, max_len)
+            raise CacheError(
+                f"a KV cache of {n_slots} slots of {max_len} tokens needs {format_bytes(needed)}, "
+                "more than this machine can allocate"
+            ) from None
         self.lengths = np.zeros(n_slots, np.int64)
+
+    @staticmethod
+    def bytes_needed(config: LlamaConfig, n_slots: int, max_len: int) -> int:
+        """Bytes of the keys and values of a cache of `n_slots` slots of `max_len` tokens:
+        layers x slots x KV heads x max_len x head_dim x 2 (keys, values) x 4 (float32)."""
+        per_token = config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 8
+        return per_token * n_slots * max_len
 
     @property
     def n_slots(self) -> int:
@@ -97,3 +121,60 @@ class KVCache:
         if not 0 <= slot < self.n_slots:
             raise CacheError(f"slot {slot} does not exist (the cache has {self.n_slots} slots)")
         return slot
+
+
+MEMORY_SHARE = 0.5
+"""The share of the available memory a KV cache may take (see the module docstring)."""
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to a new allocation now: MemAvailable from /proc/meminfo (Linux),
+    else free pages times the page size from `os.sysconf`; None when neither can be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024  # the figure is in kB
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def slots_that_fit(
+    config: LlamaConfig,
+    n_slots: int,
+    max_len: int,
+    available: int | None,
+    share: float = MEMORY_SHARE,
+) -> int:
+    """How many of `n_slots` slots of `max_len` tokens fit in `share` of `available` bytes:
+    `n_slots` itself when they all fit or `available` is None (unknown), else fewer, at least 1.
+
+    Raises:
+        CacheError: not even one slot fits; the message gives the figures and the longest
+            `max_len` that would fit.
+    """
+    if available is None:
+        return n_slots
+    budget = int(available * share)
+    per_slot = KVCache.bytes_needed(config, 1, max_len)
+    fit = budget // per_slot
+    if fit >= 1:
+        return min(n_slots, fit)
+    per_token = KVCache.bytes_needed(config, 1, 1)
+    raise CacheError(
+        f"one KV cache slot of {max_len} tokens needs {format_bytes(per_slot)}, more than the "
+        f"{format_bytes(budget)} allowed ({share:.0%} of the {format_bytes(available)} "
+        f"available); a slot of at most {budget // per_token} tokens (prompt plus max_tokens) fits"
+    )
+
+
+def format_bytes(n_bytes: int) -> str:
+    """A byte count for people: `1.5 GiB`, `377.5 MiB`."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n_bytes >= scale:
+            return f"{n_bytes / scale:.1f} {unit}"
+    return f"{n_bytes} bytes"

@@ -87,6 +87,12 @@ class Model:
             self.chat_template, messages, add_generation_prompt, self.special_tokens, **extra
         )
 
+    @property
+    def context_length(self) -> int:
+        """The most tokens a sequence may hold, prompt and answer together: the context the model
+        was trained for (config.json's `max_position_embeddings`; 8,192 for SmolLM2)."""
+        return self.config.max_position_embeddings
+
     @cached_property
     def vocabulary(self) -> Vocabulary:
         """The vocabulary of the token-mask kernels (DESIGN.md section 4), built once: the raw

@@ -251,3 +251,33 @@ def test_top_logprobs_are_the_best_allowed_with_sample_logprobs():
     assert len(top_logprobs(logits, None, 3)[0]) == 3
     with pytest.raises(NoTokenAllowedError):
         top_logprobs(logits, pack(np.zeros(300, bool)), 3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    v=st.integers(1, 1500),
+    density=st.sampled_from([0.001, 0.05, 0.5, 1.0]),
+    n=st.integers(0, 20),
+    seed=st.integers(0, 2**31),
+)
+def test_top_logprobs_agree_with_sample_and_sum_to_one_within_the_mask(v, density, n, seed):
+    """The chosen token's logprob is bit for bit its entry in the top list (when in the top n),
+    and with n at least the number allowed the list is every allowed token, of total
+    probability 1."""
+    rng = np.random.default_rng(seed)
+    logits = (rng.standard_normal(v) * 4).astype(np.float32)
+    allowed = rng.random(v) < density
+    allowed[rng.integers(v)] = True
+    for mask in (pack(allowed), None):
+        token, logprob = sample(logits, SamplingParams(temperature=1.3), rng, mask)
+        tokens, logprobs = top_logprobs(logits, mask, n)
+        assert logprobs.dtype == np.float64 and len(tokens) == min(
+            n, allowed.sum() if mask is not None else v
+        )
+        entries = dict(zip(tokens.tolist(), logprobs.tolist(), strict=True))
+        if token in entries:
+            assert entries[token] == logprob
+    if allowed.sum() <= 20:
+        tokens, logprobs = top_logprobs(logits, pack(allowed), 20)
+        assert sorted(tokens.tolist()) == np.flatnonzero(allowed).tolist()
+        assert float(np.exp(logprobs).sum()) == pytest.approx(1.0, abs=1e-5)

@@ -1,19 +1,15 @@
-"""The generation engine (corral.model.generate) on a stand-in model whose logits depend only on
-each sequence's own tokens, so batching, budgets, triggers and seeds can be checked fast and
-exactly; the real model runs in tests/tools/test_batch.py."""
+"""The generation engine (corral.model.generate) on a stand-in model (tests/model/fake_model.py):
+batching, budgets, triggers and seeds, checked fast and exactly."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 
 import jsonschema
-import numpy as np
 import pytest
-from corral.automata import regex_to_dfa, schema_to_dfa
-from corral.kernels import Constraint, SamplingParams, TokenIndex, Vocabulary
-from corral.model.errors import CacheError
+from corral.kernels import Constraint, SamplingParams
+from corral.model.errors import ContextLengthError
 from corral.model.generate import (
     BudgetTooSmallError,
     GenerationRequest,
@@ -21,76 +17,15 @@ from corral.model.generate import (
     check_budget,
     generate,
 )
+from fake_model import EOS, PIECES, FakeModel, ScriptedModel, index_of, tokens
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-# A byte-level vocabulary: every single byte, some multi-byte pieces, a special and EOS.
-PIECES = [bytes([b]) for b in range(256)] + [
-    b'{"', b'":', b'",', b'"}', b"city", b"Paris", b"true", b"false", b"null", b"12", b"<tool",
-    b"_call>", b'>{"', b"</tool_call>", b"name", b"arguments", b"  ", b"\xc3\xa9t\xc3\xa9",
-]  # fmt: skip
-EOS = len(PIECES)
-TOKENS = [*PIECES, None, None]  # EOS, then a special token
-VOCABULARY = Vocabulary(tuple(TOKENS), (EOS,))
-
-
-class FakeCache:
-    def __init__(self, n_slots: int, max_len: int):
-        self.n_slots, self.max_len = n_slots, max_len
-        self.history: list[list[int]] = [[] for _ in range(n_slots)]
-
-    def reset(self, slot: int) -> None:
-        self.history[slot] = []
-
-
-class FakeModel:
-    """Logits are a pure function of the sequence so far (prompt and generated tokens)."""
-
-    vocabulary = VOCABULARY
-
-    def __init__(self, bias: dict[int, float] | None = None):
-        self.bias = bias or {}
-        self.decode_batches: list[int] = []
-
-    def new_cache(self, n_slots, max_len):
-        return FakeCache(n_slots, max_len)
-
-    def _logits(self, history) -> np.ndarray:
-        digest = hashlib.sha256(np.asarray(history, np.int64).tobytes()).digest()
-        rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
-        logits = rng.normal(0, 3, len(TOKENS)).astype(np.float32)
-        for token, value in self.bias.items():
-            logits[token] += value
-        return logits
-
-    def prefill_batch(self, cache, slots, sequences):
-        rows = []
-        for slot, ids in zip(slots, sequences, strict=True):
-            cache.history[slot] = list(ids)
-            rows.append(self._logits(cache.history[slot]))
-        return np.stack(rows)
-
-    def decode(self, cache, slots, tokens):
-        assert list(slots) == sorted(slots) and len(set(slots)) == len(slots)
-        self.decode_batches.append(len(slots))
-        rows = []
-        for slot, token in zip(slots, tokens, strict=True):
-            cache.history[slot].append(int(token))
-            assert len(cache.history[slot]) <= cache.max_len
-            rows.append(self._logits(cache.history[slot]))
-        return np.stack(rows)
-
 
 CITY = {
     "type": "object",
     "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
     "required": ["city"],
 }
-
-
-def index_of(schema=None, pattern=None) -> TokenIndex:
-    dfa = schema_to_dfa(schema) if schema is not None else regex_to_dfa(pattern)
-    return TokenIndex(dfa, VOCABULARY)
 
 
 @settings(max_examples=30, deadline=None)
@@ -165,26 +100,6 @@ def test_stop_strings_cut_free_text():
     (result,) = generate(model, [request])
     assert result.finish_reason == "stop"
     assert result.text == "Pa"
-
-
-class ScriptedModel(FakeModel):
-    """Writes `script` (token ids) first, whatever the constraint, then random logits."""
-
-    def __init__(self, prompt_len: int, script: list[int]):
-        super().__init__()
-        self.prompt_len, self.script = prompt_len, script
-
-    def _logits(self, history):
-        step = len(history) - self.prompt_len
-        if step < len(self.script):
-            logits = np.zeros(len(TOKENS), np.float32)
-            logits[self.script[step]] = 100.0
-            return logits
-        return super()._logits(history)
-
-
-def tokens(*pieces: bytes) -> list[int]:
-    return [PIECES.index(p) for p in pieces]
 
 
 @pytest.mark.parametrize(
@@ -264,7 +179,7 @@ def test_submit_refuses_one_request_and_keeps_the_others():
     too_small = GenerationRequest([1], 1, SamplingParams(), 0, (), Constraint(index_of(CITY)))
     with pytest.raises(BudgetTooSmallError):
         engine.submit(too_small)
-    with pytest.raises(CacheError):  # prompt plus max_tokens past the cache's length
+    with pytest.raises(ContextLengthError):  # prompt plus max_tokens past the engine's max_len
         engine.submit(GenerationRequest([1] * 30, 11, SamplingParams(), 0))
     with pytest.raises(BudgetTooSmallError):
         engine.submit(GenerationRequest([1], 0, SamplingParams(), 0))

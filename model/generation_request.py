@@ -1,0 +1,164 @@
+"""What the generation engine takes and gives (DESIGN.md sections 4 and 7): `GenerationRequest`,
+`GenerationResult`, and the checks a request passes when it is submitted (`check_request`,
+`check_budget`), so that nothing a request carries can fail once it runs.
+
+The engine (`corral.model.generate`) documents the semantics: context length, max_tokens of None,
+budget-aware ending, logit_bias, logprobs and top_logprobs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+from corral.kernels import Constraint, SamplingParams
+from corral.model.errors import ContextLengthError, RequestError
+
+DEFAULT_PARAMS = SamplingParams()
+MAX_TOP_LOGPROBS = 20  # OpenAI's bound on top_logprobs
+MAX_LOGIT_BIAS = 100.0  # OpenAI's bound on a logit_bias value, either sign
+
+
+class BudgetTooSmallError(RequestError):
+    """`max_tokens` is below 1 or smaller than the shortest answer the constraint allows."""
+
+    param = "max_tokens"
+
+
+@dataclass(frozen=True, eq=False)
+class GenerationRequest:
+    """One sequence to generate.
+
+    Attributes:
+        prompt_ids: int token ids of the prompt, at least one.
+        max_tokens: the most tokens to generate (EOS included), >= 1; None: what the context
+            leaves after the prompt (OpenAI's default).
+        params: temperature, top_k, top_p, min_p, penalties (`corral.kernels.SamplingParams`).
+        seed: seeds this request's own random generator (None: fresh entropy).
+        stop: strings that end free text (not returned).
+        constraint: a fresh `Constraint` the output must satisfy (from the first token, or from
+            the trigger); the engine works on a copy.
+        trigger: when set, the constraint starts after the output's bytes contain this string.
+        budget_aware: keep a constrained answer within `max_tokens` (see the module docstring).
+        logit_bias: token id -> bias in [-100, 100], added to the logits before the mask.
+        top_logprobs: how many alternatives (0..20) to report per generated token; None: none.
+    """
+
+    prompt_ids: Sequence[int]
+    max_tokens: int | None = 256
+    params: SamplingParams = DEFAULT_PARAMS
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    constraint: Constraint | None = None
+    trigger: str | None = None
+    budget_aware: bool = True
+    logit_bias: Mapping[int, float] | None = None
+    top_logprobs: int | None = None
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """What one request produced.
+
+    Attributes:
+        text: the generated text (UTF-8 decoded; stop string and EOS excluded).
+        token_ids: the generated token ids (EOS excluded).
+        logprobs: float per token of `token_ids`, the logprob the sampler used (see the module
+            docstring).
+        finish_reason: `stop` (EOS, a stop string, or a complete answer with nothing left to
+            write) or `length` (max_tokens reached).
+        prompt_tokens, completion_tokens: usage, as OpenAI counts it.
+        top_logprobs: per token of `token_ids`, its request's `top_logprobs` most likely
+            alternatives `((token id, logprob), ...)`, most likely first (ties: lower id first);
+            None when the request asked for none.
+    """
+
+    text: str
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    top_logprobs: tuple[tuple[tuple[int, float], ...], ...] | None = None
+
+
+def check_budget(request: GenerationRequest) -> None:
+    """Raise `BudgetTooSmallError` if `max_tokens` is below 1 or cannot hold the shortest
+    constrained answer (`Constraint.tokens_to_complete`; checked only for a budget-aware request
+    whose constraint starts at the first token). A `max_tokens` of None is not checked against
+    the answer (`check_request` resolves it first)."""
+    if request.max_tokens is not None and request.max_tokens < 1:
+        raise BudgetTooSmallError(f"max_tokens must be at least 1, not {request.max_tokens}")
+    c = request.constraint
+    if c is None or request.trigger is not None or not request.budget_aware:
+        return
+    needed = c.tokens_to_complete()
+    limit = math.inf if request.max_tokens is None else request.max_tokens
+    if needed > limit or needed < 0:
+        raise BudgetTooSmallError(
+            f"max_tokens={request.max_tokens} is too small: the shortest answer the grammar "
+            f"allows takes {needed} tokens"
+        )
+
+
+def check_request(
+    request: GenerationRequest, context_length: int, vocab_size: int
+) -> GenerationRequest:
+    """Check everything a request carries, so that running it cannot fail; return it with
+    `max_tokens` resolved (None becomes context_length - prompt, OpenAI's default).
+
+    Args:
+        request: the request.
+        context_length: the most tokens a sequence may hold (prompt and answer), >= 1.
+        vocab_size: V, the number of token ids.
+
+    Raises:
+        RequestError: an empty prompt or a token id outside 0..V-1 (param `messages`), a
+            max_tokens that is not an integer, a `logit_bias` id outside 0..V-1 or value that
+            is not a number within [-100, 100], or a `top_logprobs` outside 0..20.
+        ContextLengthError: the prompt plus max_tokens exceed `context_length`.
+        BudgetTooSmallError: see `check_budget`.
+    """
+    ids = np.asarray(request.prompt_ids)
+    if ids.ndim != 1 or len(ids) == 0 or not np.issubdtype(ids.dtype, np.integer):
+        raise RequestError("the prompt must be at least one integer token id")
+    if ids.min() < 0 or ids.max() >= vocab_size:
+        raise RequestError(f"the prompt's token ids must lie within 0..{vocab_size - 1}")
+    prompt, max_tokens = len(ids), request.max_tokens
+    if max_tokens is not None and not _is_int(max_tokens):
+        raise RequestError(f"max_tokens must be an integer, not {max_tokens!r}", "max_tokens")
+    if max_tokens is not None and max_tokens < 1:
+        check_budget(request)
+    if prompt + (max_tokens or 1) > context_length:
+        raise ContextLengthError(context_length, prompt, max_tokens)
+    if max_tokens is None:
+        request = replace(request, max_tokens=context_length - prompt)
+    check_budget(request)
+    top = request.top_logprobs
+    if top is not None and not (_is_int(top) and 0 <= top <= MAX_TOP_LOGPROBS):
+        raise RequestError(
+            f"top_logprobs must be an integer within 0..{MAX_TOP_LOGPROBS}, not {top!r}",
+            "top_logprobs",
+        )
+    for token, bias in (request.logit_bias or {}).items():
+        if not (_is_int(token) and 0 <= token < vocab_size):
+            raise RequestError(
+                f"logit_bias names token {token!r}, not an id within 0..{vocab_size - 1}",
+                "logit_bias",
+            )
+        real = isinstance(bias, int | float | np.integer | np.floating) and not isinstance(
+            bias, bool
+        )
+        if not (real and -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS):
+            raise RequestError(
+                f"logit_bias of token {token} is {bias!r}, not a number within [-100, 100]",
+                "logit_bias",
+            )
+    return request
+
+
+def _is_int(value) -> bool:
+    """Whether `value` is an integer (a Python or NumPy int, not a bool)."""
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
