@@ -69,6 +69,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from corral.kernels import TokenNotAllowedError, Vocabulary, sample, top_logprobs
 from corral.model import kv_cache
+from corral.model.errors import RequestError
 from corral.model.generation_request import (
     BudgetTooSmallError,
     GenerationRequest,
@@ -316,11 +317,22 @@ class Generator:
         0, 1, 2, ... in the order of submission.
 
         Raises (for this request only; the engine goes on):
-            ContextLengthError: its prompt plus max_tokens exceed `max_len`.
+            ContextLengthError: its prompt plus max_tokens exceed the model's context (the
+                message gives the model's figures).
             BudgetTooSmallError: its max_tokens cannot hold its shortest answer.
-            RequestError: anything else it carries that cannot run (`check_request`).
+            RequestError: its prompt plus max_tokens (absent: what the context leaves) fit the
+                context but not this engine's smaller `max_len`; anything else it carries that
+                cannot run (`check_request`).
         """
-        request = check_request(request, self.max_len, len(self.vocabulary.tokens))
+        request = check_request(request, self.model.context_length, len(self.vocabulary.tokens))
+        held = len(request.prompt_ids) + request.max_tokens
+        if held > self.max_len:
+            raise RequestError(
+                f"this engine holds at most {self.max_len} tokens per sequence (its max_len); "
+                f"the prompt has {len(request.prompt_ids)} tokens and max_tokens asks for "
+                f"{request.max_tokens} more",
+                "max_tokens",
+            )
         handle = self._handles
         self._handles += 1
         self._waiting.append((handle, request))

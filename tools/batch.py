@@ -18,8 +18,10 @@ Decisions:
   custom_ids already in the output file, after `drop_torn_tail` removed a last line cut mid-write.
 - Two phases, each with its progress bar: `prepare` reads, validates and compiles every line (the
   token indexes of distinct grammars are built here, once each), then `requests` generates.
-- The KV cache holds the longest prompt plus `max_tokens` among the lines that fit the model's
-  context (`max_position_embeddings`); a line past it is refused at submit.
+- `max_tokens` absent (and no `--max-tokens` default) means what the context leaves, as in the
+  OpenAI API. The KV cache holds the longest prompt plus `max_tokens` among the lines that fit the
+  model's context, in as many slots as the available memory allows (`Generator`); a line past
+  the context is a 400 `context_length_exceeded` naming the figures, refused at submit.
 """
 
 from __future__ import annotations
@@ -36,12 +38,11 @@ import jsonschema
 from corral.automata import ConstrainError
 from corral.kernels import Constraint, SamplingParams
 from corral.model.generate import (
-    BudgetTooSmallError,
     GenerationRequest,
     GenerationResult,
     Generator,
 )
-from corral.tools.errors import ToolError, invalid
+from corral.tools.errors import ToolError
 from corral.tools.grammar import DEFAULT_MAX_GRAMMARS, GrammarCompiler, grammar
 from corral.tools.parser import ToolParser
 from corral.tools.render import render_request
@@ -87,7 +88,9 @@ class Engine:
         self.vocabulary = model.vocabulary
         self.compiler = GrammarCompiler(self.vocabulary, max_grammars)
 
-    def requests(self, request: ToolRequest, default_max_tokens: int) -> list[GenerationRequest]:
+    def requests(
+        self, request: ToolRequest, default_max_tokens: int | None = None
+    ) -> list[GenerationRequest]:
         """The engine requests of a chat request's `n` choices (their budget is checked when
         they are submitted, `Generator.submit`).
 
@@ -253,13 +256,12 @@ class BatchSummary:
 
 def error_body(error: Exception) -> tuple[int, dict]:
     """`(status, body)` of the error line of a request that raised `error` before it ran: a
-    `ToolError` keeps its own; a max_tokens below the shortest answer is a 400 on `max_tokens`;
-    any other `ConstrainError`, and a value Python cannot convert, encode or recurse through, is
-    a 400; anything else is a 500 `server_error` naming the exception."""
+    `ToolError` keeps its own; a `ConstrainError` (a max_tokens below the shortest answer, a
+    prompt past the context: their `param` and `code` are kept), and a value Python cannot
+    convert, encode or recurse through, is a 400; anything else is a 500 `server_error` naming
+    the exception."""
     if isinstance(error, ToolError):
         return error.status, error.to_json()
-    if isinstance(error, BudgetTooSmallError):
-        return 400, invalid("max_tokens", str(error)).to_json()
     named = f"{type(error).__name__}: {error}"
     if isinstance(error, ConstrainError | RecursionError | OverflowError | UnicodeError):
         param, code = getattr(error, "param", None), getattr(error, "code", None)
@@ -304,7 +306,7 @@ def run_batch(
     out,
     skip: set[str] = frozenset(),
     batch_size: int = 16,
-    default_max_tokens: int = DEFAULT_MAX_TOKENS,
+    default_max_tokens: int | None = None,
     progress: bool = True,
 ) -> BatchSummary:
     """Run the input lines and write the output lines to the text stream `out` as they finish
@@ -316,7 +318,8 @@ def run_batch(
         out: a text stream; every line written is flushed at once.
         skip: custom_ids already answered (`done_ids`): their lines are not run again.
         batch_size: sequences decoded together, >= 1.
-        default_max_tokens: max_tokens of requests that set none.
+        default_max_tokens: max_tokens of requests that set none (None: what the context
+            leaves, the OpenAI API's default).
         progress: show the `prepare` and `requests` progress bars (tqdm, on stderr).
 
     Returns a `BatchSummary`. Never raises for a bad line: it becomes an error line."""
@@ -404,42 +407,28 @@ def _is_duplicate(custom_id, number: int, first: dict, writer: _Writer) -> bool:
 def _submit(
     engine, pending: list[_Line], batch_size: int, writer: _Writer
 ) -> tuple[Generator, dict[int, tuple[_Line, int]]]:
-    """Phase 2 set-up: a `Generator` whose KV cache holds the longest line that fits the model's
-    context, and every pending line's choices submitted to it (a line whose submit raises gets
-    its error line). Returns the generator and `{handle: (line, choice index)}`."""
-    context = getattr(getattr(engine.model, "config", None), "max_position_embeddings", None)
-    lengths = [len(c.prompt_ids) + c.max_tokens for line in pending for c in line.choices]
-    fitting = [n for n in lengths if context is None or n <= context]
-    if not fitting:
-        fitting = [1]
+    """Phase 2 set-up: a `Generator` whose KV cache holds the longest prompt plus `max_tokens`
+    among the pending lines (a choice without `max_tokens` may use the whole context), and every
+    pending line's choices submitted to it. A line whose submit raises (a budget too small for
+    its grammar, a prompt past the context: `corral.model.RequestError`) gets its error line.
+    Returns the generator and `{handle: (line, choice index)}`."""
+    context = engine.model.context_length
+    lengths = [
+        len(c.prompt_ids) + (c.max_tokens if c.max_tokens is not None else context)
+        for line in pending
+        for c in line.choices
+    ]
+    max_len = max([1, *[n for n in lengths if n <= context]])
     n_slots = max(1, min(batch_size, len(lengths)))
-    generator = Generator(engine.model, n_slots, max(fitting))
+    generator = Generator(engine.model, n_slots, max_len)
     handles: dict[int, tuple[_Line, int]] = {}
     for line in pending:
         try:
-            if context is not None and _longest(line) > context:
-                raise _context_error(line, context)
             for i, choice in enumerate(line.choices):
                 handles[generator.submit(choice)] = (line, i)
-        except Exception as error:  # e.g. a budget too small, or past the context
-            writer.failure(line, error)
+        except Exception as error:  # any fault of one line is that line's error line
+            writer.failure(line, error)  # its choices already submitted run, and are dropped
     return generator, handles
-
-
-def _longest(line: _Line) -> int:
-    """The tokens a line's longest choice may hold: its prompt plus its max_tokens."""
-    return max(len(c.prompt_ids) + c.max_tokens for c in line.choices)
-
-
-def _context_error(line: _Line, context: int) -> ToolError:
-    choice = line.choices[0]
-    return ToolError(
-        400,
-        "max_tokens",
-        "context_length_exceeded",
-        f"This model's maximum context length is {context} tokens; the prompt has "
-        f"{len(choice.prompt_ids)} tokens and max_tokens is {choice.max_tokens}.",
-    )
 
 
 def _finish(engine, line: _Line, writer: _Writer) -> None:

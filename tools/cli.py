@@ -233,7 +233,7 @@ def _generate_batch(args: argparse.Namespace, model, lines: list[str], output: P
             print(f"corral generate: dropped a torn last line of {output} ({dropped} bytes); "
                   "its request runs again", file=sys.stderr)  # fmt: skip
         skip = done_ids(output)
-    max_tokens = args.max_tokens or DEFAULT_MAX_TOKENS
+    max_tokens = args.max_tokens  # None: each line's own, else what the context leaves
     try:
         with output.open("a", encoding="utf-8") as out:
             summary = run_batch(
@@ -330,7 +330,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     generate.add_argument("--model", help="Hugging Face folder or .gguf (default: SmolLM2-135M)")
     generate.add_argument("--batch-size", type=int, default=16, help="batch size (16)")
-    generate.add_argument("--max-tokens", type=int, help="default max_tokens (512)")
+    generate.add_argument(
+        "--max-tokens",
+        type=int,
+        help="max_tokens of lines that set none (batch: default what the context leaves, "
+        "as in the OpenAI API; quick form: default 512)",
+    )
     generate.add_argument("--quiet", action="store_true", help="no progress bars")
     generate.add_argument("--schema", help="quick form: a JSON Schema file")
     generate.add_argument("--regex", help="quick form: a regex")

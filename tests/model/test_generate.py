@@ -9,7 +9,7 @@ import re
 import jsonschema
 import pytest
 from corral.kernels import Constraint, SamplingParams
-from corral.model.errors import ContextLengthError
+from corral.model.errors import ContextLengthError, RequestError
 from corral.model.generate import (
     BudgetTooSmallError,
     GenerationRequest,
@@ -179,8 +179,11 @@ def test_submit_refuses_one_request_and_keeps_the_others():
     too_small = GenerationRequest([1], 1, SamplingParams(), 0, (), Constraint(index_of(CITY)))
     with pytest.raises(BudgetTooSmallError):
         engine.submit(too_small)
-    with pytest.raises(ContextLengthError):  # prompt plus max_tokens past the engine's max_len
-        engine.submit(GenerationRequest([1] * 30, 11, SamplingParams(), 0))
+    with pytest.raises(RequestError, match="at most 40 tokens per sequence") as caught:
+        engine.submit(GenerationRequest([1] * 30, 11, SamplingParams(), 0))  # past max_len
+    assert not isinstance(caught.value, ContextLengthError)  # the model's context is larger
+    with pytest.raises(ContextLengthError, match="maximum context length is 4096"):
+        engine.submit(GenerationRequest([1] * 30, 4067, SamplingParams(), 0))
     with pytest.raises(BudgetTooSmallError):
         engine.submit(GenerationRequest([1], 0, SamplingParams(), 0))
     finished = []

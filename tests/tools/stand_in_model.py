@@ -43,7 +43,14 @@ class StandInModel:
     tokenizer = _Tokenizer()
 
     def __init__(self, context: int = 4096, interrupt_after: int | None = None, eos_bias=2.0):
-        self.config = SimpleNamespace(max_position_embeddings=context)
+        # a tiny cache shape (8 bytes a token): the engine's memory check never matters here
+        self.config = SimpleNamespace(
+            max_position_embeddings=context,
+            num_hidden_layers=1,
+            num_key_value_heads=1,
+            head_dim=1,
+        )
+        self.context_length = context
         self.interrupt_after = interrupt_after
         self.eos_bias = eos_bias
         self.steps = 0
