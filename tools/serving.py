@@ -164,6 +164,8 @@ class EngineThread:
                     op = ()
             if self.generator.has_work:
                 self._step()
+            self.metrics.running.set(self.generator.n_live)
+            self.metrics.waiting.set(self.generator.n_waiting)
 
     def _apply(self, kind: str, job: Job) -> None:
         if kind == "submit":
@@ -225,8 +227,6 @@ class EngineThread:
             metrics.prompt_tokens.inc(result.prompt_tokens)
             metrics.completion_tokens.inc(result.completion_tokens)
             job.post(("done", job.handles[handle], result))
-        metrics.running.set(self.generator.n_live)
-        metrics.waiting.set(self.generator.n_waiting)
 
     def _tick(self, handle: int, job: Job, now: float) -> None:
         """A choice produced new bytes: observe its time to first token or inter-token
