@@ -28,7 +28,10 @@ Decisions:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import socket
+import threading
 import time
 import uuid
 from contextlib import asynccontextmanager
@@ -384,6 +387,40 @@ class _Answer:
     request: ToolRequest
     choices: list
     results: dict
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port the OS reports free on `host` (for tests and benches)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def background_server(model, config: ServerConfig = ServerConfig(), host: str = "127.0.0.1"):
+    """Run a server over `model` in a background thread of this process, on `host` and a free
+    port, for the `with` block (tests, benches, notebooks). Yields `(base_url, Server)`.
+
+    Raises:
+        RuntimeError: uvicorn did not start within 30 s.
+    """
+    server = Server(Engine(model, config.model_name), config)
+    port = free_port(host)
+    settings = uvicorn.Config(server.app(), host=host, port=port, log_level="warning")
+    uv = uvicorn.Server(settings)
+    thread = threading.Thread(target=uv.run, name="corral-uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not uv.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            uv.should_exit = True
+            raise RuntimeError("the server did not start")
+        time.sleep(0.05)
+    try:
+        yield f"http://{host}:{port}", server
+    finally:
+        uv.should_exit = True
+        thread.join(timeout=30)
 
 
 def serve(

@@ -15,10 +15,9 @@ import httpx
 import jsonschema
 import openai
 import pytest
-from corral.tools.server import ServerConfig
+from corral.tools.server import ServerConfig, background_server
 from example_schemas import WEATHER
 from prometheus_client.parser import text_string_to_metric_families
-from server_helpers import live_server
 
 KEY = "sk-test"
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
@@ -38,7 +37,7 @@ DESCRIBE = [{"role": "user", "content": "Describe a person as JSON."}]
 @pytest.fixture(scope="module")
 def server(smollm2):
     config = ServerConfig(batch_size=16, max_len=512, api_key=KEY)
-    with live_server(smollm2, config) as (url, _):
+    with background_server(smollm2, config) as (url, _):
         yield url
 
 
@@ -248,7 +247,7 @@ def gauge(base: str, name: str) -> float:
 @pytest.mark.slow
 def test_a_dropped_stream_frees_its_slot(smollm2):
     config = ServerConfig(batch_size=1, max_len=512, max_waiting=0)
-    with live_server(smollm2, config) as (url, _):
+    with background_server(smollm2, config) as (url, _):
         body = {"messages": DESCRIBE, "max_tokens": 300, "stream": True, "seed": 1}
         with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as r:
             lines = r.iter_lines()
@@ -322,7 +321,7 @@ CHECKS = ",".join(
 def test_schemathesis_finds_no_server_error_and_no_nonconforming_response(smollm2, tmp_path):
     runner = os.path.join(os.path.dirname(sys.executable), "schemathesis")
     config = ServerConfig(batch_size=4, max_len=160, default_max_tokens=8)
-    with live_server(smollm2, config) as (url, _):
+    with background_server(smollm2, config) as (url, _):
         command = [
             runner, "run", f"{url}/openapi.json", "--max-examples", "15",
             "--checks", CHECKS,
