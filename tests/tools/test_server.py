@@ -15,7 +15,11 @@ import httpx
 import jsonschema
 import openai
 import pytest
+from corral.model.generate import GenerationResult
+from corral.tools.cli import main
 from corral.tools.server import ServerConfig, background_server
+from corral.tools.serving import ChoiceStream
+from corral.tools.shapes import Content, ToolCall, collect
 from example_schemas import WEATHER
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -331,3 +335,30 @@ def test_schemathesis_finds_no_server_error_and_no_nonconforming_response(smollm
     report = done.stdout + done.stderr
     assert done.returncode == 0, report[-4000:]
     assert "createChatCompletion" in report or "/v1/chat/completions" in report, report[-2000:]
+
+
+# --- streaming a choice's bytes (no model) ------------------------------------------------
+
+
+def test_choice_stream_holds_back_what_a_stop_string_may_still_remove():
+    stream = ChoiceStream(None, ("END",))
+    assert stream.feed(b"abc") == [Content("a")]
+    assert stream.feed(b"E") == [Content("b")]
+    assert stream.feed(b"N") == [Content("c")]
+    final = GenerationResult("abc", (), (), "stop", 1, 4)  # the engine cut "END"
+    assert stream.finish(final) == []
+
+
+def test_choice_stream_decodes_utf8_split_between_steps_and_parses_calls():
+    stream = ChoiceStream("req", ())
+    text = 'é<tool_call>{"name":"f","arguments":{"a":1}}</tool_call>'
+    raw = text.encode()
+    events = stream.feed(raw[:1]) + stream.feed(raw[1:20]) + stream.feed(raw[20:])
+    events += stream.finish(GenerationResult(text, (), (), "stop", 1, 9))
+    assert collect(events) == ("é", [ToolCall("call_req_0", "f", '{"a":1}')])
+    assert stream.calls == 1
+
+
+def test_corral_serve_refuses_bad_arguments_before_loading_the_model(capsys):
+    assert main(["serve", "--batch-size", "0"]) == 2
+    assert "--batch-size must be at least 1" in capsys.readouterr().err
