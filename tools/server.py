@@ -291,8 +291,6 @@ class Server:
     def _completion(self, request: ToolRequest, choices: list, results: dict) -> dict:
         """The `chat.completion` body (`Engine.completion`), with logprobs when asked."""
         body = self.engine.completion(_Answer(request, choices, results))
-        if body["model"] == self.engine.model_name:
-            body["model"] = request.model or self.config.model_name
         if request.logprobs:
             for choice in body["choices"]:
                 choice["logprobs"] = self._logprobs(results[choice["index"]])

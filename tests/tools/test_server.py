@@ -103,6 +103,25 @@ def test_stream_deltas_index_calls_and_report_usage(client):
 
 
 @pytest.mark.slow
+def test_streamed_free_text_with_n_and_stop_equals_the_plain_answer(client):
+    """n choices stream under their own index; a stop string is cut from the streamed text as
+    from the plain one (its first bytes were held back, never sent)."""
+    body = {"model": "m", "messages": DESCRIBE, "max_tokens": 24, "seed": 5, "n": 2}
+    plain = client.chat.completions.create(**body).choices
+    stop = next(c.message.content for c in plain)[6:8]  # a piece the seeded answer contains
+    plain = client.chat.completions.create(**body, stop=[stop]).choices
+    chunks = list(client.chat.completions.create(**body, stop=[stop], stream=True))
+    texts, reasons = ["", ""], [None, None]
+    for chunk in chunks:
+        for choice in chunk.choices:
+            texts[choice.index] += choice.delta.content or ""
+            reasons[choice.index] = choice.finish_reason or reasons[choice.index]
+    assert texts == [c.message.content or "" for c in plain]
+    assert reasons == [c.finish_reason for c in plain]
+    assert stop not in texts[0] and reasons[0] == "stop"
+
+
+@pytest.mark.slow
 def test_tool_choice_none_calls_nothing(client):
     answer = client.chat.completions.create(**forced(tool_choice="none", max_tokens=12))
     choice = answer.choices[0]
