@@ -91,6 +91,7 @@ def error_response(
 
 
 def tool_error_response(error: ToolError) -> JSONResponse:
+    """The response for a `ToolError`: its status and OpenAI-shaped body."""
     return JSONResponse(error.to_json(), status_code=error.status)
 
 
