@@ -5,9 +5,10 @@ A `Generator(model, batch_size, max_len=None)` runs requests on one KV cache of 
 `step()` prefills the prompts of waiting requests into free slots, picks one token for every live
 sequence, and decodes them all together, one forward pass for the whole batch; it returns the
 `(handle, GenerationResult)` of the sequences that ended, whose slots go to the next waiting
-requests. At each step each sequence's mask is applied before the log-softmax
-(`corral.kernels.sample`) and its `Constraint` advances. `iter_generate` and `generate` are thin
-loops over a `Generator` for a fixed list of requests.
+requests. Between steps, `partial_text()` shows what each live sequence wrote so far (streaming)
+and `cancel(handle)` drops a request (a client that went away). At each step each sequence's
+mask is applied before the log-softmax (`corral.kernels.sample`) and its `Constraint` advances.
+`iter_generate` and `generate` are thin loops over a `Generator` for a fixed list of requests.
 
 The engine knows nothing of HTTP or OpenAI shapes: a request is prompt token ids, sampling
 settings, an optional `Constraint` and an optional trigger string.
@@ -337,6 +338,38 @@ class Generator:
         self._handles += 1
         self._waiting.append((handle, request))
         return handle
+
+    def cancel(self, handle: int) -> bool:
+        """Drop a submitted request that has not ended: a waiting one leaves the queue, a live
+        one frees its slot for the next `step` (for a client that went away). Returns whether
+        the handle was found; its result is never returned."""
+        for i, (waiting, _) in enumerate(self._waiting):
+            if waiting == handle:
+                del self._waiting[i]
+                return True
+        for i, seq in enumerate(self._live):
+            if seq.handle == handle:
+                del self._live[i]
+                self.stats.completion_tokens += seq.generated
+                self._free.append(seq.slot)
+                return True
+        return False
+
+    def partial_text(self) -> dict[int, bytes]:
+        """The bytes each live request has generated so far, by handle (for streaming). Free
+        text may still lose a tail to a stop string that is not yet complete; a constrained
+        answer only grows."""
+        return {seq.handle: bytes(seq.text) for seq in self._live}
+
+    @property
+    def n_waiting(self) -> int:
+        """Submitted requests not yet given a slot."""
+        return len(self._waiting)
+
+    @property
+    def n_live(self) -> int:
+        """Requests holding a slot."""
+        return len(self._live)
 
     def step(self) -> list[tuple[int, GenerationResult]]:
         """Admit waiting requests into free slots (their prompts share prefill passes), pick a

@@ -1,5 +1,5 @@
-"""The `corral` command line: `corral compile` (a pattern or schema to its DFA) and
-`corral generate` (the main job, DESIGN.md section 7).
+"""The `corral` command line: `corral compile` (a pattern or schema to its DFA),
+`corral generate` (the main job, DESIGN.md section 7) and `corral serve` (the HTTP server).
 
 Decisions:
 - Every input error (a bad argument, a file that is missing, a folder, unreadable, not UTF-8 or
@@ -280,6 +280,29 @@ def _generate_quick(args: argparse.Namespace, model, dfa: Dfa) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    """`corral serve`: the OpenAI-compatible HTTP server (`corral.tools.server`)."""
+    from corral.automata import ConstrainError
+    from corral.tools.server import ServerConfig, serve
+
+    for name in ("batch_size", "max_len", "port"):
+        if getattr(args, name) < 1:
+            print(f"corral serve: --{name.replace('_', '-')} must be at least 1", file=sys.stderr)
+            return 2
+    config = ServerConfig(
+        batch_size=args.batch_size,
+        max_len=args.max_len,
+        max_waiting=args.max_waiting,
+        api_key=args.api_key,
+    )
+    try:
+        serve(args.model, args.host, args.port, config)
+    except ConstrainError as error:
+        print(f"corral serve: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -347,6 +370,20 @@ def main(argv: list[str] | None = None) -> int:
     generate.add_argument("--top-p", type=float, default=1.0, help="quick form: top_p (1.0)")
     generate.add_argument("--seed", type=int, default=0, help="quick form: first seed (0)")
     generate.set_defaults(run=_generate)
+    serve = commands.add_parser(
+        "serve",
+        help="an OpenAI-compatible HTTP server (chat completions, tools, streaming, /metrics)",
+    )
+    serve.add_argument("--model", help="Hugging Face folder or .gguf (default: SmolLM2-135M)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port (8000)")
+    serve.add_argument("--batch-size", type=int, default=16, help="requests decoding together")
+    serve.add_argument("--max-len", type=int, default=2048, help="tokens per request (2048)")
+    serve.add_argument(
+        "--max-waiting", type=int, default=64, help="queued requests before a 429 (64)"
+    )
+    serve.add_argument("--api-key", help="require Authorization: Bearer KEY on /v1/*")
+    serve.set_defaults(run=_serve)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -190,3 +190,26 @@ def test_submit_refuses_one_request_and_keeps_the_others():
     while engine.has_work:
         finished += engine.step()
     assert [handle for handle, _ in finished] == [good]
+
+
+def test_partial_text_grows_and_cancel_frees_the_slot():
+    """Between steps `partial_text` shows each live request's bytes so far (a prefix of its
+    final text); `cancel` drops a live or waiting request and its slot goes to the next one."""
+    requests = [GenerationRequest([3, i], 12, SamplingParams(), seed=i) for i in range(3)]
+    (alone,) = generate(FakeModel(bias={EOS: -100.0}), requests[2:])
+    engine = Generator(FakeModel(bias={EOS: -100.0}), batch_size=1, max_len=64)
+    first, second, third = (engine.submit(r) for r in requests)
+    seen = b""
+    for _ in range(3):
+        assert engine.step() == []
+        text = engine.partial_text()[first]
+        assert text.startswith(seen) and len(text) > len(seen)
+        seen = text
+    assert engine.cancel(second)  # waiting: leaves the queue
+    assert engine.cancel(first)  # live: frees the slot
+    assert not engine.cancel(first)
+    assert engine.partial_text() == {} and engine.n_waiting == 1
+    finished = []
+    while engine.has_work:
+        finished += engine.step()
+    assert finished == [(third, alone)]

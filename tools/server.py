@@ -1,0 +1,437 @@
+"""`corral serve`: an OpenAI-compatible HTTP server on starlette and uvicorn (DESIGN.md section 1,
+"HTTP server"; the shapes and errors of section 5).
+
+Routes: `POST /v1/chat/completions` (what `corral generate` honours, with the same validation,
+error shapes and status codes: `corral.tools.request`, `corral.tools.batch.Engine`; `stream:
+true` sends server-sent events through `sse-starlette`: `data: {chunk}` lines ending with
+`data: [DONE]`), `GET /v1/models`, `GET /health`, `GET /metrics` (Prometheus text format) and
+`GET /openapi.json` (the subset served). The model runs in one engine thread
+(`corral.tools.serving.EngineThread`); the event loop never waits on it: grammars compile in
+starlette's thread pool, the shared `GrammarCompiler` caches their token indexes.
+
+Decisions:
+- Errors keep OpenAI's shape `{"error": {"message", "type", "param", "code"}}`: 400 for a
+  malformed body (not JSON: code `invalid_json`), 401 for a wrong or missing `Authorization:
+  Bearer` key when the server has one (`/health` and `/metrics` stay open), 404 for an unknown
+  route, 405 for a wrong method, 413 past `max_body_bytes`, 415 for a content type other than
+  JSON, 429 when the batch is full and `max_waiting` choices already wait, 500 when the engine
+  fails a request.
+- A prompt plus `max_tokens` longer than `max_len` is a 400 naming `max_tokens` (or `messages`
+  when the prompt alone is too long); a request without `max_tokens` gets what fits, at most
+  `default_max_tokens`.
+- Streamed chunks carry no `logprobs` (null); a non-streamed choice's `logprobs.content` lists
+  each token's text, logprob and bytes, with `top_logprobs` empty.
+- A client that disconnects cancels its choices; their slots are free at the next decode step
+  (a streamed request notices at once, a plain one within `DISCONNECT_POLL_SECONDS`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import threading
+import time
+import uuid
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+
+import uvicorn
+from corral.model import load_model
+from corral.tools import openapi
+from corral.tools.batch import Engine
+from corral.tools.errors import ToolError, invalid
+from corral.tools.request import ToolRequest, parse_tool_request
+from corral.tools.serving import DEFAULT_MAX_WAITING, ChoiceStream, EngineThread, Job, Metrics
+from corral.tools.shapes import delta_json, finish_reason
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sse_starlette import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+DISCONNECT_POLL_SECONDS = 1.0
+ROUTES = ("/v1/chat/completions", "/v1/models", "/health", "/metrics", "/openapi.json")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Settings of one server.
+
+    Attributes:
+        batch_size: KV cache slots, the most choices decoding together.
+        max_len: the most tokens one choice holds, prompt included (the KV cache's length).
+        max_waiting: the most choices waiting for a slot; past it, 429.
+        max_body_bytes: the largest request body; past it, 413.
+        api_key: when set, `/v1/*` needs `Authorization: Bearer <api_key>`.
+        model_name: the id `/v1/models` lists and answers carry when the request names none.
+        default_max_tokens: the most tokens of a request that sets no `max_tokens`.
+    """
+
+    batch_size: int = 16
+    max_len: int = 2048
+    max_waiting: int = DEFAULT_MAX_WAITING
+    max_body_bytes: int = 4 * 1024 * 1024
+    api_key: str | None = None
+    model_name: str = "SmolLM2-135M-Instruct"
+    default_max_tokens: int = 512
+
+
+def error_response(
+    status: int, message: str, kind: str, param: str | None = None, code: str | None = None
+) -> JSONResponse:
+    """An error in OpenAI's shape."""
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return JSONResponse(body, status_code=status)
+
+
+def tool_error_response(error: ToolError) -> JSONResponse:
+    """The response for a `ToolError`: its status and OpenAI-shaped body."""
+    return JSONResponse(error.to_json(), status_code=error.status)
+
+
+class CountRequests:
+    """ASGI middleware: counts every HTTP request by route (`other` for unknown paths) and
+    status in `Metrics.requests`."""
+
+    def __init__(self, app, metrics: Metrics):
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+
+        async def send_counted(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_counted)
+        finally:
+            route = scope["path"] if scope["path"] in ROUTES else "other"
+            self.metrics.requests.labels(route=route, status=str(status)).inc()
+
+
+class Server:
+    """The routes of one server over one `Engine` (model, vocabulary, grammar compiler).
+
+    Args:
+        engine: a `corral.tools.batch.Engine`.
+        config: a `ServerConfig`.
+    """
+
+    def __init__(self, engine: Engine, config: ServerConfig = ServerConfig()):
+        self.engine = engine
+        self.config = config
+        self.metrics = Metrics()
+        self.thread = EngineThread(
+            engine.model, config.batch_size, config.max_len, config.max_waiting, self.metrics
+        )
+        self.created = int(time.time())
+
+    def app(self) -> Starlette:
+        """The ASGI application; its lifespan starts and stops the engine thread."""
+
+        @asynccontextmanager
+        async def lifespan(app):
+            self.thread.start()
+            yield
+            self.thread.stop()
+
+        async def not_found(request: Request, exc: HTTPException) -> Response:
+            if exc.status_code == 405:
+                message = f"Method {request.method} is not allowed on {request.url.path}."
+                return error_response(405, message, "invalid_request_error")
+            message = f"Unknown route {request.method} {request.url.path}."
+            return error_response(exc.status_code, message, "invalid_request_error")
+
+        routes = [
+            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/health", self.health, methods=["GET"]),
+            Route("/metrics", self.metrics_text, methods=["GET"]),
+            Route("/openapi.json", self.openapi, methods=["GET"]),
+        ]
+        return Starlette(
+            routes=routes,
+            lifespan=lifespan,
+            middleware=[Middleware(CountRequests, metrics=self.metrics)],
+            exception_handlers={HTTPException: not_found},
+        )
+
+    # --- small routes ----------------------------------------------------------------------
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def metrics_text(self, request: Request) -> Response:
+        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def openapi(self, request: Request) -> Response:
+        return JSONResponse(openapi.document(self.config.model_name))
+
+    async def models(self, request: Request) -> Response:
+        refused = self._check_key(request)
+        if refused is not None:
+            return refused
+        model = {
+            "id": self.config.model_name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "corral",
+        }
+        return JSONResponse({"object": "list", "data": [model]})
+
+    def _check_key(self, request: Request) -> Response | None:
+        key = self.config.api_key
+        if key is None:
+            return None
+        given = request.headers.get("authorization", "")
+        if given == f"Bearer {key}":
+            return None
+        message = "Missing API key." if not given else "Incorrect API key provided."
+        return error_response(401, message, "invalid_request_error", None, "invalid_api_key")
+
+    async def _read_body(self, request: Request) -> bytes | Response:
+        """The request body, or the error response for a wrong content type or size."""
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind != "application/json":
+            message = f"Content-Type must be application/json, not {kind or 'missing'}."
+            return error_response(415, message, "invalid_request_error", None, "invalid_type")
+        limit = self.config.max_body_bytes
+        too_large = error_response(
+            413, f"The body is larger than {limit} bytes.", "invalid_request_error"
+        )
+        if int(request.headers.get("content-length") or 0) > limit:
+            return too_large
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                return too_large
+        return bytes(body)
+
+    # --- chat completions ------------------------------------------------------------------
+
+    async def chat_completions(self, request: Request) -> Response:
+        refused = self._check_key(request)
+        if refused is not None:
+            return refused
+        body = await self._read_body(request)
+        if isinstance(body, Response):
+            return body
+        try:
+            parsed = parse_tool_request(body)
+            choices = await run_in_threadpool(self._engine_requests, parsed)
+        except ToolError as error:
+            return tool_error_response(error)
+        if not self.thread.admit(len(choices)):
+            message = "The server is busy: the batch is full and the waiting queue too."
+            return error_response(429, message, "rate_limit_error", None, "rate_limit_exceeded")
+        loop = asyncio.get_running_loop()
+        job = Job(choices, parsed.stream, loop, asyncio.Queue())
+        self.thread.submit(job)
+        if parsed.stream:
+            return EventSourceResponse(self._stream(parsed, job), sep="\n")
+        try:
+            results = {}
+            while len(results) < len(choices):
+                try:
+                    event = await asyncio.wait_for(job.events.get(), DISCONNECT_POLL_SECONDS)
+                except asyncio.TimeoutError:
+                    if await request.is_disconnected():
+                        return Response(status_code=499)  # nobody reads it; frees the slots
+                    continue
+                if event[0] == "error":
+                    return self._engine_error(event[1])
+                if event[0] == "done":
+                    results[event[1]] = event[2]
+        finally:
+            self.thread.cancel(job)  # frees the slots of a client that went away; else a no-op
+        return JSONResponse(self._completion(parsed, choices, results))
+
+    def _engine_requests(self, request: ToolRequest) -> list:
+        """The engine requests of `request` (`Engine.requests`), fitted to `max_len`. Raises
+        ToolError as `Engine.requests` does, and 400 when the prompt does not fit."""
+        choices = self.engine.requests(request, self.config.default_max_tokens)
+        prompt = len(choices[0].prompt_ids)
+        room = self.config.max_len - prompt
+        if room < 1:
+            raise invalid(
+                "messages",
+                f"The prompt is {prompt} tokens; this server's context is "
+                f"{self.config.max_len} tokens.",
+                "context_length_exceeded",
+            )
+        if choices[0].max_tokens > room:
+            if request.max_tokens is not None:
+                raise invalid(
+                    "max_tokens",
+                    f"max_tokens={request.max_tokens} and a prompt of {prompt} tokens exceed "
+                    f"this server's context of {self.config.max_len} tokens.",
+                    "context_length_exceeded",
+                )
+            choices = [replace(choice, max_tokens=room) for choice in choices]
+        return choices
+
+    def _engine_error(self, error: Exception) -> Response:
+        if isinstance(error, ToolError):
+            return tool_error_response(error)
+        return error_response(500, f"The engine failed: {error}", "server_error")
+
+    def _completion(self, request: ToolRequest, choices: list, results: dict) -> dict:
+        """The `chat.completion` body (`Engine.completion`), with logprobs when asked."""
+        body = self.engine.completion(_Answer(request, choices, results))
+        if request.logprobs:
+            for choice in body["choices"]:
+                choice["logprobs"] = self._logprobs(results[choice["index"]])
+        return body
+
+    def _logprobs(self, result) -> dict:
+        tokens = self.engine.vocabulary.tokens
+        content = []
+        for token, logprob in zip(result.token_ids, result.logprobs, strict=True):
+            raw = tokens[token] or b""
+            content.append(
+                {
+                    "token": raw.decode("utf-8", errors="replace"),
+                    "logprob": logprob,
+                    "bytes": list(raw),
+                    "top_logprobs": [],
+                }
+            )
+        return {"content": content, "refusal": None}
+
+    async def _stream(self, request: ToolRequest, job: Job):
+        """The server-sent events of a streamed request (see the module docstring)."""
+        request_id = uuid.uuid4().hex[:12]
+        created = int(time.time())
+        model = request.model or self.config.model_name
+        n = len(job.choices)
+        streams = []
+        for i in range(n):
+            call_id = None
+            if request.calls_allowed:
+                call_id = f"{request_id}_{i}" if request.n > 1 else request_id
+            streams.append(ChoiceStream(call_id, request.stop))
+        usage = request.stream_include_usage
+
+        def chunk(choices: list, **extra) -> dict:
+            body = {
+                "id": f"chatcmpl-{request_id}",
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": choices,
+            }
+            if usage:
+                body["usage"] = None
+            body.update(extra)
+            return {"data": json.dumps(body, ensure_ascii=False)}
+
+        def choice(i: int, delta: dict, reason: str | None = None) -> dict:
+            return {"index": i, "delta": delta, "logprobs": None, "finish_reason": reason}
+
+        prompt_tokens = completion_tokens = 0
+        try:
+            for i in range(n):
+                yield chunk([choice(i, {"role": "assistant", "content": ""})])
+            ended = 0
+            while ended < n:
+                event = await job.events.get()
+                if event[0] == "error":
+                    error = self._engine_error(event[1])
+                    yield {"data": error.body.decode("utf-8")}
+                    return
+                i = event[1]
+                if event[0] == "text":
+                    for item in streams[i].feed(event[2]):
+                        yield chunk([choice(i, delta_json(item))])
+                    continue
+                result = event[2]
+                ended += 1
+                prompt_tokens = result.prompt_tokens
+                completion_tokens += result.completion_tokens
+                for item in streams[i].finish(result):
+                    yield chunk([choice(i, delta_json(item))])
+                reason = finish_reason(streams[i].calls, result.finish_reason)
+                yield chunk([choice(i, {}, reason)])
+            if usage:
+                counts = {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                }
+                yield chunk([], usage=counts)
+            yield {"data": "[DONE]"}
+        finally:
+            self.thread.cancel(job)
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """What `Engine.completion` reads of a finished request: the request, its engine requests
+    (one per choice) and their results by choice index."""
+
+    request: ToolRequest
+    choices: list
+    results: dict
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port the OS reports free on `host` (for tests and benches)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def background_server(model, config: ServerConfig = ServerConfig(), host: str = "127.0.0.1"):
+    """Run a server over `model` in a background thread of this process, on `host` and a free
+    port, for the `with` block (tests, benches, notebooks). Yields `(base_url, Server)`.
+
+    Raises:
+        RuntimeError: uvicorn did not start within 30 s.
+    """
+    server = Server(Engine(model, config.model_name), config)
+    port = free_port(host)
+    settings = uvicorn.Config(server.app(), host=host, port=port, log_level="warning")
+    uv = uvicorn.Server(settings)
+    thread = threading.Thread(target=uv.run, name="corral-uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not uv.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            uv.should_exit = True
+            raise RuntimeError("the server did not start")
+        time.sleep(0.05)
+    try:
+        yield f"http://{host}:{port}", server
+    finally:
+        uv.should_exit = True
+        thread.join(timeout=30)
+
+
+def serve(
+    model_path: str | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    config: ServerConfig = ServerConfig(),
+) -> None:
+    """Load the model and run the server until interrupted (uvicorn's own signal handling).
+
+    Raises:
+        ConstrainError: the model cannot be loaded (`corral.model.load_model`).
+    """
+    engine = Engine(load_model(model_path), config.model_name)
+    uvicorn.run(Server(engine, config).app(), host=host, port=port, log_level="info")

@@ -1,0 +1,291 @@
+"""The engine thread behind `corral serve` (DESIGN.md section 1, "HTTP server"; the engine of
+section 7): one thread owns the model and one `Generator`, so the event loop never waits on it.
+
+`EngineThread.submit(job)` hands a `Job` (the engine requests of one chat request's `n`
+choices) to the thread through a thread-safe queue; the thread loops: take new jobs and
+cancellations, `Generator.submit` / `Generator.cancel` them, run one `step`, and post each
+job's events back to its asyncio loop with `loop.call_soon_threadsafe`:
+`("text", choice, new_bytes)` after a step that grew a streamed choice, `("done", choice,
+GenerationResult)` when a choice ends, `("error", exception)` when the engine failed it.
+Requests join and leave between decode steps (continuous batching); a cancelled job's slots are
+free at the next step.
+
+Admission: the thread counts the choices it holds (`load`); `admit(n)` refuses a job once the
+batch is full and `max_waiting` choices already wait, which the server answers with a 429.
+
+`ChoiceStream` turns one streamed choice's bytes into tool-call events (the `ToolParser`'s, or
+plain `Content` when the request allows no calls), holding back the bytes a stop string could
+still remove. `Metrics` are the Prometheus series of `/metrics` (`prometheus_client`).
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+from corral.model.generate import GenerationRequest, GenerationResult, Generator
+from corral.tools.parser import ToolParser
+from corral.tools.shapes import CallStart, Content, ToolEvent
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+DEFAULT_MAX_WAITING = 64
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class Metrics:
+    """The Prometheus series of one server, in their own `registry` (so that two servers in one
+    process do not clash). Names follow vLLM's where they exist."""
+
+    def __init__(self):
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "corral_http_requests", "HTTP requests by route and status", ["route", "status"],
+            registry=r,
+        )  # fmt: skip
+        self.prompt_tokens = Counter("corral_prompt_tokens", "Prompt tokens served", registry=r)
+        self.completion_tokens = Counter(
+            "corral_completion_tokens", "Completion tokens generated", registry=r
+        )
+        self.time_to_first_token = Histogram(
+            "corral_time_to_first_token_seconds", "Seconds from submission to the first token",
+            buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.inter_token_latency = Histogram(
+            "corral_inter_token_latency_seconds", "Seconds between a choice's successive tokens",
+            buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.running = Gauge("corral_requests_running", "Choices holding a slot", registry=r)
+        self.waiting = Gauge("corral_requests_waiting", "Choices waiting for a slot", registry=r)
+        self.mask_seconds = Counter(
+            "corral_mask_and_sample_seconds", "Seconds spent in token masks and sampling",
+            registry=r,
+        )  # fmt: skip
+
+
+@dataclass(eq=False)
+class Job:
+    """One chat request in the engine: its choices' engine requests, whether it streams, and the
+    asyncio loop and queue its events go to. `handles` maps the Generator's handles to choice
+    indexes (written by the engine thread only)."""
+
+    choices: list[GenerationRequest]
+    stream: bool
+    loop: object  # asyncio.AbstractEventLoop
+    events: object  # asyncio.Queue
+    handles: dict[int, int] = field(default_factory=dict)
+    submitted: float = field(default_factory=time.perf_counter)
+    dropped: bool = False
+
+    def post(self, event: tuple) -> None:
+        """Hand `event` to the job's loop (from any thread); dropped if the loop is closed."""
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+
+
+class EngineThread:
+    """The thread that owns the model's `Generator` (see the module docstring).
+
+    Args:
+        model: a `corral.model.Model` (or the engine's stand-in, see `Generator`).
+        batch_size: KV cache slots, the most choices decoding together.
+        max_len: the most tokens a choice holds, prompt included.
+        max_waiting: the most choices waiting for a slot before `admit` refuses.
+        metrics: where to count tokens, latencies and queue lengths.
+    """
+
+    def __init__(self, model, batch_size: int, max_len: int, max_waiting: int, metrics: Metrics):
+        self.model = model
+        self.batch_size = batch_size
+        self.max_len = max_len
+        self.max_waiting = max_waiting
+        self.metrics = metrics
+        self.generator = Generator(model, batch_size, max_len)
+        self._inbox: queue.Queue = queue.Queue()
+        self._lock = threading.Lock()
+        self._load = 0  # choices submitted and not yet ended or cancelled
+        self._jobs: dict[int, Job] = {}  # handle -> job
+        self._last_token: dict[int, float] = {}  # handle -> time of its last new bytes
+        self._lengths: dict[int, int] = {}  # handle -> bytes reported so far
+        self._thread = threading.Thread(target=self._run, name="corral-engine", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ask the thread to end after its current step, and wait for it."""
+        self._inbox.put(None)
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+
+    @property
+    def load(self) -> int:
+        """Choices in the engine (running or waiting)."""
+        with self._lock:
+            return self._load
+
+    def admit(self, n: int) -> bool:
+        """Reserve room for `n` choices: False when the batch is full and the waiting queue
+        would pass `max_waiting` (the caller answers 429). A job larger than the whole capacity
+        is admitted when the engine is empty, so that it cannot wait forever."""
+        with self._lock:
+            if self._load and self._load + n > self.batch_size + self.max_waiting:
+                return False
+            self._load += n
+            return True
+
+    def submit(self, job: Job) -> None:
+        """Queue an admitted job (see `admit`); its events arrive on `job.events`."""
+        self._inbox.put(("submit", job))
+
+    def cancel(self, job: Job) -> None:
+        """Drop what is left of a job (its client went away); its slots free at the next step."""
+        self._inbox.put(("cancel", job))
+
+    # --- the thread ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            try:
+                op = self._inbox.get(block=not self.generator.has_work)
+            except queue.Empty:
+                op = ()
+            while op != ():
+                if op is None:
+                    return
+                self._apply(*op)
+                try:
+                    op = self._inbox.get_nowait()
+                except queue.Empty:
+                    op = ()
+            if self.generator.has_work:
+                self._step()
+            self.metrics.running.set(self.generator.n_live)
+            self.metrics.waiting.set(self.generator.n_waiting)
+
+    def _apply(self, kind: str, job: Job) -> None:
+        if kind == "submit":
+            try:
+                for i, request in enumerate(job.choices):
+                    handle = self.generator.submit(request)
+                    job.handles[handle] = i
+                    self._jobs[handle] = job
+                    self._lengths[handle] = 0
+            except Exception as error:  # the request was checked before: an engine refusal
+                self._drop(job)
+                job.post(("error", error))
+        else:
+            self._drop(job)
+
+    def _drop(self, job: Job) -> None:
+        """Cancel a job's remaining choices and give back their room (once)."""
+        if job.dropped:
+            return
+        job.dropped = True
+        live = [h for h in job.handles if self._jobs.pop(h, None) is not None]
+        for handle in live:
+            self.generator.cancel(handle)
+            self._forget(handle)
+        unsubmitted = len(job.choices) - len(job.handles)  # a submit that failed part-way
+        with self._lock:
+            self._load -= len(live) + unsubmitted
+
+    def _forget(self, handle: int) -> None:
+        self._last_token.pop(handle, None)
+        self._lengths.pop(handle, None)
+
+    def _step(self) -> None:
+        stats = self.generator.stats
+        mask_before = stats.mask_and_sample_seconds
+        try:
+            finished = self.generator.step()
+        except Exception as error:  # a failed forward pass: fail every job, start afresh
+            self._fail_all(error)
+            return
+        metrics = self.metrics
+        metrics.mask_seconds.inc(stats.mask_and_sample_seconds - mask_before)
+        now = time.perf_counter()
+        for handle, text in self.generator.partial_text().items():
+            job = self._jobs[handle]
+            grown = len(text) - self._lengths[handle]
+            if grown > 0:
+                self._tick(handle, job, now)
+                self._lengths[handle] = len(text)
+                if job.stream:
+                    job.post(("text", job.handles[handle], text[len(text) - grown :]))
+        for handle, result in finished:
+            job = self._jobs.pop(handle)
+            if result.completion_tokens and handle not in self._last_token:
+                self._tick(handle, job, now)
+            self._forget(handle)
+            with self._lock:
+                self._load -= 1
+            metrics.prompt_tokens.inc(result.prompt_tokens)
+            metrics.completion_tokens.inc(result.completion_tokens)
+            job.post(("done", job.handles[handle], result))
+
+    def _tick(self, handle: int, job: Job, now: float) -> None:
+        """A choice produced new bytes: observe its time to first token or inter-token
+        latency."""
+        last = self._last_token.get(handle)
+        if last is None:
+            self.metrics.time_to_first_token.observe(now - job.submitted)
+        else:
+            self.metrics.inter_token_latency.observe(now - last)
+        self._last_token[handle] = now
+
+    def _fail_all(self, error: Exception) -> None:
+        jobs = {id(job): job for job in self._jobs.values()}
+        for job in jobs.values():
+            self._drop(job)
+            job.post(("error", error))
+        self.generator = Generator(self.model, self.batch_size, self.max_len)
+
+
+class ChoiceStream:
+    """One streamed choice: its new bytes in, tool-call events out (see the module docstring).
+
+    Args:
+        call_id: the request id its calls are named after (`call_<call_id>_<index>`), or None
+            when the request allows no calls (all text is `Content`).
+        stop: the request's stop strings; the last `len(longest) - 1` bytes are held back until
+            the choice ends, since the engine cuts a stop string only once it is complete.
+    """
+
+    def __init__(self, call_id: str | None, stop: tuple[str, ...]):
+        self.parser = ToolParser(call_id) if call_id is not None else None
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.hold = max((len(s.encode("utf-8")) for s in stop), default=1) - 1
+        self.pending = bytearray()
+        self.released = 0  # bytes handed to the decoder
+        self.calls = 0
+
+    def feed(self, new_bytes: bytes) -> list[ToolEvent]:
+        """Events for the bytes a step added."""
+        self.pending += new_bytes
+        cut = len(self.pending) - self.hold
+        if cut <= 0:
+            return []
+        piece = bytes(self.pending[:cut])
+        del self.pending[:cut]
+        self.released += len(piece)
+        return self._events(self.decoder.decode(piece), last=False)
+
+    def finish(self, result: GenerationResult) -> list[ToolEvent]:
+        """The last events, from the choice's final text (a stop string already cut off)."""
+        rest = result.text.encode("utf-8")[self.released :]
+        return self._events(self.decoder.decode(rest, final=True), last=True)
+
+    def _events(self, text: str, last: bool) -> list[ToolEvent]:
+        if self.parser is None:
+            events: list[ToolEvent] = [Content(text)] if text else []
+        else:
+            events = self.parser.push(text) if text else []
+            if last:
+                events += self.parser.finish()
+        self.calls += sum(isinstance(e, CallStart) for e in events)
+        return events
