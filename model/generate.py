@@ -70,7 +70,6 @@ from dataclasses import dataclass, field
 import numpy as np
 from corral.kernels import TokenNotAllowedError, Vocabulary, sample, top_logprobs
 from corral.model import kv_cache
-from corral.model.errors import RequestError
 from corral.model.generation_request import (
     BudgetTooSmallError,
     GenerationRequest,
@@ -325,15 +324,9 @@ class Generator:
                 context but not this engine's smaller `max_len`; anything else it carries that
                 cannot run (`check_request`).
         """
-        request = check_request(request, self.model.context_length, len(self.vocabulary.tokens))
-        held = len(request.prompt_ids) + request.max_tokens
-        if held > self.max_len:
-            raise RequestError(
-                f"this engine holds at most {self.max_len} tokens per sequence (its max_len); "
-                f"the prompt has {len(request.prompt_ids)} tokens and max_tokens asks for "
-                f"{request.max_tokens} more",
-                "max_tokens",
-            )
+        request = check_request(
+            request, self.model.context_length, len(self.vocabulary.tokens), self.max_len
+        )
         handle = self._handles
         self._handles += 1
         self._waiting.append((handle, request))

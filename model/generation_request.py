@@ -104,21 +104,24 @@ def check_budget(request: GenerationRequest) -> None:
 
 
 def check_request(
-    request: GenerationRequest, context_length: int, vocab_size: int
+    request: GenerationRequest, context_length: int, vocab_size: int, max_len: int | None = None
 ) -> GenerationRequest:
     """Check everything a request carries, so that running it cannot fail; return it with
-    `max_tokens` resolved (None becomes context_length - prompt, OpenAI's default).
+    `max_tokens` resolved (None becomes max_len - prompt: what the context leaves, OpenAI's
+    default, or what an engine with a smaller `max_len` leaves).
 
     Args:
         request: the request.
-        context_length: the most tokens a sequence may hold (prompt and answer), >= 1.
+        context_length: the model's context: the most tokens a sequence may hold, >= 1.
         vocab_size: V, the number of token ids.
+        max_len: the most tokens the engine's KV cache holds per sequence (None: the context).
 
     Raises:
         RequestError: an empty prompt or a token id outside 0..V-1 (param `messages`), a
             max_tokens that is not an integer, a `logit_bias` id outside 0..V-1 or value that
             is not a number within [-100, 100], or a `top_logprobs` outside 0..20.
         ContextLengthError: the prompt plus max_tokens exceed `context_length`.
+        RequestError: they fit the context but not a smaller `max_len`.
         BudgetTooSmallError: see `check_budget`.
     """
     ids = np.asarray(request.prompt_ids)
@@ -133,8 +136,15 @@ def check_request(
         check_budget(request)
     if prompt + (max_tokens or 1) > context_length:
         raise ContextLengthError(context_length, prompt, max_tokens)
+    max_len = context_length if max_len is None else min(max_len, context_length)
     if max_tokens is None:
-        request = replace(request, max_tokens=context_length - prompt)
+        request = replace(request, max_tokens=max(max_len - prompt, 1))
+    if prompt + request.max_tokens > max_len:
+        raise RequestError(
+            f"this engine holds at most {max_len} tokens per sequence (its max_len); the prompt "
+            f"has {prompt} tokens and max_tokens asks for {request.max_tokens} more",
+            "max_tokens" if max_tokens is not None else "messages",
+        )
     check_budget(request)
     top = request.top_logprobs
     if top is not None and not (_is_int(top) and 0 <= top <= MAX_TOP_LOGPROBS):

@@ -37,12 +37,13 @@ from pathlib import Path
 import jsonschema
 from corral.automata import ConstrainError
 from corral.kernels import Constraint, SamplingParams
+from corral.model.errors import RequestError
 from corral.model.generate import (
     GenerationRequest,
     GenerationResult,
     Generator,
 )
-from corral.tools.errors import ToolError
+from corral.tools.errors import ToolError, refused
 from corral.tools.grammar import DEFAULT_MAX_GRAMMARS, GrammarCompiler, grammar
 from corral.tools.parser import ToolParser
 from corral.tools.render import render_request
@@ -262,6 +263,8 @@ def error_body(error: Exception) -> tuple[int, dict]:
     the exception."""
     if isinstance(error, ToolError):
         return error.status, error.to_json()
+    if isinstance(error, RequestError):
+        return 400, refused(error).to_json()
     named = f"{type(error).__name__}: {error}"
     if isinstance(error, ConstrainError | RecursionError | OverflowError | UnicodeError):
         param, code = getattr(error, "param", None), getattr(error, "code", None)

@@ -9,6 +9,7 @@ are 400 `invalid_request_error`; what the regex or schema subset refuses is 422 
 from __future__ import annotations
 
 from corral.automata import ConstrainError, SchemaError
+from corral.model.errors import RequestError
 
 
 class ToolError(Exception):
@@ -71,3 +72,10 @@ def unsupported(param: str, error: ConstrainError) -> ToolError:
     else:
         message = f"Unsupported '{param}': {error}"
     return ToolError(422, param, "unsupported_parameter", message)
+
+
+def refused(error: RequestError) -> ToolError:
+    """The 400 for a request the engine refuses at submission (`corral.model.RequestError`: a
+    prompt past the context, code `context_length_exceeded`; a max_tokens below the shortest
+    answer; a bad logit_bias), keeping the engine's `param` and `code`."""
+    return ToolError(400, error.param, error.code, str(error))

@@ -16,9 +16,10 @@ Decisions:
   route, 405 for a wrong method, 413 past `max_body_bytes`, 415 for a content type other than
   JSON, 429 when the batch is full and `max_waiting` choices already wait, 500 when the engine
   fails a request.
-- A prompt plus `max_tokens` longer than `max_len` is a 400 naming `max_tokens` (or `messages`
-  when the prompt alone is too long); a request without `max_tokens` gets what fits, at most
-  `default_max_tokens`.
+- A prompt plus `max_tokens` past the model's context is a 400 `context_length_exceeded` naming
+  the figures; past this server's smaller `max_len`, a 400 naming `max_tokens` (or `messages`
+  when the prompt alone is too long); a request without `max_tokens` gets what `max_len` leaves
+  (the engine's `check_request`, run before the request is queued).
 - Streamed chunks carry no `logprobs` (null); a non-streamed choice's `logprobs.content` lists
   each token's text, logprob and bytes, with `top_logprobs` empty.
 - A client that disconnects cancels its choices; their slots are free at the next decode step
@@ -35,13 +36,15 @@ import threading
 import time
 import uuid
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import uvicorn
 from corral.model import load_model
+from corral.model.errors import RequestError
+from corral.model.generate import check_request
 from corral.tools import openapi
 from corral.tools.batch import Engine
-from corral.tools.errors import ToolError, invalid
+from corral.tools.errors import ToolError, refused
 from corral.tools.request import ToolRequest, parse_tool_request
 from corral.tools.serving import DEFAULT_MAX_WAITING, ChoiceStream, EngineThread, Job, Metrics
 from corral.tools.shapes import delta_json, finish_reason
@@ -70,7 +73,8 @@ class ServerConfig:
         max_body_bytes: the largest request body; past it, 413.
         api_key: when set, `/v1/*` needs `Authorization: Bearer <api_key>`.
         model_name: the id `/v1/models` lists and answers carry when the request names none.
-        default_max_tokens: the most tokens of a request that sets no `max_tokens`.
+        default_max_tokens: max_tokens of a request that sets none (None: what `max_len`
+            leaves, as the OpenAI API gives what the context leaves).
     """
 
     batch_size: int = 16
@@ -79,7 +83,7 @@ class ServerConfig:
     max_body_bytes: int = 4 * 1024 * 1024
     api_key: str | None = None
     model_name: str = "SmolLM2-135M-Instruct"
-    default_max_tokens: int = 512
+    default_max_tokens: int | None = None
 
 
 def error_response(
@@ -261,28 +265,20 @@ class Server:
         return JSONResponse(self._completion(parsed, choices, results))
 
     def _engine_requests(self, request: ToolRequest) -> list:
-        """The engine requests of `request` (`Engine.requests`), fitted to `max_len`. Raises
-        ToolError as `Engine.requests` does, and 400 when the prompt does not fit."""
-        choices = self.engine.requests(request, self.config.default_max_tokens)
-        prompt = len(choices[0].prompt_ids)
-        room = self.config.max_len - prompt
-        if room < 1:
-            raise invalid(
-                "messages",
-                f"The prompt is {prompt} tokens; this server's context is "
-                f"{self.config.max_len} tokens.",
-                "context_length_exceeded",
-            )
-        if choices[0].max_tokens > room:
-            if request.max_tokens is not None:
-                raise invalid(
-                    "max_tokens",
-                    f"max_tokens={request.max_tokens} and a prompt of {prompt} tokens exceed "
-                    f"this server's context of {self.config.max_len} tokens.",
-                    "context_length_exceeded",
-                )
-            choices = [replace(choice, max_tokens=room) for choice in choices]
-        return choices
+        """The engine requests of `request` (`Engine.requests`), checked as the engine's
+        `submit` will check them (`check_request`: the model's context, this server's
+        `max_len`, the budget), so that submitting cannot fail. A request without `max_tokens`
+        gets what `max_len` leaves. Raises ToolError: as `Engine.requests` does, and 400
+        (`refused`) for what the engine would refuse."""
+        model = self.engine.model
+        size = len(self.engine.vocabulary.tokens)
+        try:
+            return [
+                check_request(choice, model.context_length, size, self.config.max_len)
+                for choice in self.engine.requests(request, self.config.default_max_tokens)
+            ]
+        except RequestError as error:
+            raise refused(error) from None
 
     def _engine_error(self, error: Exception) -> Response:
         if isinstance(error, ToolError):

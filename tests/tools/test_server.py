@@ -202,10 +202,13 @@ def test_http_errors_keep_openais_shape(server):
         error_of(http.get(url, headers=auth), 405)
         error_of(http.post(url, json={"messages": ASK}), 401)
         assert error_of(http.get(f"{server}/v1/models"), 401)["code"] == "invalid_api_key"
-        long_answer = {"messages": ASK, "max_tokens": 600}
+        long_answer = {"messages": ASK, "max_tokens": 600}  # past this server's max_len
         assert error_of(http.post(url, json=long_answer, headers=auth), 400)["param"] == (
             "max_tokens"
         )
+        past_context = {"messages": ASK, "max_tokens": 9000}  # past the model's 8192
+        error = error_of(http.post(url, json=past_context, headers=auth), 400)
+        assert error["code"] == "context_length_exceeded" and "8192" in error["message"]
         assert http.get(f"{server}/health").json() == {"status": "ok"}
         assert http.get(f"{server}/openapi.json").json()["openapi"].startswith("3.")
 
