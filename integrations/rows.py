@@ -1,0 +1,155 @@
+"""Constraints for rows of token ids an outside engine generates (DESIGN.md section 4), the
+framework-free core of the logits processors in `corral.integrations`.
+
+An outside engine (transformers' `generate`, llama-cpp-python) calls a logits processor once per
+step with every row's ids so far (prompt and generated tokens) and the logits of the next token.
+`RowConstraints` turns the ids into each row's allowed tokens:
+
+- The state of a row is found from its generated ids alone, keyed by them: a row's ids are
+  its parent's ids (the previous step's key) plus one token. So rows may be reordered or copied
+  between steps (beam search keeps the best beams, in any order) and the states stay right;
+  a key not seen at the previous step is replayed from the start state.
+- The first call of a generation fixes the prompt length: the ids before it are not constrained.
+  A call whose rows are not one token longer than the previous call's starts a new generation,
+  so one processor may serve successive `generate` calls.
+- EOS (any of the vocabulary's EOS ids) is allowed exactly in accepting states. A finished row
+  (EOS taken, or a complete answer with no text token left: `Constraint.done`) allows only EOS,
+  and the tokens an engine appends to a finished row (padding) are ignored.
+- With `max_new_tokens`, the budget rule of corral's engine applies: only the tokens after which
+  a complete answer still fits in the tokens left are allowed (`Constraint.mask(tokens_left)`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from corral import automata
+from corral.kernels import Constraint, TokenIndex, Vocabulary, VocabularyError
+
+Key = tuple[int, tuple[int, ...]]
+"""(grammar number, generated ids) of a row."""
+
+
+def grammar_index(
+    vocabulary: Vocabulary, regex: str | None = None, schema: dict | str | None = None
+) -> TokenIndex:
+    """The token index of a regex (DESIGN.md section 2) or a JSON Schema (section 3; a dict or
+    its JSON text) over `vocabulary`; exactly one of `regex` and `schema` is given.
+
+    Raises:
+        ValueError: neither or both are given.
+        corral.automata.ConstrainError: the regex or schema is outside corral's subset, or its
+            automaton passes a size limit (the error names the position or keyword).
+    """
+    if (regex is None) == (schema is None):
+        raise ValueError("give exactly one of regex and schema")
+    dfa = automata.regex_to_dfa(regex) if regex is not None else automata.schema_to_dfa(schema)
+    return TokenIndex(dfa, vocabulary)
+
+
+def unpack_rows(masks: np.ndarray, width: int) -> np.ndarray:
+    """Packed masks uint32 `[rows, ceil(V / 32)]` -> bool `[rows, width]`: token t is allowed
+    when its bit is set; ids from V to `width` (logits past the tokenizer's vocabulary, which
+    models pad to a round size) never are. O(rows * width), vectorized."""
+    bits = np.unpackbits(
+        np.ascontiguousarray(masks, dtype="<u4").view(np.uint8), axis=-1, bitorder="little"
+    ).view(np.bool_)
+    out = np.zeros((masks.shape[0], width), dtype=np.bool_)
+    n = min(width, bits.shape[-1])
+    out[:, :n] = bits[:, :n]
+    return out
+
+
+class RowConstraints:
+    """The allowed tokens of each row of a batch at each step (see the module docstring).
+
+    Args:
+        indexes: one `TokenIndex` for every row, or one per batch item: with B indexes, the
+            rows (B times the beams or returned sequences per item, contiguous, as
+            transformers expands them) split into B equal groups, group i under index i. All
+            share one vocabulary, which must name at least one EOS id.
+        max_new_tokens: the generation's token budget, or None for none.
+
+    Raises:
+        ValueError: no index, or indexes over different vocabularies, or max_new_tokens < 1.
+        VocabularyError: the vocabulary names no EOS id (a finished answer could not stop).
+    """
+
+    def __init__(self, indexes: Sequence[TokenIndex], max_new_tokens: int | None = None):
+        self.indexes = tuple(indexes)
+        if not self.indexes:
+            raise ValueError("give at least one token index")
+        self.vocabulary = self.indexes[0].vocabulary
+        if any(index.vocabulary is not self.vocabulary for index in self.indexes):
+            raise ValueError("every token index must be over the same vocabulary")
+        if not self.vocabulary.eos_ids:
+            raise VocabularyError("the vocabulary names no EOS id: an answer could not end")
+        if max_new_tokens is not None and max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be at least 1, not {max_new_tokens}")
+        self.max_new_tokens = max_new_tokens
+        self._eos_mask = np.zeros(self.vocabulary.n_words, dtype=np.uint32)
+        for e in self.vocabulary.eos_ids:
+            self._eos_mask[e >> 5] |= np.uint32(1) << np.uint32(e & 31)
+        self._prompt_length = 0
+        self._last_length = -1
+        self._states: dict[Key, Constraint] = {}
+
+    def masks(self, input_ids: np.ndarray) -> np.ndarray:
+        """The packed masks uint32 `[rows, ceil(V / 32)]` of the next token of each row.
+
+        Args:
+            input_ids: integer `[rows, length]`: each row's prompt and generated ids so far.
+
+        Raises:
+            ValueError: the rows do not split into one group per index.
+            TokenNotAllowedError: a generated token the grammar refuses (another processor or
+                the engine forced a token outside the mask).
+        """
+        input_ids = np.asarray(input_ids)
+        if input_ids.ndim != 2:
+            raise ValueError(f"input_ids must be [rows, length], not shape {input_ids.shape}")
+        rows, length = input_ids.shape
+        if rows % len(self.indexes):
+            raise ValueError(f"{rows} rows do not split into {len(self.indexes)} batch items")
+        if length != self._last_length + 1:  # a new generation
+            self._prompt_length, self._states = length, {}
+        self._last_length = length
+        per_item = rows // len(self.indexes)
+        states: dict[Key, Constraint] = {}
+        out = np.empty((rows, self.vocabulary.n_words), dtype=np.uint32)
+        for r in range(rows):
+            key = (r // per_item, tuple(int(t) for t in input_ids[r, self._prompt_length :]))
+            constraint = self._constraint(key)
+            states[key] = constraint
+            out[r] = self._eos_mask if constraint.done else constraint.mask(self._left(key))
+        self._states = states
+        return out
+
+    def allowed(self, input_ids: np.ndarray, width: int) -> np.ndarray:
+        """`masks(input_ids)` unpacked to bool `[rows, width]` (`width` the logits' width)."""
+        if width < self.vocabulary.size:
+            raise ValueError(
+                f"{width} logits are fewer than the tokenizer's {self.vocabulary.size} tokens"
+            )
+        return unpack_rows(self.masks(input_ids), width)
+
+    def _left(self, key: Key) -> int | None:
+        if self.max_new_tokens is None:
+            return None
+        return max(1, self.max_new_tokens - len(key[1]))
+
+    def _constraint(self, key: Key) -> Constraint:
+        """The constraint after a row's generated ids: its parent's, advanced by one token, or
+        replayed from the start. O(1) amortized per row and step (plus hashing the key)."""
+        item, ids = key
+        parent = self._states.get((item, ids[:-1])) if ids else None
+        if parent is not None:
+            start, constraint = len(ids) - 1, parent.copy()
+        else:
+            start, constraint = 0, Constraint(self.indexes[item])
+        for token in ids[start:]:
+            if constraint.done:
+                break  # padding after the end of the answer
+            constraint.advance(token)
+        return constraint
