@@ -26,6 +26,7 @@ Decisions:
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
@@ -311,6 +312,7 @@ def run_batch(
     batch_size: int = 16,
     default_max_tokens: int | None = None,
     progress: bool = True,
+    numbers: Iterable[int] | None = None,
 ) -> BatchSummary:
     """Run the input lines and write the output lines to the text stream `out` as they finish
     (see the module docstring for duplicates, phases and the KV cache).
@@ -324,12 +326,14 @@ def run_batch(
         default_max_tokens: max_tokens of requests that set none (None: what the context
             leaves, the OpenAI API's default).
         progress: show the `prepare` and `requests` progress bars (tqdm, on stderr).
+        numbers: the input file's line number of each line, for error messages (None: 1, 2, ...;
+            a part of a file run elsewhere, as `corral.tools.ray_batch` does, keeps its own).
 
     Returns a `BatchSummary`. Never raises for a bad line: it becomes an error line."""
     summary = BatchSummary()
     started = time.perf_counter()
     writer = _Writer(out, summary)
-    pending = _prepare(engine, lines, skip, default_max_tokens, writer, progress)
+    pending = _prepare(engine, lines, skip, default_max_tokens, writer, progress, numbers)
     generator, handles = _submit(engine, pending, batch_size, writer)
     running = sum(not line.failed for line in pending)
     bar = tqdm(total=running, desc="requests", unit="req", disable=not progress)
@@ -353,7 +357,9 @@ def run_batch(
     return summary
 
 
-def _prepare(engine, lines, skip, default_max_tokens, writer: _Writer, progress) -> list[_Line]:
+def _prepare(
+    engine, lines, skip, default_max_tokens, writer: _Writer, progress, numbers=None
+) -> list[_Line]:
     """Phase 1: read, validate and compile every line; write the error lines of those that fail
     and of duplicates. Returns the lines to run, in input order."""
     pending: list[_Line] = []
@@ -361,7 +367,8 @@ def _prepare(engine, lines, skip, default_max_tokens, writer: _Writer, progress)
     total = len(lines) if hasattr(lines, "__len__") else None
     bar = tqdm(total=total, desc="prepare", unit="line", disable=not progress)
     try:
-        for number, text in enumerate(lines, start=1):
+        numbers = itertools.count(1) if numbers is None else numbers
+        for number, text in zip(numbers, lines, strict=False):  # numbers may be endless
             bar.update(1)
             if not text.strip():
                 continue

@@ -158,6 +158,8 @@ def _generate_problem(args: argparse.Namespace) -> str | None:
         return f"--seed must be >= 0, not {args.seed}"
     if args.n < 1:
         return f"-n must be at least 1, not {args.n}"
+    if quick and args.ray is not None:
+        return "--ray runs an input file, not the quick form"
     return None
 
 
@@ -216,7 +218,7 @@ def _generate(args: argparse.Namespace) -> int:
     except RecursionError:
         return _fail("generate", _too_deep(args.schema))
     try:
-        model = load_model(args.model)
+        model = None if args.ray is not None and not quick else load_model(args.model)
     except ConstrainError as error:
         return _fail("generate", error)
     if quick:
@@ -234,11 +236,20 @@ def _generate_batch(args: argparse.Namespace, model, lines: list[str], output: P
                   "its request runs again", file=sys.stderr)  # fmt: skip
         skip = done_ids(output)
     max_tokens = args.max_tokens  # None: each line's own, else what the context leaves
+    if args.ray is not None:  # Ray is imported only here (corral[ray])
+        try:
+            from corral.tools.ray_batch import run_batch_ray
+        except ImportError:
+            return _fail("generate", "--ray needs Ray: pip install 'corral[ray]'")
     try:
         with output.open("a", encoding="utf-8") as out:
-            summary = run_batch(
-                Engine(model), lines, out, skip, args.batch_size, max_tokens, not args.quiet
-            )
+            if args.ray is not None:
+                summary = run_batch_ray(lines, out, skip, args.batch_size, max_tokens,
+                                        not args.quiet, args.model, args.ray or None)  # fmt: skip
+            else:
+                summary = run_batch(
+                    Engine(model), lines, out, skip, args.batch_size, max_tokens, not args.quiet
+                )
     except KeyboardInterrupt:
         held = output.read_bytes().count(b"\n") if output.exists() else 0
         print(f"corral generate: interrupted; {output} holds {held} complete lines "
@@ -360,6 +371,13 @@ def main(argv: list[str] | None = None) -> int:
         "as in the OpenAI API; quick form: default 512)",
     )
     generate.add_argument("--quiet", action="store_true", help="no progress bars")
+    generate.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="run the file on Ray actors (corral[ray]): a local Ray, or the cluster at ADDRESS",
+    )
     generate.add_argument("--schema", help="quick form: a JSON Schema file")
     generate.add_argument("--regex", help="quick form: a regex")
     generate.add_argument("--prompt", help="quick form: the user message")

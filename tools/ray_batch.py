@@ -1,0 +1,176 @@
+"""The main job on a Ray cluster with Ray Data (DESIGN.md section 7): `corral generate INPUT -o
+OUTPUT --ray [ADDRESS]`, or `run_batch_ray` from Python.
+
+The input's lines are split into shards, a shard is one row of a Ray dataset, and
+`Dataset.map_batches` runs them on a pool of actors; each actor loads the model once and runs
+its shards through `corral.tools.batch.run_batch` (prepare, then corral's continuous batching),
+returning the shard's output lines and counts. The driver appends each finished shard's lines to
+the output file, flushed, and adds the counts up into one `BatchSummary`.
+
+The guarantees are the local run's:
+- Every line is answered once: lines are routed by their custom_id (a line without one by its
+  line number), so all the lines of a custom_id are in one shard, and `run_batch` there answers
+  the first and writes the duplicate error lines right after it, with the input's line numbers.
+- A bad line gets its error line, in its shard; the other lines still run.
+- `--resume`: the custom_ids already in the output (`done_ids`, read by the caller on the
+  driver) are skipped by every actor. A shard is written when it finishes, so an interrupted run
+  keeps the shards it finished and the lines of the shards it had started run again.
+- The summary line counts every shard; its seconds are the driver's wall time.
+
+Ray is imported only here, and this module only when the job runs with Ray (the optional extra
+`corral[ray]`). Each worker needs corral installed and the model in its cache (corral's cache
+dir, `$CORRAL_HOME`, or the folder or .gguf given as the model, at the same path on every node);
+a worker without it downloads the default model once.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import time
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import fields
+
+from corral.tools.batch import BatchSummary, LineError, read_line
+from tqdm import tqdm
+
+LINES_PER_SHARD = 64
+"""Lines per shard (about): small enough that output streams and actors share the work, large
+enough that each shard keeps an actor's batch full."""
+
+
+def shard_of(text: str, number: int, n_shards: int) -> int:
+    """The shard of an input line: by a stable hash (CRC-32) of its custom_id, so that every line
+    of a custom_id lands in one shard; a line without one by its line number."""
+    try:
+        key = read_line(text, number)[0]
+    except LineError as error:
+        key = error.custom_id
+    if key is None:
+        return number % n_shards
+    return zlib.crc32(key.encode("utf-8")) % n_shards
+
+
+def shards(lines: Sequence[str], n_shards: int) -> list[dict]:
+    """The non-blank lines in `n_shards` shards (empty ones dropped), each a dataset row
+    `{"shard": JSON text of {"numbers": [...], "texts": [...]}}`, line numbers from 1."""
+    parts = [([], []) for _ in range(n_shards)]
+    for number, text in enumerate(lines, start=1):
+        if text.strip():
+            numbers, texts = parts[shard_of(text, number, n_shards)]
+            numbers.append(number)
+            texts.append(text)
+    return [
+        {"shard": json.dumps({"numbers": numbers, "texts": texts}, ensure_ascii=False)}
+        for numbers, texts in parts
+        if numbers
+    ]
+
+
+class BatchActor:
+    """A Ray Data actor: the model loaded once, then `run_batch` over each shard it is given.
+
+    Args:
+        model: a Hugging Face folder or .gguf path, or None for the default model.
+        skip, batch_size, default_max_tokens: as in `run_batch`.
+
+    Call: a batch `{"shard": [JSON text, ...]}` -> `{"output": [lines text], "summary": [JSON]}`.
+    """
+
+    def __init__(self, model, skip, batch_size: int, default_max_tokens: int | None):
+        from corral.model import load_model
+        from corral.tools.batch import Engine
+
+        self.engine = Engine(load_model(model, progress=False))
+        self.skip = set(skip)
+        self.batch_size = batch_size
+        self.default_max_tokens = default_max_tokens
+
+    def __call__(self, batch: dict) -> dict:
+        from corral.tools.batch import run_batch
+
+        outputs, summaries = [], []
+        for shard in batch["shard"]:
+            shard = json.loads(str(shard))
+            out = io.StringIO()
+            summary = run_batch(self.engine, shard["texts"], out, self.skip, self.batch_size,
+                                self.default_max_tokens, False, shard["numbers"])  # fmt: skip
+            outputs.append(out.getvalue())
+            summaries.append(json.dumps(summary.__dict__))
+        return {"output": outputs, "summary": summaries}
+
+
+def run_batch_ray(
+    lines: Sequence[str],
+    out,
+    skip: Iterable[str] = frozenset(),
+    batch_size: int = 16,
+    default_max_tokens: int | None = None,
+    progress: bool = True,
+    model: str | None = None,
+    address: str | None = None,
+    actors: int | None = None,
+    lines_per_shard: int = LINES_PER_SHARD,
+) -> BatchSummary:
+    """`corral.tools.batch.run_batch` on Ray actors (see the module docstring).
+
+    Args:
+        lines, out, skip, batch_size, default_max_tokens, progress: as in `run_batch` (the
+            progress bar counts shards).
+        model: the model each actor loads (`corral.model.load_model`'s path; None: default).
+        address: the Ray cluster to join (`ray.init(address=...)`: `auto`, `ray://host:10001`,
+            `host:6379`); None: join `$RAY_ADDRESS` or start a local Ray. An initialized Ray is
+            used as it is.
+        actors: how many actors (one CPU each); None: the cluster's CPUs.
+        lines_per_shard: about how many lines a shard holds (>= 1).
+
+    Returns the `BatchSummary` of every shard, seconds the wall time of this call.
+
+    Raises:
+        ImportError: Ray is not installed (`pip install corral[ray]`).
+        ValueError: batch_size, actors or lines_per_shard < 1.
+    """
+    import ray
+
+    for name, value in (("batch_size", batch_size), ("actors", actors or 1),
+                        ("lines_per_shard", lines_per_shard)):  # fmt: skip
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1, not {value}")
+    started = time.perf_counter()
+    if not ray.is_initialized():
+        ray.init(address=address, log_to_driver=False)
+    if actors is None:
+        actors = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    n_lines = sum(1 for text in lines if text.strip())
+    rows = shards(lines, max(actors, math.ceil(n_lines / lines_per_shard)))
+    summary = BatchSummary()
+    if rows:
+        dataset = ray.data.from_items(rows).map_batches(
+            BatchActor,
+            fn_constructor_kwargs={"model": model, "skip": sorted(skip),
+                                   "batch_size": batch_size,
+                                   "default_max_tokens": default_max_tokens},
+            batch_size=1,
+            concurrency=min(actors, len(rows)),
+            num_cpus=1,
+        )  # fmt: skip
+        bar = tqdm(total=len(rows), desc="shards", unit="shard", disable=not progress)
+        try:
+            for row in dataset.iter_rows():
+                out.write(row["output"])
+                out.flush()
+                _add(summary, json.loads(row["summary"]))
+                bar.update(1)
+        finally:
+            bar.close()
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def _add(summary: BatchSummary, counts: dict) -> None:
+    """Add a shard's counts (not its seconds) to `summary`."""
+    for field in fields(BatchSummary):
+        if field.name != "seconds":
+            setattr(summary, field.name, getattr(summary, field.name) + counts[field.name])
