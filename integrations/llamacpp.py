@@ -1,0 +1,75 @@
+"""corral's masks inside llama-cpp-python: a `logits_processor` holding `Llama.__call__`,
+`create_completion` or `create_chat_completion` to a regex or a JSON Schema (DESIGN.md
+sections 2-4).
+
+    from corral.integrations.llamacpp import logits_processor
+    llm = Llama(model_path="model.gguf")
+    out = llm(prompt, logits_processor=logits_processor(llm, schema=schema, max_new_tokens=64),
+              max_tokens=64)
+
+This module imports `llama_cpp` (the optional extra `corral[llamacpp]`); nothing else in corral
+imports it.
+
+Decisions:
+- The vocabulary is read from the GGUF file's tokenizer metadata
+  (`corral.model.vocabulary.vocabulary_from_gguf`: byte-level and SentencePiece byte-fallback
+  vocabularies, control tokens never allowed), padded to `llm.n_vocab()`. Its EOS ids are the
+  file's EOS and end-of-turn tokens, the tokens llama.cpp stops on.
+- llama-cpp-python calls the processor with one row (`input_ids` int `[length]`, `scores`
+  float32 `[n_vocab]`); the rows, EOS and budget rules are `RowConstraints`'s. A processor may
+  serve successive calls (a call whose ids are not one token longer starts anew).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from corral.integrations.rows import RowConstraints, grammar_index
+from corral.kernels import Vocabulary
+from corral.model.vocabulary import vocabulary_from_gguf
+from llama_cpp import LogitsProcessorList
+
+
+def llama_vocabulary(llm) -> Vocabulary:
+    """The `Vocabulary` of a `llama_cpp.Llama` (from its GGUF file's metadata).
+
+    Raises VocabularyError: the metadata lacks the tokenizer or names an unknown model."""
+    return vocabulary_from_gguf(llm.model_path, size=llm.n_vocab())
+
+
+class CorralLlamaProcessor:
+    """A llama-cpp-python logits processor: the scores of the tokens the grammar does not allow
+    next become -inf.
+
+    Args:
+        index: the grammar's `TokenIndex` over `llama_vocabulary(llm)`.
+        max_new_tokens: pass the call's max_tokens to end the answer within it; None: no budget.
+
+    Call: `(input_ids: int [length], scores: float32 [n_vocab]) -> float32 [n_vocab]`.
+    """
+
+    def __init__(self, index, max_new_tokens: int | None = None):
+        self.rows = RowConstraints([index], max_new_tokens)
+
+    def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        allowed = self.rows.allowed(np.asarray(input_ids)[None, :], scores.shape[-1])[0]
+        return np.where(allowed, scores, np.float32(-np.inf)).astype(np.float32, copy=False)
+
+
+def logits_processor(
+    llm,
+    regex: str | None = None,
+    schema: dict | str | None = None,
+    max_new_tokens: int | None = None,
+    vocabulary: Vocabulary | None = None,
+) -> LogitsProcessorList:
+    """A `llama_cpp.LogitsProcessorList` holding a call of `llm` to a regex (DESIGN.md section 2)
+    or a JSON Schema (section 3; dict or JSON text); exactly one is given. `vocabulary`: an
+    earlier `llama_vocabulary(llm)`, to skip reading it.
+
+    Raises:
+        ValueError: neither or both of regex and schema.
+        corral.automata.ConstrainError: a regex or schema outside the subset.
+    """
+    vocabulary = vocabulary or llama_vocabulary(llm)
+    index = grammar_index(vocabulary, regex=regex, schema=schema)
+    return LogitsProcessorList([CorralLlamaProcessor(index, max_new_tokens)])
