@@ -100,3 +100,10 @@ def test_local_ray_run_equals_the_local_run(smollm2, tmp_path):
     assert (summary.requests, summary.errors, summary.invalid) == (12, 6, 0)
     assert (local_summary.requests, local_summary.errors) == (12, 6)
     assert summary.completion_tokens == local_summary.completion_tokens
+
+
+def test_ray_is_refused_for_the_quick_form(capsys):
+    from corral.tools.cli import main
+
+    assert main(["generate", "--regex", "a", "--prompt", "x", "--ray"]) != 0
+    assert "--ray runs an input file" in capsys.readouterr().err
