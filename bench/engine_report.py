@@ -1,0 +1,144 @@
+"""Tables, disagreements and the plot of bench/engines.py: markdown with the ratio corral / best
+other engine for every figure, and a PNG of per-step mask times per engine."""
+
+from __future__ import annotations
+
+import numpy as np
+from engine_adapters import allowed_ids
+
+FIGURES = (  # key, title, unit scale, unit
+    ("compile", "compile", 1e3, "ms"),
+    ("first_mask", "time to first mask", 1e3, "ms"),
+    ("mask_mean", "mask per step, mean", 1e6, "us"),
+    ("mask_p50", "mask per step, p50", 1e6, "us"),
+    ("mask_p99", "mask per step, p99", 1e6, "us"),
+    ("mask_max", "mask per step, max", 1e6, "us"),
+    ("advance_mean", "advance per step, mean", 1e6, "us"),
+    ("rss", "memory (RSS growth)", 1 / 2**20, "MiB"),
+)
+
+
+def figures(results: list[dict]) -> dict | None:
+    """Figures of one engine over one or more `measure` results (status ok): medians of
+    compile, first mask and RSS growth; mask and advance times pooled over every step."""
+    ok = [r for r in results if r.get("status") == "ok"]
+    if not ok:
+        return None
+    masks = np.concatenate([r["mask_s"] for r in ok] + [np.zeros(0)])
+    advances = np.concatenate([r["advance_s"] for r in ok] + [np.zeros(0)])
+    pick = (lambda f: f(masks)) if masks.size else (lambda f: float("nan"))
+    return {
+        "compile": float(np.median([r["compile_s"] for r in ok])),
+        "first_mask": float(np.median([r["first_mask_s"] for r in ok])),
+        "mask_mean": pick(np.mean),
+        "mask_p50": pick(np.median),
+        "mask_p99": pick(lambda a: np.percentile(a, 99)),
+        "mask_max": pick(np.max),
+        "advance_mean": float(np.mean(advances)) if advances.size else float("nan"),
+        "rss": float(np.median([r["rss_growth"] for r in ok])),
+    }
+
+
+def _ratio(row: dict, engines: list[str]) -> str:
+    others = [row[e] for e in engines[1:] if isinstance(row.get(e), float)]
+    if not isinstance(row.get(engines[0]), float) or not others or min(others) <= 0:
+        return "-"
+    return f"{row[engines[0]] / min(others):.2f}"
+
+
+def figure_tables(rows: dict[str, dict[str, dict | str]], engines: list[str]) -> str:
+    """One markdown table per figure: a row per grammar, a column per engine (or its status),
+    and corral / best other (lower is better for every figure)."""
+    out = []
+    for key, title, scale, unit in FIGURES:
+        out.append(f"\n**{title}** ({unit}; last column: corral / best other)\n")
+        out.append("| grammar | " + " | ".join(engines) + " | ratio |")
+        out.append("|---" * (len(engines) + 2) + "|")
+        for grammar, by_engine in rows.items():
+            values, cells = {}, []
+            for engine in engines:
+                got = by_engine.get(engine)
+                if isinstance(got, dict) and np.isfinite(got[key]):
+                    values[engine] = got[key]
+                    cells.append(f"{got[key] * scale:.3g}")
+                else:
+                    cells.append(got if isinstance(got, str) else "-")
+            out.append(f"| {grammar} | " + " | ".join(cells) + f" | {_ratio(values, engines)} |")
+    return "\n".join(out)
+
+
+def disagreements(
+    grammar: str, walk: list[int], corral: dict, other: dict, engine: str, vocabulary, limit=5
+) -> list[str]:
+    """Lines describing every step where `other`'s allowed set differs from corral's along the
+    walk (state, prefix, a few tokens allowed by one only), and a walk token either refused."""
+    lines = []
+    steps = min(len(corral["masks"]), len(other["masks"]))
+    for step in range(steps):
+        mine = allowed_ids(corral["masks"][step], vocabulary.size)
+        theirs = allowed_ids(other["masks"][step], vocabulary.size)
+        if np.array_equal(mine, theirs):
+            continue
+        only_mine = np.setdiff1d(mine, theirs)[:limit]
+        only_theirs = np.setdiff1d(theirs, mine)[:limit]
+        prefix = vocabulary.decode(walk[:step])
+        lines.append(
+            f"{grammar} | {engine} | step {step} state {corral['states'][step]} prefix "
+            f"{prefix[-60:]!r}: corral only {len(np.setdiff1d(mine, theirs))} "
+            f"{_spell(only_mine, vocabulary)}; {engine} only {len(np.setdiff1d(theirs, mine))} "
+            f"{_spell(only_theirs, vocabulary)}"
+        )
+    for who, result in (("corral", corral), (engine, other)):
+        if result.get("refused_at") is not None:
+            step = result["refused_at"]
+            lines.append(
+                f"{grammar} | {engine} | {who} refused walk token {walk[step]} "
+                f"{_spell([walk[step]], vocabulary)} at step {step} after "
+                f"{vocabulary.decode(walk[:step])[-60:]!r}"
+            )
+    return lines
+
+
+def _spell(ids, vocabulary) -> str:
+    return "[" + ", ".join(f"{t}:{vocabulary.tokens[t]!r}" for t in ids) + "]"
+
+
+def coverage_table(coverage: dict[str, dict[str, dict]], engines: list[str]) -> str:
+    """Per subset and engine: compiled / refused / crashed / timeout (and errors), median
+    compile ms, valid instances accepted / total, invalid instances accepted / total."""
+    out = [
+        "| subset | engine | compiled | refused | crashed | timeout | error | median compile ms "
+        "| valid accepted | invalid accepted |",
+        "|---" * 10 + "|",
+    ]
+    for subset, by_engine in coverage.items():
+        for engine in engines:
+            c = by_engine.get(engine)
+            if not c:
+                continue
+            median = np.median(c["compile_s"]) * 1e3 if c["compile_s"] else float("nan")
+            out.append(
+                f"| {subset} | {engine} | {c['ok']} | {c['refused']} | {c['crashed']} | "
+                f"{c['timeout']} | {c['error']} | {median:.3g} | "
+                f"{c['valid_ok']}/{c['valid']} | {c['invalid_ok']}/{c['invalid']} |"
+            )
+    return "\n".join(out)
+
+
+def plot(step_times: dict[str, np.ndarray], path) -> None:
+    """A PNG of the per-step mask time distributions (log scale, microseconds) per engine."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n, t in step_times.items() if len(t)]
+    figure, axes = plt.subplots(figsize=(7, 4))
+    axes.boxplot([np.asarray(step_times[n]) * 1e6 for n in names], whis=(1, 99), sym=".")
+    axes.set_xticks(range(1, len(names) + 1), names)
+    axes.set_yscale("log")
+    axes.set_ylabel("mask time per step (us, log)")
+    axes.set_title("per-step mask time along valid walks (whiskers p1-p99)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)

@@ -1,0 +1,213 @@
+"""Each engine in its own worker process, with a time cap per job (bench/engines.py).
+
+A `Worker` spawns a process that loads the SmolLM2 vocabulary and one engine, then answers jobs
+sent over a pipe: `measure` (compile, first mask, masks and advances along a token walk) and
+`cover` (compile, then feed instances token by token). A job that runs past its time cap kills
+the process (result "timeout"); a process that dies (result "crashed") is restarted on the next
+job. Nothing is hidden: every job gets a result with a `status`.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+import traceback
+
+import numpy as np
+
+STARTUP_SECONDS = 300.0
+
+
+def _rss_bytes() -> int:
+    """Resident set size of this process (Linux /proc), bytes."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def load_vocabulary():
+    """(SmolLM2 `Vocabulary`, tokenizer.json text) of the default model's cached folder."""
+    from corral.model.loading import default_model_folder
+    from corral.model.vocabulary import vocabulary_from_tokenizer
+
+    path = default_model_folder(progress=False) / "tokenizer.json"
+    return vocabulary_from_tokenizer(path, size=49152), path.read_text(encoding="utf-8")
+
+
+def measure(engine, kind: str, source, walk: list[int]) -> dict:
+    """Compile, first mask, then along `walk` (valid token ids, EOS last) advance and mask.
+
+    Returns a dict: status "ok" or "refused" (with `error`); compile_s and first_mask_s
+    (compile + start + first mask, seconds); mask_s and advance_s (seconds per step, lists);
+    masks (uint32 `[steps, ceil(V/32)]`, the mask before each token of the walk); refused_at
+    (index of the first walk token the engine refused, or None); states (corral only: the DFA
+    state before each token); rss_growth (bytes, compile to end of walk).
+    """
+    from engine_adapters import Refused
+
+    rss = _rss_bytes()
+    start = time.perf_counter()
+    try:
+        compiled = engine.compile(kind, source)
+    except Refused as error:
+        return {"status": "refused", "error": str(error)}
+    compiled_at = time.perf_counter()
+    session = engine.start(compiled)
+    session.fill()
+    first = time.perf_counter()
+    masks, states, mask_s, advance_s, refused_at = [session.buffer.copy()], [], [], [], None
+    states.append(getattr(session, "state", -1))
+    for step, token in enumerate(walk):
+        t0 = time.perf_counter()
+        ok = session.advance(token)
+        t1 = time.perf_counter()
+        if not ok:
+            refused_at = step
+            break
+        advance_s.append(t1 - t0)
+        if step == len(walk) - 1:
+            break
+        t0 = time.perf_counter()
+        session.fill()
+        mask_s.append(time.perf_counter() - t0)
+        masks.append(session.buffer.copy())
+        states.append(getattr(session, "state", -1))
+    return {
+        "status": "ok",
+        "compile_s": compiled_at - start,
+        "first_mask_s": first - start,
+        "mask_s": mask_s,
+        "advance_s": advance_s,
+        "masks": np.stack(masks),
+        "states": states,
+        "refused_at": refused_at,
+        "rss_growth": _rss_bytes() - rss,
+    }
+
+
+def cover(engine, kind: str, source, instances: list[list[int]]) -> dict:
+    """Compile, then feed each instance (token ids, EOS last) from a fresh start.
+
+    Returns a dict: status "ok" or "refused" (with `error`), compile_s (seconds), accepted (one
+    bool per instance: every token taken, EOS included).
+    """
+    from engine_adapters import Refused
+
+    start = time.perf_counter()
+    try:
+        compiled = engine.compile(kind, source)
+    except Refused as error:
+        return {"status": "refused", "error": str(error)}
+    compile_s = time.perf_counter() - start
+    accepted = []
+    for tokens in instances:
+        session = engine.start(compiled)
+        accepted.append(all(session.advance(token) for token in tokens))
+    return {"status": "ok", "compile_s": compile_s, "accepted": accepted}
+
+
+def _serve(name: str, threads: int, connection) -> None:
+    """Worker main: load the engine, say "ready", then answer jobs until the pipe closes."""
+    from engine_adapters import make_engine
+
+    try:
+        vocabulary, tokenizer_json = load_vocabulary()
+        engine = make_engine(name, vocabulary, tokenizer_json, threads)
+        warm = engine.start(engine.compile("regex", "(ab)+"))  # JIT and lazy set-up
+        warm.fill()
+    except Exception as error:  # reported to the parent, which records the engine unavailable
+        connection.send({"status": "unavailable", "error": f"{type(error).__name__}: {error}"})
+        return
+    connection.send({"status": "ready"})
+    jobs = {"measure": measure, "cover": cover}
+    while True:
+        try:
+            job, args = connection.recv()
+        except EOFError:
+            return
+        try:
+            result = jobs[job](engine, *args)
+        except Exception as error:  # an engine's own failure on one grammar, not ours
+            result = {"status": "error", "error": f"{type(error).__name__}: {error}"}
+            result["trace"] = traceback.format_exc(limit=3)
+        connection.send(result)
+
+
+class Worker:
+    """One engine in a spawned process; `call(job, args, timeout)` -> the job's result dict, or
+    {"status": "timeout" | "crashed" | "unavailable", ...}.
+
+    Args:
+        name: an engine of `engine_adapters.ENGINES`.
+        threads: NUMBA_NUM_THREADS, OMP_NUM_THREADS and RAYON_NUM_THREADS of the process, and
+            XGrammar's compile threads.
+    """
+
+    def __init__(self, name: str, threads: int = 1):
+        self.name, self.threads = name, threads
+        self.process = self.connection = None
+        self.unavailable: str | None = None
+        self.restarts = 0
+
+    def _start(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        parent, child = context.Pipe()
+        threads = str(self.threads)
+        saved = {k: os.environ.get(k) for k in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS")}
+        os.environ.update(
+            NUMBA_NUM_THREADS=threads, OMP_NUM_THREADS=threads, RAYON_NUM_THREADS=threads
+        )
+        try:
+            self.process = context.Process(
+                target=_serve, args=(self.name, self.threads, child), daemon=True
+            )
+            self.process.start()
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+        child.close()
+        self.connection = parent
+        hello = self._receive(STARTUP_SECONDS)
+        if hello.get("status") != "ready":
+            self.unavailable = hello.get("error", hello["status"])
+            self.stop()
+
+    def _receive(self, timeout: float) -> dict:
+        if not self.connection.poll(timeout):
+            self.stop()
+            return {"status": "timeout", "error": f"no answer within {timeout:g} s"}
+        try:
+            return self.connection.recv()
+        except (EOFError, ConnectionError):
+            code = self.process.exitcode if self.process else None
+            self.stop()
+            return {"status": "crashed", "error": f"worker died (exit code {code})"}
+
+    def call(self, job: str, args: tuple, timeout: float) -> dict:
+        if self.unavailable:
+            return {"status": "unavailable", "error": self.unavailable}
+        if self.process is None:
+            self._start()
+            if self.unavailable:
+                return {"status": "unavailable", "error": self.unavailable}
+        try:
+            self.connection.send((job, args))
+        except (BrokenPipeError, ConnectionError):
+            self.stop()
+            return {"status": "crashed", "error": "worker died before the job"}
+        result = self._receive(timeout)
+        if result["status"] in ("timeout", "crashed"):
+            self.restarts += 1
+        return result
+
+    def stop(self) -> None:
+        """Kill the process (if any); the next call starts a fresh one."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.join()
+        if self.connection is not None:
+            self.connection.close()
+        self.process = self.connection = None

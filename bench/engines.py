@@ -1,0 +1,296 @@
+"""corral against outlines-core, XGrammar and llguidance, side by side, on the SmolLM2 vocabulary
+(DESIGN.md section 4), with a differential check of the masks. Needs `pip install -e '.[bench]'`
+(see bench/README.md for alignment of the languages and the documented differences).
+
+Three parts, each engine in its own worker process with a time cap (bench/engine_workers.py):
+  1. figures: the five grammars of bench/masks.py and a deterministic sample of schemas of
+     ../shared/data/jsonschemabench (stratified by subset, accepted by every engine, walked along
+     their first valid instance): compile, time to first mask, mask per step (mean/p50/p99/max),
+     advance per step, RSS growth; ratio corral / best other.
+  2. differential: at every step of every walk, corral's allowed set against each engine's
+     (outlines-core also on corral's own regex of each schema, an exact check of the masks).
+  3. coverage and soundness over the developer split: per engine per subset, compiled / refused /
+     crashed / timeout, median compile, valid instances accepted, invalid instances let through.
+
+Run:  .venv/bin/python bench/engines.py [--sample 200] [--limit N] [--subset NAME ...]
+          [--engines corral,xgrammar] [--timeout 60] [--json out.json] [--plot masks.png]
+Small run while developing: --sample 10 --limit 5 --subset Github_easy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+from engine_adapters import ENGINES
+from engine_report import coverage_table, disagreements, figure_tables, figures, plot
+from engine_workers import Worker, load_vocabulary
+from masks import GRAMMARS
+
+DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "jsonschemabench"
+
+# A valid text for each grammar of bench/masks.py (walked token by token).
+EXAMPLES = {
+    "(cat|car|dog)s?": "dogs",
+    "city schema": '{"city":"São Paulo, the largest city of Brazil"}',
+    "tool-call schema": '{"name":"get_weather","arguments":{"city":"Paris","unit":"celsius",'
+    '"days":3}}',
+    "12-property schema": '{"id":42,"name":"Ada Lovelace","email":"ada@example.org","age":36,'
+    '"score":9.5,"active":true,"role":"admin","tags":["math","poetry"],"address":{"street":'
+    '"12 St James Square","city":"London","zip":"SW1Y","country":"FR"},"manager":null,'
+    '"created":"1815-12-10","notes":"first programmer"}',
+    "ISO date-time regex": "2024-05-17T13:45:09.123456Z",
+}
+
+
+def compact(value) -> str:
+    """The compact JSON text of an instance (DESIGN.md section 3's writing of values)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def stable_key(record: dict) -> str:
+    return hashlib.sha1(record["id"].encode("utf-8")).hexdigest()
+
+
+def read_subsets(data: Path, subsets: list[str]) -> dict[str, list[dict]]:
+    """Subset name -> its records in a fixed pseudo-random order (sha1 of the id)."""
+    out = {}
+    for path in sorted(data.glob("*.jsonl")):
+        if subsets and path.stem not in subsets:
+            continue
+        records = [json.loads(line) for line in path.open(encoding="utf-8")]
+        out[path.stem] = sorted(records, key=stable_key)
+    return out
+
+
+def quotas(sizes: dict[str, int], total: int) -> dict[str, int]:
+    """Stratified allocation of `total` over subsets, proportional to size (largest remainder),
+    at least one per non-empty subset when `total` allows."""
+    everything = sum(sizes.values()) or 1
+    exact = {name: total * size / everything for name, size in sizes.items()}
+    out = {name: min(size, max(int(exact[name]), 1 if size else 0)) for name, size in sizes.items()}
+    for name in sorted(exact, key=lambda n: exact[n] - int(exact[n]), reverse=True):
+        if sum(out.values()) >= total:
+            break
+        if out[name] < sizes[name]:
+            out[name] += 1
+    return out
+
+
+class Bench:
+    """The workers, the tokenizer and the results of one run."""
+
+    def __init__(self, engines: list[str], timeout: float, threads: int):
+        from tokenizers import Tokenizer
+
+        self.engines = engines
+        self.timeout = timeout
+        self.vocabulary, tokenizer_json = load_vocabulary()
+        self.tokenizer = Tokenizer.from_str(tokenizer_json)
+        self.eos = self.vocabulary.eos_ids[0]
+        self.workers = {name: Worker(name, threads) for name in engines}
+        self.rows: dict[str, dict] = {}
+        self.sample_results: dict[str, list[dict]] = collections.defaultdict(list)
+        self.step_times: dict[str, list] = collections.defaultdict(list)
+        self.diffs: list[str] = []
+
+    def tokens(self, text: str) -> list[int]:
+        return [*self.tokenizer.encode(text, add_special_tokens=False).ids, self.eos]
+
+    def measure_all(self, name: str, kind: str, source, walk: list[int]) -> dict[str, dict]:
+        results = {}
+        for engine in self.engines:
+            result = self.workers[engine].call("measure", (kind, source, walk), self.timeout)
+            results[engine] = result
+        return results
+
+    def record(self, name: str, kind: str, source, walk, results: dict, row: str | None):
+        """Keep figures (under `row`, or pooled into the sample), step times and disagreements."""
+        for engine, result in results.items():
+            if result["status"] == "ok":
+                self.step_times[engine].extend(result["mask_s"])
+        if row is not None:
+            self.rows[row] = {
+                e: (figures([r]) if r["status"] == "ok" else r["status"])
+                for e, r in results.items()
+            }
+        corral = results.get("corral")
+        if not corral or corral["status"] != "ok":
+            return
+        others = [(e, r) for e, r in results.items() if e != "corral" and r["status"] == "ok"]
+        if kind == "schema" and "outlines-core" in self.engines:
+            regex = corral_regex(source)
+            if regex is not None:
+                same = self.workers["outlines-core"].call(
+                    "measure", ("regex", regex, walk), self.timeout
+                )
+                if same["status"] == "ok":
+                    others.append(("outlines-core@corral-regex", same))
+        for engine, result in others:
+            found = disagreements(name, walk, corral, result, engine, self.vocabulary)
+            self.diffs.extend(found)
+            for line in found:
+                print("  DISAGREE " + line, flush=True)
+
+    def stop(self):
+        for worker in self.workers.values():
+            worker.stop()
+
+
+def corral_regex(schema) -> str | None:
+    """corral's regex text of a schema, or None when corral refuses it or it is too long."""
+    from corral.automata import ConstrainError, json_schema_to_regex
+
+    try:
+        regex = json_schema_to_regex(schema)
+    except (ConstrainError, RecursionError):
+        return None
+    return regex if len(regex) < 200_000 else None
+
+
+def run_fixed(bench: Bench) -> None:
+    for name, kind, source in GRAMMARS:
+        walk = bench.tokens(EXAMPLES[name])
+        print(f"[figures] {name}: {len(walk)} tokens", flush=True)
+        results = bench.measure_all(name, kind, source, walk)
+        bench.record(name, kind, source, walk, results, row=name)
+
+
+def run_sample(bench: Bench, data: dict[str, list[dict]], size: int) -> dict:
+    """Sample `size` schemas (stratified, every engine compiles them, first valid instance walked
+    by corral), measure them; return the counts of skipped candidates by reason."""
+    candidates = {
+        s: [r for r in records if any(t["valid"] for t in r.get("tests", []))]
+        for s, records in data.items()
+    }
+    skipped: collections.Counter = collections.Counter()
+    taken = 0
+    for subset, quota in quotas({s: len(c) for s, c in candidates.items()}, size).items():
+        got = 0
+        for record in candidates[subset]:
+            if got >= quota:
+                break
+            walk = bench.tokens(compact(next(t for t in record["tests"] if t["valid"])["data"]))
+            results = bench.measure_all(record["id"], "schema", record["schema"], walk)
+            bad = [e for e, r in results.items() if r["status"] != "ok"]
+            if bad:
+                skipped[f"{bad[0]} {results[bad[0]]['status']}"] += 1
+                continue
+            if results["corral"]["refused_at"] is not None if "corral" in results else False:
+                skipped["corral refuses the first valid instance"] += 1
+                continue
+            got += 1
+            for engine, result in results.items():
+                bench.sample_results[engine].append(result)
+            label = f"{subset}/{record['id']}"
+            bench.record(label, "schema", record["schema"], walk, results, None)
+        taken += got
+        print(f"[sample] {subset}: {got}/{quota}", flush=True)
+    bench.rows[f"sample of {taken} schemas"] = {
+        e: figures(r) or "-" for e, r in bench.sample_results.items()
+    }
+    return dict(skipped)
+
+
+def run_coverage(bench: Bench, data: dict[str, list[dict]], limit: int | None) -> dict:
+    """Per subset, per engine: compile and feed every test instance (compact JSON + EOS)."""
+    table: dict[str, dict[str, dict]] = {}
+    for subset, records in data.items():
+        table[subset] = {}
+        for engine in bench.engines:
+            table[subset][engine] = dict.fromkeys(
+                ("ok", "refused", "crashed", "timeout", "error", "unavailable"), 0
+            ) | {"compile_s": [], "valid": 0, "valid_ok": 0, "invalid": 0, "invalid_ok": 0}
+        for record in records[:limit]:
+            tests = record.get("tests", [])
+            instances = [bench.tokens(compact(t["data"])) for t in tests]
+            for engine in bench.engines:
+                cell = table[subset][engine]
+                got = bench.workers[engine].call(
+                    "cover", ("schema", record["schema"], instances), bench.timeout
+                )
+                cell[got["status"]] += 1
+                if got["status"] != "ok":
+                    continue
+                cell["compile_s"].append(got["compile_s"])
+                for test, accepted in zip(tests, got["accepted"], strict=True):
+                    kind = "valid" if test["valid"] else "invalid"
+                    cell[kind] += 1
+                    cell[kind + "_ok"] += int(accepted)
+        count = len(records[:limit])
+        print(f"[coverage] {subset}: {count} schemas", flush=True)
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--engines", default=",".join(ENGINES), help="comma-separated")
+    parser.add_argument("--subset", action="append", default=[], help="only these subsets")
+    parser.add_argument("--sample", type=int, default=200, help="schemas in the figure sample")
+    parser.add_argument("--limit", type=int, help="coverage: first N schemas of each subset")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per job")
+    parser.add_argument("--threads", type=int, default=1, help="threads per engine")
+    parser.add_argument("--skip", action="append", default=[], choices=["sample", "coverage"])
+    parser.add_argument("--json", type=Path, help="write every figure here")
+    parser.add_argument("--plot", type=Path, default=Path("engines-masks.png"))
+    args = parser.parse_args(argv)
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    if engines[0] != "corral":
+        parser.error("the first engine must be corral (ratios and the differential refer to it)")
+    bench = Bench(engines, args.timeout, args.threads)
+    data = read_subsets(args.data, args.subset)
+    try:
+        run_fixed(bench)
+        skipped = {} if "sample" in args.skip else run_sample(bench, data, args.sample)
+        coverage = {} if "coverage" in args.skip else run_coverage(bench, data, args.limit)
+    finally:
+        bench.stop()
+    unavailable = {n: w.unavailable for n, w in bench.workers.items() if w.unavailable}
+    print("\n## Figures (SmolLM2 vocabulary, 49,152 tokens)")
+    for name, reason in unavailable.items():
+        print(f"\n{name} unavailable: {reason}")
+    print(figure_tables(bench.rows, engines))
+    if skipped:
+        print(f"\nsample candidates skipped: {skipped}")
+    if coverage:
+        print("\n## Coverage and soundness (test instances, compact JSON, token by token)\n")
+        print(coverage_table(coverage, engines))
+    print(f"\n## Disagreements with corral along the walks: {len(bench.diffs)}")
+    for line in bench.diffs:
+        print("- " + line)
+    plot({e: np.asarray(bench.step_times[e]) for e in engines}, args.plot)
+    print(f"\nplot: {args.plot}")
+    if args.json:
+        figures_by_row = {row: {e: v for e, v in by.items()} for row, by in bench.rows.items()}
+        payload = {
+            "engines": engines,
+            "unavailable": unavailable,
+            "figures_seconds_bytes": figures_by_row,
+            "sample_skipped": skipped,
+            "coverage": {
+                s: {
+                    e: {k: v for k, v in c.items() if k != "compile_s"}
+                    | {
+                        "median_compile_s": float(np.median(c["compile_s"]))
+                        if c["compile_s"]
+                        else None
+                    }
+                    for e, c in by.items()
+                }
+                for s, by in coverage.items()
+            },
+            "disagreements": bench.diffs,
+            "restarts": {n: w.restarts for n, w in bench.workers.items()},
+        }
+        args.json.write_text(json.dumps(payload, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
