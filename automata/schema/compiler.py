@@ -294,8 +294,9 @@ def _has_type(value, allowed: set) -> bool:
 
 def _compile(schema, limits: Limits | None, schema_limits: SchemaLimits) -> tuple:
     """(compiler, form) of a whole schema; EmptyLanguageError when nothing can be written."""
-    if isinstance(schema, (str, bytes)):
-        raise TypeError("pass the parsed schema (json.loads), not its text")
+    if not isinstance(schema, (dict, bool)):  # a JSON value that is no schema, or its text
+        reason = "a schema must be an object or a boolean (pass the parsed schema, not its text)"
+        raise SchemaError("", None, reason)
     check_document(schema)
     compiler = Compiler(schema, limits, schema_limits)
     form = compiler.compile(schema, "", 0)
@@ -312,10 +313,10 @@ def schema_to_tree(
     Compose it with other trees and pass it to `tree_to_dfa`.
 
     Raises:
-        TypeError: `schema` is text (str or bytes) rather than parsed JSON.
-        SchemaError: a keyword outside the subset (`.pointer`, `.keyword`), a malformed schema,
-            a string that is not UTF-8 text (a lone surrogate) or nesting deeper than
-            `corral.automata.schema.values.MAX_NESTING`.
+        SchemaError: `schema` is neither an object nor a boolean (text rather than parsed
+            JSON, or another JSON value), a keyword outside the subset (`.pointer`, `.keyword`),
+            a malformed schema, a string that is not UTF-8 text (a lone surrogate) or nesting
+            deeper than `corral.automata.schema.values.MAX_NESTING`.
         EmptyLanguageError: no value can be written.
         LimitError: a `SchemaLimits` or regex `Limits` bound was passed.
     """

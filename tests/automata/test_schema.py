@@ -516,3 +516,10 @@ def test_a_number_bound_past_2_to_the_53_is_lowered_to_it(bound):
     assert accepts(schema, "9007199254740992") and accepts(schema, "-9007199254740992.0")
     assert not accepts(schema, "9007199254740993")
     assert_sound(schema, n=10)
+
+
+@pytest.mark.parametrize("schema", ["abc", '{"type": "integer"}', b"{}", 5, None, [{}]])
+def test_a_value_that_is_no_schema_is_a_schema_error(schema):
+    with pytest.raises(SchemaError, match="must be an object or a boolean") as info:
+        schema_to_dfa(schema)
+    assert info.value.pointer == ""
