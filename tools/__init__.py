@@ -1,10 +1,11 @@
 """corral.tools: the OpenAI surface (DESIGN.md section 5): requests, grammars per tool_choice,
 rendering with tools, the streaming tool-call parser and the answer's JSON shapes.
 
-Modules: `request` (parse_tool_request), `errors` (ToolError, the one place a ConstrainError
+Modules: `request` (parse_tool_request, the table of fields), `messages` (checks of the
+messages), `errors` (ToolError, the one place a ConstrainError
 becomes OpenAI's error shape), `grammar` (grammars per tool_choice; `GrammarCompiler`, the one
 cache of token indexes), `render`, `parser` (ToolParser), `shapes` (events,
-message and delta JSON), `bfcl` (BFCL schemas to JSON Schema).
+message, delta, logprobs and chat.completion JSON), `bfcl` (BFCL schemas to JSON Schema).
 """
 
 from corral.tools.bfcl import bfcl_to_json_schema, bfcl_tools

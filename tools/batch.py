@@ -46,10 +46,9 @@ from corral.model.generate import (
 )
 from corral.tools.errors import ToolError, refused
 from corral.tools.grammar import DEFAULT_MAX_GRAMMARS, GrammarCompiler, grammar
-from corral.tools.parser import ToolParser
 from corral.tools.render import render_request
 from corral.tools.request import ToolRequest, parse_tool_request
-from corral.tools.shapes import collect, finish_reason, message_json
+from corral.tools.shapes import completion_json
 from tqdm import tqdm
 
 DEFAULT_MAX_TOKENS = 512
@@ -122,38 +121,11 @@ class Engine:
         return out
 
     def completion(self, line: _Line) -> dict:
-        """The `chat.completion` body of a finished line."""
-        request, choices = line.request, []
-        prompt_tokens = completion_tokens = 0
-        request_id = uuid.uuid4().hex[:12]
-        for i in range(len(line.choices)):
-            result = line.results[i]
-            prompt_tokens = result.prompt_tokens
-            completion_tokens += result.completion_tokens
-            content, calls = result.text, []
-            if request.calls_allowed:
-                parser = ToolParser(f"{request_id}_{i}" if request.n > 1 else request_id)
-                content, calls = collect(parser.push(result.text) + parser.finish())
-            choices.append(
-                {
-                    "index": i,
-                    "message": message_json(content, calls),
-                    "logprobs": None,
-                    "finish_reason": finish_reason(calls, result.finish_reason),
-                }
-            )
-        return {
-            "id": f"chatcmpl-{request_id}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": request.model or self.model_name,
-            "choices": choices,
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-        }
+        """The `chat.completion` body of a finished line (`corral.tools.shapes.completion_json`)."""
+        results = [line.results[i] for i in range(len(line.choices))]
+        return completion_json(
+            line.request, results, uuid.uuid4().hex[:12], self.model_name, self.vocabulary
+        )
 
 
 def output_line(custom_id, status: int | None, body: dict | None, error: dict | None) -> str:

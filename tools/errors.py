@@ -2,7 +2,8 @@
 becomes one (DESIGN.md section 5, "Errors"; STYLE.md: one hierarchy, mapped in one place).
 
 Shape: `{"error": {"message": ..., "type": ..., "param": ..., "code": ...}}`. Malformed requests
-are 400 `invalid_request_error`; what the regex or schema subset refuses is 422 with code
+are 400 `invalid_request_error`, and so are fields corral does not honour (code
+`unsupported_parameter`); what the regex or schema subset refuses is 422 with code
 `unsupported_parameter`, `param` naming the request field and the message naming the keyword.
 """
 
@@ -20,7 +21,8 @@ class ToolError(Exception):
         param: the request field at fault, as OpenAI writes it (`tools[0].function.parameters`,
             `messages[2].tool_calls[0].function.arguments`), or None for the body as a whole.
         code: OpenAI's machine-readable code (`invalid_value`, `invalid_type`,
-            `missing_required_parameter`, `unsupported_parameter`, `invalid_json`) or None.
+            `missing_required_parameter`, `unsupported_parameter`, `unknown_parameter`,
+            `invalid_json`) or None.
         message: a sentence for people.
     """
 
@@ -57,6 +59,13 @@ class ToolError(Exception):
 def invalid(param: str | None, message: str, code: str | None = "invalid_value") -> ToolError:
     """A 400 for a malformed request."""
     return ToolError(400, param, code, message)
+
+
+def not_honoured(param: str, why: str) -> ToolError:
+    """The 400 `unsupported_parameter` for a request field corral does not honour (`stream`,
+    `functions`, `audio`, ...): refused rather than accepted and ignored; `why` ends the
+    message."""
+    return ToolError(400, param, "unsupported_parameter", f"'{param}' is not supported: {why}.")
 
 
 def unsupported(param: str, error: ConstrainError) -> ToolError:

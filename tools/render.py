@@ -25,8 +25,9 @@ import json
 from corral.model.chat import render_chat
 from corral.model.errors import ChatTemplateError
 from corral.tools.errors import invalid
+from corral.tools.messages import check_messages, message_calls, message_text
 from corral.tools.parser import CLOSER, OPENER, SEPARATOR
-from corral.tools.request import Tool, ToolRequest, check_messages, message_calls, message_text
+from corral.tools.request import Tool, ToolRequest
 
 TOOLS_PROMPT = """\
 # Tools

@@ -12,25 +12,104 @@ a non-object `parameters`, duplicate tool names, `tool_choice` naming an unknown
 without tools, an unknown `response_format` type, sampling parameters of the wrong type or out
 of OpenAI's ranges. Content parts that are not text are a 422 `unsupported_parameter`.
 
+Nothing is accepted and then ignored: every top-level field is in the table `FIELDS`, which says
+whether corral honours it, accepts it because it cannot change the output (`user`, `metadata`,
+`store`, `service_tier` `auto`/`default`, ...), or refuses it with a 400
+`unsupported_parameter` naming it (`stream: true`, which a Batch line cannot use, the deprecated
+`functions` / `function_call`, `audio`, `prediction`, ...; null counts as absent). A field the
+API does not define is a 400 `unknown_parameter` naming it.
+
+Any value Python cannot convert, encode or recurse through is that request's 400 naming the
+param, checked first over the whole body without recursion (`check_values`): a string or key
+that is not UTF-8 text (a lone surrogate, `"\\ud800"`), NaN or an infinity (`NaN`, `Infinity`,
+`1e400` in the JSON text), an integer beyond the range of a double (2**1024), nesting deeper than
+`MAX_NESTING` levels.
+
 Decisions where OpenAI is silent or where corral differs: `tools: []` counts as no tools; tool
 names are `[A-Za-z0-9_.-]{1,64}` (OpenAI's set plus `.`, which BFCL's names use); a tool without
 `parameters` takes no arguments (`{}`); `strict` is accepted and changes nothing (corral always
-enforces the schema); `max_completion_tokens` wins over the older `max_tokens`; fields this
-layer does not know are ignored.
+enforces the schema); `max_completion_tokens` wins over the older `max_tokens`; `seed` is an
+int64 (OpenAI's range) kept as its unsigned 64-bit value (`seed mod 2**64`: the engine's random
+generators take non-negative seeds); `top_logprobs` needs `logprobs: true`.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 
-from corral.tools.errors import ToolError, invalid
+from corral.tools.errors import invalid, not_honoured
+from corral.tools.messages import check_messages
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 FORMAT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-ROLES = ("system", "developer", "user", "assistant", "tool")
+TOKEN_ID = re.compile(r"0|[1-9][0-9]{0,8}")
 NO_PARAMETERS = {"type": "object", "properties": {}}
+MAX_NESTING = 256
+"""The deepest nesting of arrays and objects in a request body (a schema at most 64 subschemas
+deep, the schema compiler's limit, fits well within it)."""
+LOGIT_BIAS_RANGE = 100
+
+
+@dataclass(frozen=True)
+class Field:
+    """How corral treats one field of the chat completions API.
+
+    Attributes:
+        use: `honoured` (validated here and applied), `no_effect` (accepted: it cannot change the
+            output), or `refused` (a 400 `unsupported_parameter` naming it, unless it is null or
+            one of `allowed`).
+        allowed: the values of a refused field that ask for nothing corral does not do.
+        why: the end of the refusal's message.
+    """
+
+    use: str
+    allowed: tuple = ()
+    why: str = "corral does not support it"
+
+
+HONOURED = Field("honoured")
+NO_EFFECT = Field("no_effect")
+FIELDS = {
+    "messages": HONOURED,
+    "model": HONOURED,  # echoed in the answer
+    "tools": HONOURED,
+    "tool_choice": HONOURED,
+    "parallel_tool_calls": HONOURED,
+    "response_format": HONOURED,
+    "max_completion_tokens": HONOURED,
+    "max_tokens": HONOURED,
+    "temperature": HONOURED,
+    "top_p": HONOURED,
+    "seed": HONOURED,
+    "stop": HONOURED,
+    "n": HONOURED,
+    "presence_penalty": HONOURED,
+    "frequency_penalty": HONOURED,
+    "logprobs": HONOURED,
+    "top_logprobs": HONOURED,
+    "logit_bias": HONOURED,
+    "user": NO_EFFECT,
+    "safety_identifier": NO_EFFECT,
+    "metadata": NO_EFFECT,
+    "store": NO_EFFECT,
+    "prompt_cache_key": NO_EFFECT,
+    "prompt_cache_retention": NO_EFFECT,
+    "service_tier": Field("refused", ("auto", "default"), "corral has one tier: auto or default"),
+    "modalities": Field("refused", (["text"],), "corral writes text only"),
+    "stream": Field("refused", (False,), "a Batch line's answer is not streamed"),
+    "stream_options": Field("refused", (), "only a streamed answer takes it"),
+    "functions": Field("refused", (), "it is deprecated: use 'tools'"),
+    "function_call": Field("refused", (), "it is deprecated: use 'tool_choice'"),
+    "audio": Field("refused", (), "corral writes text only"),
+    "prediction": Field("refused", (), "corral has no predicted outputs"),
+    "web_search_options": Field("refused", (), "corral does not search the web"),
+    "reasoning_effort": Field("refused", (), "the model does not reason"),
+    "verbosity": Field("refused", (), "corral does not steer verbosity"),
+}
+"""Every top-level field of OpenAI's chat completions request, and what corral does with it."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,6 +148,9 @@ class ToolRequest:
     `tool_choice` is `none`, `auto`, `required` or `function` (then `function_name` names the
     tool). `messages` are the request's own dicts, validated (`check_messages`). Sampling fields
     carry OpenAI's defaults when absent; `max_tokens` is None when the request sets no limit.
+    `seed` is in [0, 2**64) (see the module docstring). `logprobs` asks for each token's logprob
+    and `top_logprobs` (0 to 20, None when not asked) for the most likely alternatives;
+    `logit_bias` holds `(token id, bias)` pairs, the bias in [-100, 100], added to the logits.
     """
 
     messages: tuple = ()
@@ -88,8 +170,7 @@ class ToolRequest:
     frequency_penalty: float = 0.0
     logprobs: bool = False
     top_logprobs: int | None = None
-    stream: bool = False
-    stream_include_usage: bool = False
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     @property
     def calls_allowed(self) -> bool:
@@ -106,39 +187,47 @@ class ToolRequest:
         raise KeyError(name)
 
 
-def parse_tool_request(body: str | bytes | dict) -> ToolRequest:
+def parse_tool_request(body: str | bytes | dict, vocabulary_size: int | None = None) -> ToolRequest:
     """Validate a chat-completion request body (JSON text or an already-parsed dict).
 
-    Returns a `ToolRequest`. Raises `ToolError` (400 or 422, see the module docstring); pass a
-    dict that came from `json.loads` so that schema key order is the client's.
+    Returns a `ToolRequest`. Raises `ToolError` (400 or 422, see the module docstring), and
+    nothing else whatever the body holds; pass a dict that came from `json.loads` so that schema
+    key order is the client's. `vocabulary_size` (V) bounds the token ids of `logit_bias`.
     """
     if isinstance(body, (str, bytes)):
         try:
             body = json.loads(body)
+        except RecursionError:
+            raise invalid(None, "The body is nested too deeply.", "invalid_json") from None
         except ValueError as error:
             raise invalid(None, f"The body is not valid JSON: {error}", "invalid_json") from None
     if not isinstance(body, dict):
         raise invalid(None, "The body must be a JSON object.", "invalid_type")
+    check_values(body)
+    check_fields(body)
 
     messages = check_messages(body.get("messages"))
     parallel = _field(body, "parallel_tool_calls", "", bool, "a boolean")
     max_tokens = _integer(body, "max_completion_tokens", 1, None)
     if max_tokens is None:
         max_tokens = _integer(body, "max_tokens", 1, None)
-    stream_options = _field(body, "stream_options", "", dict, "an object") or {}
     model = _field(body, "model", "", str, "a string")
+    seed = _integer(body, "seed", -(2**63), 2**63 - 1)
+    logprobs = _boolean(body, "logprobs", "")
+    top_logprobs = _integer(body, "top_logprobs", 0, 20)
+    if top_logprobs is not None and not logprobs:
+        raise invalid("top_logprobs", "'top_logprobs' needs 'logprobs' to be true.")
     sampling = {
         "temperature": _number(body, "temperature", 0.0, 2.0, 1.0),
         "top_p": _number(body, "top_p", 0.0, 1.0, 1.0, low_open=True),
-        "seed": _integer(body, "seed", None, None),
+        "seed": None if seed is None else seed % 2**64,
         "stop": _stop(body.get("stop")),
         "n": _integer(body, "n", 1, 128) or 1,
         "presence_penalty": _number(body, "presence_penalty", -2.0, 2.0, 0.0),
         "frequency_penalty": _number(body, "frequency_penalty", -2.0, 2.0, 0.0),
-        "logprobs": _boolean(body, "logprobs", ""),
-        "top_logprobs": _integer(body, "top_logprobs", 0, 20),
-        "stream": _boolean(body, "stream", ""),
-        "stream_include_usage": _boolean(stream_options, "include_usage", "stream_options"),
+        "logprobs": logprobs,
+        "top_logprobs": top_logprobs,
+        "logit_bias": _logit_bias(body.get("logit_bias"), vocabulary_size),
     }
     tools = _tools(body.get("tools"))
     tool_choice, function_name = _tool_choice(body.get("tool_choice"), tools)
@@ -154,6 +243,71 @@ def parse_tool_request(body: str | bytes | dict) -> ToolRequest:
         max_tokens=max_tokens,
         **sampling,
     )
+
+
+# --- what every request must be ----------------------------------------------------------------
+
+
+def check_values(body: dict) -> None:
+    """Walk the whole body without recursion (O(its size)) and refuse what Python cannot
+    convert, encode or recurse through: a string or member name that is not UTF-8 text (a lone
+    surrogate), a float that is NaN or infinite, an integer of magnitude 2**1024 or more (beyond
+    any double), arrays and objects nested deeper than `MAX_NESTING`.
+
+    Raises ToolError 400 `invalid_value` whose `param` is the value's path
+    (`tools[0].function.parameters.properties.x`, lone surrogates written `\\ud800`)."""
+    stack = [(body, None, 0)]
+    while stack:
+        value, param, depth = stack.pop()
+        if isinstance(value, str):
+            if not _is_text(value):
+                raise invalid(param, f"'{param}' is not UTF-8 text: it holds a lone surrogate.")
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise invalid(param, f"'{param}' must be a finite number (a double), not {value!r}.")
+        elif isinstance(value, int) and abs(value).bit_length() > 1024:
+            raise invalid(param, f"'{param}' is beyond the range of a JSON number (a double).")
+        elif isinstance(value, (dict, list)):
+            if depth >= MAX_NESTING:
+                raise invalid(param, f"'{param}' is nested deeper than {MAX_NESTING} levels.")
+            if isinstance(value, list):
+                stack.extend((v, f"{param}[{i}]", depth + 1) for i, v in enumerate(value))
+                continue
+            for key, item in value.items():
+                name = printable(str(key))
+                where = name if param is None else f"{param}.{name}"
+                if not _is_text(str(key)):
+                    raise invalid(where, f"The name '{where}' is not UTF-8 text.")
+                stack.append((item, where, depth + 1))
+
+
+def _is_text(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def printable(text: str) -> str:
+    """`text` with each lone surrogate written as a backslash escape, fit for a message."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def check_fields(body: dict) -> None:
+    """Refuse the fields corral does not honour (`FIELDS`). Raises ToolError 400: code
+    `unknown_parameter` for a field the API does not define, `unsupported_parameter` for a
+    refused one that is neither null nor one of its allowed values; `param` names it."""
+    for name, value in body.items():
+        field_ = FIELDS.get(name)
+        if field_ is None:
+            raise invalid(name, f"Unknown parameter: '{name}'.", "unknown_parameter")
+        if field_.use == "refused" and value is not None and not _allowed(value, field_.allowed):
+            raise not_honoured(name, field_.why)
+
+
+def _allowed(value, allowed: tuple) -> bool:
+    """Whether `value` is one of `allowed`, type included (`0` is not `False`)."""
+    return any(type(value) is type(a) and value == a for a in allowed)
 
 
 # --- tools, tool_choice, response_format ------------------------------------------------------
@@ -235,120 +389,6 @@ def _response_format(value) -> ResponseFormat:
     )
 
 
-# --- messages ------------------------------------------------------------------------------
-
-
-def check_messages(messages) -> list[dict]:
-    """Validate OpenAI chat messages; return them unchanged (as a list).
-
-    Roles: system, developer, user, assistant, tool. `content` is a string or a list of text
-    parts; it may be missing or null only in an assistant turn. An assistant turn's `tool_calls`
-    each need `function.name` and `function.arguments`, a JSON text or an object. Raises ToolError:
-    400 naming the message index (`messages[2].tool_calls[0].function.arguments`) for what is
-    malformed, 422 for content parts that are not text.
-    """
-    if not isinstance(messages, list) or not messages:
-        raise invalid(
-            "messages",
-            "'messages' must be a non-empty list of messages.",
-            "missing_required_parameter" if messages is None else "invalid_type",
-        )
-    for i, message in enumerate(messages):
-        where = f"messages[{i}]"
-        if not isinstance(message, dict):
-            raise invalid(where, f"'{where}' must be an object.", "invalid_type")
-        role = message.get("role")
-        if role not in ROLES:
-            raise invalid(f"{where}.role", f"'{where}.role' must be one of {', '.join(ROLES)}.")
-        content = message.get("content")
-        if content is None and role != "assistant":
-            raise invalid(
-                f"{where}.content", f"'{where}.content' is required.", "missing_required_parameter"
-            )
-        message_text(message, i)
-        if role == "assistant":
-            message_calls(message, i)
-    return list(messages)
-
-
-def message_text(message: dict, i: int) -> str:
-    """The text of `messages[i]`'s content: a string, text parts joined, or "" when missing.
-    Raises ToolError as `check_messages` does."""
-    content = message.get("content")
-    where = f"messages[{i}].content"
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise invalid(where, f"'{where}' must be a string or a list of parts.", "invalid_type")
-    texts = []
-    for j, part in enumerate(content):
-        if not isinstance(part, dict):
-            raise invalid(f"{where}[{j}]", f"'{where}[{j}]' must be an object.", "invalid_type")
-        if part.get("type") != "text":
-            raise ToolError(
-                422,
-                f"{where}[{j}].type",
-                "unsupported_parameter",
-                f"Only text content parts are supported, not {part.get('type')!r}.",
-            )
-        text = part.get("text")
-        if not isinstance(text, str):
-            raise invalid(
-                f"{where}[{j}].text", f"'{where}[{j}].text' must be a string.", "invalid_type"
-            )
-        texts.append(text)
-    return "".join(texts)
-
-
-def message_calls(message: dict, i: int) -> list[tuple[str, str]]:
-    """The `(name, arguments JSON text)` of each of `messages[i]`'s `tool_calls`, in order.
-
-    Arguments given as a string are kept verbatim (a conversation renders the way it was
-    generated) after checking that they are JSON ("" counts as `{}`); arguments given as an object
-    are written as compact JSON. Raises ToolError 400 naming the message and call index.
-    """
-    calls = message.get("tool_calls")
-    if calls is None:
-        return []
-    where = f"messages[{i}].tool_calls"
-    if not isinstance(calls, list):
-        raise invalid(where, f"'{where}' must be a list.", "invalid_type")
-    result = []
-    for j, call in enumerate(calls):
-        at = f"{where}[{j}]"
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict):
-            raise invalid(f"{at}.function", f"'{at}.function' must be an object.", "invalid_type")
-        name = function.get("name")
-        if not isinstance(name, str) or not name:
-            raise invalid(
-                f"{at}.function.name", f"'{at}.function.name' must be a string.", "invalid_type"
-            )
-        arguments = function.get("arguments")
-        if isinstance(arguments, str):
-            if arguments.strip() == "":
-                arguments = "{}"
-            try:
-                json.loads(arguments)
-            except ValueError:
-                raise invalid(
-                    f"{at}.function.arguments",
-                    f"The arguments of tool call {j} in message {i} are not valid JSON.",
-                ) from None
-        elif isinstance(arguments, dict):
-            arguments = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
-        else:
-            raise invalid(
-                f"{at}.function.arguments",
-                f"The arguments of tool call {j} in message {i} must be JSON text or an object.",
-                "invalid_type",
-            )
-        result.append((name, arguments))
-    return result
-
-
 # --- sampling fields -------------------------------------------------------------------------
 
 
@@ -406,6 +446,30 @@ def _name(obj: dict, where: str, pattern: re.Pattern, characters: str) -> str:
 def _boolean(obj: dict, key: str, where: str) -> bool:
     """`obj[key]` as a boolean, False when missing. Raises ToolError 400 as `_field` does."""
     return bool(_field(obj, key, where, bool, "a boolean"))
+
+
+def _logit_bias(value, vocabulary_size: int | None) -> tuple[tuple[int, float], ...]:
+    """`logit_bias` as `(token id, bias)` pairs in the given order. Raises ToolError 400 naming
+    `logit_bias` (or `logit_bias.<key>`) for a key that is not a token id (decimal, within the
+    vocabulary when its size is known) or a bias that is not a number in [-100, 100]."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise invalid("logit_bias", "'logit_bias' must be an object.", "invalid_type")
+    pairs = []
+    for key, bias in value.items():
+        param = f"logit_bias.{key}"
+        if not TOKEN_ID.fullmatch(key) or (
+            vocabulary_size is not None and int(key) >= vocabulary_size
+        ):
+            within = "" if vocabulary_size is None else f" below {vocabulary_size}"
+            raise invalid(param, f"'logit_bias' keys must be token ids{within}, not '{key}'.")
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)):
+            raise invalid(param, f"'{param}' must be a number.", "invalid_type")
+        if not -LOGIT_BIAS_RANGE <= bias <= LOGIT_BIAS_RANGE:
+            raise invalid(param, f"'{param}' must be in [-100, 100], got {bias!r}.")
+        pairs.append((int(key), float(bias)))
+    return tuple(pairs)
 
 
 def _stop(value) -> tuple[str, ...]:

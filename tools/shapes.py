@@ -7,6 +7,9 @@ folds events into an answer (`collect`), and writes the chat-completion `message
 - message: `{"role":"assistant","content":null,"tool_calls":[{"id":...,"type":"function",
   "function":{"name":...,"arguments":"<JSON text>"}}]}`; content is null, never "", when the
   model wrote no text; `tool_calls` is left out when there is no call.
+- logprobs (when the request asks): `{"content":[{"token","logprob","bytes","top_logprobs":
+  [{"token","logprob","bytes"}]}],"refusal":null}`, one entry per generated token (`logprobs_json`).
+- the whole `chat.completion` body of a request's results (`completion_json`).
 - deltas: `{"content":"..."}` for text; `{"tool_calls":[{"index":i,"id":...,"type":"function",
   "function":{"name":...,"arguments":""}}]}` when call i starts; `{"tool_calls":[{"index":i,
   "function":{"arguments":"<fragment>"}}]}` for each later piece of its arguments.
@@ -14,6 +17,7 @@ folds events into an answer (`collect`), and writes the chat-completion `message
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 
@@ -128,3 +132,85 @@ def delta_json(event: ToolEvent) -> dict:
     if isinstance(event, Arguments):
         return {"tool_calls": [{"index": event.index, "function": {"arguments": event.fragment}}]}
     raise TypeError(f"not a ToolEvent: {event!r}")
+
+
+def token_json(token_id: int, logprob: float, vocabulary) -> dict:
+    """`{"token", "logprob", "bytes"}` of one token: `bytes` are its raw bytes as a list of ints
+    (`vocabulary.tokens[token_id]`, a `corral.kernels.Vocabulary`) and `token` those bytes
+    decoded as UTF-8 with errors replaced (a token may hold part of a character); a special
+    token, which has no bytes, is `""` with `bytes` null."""
+    raw = vocabulary.tokens[token_id]
+    if raw is None:
+        return {"token": "", "logprob": float(logprob), "bytes": None}
+    return {"token": raw.decode("utf-8", "replace"), "logprob": float(logprob), "bytes": list(raw)}
+
+
+def logprobs_json(token_ids, logprobs, top_logprobs, vocabulary, top_n: int) -> dict:
+    """A choice's `logprobs` in OpenAI's shape: `{"content": [...], "refusal": null}`, one
+    `token_json` per generated token with its `top_logprobs`, the first `top_n` of that token's
+    `(token id, logprob)` alternatives (most likely first).
+
+    Args:
+        token_ids: int ids of the generated tokens (EOS excluded), length T.
+        logprobs: float per token, the logprob the sampler reported (over the allowed tokens).
+        top_logprobs: per token a list of `(token id, logprob)` pairs, or None when the engine
+            reported none (then every `top_logprobs` is `[]`).
+        vocabulary: the model's `corral.kernels.Vocabulary`.
+        top_n: 0 to 20 alternatives per token.
+    """
+    content = []
+    for j, (token_id, logprob) in enumerate(zip(token_ids, logprobs, strict=True)):
+        alternatives = [] if top_logprobs is None else top_logprobs[j][:top_n]
+        entry = token_json(token_id, logprob, vocabulary)
+        entry["top_logprobs"] = [token_json(t, lp, vocabulary) for t, lp in alternatives]
+        content.append(entry)
+    return {"content": content, "refusal": None}
+
+
+def completion_json(request, results, request_id: str, model_name: str, vocabulary) -> dict:
+    """The `chat.completion` body answering `request` (a `ToolRequest`) with one
+    `corral.model.GenerationResult` per choice, in order.
+
+    When calls are allowed, each choice's text goes through the stream parser (call ids
+    `call_<request_id>_<index>`, with `_<choice>` after the request id when n > 1); `logprobs`
+    is `logprobs_json` when the request asks for them, else null; `model` is the request's own
+    or `model_name`; `usage` sums the completion tokens of every choice. A result's
+    `top_logprobs` is read when present (`getattr`), so results without it answer with empty
+    `top_logprobs` lists.
+    """
+    from corral.tools.parser import ToolParser  # the parser imports this module's events
+
+    choices = []
+    prompt_tokens = completion_tokens = 0
+    for i, result in enumerate(results):
+        prompt_tokens = result.prompt_tokens
+        completion_tokens += result.completion_tokens
+        content, calls = result.text, []
+        if request.calls_allowed:
+            parser = ToolParser(f"{request_id}_{i}" if len(results) > 1 else request_id)
+            content, calls = collect(parser.push(result.text) + parser.finish())
+        logprobs = None
+        if request.logprobs:
+            top = getattr(result, "top_logprobs", None)
+            n = request.top_logprobs or 0
+            logprobs = logprobs_json(result.token_ids, result.logprobs, top, vocabulary, n)
+        choices.append(
+            {
+                "index": i,
+                "message": message_json(content, calls),
+                "logprobs": logprobs,
+                "finish_reason": finish_reason(calls, result.finish_reason),
+            }
+        )
+    return {
+        "id": f"chatcmpl-{request_id}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": request.model or model_name,
+        "choices": choices,
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }

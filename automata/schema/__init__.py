@@ -54,10 +54,15 @@ Supported keywords (anything else that is a JSON Schema keyword of any draft is 
     by a product with a character counter when `maxLength` is given; `minLength` alone next to a
     pattern that does not imply it is refused.
   - Integers: `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum` (both draft-4 boolean
-    and numeric forms) as an exact decimal range; `multipleOf: 1`.
-  - Numbers: the same bounds when they are integers of magnitude <= 2**53, written without
-    exponent (see `corral.automata.schema.numbers` for the float-rounding margin at exclusive
-    bounds); other bounds are refused.
+    and numeric forms) as an exact decimal range over integers of at most 20 digits (a larger
+    upper bound is lowered, a smaller lower bound raised; a `minimum` past 20 digits is refused
+    naming it); `multipleOf: 1`.
+  - Numbers: the same bounds when they are integers, written without exponent, values within
+    +-2**53 the same way (see `corral.automata.schema.numbers` for the float-rounding margin at
+    exclusive bounds); other bounds are refused.
+- Before anything is compiled, every string and member name must be UTF-8 text (a lone
+  surrogate is refused with its JSON pointer) and the document nested at most
+  `corral.automata.schema.values.MAX_NESTING` levels (`check_document`).
   - `prefixItems` and array-form `items` (tuples, with `additionalItems` / `items` for the rest),
     `uniqueItems` when `maxItems` <= 1 or false, `minProperties` (the first optional members
     become required) and `maxProperties` (the last optional members are left out),

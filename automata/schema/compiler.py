@@ -45,7 +45,7 @@ from corral.automata.schema.numbers import lower_integer, lower_number
 from corral.automata.schema.refs import RefResolver, has_own_id, ref_siblings
 from corral.automata.schema.strings import lower_string
 from corral.automata.schema.text import TextRenderer
-from corral.automata.schema.values import dumps, json_key, json_type
+from corral.automata.schema.values import check_document, dumps, json_key, json_type
 from corral.automata.tree import Node
 
 
@@ -294,8 +294,10 @@ def _has_type(value, allowed: set) -> bool:
 
 def _compile(schema, limits: Limits | None, schema_limits: SchemaLimits) -> tuple:
     """(compiler, form) of a whole schema; EmptyLanguageError when nothing can be written."""
-    if isinstance(schema, (str, bytes)):
-        raise TypeError("pass the parsed schema (json.loads), not its text")
+    if not isinstance(schema, (dict, bool)):  # a JSON value that is no schema, or its text
+        reason = "a schema must be an object or a boolean (pass the parsed schema, not its text)"
+        raise SchemaError("", None, reason)
+    check_document(schema)
     compiler = Compiler(schema, limits, schema_limits)
     form = compiler.compile(schema, "", 0)
     if form is NOTHING:
@@ -311,8 +313,10 @@ def schema_to_tree(
     Compose it with other trees and pass it to `tree_to_dfa`.
 
     Raises:
-        TypeError: `schema` is text (str or bytes) rather than parsed JSON.
-        SchemaError: a keyword outside the subset (`.pointer`, `.keyword`) or a malformed schema.
+        SchemaError: `schema` is neither an object nor a boolean (text rather than parsed
+            JSON, or another JSON value), a keyword outside the subset (`.pointer`, `.keyword`),
+            a malformed schema, a string that is not UTF-8 text (a lone surrogate) or nesting
+            deeper than `corral.automata.schema.values.MAX_NESTING`.
         EmptyLanguageError: no value can be written.
         LimitError: a `SchemaLimits` or regex `Limits` bound was passed.
     """

@@ -10,6 +10,15 @@ check the ranges against `re.fullmatch`):
   range parses to a float inside it. At an exclusive bound `b` the fraction must be at least
   0.000001, which keeps `b + fraction` distinct from `b` after rounding while |b| <= 2**30; above
   that the bound's own integer part takes no fraction.
+
+Limits (a bound is never converted to a float, so `"maximum": 1e400` written as an integer is
+as safe as any other):
+- Integers have at most `MAX_INTEGER_DIGITS` (20) digits, enough for every 64-bit integer: an
+  upper bound above `LARGEST_INTEGER` (10**20 - 1) is lowered to it and a lower bound below its
+  negative raised to it, so `"maximum": 1e308` means "any integer of at most 20 digits"; a
+  `minimum` above it (or a `maximum` below its negative) is refused naming the keyword. A range
+  of n-digit bounds is regex text nested about n levels deep, and a DFA of O(n) states.
+- Numbers stay within +-2**53 the same way (lowered upper bound, raised lower bound).
 """
 
 from __future__ import annotations
@@ -25,6 +34,8 @@ from corral.automata.schema.values import is_number
 
 MAX_EXACT_FLOAT_BOUND = 2**53
 MAX_FRACTION_BOUND = 2**30
+MAX_INTEGER_DIGITS = 20
+LARGEST_INTEGER = 10**MAX_INTEGER_DIGITS - 1
 
 
 def _digit_class(lo: str, hi: str) -> str:
@@ -181,9 +192,10 @@ def number_range(lo: int | None, lo_open: bool, hi: int | None, hi_open: bool) -
 
 
 def bounds(schema: dict, pointer: str) -> tuple:
-    """`((lo, lo_open) or None, (hi, hi_open) or None)` from the four bound keywords (draft-4
-    boolean `exclusiveMinimum`/`exclusiveMaximum` and the later numeric forms); the tightest
-    bound wins. Raises SchemaError on a bound that is not a finite number."""
+    """`((lo, lo_open, key) or None, (hi, hi_open, key) or None)` from the four bound keywords
+    (draft-4 boolean `exclusiveMinimum`/`exclusiveMaximum` and the later numeric forms); the
+    tightest bound wins and `key` names the keyword it came from. Raises SchemaError on a bound
+    that is not a finite number."""
     lows, highs = [], []
     for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         if key not in schema:
@@ -194,28 +206,46 @@ def bounds(schema: dict, pointer: str) -> tuple:
         if not is_number(value) or (isinstance(value, float) and not math.isfinite(value)):
             raise SchemaError(pointer, key, f"{key} must be a number")
         if key == "minimum":
-            lows.append((value, schema.get("exclusiveMinimum") is True))
+            lows.append((value, schema.get("exclusiveMinimum") is True, key))
         elif key == "maximum":
-            highs.append((value, schema.get("exclusiveMaximum") is True))
+            highs.append((value, schema.get("exclusiveMaximum") is True, key))
         elif key == "exclusiveMinimum":
-            lows.append((value, True))
+            lows.append((value, True, key))
         else:
-            highs.append((value, True))
+            highs.append((value, True, key))
     low = max(lows, key=lambda b: (b[0], b[1])) if lows else None
     high = min(highs, key=lambda b: (b[0], not b[1])) if highs else None
     return low, high
 
 
+def _out_of_reach(pointer: str, bound: tuple, largest: int) -> SchemaError:
+    """The refusal of a bound that leaves no value of magnitude <= `largest` (the value itself
+    is not shown: it may have more digits than Python writes)."""
+    key = bound[2]
+    side = "above " if key in ("minimum", "exclusiveMinimum") else "below -"
+    reason = f"{key} is {side}{largest}, past the largest magnitude corral writes"
+    return SchemaError(pointer, key, reason)
+
+
 def lower_integer(schema: dict, pointer: str):
     """The form of the integers `schema` allows: an exact decimal range from its bounds and an
-    OpenAPI `int32`/`int64` format. Raises SchemaError on `multipleOf` other than 1 or an empty
-    range."""
+    OpenAPI `int32`/`int64` format, over integers of at most `MAX_INTEGER_DIGITS` digits (a
+    larger upper bound is lowered to `LARGEST_INTEGER`, a smaller lower bound raised to
+    `-LARGEST_INTEGER`: a sub-language, like `maxLength` above its limit). Raises SchemaError
+    naming the keyword on `multipleOf` other than 1, on a `minimum` above `LARGEST_INTEGER` or a
+    `maximum` below `-LARGEST_INTEGER`, or on an empty range."""
     multiple = schema.get("multipleOf")
     if multiple is not None and multiple != 1:
         raise unsupported(pointer, "multipleOf", f"multipleOf {multiple!r}")
     low, high = bounds(schema, pointer)
     lo = None if low is None else (math.floor(low[0]) + 1 if low[1] else math.ceil(low[0]))
     hi = None if high is None else (math.ceil(high[0]) - 1 if high[1] else math.floor(high[0]))
+    if lo is not None and lo > LARGEST_INTEGER:
+        raise _out_of_reach(pointer, low, LARGEST_INTEGER)
+    if hi is not None and hi < -LARGEST_INTEGER:
+        raise _out_of_reach(pointer, high, LARGEST_INTEGER)
+    lo = None if lo is None else max(lo, -LARGEST_INTEGER)
+    hi = None if hi is None else min(hi, LARGEST_INTEGER)
     fmt = schema.get("format")
     if fmt in INTEGER_FORMATS:
         f_lo, f_hi = INTEGER_FORMATS[fmt]
@@ -225,26 +255,34 @@ def lower_integer(schema: dict, pointer: str):
         return INTEGER_FORM
     text = integer_range(lo, hi)
     if text is None:
-        raise SchemaError(pointer, "maximum", "no integer lies between the bounds")
+        raise SchemaError(pointer, (high or low)[2], "no integer lies between the bounds")
     return Regex(text, 1)
 
 
 def lower_number(schema: dict, pointer: str):
     """The form of the numbers `schema` allows: any JSON number, or a range without exponent
-    when the bounds are integers of magnitude <= 2**53. Raises SchemaError on `multipleOf`, on
-    other bounds, or on an empty range."""
+    when the bounds are integers. Values stay within +-2**53 (`MAX_EXACT_FLOAT_BOUND`): a larger
+    upper bound is lowered to it and a smaller lower bound raised to it (a sub-language). Raises
+    SchemaError naming the keyword on `multipleOf`, on a bound that is not an integer, on a
+    `minimum` above 2**53 or a `maximum` below -2**53, or on an empty range."""
     if "multipleOf" in schema:
         raise unsupported(pointer, "multipleOf", "multipleOf on numbers")
     low, high = bounds(schema, pointer)
     if low is None and high is None:
         return NUMBER_FORM
-    for bound, key in ((low, "minimum"), (high, "maximum")):
-        if bound is None:
-            continue
-        value = bound[0]
-        if not float(value).is_integer() or abs(value) > MAX_EXACT_FLOAT_BOUND:
+    largest = MAX_EXACT_FLOAT_BOUND
+    if low is not None and low[0] > largest:
+        raise _out_of_reach(pointer, low, largest)
+    if high is not None and high[0] < -largest:
+        raise _out_of_reach(pointer, high, largest)
+    if low is not None and low[0] < -largest:
+        low = (-largest, False, low[2])
+    if high is not None and high[0] > largest:
+        high = (largest, False, high[2])
+    for bound in (low, high):
+        if bound is not None and isinstance(bound[0], float) and not bound[0].is_integer():
             raise unsupported(
-                pointer, key, f"a number bound {value!r} that is not an integer <= 2**53"
+                pointer, bound[2], f"a number bound {bound[0]!r} that is not an integer"
             )
     text = number_range(
         None if low is None else int(low[0]),
@@ -253,5 +291,5 @@ def lower_number(schema: dict, pointer: str):
         bool(high and high[1]),
     )
     if text is None:
-        raise SchemaError(pointer, "maximum", "no number lies between the bounds")
+        raise SchemaError(pointer, (high or low)[2], "no number lies between the bounds")
     return Regex(text, 1)

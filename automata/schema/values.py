@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from corral.automata.errors import NonFiniteNumberError
+from corral.automata.errors import NonFiniteNumberError, SchemaError
 
 
 def dumps(value) -> str:
@@ -64,3 +64,52 @@ def is_int(value) -> bool:
 def is_number(value) -> bool:
     """True for a Python int or float that is not a bool."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+MAX_NESTING = 512
+"""The deepest nesting of arrays and objects a schema document may have (`check_document`):
+deeper documents are refused before anything recurses through them."""
+
+
+def printable(text: str) -> str:
+    """`text` with every character that is not UTF-8 text (a lone surrogate) written as a
+    backslash escape (`\\ud800`), so that it can go into an error message."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _is_text(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_document(schema, max_nesting: int = MAX_NESTING) -> None:
+    """Check, without recursion, what the compiler takes for granted of a parsed schema: every
+    string and member name is UTF-8 text (a lone surrogate such as `"\\ud800"` is not), and
+    arrays and objects are nested at most `max_nesting` levels. O(size of the document).
+
+    Raises:
+        SchemaError: naming the JSON pointer of the culprit (escaped with `printable`).
+    """
+    stack = [(schema, "", 0)]
+    while stack:
+        value, pointer, depth = stack.pop()
+        if isinstance(value, str):
+            if not _is_text(value):
+                raise SchemaError(pointer, None, "a string with a lone surrogate is not text")
+            continue
+        if not isinstance(value, (dict, list)):
+            continue
+        if depth >= max_nesting:
+            raise SchemaError(pointer, None, f"nested deeper than {max_nesting} levels")
+        if isinstance(value, list):
+            stack.extend((item, f"{pointer}/{i}", depth + 1) for i, item in enumerate(value))
+            continue
+        for key, item in value.items():
+            name = str(key).replace("~", "~0").replace("/", "~1")
+            where = f"{pointer}/{printable(name)}"
+            if not _is_text(name):
+                raise SchemaError(where, None, "a member name with a lone surrogate is not text")
+            stack.append((item, where, depth + 1))

@@ -31,6 +31,7 @@ from corral.automata import (
 )
 from corral.automata.schema import json_text, numbers
 from corral.automata.schema.keywords import SUPPORTED
+from corral.automata.schema.values import MAX_NESTING
 from corral.automata.tree import Concat, literal_bytes
 from example_schemas import HAND_SCHEMAS
 from jsonschema.validators import validator_for
@@ -439,3 +440,86 @@ def test_length_bounded_pattern_tree_builds_outside_the_compiler():
     assert dfa.matches(('"' + "é" * 256 + '"').encode())
     assert not dfa.matches(('"' + "a" * 257 + '"').encode())
     assert not dfa.matches(b'""')
+
+
+# ---------------------------------------------------------------------------------------------
+# Values Python cannot convert, encode or recurse through: a SchemaError naming where, never a
+# crash (numbers never go through float; strings must be UTF-8 text; nesting is bounded)
+
+
+@pytest.mark.parametrize(
+    ("schema", "pointer"),
+    [
+        ({"enum": ["ok", "\ud800"]}, "/enum/1"),
+        ({"const": {"a\udfff": 1}}, "/const/a\\udfff"),
+        ({"type": "object", "properties": {"\ud800": {"type": "integer"}}}, "/properties/\\ud800"),
+        ({"type": "string", "pattern": "a\udc00"}, "/pattern"),
+        ({"$defs": {"x": {"description": "\ud83d"}}, "type": "integer"}, "/$defs/x/description"),
+    ],
+)
+def test_a_lone_surrogate_is_refused_naming_its_pointer(schema, pointer):
+    for compile_schema in (schema_to_dfa, json_schema_to_regex):
+        with pytest.raises(SchemaError) as info:
+            compile_schema(schema)
+        assert info.value.pointer == pointer
+        str(info.value).encode("utf-8")  # the message is text
+
+
+def test_nesting_past_the_document_limit_is_refused():
+    deep = 1
+    for _ in range(MAX_NESTING + 5):
+        deep = [deep]
+    with pytest.raises(SchemaError, match="nested deeper than 512"):
+        schema_to_dfa({"const": deep})
+    fits = 1
+    for _ in range(MAX_NESTING - 2):
+        fits = [fits]
+    assert accepts({"const": fits}, dumps(fits))
+
+
+@pytest.mark.parametrize(
+    "bound",
+    [10**400, 1e308, 2**70, float(2**70), 10**20],
+)
+def test_an_integer_upper_bound_past_20_digits_is_lowered_to_them(bound):
+    largest = "9" * 20
+    for sign in ("", "-"):
+        schema = {"type": "integer", "maximum": bound} if sign == "" else {"minimum": -bound}
+        schema["type"] = "integer"
+        assert accepts(schema, sign + largest) and accepts(schema, "0")
+        assert not accepts(schema, sign + "1" + "0" * 20)
+        assert_sound(schema, n=10)
+    schema = {"type": "integer", "minimum": -bound, "exclusiveMaximum": bound}
+    assert accepts(schema, largest) and accepts(schema, "-" + largest)
+    assert not accepts(schema, "1" + "0" * 20) and not accepts(schema, "-1" + "0" * 20)
+
+
+@pytest.mark.parametrize(
+    ("schema", "keyword"),
+    [
+        ({"type": "integer", "minimum": 10**20}, "minimum"),
+        ({"type": "integer", "exclusiveMinimum": 1e308}, "exclusiveMinimum"),
+        ({"type": "integer", "maximum": -(10**400)}, "maximum"),
+        ({"type": "number", "minimum": 2**53 + 1}, "minimum"),
+        ({"type": "number", "exclusiveMaximum": -(10**400)}, "exclusiveMaximum"),
+    ],
+)
+def test_a_bound_past_the_largest_value_is_refused_naming_the_keyword(schema, keyword):
+    with pytest.raises(SchemaError) as info:
+        schema_to_dfa({"type": "object", "properties": {"n": schema}, "required": ["n"]})
+    assert (info.value.keyword, info.value.pointer) == (keyword, "/properties/n")
+
+
+@pytest.mark.parametrize("bound", [10**400, 1e308, 2**53 + 1, float(2**60)])
+def test_a_number_bound_past_2_to_the_53_is_lowered_to_it(bound):
+    schema = {"type": "number", "maximum": bound, "minimum": -bound}
+    assert accepts(schema, "9007199254740992") and accepts(schema, "-9007199254740992.0")
+    assert not accepts(schema, "9007199254740993")
+    assert_sound(schema, n=10)
+
+
+@pytest.mark.parametrize("schema", ["abc", '{"type": "integer"}', b"{}", 5, None, [{}]])
+def test_a_value_that_is_no_schema_is_a_schema_error(schema):
+    with pytest.raises(SchemaError, match="must be an object or a boolean") as info:
+        schema_to_dfa(schema)
+    assert info.value.pointer == ""

@@ -5,6 +5,7 @@ import json
 
 import pytest
 from corral.tools import ToolError, parse_tool_request
+from corral.tools.request import FIELDS, MAX_NESTING
 from example_schemas import WEATHER
 
 TIME = {
@@ -39,12 +40,8 @@ def test_defaults_without_tools():
     assert request.parallel_tool_calls is True
     assert not request.calls_allowed
     assert (request.temperature, request.top_p, request.n) == (1.0, 1.0, 1)
-    assert (request.max_tokens, request.seed, request.stop, request.stream) == (
-        None,
-        None,
-        (),
-        False,
-    )
+    assert (request.max_tokens, request.seed, request.stop) == (None, None, ())
+    assert (request.logprobs, request.top_logprobs, request.logit_bias) == (False, None, ())
     assert request.messages == tuple(MESSAGES)
 
 
@@ -104,10 +101,10 @@ def test_sampling_fields():
             n=2,
             presence_penalty=-1,
             frequency_penalty=1.5,
-            stream=True,
-            stream_options={"include_usage": True},
+            stream=False,
             logprobs=True,
             top_logprobs=3,
+            logit_bias={"5": -100, "17": 2.5},
         )
     )
     assert request.max_tokens == 20  # max_completion_tokens wins
@@ -118,8 +115,8 @@ def test_sampling_fields():
         ("END",),
     )
     assert (request.n, request.presence_penalty, request.frequency_penalty) == (2, -1.0, 1.5)
-    assert request.stream and request.stream_include_usage and request.logprobs
-    assert request.top_logprobs == 3
+    assert request.logprobs and request.top_logprobs == 3
+    assert request.logit_bias == ((5, -100.0), (17, 2.5))
     assert parse_tool_request(body(max_tokens=5)).max_tokens == 5
 
 
@@ -197,7 +194,16 @@ def test_response_formats():
         ({"presence_penalty": 2.5}, "presence_penalty"),
         ({"frequency_penalty": -3}, "frequency_penalty"),
         ({"stream": "true"}, "stream"),
-        ({"stream_options": {"include_usage": 1}}, "stream_options.include_usage"),
+        ({"stream_options": {"include_usage": True}}, "stream_options"),
+        ({"top_logprobs": 2}, "top_logprobs"),
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+        ({"logit_bias": [1]}, "logit_bias"),
+        ({"logit_bias": {"-1": 1}}, "logit_bias.-1"),
+        ({"logit_bias": {"01": 1}}, "logit_bias.01"),
+        ({"logit_bias": {"a": 1}}, "logit_bias.a"),
+        ({"logit_bias": {"5": 101}}, "logit_bias.5"),
+        ({"logit_bias": {"5": "up"}}, "logit_bias.5"),
+        ({"seed": 2**63}, "seed"),
         ({"messages": []}, "messages"),
         ({"messages": None}, "messages"),
         ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
@@ -260,3 +266,172 @@ def test_an_empty_tools_list_counts_as_no_tools():
     request = parse_tool_request(body(tools=[]))
     assert (request.tools, request.tool_choice, request.calls_allowed) == ((), "none", False)
     assert refused(body(tools=[], tool_choice="required")).param == "tool_choice"
+
+
+# --- nothing accepted and then ignored ------------------------------------------------------
+
+
+def test_every_field_of_the_table_is_honoured_accepted_or_refused():
+    uses = {field.use for field in FIELDS.values()}
+    assert uses == {"honoured", "no_effect", "refused"}
+    honoured = {name for name, field in FIELDS.items() if field.use == "honoured"}
+    assert honoured == {
+        "messages", "model", "tools", "tool_choice", "parallel_tool_calls", "response_format",
+        "max_completion_tokens", "max_tokens", "temperature", "top_p", "seed", "stop", "n",
+        "presence_penalty", "frequency_penalty", "logprobs", "top_logprobs", "logit_bias",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("stream", True),
+        ("functions", [{"name": "f", "parameters": {}}]),
+        ("function_call", "auto"),
+        ("audio", {"voice": "alloy", "format": "wav"}),
+        ("modalities", ["text", "audio"]),
+        ("prediction", {"type": "content", "content": "x"}),
+        ("web_search_options", {}),
+        ("reasoning_effort", "low"),
+        ("verbosity", "low"),
+        ("service_tier", "flex"),
+        ("service_tier", "priority"),
+        ("stream_options", {"include_usage": False}),
+        ("stream", 1),
+    ],
+)
+def test_fields_corral_does_not_honour_are_400s_naming_them(field, value):
+    error = refused(body(**{field: value}))
+    assert (error.status, error.param, error.code) == (400, field, "unsupported_parameter")
+    assert f"'{field}'" in error.message
+
+
+def test_fields_that_cannot_change_the_output_are_accepted():
+    accepted = {
+        "user": "u-1",
+        "safety_identifier": "s",
+        "metadata": {"k": "v"},
+        "store": True,
+        "prompt_cache_key": "k",
+        "service_tier": "auto",
+        "modalities": ["text"],
+        "stream": False,
+        "stream_options": None,
+        "audio": None,
+    }
+    for name, value in accepted.items():
+        parse_tool_request(body(**{name: value}))
+    assert parse_tool_request(body(service_tier="default")).n == 1
+
+
+def test_fields_the_api_does_not_define_are_400s_naming_them():
+    for name in ("foo", "top_k", "Messages", "logit-bias"):
+        error = refused(body(**{name: 1}))
+        assert (error.status, error.param, error.code) == (400, name, "unknown_parameter")
+
+
+def test_logit_bias_keys_are_token_ids_within_the_vocabulary():
+    assert parse_tool_request(body(logit_bias={"49151": 3}), 49152).logit_bias == ((49151, 3.0),)
+    error = refused_with(body(logit_bias={"49152": 3}), 49152)
+    assert (error.status, error.param) == (400, "logit_bias.49152")
+    assert "below 49152" in error.message
+
+
+def test_a_seed_is_kept_as_its_unsigned_64_bit_value():
+    assert parse_tool_request(body(seed=-1)).seed == 2**64 - 1
+    assert parse_tool_request(body(seed=2**63 - 1)).seed == 2**63 - 1
+    assert parse_tool_request(body(seed=0)).seed == 0
+
+
+# --- values Python cannot convert, encode or recurse through ----------------------------------
+
+
+SCHEMA = "response_format.json_schema.schema"
+TEXT_PART = {"type": "text", "text": "\udc00"}
+
+
+def schema_body(schema) -> dict:
+    return body(
+        response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    )
+
+
+def nested(depth: int, leaf="x"):
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("request_body", "param"),
+    [
+        (schema_body({"type": "number", "maximum": 10**400}), f"{SCHEMA}.maximum"),
+        (schema_body({"type": "integer", "maximum": -(10**400)}), f"{SCHEMA}.maximum"),
+        (schema_body({"enum": ["ok", "\ud800"]}), f"{SCHEMA}.enum[1]"),
+        (schema_body({"properties": {"\udfff": {}}}), f"{SCHEMA}.properties.\\udfff"),
+        (body(messages=[{"role": "user", "content": "a\ud800b"}]), "messages[0].content"),
+        (body(messages=[{"role": "user", "content": [TEXT_PART]}]), "messages[0].content[0].text"),
+        (body(user="\ud83d"), "user"),
+        (body(temperature=float("nan")), "temperature"),
+        (body(top_p=float("inf")), "top_p"),
+        (body(seed=10**400), "seed"),
+        (body(metadata={"k": float("-inf")}), "metadata.k"),
+    ],
+)  # fmt: skip
+def test_values_python_cannot_handle_are_400s_naming_the_param(request_body, param):
+    error = refused(request_body)
+    assert (error.status, error.param, error.code) == (400, param, "invalid_value")
+    json.dumps(error.to_json(), ensure_ascii=False).encode("utf-8")  # the error line is writable
+
+
+@pytest.mark.parametrize(
+    ("request_body", "where"),
+    [
+        (schema_body({"const": nested(300)}), f"{SCHEMA}.const[0]"),
+        (body(messages=[{"role": "user", "content": nested(5000)}]), "messages[0].content[0]"),
+        (body(tools=[{"type": "function", "function": {"name": "f", "parameters": nested(999)}}]),
+         "tools[0].function.parameters[0]"),
+    ],
+)  # fmt: skip
+def test_nesting_deeper_than_the_limit_is_a_400_naming_where(request_body, where):
+    error = refused(request_body)
+    assert (error.status, error.code) == (400, "invalid_value")
+    assert error.param.startswith(where) and f"deeper than {MAX_NESTING}" in error.message
+    assert error.param.count("[") + error.param.count(".") + 1 == MAX_NESTING  # path components
+
+
+@pytest.mark.parametrize(
+    ("text", "param"),
+    [
+        ('{"messages":[{"role":"user","content":"x"}],"temperature":NaN}', "temperature"),
+        ('{"messages":[{"role":"user","content":"x"}],"top_p":Infinity}', "top_p"),
+        ('{"messages":[{"role":"user","content":"x"}],"seed":1e400}', "seed"),
+        ('{"messages":[{"role":"user","content":"\\ud800"}]}', "messages[0].content"),
+        ('{"messages":[{"role":"user","content":"x"}],"n":1' + "0" * 400 + "}", "n"),
+        ('{"messages":' + "[" * 100_000 + "]" * 100_000 + "}", None),
+        ('{"messages":[{"role":"user","content":"x"}],"n":1' + "0" * 5000 + "}", None),
+    ],
+)
+def test_json_text_python_cannot_handle_is_a_400(text, param):
+    error = refused(text)
+    assert (error.status, error.param) == (400, param)
+
+
+def test_deeply_nested_call_arguments_are_a_400():
+    arguments = "[" * 100_000 + "]" * 100_000
+    messages = [
+        *MESSAGES,
+        {
+            "role": "assistant",
+            "tool_calls": [{"function": {"name": "get_weather", "arguments": arguments}}],
+        },
+    ]
+    error = refused(body(messages=messages, tools=[WEATHER]))
+    assert (error.status, error.param) == (400, "messages[1].tool_calls[0].function.arguments")
+
+
+def refused_with(request, vocabulary_size) -> ToolError:
+    with pytest.raises(ToolError) as info:
+        parse_tool_request(request, vocabulary_size)
+    return info.value

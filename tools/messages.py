@@ -1,0 +1,123 @@
+"""Checking the `messages` of a chat-completion request (DESIGN.md section 5, "Rendering"):
+roles, text content, and the tool calls of assistant turns, each error a `ToolError` naming the
+message index (`messages[2].tool_calls[0].function.arguments`).
+"""
+
+from __future__ import annotations
+
+import json
+
+from corral.tools.errors import ToolError, invalid
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+def check_messages(messages) -> list[dict]:
+    """Validate OpenAI chat messages; return them unchanged (as a list).
+
+    Roles: system, developer, user, assistant, tool. `content` is a string or a list of text
+    parts; it may be missing or null only in an assistant turn. An assistant turn's `tool_calls`
+    each need `function.name` and `function.arguments`, a JSON text or an object. Raises ToolError:
+    400 naming the message index (`messages[2].tool_calls[0].function.arguments`) for what is
+    malformed, 422 for content parts that are not text.
+    """
+    if not isinstance(messages, list) or not messages:
+        raise invalid(
+            "messages",
+            "'messages' must be a non-empty list of messages.",
+            "missing_required_parameter" if messages is None else "invalid_type",
+        )
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise invalid(where, f"'{where}' must be an object.", "invalid_type")
+        role = message.get("role")
+        if role not in ROLES:
+            raise invalid(f"{where}.role", f"'{where}.role' must be one of {', '.join(ROLES)}.")
+        content = message.get("content")
+        if content is None and role != "assistant":
+            raise invalid(
+                f"{where}.content", f"'{where}.content' is required.", "missing_required_parameter"
+            )
+        message_text(message, i)
+        if role == "assistant":
+            message_calls(message, i)
+    return list(messages)
+
+
+def message_text(message: dict, i: int) -> str:
+    """The text of `messages[i]`'s content: a string, text parts joined, or "" when missing.
+    Raises ToolError as `check_messages` does."""
+    content = message.get("content")
+    where = f"messages[{i}].content"
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise invalid(where, f"'{where}' must be a string or a list of parts.", "invalid_type")
+    texts = []
+    for j, part in enumerate(content):
+        if not isinstance(part, dict):
+            raise invalid(f"{where}[{j}]", f"'{where}[{j}]' must be an object.", "invalid_type")
+        if part.get("type") != "text":
+            raise ToolError(
+                422,
+                f"{where}[{j}].type",
+                "unsupported_parameter",
+                f"Only text content parts are supported, not {part.get('type')!r}.",
+            )
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise invalid(
+                f"{where}[{j}].text", f"'{where}[{j}].text' must be a string.", "invalid_type"
+            )
+        texts.append(text)
+    return "".join(texts)
+
+
+def message_calls(message: dict, i: int) -> list[tuple[str, str]]:
+    """The `(name, arguments JSON text)` of each of `messages[i]`'s `tool_calls`, in order.
+
+    Arguments given as a string are kept verbatim (a conversation renders the way it was
+    generated) after checking that they are JSON ("" counts as `{}`); arguments given as an object
+    are written as compact JSON. Raises ToolError 400 naming the message and call index.
+    """
+    calls = message.get("tool_calls")
+    if calls is None:
+        return []
+    where = f"messages[{i}].tool_calls"
+    if not isinstance(calls, list):
+        raise invalid(where, f"'{where}' must be a list.", "invalid_type")
+    result = []
+    for j, call in enumerate(calls):
+        at = f"{where}[{j}]"
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            raise invalid(f"{at}.function", f"'{at}.function' must be an object.", "invalid_type")
+        name = function.get("name")
+        if not isinstance(name, str) or not name:
+            raise invalid(
+                f"{at}.function.name", f"'{at}.function.name' must be a string.", "invalid_type"
+            )
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            if arguments.strip() == "":
+                arguments = "{}"
+            try:
+                json.loads(arguments)
+            except (ValueError, RecursionError):
+                raise invalid(
+                    f"{at}.function.arguments",
+                    f"The arguments of tool call {j} in message {i} are not valid JSON.",
+                ) from None
+        elif isinstance(arguments, dict):
+            arguments = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
+        else:
+            raise invalid(
+                f"{at}.function.arguments",
+                f"The arguments of tool call {j} in message {i} must be JSON text or an object.",
+                "invalid_type",
+            )
+        result.append((name, arguments))
+    return result
