@@ -112,10 +112,18 @@ class Engine:
         max_tokens = request.max_tokens or default_max_tokens
         out = []
         for i in range(request.n):
-            seed = None if request.seed is None else request.seed + i
+            seed = None if request.seed is None else (request.seed + i) % 2**64
             out.append(
                 GenerationRequest(
-                    prompt, max_tokens, params, seed, request.stop, constraint, trigger
+                    prompt,
+                    max_tokens,
+                    params,
+                    seed,
+                    request.stop,
+                    constraint,
+                    trigger,
+                    logit_bias=dict(request.logit_bias) or None,
+                    top_logprobs=request.top_logprobs if request.logprobs else None,
                 )
             )
         return out
@@ -154,7 +162,9 @@ def read_line(text: str, number: int) -> tuple[str, dict]:
     """`(custom_id, body)` of one input line. Raises LineError naming what is wrong."""
     try:
         item = json.loads(text)
-    except json.JSONDecodeError as error:
+    except RecursionError:
+        raise LineError(None, f"line {number} is nested too deeply to read") from None
+    except ValueError as error:  # not JSON, or an integer of more digits than Python reads
         raise LineError(None, f"line {number} is not JSON: {error}") from None
     if not isinstance(item, dict):
         raise LineError(None, f"line {number} is not a JSON object")
@@ -359,7 +369,7 @@ def _prepare(
                 continue
             line = _Line(custom_id, number, None, [])
             try:
-                line.request = parse_tool_request(body)
+                line.request = parse_tool_request(body, engine.vocabulary.size)
                 line.choices = engine.requests(line.request, default_max_tokens)
             except Exception as error:  # any fault of one line is that line's error line
                 writer.failure(line, error)

@@ -49,6 +49,7 @@ from functools import cached_property
 from corral import automata
 from corral.automata import ConstrainError, Dfa
 from corral.automata import tree as regex_tree
+from corral.automata.schema.values import check_document
 from corral.kernels import TokenIndex, Vocabulary
 from corral.tools.errors import unsupported
 from corral.tools.parser import CLOSER, OPENER, SEPARATOR
@@ -263,7 +264,13 @@ def grammar(request: ToolRequest) -> Grammar | None:
 
 def schema_grammar(schema: dict, param: str = "schema") -> Grammar:
     """The grammar of the JSON values of `schema` from the first token (the quick form of
-    `corral generate`). Raises ToolError 422 naming `param` for what the subset refuses."""
+    `corral generate`). Raises ToolError 422 naming `param` for what the subset refuses,
+    lone surrogates and nesting past `MAX_NESTING` included (checked before the schema is
+    written as its cache key)."""
+    try:
+        check_document(schema)
+    except ConstrainError as error:
+        raise unsupported(param, error) from None
     return _grammar(Schema(schema, param), None, param)
 
 

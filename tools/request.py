@@ -187,13 +187,9 @@ class ToolRequest:
         raise KeyError(name)
 
 
-def parse_tool_request(body: str | bytes | dict, vocabulary_size: int | None = None) -> ToolRequest:
-    """Validate a chat-completion request body (JSON text or an already-parsed dict).
-
-    Returns a `ToolRequest`. Raises `ToolError` (400 or 422, see the module docstring), and
-    nothing else whatever the body holds; pass a dict that came from `json.loads` so that schema
-    key order is the client's. `vocabulary_size` (V) bounds the token ids of `logit_bias`.
-    """
+def read_body(body: str | bytes | dict) -> dict:
+    """A request body as a dict: JSON text parsed with `json.loads` (which keeps the client's key
+    order), a dict as it is. Raises ToolError 400 (`invalid_json`, `invalid_type`)."""
     if isinstance(body, (str, bytes)):
         try:
             body = json.loads(body)
@@ -203,6 +199,42 @@ def parse_tool_request(body: str | bytes | dict, vocabulary_size: int | None = N
             raise invalid(None, f"The body is not valid JSON: {error}", "invalid_json") from None
     if not isinstance(body, dict):
         raise invalid(None, "The body must be a JSON object.", "invalid_type")
+    return body
+
+
+def streaming_fields(body: dict) -> tuple[dict, bool, bool]:
+    """For a server, which can stream: `(body without stream and stream_options, stream,
+    include_usage)`, after checking them (`stream` a boolean; `stream_options` an object with at
+    most a boolean `include_usage`, given only with `stream: true`). The rest of the body then
+    goes to `parse_tool_request`, where a Batch line's `stream: true` is refused.
+    Raises ToolError 400 naming the field."""
+    rest = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+    stream = _boolean(body, "stream", "")
+    options = body.get("stream_options")
+    if options is None:
+        return rest, stream, False
+    if not isinstance(options, dict):
+        raise invalid("stream_options", "'stream_options' must be an object.", "invalid_type")
+    if not stream:
+        raise invalid("stream_options", "'stream_options' is only allowed with 'stream: true'.")
+    unknown = sorted(set(options) - {"include_usage"})
+    if unknown:
+        raise invalid(
+            f"stream_options.{unknown[0]}",
+            f"Unknown parameter 'stream_options.{unknown[0]}'.",
+            "unknown_parameter",
+        )
+    return rest, stream, _boolean(options, "include_usage", "stream_options.")
+
+
+def parse_tool_request(body: str | bytes | dict, vocabulary_size: int | None = None) -> ToolRequest:
+    """Validate a chat-completion request body (JSON text or an already-parsed dict).
+
+    Returns a `ToolRequest`. Raises `ToolError` (400 or 422, see the module docstring), and
+    nothing else whatever the body holds; pass a dict that came from `json.loads` so that schema
+    key order is the client's. `vocabulary_size` (V) bounds the token ids of `logit_bias`.
+    """
+    body = read_body(body)
     check_values(body)
     check_fields(body)
 

@@ -20,8 +20,8 @@ Decisions:
   the figures; past this server's smaller `max_len`, a 400 naming `max_tokens` (or `messages`
   when the prompt alone is too long); a request without `max_tokens` gets what `max_len` leaves
   (the engine's `check_request`, run before the request is queued).
-- Streamed chunks carry no `logprobs` (null); a non-streamed choice's `logprobs.content` lists
-  each token's text, logprob and bytes, with `top_logprobs` empty.
+- Streamed chunks carry no `logprobs` (null); a non-streamed answer is the body `corral
+  generate` writes (`corral.tools.shapes.completion_json`), logprobs and top_logprobs included.
 - A client that disconnects cancels its choices; their slots are free at the next decode step
   (a streamed request notices at once, a plain one within `DISCONNECT_POLL_SECONDS`).
 """
@@ -45,9 +45,9 @@ from corral.model.generate import check_request
 from corral.tools import openapi
 from corral.tools.batch import Engine
 from corral.tools.errors import ToolError, refused
-from corral.tools.request import ToolRequest, parse_tool_request
+from corral.tools.request import ToolRequest, parse_tool_request, read_body, streaming_fields
 from corral.tools.serving import DEFAULT_MAX_WAITING, ChoiceStream, EngineThread, Job, Metrics
-from corral.tools.shapes import delta_json, finish_reason
+from corral.tools.shapes import completion_json, delta_json, finish_reason
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
@@ -235,7 +235,8 @@ class Server:
         if isinstance(body, Response):
             return body
         try:
-            parsed = parse_tool_request(body)
+            body, stream, include_usage = streaming_fields(read_body(body))
+            parsed = parse_tool_request(body, self.engine.vocabulary.size)
             choices = await run_in_threadpool(self._engine_requests, parsed)
         except ToolError as error:
             return tool_error_response(error)
@@ -243,10 +244,10 @@ class Server:
             message = "The server is busy: the batch is full and the waiting queue too."
             return error_response(429, message, "rate_limit_error", None, "rate_limit_exceeded")
         loop = asyncio.get_running_loop()
-        job = Job(choices, parsed.stream, loop, asyncio.Queue())
+        job = Job(choices, stream, loop, asyncio.Queue())
         self.thread.submit(job)
-        if parsed.stream:
-            return EventSourceResponse(self._stream(parsed, job), sep="\n")
+        if stream:
+            return EventSourceResponse(self._stream(parsed, job, include_usage), sep="\n")
         try:
             results = {}
             while len(results) < len(choices):
@@ -262,7 +263,7 @@ class Server:
                     results[event[1]] = event[2]
         finally:
             self.thread.cancel(job)  # frees the slots of a client that went away; else a no-op
-        return JSONResponse(self._completion(parsed, choices, results))
+        return JSONResponse(self._completion(parsed, results))
 
     def _engine_requests(self, request: ToolRequest) -> list:
         """The engine requests of `request` (`Engine.requests`), checked as the engine's
@@ -285,30 +286,15 @@ class Server:
             return tool_error_response(error)
         return error_response(500, f"The engine failed: {error}", "server_error")
 
-    def _completion(self, request: ToolRequest, choices: list, results: dict) -> dict:
-        """The `chat.completion` body (`Engine.completion`), with logprobs when asked."""
-        body = self.engine.completion(_Answer(request, choices, results))
-        if request.logprobs:
-            for choice in body["choices"]:
-                choice["logprobs"] = self._logprobs(results[choice["index"]])
-        return body
+    def _completion(self, request: ToolRequest, results: dict) -> dict:
+        """The `chat.completion` body (`corral.tools.shapes.completion_json`, as `corral
+        generate` writes it), `results` by choice index."""
+        ordered = [results[i] for i in range(len(results))]
+        return completion_json(
+            request, ordered, uuid.uuid4().hex[:12], self.config.model_name, self.engine.vocabulary
+        )
 
-    def _logprobs(self, result) -> dict:
-        tokens = self.engine.vocabulary.tokens
-        content = []
-        for token, logprob in zip(result.token_ids, result.logprobs, strict=True):
-            raw = tokens[token] or b""
-            content.append(
-                {
-                    "token": raw.decode("utf-8", errors="replace"),
-                    "logprob": logprob,
-                    "bytes": list(raw),
-                    "top_logprobs": [],
-                }
-            )
-        return {"content": content, "refusal": None}
-
-    async def _stream(self, request: ToolRequest, job: Job):
+    async def _stream(self, request: ToolRequest, job: Job, usage: bool):
         """The server-sent events of a streamed request (see the module docstring)."""
         request_id = uuid.uuid4().hex[:12]
         created = int(time.time())
@@ -320,7 +306,6 @@ class Server:
             if request.calls_allowed:
                 call_id = f"{request_id}_{i}" if request.n > 1 else request_id
             streams.append(ChoiceStream(call_id, request.stop))
-        usage = request.stream_include_usage
 
         def chunk(choices: list, **extra) -> dict:
             body = {
@@ -372,16 +357,6 @@ class Server:
             yield {"data": "[DONE]"}
         finally:
             self.thread.cancel(job)
-
-
-@dataclass(frozen=True)
-class _Answer:
-    """What `Engine.completion` reads of a finished request: the request, its engine requests
-    (one per choice) and their results by choice index."""
-
-    request: ToolRequest
-    choices: list
-    results: dict
 
 
 def free_port(host: str = "127.0.0.1") -> int:
