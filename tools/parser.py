@@ -5,6 +5,11 @@ One explicit state machine over characters (not re-parsing partial JSON, as STYL
 
 - TEXT: outside a call. Text is emitted as `Content`, except a suffix that could still become
   `<tool_call>`, which is held back until it either completes the opener (-> HEADER) or cannot.
+  Whitespace at the start of the answer or right after a call is held as a separator: it is
+  dropped when a call follows, emitted as content when other text follows, and at the end of
+  the answer emitted only when no call was made. So a turn that is only calls, with whitespace
+  before, between or after them, has no content (`collect` gives None), while whitespace after
+  text (`Sure.\n<tool_call>...`) is content, as generated.
 - HEADER: after the opener, the header `{"name":"NAME","arguments":{` is matched (JSON
   whitespace is allowed between its tokens). When its last `{` arrives, `CallStart(index,
   "call_<request id>_<index>", NAME)` is emitted and that `{` is the first arguments fragment.
@@ -14,13 +19,6 @@ One explicit state machine over characters (not re-parsing partial JSON, as STYL
   and string escapes are tracked; when the depth returns to 0 the value is complete (-> CLOSE).
 - CLOSE: `}` then `</tool_call>` (whitespace allowed before each) are consumed (-> TEXT). A
   mismatch releases the held characters as content; the call itself is complete.
-
-Whitespace (space, tab, CR, LF) is content only when text other than whitespace and calls
-follows it, or when the answer has no call: every run of whitespace is held (in any state it is
-met in outside a call) until something other than whitespace or a call arrives, and then emitted
-before it; at `finish()` what is still held is emitted when no call was made and dropped
-otherwise. So a turn that is only calls, with whitespace before, between or after them, has no
-content (`collect` gives None), and `Sure.\n\n<tool_call>...` has content `Sure.`.
 
 At `finish()`, a held partial opener or an unfinished header is released as content; a call cut
 short inside its arguments keeps the fragments already emitted. The machine reads one character
@@ -43,8 +41,7 @@ SEPARATOR = "\n"
 
 TEXT, HEADER, ARGUMENTS, CLOSE = "TEXT", "HEADER", "ARGUMENTS", "CLOSE"
 
-_WHITESPACE_CHARS = " \t\n\r"
-_WHITESPACE = frozenset(_WHITESPACE_CHARS)
+_WHITESPACE = frozenset(" \t\n\r")
 _NAME = None  # the header step that reads the function name, a JSON string
 _HEADER_STEPS = ("{", '"name"', ":", _NAME, ",", '"arguments"', ":", "{")
 _CLOSE_STEPS = ("}", CLOSER)
@@ -63,7 +60,8 @@ class ToolParser:
         self.state = TEXT
         self.calls = 0  # calls started so far; the current call is calls - 1
         self.held = ""  # TEXT: a possible start of the opener; HEADER/CLOSE: markup read so far
-        self.whitespace = ""  # whitespace not yet known to be content (the module docstring)
+        self.separator = ""  # TEXT: whitespace held (the module docstring)
+        self.holding = True  # TEXT: nothing but whitespace since the start or the last call
         self.step = 0  # HEADER/CLOSE: index into the steps
         self.offset = 0  # HEADER/CLOSE: characters of the current step matched so far
         self.name: list[str] = []  # HEADER: raw characters of the name string
@@ -88,9 +86,9 @@ class ToolParser:
             return []
         if self.state in (TEXT, HEADER) and self.held:
             self._content(self.held)
-        if self.calls == 0 and self.whitespace:
-            self._events.append(Content(self.whitespace))
-        self.held = self.whitespace = ""
+        if self.calls == 0 and self.separator:
+            self._content("")
+        self.held = self.separator = ""
         self.finished = True
         return self._take()
 
@@ -107,8 +105,8 @@ class ToolParser:
             self._read_close(ch)
 
     def _read_text(self, ch: str) -> None:
-        if not self.held and ch in _WHITESPACE:
-            self.whitespace += ch
+        if self.holding and not self.held and ch in _WHITESPACE:
+            self.separator += ch
             return
         self.held += ch
         if self.held == OPENER:
@@ -126,6 +124,7 @@ class ToolParser:
         if self._read_markup(_HEADER_STEPS, ch):
             index = self.calls
             self.calls += 1
+            self.separator = ""
             name = json.loads('"' + "".join(self.name) + '"')
             self._events.append(CallStart(index, f"call_{self.request_id}_{index}", name))
             self._enter(ARGUMENTS)
@@ -153,6 +152,7 @@ class ToolParser:
     def _read_close(self, ch: str) -> None:
         if self._read_markup(_CLOSE_STEPS, ch):
             self._enter(TEXT)
+            self.holding = True
 
     def _read_markup(self, steps: tuple, ch: str) -> bool:
         """HEADER and CLOSE: hold `ch` and match it against `steps`. On a mismatch, what was
@@ -215,12 +215,11 @@ class ToolParser:
     # --- events ----------------------------------------------------------------------------
 
     def _content(self, text: str) -> None:
-        """Emit `text` after the held whitespace; hold its own trailing whitespace."""
-        body = text.rstrip(_WHITESPACE_CHARS)
-        if body:
-            self._events.append(Content(self.whitespace + body))
-            self.whitespace = ""
-        self.whitespace += text[len(body) :]
+        text = self.separator + text
+        self.separator = ""
+        self.holding = False
+        if text:
+            self._events.append(Content(text))
 
     def _arguments(self, fragment: str) -> None:
         self._events.append(Arguments(self.calls - 1, fragment))

@@ -31,7 +31,6 @@ from hypothesis import strategies as st
 
 SAMPLES = 12  # texts sampled from each grammar's DFA
 PREFIXES = ["", "Sure.\n\n", "a < b <tool_ and <tool_call then "]  # free text before a trigger
-WS = " \t\n\r"
 
 
 def call(arguments: str) -> bytes:
@@ -111,7 +110,7 @@ def check_every_tool_choice(tools: list, seed: int = 0) -> int:
     for i, text in enumerate(texts(g, seed)):
         prefix = PREFIXES[i % len(PREFIXES)]
         content, calls = pushed(prefix + OPENER + text, rng)
-        assert content == (prefix.rstrip(WS) or None), text
+        assert content == (prefix or None), text
         check_calls(calls, auto, 1, 1)
         checked += 1
     json_auto = request(tools, response_format={"type": "json_object"})
