@@ -3,8 +3,17 @@
 A recursive-descent parser over the subset: literals, escapes, `\\d \\w \\s \\D \\W \\S`, `.`,
 bracket classes, groups `(...)`, `(?:...)`, `(?P<name>...)`, alternation (empty branches allowed)
 and greedy quantifiers `* + ? {m} {m,} {m,n} {,n}` (and `{,}`, which Python reads as `*`).
-A leading `^` and a trailing `$` are accepted and change nothing, since the whole pattern must
-match. The oracle is `re.fullmatch(pattern, s, re.ASCII)`: where Python's `re` would read a
+
+Anchors, one rule for a whole pattern (`parse`, fullmatch) and for a JSON Schema `pattern`
+(`parse_branches`, a search; `corral.automata.schema.strings`): any number of `^` at the very
+start of a top-level branch and any number of `$` at its very end are accepted (`^^a$$`,
+`^a|^b$`). Under fullmatch they change nothing: a top-level branch starts at the start of the
+text and ends at its end, and Python's `$` before a final newline cannot end a full match. In a
+search they anchor their branch. An anchor anywhere else (inside a group, between atoms, under a
+quantifier) is refused with its position: there its meaning depends on what can come before or
+after it, which the subset does not track.
+
+The oracle is `re.fullmatch(pattern, s, re.ASCII)`: where Python's `re` would read a
 construct differently from us, we refuse it rather than silently differ (for example a `{` that
 does not start a quantifier, which Python reads as a literal; write `\\{`). Every refusal is a
 `PatternError` naming the 0-based position and what is wrong there.
@@ -14,6 +23,8 @@ byte-sequence alternations (`corral.automata.utf8`), so only well-formed UTF-8 e
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from corral.automata.errors import PatternError, PatternTooLongError, RepetitionTooLargeError
 from corral.automata.limits import DEFAULT_LIMITS, Limits
@@ -36,6 +47,8 @@ CLASS_ESCAPES = {
 CHAR_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v"}
 HEX_DIGITS = "0123456789abcdefABCDEF"
 METACHARACTERS = set(".^$*+?{}[]\\|()")
+ANCHOR_START = "'^' is only supported at the start of the pattern or of a top-level branch"
+ANCHOR_END = "'$' is only supported at the end of the pattern or of a top-level branch"
 
 
 def parse(pattern: str, limits: Limits | None = None) -> Node:
@@ -50,6 +63,26 @@ def parse(pattern: str, limits: Limits | None = None) -> Node:
         PatternError: a construct outside the subset or malformed; `.position` is the 0-based
             index where it starts and `.reason` says what is wrong.
     """
+    return _alt([branch.node for branch in parse_branches(pattern, limits)])
+
+
+@dataclass(frozen=True)
+class Branch:
+    """One top-level `|` branch of a pattern: `node` is its regex tree without its anchors;
+    `anchored_start` / `anchored_end` say whether it began with `^` / ended with `$`."""
+
+    anchored_start: bool
+    node: Node
+    anchored_end: bool
+
+
+def parse_branches(pattern: str, limits: Limits | None = None) -> list[Branch]:
+    """Parse `pattern` into its top-level branches, in order (at least one; see the module
+    docstring for the rule on anchors). `parse` is the alternation of their nodes; a JSON Schema
+    `pattern`, a search, pads the unanchored ends with any characters.
+
+    Raises the same errors as `parse`.
+    """
     limits = limits or DEFAULT_LIMITS
     if len(pattern) > limits.max_pattern_length:
         raise PatternTooLongError(
@@ -57,7 +90,7 @@ def parse(pattern: str, limits: Limits | None = None) -> Node:
             limits.max_pattern_length,
             f"pattern of {len(pattern)} characters is too long",
         )
-    return _Parser(pattern, limits).parse()
+    return _Parser(pattern, limits).parse_branches()
 
 
 def escape(text: str) -> str:
@@ -107,13 +140,28 @@ class _Parser:
         return self.pos >= len(self.pattern)
 
     # -- grammar ---------------------------------------------------------------------------
-    def parse(self) -> Node:
-        if self.pattern.startswith("^"):
-            self.pos = 1
-        node = self.alternation(0)
-        if not self.at_end():  # only a ')' stops an alternation early
+    def parse_branches(self) -> list[Branch]:
+        branches = [self.top_branch()]
+        while self.peek() == "|":
+            self.pos += 1
+            branches.append(self.top_branch())
+        if not self.at_end():  # only a ')' stops the top level early
             raise self.error(self.pos, "unbalanced ')': no group is open")
-        return node
+        return branches
+
+    def top_branch(self) -> Branch:
+        """`^*`, a sequence, `$*`; the sequence stops at a `$` (at depth 0)."""
+        start = self.pos
+        while self.peek() == "^":
+            self.pos += 1
+        anchored_start = self.pos > start
+        node = self.sequence(0)
+        end = self.pos
+        while self.peek() == "$":
+            self.pos += 1
+        if not self.at_end() and self.peek() not in "|)":
+            raise self.error(end, ANCHOR_END)
+        return Branch(anchored_start, node, self.pos > end)
 
     def alternation(self, depth: int) -> Node:
         branches = [self.sequence(depth)]
@@ -124,7 +172,7 @@ class _Parser:
 
     def sequence(self, depth: int) -> Node:
         items: list[Node] = []
-        while not self.at_end() and self.peek() not in "|)":
+        while not self.at_end() and self.peek() not in "|)" and (depth or self.peek() != "$"):
             items.append(self.quantified(self.atom(depth)))
         return EMPTY if not items else _concat(items)
 
@@ -215,12 +263,9 @@ class _Parser:
                 raise self.error(start, "nothing to repeat before '{'")
             raise self.error(start, "a literal '{' must be escaped as '\\{'")
         if c == "^":
-            raise self.error(start, "'^' is only supported at the start of the pattern")
+            raise self.error(start, ANCHOR_START)
         if c == "$":
-            if start == len(self.pattern) - 1 and depth == 0:
-                self.pos += 1
-                return EMPTY
-            raise self.error(start, "'$' is only supported at the end of the pattern")
+            raise self.error(start, ANCHOR_END)
         self.pos += 1
         return ranges_to_tree([(ord(c), ord(c))])
 

@@ -3,8 +3,12 @@ grammars are compiled (DESIGN.md sections 4 and 5; tool-calls-spec section 2.4,
 `grammar_by_tool_choice`).
 
 A call is `<tool_call>{"name":"NAME","arguments":ARGS}</tool_call>` (compact JSON, the name
-written as a JSON string), ARGS being the tool's `parameters` compiled by DESIGN.md section 3;
-calls are separated by `\\n`.
+written as a JSON string), ARGS being the JSON objects of the tool's `parameters` compiled by
+DESIGN.md section 3; calls are separated by `\\n`. Arguments are always a JSON object (the
+streaming parser takes nothing else as a call): the parameters' language is intersected with the
+JSON texts that begin with `{`. So `{}` or a schema without `type` gives any JSON object nested
+at most `SchemaLimits.any_value_depth` levels, a type list its object branch, and a schema that
+admits no object at all is a 422 naming `tools[i].function.parameters`.
 
 - named function f: exactly one call of f, from the first token (no trigger).
 - `required`: one call of any tool, or 1 to 4 calls joined by `\\n` when `parallel_tool_calls`
@@ -27,11 +31,11 @@ Decisions (the specification says "the rest of one call"):
   `none` the tools are neither shown to the model nor compiled, and under a named function only
   that tool's schema is.
 
-A grammar is written once, as a small expression (`Text`, `Schema`, `JsonObject`, `Regex`,
-`Seq`, `Alt`, `Repeat`). From it come the regex tree the DFA is built from (each schema through
-`schema_to_tree`, so a large schema never goes through its possibly quadratic text), the cache
-key (the expression as compact JSON) and, only on demand, the regex text (`Grammar.pattern`, for
-display and tests).
+A grammar is written once, as a small expression (`Text`, `Schema`, `Arguments`, `JsonObject`,
+`Regex`, `Seq`, `Alt`, `Repeat`). From it come the regex tree the DFA is built from (each schema
+through `schema_to_tree`, so a large schema never goes through its possibly quadratic text), the
+cache key (the expression as compact JSON) and, only on demand, the regex text
+(`Grammar.pattern`, for display and tests).
 
 `GrammarCompiler(vocabulary)` turns grammars into token indexes, keeping the most recently used
 ones in one bounded cache keyed by `Grammar.key`, in the manner of XGrammar's `GrammarCompiler`
@@ -51,7 +55,7 @@ from corral.automata import ConstrainError, Dfa
 from corral.automata import tree as regex_tree
 from corral.automata.schema.values import check_document
 from corral.kernels import TokenIndex, Vocabulary
-from corral.tools.errors import unsupported
+from corral.tools.errors import ToolError, unsupported
 from corral.tools.parser import CLOSER, OPENER, SEPARATOR
 from corral.tools.request import ToolRequest
 
@@ -77,6 +81,15 @@ class Text:
 class Schema:
     """The JSON values of a JSON Schema (DESIGN.md section 3); `param` names the request field
     that holds it, for errors."""
+
+    schema: dict
+    param: str
+
+
+@dataclass(frozen=True, eq=False)
+class Arguments:
+    """The JSON objects among the values of a tool's `parameters` schema (the module
+    docstring); `param` names its field, for errors."""
 
     schema: dict
     param: str
@@ -148,6 +161,16 @@ def _tree(e) -> regex_tree.Node:
             return automata.parse(e.pattern)
         except ConstrainError as error:
             raise unsupported(e.param, error) from None
+    if isinstance(e, Arguments):
+        objects = _objects(_tree(Schema(e.schema, e.param)))
+        if _is_empty(objects, {}):
+            raise ToolError(
+                422,
+                e.param,
+                "unsupported_parameter",
+                f"'{e.param}' admits no JSON object: a tool's arguments are always an object.",
+            )
+        return objects
     if isinstance(e, JsonObject):
         return automata.json_object_tree(e.depth)
     if isinstance(e, Seq):
@@ -164,6 +187,8 @@ def _key(e):
         return e.text
     if isinstance(e, Schema):
         return {"schema": e.schema}
+    if isinstance(e, Arguments):
+        return {"arguments": e.schema}
     if isinstance(e, JsonObject):
         return {"json_object": e.depth}
     if isinstance(e, Regex):
@@ -181,6 +206,12 @@ def _pattern(e) -> str:
         return automata.escape(e.text)
     if isinstance(e, Schema):
         return f"(?:{automata.json_schema_to_regex(e.schema)})"
+    if isinstance(e, Arguments):
+        text = f"(?:{automata.json_schema_to_regex(e.schema)})"
+        values = _tree(Schema(e.schema, e.param))
+        if _is_empty(_starting_with(values, ALL_BYTES & ~BRACE, {}, {}), {}):
+            return text  # the schema's values are all objects already
+        return r"(?=\{)" + text  # a lookahead: Python's re reads it, the subset does not
     if isinstance(e, JsonObject):
         return f"(?:{automata.json_object_regex(e.depth)})"
     if isinstance(e, Regex):
@@ -190,6 +221,78 @@ def _pattern(e) -> str:
     if isinstance(e, Alt):
         return "(?:" + "|".join(_pattern(o) for o in e.options) + ")"
     return f"(?:{_pattern(e.part)}){{{e.low},{e.high}}}"
+
+
+# --- the objects of a language: a first-byte restriction of its regex tree --------------------
+
+ALL_BYTES = (1 << 256) - 1
+BRACE = 1 << ord("{")
+
+
+def _objects(node: regex_tree.Node) -> regex_tree.Node:
+    """The strings of `node`'s language that begin with `{`: for a language of compact JSON
+    texts, its objects."""
+    return _starting_with(node, BRACE, {}, {})
+
+
+def _starting_with(node, first: int, memo: dict, nullable: dict) -> regex_tree.Node:
+    """The non-empty strings of `node`'s language whose first byte is in `first` (a 256-bit
+    mask), as a regex tree: Brzozowski's derivative, keeping the byte. Only the items that can
+    hold the first byte are rebuilt; the rest (a schema's shared tails) is shared as it is.
+    `memo` maps id(node) to its result, so a DAG is walked once: O(nodes reached)."""
+    key = id(node)
+    if key in memo:
+        return memo[key]
+    if isinstance(node, regex_tree.ByteSet):
+        out = regex_tree.ByteSet(node.mask & first)
+    elif isinstance(node, regex_tree.Alt):
+        out = regex_tree.Alt(tuple(_starting_with(i, first, memo, nullable) for i in node.items))
+    elif isinstance(node, regex_tree.Concat):
+        options = []
+        for k, item in enumerate(node.items):
+            head = _starting_with(item, first, memo, nullable)
+            options.append(regex_tree.Concat((head, *node.items[k + 1 :])))
+            if not _is_nullable(item, nullable):
+                break
+        out = regex_tree.Alt(tuple(options))
+    elif node.max == 0:
+        out = regex_tree.Alt(())
+    else:  # x{lo,hi}: a first non-empty x, then x{max(lo-1,0),hi-1} (x nullable or not)
+        more = None if node.max is None else node.max - 1
+        rest = regex_tree.Repeat(node.item, max(node.min - 1, 0), more)
+        out = regex_tree.Concat((_starting_with(node.item, first, memo, nullable), rest))
+    memo[key] = out
+    return out
+
+
+def _is_nullable(node, memo: dict) -> bool:
+    """True when the empty string is in `node`'s language (memoized by id)."""
+    key = id(node)
+    if key not in memo:
+        if isinstance(node, regex_tree.ByteSet):
+            memo[key] = False
+        elif isinstance(node, regex_tree.Concat):
+            memo[key] = all(_is_nullable(i, memo) for i in node.items)
+        elif isinstance(node, regex_tree.Alt):
+            memo[key] = any(_is_nullable(i, memo) for i in node.items)
+        else:
+            memo[key] = node.min == 0 or _is_nullable(node.item, memo)
+    return memo[key]
+
+
+def _is_empty(node, memo: dict) -> bool:
+    """True when `node`'s language is empty (memoized by id)."""
+    key = id(node)
+    if key not in memo:
+        if isinstance(node, regex_tree.ByteSet):
+            memo[key] = node.mask == 0
+        elif isinstance(node, regex_tree.Concat):
+            memo[key] = any(_is_empty(i, memo) for i in node.items)
+        elif isinstance(node, regex_tree.Alt):
+            memo[key] = all(_is_empty(i, memo) for i in node.items)
+        else:
+            memo[key] = node.min > 0 and _is_empty(node.item, memo)
+    return memo[key]
 
 
 # --- grammars ---------------------------------------------------------------------------------
@@ -238,7 +341,8 @@ def grammar(request: ToolRequest) -> Grammar | None:
     answer is free text.
 
     Raises ToolError 422 `unsupported_parameter` naming the field of a schema the subset refuses
-    (`tools[1].function.parameters`, `response_format.json_schema.schema`).
+    (`tools[1].function.parameters`, `response_format.json_schema.schema`), or of a tool's
+    parameters that admit no JSON object.
     """
     tools = request.tools
     if request.calls_allowed and request.tool_choice == "function":
@@ -284,7 +388,7 @@ def _call(request: ToolRequest, i: int) -> Seq:
     """`{"name":"NAME","arguments":ARGS}` for the request's tool i."""
     tool = request.tools[i]
     name = json.dumps(tool.name, ensure_ascii=False)
-    arguments = Schema(tool.parameters, f"tools[{i}].function.parameters")
+    arguments = Arguments(tool.parameters, f"tools[{i}].function.parameters")
     return _seq(Text('{"name":' + name + ',"arguments":'), arguments, Text("}"))
 
 

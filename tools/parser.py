@@ -5,8 +5,11 @@ One explicit state machine over characters (not re-parsing partial JSON, as STYL
 
 - TEXT: outside a call. Text is emitted as `Content`, except a suffix that could still become
   `<tool_call>`, which is held back until it either completes the opener (-> HEADER) or cannot.
-  Whitespace right after a call is held as a separator: it is dropped when another call follows
-  or the answer ends, and emitted as content when other text follows.
+  Whitespace at the start of the answer or right after a call is held as a separator: it is
+  dropped when a call follows, emitted as content when other text follows, and at the end of
+  the answer emitted only when no call was made. So a turn that is only calls, with whitespace
+  before, between or after them, has no content (`collect` gives None), while whitespace after
+  text (`Sure.\n<tool_call>...`) is content, as generated.
 - HEADER: after the opener, the header `{"name":"NAME","arguments":{` is matched (JSON
   whitespace is allowed between its tokens). When its last `{` arrives, `CallStart(index,
   "call_<request id>_<index>", NAME)` is emitted and that `{` is the first arguments fragment.
@@ -57,8 +60,8 @@ class ToolParser:
         self.state = TEXT
         self.calls = 0  # calls started so far; the current call is calls - 1
         self.held = ""  # TEXT: a possible start of the opener; HEADER/CLOSE: markup read so far
-        self.separator = ""  # whitespace right after a call (TEXT)
-        self.after_call = False  # TEXT: nothing but whitespace since the last call
+        self.separator = ""  # TEXT: whitespace held (the module docstring)
+        self.holding = True  # TEXT: nothing but whitespace since the start or the last call
         self.step = 0  # HEADER/CLOSE: index into the steps
         self.offset = 0  # HEADER/CLOSE: characters of the current step matched so far
         self.name: list[str] = []  # HEADER: raw characters of the name string
@@ -83,7 +86,9 @@ class ToolParser:
             return []
         if self.state in (TEXT, HEADER) and self.held:
             self._content(self.held)
-        self.held = ""
+        if self.calls == 0 and self.separator:
+            self._content("")
+        self.held = self.separator = ""
         self.finished = True
         return self._take()
 
@@ -100,7 +105,7 @@ class ToolParser:
             self._read_close(ch)
 
     def _read_text(self, ch: str) -> None:
-        if self.after_call and not self.held and ch in _WHITESPACE:
+        if self.holding and not self.held and ch in _WHITESPACE:
             self.separator += ch
             return
         self.held += ch
@@ -120,7 +125,6 @@ class ToolParser:
             index = self.calls
             self.calls += 1
             self.separator = ""
-            self.after_call = False
             name = json.loads('"' + "".join(self.name) + '"')
             self._events.append(CallStart(index, f"call_{self.request_id}_{index}", name))
             self._enter(ARGUMENTS)
@@ -148,7 +152,7 @@ class ToolParser:
     def _read_close(self, ch: str) -> None:
         if self._read_markup(_CLOSE_STEPS, ch):
             self._enter(TEXT)
-            self.after_call = True
+            self.holding = True
 
     def _read_markup(self, steps: tuple, ch: str) -> bool:
         """HEADER and CLOSE: hold `ch` and match it against `steps`. On a mismatch, what was
@@ -213,7 +217,7 @@ class ToolParser:
     def _content(self, text: str) -> None:
         text = self.separator + text
         self.separator = ""
-        self.after_call = False
+        self.holding = False
         if text:
             self._events.append(Content(text))
 

@@ -6,10 +6,12 @@ except `"` and `\\`, or one of the escapes ..."; beyond the subset: `minLength`,
   length-bounded strings (they cost 5 DFA states per counted position, and a surrogate pair
   would count as two characters here but as one in Python).
 - `pattern` is a search, as JSON Schema says: unanchored ends get any characters. The pattern is
-  read by `corral.automata.parse` and made sound inside a JSON string by removing `"`, `\\` and
-  U+0000..U+001F from every byte set, so the JSON text of the string is its value. A pattern
-  using `\\D`, `\\W`, `\\S` or a negated class with `\\d`, `\\w`, `\\s` is restricted to ASCII,
-  where Python's Unicode classes and ours agree.
+  read by `corral.automata.parse.parse_branches` (one rule for anchors: `^`s at the start and
+  `$`s at the end of each top-level branch anchor it; anywhere else they are refused) and made
+  sound inside a JSON string by removing `"`, `\\` and U+0000..U+001F from every byte set, so
+  the JSON text of the string is its value. A pattern using `\\D`, `\\W`, `\\S` or a negated
+  class with `\\d`, `\\w`, `\\s` is restricted to ASCII, where Python's Unicode classes and
+  ours agree.
 - `format` takes its strict regex from `corral.automata.schema.formats`.
 - Length bounds next to a pattern or format are kept when the pattern implies them, or applied
   by a product with a character counter (`corral.automata.schema.lengths`) when `maxLength` is
@@ -21,7 +23,7 @@ from __future__ import annotations
 from corral.automata.compile import build_dfa
 from corral.automata.errors import EmptyLanguageError, LimitError, PatternError, SchemaError
 from corral.automata.limits import SchemaLimits
-from corral.automata.parse import parse
+from corral.automata.parse import parse_branches
 from corral.automata.schema.form import NOTHING, Regex, Subtree, TreeBuilder, repeat, seq
 from corral.automata.schema.formats import FORMATS, INTEGER_FORMATS, NUMBER_FORMATS
 from corral.automata.schema.json_text import QUOTE, STRING_FORM
@@ -109,63 +111,25 @@ def pattern_tree(pattern: str, pointer: str, trees: TreeBuilder) -> Node:
     ascii_only = _needs_ascii(pattern)
     any_char = ranges_to_tree(_RAW_ASCII if ascii_only else _RAW_CHARS)
     any_run = Repeat(any_char, 0, None)
+    try:
+        parsed = parse_branches(pattern, trees.limits)
+    except PatternError as error:
+        raise SchemaError(
+            pointer,
+            "pattern",
+            f"keyword 'pattern' is not supported: {pattern!r} is outside the regex subset "
+            f"({error.reason} at {error.position})",
+        ) from None
+    except LimitError as error:
+        raise SchemaError(pointer, "pattern", f"pattern {pattern!r}: {error}") from None
     branches = []
-    for branch in _split_alternatives(pattern):
-        anchored_start = branch.startswith("^")
-        body = branch[1:] if anchored_start else branch
-        trailing = len(body) - len(body.rstrip("$"))
-        anchored_end = False
-        if trailing:
-            backslashes = len(body[: len(body) - 1]) - len(body[: len(body) - 1].rstrip("\\"))
-            anchored_end = backslashes % 2 == 0
-            if anchored_end:
-                body = body[:-1]
-        try:
-            node = parse(body, trees.limits)
-        except PatternError as error:
-            raise SchemaError(
-                pointer,
-                "pattern",
-                f"keyword 'pattern' is not supported: {pattern!r} is outside the regex subset "
-                f"({error.reason} at {error.position})",
-            ) from None
-        except LimitError as error:
-            raise SchemaError(pointer, "pattern", f"pattern {pattern!r}: {error}") from None
-        parts = ([] if anchored_start else [any_run]) + [node] + ([] if anchored_end else [any_run])
-        branches.append(Concat(tuple(parts)))
+    for branch in parsed:
+        head = [] if branch.anchored_start else [any_run]
+        tail = [] if branch.anchored_end else [any_run]
+        branches.append(Concat((*head, branch.node, *tail)))
     tree = branches[0] if len(branches) == 1 else Alt(tuple(branches))
     forbidden = FORBIDDEN_IN_STRING | (_NON_ASCII if ascii_only else 0)
     return filter_tree(tree, forbidden, {})
-
-
-def _split_alternatives(pattern: str) -> list[str]:
-    """The top-level `|` branches of a pattern (escapes, classes and groups respected). An
-    unbalanced pattern still splits somewhere; `parse` then names the faulty position."""
-    branches, start, depth, i, in_class = [], 0, 0, 0, False
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if in_class:
-            if ch == "]":
-                in_class = False
-        elif ch == "[":
-            in_class = True
-            if pattern[i + 1 : i + 2] == "^":
-                i += 1
-            if pattern[i + 1 : i + 2] == "]":
-                i += 1
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif ch == "|" and depth == 0:
-            branches.append(pattern[start:i])
-            start = i + 1
-        i += 1
-    branches.append(pattern[start:])
-    return branches
 
 
 def _needs_ascii(pattern: str) -> bool:

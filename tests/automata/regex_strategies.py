@@ -65,8 +65,14 @@ def _name_groups(pattern: str) -> str:
 
 
 bare_patterns = st.lists(sequence, min_size=1, max_size=3).map(lambda t: _name_groups("|".join(t)))
-patterns = st.tuples(st.sampled_from(["", "", "^"]), bare_patterns, st.sampled_from(["", "", "$"]))
-patterns = patterns.map("".join)
+starts = st.sampled_from(["", "", "", "^", "^^"])
+ends = st.sampled_from(["", "", "", "$", "$$"])
+anchored_branch = st.tuples(starts, sequence, ends).map("".join)
+patterns = st.lists(anchored_branch, min_size=1, max_size=3).map(
+    lambda t: _name_groups("|".join(t))
+)
+"""Patterns of the whole subset, anchors included: any number of `^` at the start and `$` at
+the end of each top-level branch (`corral.automata.parse`'s rule)."""
 
 TEXT_ALPHABET = list("abcxyz019_ -,:.\n\t\r]\\{}()|*+?$^#'\"/AZ") + ["é", "ü", "日", "😀", "ÿ"]
 TEXT_ALPHABET += ["\x7f", "\x00", "\x01", "\x08", "\x0b", "\x0c", "\x1f", "\uffff", "ǿ", "一", "龥"]

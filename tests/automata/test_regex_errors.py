@@ -4,6 +4,7 @@ position" and "Limits")."""
 
 from __future__ import annotations
 
+import json
 import time
 import tracemalloc
 
@@ -15,13 +16,18 @@ from corral.automata import (
     PatternError,
     PatternTooLongError,
     RepetitionTooLargeError,
+    SchemaError,
     TooManyDfaStatesError,
     TooManyNfaStatesError,
     parse,
     regex_to_dfa,
+    schema_to_dfa,
     tree_to_dfa,
 )
 from corral.automata.tree import Alt, Concat, byte_set
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from regex_strategies import sequence
 
 REFUSED = [
     # (pattern, position, words of the reason)
@@ -69,6 +75,13 @@ REFUSED = [
     ("a^b", 1, "'^'"),
     ("a$b", 1, "'$'"),
     ("(a$)", 2, "'$'"),
+    ("(^a)", 1, "'^'"),
+    ("a|b^", 3, "'^'"),
+    ("a?^b", 2, "'^'"),
+    ("^a$$b", 2, "'$'"),
+    ("$^", 0, "'$'"),
+    ("^*a", 1, "nothing to repeat"),
+    ("a$*", 1, "'$'"),
     ("(?P<1a>x)", 0, "bad group name"),
     ("(?P<n>a)(?P<n>b)", 8, "used twice"),
     ("(?<n>a)", 0, "(?P<name>...)"),
@@ -87,6 +100,52 @@ def test_refused_pattern_names_position_and_reason(pattern, position, reason):
     assert caught.value.pattern == pattern
     assert f"position {position}" in str(caught.value)
     assert isinstance(caught.value, ConstrainError)
+
+
+# anchor-free sequences of the subset, groups made non-capturing (no names to clash)
+ATOMS = sequence.filter(bool).map(lambda p: p.replace("(?P<>", "(?:"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(before=ATOMS, anchor=st.sampled_from("^$"), after=ATOMS)
+def test_an_anchor_between_atoms_is_refused_at_its_position(before, anchor, after):
+    """Anchors are accepted only at the start or end of a top-level branch: one inside a
+    sequence, or inside a group, is refused where it stands."""
+    for pattern, position in (
+        (before + anchor + after, len(before)),
+        (f"({before}{anchor}{after})", 1 + len(before)),
+        (f"x|(?:{anchor}{after})", 5),
+    ):
+        with pytest.raises(PatternError) as caught:
+            parse(pattern)
+        assert caught.value.position == position, pattern
+        assert f"'{anchor}'" in caught.value.reason
+
+
+ANCHORED = ["^^a$$", "^a|^b$", "a$$|^^b", "^", "$", "(^a)", "a^", "$a", "a|b$c", "^(a|b)$"]
+
+
+@pytest.mark.parametrize("pattern", ANCHORED)
+def test_one_rule_for_anchors_in_a_regex_and_in_a_schema_pattern(pattern):
+    """`regex_to_dfa` and a JSON Schema `pattern` accept and refuse the same anchors, at the
+    same position."""
+    schema = {"type": "string", "pattern": pattern}
+    try:
+        regex_to_dfa(pattern)
+    except PatternError as error:
+        with pytest.raises(SchemaError) as caught:
+            schema_to_dfa(schema)
+        assert f"({error.reason} at {error.position})" in str(caught.value)
+    else:
+        schema_to_dfa(schema)
+
+
+def test_anchors_in_a_schema_pattern_anchor_their_branch():
+    dfa = schema_to_dfa({"type": "string", "pattern": "^^ab$$|^c|d$"})
+    for value in ["ab", "c", "cx", "xd", "d", "xcd"]:
+        assert dfa.matches(json.dumps(value).encode()), value
+    for value in ["xab", "abx", "xc", "dx", ""]:
+        assert not dfa.matches(json.dumps(value).encode()), value
 
 
 EMPTY_LANGUAGES = [

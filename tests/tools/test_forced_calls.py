@@ -109,3 +109,15 @@ def test_required_call_with_three_bfcl_tools_from_a_random_model_is_valid(
         assert max(counts) > 1  # parallel calls (the default) do occur
     else:
         assert counts == [1] * WALKS
+
+
+@pytest.mark.parametrize(
+    "parameters", [{"description": "anything"}, {"type": ["object", "null"]}, {"type": "object"}]
+)
+def test_forced_calls_with_loose_parameters_are_calls_with_object_arguments(engine, parameters):
+    """Arguments are always a JSON object, so every forced answer is a call the parser takes
+    (before, `null`, `5` or `[]` arguments came back as plain text with no tool_calls)."""
+    tool = {"type": "function", "function": {"name": "f", "parameters": parameters}}
+    messages = [{"role": "user", "content": "Go."}]
+    request = parse_tool_request({"messages": messages, "tools": [tool], "tool_choice": "required"})
+    assert min(check_walks(engine, request, 4)) >= 1

@@ -16,6 +16,7 @@ from corral.tools import (
     finish_reason,
     parse_text,
 )
+from corral.tools.shapes import delta_json, message_json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -159,6 +160,94 @@ def test_text_after_a_call_keeps_its_leading_whitespace_but_a_trailing_newline_i
     assert fold([call("f", "{}") + "\n"])[0] is None
 
 
+# --- whitespace around calls ----------------------------------------------------------------
+
+WS = " \t\n\r"
+
+
+def streamed(pieces) -> dict:
+    """The message a streaming client builds from the deltas of `pieces`."""
+    content, tool_calls = None, []
+    for events in run(pieces):
+        for event in events:
+            delta = delta_json(event)
+            if "content" in delta:
+                content = (content or "") + delta["content"]
+            for d in delta.get("tool_calls", []):
+                if "id" in d:
+                    tool_calls.append({**d, "function": dict(d["function"])})
+                else:
+                    tool_calls[d["index"]]["function"]["arguments"] += d["function"]["arguments"]
+    return {
+        "content": content,
+        "calls": [(c["function"]["name"], c["function"]["arguments"]) for c in tool_calls],
+    }
+
+
+def whole(text) -> dict:
+    """The message of the non-streaming path (parse_text, collect, message_json)."""
+    message = message_json(*collect(parse_text(text)))
+    calls = [
+        (c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls", [])
+    ]
+    return {"content": message["content"], "calls": calls}
+
+
+F = call("f", "{}")
+WHITESPACE_CASES = [
+    # (text, content of the message)
+    ("\n\n" + F, None),
+    (F + "\n" + F + "\n", None),
+    (" \n" + F + "\n\n" + F + " \t", None),
+    ("\r\n" + F + "\n" + F + "\n" + F, None),
+    ("Sure.\n\n" + F, "Sure.\n\n"),  # whitespace after text is content, as generated
+    ("Sure. " + F + "\n" + F + "\n", "Sure. "),
+    ("Hi " + F + " there", "Hi  there"),
+    (F + "\nDone.\n", "\nDone.\n"),
+    ("\n\n" + F + "Done.", "Done."),
+    ("  ", "  "),
+    ("Hi\n", "Hi\n"),
+    ("\n<tool", "\n<tool"),
+    (' <tool_call>{"name" ', ' <tool_call>{"name" '),
+]
+
+
+@pytest.mark.parametrize(("text", "content"), WHITESPACE_CASES)
+def test_whitespace_held_at_the_start_or_after_a_call_is_content_only_before_text(text, content):
+    assert whole(text)["content"] == content
+    for cut in range(len(text) + 1):
+        assert streamed([text[:cut], text[cut:]]) == whole(text), cut
+    assert streamed(list(text)) == whole(text)
+
+
+def test_whitespace_before_a_call_is_held_and_never_streamed():
+    assert run(["\n\n", F]) == [[], [CallStart(0, "call_req7_0", "f"), Arguments(0, "{}")], []]
+    assert run([" \n", "Hi"]) == [[], [Content(" \nHi")], []]
+    assert run(["  "]) == [[], [Content("  ")]]  # no call: the whitespace is the answer
+
+
+calls_and_whitespace = st.lists(
+    st.tuples(st.text(alphabet=WS, max_size=3), st.sampled_from([F, call("g", '{"a":[1]}')])),
+    min_size=1,
+    max_size=4,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    parts=calls_and_whitespace,
+    tail=st.text(alphabet=WS, max_size=3),
+    cuts=st.lists(st.integers(min_value=0, max_value=300), max_size=8),
+)
+def test_a_turn_of_only_calls_has_no_content_however_it_is_split(parts, tail, cuts):
+    text = "".join(w + c for w, c in parts) + tail
+    cuts = sorted({c for c in cuts if c <= len(text)})
+    pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+    assert streamed(pieces) == whole(text)
+    assert whole(text)["content"] is None
+    assert len(whole(text)["calls"]) == len(parts)
+
+
 # --- parser_is_split_invariant ---------------------------------------------------------------
 
 STREAMS = [
@@ -238,6 +327,7 @@ def test_parser_is_split_invariant_property(before, arguments, cuts):
     cuts = sorted({c for c in cuts if c <= len(text)})
     pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
     content, calls = fold(pieces)
-    assert content == (before or None)
+    # whitespace-only text before calls is no content (parser docstring)
+    assert content == ((before if before.strip(WS) or not texts else "") or None)
     assert [c.name for c in calls] == [f"f{i}" for i in range(len(texts))]
     assert [json.loads(c.arguments) for c in calls] == arguments
