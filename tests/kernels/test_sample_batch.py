@@ -100,3 +100,15 @@ def test_full_mask_allows_exactly_the_vocabulary():
     for v in (1, 31, 32, 33, 49152):
         bits = np.unpackbits(full_mask(v).view(np.uint8), bitorder="little")
         assert bits[:v].all() and not bits[v:].any() and len(full_mask(v)) == (v + 31) // 32
+
+
+def test_exp_into_agrees_with_numpy_over_the_sampler_range():
+    from corral.kernels.sample_rows import exp_into
+
+    x = np.concatenate([np.linspace(-120, 0, 200_001), [0.0, -1e-30, -87.0, -86.9]])
+    x = x.astype(np.float32)
+    out = np.empty_like(x)
+    exp_into(x, len(x), out, np.empty(len(x), np.int32))
+    expected = np.exp(np.maximum(x, -87).astype(np.float64))
+    np.testing.assert_allclose(out, expected, rtol=5e-7, atol=0)
+    assert out[-4] == 1.0
