@@ -60,6 +60,12 @@ def sample_rows(
             word = masks[b, w]
             if word == 0:
                 continue
+            if word == 0xFFFFFFFF:  # a full word: one 32-value copy
+                for j in range(32):
+                    values[n + j] = row[w * 32 + j]
+                    ids[n + j] = w * 32 + j
+                n += 32
+                continue
             for j in range(32):
                 if (word >> np.uint32(j)) & np.uint32(1):
                     values[n] = row[w * 32 + j]
