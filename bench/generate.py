@@ -84,11 +84,8 @@ def main() -> None:
     prompt = model.tokenizer.encode(model.render_chat([{"role": "user", "content": PROMPT}]))
     params = SamplingParams(temperature=1.0)
     free_model = NoEos(model)
-    # Warm-up: one run of each timed configuration, so that no Numba kernel is compiled or
-    # loaded from its disk cache inside a timed run (the budgeted mask walk, `one_mask`, is met
-    # only by a budget-aware constrained run) and BLAS is warm.
-    run(free_model, [GenerationRequest(prompt, args.tokens, params, 0)], 1)
-    run(model, [GenerationRequest(prompt, args.tokens, params, 0, (), Constraint(index))], 1)
+    # warm-up: JIT kernels and BLAS
+    generate(model, [GenerationRequest(prompt, 8, params, 0, (), Constraint(index), None, False)])
     print(f"prompt: {len(prompt)} tokens; up to {args.tokens} tokens per answer; temperature 1")
     header = (
         f"{'batch':>5} | {'free tok/s':>10} {'decode':>7} | {'json tok/s':>10} {'decode':>7} | "

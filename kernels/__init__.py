@@ -6,8 +6,8 @@ sampler (DESIGN.md section 4).
   (the fewest tokens to acceptance) and `mask_within_tokens` (budget-aware ending).
 - `Constraint(index)`: one answer's matcher: `mask(tokens_left=None)`, `advance(token)`,
   `advance_bytes(data)`, `tokens_to_complete()`, `is_complete()`, `done`, `copy()`.
-- `SamplingParams`, `apply_mask`, `sample`, `sample_batch` (a whole batch in one Numba call),
-  `constrained_sample`, `constrained_sample_batch`, `top_logprobs`.
+- `SamplingParams`, `apply_mask`, `sample`, `constrained_sample`, `constrained_sample_batch`,
+  `top_logprobs`.
 """
 
 from corral.kernels.constraint import Constraint
@@ -20,7 +20,6 @@ from corral.kernels.sampling import (
     constrained_sample,
     constrained_sample_batch,
     sample,
-    sample_batch,
     top_logprobs,
 )
 from corral.kernels.trie import Trie, build_trie
@@ -43,7 +42,6 @@ __all__ = [
     "constrained_sample",
     "constrained_sample_batch",
     "sample",
-    "sample_batch",
     "top_logprobs",
     "unpack_ids",
 ]

@@ -51,10 +51,7 @@ cores are busy (the model's forward pass, other processes), waking spinning Open
 measured to cost ten times the work."""
 
 _NO_DISTANCE = np.empty(0, np.int32)
-_NO_DISTANCE.setflags(write=False)
-"""The `distance` argument of a walk without a budget (`limit` -1: never read). Read-only like
-`token_distance`, so the lazy walk and the budgeted walk share one compiled `one_mask` (Numba
-compiles a separate specialization per array writability)."""
+"""The `distance` argument of a walk without a budget (`limit` -1: never read)."""
 
 LAZY_CACHE_ROWS = 4096
 """The most mask rows a lazy index keeps (least recently used rows are dropped first)."""

@@ -16,23 +16,22 @@ Decisions (what OpenAI, vLLM and Hugging Face users expect):
 - Truncation keeps ties: top-k keeps every token tied with the k-th largest, top-p every token tied
   with the last one needed to reach p.
 
-Speed: the whole batch is one Numba call per step (`sample_batch`, the kernel in
-`corral.kernels.sample_rows`), over the allowed tokens only: O(V / 32 + n_allowed) per row. Each
-row takes one uniform draw from its request's own generator, so a row gives the same token and
-logprobs alone or in any batch; `sample` and `top_logprobs` are one-row calls of the same kernel.
+Speed: the work is over the allowed tokens only. A Numba kernel gathers the allowed ids and their
+logits from the packed mask in one pass over its words, O(V / 32 + n_allowed); everything after is
+NumPy over those n_allowed values. Top-p sorts only a growing top slice (argpartition), not the
+whole vocabulary.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 from corral.kernels.constraint import Constraint
 from corral.kernels.errors import NoTokenAllowedError
-from corral.kernels.sample_rows import sample_rows
 
 
 @dataclass(frozen=True)
@@ -106,125 +105,10 @@ def apply_mask(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return np.where(bits, logits, np.float32(-np.inf))
 
 
-@dataclass(frozen=True)
-class SampledRows:
-    """What `sample_batch` picked, one entry per row.
-
-    Attributes:
-        tokens: int64 `[B]`, the chosen token ids.
-        logprobs: float64 `[B]`, their logprobs (the model's log-softmax over the allowed tokens).
-        top_ids: int64 `[B, k]`, each row's most likely allowed tokens, most likely first (ties:
-            lower id first); row b's first `top_counts[b]` entries are set.
-        top_logprobs: float64 `[B, k]`, their logprobs (bit for bit those of `logprobs`).
-        top_counts: int64 `[B]`.
-    """
-
-    tokens: np.ndarray
-    logprobs: np.ndarray
-    top_ids: np.ndarray
-    top_logprobs: np.ndarray
-    top_counts: np.ndarray
-
-    def top(self, b: int) -> tuple[tuple[int, float], ...]:
-        """Row b's top list as `((token id, logprob), ...)`."""
-        k = int(self.top_counts[b])
-        return tuple(
-            zip(self.top_ids[b, :k].tolist(), self.top_logprobs[b, :k].tolist(), strict=True)
-        )
-
-
-@functools.cache
-def full_mask(vocabulary_size: int) -> np.ndarray:
-    """The packed mask allowing every token id below `vocabulary_size`: uint32
-    `[ceil(V / 32)]`, read-only, shared."""
-    bits = np.ones(vocabulary_size, np.bool_)
-    mask = np.packbits(bits, bitorder="little")
-    mask = np.pad(mask, (0, -len(mask) % 4)).view("<u4").astype(np.uint32)
-    mask.setflags(write=False)
-    return mask
-
-
-def _params_row(p: SamplingParams) -> tuple[float, ...]:
-    return (p.temperature, p.top_k, p.top_p, p.min_p, p.presence_penalty, p.frequency_penalty,
-            p.repetition_penalty)  # fmt: skip
-
-
-def _ragged(
-    rows: Sequence[Sequence[int] | np.ndarray], b_rows: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """(int64 ids back to back, int64 `[B + 1]` starts) of `b_rows` id lists (None: all empty)."""
-    if rows is None:
-        return np.empty(0, np.int64), np.zeros(b_rows + 1, np.int64)
-    lengths = np.fromiter((len(r) for r in rows), np.int64, b_rows)
-    start = np.zeros(b_rows + 1, np.int64)
-    np.cumsum(lengths, out=start[1:])
-    if not start[-1]:
-        return np.empty(0, np.int64), start
-    return np.concatenate([np.asarray(r, dtype=np.int64) for r in rows]), start
-
-
-def sample_batch(
-    logits: np.ndarray,
-    masks: np.ndarray,
-    params: Sequence[SamplingParams],
-    uniforms: np.ndarray,
-    prompt_ids: Sequence[Sequence[int]] | None = None,
-    output_ids: Sequence[Sequence[int]] | None = None,
-    n_top: Sequence[int] | None = None,
-    rows: np.ndarray | None = None,
-) -> SampledRows:
-    """Pick one token per row, in one Numba call (`corral.kernels.sample_rows`); row b gives
-    exactly what `sample` gives for it with the same uniform draw.
-
-    Args:
-        logits: float32 `[N, V]`, the model's raw logits.
-        masks: packed uint32 `[B, ceil(V / 32)]` (`full_mask(V)` for an unconstrained row).
-        params: B `SamplingParams`.
-        uniforms: float64 `[B]` in [0, 1): each row's draw from its own generator (read only
-            when its temperature is not 0).
-        prompt_ids, output_ids: B id lists for the penalties (None: none).
-        n_top: B counts of top_logprobs to report, each 0..V (None: none).
-        rows: int64 `[B]`, the row of `logits` each b samples from (None: 0..B-1).
-
-    Raises:
-        NoTokenAllowedError: a row's mask allows no token.
-        ValueError: the shapes do not agree.
-
-    O(B * (V / 32 + n_allowed)) plus top-p sorts and top lists.
-    """
-    logits = np.asarray(logits, dtype=np.float32)
-    masks = np.ascontiguousarray(masks, dtype=np.uint32)
-    b_rows = masks.shape[0]
-    if masks.ndim != 2 or masks.shape[1] != (logits.shape[-1] + 31) // 32:
-        raise ValueError(f"masks of shape {masks.shape} do not fit logits of shape {logits.shape}")
-    rows = np.arange(b_rows, dtype=np.int64) if rows is None else np.asarray(rows, np.int64)
-    if len(params) != b_rows or len(uniforms) != b_rows or len(rows) != b_rows:
-        raise ValueError(f"{b_rows} masks need {b_rows} params, uniforms and rows")
-    if b_rows and not 0 <= rows.min() <= rows.max() < logits.shape[0]:
-        raise ValueError(f"rows must lie within 0..{logits.shape[0] - 1}")
-    table = np.array([_params_row(p) for p in params], dtype=np.float64).reshape(b_rows, 7)
-    top = np.zeros(b_rows, np.int64) if n_top is None else np.asarray(n_top, np.int64)
-    k = int(top.max()) if b_rows else 0
-    prompt, prompt_start = _ragged(prompt_ids, b_rows)
-    output, output_start = _ragged(output_ids, b_rows)
-    out = SampledRows(
-        np.empty(b_rows, np.int64), np.empty(b_rows, np.float64), np.zeros((b_rows, k), np.int64),
-        np.zeros((b_rows, k), np.float64), np.zeros(b_rows, np.int64),
-    )  # fmt: skip
-    failed = sample_rows(
-        logits.reshape(-1, logits.shape[-1]), rows, masks, table,
-        np.asarray(uniforms, np.float64), prompt, prompt_start, output, output_start, top,
-        out.tokens, out.logprobs, out.top_ids, out.top_logprobs, out.top_counts,
-    )  # fmt: skip
-    if failed >= 0:
-        raise NoTokenAllowedError(f"the mask of row {failed} allows no token")
-    return out
-
-
 def sample(
     logits: np.ndarray,
     params: SamplingParams,
-    rng: np.random.Generator | None,
+    rng: np.random.Generator,
     mask: np.ndarray | None = None,
     prompt_ids: Sequence[int] | np.ndarray = (),
     output_ids: Sequence[int] | np.ndarray = (),
@@ -234,8 +118,7 @@ def sample(
     Args:
         logits: float32 `[V]`, the model's raw logits.
         params: the sampling settings.
-        rng: a seeded generator (one uniform draw per sampled token; none when greedy, where it
-            may be None).
+        rng: a seeded generator (one uniform draw per sampled token; none when greedy).
         mask: packed uint32 `[ceil(V / 32)]`, or None for no constraint.
         prompt_ids, output_ids: token ids, for the penalties.
 
@@ -246,20 +129,27 @@ def sample(
     Raises:
         NoTokenAllowedError: the mask allows no token.
 
-    One row of `sample_batch`: O(V / 32 + n_allowed) plus a sort of the top-p candidates.
+    O(V / 32 + n_allowed) plus a sort of the top-p slice.
     """
     logits = np.asarray(logits, dtype=np.float32)
-    mask = full_mask(logits.shape[0]) if mask is None else mask
-    uniform = 0.0 if params.greedy else rng.random()
-    out = sample_batch(
-        logits[None],
-        np.asarray(mask)[None],
-        [params],
-        np.array([uniform]),
-        [prompt_ids],
-        [output_ids],
-    )
-    return int(out.tokens[0]), float(out.logprobs[0])
+    allowed = None
+    values = logits
+    if mask is not None:
+        allowed = _Allowed(mask, logits)
+        values = allowed.values
+        if not len(values):
+            raise NoTokenAllowedError("the mask allows no token")
+    shifted, log_total = _log_softmax_parts(values)
+    weights = np.exp(shifted)
+    scores = _penalized(values, allowed, params, prompt_ids, output_ids)
+    if params.greedy:
+        i = int(np.argmax(scores))
+    else:
+        if scores is not values or params.temperature != 1.0:
+            weights = np.exp((scores - scores.max()) / np.float32(params.temperature))
+        i = _draw(weights, params, rng.random())
+    token = i if allowed is None else allowed.token(i)
+    return token, float(shifted[i]) - log_total
 
 
 def top_logprobs(
@@ -280,15 +170,32 @@ def top_logprobs(
     Raises:
         NoTokenAllowedError: the mask allows no token.
 
-    One row of `sample_batch`: O(V / 32 + n_allowed * n).
+    O(V / 32 + n_allowed + k log k).
     """
     logits = np.asarray(logits, dtype=np.float32)
-    mask = full_mask(logits.shape[0]) if mask is None else mask
-    out = sample_batch(
-        logits[None], np.asarray(mask)[None], [GREEDY], np.zeros(1), n_top=[max(n, 0)]
-    )
-    k = int(out.top_counts[0])
-    return out.top_ids[0, :k].copy(), out.top_logprobs[0, :k].copy()
+    if mask is None:
+        ids, values = np.arange(logits.shape[0]), logits
+    else:
+        allowed = _Allowed(mask, logits)
+        values = allowed.values
+        if not len(values):
+            raise NoTokenAllowedError("the mask allows no token")
+        ids = None
+    k = min(n, len(values))
+    if k <= 0:
+        return np.empty(0, np.int64), np.empty(0, np.float64)
+    shifted, log_total = _log_softmax_parts(values)
+    best = np.argpartition(-values, k - 1)[:k] if k < len(values) else np.arange(len(values))
+    best = best[np.lexsort((best, -values[best]))]
+    tokens = best if ids is not None else np.array([allowed.token(int(i)) for i in best])
+    return tokens.astype(np.int64), shifted[best].astype(np.float64) - log_total
+
+
+def _log_softmax_parts(values: np.ndarray) -> tuple[np.ndarray, float]:
+    """(values - max as float32, log of the sum of their exponentials): a value's logprob is
+    `float(shifted[i]) - log_total`. One function, so `sample` and `top_logprobs` agree exactly."""
+    shifted = values - values.max()
+    return shifted, math.log(float(np.exp(shifted).sum()))
 
 
 def constrained_sample(
@@ -318,23 +225,184 @@ def constrained_sample_batch(
     prompt_ids: Sequence[Sequence[int]] | None = None,
     output_ids: Sequence[Sequence[int]] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """`constrained_sample` for each row of float32 `[B, V]` logits, in one `sample_batch` call.
+    """`constrained_sample` for each row of float32 `[B, V]` logits.
 
     `constraints[b]` may be None (an unconstrained row). `params` and `rngs` are one for all rows
-    or one per row (a shared generator gives its draws to the sampled rows in row order).
-    Returns (tokens int64 `[B]`, logprobs float32 `[B]`).
+    or one per row. Returns (tokens int64 `[B]`, logprobs float32 `[B]`). O(B) single-row samples.
     """
     b_rows = len(constraints)
     if logits.shape[0] != b_rows:
         raise ValueError(f"{logits.shape[0]} rows of logits for {b_rows} constraints")
-    every = full_mask(logits.shape[1])
-    masks = np.stack([every if c is None else c.mask() for c in constraints]) if b_rows else None
-    row_params = [params] * b_rows if isinstance(params, SamplingParams) else list(params)
-    row_rngs = [rngs] * b_rows if isinstance(rngs, np.random.Generator) else list(rngs)
-    uniforms = np.array(
-        [0.0 if p.greedy else g.random() for p, g in zip(row_params, row_rngs, strict=True)]
-    )
-    if not b_rows:
-        return np.empty(0, np.int64), np.empty(0, np.float32)
-    out = sample_batch(logits, masks, row_params, uniforms, prompt_ids, output_ids)
-    return out.tokens, out.logprobs.astype(np.float32)
+    tokens = np.empty(b_rows, dtype=np.int64)
+    logprobs = np.empty(b_rows, dtype=np.float32)
+    for b, constraint in enumerate(constraints):
+        p = params if isinstance(params, SamplingParams) else params[b]
+        g = rngs if isinstance(rngs, np.random.Generator) else rngs[b]
+        mask = None if constraint is None else constraint.mask()
+        tokens[b], logprobs[b] = sample(
+            logits[b],
+            p,
+            g,
+            mask,
+            () if prompt_ids is None else prompt_ids[b],
+            () if output_ids is None else output_ids[b],
+        )
+    return tokens, logprobs
+
+
+class _Allowed:
+    """The allowed tokens of a packed mask as positions 0..n-1 (ascending ids): `values` holds
+    their logits, `word_start[w]` the number of allowed tokens before word w."""
+
+    __slots__ = ("mask", "values", "word_start")
+
+    def __init__(self, mask: np.ndarray, logits: np.ndarray):
+        self.mask = np.ascontiguousarray(mask, dtype=np.uint32)
+        if self.mask.shape[0] != (logits.shape[0] + 31) // 32:
+            raise ValueError(f"a mask of {self.mask.shape[0]} words for {logits.shape[0]} logits")
+        values = np.empty(self.mask.shape[0] * 32, dtype=np.float32)
+        self.word_start = np.empty(self.mask.shape[0] + 1, dtype=np.int64)
+        n = _gather(self.mask, logits, values, self.word_start)
+        self.values = values[:n]
+
+    def token(self, position: int) -> int:
+        """The token id at `position`."""
+        w = int(np.searchsorted(self.word_start, position, side="right")) - 1
+        word, k = int(self.mask[w]), position - int(self.word_start[w])
+        for j in range(32):
+            if (word >> j) & 1:
+                if k == 0:
+                    return w * 32 + j
+                k -= 1
+        raise AssertionError("position beyond the mask")
+
+    def positions(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(positions of the allowed ones among `tokens`, which of `tokens` are allowed)."""
+        tokens = np.asarray(tokens, dtype=np.int64)
+        inside = (tokens >= 0) & (tokens < self.mask.shape[0] * 32)
+        w = np.where(inside, tokens >> 5, 0)
+        bit = (tokens & 31).astype(np.uint32)
+        words = self.mask[w]
+        kept = inside & (((words >> bit) & np.uint32(1)) == 1)
+        below = words & ((np.uint32(1) << bit) - np.uint32(1))
+        pos = self.word_start[w] + np.bitwise_count(below)
+        return pos[kept], kept
+
+
+@numba.njit(cache=True, boundscheck=False)
+def _gather(mask, logits, values, word_start):
+    """Copy the logits of the set bits of `mask` into `values` (in id order) and the running
+    count of set bits before each word into `word_start`; return the count. Bits at or beyond
+    len(logits) must be clear. O(len(mask) + n_allowed); a full word is one 32-value copy."""
+    n = 0
+    for w in range(mask.shape[0]):
+        word_start[w] = n
+        word = mask[w]
+        if word == 0:
+            continue
+        base = w * 32
+        if word == 0xFFFFFFFF:
+            source = logits[base : base + 32]
+            target = values[n : n + 32]
+            for j in range(32):
+                target[j] = source[j]
+            n += 32
+            continue
+        for j in range(32):
+            if (word >> j) & 1:
+                values[n] = logits[base + j]
+                n += 1
+    word_start[mask.shape[0]] = n
+    return n
+
+
+def _penalized(values, allowed, params, prompt_ids, output_ids) -> np.ndarray:
+    """The allowed logits after the repetition, presence and frequency penalties (float32)."""
+    penalize = params.presence_penalty or params.frequency_penalty
+    repeat = params.repetition_penalty != 1.0
+    if not ((penalize and len(output_ids)) or (repeat and (len(output_ids) or len(prompt_ids)))):
+        return values
+    scores = values.copy()
+    if repeat:
+        seen = np.unique(np.concatenate([np.asarray(prompt_ids), np.asarray(output_ids)]))
+        pos, _ = _positions(allowed, seen, len(values))
+        hit = scores[pos]
+        penalty = np.float32(params.repetition_penalty)
+        scores[pos] = np.where(hit > 0, hit / penalty, hit * penalty)
+    if penalize and len(output_ids):
+        tokens, counts = np.unique(np.asarray(output_ids, dtype=np.int64), return_counts=True)
+        pos, kept = _positions(allowed, tokens, len(values))
+        scores[pos] -= np.float32(params.frequency_penalty) * counts[kept] + np.float32(
+            params.presence_penalty
+        )
+    return scores
+
+
+def _positions(allowed, tokens, n):
+    """(positions among the allowed values of the allowed `tokens`, which tokens are allowed)."""
+    tokens = np.asarray(tokens, dtype=np.int64)
+    if allowed is None:
+        kept = (tokens >= 0) & (tokens < n)
+        return tokens[kept], kept
+    return allowed.positions(tokens)
+
+
+def _draw(weights: np.ndarray, params: SamplingParams, uniform: float) -> int:
+    """The position drawn from unnormalized probabilities `weights` (float32, max 1) after top-k,
+    top-p and min-p, by the inverse CDF at `uniform` in [0, 1)."""
+    n = len(weights)
+    p = weights
+    if 0 < params.top_k < n:
+        kth = np.partition(p, n - params.top_k)[n - params.top_k]
+        p = np.where(p >= kth, p, np.float32(0))
+    if params.top_p < 1.0:
+        p = _top_p(p, params.top_p)
+    if params.min_p > 0.0:
+        p = np.where(p >= np.float32(params.min_p) * p.max(), p, np.float32(0))
+    return _inverse_cdf(p, uniform)
+
+
+_BLOCK = 512
+
+
+def _inverse_cdf(p: np.ndarray, uniform: float) -> int:
+    """The first position whose cumulative weight exceeds `uniform` times the total: block sums
+    first, then a cumulative sum inside one block (O(n) with a small constant; NumPy's cumsum
+    over 49,152 values costs 120 us here, the block sums 11 us)."""
+    n = len(p)
+    n_full = n // _BLOCK * _BLOCK
+    if n_full == 0:
+        cumulative = np.cumsum(p, dtype=np.float64)
+        return min(int(np.searchsorted(cumulative, uniform * cumulative[-1], side="right")), n - 1)
+    sums = p[:n_full].reshape(-1, _BLOCK).sum(axis=1, dtype=np.float64)
+    if n_full < n:
+        sums = np.append(sums, p[n_full:].sum(dtype=np.float64))
+    block_cumulative = np.cumsum(sums)
+    target = uniform * block_cumulative[-1]
+    b = min(int(np.searchsorted(block_cumulative, target, side="right")), len(sums) - 1)
+    while sums[b] == 0:  # rounding at the very end: step back to a block with weight
+        b -= 1
+    start = b * _BLOCK
+    inside = np.cumsum(p[start : start + _BLOCK], dtype=np.float64)
+    rest = target - (block_cumulative[b] - sums[b])
+    j = min(int(np.searchsorted(inside, rest, side="right")), len(inside) - 1)
+    while p[start + j] == 0:  # never return a zero-weight position
+        j -= 1
+    return start + j
+
+
+def _top_p(p: np.ndarray, top_p: float) -> np.ndarray:
+    """Zero every weight below the smallest one of the top-p set. Only candidates above a
+    threshold are sorted (the threshold drops 10^4-fold until they hold top_p of the mass, then
+    to zero): O(n + k log k) for k candidates."""
+    target = top_p * float(p.sum(dtype=np.float64))
+    threshold = float(p.max()) * 1e-4 if len(p) > 1024 else 0.0
+    while True:
+        candidates = p[p >= threshold]
+        if threshold == 0.0 or float(candidates.sum(dtype=np.float64)) >= target:
+            break
+        threshold = threshold * 1e-4 if threshold > 1e-30 else 0.0
+    top = np.sort(candidates)[::-1]
+    cumulative = np.cumsum(top, dtype=np.float64)
+    cut = min(int(np.searchsorted(cumulative, target)), len(top) - 1)
+    return np.where(p >= top[cut], p, np.float32(0))

@@ -431,11 +431,6 @@ class GrammarCompiler:
     Args:
         vocabulary: the model's `corral.kernels.Vocabulary`.
         max_entries: how many token indexes to keep (`DEFAULT_MAX_GRAMMARS`); at least 1.
-
-    Attributes:
-        hits: lookups answered from the cache, since creation.
-        misses: lookups that built an index (a grammar seen for the first time, or again after
-            it was dropped), since creation.
     """
 
     def __init__(self, vocabulary: Vocabulary, max_entries: int = DEFAULT_MAX_GRAMMARS):
@@ -445,18 +440,10 @@ class GrammarCompiler:
         self.max_entries = max_entries
         self._indexes: OrderedDict[str, TokenIndex] = OrderedDict()
         self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
 
     def __len__(self) -> int:
         """The number of token indexes in the cache."""
         return len(self._indexes)
-
-    @property
-    def hit_rate(self) -> float:
-        """hits / (hits + misses), 0.0 before any lookup."""
-        lookups = self.hits + self.misses
-        return self.hits / lookups if lookups else 0.0
 
     def index(self, grammar: Grammar) -> TokenIndex:
         """The token index of `grammar`: from the cache, or built (`compile_dfa`, then
@@ -465,9 +452,7 @@ class GrammarCompiler:
             index = self._indexes.get(grammar.key)
             if index is not None:
                 self._indexes.move_to_end(grammar.key)
-                self.hits += 1
                 return index
-            self.misses += 1
         index = TokenIndex(compile_dfa(grammar), self.vocabulary)
         with self._lock:
             self._indexes[grammar.key] = index
