@@ -131,7 +131,7 @@ def bodies(draw, clean=False) -> dict:
     names = st.one_of(st.sampled_from(sorted(FIELDS)), strings)
     for name in draw(st.lists(names, max_size=3)):
         body[name] = draw(st.one_of(values, deep(), schemas()))
-    if draw(st.booleans()):
+    if draw(st.booleans()) and isinstance(body.get("messages"), list):  # not replaced above
         message = draw(st.dictionaries(st.sampled_from(["role", "content", "tool_calls"]), values))
         body["messages"] = [message, *body["messages"]]
     return body  # fmt: skip
