@@ -40,6 +40,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from corral.automata.schema.values import is_text, printable
 from corral.tools.errors import invalid, not_honoured
 from corral.tools.messages import check_messages
 
@@ -292,7 +293,7 @@ def check_values(body: dict) -> None:
     while stack:
         value, param, depth = stack.pop()
         if isinstance(value, str):
-            if not _is_text(value):
+            if not is_text(value):
                 raise invalid(param, f"'{param}' is not UTF-8 text: it holds a lone surrogate.")
         elif isinstance(value, float) and not math.isfinite(value):
             raise invalid(param, f"'{param}' must be a finite number (a double), not {value!r}.")
@@ -307,22 +308,9 @@ def check_values(body: dict) -> None:
             for key, item in value.items():
                 name = printable(str(key))
                 where = name if param is None else f"{param}.{name}"
-                if not _is_text(str(key)):
+                if not is_text(str(key)):
                     raise invalid(where, f"The name '{where}' is not UTF-8 text.")
                 stack.append((item, where, depth + 1))
-
-
-def _is_text(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def printable(text: str) -> str:
-    """`text` with each lone surrogate written as a backslash escape, fit for a message."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def check_fields(body: dict) -> None:

@@ -77,7 +77,8 @@ def printable(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def _is_text(text: str) -> bool:
+def is_text(text: str) -> bool:
+    """True when `text` is UTF-8 text (no lone surrogate such as `"\\ud800"`)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -97,7 +98,7 @@ def check_document(schema, max_nesting: int = MAX_NESTING) -> None:
     while stack:
         value, pointer, depth = stack.pop()
         if isinstance(value, str):
-            if not _is_text(value):
+            if not is_text(value):
                 raise SchemaError(pointer, None, "a string with a lone surrogate is not text")
             continue
         if not isinstance(value, (dict, list)):
@@ -110,6 +111,6 @@ def check_document(schema, max_nesting: int = MAX_NESTING) -> None:
         for key, item in value.items():
             name = str(key).replace("~", "~0").replace("/", "~1")
             where = f"{pointer}/{printable(name)}"
-            if not _is_text(name):
+            if not is_text(name):
                 raise SchemaError(where, None, "a member name with a lone surrogate is not text")
             stack.append((item, where, depth + 1))
