@@ -265,13 +265,6 @@ def _generate_quick(args: argparse.Namespace, model, dfa: Dfa) -> int:
     constraint = Constraint(TokenIndex(dfa, model.vocabulary))
     prompt = model.tokenizer.encode(model.render_chat([{"role": "user", "content": args.prompt}]))
     max_tokens = args.max_tokens or DEFAULT_MAX_TOKENS
-    context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-    if context is not None and len(prompt) + max_tokens > context:
-        return _fail(
-            "generate",
-            f"the prompt ({len(prompt)} tokens) plus --max-tokens {max_tokens} exceed the "
-            f"model's context of {context} tokens",
-        )
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p)
     requests = [
         GenerationRequest(prompt, max_tokens, params, args.seed + i, (), constraint)
@@ -282,7 +275,7 @@ def _generate_quick(args: argparse.Namespace, model, dfa: Dfa) -> int:
         for _, result in iter_generate(model, requests, args.batch_size):
             print(result.text, flush=True)
             printed += 1
-    except ConstrainError as error:  # e.g. a budget too small for any answer
+    except ConstrainError as error:  # a budget too small, a prompt past the context (submit)
         return _fail("generate", error)
     except KeyboardInterrupt:
         print(f"corral generate: interrupted; {printed} of {args.n} answers were printed",
