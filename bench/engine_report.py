@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 from engine_adapters import allowed_ids
+from engine_store import median_ms
 
 FIGURES = (  # key, title, unit scale, unit
     ("compile", "compile", 1e3, "ms"),
@@ -103,24 +104,25 @@ def _spell(ids, vocabulary) -> str:
     return "[" + ", ".join(f"{t}:{vocabulary.tokens[t]!r}" for t in ids) + "]"
 
 
-def coverage_table(coverage: dict[str, dict[str, dict]], engines: list[str]) -> str:
-    """Per subset and engine: compiled / refused / crashed / timeout (and errors), median
-    compile ms, valid instances accepted / total, invalid instances accepted / total."""
+def coverage_table(cells: dict[str, dict[str, dict]], engines: list[str]) -> str:
+    """Per subset and engine (cells of `engine_store.coverage_cells`): compiled / refused /
+    crashed / timeout / error / not run, median compile ms, valid instances accepted / fed,
+    invalid instances accepted / fed (of the compiled schemas), and the time caps used."""
     out = [
-        "| subset | engine | compiled | refused | crashed | timeout | error | median compile ms "
-        "| valid accepted | invalid accepted |",
-        "|---" * 10 + "|",
+        "| subset | engine | compiled | refused | crashed | timeout | error | not run "
+        "| median compile ms | valid accepted | invalid accepted | cap s |",
+        "|---" * 12 + "|",
     ]
-    for subset, by_engine in coverage.items():
+    for subset, by_engine in cells.items():
         for engine in engines:
             c = by_engine.get(engine)
             if not c:
                 continue
-            median = np.median(c["compile_s"]) * 1e3 if c["compile_s"] else float("nan")
+            caps = ",".join(f"{cap:g}" for cap in c["caps_s"]) or "-"
             out.append(
                 f"| {subset} | {engine} | {c['ok']} | {c['refused']} | {c['crashed']} | "
-                f"{c['timeout']} | {c['error']} | {median:.3g} | "
-                f"{c['valid_ok']}/{c['valid']} | {c['invalid_ok']}/{c['invalid']} |"
+                f"{c['timeout']} | {c['error']} | {c['missing']} | {median_ms(c):.3g} | "
+                f"{c['valid_ok']}/{c['valid']} | {c['invalid_ok']}/{c['invalid']} | {caps} |"
             )
     return "\n".join(out)
 

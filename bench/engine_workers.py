@@ -2,9 +2,10 @@
 
 A `Worker` spawns a process that loads the SmolLM2 vocabulary and one engine, then answers jobs
 sent over a pipe: `measure` (compile, first mask, masks and advances along a token walk) and
-`cover` (compile, then feed instances token by token). A job that runs past its time cap kills
-the process (result "timeout"); a process that dies (result "crashed") is restarted on the next
-job. Nothing is hidden: every job gets a result with a `status`.
+`cover` (compile, then feed instances token by token). A job that runs past its time cap
+(CPU seconds of the worker, so a busy machine does not turn into false timeouts; and a wall-clock
+backstop) kills the process (result "timeout"); a process that dies (result "crashed") is
+restarted on the next job. Nothing is hidden: every job gets a result with a `status`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import traceback
 import numpy as np
 
 STARTUP_SECONDS = 300.0
+WALL_FACTOR = 10  # a job's wall-clock cap is this many times its CPU-time cap
 
 
 def _rss_bytes() -> int:
@@ -106,10 +108,15 @@ def cover(engine, kind: str, source, instances: list[list[int]]) -> dict:
     return {"status": "ok", "compile_s": compile_s, "accepted": accepted}
 
 
-def _serve(name: str, threads: int, connection) -> None:
-    """Worker main: load the engine, say "ready", then answer jobs until the pipe closes."""
+def _serve(name: str, threads: int, memory_gib: float, connection) -> None:
+    """Worker main: cap the address space, load the engine, say "ready", then answer jobs until
+    the pipe closes."""
+    import resource
+
     from engine_adapters import make_engine
 
+    cap = int(memory_gib * 2**30)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     try:
         vocabulary, tokenizer_json = load_vocabulary()
         engine = make_engine(name, vocabulary, tokenizer_json, threads)
@@ -127,6 +134,8 @@ def _serve(name: str, threads: int, connection) -> None:
             return
         try:
             result = jobs[job](engine, *args)
+        except MemoryError:
+            result = {"status": "crashed", "error": f"out of memory (cap {memory_gib:g} GiB)"}
         except Exception as error:  # an engine's own failure on one grammar, not ours
             result = {"status": "error", "error": f"{type(error).__name__}: {error}"}
             result["trace"] = traceback.format_exc(limit=3)
@@ -141,10 +150,12 @@ class Worker:
         name: an engine of `engine_adapters.ENGINES`.
         threads: NUMBA_NUM_THREADS, OMP_NUM_THREADS and RAYON_NUM_THREADS of the process, and
             XGrammar's compile threads.
+        memory_gib: the process's address-space cap (RLIMIT_AS), GiB: an engine that blows up
+            on a grammar fails there ("crashed") instead of taking the machine's memory.
     """
 
-    def __init__(self, name: str, threads: int = 1):
-        self.name, self.threads = name, threads
+    def __init__(self, name: str, threads: int = 1, memory_gib: float = 8.0):
+        self.name, self.threads, self.memory_gib = name, threads, memory_gib
         self.process = self.connection = None
         self.unavailable: str | None = None
         self.restarts = 0
@@ -159,7 +170,7 @@ class Worker:
         )
         try:
             self.process = context.Process(
-                target=_serve, args=(self.name, self.threads, child), daemon=True
+                target=_serve, args=(self.name, self.threads, self.memory_gib, child), daemon=True
             )
             self.process.start()
         finally:
@@ -175,10 +186,27 @@ class Worker:
             self.unavailable = hello.get("error", hello["status"])
             self.stop()
 
+    def _cpu_seconds(self) -> float:
+        """CPU time (user + system, every thread) the worker process has used, seconds."""
+        with open(f"/proc/{self.process.pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def _receive(self, timeout: float) -> dict:
-        if not self.connection.poll(timeout):
-            self.stop()
-            return {"status": "timeout", "error": f"no answer within {timeout:g} s"}
+        """The next answer; a timeout when the job used `timeout` CPU seconds, or
+        WALL_FACTOR x `timeout` wall seconds (a job that sleeps or waits)."""
+        start, wall = self._cpu_seconds(), time.monotonic()
+        while not self.connection.poll(min(1.0, timeout)):
+            try:
+                used = self._cpu_seconds() - start
+            except (FileNotFoundError, ProcessLookupError):  # died: recv below says so
+                break
+            if used >= timeout or time.monotonic() - wall >= WALL_FACTOR * timeout:
+                self.stop()
+                return {
+                    "status": "timeout",
+                    "error": f"over {timeout:g} CPU s or {WALL_FACTOR * timeout:g} wall s",
+                }
         try:
             return self.connection.recv()
         except (EOFError, ConnectionError):

@@ -29,10 +29,13 @@ from pathlib import Path
 import numpy as np
 from engine_adapters import ENGINES
 from engine_report import coverage_table, disagreements, figure_tables, figures, plot
+from engine_store import Store, coverage_cells, engine_version, median_ms, schema_sha
 from engine_workers import Worker, load_vocabulary
 from masks import GRAMMARS
 
 DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "jsonschemabench"
+
+WALK_STEPS = 200  # sample: the first tokens of each schema's walk are timed (README)
 
 # A valid text for each grammar of bench/masks.py (walked token by token).
 EXAMPLES = {
@@ -85,7 +88,7 @@ def quotas(sizes: dict[str, int], total: int) -> dict[str, int]:
 class Bench:
     """The workers, the tokenizer and the results of one run."""
 
-    def __init__(self, engines: list[str], timeout: float, threads: int):
+    def __init__(self, engines: list[str], timeout: float, threads: int, memory_gib: float):
         from tokenizers import Tokenizer
 
         self.engines = engines
@@ -93,7 +96,8 @@ class Bench:
         self.vocabulary, tokenizer_json = load_vocabulary()
         self.tokenizer = Tokenizer.from_str(tokenizer_json)
         self.eos = self.vocabulary.eos_ids[0]
-        self.workers = {name: Worker(name, threads) for name in engines}
+        self.workers = {name: Worker(name, threads, memory_gib) for name in engines}
+        self.cover_timeout = timeout
         self.rows: dict[str, dict] = {}
         self.sample_results: dict[str, list[dict]] = collections.defaultdict(list)
         self.step_times: dict[str, list] = collections.defaultdict(list)
@@ -197,34 +201,50 @@ def run_sample(bench: Bench, data: dict[str, list[dict]], size: int) -> dict:
     return dict(skipped)
 
 
-def run_coverage(bench: Bench, data: dict[str, list[dict]], limit: int | None) -> dict:
-    """Per subset, per engine: compile and feed every test instance (compact JSON + EOS)."""
-    table: dict[str, dict[str, dict]] = {}
-    for subset, records in data.items():
-        table[subset] = {}
-        for engine in bench.engines:
-            table[subset][engine] = dict.fromkeys(
-                ("ok", "refused", "crashed", "timeout", "error", "unavailable"), 0
-            ) | {"compile_s": [], "valid": 0, "valid_ok": 0, "invalid": 0, "invalid_ok": 0}
-        for record in records[:limit]:
-            tests = record.get("tests", [])
-            instances = [bench.tokens(compact(t["data"])) for t in tests]
-            for engine in bench.engines:
-                cell = table[subset][engine]
-                got = bench.workers[engine].call(
-                    "cover", ("schema", record["schema"], instances), bench.timeout
-                )
-                cell[got["status"]] += 1
-                if got["status"] != "ok":
-                    continue
-                cell["compile_s"].append(got["compile_s"])
-                for test, accepted in zip(tests, got["accepted"], strict=True):
-                    kind = "valid" if test["valid"] else "invalid"
-                    cell[kind] += 1
-                    cell[kind + "_ok"] += int(accepted)
-        count = len(records[:limit])
-        print(f"[coverage] {subset}: {count} schemas", flush=True)
-    return table
+def run_coverage(
+    bench: Bench, data: dict[str, list[dict]], limit: int | None, store: Store, retry=()
+) -> None:
+    """Per subset, per engine: compile and feed every test instance (compact JSON + EOS), one
+    record per (engine, schema) appended to `store`; jobs already stored are skipped (resume)."""
+    versions = {engine: engine_version(engine) for engine in bench.engines}
+    # One pseudo-random order over every subset: a run stopped early covers a stratified sample.
+    jobs = sorted(
+        ((subset, r) for subset, records in data.items() for r in records[:limit]),
+        key=lambda job: stable_key(job[1]),
+    )
+    ran: collections.Counter = collections.Counter()
+    for done, (subset, record) in enumerate(jobs, 1):
+        sha = schema_sha(record["schema"])
+        todo = [
+            e for e in bench.engines if not store.done(e, record["id"], sha, bench.cover_timeout, retry)
+        ]
+        tests = record.get("tests", [])
+        instances = [bench.tokens(compact(t["data"])) for t in tests] if todo else []
+        for engine in todo:
+            got = bench.workers[engine].call(
+                "cover", ("schema", record["schema"], instances), bench.cover_timeout
+            )
+            if got["status"] == "unavailable":
+                continue
+            ran[engine] += 1
+            ok = got["status"] == "ok"
+            store.add(
+                {
+                    "engine": engine,
+                    "subset": subset,
+                    "id": record["id"],
+                    "schema_sha": sha,
+                    "status": got["status"],
+                    "cap_s": bench.cover_timeout,
+                    "compile_s": got["compile_s"] if ok else None,
+                    "valid": [bool(t["valid"]) for t in tests],
+                    "accepted": got["accepted"] if ok else [],
+                    "error": None if ok else str(got.get("error"))[:300],
+                    "version": versions[engine],
+                }
+            )
+        if done % 100 == 0 or done == len(jobs):
+            print(f"[coverage] {done}/{len(jobs)} schemas, run now {dict(ran)}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -233,57 +253,91 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engines", default=",".join(ENGINES), help="comma-separated")
     parser.add_argument("--subset", action="append", default=[], help="only these subsets")
     parser.add_argument("--sample", type=int, default=200, help="schemas in the figure sample")
+    parser.add_argument("--walk", type=int, default=WALK_STEPS, help="sample: tokens per walk")
     parser.add_argument("--limit", type=int, help="coverage: first N schemas of each subset")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per job")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per measure job")
+    parser.add_argument(
+        "--cover-timeout", type=float, default=120.0, help="seconds per coverage job (recorded)"
+    )
+    parser.add_argument(
+        "--retry",
+        action="append",
+        default=[],
+        choices=["crashed", "error", "timeout"],
+        help="coverage: rerun stored jobs of this status",
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=Path("engines-results"),
+        help="folder of coverage-<engine>.jsonl (resumed, merged)",
+    )
     parser.add_argument("--threads", type=int, default=1, help="threads per engine")
-    parser.add_argument("--skip", action="append", default=[], choices=["sample", "coverage"])
+    parser.add_argument("--memory", type=float, default=8.0, help="GiB of address space per worker")
+    parser.add_argument(
+        "--skip", action="append", default=[], choices=["fixed", "sample", "coverage"]
+    )
+    parser.add_argument("--report", action="store_true", help="only print the stored coverage")
     parser.add_argument("--json", type=Path, help="write every figure here")
     parser.add_argument("--plot", type=Path, default=Path("engines-masks.png"))
     args = parser.parse_args(argv)
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
-    if engines[0] != "corral":
-        parser.error("the first engine must be corral (ratios and the differential refer to it)")
-    bench = Bench(engines, args.timeout, args.threads)
+    unknown = sorted(set(engines) - set(ENGINES))
+    if unknown:
+        parser.error(f"unknown engine(s) {', '.join(unknown)}; choose from {', '.join(ENGINES)}")
+    engines.sort(key=lambda e: (e != "corral", ENGINES.index(e)))
+    skip = set(args.skip) | ({"fixed", "sample", "coverage"} if args.report else set())
     data = read_subsets(args.data, args.subset)
+    store = Store(args.results)
+    bench = Bench(engines, args.timeout, args.threads, args.memory)
+    bench.cover_timeout = args.cover_timeout
+    skipped = {}
     try:
-        run_fixed(bench)
-        skipped = {} if "sample" in args.skip else run_sample(bench, data, args.sample)
-        coverage = {} if "coverage" in args.skip else run_coverage(bench, data, args.limit)
+        if "fixed" not in skip:
+            run_fixed(bench)
+        if "sample" not in skip:
+            skipped = run_sample(bench, data, args.sample, args.walk, store)
+        if "coverage" not in skip:
+            run_coverage(bench, data, args.limit, store, tuple(args.retry))
     finally:
         bench.stop()
+        store.close()
     unavailable = {n: w.unavailable for n, w in bench.workers.items() if w.unavailable}
-    print("\n## Figures (SmolLM2 vocabulary, 49,152 tokens)")
     for name, reason in unavailable.items():
         print(f"\n{name} unavailable: {reason}")
-    print(figure_tables(bench.rows, engines))
+    if bench.rows:
+        print("\n## Figures (SmolLM2 vocabulary, 49,152 tokens)")
+        print(figure_tables(bench.rows, engines))
     if skipped:
         print(f"\nsample candidates skipped: {skipped}")
-    if coverage:
-        print("\n## Coverage and soundness (test instances, compact JSON, token by token)\n")
-        print(coverage_table(coverage, engines))
-    print(f"\n## Disagreements with corral along the walks: {len(bench.diffs)}")
-    for line in bench.diffs:
-        print("- " + line)
-    plot({e: np.asarray(bench.step_times[e]) for e in engines}, args.plot)
-    print(f"\nplot: {args.plot}")
+    ids = {s: [r["id"] for r in records[: args.limit]] for s, records in data.items()}
+    covered = [e for e in ENGINES if e in store.engines()]
+    cells = coverage_cells(store, ids, covered) if covered else {}
+    if cells:
+        print(
+            f"\n## Coverage and soundness ({args.results}: test instances, compact JSON, "
+            "token by token)\n"
+        )
+        print(coverage_table(cells, covered))
+    if bench.rows:
+        print(f"\n## Disagreements with corral along the walks: {len(bench.diffs)}")
+        for line in bench.diffs:
+            print("- " + line)
+        plot({e: np.asarray(bench.step_times[e]) for e in engines}, args.plot)
+        print(f"\nplot: {args.plot}")
     if args.json:
-        figures_by_row = {row: {e: v for e, v in by.items()} for row, by in bench.rows.items()}
         payload = {
             "engines": engines,
             "unavailable": unavailable,
-            "figures_seconds_bytes": figures_by_row,
+            "figures_seconds_bytes": bench.rows,
             "sample_skipped": skipped,
             "coverage": {
                 s: {
                     e: {k: v for k, v in c.items() if k != "compile_s"}
-                    | {
-                        "median_compile_s": float(np.median(c["compile_s"]))
-                        if c["compile_s"]
-                        else None
-                    }
+                    | {"median_compile_ms": median_ms(c)}
                     for e, c in by.items()
                 }
-                for s, by in coverage.items()
+                for s, by in cells.items()
             },
             "disagreements": bench.diffs,
             "restarts": {n: w.restarts for n, w in bench.workers.items()},
