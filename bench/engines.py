@@ -215,9 +215,8 @@ def run_coverage(
     ran: collections.Counter = collections.Counter()
     for done, (subset, record) in enumerate(jobs, 1):
         sha = schema_sha(record["schema"])
-        todo = [
-            e for e in bench.engines if not store.done(e, record["id"], sha, bench.cover_timeout, retry)
-        ]
+        cap = bench.cover_timeout
+        todo = [e for e in bench.engines if not store.done(e, record["id"], sha, cap, retry)]
         tests = record.get("tests", [])
         instances = [bench.tokens(compact(t["data"])) for t in tests] if todo else []
         for engine in todo:
