@@ -43,12 +43,13 @@ def measure(engine, kind: str, source, walk: list[int]) -> dict:
     (compile + start + first mask, seconds); mask_s and advance_s (seconds per step, lists);
     masks (uint32 `[steps, ceil(V/32)]`, the mask before each token of the walk); refused_at
     (index of the first walk token the engine refused, or None); states (corral only: the DFA
-    state before each token); rss_growth (bytes, compile to end of walk).
+    state before each token); rss_growth (bytes, compile to end of walk); cpu_s (CPU seconds of
+    the whole job, every thread of the process).
     """
     from engine_adapters import Refused
 
     rss = _rss_bytes()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     try:
         compiled = engine.compile(kind, source)
     except Refused as error:
@@ -84,28 +85,36 @@ def measure(engine, kind: str, source, walk: list[int]) -> dict:
         "states": states,
         "refused_at": refused_at,
         "rss_growth": _rss_bytes() - rss,
+        "cpu_s": time.process_time() - cpu,
     }
 
 
 def cover(engine, kind: str, source, instances: list[list[int]]) -> dict:
     """Compile, then feed each instance (token ids, EOS last) from a fresh start.
 
-    Returns a dict: status "ok" or "refused" (with `error`), compile_s (seconds), accepted (one
-    bool per instance: every token taken, EOS included).
+    Returns a dict: status "ok" or "refused" (with `error`), compile_s (wall seconds),
+    compile_cpu_s and cpu_s (CPU seconds of the process, every thread: the compile, the whole
+    job), accepted (one bool per instance: every token taken, EOS included).
     """
     from engine_adapters import Refused
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     try:
         compiled = engine.compile(kind, source)
     except Refused as error:
         return {"status": "refused", "error": str(error)}
-    compile_s = time.perf_counter() - start
+    compile_s, compile_cpu_s = time.perf_counter() - start, time.process_time() - cpu
     accepted = []
     for tokens in instances:
         session = engine.start(compiled)
         accepted.append(all(session.advance(token) for token in tokens))
-    return {"status": "ok", "compile_s": compile_s, "accepted": accepted}
+    return {
+        "status": "ok",
+        "compile_s": compile_s,
+        "compile_cpu_s": compile_cpu_s,
+        "cpu_s": time.process_time() - cpu,
+        "accepted": accepted,
+    }
 
 
 def _serve(name: str, threads: int, memory_gib: float, connection) -> None:

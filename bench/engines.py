@@ -23,12 +23,20 @@ import argparse
 import collections
 import hashlib
 import json
+import signal
 import sys
 from pathlib import Path
 
 import numpy as np
 from engine_adapters import ENGINES
-from engine_report import coverage_table, disagreements, figure_tables, figures, plot
+from engine_report import (
+    coverage_table,
+    disagreement_summary,
+    disagreements,
+    figure_tables,
+    figures,
+    plot,
+)
 from engine_store import Store, coverage_cells, engine_version, median_ms, schema_sha
 from engine_workers import Worker, load_vocabulary
 from masks import GRAMMARS
@@ -101,16 +109,21 @@ class Bench:
         self.rows: dict[str, dict] = {}
         self.sample_results: dict[str, list[dict]] = collections.defaultdict(list)
         self.step_times: dict[str, list] = collections.defaultdict(list)
-        self.diffs: list[str] = []
+        self.diffs: list[tuple[str, str]] = []  # (category, line)
 
     def tokens(self, text: str) -> list[int]:
         return [*self.tokenizer.encode(text, add_special_tokens=False).ids, self.eos]
 
-    def measure_all(self, name: str, kind: str, source, walk: list[int]) -> dict[str, dict]:
+    def measure_all(self, kind: str, source, walk: list[int]) -> dict[str, dict]:
+        """engine -> its `measure` result; stops at the first engine that does not answer ok
+        (the others are not run)."""
         results = {}
         for engine in self.engines:
-            result = self.workers[engine].call("measure", (kind, source, walk), self.timeout)
-            results[engine] = result
+            results[engine] = self.workers[engine].call(
+                "measure", (kind, source, walk), self.timeout
+            )
+            if results[engine]["status"] != "ok":
+                break
         return results
 
     def record(self, name: str, kind: str, source, walk, results: dict, row: str | None):
@@ -138,8 +151,9 @@ class Bench:
         for engine, result in others:
             found = disagreements(name, walk, corral, result, engine, self.vocabulary)
             self.diffs.extend(found)
-            for line in found:
-                print("  DISAGREE " + line, flush=True)
+            for category, line in found:
+                if category == "unexplained":
+                    print("  DISAGREE " + line, flush=True)
 
     def stop(self):
         for worker in self.workers.values():
@@ -161,13 +175,22 @@ def run_fixed(bench: Bench) -> None:
     for name, kind, source in GRAMMARS:
         walk = bench.tokens(EXAMPLES[name])
         print(f"[figures] {name}: {len(walk)} tokens", flush=True)
-        results = bench.measure_all(name, kind, source, walk)
+        results = {
+            e: bench.workers[e].call("measure", (kind, source, walk), bench.timeout)
+            for e in bench.engines
+        }
         bench.record(name, kind, source, walk, results, row=name)
 
 
-def run_sample(bench: Bench, data: dict[str, list[dict]], size: int) -> dict:
-    """Sample `size` schemas (stratified, every engine compiles them, first valid instance walked
-    by corral), measure them; return the counts of skipped candidates by reason."""
+def run_sample(
+    bench: Bench, data: dict[str, list[dict]], size: int, steps: int, store: Store
+) -> dict:
+    """Measure `size` schemas, stratified by subset, that every engine compiles, each walked
+    along the first `steps` tokens of its first valid instance (which corral must accept).
+
+    Candidates are taken in each subset's fixed order (sha1 of the id); a candidate that a
+    stored coverage record (same schema text) shows refused, crashed or timed out by an engine
+    is skipped without running. Returns the counts of skipped candidates by reason."""
     candidates = {
         s: [r for r in records if any(t["valid"] for t in r.get("tests", []))]
         for s, records in data.items()
@@ -179,13 +202,24 @@ def run_sample(bench: Bench, data: dict[str, list[dict]], size: int) -> dict:
         for record in candidates[subset]:
             if got >= quota:
                 break
-            walk = bench.tokens(compact(next(t for t in record["tests"] if t["valid"])["data"]))
-            results = bench.measure_all(record["id"], "schema", record["schema"], walk)
+            sha = schema_sha(record["schema"])
+            known = [store.records[e].get(record["id"]) for e in bench.engines]
+            bad = [
+                (e, r)
+                for e, r in zip(bench.engines, known, strict=True)
+                if r and r["schema_sha"] == sha and r["status"] != "ok"
+            ]
+            if bad:
+                skipped[f"{bad[0][0]} {bad[0][1]['status']} (stored)"] += 1
+                continue
+            text = compact(next(t for t in record["tests"] if t["valid"])["data"])
+            walk = bench.tokens(text)[:steps]
+            results = bench.measure_all("schema", record["schema"], walk)
             bad = [e for e, r in results.items() if r["status"] != "ok"]
             if bad:
                 skipped[f"{bad[0]} {results[bad[0]]['status']}"] += 1
                 continue
-            if results["corral"]["refused_at"] is not None if "corral" in results else False:
+            if "corral" in results and results["corral"]["refused_at"] is not None:
                 skipped["corral refuses the first valid instance"] += 1
                 continue
             got += 1
@@ -236,6 +270,8 @@ def run_coverage(
                     "status": got["status"],
                     "cap_s": bench.cover_timeout,
                     "compile_s": got["compile_s"] if ok else None,
+                    "compile_cpu_s": got["compile_cpu_s"] if ok else None,
+                    "cpu_s": got.get("cpu_s"),
                     "valid": [bool(t["valid"]) for t in tests],
                     "accepted": got["accepted"] if ok else [],
                     "error": None if ok else str(got.get("error"))[:300],
@@ -280,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write every figure here")
     parser.add_argument("--plot", type=Path, default=Path("engines-masks.png"))
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `kill`: stop the workers too
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     unknown = sorted(set(engines) - set(ENGINES))
     if unknown:
@@ -287,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     engines.sort(key=lambda e: (e != "corral", ENGINES.index(e)))
     skip = set(args.skip) | ({"fixed", "sample", "coverage"} if args.report else set())
     data = read_subsets(args.data, args.subset)
+    if not data:
+        parser.error(f"no *.jsonl subsets in {args.data} (--data, --subset)")
     store = Store(args.results)
     bench = Bench(engines, args.timeout, args.threads, args.memory)
     bench.cover_timeout = args.cover_timeout
@@ -319,9 +358,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(coverage_table(cells, covered))
     if bench.rows:
-        print(f"\n## Disagreements with corral along the walks: {len(bench.diffs)}")
-        for line in bench.diffs:
-            print("- " + line)
+        print(f"\n## Disagreements with corral along the walks: {len(bench.diffs)} steps\n")
+        print(disagreement_summary(bench.diffs))
         plot({e: np.asarray(bench.step_times[e]) for e in engines}, args.plot)
         print(f"\nplot: {args.plot}")
     if args.json:
@@ -338,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
                 }
                 for s, by in cells.items()
             },
-            "disagreements": bench.diffs,
+            "disagreements": [{"category": c, "line": line} for c, line in bench.diffs],
             "restarts": {n: w.restarts for n, w in bench.workers.items()},
         }
         args.json.write_text(json.dumps(payload, indent=1))
