@@ -4,7 +4,6 @@ other engine for every figure, and a PNG of per-step mask times per engine."""
 from __future__ import annotations
 
 import numpy as np
-from engine_adapters import allowed_ids
 from engine_store import median_ms
 
 FIGURES = (  # key, title, unit scale, unit
@@ -66,104 +65,6 @@ def figure_tables(rows: dict[str, dict[str, dict | str]], engines: list[str]) ->
                     cells.append(got if isinstance(got, str) else "-")
             out.append(f"| {grammar} | " + " | ".join(cells) + f" | {_ratio(values, engines)} |")
     return "\n".join(out)
-
-
-EXPLAINED = {  # category -> its explanation (bench/README.md, "Disagreements")
-    "C1 in strings": "corral allows U+007F-U+009F unescaped inside JSON strings (RFC 8259 and "
-    "DESIGN.md section 3 do); the other engine does not",
-    "Unicode classes": "the other engine's \\d \\w \\s are Unicode (more lead bytes); corral's "
-    "are ASCII (DESIGN.md section 2, Python's re.ASCII)",
-    "forced bytes": "where the grammar forces the next bytes, llguidance allows only their "
-    "canonical tokens; corral allows every token spelling a prefix of them",
-}
-
-
-def _has_c1(data: bytes) -> bool:
-    """Whether `data` holds U+007F or the UTF-8 of U+0080-U+009F (C2 80 - C2 9F)."""
-    return b"\x7f" in data or any(
-        data[i] == 0xC2 and 0x80 <= data[i + 1] <= 0x9F for i in range(len(data) - 1)
-    )
-
-
-def classify(engine: str, only_corral, only_other, rest: bytes, vocabulary) -> str:
-    """The `EXPLAINED` category of one step's difference, or "unexplained".
-
-    Args:
-        only_corral, only_other: token ids allowed by one engine only.
-        rest: the walk's bytes from this step on (the valid continuation being fed).
-    """
-    mine = [vocabulary.tokens[t] or b"" for t in only_corral]
-    theirs = [vocabulary.tokens[t] or b"" for t in only_other]
-    if mine and not theirs and all(_has_c1(t) for t in mine):
-        return "C1 in strings"
-    if theirs and not mine and all(max(t, default=0) >= 0x80 for t in theirs):
-        return "Unicode classes"
-    if engine == "llguidance" and mine and not theirs and all(rest.startswith(t) for t in mine):
-        return "forced bytes"
-    return "unexplained"
-
-
-def disagreements(
-    grammar: str, walk: list[int], corral: dict, other: dict, engine: str, vocabulary, limit=5
-) -> list[tuple[str, str]]:
-    """(category, line) for every step where `other`'s allowed set differs from corral's along
-    the walk (state, prefix, a few tokens allowed by one only), and for a walk token either
-    refused; the category is one of `EXPLAINED` or "unexplained" (see `classify`)."""
-    lines = []
-    steps = min(len(corral["masks"]), len(other["masks"]))
-    for step in range(steps):
-        mine = allowed_ids(corral["masks"][step], vocabulary.size)
-        theirs = allowed_ids(other["masks"][step], vocabulary.size)
-        if np.array_equal(mine, theirs):
-            continue
-        only_mine, only_theirs = np.setdiff1d(mine, theirs), np.setdiff1d(theirs, mine)
-        prefix = vocabulary.decode(walk[:step])
-        category = classify(
-            engine, only_mine, only_theirs, vocabulary.decode(walk[step:]), vocabulary
-        )
-        lines.append(
-            (
-                category,
-                f"{grammar} | {engine} | step {step} state {corral['states'][step]} prefix "
-                f"{prefix[-60:]!r}: corral only {len(only_mine)} "
-                f"{_spell(only_mine[:limit], vocabulary)}; {engine} only {len(only_theirs)} "
-                f"{_spell(only_theirs[:limit], vocabulary)}",
-            )
-        )
-    for who, result in (("corral", corral), (engine, other)):
-        if result.get("refused_at") is not None:
-            step = result["refused_at"]
-            lines.append(
-                (
-                    "unexplained",
-                    f"{grammar} | {engine} | {who} refused walk token {walk[step]} "
-                    f"{_spell([walk[step]], vocabulary)} at step {step} after "
-                    f"{vocabulary.decode(walk[:step])[-60:]!r}",
-                )
-            )
-    return lines
-
-
-def disagreement_summary(diffs: list[tuple[str, str]], examples: int = 2) -> str:
-    """Markdown: steps per (engine, category) with the explanation, a few examples of each
-    explained category, and every unexplained line in full."""
-    import collections
-
-    counts = collections.Counter((line.split(" | ")[1], cat) for cat, line in diffs)
-    out = ["| engine | category | steps | explanation |", "|---|---|---|---|"]
-    for (engine, category), n in sorted(counts.items()):
-        out.append(f"| {engine} | {category} | {n} | {EXPLAINED.get(category, 'see below')} |")
-    shown: collections.Counter = collections.Counter()
-    for category, line in diffs:
-        key = (line.split(" | ")[1], category)
-        if category == "unexplained" or shown[key] < examples:
-            shown[key] += 1
-            out.append(f"- [{category}] {line}")
-    return "\n".join(out)
-
-
-def _spell(ids, vocabulary) -> str:
-    return "[" + ", ".join(f"{t}:{vocabulary.tokens[t]!r}" for t in ids) + "]"
 
 
 def coverage_table(cells: dict[str, dict[str, dict]], engines: list[str]) -> str:

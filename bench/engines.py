@@ -12,9 +12,12 @@ Three parts, each engine in its own worker process with a time cap (bench/engine
   3. coverage and soundness over the developer split: per engine per subset, compiled / refused /
      crashed / timeout, median compile, valid instances accepted, invalid instances let through.
 
-Run:  .venv/bin/python bench/engines.py [--sample 200] [--limit N] [--subset NAME ...]
-          [--engines corral,xgrammar] [--timeout 60] [--json out.json] [--plot masks.png]
-Small run while developing: --sample 10 --limit 5 --subset Github_easy.
+Run:  .venv/bin/python bench/engines.py [--results DIR] [--engines corral,xgrammar]
+          [--skip fixed|sample|coverage] [--report] [--sample 200] [--walk 200] [--limit N]
+          [--subset NAME ...] [--timeout 60] [--cover-timeout 60] [--retry timeout]
+          [--json out.json] [--plot masks.png]
+Coverage is stored per engine in DIR and resumed (bench/engine_store.py); bench/README.md has
+the recipes. Small run while developing: --sample 10 --limit 5 --subset Github_easy.
 """
 
 from __future__ import annotations
@@ -29,20 +32,15 @@ from pathlib import Path
 
 import numpy as np
 from engine_adapters import ENGINES
-from engine_report import (
-    coverage_table,
-    disagreement_summary,
-    disagreements,
-    figure_tables,
-    figures,
-    plot,
-)
+from engine_check import BUG, SAME_REGEX, disagreements, summary
+from engine_report import coverage_table, figure_tables, figures, plot
 from engine_store import Store, coverage_cells, engine_version, median_ms, schema_sha
 from engine_workers import Worker, load_vocabulary
 from masks import GRAMMARS
 
 DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "jsonschemabench"
 
+MEASURE_ORDER = ("corral", "llguidance", "xgrammar", "outlines-core")  # quickest to refuse first
 WALK_STEPS = 200  # sample: the first tokens of each schema's walk are timed (README)
 
 # A valid text for each grammar of bench/masks.py (walked token by token).
@@ -115,14 +113,16 @@ class Bench:
         return [*self.tokenizer.encode(text, add_special_tokens=False).ids, self.eos]
 
     def measure_all(self, kind: str, source, walk: list[int]) -> dict[str, dict]:
-        """engine -> its `measure` result; stops at the first engine that does not answer ok
-        (the others are not run)."""
+        """engine -> its `measure` result, in MEASURE_ORDER; stops at the first engine that does
+        not answer ok, or when corral refuses a token of the walk (the rest are not run)."""
         results = {}
-        for engine in self.engines:
+        for engine in sorted(self.engines, key=MEASURE_ORDER.index):
             results[engine] = self.workers[engine].call(
                 "measure", (kind, source, walk), self.timeout
             )
-            if results[engine]["status"] != "ok":
+            if results[engine]["status"] != "ok" or (
+                engine == "corral" and results[engine]["refused_at"] is not None
+            ):
                 break
         return results
 
@@ -149,10 +149,10 @@ class Bench:
                 if same["status"] == "ok":
                     others.append(("outlines-core@corral-regex", same))
         for engine, result in others:
-            found = disagreements(name, walk, corral, result, engine, self.vocabulary)
+            found = disagreements(name, kind, source, walk, corral, result, engine, self.vocabulary)
             self.diffs.extend(found)
             for category, line in found:
-                if category == "unexplained":
+                if category in (BUG, SAME_REGEX):
                     print("  DISAGREE " + line, flush=True)
 
     def stop(self):
@@ -189,8 +189,9 @@ def run_sample(
     along the first `steps` tokens of its first valid instance (which corral must accept).
 
     Candidates are taken in each subset's fixed order (sha1 of the id); a candidate that a
-    stored coverage record (same schema text) shows refused, crashed or timed out by an engine
-    is skipped without running. Returns the counts of skipped candidates by reason."""
+    stored coverage record (same schema text) of another engine than corral shows refused,
+    crashed or timed out is skipped without running it. Returns the counts of skipped
+    candidates by reason."""
     candidates = {
         s: [r for r in records if any(t["valid"] for t in r.get("tests", []))]
         for s, records in data.items()
@@ -203,10 +204,11 @@ def run_sample(
             if got >= quota:
                 break
             sha = schema_sha(record["schema"])
-            known = [store.records[e].get(record["id"]) for e in bench.engines]
+            others = [e for e in bench.engines if e != "corral"]  # corral's record may be stale
+            known = [store.records[e].get(record["id"]) for e in others]
             bad = [
                 (e, r)
-                for e, r in zip(bench.engines, known, strict=True)
+                for e, r in zip(others, known, strict=True)
                 if r and r["schema_sha"] == sha and r["status"] != "ok"
             ]
             if bad:
@@ -290,9 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample", type=int, default=200, help="schemas in the figure sample")
     parser.add_argument("--walk", type=int, default=WALK_STEPS, help="sample: tokens per walk")
     parser.add_argument("--limit", type=int, help="coverage: first N schemas of each subset")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per measure job")
+    parser.add_argument("--timeout", type=float, default=60.0, help="CPU seconds per measure job")
     parser.add_argument(
-        "--cover-timeout", type=float, default=120.0, help="seconds per coverage job (recorded)"
+        "--cover-timeout", type=float, default=60.0, help="CPU seconds per coverage job (recorded)"
     )
     parser.add_argument(
         "--retry",
@@ -359,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         print(coverage_table(cells, covered))
     if bench.rows:
         print(f"\n## Disagreements with corral along the walks: {len(bench.diffs)} steps\n")
-        print(disagreement_summary(bench.diffs))
+        print(summary(bench.diffs))
         plot({e: np.asarray(bench.step_times[e]) for e in engines}, args.plot)
         print(f"\nplot: {args.plot}")
     if args.json:
