@@ -92,6 +92,7 @@ class Oracle:
         from corral.automata import regex_to_dfa, schema_to_dfa
 
         self.kind, self.source = kind, source
+        self._completions: dict[int, bytes | None] = {}
         self.dfa = regex_to_dfa(source) if kind == "regex" else schema_to_dfa(source)
         if kind == "schema":
             import jsonschema
@@ -111,18 +112,24 @@ class Oracle:
         except (ValueError, RecursionError):
             return False
 
-    def state_after(self, data: bytes) -> int:
-        state = 0
+    def state_after(self, data: bytes, state: int = 0) -> int:
+        """The DFA state after `data` from `state` (-1: dead)."""
         for byte in data:
             state = int(self.dfa.trans[state, byte]) if state >= 0 else -1
         return state
 
+    def completion(self, state: int) -> bytes | None:
+        """`shortest_completion` from `state`, remembered per state."""
+        if state not in self._completions:
+            self._completions[state] = shortest_completion(self.dfa.trans, self.dfa.accept, state)
+        return self._completions[state]
+
     def invalid_completions(self, prefix: bytes, tokens: list[bytes]) -> list[bytes]:
         """The texts, among prefix + token + corral's shortest completion, that fail the oracle
         (a token corral's DFA does not take counts as failed)."""
-        bad = []
+        bad, start = [], self.state_after(prefix)
         for token in tokens:
-            state = self.state_after(prefix + token)
+            state = self.state_after(token, start)
             rest = (
                 shortest_completion(self.dfa.trans, self.dfa.accept, state) if state >= 0 else None
             )
