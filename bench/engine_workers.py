@@ -168,6 +168,7 @@ class Worker:
         self.process = self.connection = None
         self.unavailable: str | None = None
         self.restarts = 0
+        self.cpu_s = 0.0  # CPU seconds of the process over its jobs and startups
 
     def _start(self) -> None:
         context = multiprocessing.get_context("spawn")
@@ -204,21 +205,25 @@ class Worker:
     def _receive(self, timeout: float) -> dict:
         """The next answer; a timeout when the job used `timeout` CPU seconds, or
         WALL_FACTOR x `timeout` wall seconds (a job that sleeps or waits)."""
-        start, wall = self._cpu_seconds(), time.monotonic()
+        start, wall, used = self._cpu_seconds(), time.monotonic(), 0.0
         while not self.connection.poll(min(1.0, timeout)):
             try:
                 used = self._cpu_seconds() - start
             except (FileNotFoundError, ProcessLookupError):  # died: recv below says so
                 break
             if used >= timeout or time.monotonic() - wall >= WALL_FACTOR * timeout:
+                self.cpu_s += used
                 self.stop()
                 return {
                     "status": "timeout",
                     "error": f"over {timeout:g} CPU s or {WALL_FACTOR * timeout:g} wall s",
                 }
         try:
-            return self.connection.recv()
+            answer = self.connection.recv()
+            self.cpu_s += self._cpu_seconds() - start
+            return answer
         except (EOFError, ConnectionError):
+            self.cpu_s += used
             code = self.process.exitcode if self.process else None
             self.stop()
             return {"status": "crashed", "error": f"worker died (exit code {code})"}

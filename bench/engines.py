@@ -28,6 +28,7 @@ import hashlib
 import json
 import signal
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -325,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", type=Path, default=Path("engines-masks.png"))
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `kill`: stop the workers too
+    started = time.process_time()
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     unknown = sorted(set(engines) - set(ENGINES))
     if unknown:
@@ -370,8 +372,12 @@ def main(argv: list[str] | None = None) -> int:
         print(summary(bench.diffs))
         plot({e: np.asarray(bench.step_times[e]) for e in engines}, args.plot)
         print(f"\nplot: {args.plot}")
+    cpu = {n: round(w.cpu_s, 1) for n, w in bench.workers.items()}
+    cpu["parent (tokenizer, differential)"] = round(time.process_time() - started, 1)
+    print(f"\nCPU seconds of the jobs (a quiet machine's wall time is about their sum): {cpu}")
     if args.json:
         payload = {
+            "cpu_seconds": cpu,
             "engines": engines,
             "unavailable": unavailable,
             "figures_seconds_bytes": bench.rows,
