@@ -121,7 +121,8 @@ def coverage_cells(
     store: Store, subsets: dict[str, list[str]], engines: list[str]
 ) -> dict[str, dict[str, dict]]:
     """subset -> engine -> `tally` of the stored records of that subset's ids (ids without a
-    record are counted under "missing"), plus an "all" row per engine."""
+    record are counted under "missing"), plus an "all" row per engine, and when some records
+    are missing a "common N" row: the N schemas every engine has a record of."""
     out: dict[str, dict[str, dict]] = {}
     pooled: dict[str, list[dict]] = collections.defaultdict(list)
     for subset, ids in subsets.items():
@@ -132,6 +133,13 @@ def coverage_cells(
             out[subset][engine] = tally(got) | {"missing": len(ids) - len(got)}
     total = sum(len(ids) for ids in subsets.values())
     out["all"] = {e: tally(pooled[e]) | {"missing": total - len(pooled[e])} for e in engines}
+    common = [
+        i for ids in subsets.values() for i in ids if all(i in store.records[e] for e in engines)
+    ]
+    if len(common) < total:  # a partial run: the same schemas for every engine
+        out[f"common {len(common)}"] = {
+            e: tally([store.records[e][i] for i in common]) | {"missing": 0} for e in engines
+        }
     return out
 
 

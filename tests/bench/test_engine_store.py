@@ -84,3 +84,4 @@ def test_coverage_cells_merge_engines_and_count_what_was_not_run(tmp_path):
     assert cells["T"]["xgrammar"]["missing"] == 1
     assert cells["all"]["xgrammar"]["ok"] == 1 and cells["all"]["xgrammar"]["refused"] == 1
     assert cells["all"]["corral"]["missing"] == 2
+    assert cells["common 1"]["xgrammar"]["ok"] == 1 and cells["common 1"]["corral"]["ok"] == 1
