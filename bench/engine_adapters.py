@@ -59,7 +59,8 @@ class _Session:
 
 
 class CorralEngine:
-    """corral: schema or regex -> Dfa -> TokenIndex (auto mode); the session is a DFA state."""
+    """corral: schema or regex -> Dfa -> TokenIndex (auto mode); the session is a DFA state, and
+    `fill` copies the state's mask into the session's buffer (the other engines write theirs)."""
 
     name = "corral"
 
@@ -81,8 +82,8 @@ class CorralEngine:
         session = _Session(self.vocabulary.n_words)
         session.state = 0
 
-        def fill():
-            session.buffer = index.mask(session.state)
+        def fill():  # written into the caller's buffer, as the other engines do
+            np.copyto(session.buffer, index.mask(session.state))
 
         def advance(token: int) -> bool:
             if token in self.eos:
