@@ -149,11 +149,12 @@ def disagreements(
     lines, oracle = [], None
     steps = min(len(corral["masks"]), len(other["masks"]))
     for step in range(steps):
-        mine = allowed_ids(corral["masks"][step], vocabulary.size)
-        theirs = allowed_ids(other["masks"][step], vocabulary.size)
+        mine, theirs = corral["masks"][step], other["masks"][step]
         if np.array_equal(mine, theirs):
             continue
-        only_mine, only_theirs = np.setdiff1d(mine, theirs), np.setdiff1d(theirs, mine)
+        # set differences on the packed words (O(V / 32)); np.setdiff1d sorts or hashes ids
+        only_mine = allowed_ids(mine & ~theirs, vocabulary.size)
+        only_theirs = allowed_ids(theirs & ~mine, vocabulary.size)
         prefix = vocabulary.decode(walk[:step])
         category = classify(
             engine, only_mine, only_theirs, vocabulary.decode(walk[step:]), vocabulary

@@ -59,3 +59,30 @@ def test_oracle_flags_a_completion_outside_the_language():
     oracle = Oracle("regex", "ab")
     oracle.dfa = regex_to_dfa("ab|ac")  # a DFA wider than its pattern: a corral bug to catch
     assert oracle.invalid_completions(b"a", [b"b", b"c"]) == [b"ac"]
+
+
+class SmallVocabulary(Tokens):
+    size, eos_ids = 3, (2,)
+
+    def decode(self, ids):
+        return b"".join(self.tokens[t] for t in ids if t != 2)
+
+
+def packed(*ids):
+    row = np.zeros(1, np.uint32)
+    for t in ids:
+        row[0] |= np.uint32(1 << t)
+    return row
+
+
+def test_disagreements_sort_each_differing_step():
+    from engine_check import disagreements
+
+    vocabulary = SmallVocabulary([b"c", b"d", b""])
+    corral = {"masks": np.stack([packed(0, 1), packed(0)]), "states": [0, 1], "refused_at": None}
+    other = {"masks": np.stack([packed(0), packed(0, 1)]), "refused_at": None}
+    found = disagreements("g", "regex", "(cat|car|dog)s?", [0, 0], corral, other, "x", vocabulary)
+    assert [category for category, _ in found] == ["corral wider, checked", "corral narrower"]
+    assert "corral only 1 [1:b'd']" in found[0][1] and "x only 1 [1:b'd']" in found[1][1]
+    same = {"masks": corral["masks"], "refused_at": None}
+    assert disagreements("g", "regex", "c", [0], corral, same, "x", vocabulary) == []
