@@ -26,8 +26,9 @@ from corral.model.errors import ModelLoadError
 
 QUANTIZED_MAX_ROWS = 1
 """The most rows of x (tokens in a pass) computed from the blocks; more go to float32 BLAS.
-Measured on 2 threads (bench/model.py): the block kernels re-read each row for every x row
-from L1, and BLAS's float32 GEMM overtakes them from 2 rows on."""
+The block kernels are compute-bound and their cost grows with every row of x, while a float32
+GEMM of a few rows costs about one read of its 4 to 5 times larger weights; bench/model.py
+prints both at batch 1, 2, 4 and 8 to place this switch."""
 
 SUPPORTED = ("Q4_1", "Q8_0")
 """The GGUF block types the kernels compute on."""
