@@ -32,25 +32,28 @@ def decode_attention(q, keys, values, slots, lengths, out):  # pragma: no cover 
         b, head = task // kv_heads, task % kv_heads
         slot, length = slots[b], lengths[b]
         first = head * group
+        queries = q[b, first : first + group]  # [G, hd]
         scores = np.empty((group, length), np.float32)
-        for t in range(length):
+        for t in range(length):  # each key read once for the G query heads
+            key = keys[slot, head, t]
             for g in range(group):
                 total = np.float32(0.0)
                 for i in range(width):
-                    total += q[b, first + g, i] * keys[slot, head, t, i]
+                    total += queries[g, i] * key[i]
                 scores[g, t] = total
         for g in range(group):
-            top = scores[g, 0]
-            for t in range(1, length):
-                top = max(top, scores[g, t])
+            top = scores[g].max()
             norm = np.float32(0.0)
             for t in range(length):
                 scores[g, t] = np.exp(scores[g, t] - top)
                 norm += scores[g, t]
-            for i in range(width):
-                out[b, first + g, i] = 0.0
-            for t in range(length):
-                weight = scores[g, t] / norm
+            scores[g] /= norm
+        attended = np.zeros((group, width), np.float32)  # local: no aliasing with `values`
+        for t in range(length):  # each value read once for the G query heads
+            value = values[slot, head, t]
+            for g in range(group):
+                weight = scores[g, t]
                 for i in range(width):
-                    out[b, first + g, i] += weight * values[slot, head, t, i]
+                    attended[g, i] += weight * value[i]
+        out[b, first : first + group] = attended
     return out
