@@ -7,14 +7,21 @@ asserted.
 Prints, in one run:
   - the machine: memory bandwidth as BLAS reads it (a 1 GiB float32 matrix-vector product) and
     the float32 GEMM rate (a 2048 x 2048 x 2048 product), with the same thread count;
-  - corral: prefill tokens/s for a 256-token prompt; decode tokens/s at batch 1, 8, 32 and 64
-    (every sequence holding a 256-token context, so attention is part of the cost);
+  - corral, twice: the default model decoding from its GGUF's Q4_1/Q8_0 blocks (one-token
+    passes; larger ones use float32 GEMMs) and on float32 weights alone (`weights="float32"`):
+    prefill tokens/s for a 256-token prompt; decode tokens/s at batch 1, 8, 32 and 64 (every
+    sequence holding a 256-token context, so attention is part of the cost);
+  - bytes read per token at batch 1 and the share of the measured bandwidth they reach; the
+    share of the GEMM rate reached at batch 32 and 64;
+  - decode tokens/s at batch 1, 2, 4, 8 with the blocks forced on and off, to place
+    `llama.QUANTIZED_MAX_ROWS`;
   - where one decode step's time goes: the q/k/v and output projections, the MLP matmuls,
-    attention (RoPE, cache writes, scores, softmax, weighted sum), the LM head, and the rest;
+    attention (cache writes and the kernel), the LM head, and the rest (RoPE, norms, Python);
   - side by side, when importable: transformers on torch (float32, loading the same GGUF) and
     llama-cpp-python (the GGUF as is, Q4_1), with the same thread count.
 
-Two BLAS threads collapse when another process computes at the same time: run it alone.
+Two BLAS or Numba threads collapse when another process computes at the same time (Numba's
+parallel loops wait for both threads at every call): run it alone.
 """
 
 from __future__ import annotations
@@ -92,76 +99,92 @@ def corral_speeds(model, batches: list[int], steps: int, quick: bool) -> dict[st
 
 
 def step_breakdown(model, batch: int, steps: int) -> dict[str, float]:
-    """Milliseconds per decode step in each part, from an instrumented copy of `llama.decode`
-    built from the same functions (its logits are checked against `Model.decode`)."""
+    """Milliseconds per decode step in each part, timed around the forward pass's own functions
+    (`llama.linear`, `llama.attention_decode`, `llama.lm_head`, wrapped for the run): the
+    q/k/v/o and MLP products, attention (cache writes and the kernel), the LM head, the rest."""
     from corral.model import llama
 
-    config, params = model.config, model.params
-    hq, hkv, hd = config.num_attention_heads, config.num_key_value_heads, config.head_dim
-    eps = config.rms_norm_eps
     rng = np.random.default_rng(1)
     cache = model.new_cache(batch, PROMPT_TOKENS + steps + 2)
     model.prefill(cache, 0, rng.integers(100, 40000, PROMPT_TOKENS))
     for slot in range(1, batch):
         cache.copy_slot(0, slot)
-    slots = np.arange(batch)
-    tokens = rng.integers(100, 40000, batch)
+    slots, tokens = np.arange(batch), rng.integers(100, 40000, batch)
     parts = dict.fromkeys(["qkv+o matmuls", "MLP matmuls", "attention", "LM head", "rest"], 0.0)
+    part_of = {"w_qkv": "qkv+o matmuls", "w_o": "qkv+o matmuls"}
+    originals = {name: getattr(llama, name) for name in ("linear", "attention_decode", "lm_head")}
 
-    def timed(part, function, *args):
+    def timed(part, function):
+        def wrapper(*args):
+            start = time.perf_counter()
+            out = function(*args)
+            key = part if part else part_of.get(args[2], "MLP matmuls")
+            parts[key] += time.perf_counter() - start
+            return out
+
+        return wrapper
+
+    llama.linear = timed(None, originals["linear"])
+    llama.attention_decode = timed("attention", originals["attention_decode"])
+    llama.lm_head = timed("LM head", originals["lm_head"])
+    try:
+        model.decode(cache, slots, tokens)  # warm-up
+        for key in parts:
+            parts[key] = 0.0
         start = time.perf_counter()
-        out = function(*args)
-        parts[part] += time.perf_counter() - start
-        return out
-
-    def step():
-        start = time.perf_counter()
-        positions = cache.lengths[slots]
-        total = int(positions.max()) + 1
-        cos, sin = model._rope(total)
-        cos, sin = cos[positions, None, :], sin[positions, None, :]
-        bias = np.where(np.arange(total)[None, :] <= positions[:, None], 0.0, -np.inf)
-        bias = bias.astype(np.float32)[:, None, None, :]
-        x = params["embed"][tokens]
-        for index, layer in enumerate(params["layers"]):
-            h = llama.rms_norm(x, layer["attn_norm"], eps)
-            qkv = timed("qkv+o matmuls", np.matmul, h, layer["w_qkv"])
-
-            def attention(qkv=qkv, index=index):
-                qk = llama.rope(qkv[:, : (hq + hkv) * hd].reshape(batch, hq + hkv, hd), cos, sin)
-                v = qkv[:, (hq + hkv) * hd :].reshape(batch, hkv, hd)
-                cache.keys[index, slots, :, positions] = qk[:, hq:]
-                cache.values[index, slots, :, positions] = v
-                q = qk[:, :hq].reshape(batch, hkv, hq // hkv, hd) * np.float32(hd**-0.5)
-                keys = cache.keys[index, :batch, :, :total]
-                values = cache.values[index, :batch, :, :total]
-                return llama.attention(q, keys, values, bias).reshape(batch, -1)
-
-            attended = timed("attention", attention)
-            x += timed("qkv+o matmuls", np.matmul, attended, layer["w_o"])
-            h = llama.rms_norm(x, layer["mlp_norm"], eps)
-            gate_up = timed("MLP matmuls", np.matmul, h, layer["w_gate_up"])
-            width = layer["w_down"].shape[0]
-            gate, up = gate_up[:, :width], gate_up[:, width:]
-            hidden = gate * 0.5 * (1.0 + np.tanh(gate * 0.5)) * up
-            x += timed("MLP matmuls", np.matmul, hidden, layer["w_down"])
-        x = llama.rms_norm(x, params["norm"], eps)
-        logits = timed("LM head", llama.lm_head, params, x)
-        cache.lengths[slots] += 1
-        parts["rest"] += time.perf_counter() - start
-        return logits
-
-    expected = model.decode(cache, slots, tokens)
-    cache.lengths[slots] = PROMPT_TOKENS  # the step rewrites the same position
-    got = step()
-    assert np.allclose(got, expected, atol=1e-4), "the instrumented step drifted from llama.decode"
-    cache.lengths[slots] = PROMPT_TOKENS
-    for key in parts:
-        parts[key] = 0.0
-    for _ in range(steps):
-        step()
-    parts["rest"] -= sum(value for key, value in parts.items() if key != "rest")
+        for _ in range(steps):
+            cache.lengths[slots] = PROMPT_TOKENS
+            model.decode(cache, slots, tokens)
+        total = time.perf_counter() - start
+    finally:
+        for name, function in originals.items():
+            setattr(llama, name, function)
+    parts["rest"] = total - sum(parts.values())
     return {key: value / steps * 1e3 for key, value in parts.items()}
+
+
+def bytes_per_token(model) -> dict[str, float]:
+    """MB one batch-1 decode step reads: the weights it multiplies (blocks or float32) and the
+    keys and values of a PROMPT_TOKENS-token context."""
+    params, config = model.params, model.config
+    if model.weights == "quantized":
+        weights = sum(m.nbytes for layer in params["layers"] for m in layer["blocks"].values())
+        weights += params["lm_head_blocks"].nbytes
+    else:
+        names = ("w_qkv", "w_o", "w_gate_up", "w_down")
+        weights = sum(layer[name].nbytes for layer in params["layers"] for name in names)
+        weights += params["lm_head_rows"].nbytes
+    kv = config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 2 * 4
+    return {"weights": weights / 1e6, "kv": kv * PROMPT_TOKENS / 1e6}
+
+
+def crossover(model, batches: list[int], steps: int) -> dict[int, tuple[float, float]]:
+    """Decode tokens/s at small batches with the quantization blocks forced on and off
+    (`llama.QUANTIZED_MAX_ROWS`), to place the switch from blocks to float32 GEMMs."""
+    from corral.model import llama
+
+    rng = np.random.default_rng(2)
+    cache = model.new_cache(max(batches), PROMPT_TOKENS + 4)
+    model.prefill(cache, 0, rng.integers(100, 40000, PROMPT_TOKENS))
+    for slot in range(1, max(batches)):
+        cache.copy_slot(0, slot)
+    saved, results = llama.QUANTIZED_MAX_ROWS, {}
+    try:
+        for batch in batches:
+            slots, tokens = np.arange(batch), rng.integers(100, 40000, batch)
+            speeds = []
+            for rows in (batch, 0):
+                llama.QUANTIZED_MAX_ROWS = rows
+
+                def step(slots=slots, tokens=tokens):
+                    cache.lengths[slots] = PROMPT_TOKENS
+                    model.decode(cache, slots, tokens)
+
+                speeds.append(batch / best_time(step, steps))
+            results[batch] = tuple(speeds)
+    finally:
+        llama.QUANTIZED_MAX_ROWS = saved
+    return results
 
 
 # ----------------------------------------------------------------------------------------------
@@ -233,24 +256,33 @@ def llama_cpp_speeds(gguf: Path, steps: int, threads: int):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="corral.model speed")
-    parser.add_argument("--threads", type=int, default=2, help="BLAS / torch threads (2)")
+    parser.add_argument("--threads", type=int, default=2, help="BLAS / Numba / torch threads (2)")
     parser.add_argument("--quick", action="store_true", help="smoke run: few steps")
     parser.add_argument("--no-references", action="store_true", help="corral only")
     args = parser.parse_args()
     batches = [1, 8] if args.quick else [1, 8, 32, 64]
     steps = 3 if args.quick else 16
 
+    import numba
     from corral.model import load_model
 
+    numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
     with threadpool_limits(limits=args.threads, user_api="blas"):
         facts = machine(args.quick)
         print(
             f"machine ({args.threads} threads): memory {facts['bandwidth_gb_s']:.1f} GB/s "
             f"(float32 matrix-vector), GEMM {facts['gemm_gflop_s']:.0f} GFLOP/s (float32)"
         )
-        model = load_model()
-        table = {"corral (NumPy float32)": corral_speeds(model, batches, steps, args.quick)}
-        breakdowns = {batch: step_breakdown(model, batch, steps) for batch in batches}
+        models = {
+            "corral (Q4_1 blocks + float32)": load_model(progress=False),
+            "corral (NumPy float32)": load_model(progress=False, weights="float32"),
+        }
+        table, breakdowns = {}, {}
+        for name, model in models.items():
+            table[name] = corral_speeds(model, batches, steps, args.quick)
+            breakdowns[name] = {batch: step_breakdown(model, batch, steps) for batch in batches}
+        quantized = models["corral (Q4_1 blocks + float32)"]
+        switch = crossover(quantized, [1, 2, 4] if args.quick else [1, 2, 4, 8], steps)
         if not args.no_references:
             import tempfile
 
@@ -266,16 +298,42 @@ def main() -> None:
 
     columns = ["prefill"] + [f"decode_{b}" for b in batches]
     print(f"\ntokens/s, {PROMPT_TOKENS}-token prompt / context, {args.threads} threads")
-    print(f"{'':30s}" + "".join(f"{c.replace('_', ' b='):>14s}" for c in columns))
+    print(f"{'':32s}" + "".join(f"{c.replace('_', ' b='):>12s}" for c in columns))
     for name, speeds in table.items():
-        cells = "".join(f"{speeds[c]:14.1f}" if c in speeds else f"{'-':>14s}" for c in columns)
-        print(f"{name:30s}{cells}")
-    print("\nms per decode step (corral)")
-    parts = list(next(iter(breakdowns.values())))
-    print(f"{'batch':>6s}" + "".join(f"{p:>16s}" for p in parts) + f"{'total':>10s}")
-    for batch, breakdown in breakdowns.items():
-        cells = "".join(f"{breakdown[p]:16.1f}" for p in parts)
-        print(f"{batch:6d}{cells}{sum(breakdown.values()):10.1f}")
+        cells = "".join(f"{speeds[c]:12.1f}" if c in speeds else f"{'-':>12s}" for c in columns)
+        print(f"{name:32s}{cells}")
+
+    print("\nbatch 1: bytes read per token and the share of the measured bandwidth")
+    for name, model in models.items():
+        read = bytes_per_token(model)
+        mb = read["weights"] + read["kv"]
+        rate = mb * table[name]["decode_1"] / 1e3  # GB/s
+        print(
+            f"{name:32s} {read['weights']:6.1f} MB weights + {read['kv']:4.1f} MB keys/values"
+            f" = {rate:5.1f} GB/s, {rate / facts['bandwidth_gb_s']:4.0%} of the bandwidth"
+        )
+    names = ("w_qkv", "w_o", "w_gate_up", "w_down")
+    layers = models["corral (NumPy float32)"].params["layers"]
+    flops = 2 * sum(layer[name].size for layer in layers for name in names)
+    flops += 2 * quantized.params["embed"].size  # the LM head
+    print("\nbatch 32+: share of the measured float32 GEMM rate (weight products only)")
+    for name in models:
+        for batch in (b for b in batches if b >= 32):
+            rate = flops * table[name][f"decode_{batch}"] / 1e9
+            share = rate / facts["gemm_gflop_s"]
+            print(f"{name:32s} b={batch:<3d} {rate:6.1f} GFLOP/s, {share:4.0%} of the GEMM rate")
+
+    print("\nblocks or float32 GEMMs at small batches (decode tokens/s; llama.QUANTIZED_MAX_ROWS)")
+    for batch, (blocks, float32) in switch.items():
+        print(f"  b={batch:<3d} blocks {blocks:8.1f}   float32 {float32:8.1f}")
+
+    for name, per_batch in breakdowns.items():
+        print(f"\nms per decode step, {name}")
+        parts = list(next(iter(per_batch.values())))
+        print(f"{'batch':>6s}" + "".join(f"{p:>16s}" for p in parts) + f"{'total':>10s}")
+        for batch, breakdown in per_batch.items():
+            cells = "".join(f"{breakdown[p]:16.1f}" for p in parts)
+            print(f"{batch:6d}{cells}{sum(breakdown.values()):10.1f}")
     sys.stdout.flush()
 
 

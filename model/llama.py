@@ -8,19 +8,22 @@ hd (each key/value head serves G = Hq / Hkv query heads: grouped-query attention
 V vocabulary, L layers; the KV cache holds S slots of T positions, `[L, S, Hkv, T, hd]`.
 
 Weights are a plain dict (`build_params`), stored input-major (`x @ w`) so that every projection
-is one contiguous BLAS GEMM, with q/k/v merged into one matrix and gate/up into another. A pass
-is the textbook loop, one layer at a time:
+is one contiguous BLAS GEMM, with q/k/v merged into one matrix and gate/up into another; a model
+loaded from a GGUF also keeps each matrix in its quantization blocks, which `linear` and
+`lm_head` read for passes of very few rows (`quant.QUANTIZED_MAX_ROWS`). A pass is the textbook
+loop, one layer at a time:
 
     x = embed[tokens]                                           # [N] -> [N, d]
     for layer, layer_keys, layer_values in zip(layers, keys, values):
         q, k, v = project_qkv(x, layer, config, cos, sin)       # [N, d] -> [N, Hq|Hkv, hd]
-        x += attention_*(q, k, v, layer_keys, layer_values, ...) @ w_o   # [N, Hq hd] -> [N, d]
+        x += linear(attention_*(q, k, v, layer_keys, layer_values, ...), layer, "w_o")
         x += mlp(rms_norm(x, ...), ...)                         # [N, d] -> [N, d]
     rms_norm(x, norm)                                           # [N, d] -> [N, d]
 
 `attention_prefill` and `attention_decode` write the new keys and values into one layer's cache
-and attend over it with `attention`; one slot's keys for a layer are a contiguous `[Hkv, T, hd]`
-block, so the scores are a batched matmul with no Python loop over heads or tokens.
+and attend over it; one slot's keys for a layer are a contiguous `[Hkv, T, hd]` block. Prefill
+attends per sequence with `attention` (a batched matmul over heads and tokens); decode runs one
+Numba kernel over every sequence's own context length (`kernels.attention`).
 """
 
 from __future__ import annotations
@@ -28,14 +31,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from corral.kernels import attention as attention_kernels
 from corral.model.config import LlamaConfig
+from corral.model.quant import QUANTIZED_MAX_ROWS
 
 # ----------------------------------------------------------------------------------------------
 # Weights
 
 
-def build_params(config: LlamaConfig, tensors: dict[str, np.ndarray]) -> dict:
-    """Hugging Face tensors ([out, in]) -> the forward pass's weights (float32, input-major).
+def build_params(
+    config: LlamaConfig, tensors: dict[str, np.ndarray], blocks: dict | None = None
+) -> dict:
+    """Hugging Face tensors ([out, in]) -> the forward pass's weights (float32, input-major),
+    with the same matrices in quantization blocks when `blocks` (`quant.quantized_layers`'s
+    result) is given.
 
     Returns:
         {"embed": [V, d], "lm_head": [d, V], "lm_head_rows": [V, d], "norm": [d], "layers": [L x {
@@ -43,6 +52,9 @@ def build_params(config: LlamaConfig, tensors: dict[str, np.ndarray]) -> dict:
             "mlp_norm": [d], "w_gate_up": [d, 2F], "w_down": [F, d]}]}
         The LM head is kept both ways: [d, V] for batched GEMMs, [V, d] (the embedding table
         itself when tied, possibly still memory-mapped) for one row's matrix-vector product.
+        With `blocks`, each layer also holds "blocks" ({"w_qkv", "w_o", "w_gate_up", "w_down":
+        `quant.BlockMatrix`}) and the params "lm_head_blocks": what `linear` and `lm_head`
+        use for passes of at most `QUANTIZED_MAX_ROWS` rows.
     """
 
     def get(name: str) -> np.ndarray:
@@ -66,13 +78,18 @@ def build_params(config: LlamaConfig, tensors: dict[str, np.ndarray]) -> dict:
         )
     embed = np.ascontiguousarray(get("model.embed_tokens.weight"))
     head = embed if config.tie_word_embeddings else get("lm_head.weight")
-    return {
+    params = {
         "embed": embed,
         "lm_head": np.ascontiguousarray(head.T),
         "lm_head_rows": head if head is embed else np.ascontiguousarray(head),
         "norm": np.array(get("model.norm.weight")),
         "layers": layers,
     }
+    if blocks is not None:
+        for layer, layer_blocks in zip(layers, blocks["layers"], strict=True):
+            layer["blocks"] = layer_blocks
+        params["lm_head_blocks"] = blocks["lm_head"]
+    return params
 
 
 def rope_tables(theta: float, head_dim: int, n_positions: int) -> tuple[np.ndarray, np.ndarray]:
@@ -118,10 +135,23 @@ def softmax_(scores: np.ndarray) -> np.ndarray:
     return scores
 
 
-def mlp(x: np.ndarray, w_gate_up: np.ndarray, w_down: np.ndarray) -> np.ndarray:
-    """SwiGLU: down(silu(gate(x)) * up(x)).  [N, d], [d, 2F], [F, d] -> [N, d]"""
-    gate_up = x @ w_gate_up  # [N, d] -> [N, 2F]
-    width = w_down.shape[0]
+def linear(x: np.ndarray, layer: dict, name: str) -> np.ndarray:
+    """x W for the layer's matrix `name` ("w_qkv", "w_o", "w_gate_up", "w_down").
+    [N, in] -> [N, out] float32
+
+    A pass of at most `QUANTIZED_MAX_ROWS` rows reads the matrix's quantization blocks when the
+    layer has them (`quant.BlockMatrix.matmul`); otherwise one float32 BLAS GEMM.
+    """
+    blocks = layer.get("blocks")
+    if blocks is not None and x.shape[0] <= QUANTIZED_MAX_ROWS:
+        return blocks[name].matmul(x)
+    return x @ layer[name]
+
+
+def mlp(x: np.ndarray, layer: dict) -> np.ndarray:
+    """SwiGLU: down(silu(gate(x)) * up(x)).  [N, d], layer weights ([d, 2F], [F, d]) -> [N, d]"""
+    gate_up = linear(x, layer, "w_gate_up")  # [N, d] -> [N, 2F]
+    width = layer["w_down"].shape[0]
     gate, up = gate_up[:, :width], gate_up[:, width:]  # [N, 2F] -> [N, F] x 2
     hidden = np.multiply(gate, 0.5, dtype=np.float32)  # silu(g) = g/2 (1 + tanh(g/2))
     np.tanh(hidden, out=hidden)
@@ -129,7 +159,7 @@ def mlp(x: np.ndarray, w_gate_up: np.ndarray, w_down: np.ndarray) -> np.ndarray:
     hidden *= gate
     hidden *= 0.5
     hidden *= up
-    return hidden @ w_down  # [N, F] -> [N, d]
+    return linear(hidden, layer, "w_down")  # [N, F] -> [N, d]
 
 
 def project_qkv(
@@ -141,7 +171,7 @@ def project_qkv(
     """
     n = x.shape[0]
     hq, hkv, hd = config.num_attention_heads, config.num_key_value_heads, config.head_dim
-    qkv = rms_norm(x, layer["attn_norm"], config.rms_norm_eps) @ layer["w_qkv"]
+    qkv = linear(rms_norm(x, layer["attn_norm"], config.rms_norm_eps), layer, "w_qkv")
     # [N, d] -> [N, (Hq + 2 Hkv) hd]
     qk = rope(qkv[:, : (hq + hkv) * hd].reshape(n, hq + hkv, hd), cos, sin)  # [N, Hq + Hkv, hd]
     v = qkv[:, (hq + hkv) * hd :].reshape(n, hkv, hd)  # [N, Hkv, hd]
@@ -227,76 +257,29 @@ def attention_prefill(
     return out
 
 
-@dataclass(frozen=True, eq=False)
-class DecodeRows:
-    """Which cache rows one decode step reads, and where its B queries sit among them.
-
-    When the B slots lie within a span of at most 2B slots, the span is read in place (`rows`
-    a slice, `width` its length) and the queries are scattered to their rows of it; rows of
-    unused slots compute harmless values that are dropped. Slots spread wider are gathered
-    (`rows` the slots themselves, one copy per layer).
-
-    Attributes:
-        slots, positions: int [B], query b goes to slot slots[b] at position positions[b].
-        rows: slice or int [width] array of the cache slots read.
-        at: int [B], the row of query b among the rows read.
-        in_order: the rows read are exactly the B slots in query order (no scatter needed).
-        bias: float32 [width, 1, 1, T], 0 for the positions a row's query sees, else -inf;
-            T = max(positions) + 1.
-    """
-
-    slots: np.ndarray
-    positions: np.ndarray
-    rows: slice | np.ndarray
-    at: np.ndarray
-    in_order: bool
-    bias: np.ndarray
-
-
-def decode_rows(slots: np.ndarray, positions: np.ndarray) -> DecodeRows:
-    """Plan the cache reads of a decode step.  int [B], int [B] -> `DecodeRows`"""
-    batch = len(slots)
-    total = int(positions.max()) + 1
-    first, span = int(slots.min()), int(slots.max()) + 1 - int(slots.min())
-    if span <= 2 * batch:  # attend over the span's rows in place
-        rows, width, at = slice(first, first + span), span, slots - first
-    else:  # gather the slots' rows
-        rows, width, at = slots, batch, np.arange(batch)
-    in_order = width == batch and bool(np.all(at == np.arange(batch)))
-    length = np.full(width, total, np.int64)  # unused rows attend to everything: never all -inf
-    length[at] = positions + 1
-    bias = np.where(np.arange(total)[None, :] < length[:, None], 0.0, -np.inf)  # [width, T]
-    bias = bias.astype(np.float32)[:, None, None, :]  # [width, 1, 1, T]
-    return DecodeRows(slots, positions, rows, at, in_order, bias)
-
-
 def attention_decode(
     q: np.ndarray,
     k: np.ndarray,
     v: np.ndarray,
     layer_keys: np.ndarray,
     layer_values: np.ndarray,
-    plan: DecodeRows,
+    slots: np.ndarray,
+    positions: np.ndarray,
 ) -> np.ndarray:
     """Self-attention of one new token per sequence over its own slot of one layer's cache,
-    after writing its key and value there; each slot is masked by its own length.
+    after writing its key and value there: query b sees positions 0..positions[b] of slot
+    slots[b] (ragged contexts, one Numba kernel: `kernels.attention.decode_attention`).
 
-    q [B, Hq, hd], k [B, Hkv, hd], v [B, Hkv, hd]; layer_keys, layer_values [S, Hkv, T', hd]
-    (updated) -> [B, Hq hd]
+    q [B, Hq, hd], k [B, Hkv, hd], v [B, Hkv, hd]; layer_keys, layer_values [S, Hkv, T, hd]
+    (updated); slots, positions int64 [B] -> [B, Hq hd]
     """
-    batch, hkv, hd = k.shape
-    layer_keys[plan.slots, :, plan.positions] = k
-    layer_values[plan.slots, :, plan.positions] = v
-    q = q.reshape(batch, hkv, q.shape[1] // hkv, hd) * np.float32(hd**-0.5)  # [B, Hkv, G, hd]
-    if not plan.in_order:  # [B, Hkv, G, hd] -> [width, Hkv, G, hd], query b at row at[b]
-        scattered = np.zeros((len(plan.bias), *q.shape[1:]), np.float32)
-        scattered[plan.at] = q
-        q = scattered
-    total = plan.bias.shape[-1]
-    keys = layer_keys[plan.rows, :, :total]  # [width, Hkv, T, hd]
-    values = layer_values[plan.rows, :, :total]
-    out = attention(q, keys, values, plan.bias)  # [width, Hkv, G, hd]
-    return (out if plan.in_order else out[plan.at]).reshape(batch, -1)  # [B, Hq hd]
+    batch, hd = q.shape[0], q.shape[2]
+    layer_keys[slots, :, positions] = k
+    layer_values[slots, :, positions] = v
+    scaled = q * np.float32(hd**-0.5)  # [B, Hq, hd]
+    out = np.empty(q.shape, np.float32)
+    attention_kernels.decode_attention(scaled, layer_keys, layer_values, slots, positions + 1, out)
+    return out.reshape(batch, -1)  # [B, Hq hd]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -335,9 +318,10 @@ def prefill(
     cos, sin = cos[positions, None, :], sin[positions, None, :]  # [N, 1, hd/2]
     for layer, layer_keys, layer_values in zip(params["layers"], keys, values, strict=True):
         q, k, v = project_qkv(x, layer, config, cos, sin)  # [N, d] -> [N, Hq|Hkv, hd]
-        x += attention_prefill(q, k, v, layer_keys, layer_values, plan) @ layer["w_o"]  # [N, d]
+        attended = attention_prefill(q, k, v, layer_keys, layer_values, plan)  # [N, Hq hd]
+        x += linear(attended, layer, "w_o")  # [N, Hq hd] -> [N, d]
         h = rms_norm(x, layer["mlp_norm"], config.rms_norm_eps)  # [N, d] -> [N, d]
-        x += mlp(h, layer["w_gate_up"], layer["w_down"])  # [N, d] -> [N, d]
+        x += mlp(h, layer)  # [N, d] -> [N, d]
     return rms_norm(x, params["norm"], config.rms_norm_eps)  # [N, d] -> [N, d]
 
 
@@ -357,24 +341,31 @@ def decode(
     keys, values [L, S, Hkv, T, hd] (updated); slots, positions, tokens int [B] (slots
     distinct); cos, sin [> max(positions), hd/2] -> final hidden states [B, d]
 
-    Only positions below max(positions) + 1 are read; see `DecodeRows` for which slots.
+    Each slot's positions up to its own are read, nothing else (`attention_decode`).
     """
-    plan = decode_rows(slots, positions)
+    slots = np.asarray(slots, dtype=np.int64)
+    positions = np.asarray(positions, dtype=np.int64)
     x = params["embed"][tokens]  # [B] -> [B, d]
     cos, sin = cos[positions, None, :], sin[positions, None, :]  # [B, 1, hd/2]
     for layer, layer_keys, layer_values in zip(params["layers"], keys, values, strict=True):
         q, k, v = project_qkv(x, layer, config, cos, sin)  # [B, d] -> [B, Hq|Hkv, hd]
-        x += attention_decode(q, k, v, layer_keys, layer_values, plan) @ layer["w_o"]  # [B, d]
+        attended = attention_decode(q, k, v, layer_keys, layer_values, slots, positions)
+        x += linear(attended, layer, "w_o")  # [B, Hq hd] -> [B, d]
         h = rms_norm(x, layer["mlp_norm"], config.rms_norm_eps)  # [B, d] -> [B, d]
-        x += mlp(h, layer["w_gate_up"], layer["w_down"])  # [B, d] -> [B, d]
+        x += mlp(h, layer)  # [B, d] -> [B, d]
     return rms_norm(x, params["norm"], config.rms_norm_eps)  # [B, d] -> [B, d]
 
 
 def lm_head(params: dict, hidden: np.ndarray) -> np.ndarray:
     """Logits of the tied (or separate) LM head.  [N, d] -> [N, V] float32
 
-    One row uses the [V, d] table as a matrix-vector product; more rows one [N, d] x [d, V] GEMM.
+    At most `QUANTIZED_MAX_ROWS` rows read the head's quantization blocks when there are any;
+    else one row uses the [V, d] table as a matrix-vector product, more rows one [N, d] x [d, V]
+    GEMM.
     """
+    blocks = params.get("lm_head_blocks")
+    if blocks is not None and hidden.shape[0] <= QUANTIZED_MAX_ROWS:
+        return blocks.matmul(hidden)
     if hidden.shape[0] == 1:
         return (params["lm_head_rows"] @ hidden[0])[None, :]  # [V, d] x [d] -> [1, V]
     return hidden @ params["lm_head"]  # [N, d] -> [N, V]

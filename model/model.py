@@ -42,6 +42,8 @@ class Model:
         vocabulary: the token bytes and EOS ids of the mask kernels (`corral.kernels.Vocabulary`).
         vocab_size: V, the width of the logits (config.json's vocab_size).
         params: the weights, as `llama.build_params` lays them out.
+        weights: "quantized" when decode reads the GGUF's quantization blocks (passes of at
+            most `quant.QUANTIZED_MAX_ROWS` tokens), else "float32".
         path: the Hugging Face folder the model was loaded from.
         prefill_chunk: prompts longer than this are prefilled in chunks of this many tokens,
             to bound the attention scores' memory (Hq x chunk x length floats).
@@ -56,6 +58,7 @@ class Model:
         self.chat_template = chat_template
         self.special_tokens = special_tokens
         self.path = Path(path)
+        self.weights = "quantized" if "lm_head_blocks" in params else "float32"
         self.vocab_size = config.vocab_size
         eos = set(config.eos_token_ids)
         eos_token = special_tokens.get("eos_token")
@@ -152,9 +155,8 @@ class Model:
 
         Args:
             cache: the KV cache; `cache.lengths[slots]` grow by one.
-            slots: int [B], distinct slot indices, in any order. Fastest when they lie within
-                a span of at most 2B slots (the cache is then read in place; slots spread wider
-                are gathered, one copy per layer).
+            slots: int [B], distinct slot indices, in any order (each slot's keys are read
+                in place, up to its own length).
             tokens: int [B], token b is appended to slot slots[b].
 
         Returns:

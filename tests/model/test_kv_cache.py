@@ -150,8 +150,9 @@ def test_real_model_ragged_batch_equals_one_at_a_time(model):
     for slot, ids in enumerate(sequences):
         model.prefill(cache, slot, ids[:-1])
     batch = model.decode(cache, [1, 0, 2], [sequences[1][-1], sequences[0][-1], sequences[2][-1]])
-    for row, slot in enumerate([1, 0, 2]):
-        np.testing.assert_allclose(batch[row], one_prefill(model, sequences[slot]), atol=1e-4)
+    for row, slot in enumerate([1, 0, 2]):  # decode and prefill attention sum in other orders:
+        # the logit tolerance of DESIGN.md section 6 (1.1e-4 was seen on one logit of 49,152)
+        np.testing.assert_allclose(batch[row], one_prefill(model, sequences[slot]), atol=1e-3)
 
 
 @pytest.mark.parametrize("chunk", [1024, 8])  # one shared pass; several passes, one split

@@ -214,8 +214,9 @@ def test_unpermute_rows_undoes_llama_cpp_permutation():
     np.testing.assert_array_equal(unpermute_rows(llama_cpp_permute(weight, 6), 6), weight)
 
 
-def write_tiny_gguf(path, tiny, config, tensors, architecture="llama"):
-    """A float32 GGUF as llama.cpp's converter writes it (q/k rows permuted)."""
+def write_tiny_gguf(path, tiny, config, tensors, architecture="llama", kind=None):
+    """A GGUF as llama.cpp's converter writes it (q/k rows permuted): float32, or with every
+    matrix quantized to `kind` ("Q4_1", "Q8_0") by gguf's own quantizer."""
     import gguf
 
     writer = gguf.GGUFWriter(str(path), architecture)
@@ -261,7 +262,12 @@ def write_tiny_gguf(path, tiny, config, tensors, architecture="llama"):
             array = llama_cpp_permute(array, config["num_attention_heads"])
         elif "k_proj" in name:
             array = llama_cpp_permute(array, config["num_key_value_heads"])
-        writer.add_tensor(gguf_name, np.ascontiguousarray(array))
+        if kind is None or array.ndim == 1:
+            writer.add_tensor(gguf_name, np.ascontiguousarray(array))
+        else:
+            block_type = gguf.GGMLQuantizationType[kind]
+            raw = gguf.quants.quantize(np.ascontiguousarray(array), block_type)
+            writer.add_tensor(gguf_name, raw, raw_dtype=block_type)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -1,0 +1,191 @@
+"""Weights kept in a GGUF's own quantization blocks, for decoding at small batches (DESIGN.md
+section 6; the block formats are ggml's, computed on by `corral.kernels.quant`).
+
+A Llama GGUF stores most matrices as Q4_1 or Q8_0 blocks of 32 weights along the input axis.
+`quantized_layers` reads them as they are (no re-quantization), undoes llama.cpp's q/k row
+permutation (whole rows move, so blocks stay intact), stacks q/k/v and gate/up as the float32
+path does, and unpacks each block into a float32 scale (and minimum) and its quants:
+
+    {"layers": [L x {"w_qkv", "w_o", "w_gate_up", "w_down": BlockMatrix}], "lm_head": BlockMatrix}
+
+`BlockMatrix.matmul` computes x W^T with the kernels; the forward pass (`llama.linear`) calls it
+for passes of at most `QUANTIZED_MAX_ROWS` rows, where reading 4 to 7 times fewer bytes than
+float32 wins, and leaves larger passes to float32 BLAS GEMMs. The values are the float32 path's
+own (its weights are these blocks dequantized), so the two differ only in rounding order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from corral.kernels import quant
+from corral.model.config import LlamaConfig
+from corral.model.errors import ModelLoadError
+
+QUANTIZED_MAX_ROWS = 1
+"""The most rows of x (tokens in a pass) computed from the blocks; more go to float32 BLAS.
+The block kernels are compute-bound and their cost grows with every row of x, while a float32
+GEMM of a few rows costs about one read of its 4 to 5 times larger weights; bench/model.py
+prints both at batch 1, 2, 4 and 8 to place this switch."""
+
+SUPPORTED = ("Q4_1", "Q8_0")
+"""The GGUF block types the kernels compute on."""
+
+
+@dataclass(frozen=True, eq=False)
+class BlockMatrix:
+    """A weight matrix W [n_out, k] in Q4_1 or Q8_0 blocks of 32 along k.
+
+    Attributes:
+        kind: "Q4_1" or "Q8_0".
+        scales: float32 [n_out, k/32], each block's scale (ggml's float16, widened exactly).
+        minimums: float32 [n_out, k/32] for Q4_1 (w = scale q + minimum); None for Q8_0.
+        quants: uint8 [n_out, k/2] (Q4_1: low nibble of byte j is element j of its block, high
+            nibble element j + 16) or int8 [n_out, k] (Q8_0).
+    """
+
+    kind: str
+    scales: np.ndarray
+    minimums: np.ndarray | None
+    quants: np.ndarray
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(n_out, k)."""
+        return self.scales.shape[0], self.scales.shape[1] * quant.BLOCK
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes a product reads: quants, scales and minimums."""
+        extra = 0 if self.minimums is None else self.minimums.nbytes
+        return self.quants.nbytes + self.scales.nbytes + extra
+
+    def matmul(self, x: np.ndarray) -> np.ndarray:
+        """x W^T.  float32 [B, k] -> float32 [B, n_out] (float32 accumulation)."""
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        out = np.empty((x.shape[0], self.scales.shape[0]), np.float32)
+        if self.kind == "Q4_1":
+            sums = quant.block_sums(x)
+            return quant.q4_1_matmul(x, sums, self.scales, self.minimums, self.quants, out)
+        return quant.q8_0_matmul(x, self.scales, self.quants, out)
+
+    def dequantize(self) -> np.ndarray:
+        """W in float32.  -> float32 [n_out, k] (scale q + minimum, ggml's formula)."""
+        n_out, k = self.shape
+        if self.kind == "Q8_0":
+            q = self.quants.astype(np.float32).reshape(n_out, -1, quant.BLOCK)
+            return (q * self.scales[:, :, None]).reshape(n_out, k)
+        blocks = self.quants.reshape(n_out, -1, quant.BLOCK // 2)
+        q = np.concatenate([blocks & 15, blocks >> 4], axis=-1).astype(np.float32)
+        return (q * self.scales[:, :, None] + self.minimums[:, :, None]).reshape(n_out, k)
+
+    @staticmethod
+    def from_blocks(kind: str, raw: np.ndarray) -> BlockMatrix:
+        """Unpack a GGUF tensor's raw blocks.  uint8 [n_out, bytes per row] -> BlockMatrix
+
+        Raises:
+            ValueError: a kind other than Q4_1 / Q8_0, or rows that are not whole blocks.
+        """
+        size = {"Q4_1": 20, "Q8_0": 34}.get(kind)
+        if size is None:
+            raise ValueError(f"block type {kind} is not one of {', '.join(SUPPORTED)}")
+        if raw.ndim != 2 or raw.shape[1] % size:
+            raise ValueError(f"a {kind} tensor's rows must be whole {size}-byte blocks")
+        blocks = np.ascontiguousarray(raw).reshape(raw.shape[0], -1, size)
+
+        def half(start: int) -> np.ndarray:  # a float16 field of every block, widened
+            field = np.ascontiguousarray(blocks[:, :, start : start + 2]).view(np.float16)
+            return field[:, :, 0].astype(np.float32)
+
+        if kind == "Q8_0":
+            quants = np.ascontiguousarray(blocks[:, :, 2:]).view(np.int8)
+            return BlockMatrix(kind, half(0), None, quants.reshape(raw.shape[0], -1))
+        quants = np.ascontiguousarray(blocks[:, :, 4:]).reshape(raw.shape[0], -1)
+        return BlockMatrix(kind, half(0), half(2), quants)
+
+    @staticmethod
+    def stack(matrices: list[BlockMatrix]) -> BlockMatrix:
+        """The matrices' rows one after another (same kind and k)."""
+        minimums = None
+        if matrices[0].minimums is not None:
+            minimums = np.concatenate([m.minimums for m in matrices])
+        return BlockMatrix(
+            matrices[0].kind,
+            np.concatenate([m.scales for m in matrices]),
+            minimums,
+            np.concatenate([m.quants for m in matrices]),
+        )
+
+    def permute_rows(self, order: np.ndarray) -> BlockMatrix:
+        """The matrix with rows taken in `order` (int [n_out])."""
+        minimums = None if self.minimums is None else self.minimums[order]
+        return BlockMatrix(self.kind, self.scales[order], minimums, self.quants[order])
+
+
+def unpermute_order(n_rows: int, n_heads: int) -> np.ndarray:
+    """The row order that undoes llama.cpp's q/k permutation (as `weights.unpermute_rows`):
+    row i of the result is row order[i] of the GGUF tensor.  -> int64 [n_rows]"""
+    return np.arange(n_rows).reshape(n_heads, n_rows // n_heads // 2, 2).swapaxes(1, 2).ravel()
+
+
+def quantized_layers(gguf_path: str | Path, config: LlamaConfig) -> dict | None:
+    """The block-quantized matrices of a Llama GGUF, laid out as the forward pass uses them;
+    None when a matrix is in a block type the kernels lack (the float32 path then serves).
+
+    Returns:
+        {"layers": [L x {"w_qkv": [(Hq + 2 Hkv) hd, d], "w_o": [d, Hq hd],
+        "w_gate_up": [2F, d], "w_down": [d, F]}], "lm_head": [V, d]}, each a `BlockMatrix`
+        (shapes [n_out, k]); q/k/v and gate/up stacked in the float32 path's order.
+
+    Raises:
+        ModelLoadError: naming the file, if it is unreadable or lacks a tensor.
+    """
+    import gguf  # deferred: only quantized loading reads GGUF tensors
+
+    gguf_path = Path(gguf_path)
+    try:
+        reader = gguf.GGUFReader(gguf_path)
+    except Exception as error:
+        raise ModelLoadError(gguf_path, f"not a readable GGUF file: {error}") from error
+    tensors = {tensor.name: tensor for tensor in reader.tensors}
+
+    def matrix(name: str, heads: int | None = None) -> BlockMatrix | None:
+        tensor = tensors.get(name)
+        if tensor is None:
+            raise ModelLoadError(gguf_path, f"tensor {name!r} is missing")
+        kind = tensor.tensor_type.name
+        if kind not in SUPPORTED:
+            return None
+        block = BlockMatrix.from_blocks(kind, np.asarray(tensor.data))
+        if heads is None:
+            return block
+        return block.permute_rows(unpermute_order(block.shape[0], heads))
+
+    def stacked(*parts: BlockMatrix | None) -> BlockMatrix | None:
+        if any(part is None for part in parts) or len({part.kind for part in parts}) != 1:
+            return None
+        return BlockMatrix.stack(list(parts))
+
+    layers = []
+    for i in range(config.num_hidden_layers):
+        p = f"blk.{i}."
+        layer = {
+            "w_qkv": stacked(
+                matrix(p + "attn_q.weight", config.num_attention_heads),
+                matrix(p + "attn_k.weight", config.num_key_value_heads),
+                matrix(p + "attn_v.weight"),
+            ),
+            "w_o": matrix(p + "attn_output.weight"),
+            "w_gate_up": stacked(matrix(p + "ffn_gate.weight"), matrix(p + "ffn_up.weight")),
+            "w_down": matrix(p + "ffn_down.weight"),
+        }
+        if any(value is None for value in layer.values()):
+            return None
+        layers.append(layer)
+    head = "output.weight" if "output.weight" in tensors else "token_embd.weight"
+    lm_head = matrix(head)
+    if lm_head is None:
+        return None
+    return {"layers": layers, "lm_head": lm_head}

@@ -1,0 +1,117 @@
+"""The block-quantized matrix products against NumPy on the dequantized weights, the block
+unpacking against gguf's own dequantizer (ggml's Q4_1 and Q8_0 formats), and decode attention
+over ragged contexts against the textbook softmax(q k^T) v (DESIGN.md section 6)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from corral.kernels import attention, quant
+from corral.model.quant import BlockMatrix
+
+gguf = pytest.importorskip("gguf")  # a dependency of corral; the oracle of the block layout
+
+
+def random_blocks(rng, kind: str, n_out: int, k: int) -> np.ndarray:
+    """Raw GGUF blocks of a random matrix: uint8 [n_out, bytes per row], finite float16 scales."""
+    n_blocks = k // 32
+    scale = rng.uniform(-0.05, 0.05, (n_out, n_blocks, 1)).astype(np.float16).view(np.uint8)
+    if kind == "Q8_0":
+        quants = rng.integers(0, 256, (n_out, n_blocks, 32), dtype=np.uint8)
+        return np.concatenate([scale, quants], axis=-1).reshape(n_out, -1)
+    minimum = rng.uniform(-0.5, 0.5, (n_out, n_blocks, 1)).astype(np.float16).view(np.uint8)
+    quants = rng.integers(0, 256, (n_out, n_blocks, 16), dtype=np.uint8)
+    return np.concatenate([scale, minimum, quants], axis=-1).reshape(n_out, -1)
+
+
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
+@pytest.mark.parametrize("seed", range(3))
+def test_unpacked_blocks_dequantize_as_gguf_does(kind, seed):
+    rng = np.random.default_rng(seed)
+    n_out, k = int(rng.integers(1, 40)), 32 * int(rng.integers(1, 9))
+    raw = random_blocks(rng, kind, n_out, k)
+    matrix = BlockMatrix.from_blocks(kind, raw)
+    assert matrix.shape == (n_out, k)
+    expected = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[kind]).reshape(n_out, k)
+    np.testing.assert_allclose(matrix.dequantize(), expected, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
+@pytest.mark.parametrize("seed", range(6))
+def test_block_matmul_equals_numpy_on_the_dequantized_weights(kind, seed):
+    rng = np.random.default_rng(seed)
+    n_out, k = int(rng.integers(1, 100)), 32 * int(rng.integers(1, 20))
+    batch = int(rng.integers(1, 6))
+    matrix = BlockMatrix.from_blocks(kind, random_blocks(rng, kind, n_out, k))
+    x = rng.standard_normal((batch, k)).astype(np.float32)
+    got = matrix.matmul(x)
+    assert got.shape == (batch, n_out) and got.dtype == np.float32
+    expected = x.astype(np.float64) @ matrix.dequantize().astype(np.float64).T
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_block_sums_sum_each_block_of_32():
+    x = np.arange(2 * 64, dtype=np.float32).reshape(2, 64)
+    np.testing.assert_array_equal(quant.block_sums(x), x.reshape(2, 2, 32).sum(-1))
+
+
+def test_stacked_and_permuted_matrices_move_whole_rows():
+    rng = np.random.default_rng(0)
+    a = BlockMatrix.from_blocks("Q4_1", random_blocks(rng, "Q4_1", 4, 64))
+    b = BlockMatrix.from_blocks("Q4_1", random_blocks(rng, "Q4_1", 3, 64))
+    stacked = BlockMatrix.stack([a, b])
+    np.testing.assert_array_equal(stacked.dequantize(), np.vstack([a.dequantize(), b.dequantize()]))
+    order = np.array([6, 0, 5, 1, 4, 2, 3])
+    np.testing.assert_array_equal(
+        stacked.permute_rows(order).dequantize(), stacked.dequantize()[order]
+    )
+
+
+def test_unknown_block_types_and_partial_blocks_are_refused():
+    with pytest.raises(ValueError, match="Q4_K"):
+        BlockMatrix.from_blocks("Q4_K", np.zeros((2, 144), np.uint8))
+    with pytest.raises(ValueError, match="whole 20-byte blocks"):
+        BlockMatrix.from_blocks("Q4_1", np.zeros((2, 30), np.uint8))
+
+
+def reference_attention(q, keys, values, slots, lengths):
+    """softmax(q k^T) v one sequence and head at a time, in float64."""
+    batch, n_heads, _ = q.shape
+    group = n_heads // keys.shape[1]
+    out = np.zeros(q.shape)
+    for b in range(batch):
+        for h in range(n_heads):
+            k = keys[slots[b], h // group, : lengths[b]].astype(np.float64)
+            v = values[slots[b], h // group, : lengths[b]].astype(np.float64)
+            scores = k @ q[b, h]
+            weights = np.exp(scores - scores.max())
+            out[b, h] = weights / weights.sum() @ v
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_decode_attention_over_ragged_contexts_equals_numpy(seed):
+    rng = np.random.default_rng(seed)
+    n_slots, kv_heads, group, max_len, width = 7, int(rng.integers(1, 4)), 3, 40, 16
+    batch = int(rng.integers(1, n_slots + 1))
+    slots = rng.permutation(n_slots)[:batch].astype(np.int64)
+    lengths = rng.integers(1, max_len + 1, batch).astype(np.int64)  # ragged, some of length 1
+    keys = rng.standard_normal((n_slots, kv_heads, max_len, width)).astype(np.float32)
+    values = rng.standard_normal((n_slots, kv_heads, max_len, width)).astype(np.float32)
+    q = rng.standard_normal((batch, kv_heads * group, width)).astype(np.float32)
+    out = np.full(q.shape, np.nan, np.float32)
+    attention.decode_attention(q, keys, values, slots, lengths, out)
+    np.testing.assert_allclose(out, reference_attention(q, keys, values, slots, lengths), atol=1e-5)
+
+
+def test_decode_attention_reads_nothing_past_a_context():
+    rng = np.random.default_rng(1)
+    keys = rng.standard_normal((2, 1, 8, 4)).astype(np.float32)
+    values = rng.standard_normal((2, 1, 8, 4)).astype(np.float32)
+    q = rng.standard_normal((2, 2, 4)).astype(np.float32)
+    slots, lengths = np.array([1, 0]), np.array([3, 5])
+    before = attention.decode_attention(q, keys, values, slots, lengths, np.empty_like(q)).copy()
+    keys[1, :, 3:], values[1, :, 3:] = np.nan, np.nan
+    keys[0, :, 5:], values[0, :, 5:] = np.nan, np.nan
+    after = attention.decode_attention(q, keys, values, slots, lengths, np.empty_like(q))
+    np.testing.assert_array_equal(before, after)
