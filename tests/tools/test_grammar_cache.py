@@ -58,3 +58,18 @@ def test_a_refused_grammar_is_a_miss_and_is_not_cached():
         with pytest.raises(ToolError, match="too many states"):
             compiler.index(too_big)
     assert (compiler.hits, compiler.misses, len(compiler)) == (0, 2, 0)
+
+
+def test_metrics_serve_the_compilers_hits_and_misses_at_each_scrape():
+    from corral.tools.serving import Metrics
+    from prometheus_client import generate_latest
+
+    compiler = GrammarCompiler(TINY)
+    metrics = Metrics()
+    metrics.watch_grammars(compiler)
+    compiler.index(regex_grammar("a"))
+    compiler.index(regex_grammar("a"))
+    compiler.index(regex_grammar("b"))
+    text = generate_latest(metrics.registry).decode()
+    assert 'corral_grammar_cache_lookups_total{result="hit"} 1.0' in text
+    assert 'corral_grammar_cache_lookups_total{result="miss"} 2.0' in text
