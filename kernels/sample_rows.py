@@ -25,9 +25,9 @@ polynomial, relative error below 2e-7) in branch-free float32 arithmetic. A maxi
 carried variable is not vectorized either (Numba's functions lack LLVM's no-NaN attribute), so
 `_peak` keeps `BLOCK` lanes of elementwise maxima. Top-k and top-p never sort the vocabulary:
 a histogram of the scores in buckets of one temperature (one e-fold of weight) finds the few
-candidates that can matter, and only those are partitioned or sorted. Rows run in parallel
-(`prange`) in `sample_rows_parallel`; `sample_rows` is the same loop on one thread (one row, or
-a caller already in a parallel region).
+candidates that can matter, and only those are partitioned or sorted. `sample_rows` runs the
+rows on one thread (the default of `sample_batch`); `sample_rows_parallel` is the same loop over
+Numba's threads (`prange`), which pays only on an otherwise idle machine.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ Decisions (what OpenAI, vLLM and Hugging Face users expect):
 - min-p compares weights: it keeps the tokens whose weight is at least min_p times the largest.
 
 One implementation: `sample_batch` samples every row of a batch in one Numba call
-(`corral.kernels.sample_rows`, parallel over rows); `sample`, `top_logprobs` and
+(`corral.kernels.sample_rows`, optionally parallel over rows); `sample`, `top_logprobs` and
 `constrained_sample_batch` are calls of it, so a row sampled alone or in a batch gets the same
 token, logprob and top list, bit for bit. Its work per row is over the allowed tokens only, with no
 sort of the vocabulary (see `corral.kernels.sample_rows` for the passes and their costs).
@@ -220,9 +220,10 @@ def sample_batch(
     output_ids: Sequence[Sequence[int] | np.ndarray] | None = None,
     n_top: Sequence[int] | None = None,
     rows: Sequence[int] | np.ndarray | None = None,
+    parallel: bool = False,
 ) -> BatchSample:
-    """Sample every row of a batch in one Numba call (parallel over rows when there are
-    several), each row with its own mask, settings, penalties and draw.
+    """Sample every row of a batch in one Numba call, each row with its own mask, settings,
+    penalties and draw.
 
     Args:
         logits: float32 `[N, V]`, the model's raw logits (read, never written).
@@ -236,6 +237,10 @@ def sample_batch(
         n_top: B counts of top_logprobs wanted (>= 0), or None for none.
         rows: B row indexes into `logits` (int), or None for rows 0..B-1 (then N == B). Rows of
             the last decode's logits can be sampled in place this way.
+        parallel: spread the rows over Numba's threads (`prange`); the same results. Off by
+            default: one thread does a row of 49,152 logits in tens of microseconds, and a
+            parallel region waits for every thread, which on a busy machine (BLAS threads
+            spinning after a forward pass, other processes) costs milliseconds.
 
     Returns:
         A `BatchSample`.
@@ -277,7 +282,7 @@ def sample_batch(
     top_ids = np.empty((b_rows, k), np.int64)
     top_logprobs = np.empty((b_rows, k), np.float64)
     top_counts = np.empty(b_rows, np.int64)
-    run = kernel.sample_rows_parallel if b_rows > 1 else kernel.sample_rows
+    run = kernel.sample_rows_parallel if parallel and b_rows > 1 else kernel.sample_rows
     empty = run(
         logits, row_index, mask_block, mask_rows, table,
         np.asarray(uniforms, dtype=np.float64), prompt, prompt_start, output, output_start,
