@@ -137,7 +137,8 @@ def test_agrees_with_a_float64_numpy_reference(v, params, density, seed):
 
 
 def test_rows_are_independent_of_their_neighbours():
-    """A row's token depends on its own inputs only: reordering the rows changes nothing."""
+    """A row's token depends on its own inputs only: reordering the rows changes nothing, and
+    neither does spreading them over threads."""
     rng = np.random.default_rng(1)
     logits = rng.standard_normal((5, 700)).astype(np.float32)
     masks = [None, pack(rng.random(700) < 0.5), None, pack(rng.random(700) < 0.1), None]
@@ -156,6 +157,10 @@ def test_rows_are_independent_of_their_neighbours():
     assert first.tokens[order].tolist() == moved.tokens.tolist()
     assert first.logprobs[order].tolist() == moved.logprobs.tolist()
     assert [first.top(i) for i in order] == [moved.top(b) for b in range(5)]
+    spread = sample_batch(logits, masks, params, uniforms, n_top=[3] * 5, parallel=True)
+    assert spread.tokens.tolist() == first.tokens.tolist()
+    assert spread.logprobs.tolist() == first.logprobs.tolist()
+    assert [spread.top(b) for b in range(5)] == [first.top(b) for b in range(5)]
 
 
 def test_a_row_that_allows_nothing_is_named_and_shapes_are_checked():
