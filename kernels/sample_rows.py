@@ -25,7 +25,9 @@ polynomial, relative error below 2e-7) in branch-free float32 arithmetic. A maxi
 carried variable is not vectorized either (Numba's functions lack LLVM's no-NaN attribute), so
 `_peak` keeps `BLOCK` lanes of elementwise maxima. Top-k and top-p never sort the vocabulary:
 a histogram of the scores in buckets of one temperature (one e-fold of weight) finds the few
-candidates that can matter, and only those are partitioned or sorted. `sample_rows` runs the
+candidates that can matter, and only those are sorted (one `np.sort`, the only generic NumPy
+routine compiled here: the first call compiles the kernel, later processes load it from the
+`cache=True` cache). `sample_rows` runs the
 rows on one thread (the default of `sample_batch`); `sample_rows_parallel` is the same loop over
 Numba's threads (`prange`), which pays only on an otherwise idle machine.
 """
@@ -298,9 +300,16 @@ def _draw(weights, n, sums, uniform):
 
 @numba.njit(cache=True, boundscheck=False)
 def _find(ids, n, token):
-    """The position of `token` among the ascending `ids[:n]`, -1 if absent. O(log n)."""
-    at = np.searchsorted(ids[:n], token)
-    return at if at < n and ids[at] == token else -1
+    """The position of `token` among the ascending `ids[:n]`, -1 if absent: a binary search,
+    O(log n)."""
+    low, high = 0, n
+    while low < high:
+        middle = (low + high) // 2
+        if ids[middle] < token:
+            low = middle + 1
+        else:
+            high = middle
+    return low if low < n and ids[low] == token else -1
 
 
 @numba.njit(cache=True, boundscheck=False)
@@ -363,8 +372,8 @@ def _bucket(score, top, temperature):
 def _truncate(scores, n, weights, temperature, p):
     """Zero the weights top-k, top-p and min-p drop (Hugging Face's order; ties kept); return
     whether any was on. Weights are `exp((score - top) / temperature)`, so the most likely
-    token weighs 1. O(n) plus a partition (top-k) or sort (top-p) of the candidates in the
-    buckets down to the one where the count (mass) is reached."""
+    token weighs 1. O(n) plus a sort of the candidates in the buckets down to the one where the
+    count (top-k) or the mass (top-p) is reached."""
     top_k, top_p, min_p = int(p[TOP_K]), p[TOP_P], p[MIN_P]
     cut_k = 0 < top_k < n
     if not (cut_k or top_p < 1.0 or min_p > 0.0):
@@ -384,7 +393,7 @@ def _truncate(scores, n, weights, temperature, p):
             if _bucket(scores[i], top, temperature) <= last:
                 candidates[m] = scores[i]
                 m += 1
-        kth = np.partition(candidates, m - top_k)[m - top_k]
+        kth = np.sort(candidates)[m - top_k]
         for i in range(n):
             if scores[i] < kth:
                 weights[i] = 0.0
