@@ -11,6 +11,10 @@ generating up to --tokens tokens (EOS is made impossible in the free-text runs, 
 write the same number of tokens; the constrained answers stop when their JSON is complete).
 tokens/s counts completion tokens over the wall time of the whole run (prefill included), and
 "decode tokens/s" over the decode steps only.
+
+A second table (`sampler_share`) times one decode step's parts apart at each batch size: the
+forward pass, and the masks, sampling (one `sample_batch` call) and constraint advances of its
+rows, with their share of the step (goal: at most 2% at batch 1, 1% at batch 32).
 """
 
 from __future__ import annotations
@@ -69,6 +73,38 @@ def run(model, requests, batch_size):
     return wall, tokens, stats
 
 
+def sampler_share(model, index, batches, steps: int = 12) -> None:
+    """Per decode step at each batch size: the forward pass (`Model.decode`), then masks +
+    `sample_batch` + advances of B constrained rows on its logits, in ms, and their share of
+    the step (medians over `steps` steps, after one warm-up step)."""
+    from corral.kernels import sample_batch
+
+    params = SamplingParams(temperature=1.0)
+    prompt = model.tokenizer.encode(model.render_chat([{"role": "user", "content": PROMPT}]))
+    print(f"{'batch':>5} | {'forward ms':>10} | {'masks+sample ms':>15} | {'share':>6}")
+    for batch in batches:
+        cache = model.new_cache(batch, len(prompt) + steps + 2)
+        slots = list(range(batch))
+        logits = model.prefill_batch(cache, slots, [prompt] * batch)
+        walks = [Constraint(index) for _ in slots]
+        rng = np.random.default_rng(0)
+        forward, sampling = [], []
+        for _ in range(steps + 1):
+            walks = [Constraint(index) if c.done else c for c in walks]
+            started = time.perf_counter()
+            masks = [c.mask() for c in walks]
+            out = sample_batch(logits, masks, [params] * batch, rng.random(batch))
+            tokens = out.tokens.tolist()
+            for c, token in zip(walks, tokens, strict=True):
+                c.advance(token)
+            middle = time.perf_counter()
+            logits = model.decode(cache, slots, tokens)
+            forward.append(time.perf_counter() - middle)
+            sampling.append(middle - started)
+        f_ms, s_ms = 1e3 * np.median(forward[1:]), 1e3 * np.median(sampling[1:])
+        print(f"{batch:>5} | {f_ms:>10.2f} | {s_ms:>15.3f} | {100 * s_ms / (f_ms + s_ms):>5.2f}%")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, default=64)
@@ -117,6 +153,7 @@ def main() -> None:
         )
     print("overhead: how much slower per token the json_schema run is than free text, in percent;")
     print("mask+sample/step: time in masks and sampling for the whole batch, per decode step.")
+    sampler_share(model, index, [int(b) for b in args.batches.split(",")])
 
 
 if __name__ == "__main__":

@@ -5,7 +5,10 @@ prints per grammar: DFA states, the time to compile the grammar to a DFA, the ti
 index for all states (eager, after JIT warm-up), the time to first mask (compile + index, eager;
 and compile + one state's walk, lazy), the mask lookup per step, apply_mask and
 constrained_sample per step along random walks through the grammar, and the memory of the stored
-masks. It also measures the cold cost of the Numba kernels in fresh processes: compiling them
+masks. Then, for batches of 1, 8 and 32 rows, the batched sampler: masks, one `sample_batch` call
+and the constraints' advances per step (on one thread, and with `parallel=True`), against the same
+rows sampled one `sample` call each.
+It also measures the cold cost of the Numba kernels in fresh processes: compiling them
 with an empty cache, then loading them from the `cache=True` cache.
 
 Run:  .venv/bin/python bench/masks.py [--repeat N] [--gguf PATH] [--no-cold]
@@ -189,6 +192,52 @@ def cold_jit(gguf: Path) -> None:
             )
 
 
+def sampler_rows(vocabulary, index, bank, steps: int, batches=(1, 8, 32)) -> None:
+    """Per-step microseconds of masks + sampling + advances for B rows of SmolLM2-size logits
+    at temperature 1: constrained rows (B walks through `index`) and free rows, sampled by one
+    `sample_batch` call or by B one-row `sample` calls (the same draws)."""
+    from corral.kernels import Constraint, SamplingParams, sample, sample_batch
+
+    params = SamplingParams()
+    print(f"batched sampler ({index.n_states}-state grammar, {vocabulary.size} logits a row):")
+    print(
+        f"{'rows':>5s} {'rows':>12s} {'batched us':>11s} {'parallel us':>11s} "
+        f"{'one-row us':>11s} {'us/row':>8s}"
+    )
+    for b_rows in batches:
+        block = np.stack([bank[i % len(bank)] for i in range(b_rows)])
+        for kind in ("constrained", "free"):
+            timings = {}
+            for mode in ("batched", "parallel", "one-row"):
+                rng = np.random.default_rng(0)
+                walks = [Constraint(index) for _ in range(b_rows)]
+                total = 0.0
+                for step in range(2 * steps):  # the first half warms up, untimed
+                    if step == steps:
+                        total = 0.0
+                    walks = [Constraint(index) if c.done else c for c in walks]
+                    started = time.perf_counter()
+                    masks = [c.mask() if kind == "constrained" else None for c in walks]
+                    uniforms = rng.random(b_rows)
+                    if mode != "one-row":
+                        parallel = mode == "parallel"
+                        tokens = sample_batch(
+                            block, masks, [params] * b_rows, uniforms, parallel=parallel
+                        ).tokens
+                    else:
+                        tokens = [sample(block[b], params, rng, masks[b])[0] for b in range(b_rows)]
+                    if kind == "constrained":
+                        for c, token in zip(walks, tokens, strict=True):
+                            c.advance(int(token))
+                    total += time.perf_counter() - started
+                timings[mode] = total / steps
+            print(
+                f"{b_rows:5d} {kind:>12s} {timings['batched'] * 1e6:11.1f} "
+                f"{timings['parallel'] * 1e6:11.1f} {timings['one-row'] * 1e6:11.1f} "
+                f"{timings['batched'] * 1e6 / b_rows:8.1f}"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=15, help="repetitions per timing")
@@ -256,6 +305,8 @@ def main() -> None:
         "one state's walk; lookup: TokenIndex.mask; apply: apply_mask; greedy / t=1: "
         "constrained_sample per step along random walks (random logits)."
     )
+    last = TokenIndex(compile_grammar("schema", TWELVE_PROPERTY_SCHEMA), vocabulary, mode="eager")
+    sampler_rows(vocabulary, last, bank, max(args.steps // 4, 20))
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@ sampler (DESIGN.md section 4).
   (the fewest tokens to acceptance) and `mask_within_tokens` (budget-aware ending).
 - `Constraint(index)`: one answer's matcher: `mask(tokens_left=None)`, `advance(token)`,
   `advance_bytes(data)`, `tokens_to_complete()`, `is_complete()`, `done`, `copy()`.
-- `SamplingParams`, `apply_mask`, `sample`, `constrained_sample`, `constrained_sample_batch`,
-  `top_logprobs`.
+- `SamplingParams`, `sample_batch` (every row of a batch in one Numba call, a `BatchSample`),
+  `sample`, `top_logprobs`, `constrained_sample`, `constrained_sample_batch`, `apply_mask`.
 """
 
 from corral.kernels.constraint import Constraint
@@ -15,17 +15,20 @@ from corral.kernels.errors import NoTokenAllowedError, TokenNotAllowedError, Voc
 from corral.kernels.index import EAGER_LIMIT_BYTES, TokenIndex, choose_mode, unpack_ids
 from corral.kernels.sampling import (
     GREEDY,
+    BatchSample,
     SamplingParams,
     apply_mask,
     constrained_sample,
     constrained_sample_batch,
     sample,
+    sample_batch,
     top_logprobs,
 )
 from corral.kernels.trie import Trie, build_trie
 from corral.kernels.vocabulary import Vocabulary
 
 __all__ = [
+    "BatchSample",
     "EAGER_LIMIT_BYTES",
     "GREEDY",
     "Constraint",
@@ -42,6 +45,7 @@ __all__ = [
     "constrained_sample",
     "constrained_sample_batch",
     "sample",
+    "sample_batch",
     "top_logprobs",
     "unpack_ids",
 ]

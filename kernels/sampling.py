@@ -16,20 +16,28 @@ Decisions (what OpenAI, vLLM and Hugging Face users expect):
 - Truncation keeps ties: top-k keeps every token tied with the k-th largest, top-p every token tied
   with the last one needed to reach p.
 
-Speed: the work is over the allowed tokens only. A Numba kernel gathers the allowed ids and their
-logits from the packed mask in one pass over its words, O(V / 32 + n_allowed); everything after is
-NumPy over those n_allowed values. Top-p sorts only a growing top slice (argpartition), not the
-whole vocabulary.
+- A draw is the inverse CDF at one uniform number from the caller's generator
+  (`numpy.random.Generator.random()`, none when greedy), so a request's tokens depend on its own
+  seed only, alone or in any batch. Weights are float32, their sums float64; a token whose weight
+  `exp((score - top) / temperature)` is below float32's smallest normal (exp(-87)) weighs 0.
+- min-p compares weights: it keeps the tokens whose weight is at least min_p times the largest.
+
+One implementation: `sample_batch` samples every row of a batch in one Numba call
+(`corral.kernels.sample_rows`, optionally parallel over rows); `sample`, `top_logprobs` and
+`constrained_sample_batch` are calls of it, so a row sampled alone or in a batch gets the same
+token, logprob and top list, bit for bit. Its work per row is over the allowed tokens only, with no
+sort of the vocabulary (see `corral.kernels.sample_rows` for the passes and their costs).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numba
 import numpy as np
+from corral.kernels import sample_rows as kernel
 from corral.kernels.constraint import Constraint
 from corral.kernels.errors import NoTokenAllowedError
 
@@ -76,12 +84,235 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0
 
+    @property
+    def penalized(self) -> bool:
+        """Whether a penalty is on (then the sampler reads prompt and output ids)."""
+        return bool(
+            self.repetition_penalty != 1.0 or self.presence_penalty or self.frequency_penalty
+        )
+
 
 GREEDY = SamplingParams(temperature=0.0)
 
 
+def sample(
+    logits: np.ndarray,
+    params: SamplingParams,
+    rng: np.random.Generator | None,
+    mask: np.ndarray | None = None,
+    prompt_ids: Sequence[int] | np.ndarray = (),
+    output_ids: Sequence[int] | np.ndarray = (),
+) -> tuple[int, float]:
+    """Pick one token among those `mask` allows (all when None): `sample_batch` for one row.
+
+    Args:
+        logits: float32 `[V]`, the model's raw logits.
+        params: the sampling settings.
+        rng: a seeded generator (one uniform draw per sampled token; none when greedy, when it
+            may be None).
+        mask: packed uint32 `[ceil(V / 32)]`, or None for no constraint.
+        prompt_ids, output_ids: token ids, for the penalties.
+
+    Returns:
+        (token id, logprob): the logprob is the model's log-softmax over the allowed tokens
+        (before penalties, temperature and truncation), a float.
+
+    Raises:
+        NoTokenAllowedError: the mask allows no token.
+        ValueError: the mask does not fit the logits.
+
+    O(V / 32 + n_allowed), see `corral.kernels.sample_rows`.
+    """
+    logits = np.asarray(logits, dtype=np.float32)
+    uniform = 0.0 if params.greedy else rng.random()
+    out = sample_batch(logits[None], [mask], [params], [uniform], [prompt_ids], [output_ids])
+    return int(out.tokens[0]), float(out.logprobs[0])
+
+
+def top_logprobs(
+    logits: np.ndarray, mask: np.ndarray | None, n: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The `n` most likely allowed tokens and their logprobs (the model's log-softmax over the
+    allowed tokens, as `sample` reports), most likely first, for OpenAI's `top_logprobs`.
+    A token's logprob here is bit for bit the one `sample` reports for it.
+
+    Args:
+        logits: float32 `[V]`; mask: packed uint32 `[ceil(V / 32)]` or None (all allowed).
+        n: how many, >= 0.
+
+    Returns:
+        (token ids int64 `[k]`, logprobs float64 `[k]`), k = min(n, number allowed); ties in
+        logit order by id.
+
+    Raises:
+        NoTokenAllowedError: the mask allows no token.
+
+    O(V / 32 + n_allowed * (1 + inserts * k / n_allowed)).
+    """
+    logits = np.asarray(logits, dtype=np.float32)
+    out = sample_batch(logits[None], [mask], [GREEDY], [0.0], n_top=[max(n, 0)])
+    k = int(out.top_counts[0])
+    return out.top_ids[0, :k].copy(), out.top_logprobs[0, :k].copy()
+
+
+@dataclass(frozen=True)
+class BatchSample:
+    """What `sample_batch` picked, row by row.
+
+    Attributes:
+        tokens: int64 `[B]`, the token ids.
+        logprobs: float64 `[B]`, their logprobs (the log-softmax over the row's allowed tokens).
+        top_ids: int64 `[B, K]`, each row's most likely allowed tokens, best first (K the
+            largest `n_top`); only the first `top_counts[b]` of row b are set.
+        top_logprobs: float64 `[B, K]`, their logprobs.
+        top_counts: int64 `[B]`, min(n_top[b], number allowed in row b).
+    """
+
+    tokens: np.ndarray
+    logprobs: np.ndarray
+    top_ids: np.ndarray
+    top_logprobs: np.ndarray
+    top_counts: np.ndarray
+
+    def top(self, b: int) -> tuple[tuple[int, float], ...]:
+        """Row b's top list as ((token id, logprob), ...), best first."""
+        k = int(self.top_counts[b])
+        ids, logprobs = self.top_ids[b, :k].tolist(), self.top_logprobs[b, :k].tolist()
+        return tuple(zip(ids, logprobs, strict=True))
+
+
+@functools.lru_cache(maxsize=256)
+def _param_row(params: SamplingParams) -> tuple[float, ...]:
+    """`params` as a row of the kernel's float64 params table (columns in kernel order)."""
+    return (
+        params.temperature,
+        params.top_k,
+        params.top_p,
+        params.min_p,
+        params.presence_penalty,
+        params.frequency_penalty,
+        params.repetition_penalty,
+    )
+
+
+_NO_IDS = np.zeros(0, np.int64)
+
+
+def _ragged(ids: Sequence[Sequence[int] | np.ndarray] | None, rows: int, used: list[bool]):
+    """Rows of ids back to back (int64) and their starts (int64 `[rows + 1]`); a row not `used`
+    is left empty."""
+    if ids is None or not any(used):
+        return _NO_IDS, np.zeros(rows + 1, np.int64)
+    if len(ids) != rows:
+        raise ValueError(f"{len(ids)} rows of ids for {rows} rows of logits")
+    parts = [np.asarray(ids[b], dtype=np.int64) if used[b] else _NO_IDS for b in range(rows)]
+    starts = np.zeros(rows + 1, np.int64)
+    np.cumsum([len(part) for part in parts], out=starts[1:])
+    return np.concatenate(parts), starts
+
+
+def sample_batch(
+    logits: np.ndarray,
+    masks: Sequence[np.ndarray | None],
+    params: Sequence[SamplingParams],
+    uniforms: Sequence[float] | np.ndarray,
+    prompt_ids: Sequence[Sequence[int] | np.ndarray] | None = None,
+    output_ids: Sequence[Sequence[int] | np.ndarray] | None = None,
+    n_top: Sequence[int] | None = None,
+    rows: Sequence[int] | np.ndarray | None = None,
+    parallel: bool = False,
+) -> BatchSample:
+    """Sample every row of a batch in one Numba call, each row with its own mask, settings,
+    penalties and draw.
+
+    Args:
+        logits: float32 `[N, V]`, the model's raw logits (read, never written).
+        masks: B packed uint32 `[ceil(V / 32)]` masks, None for a free row.
+        params: B `SamplingParams`.
+        uniforms: B draws in [0, 1) (ignored for greedy rows): row b's draw is the inverse CDF
+            at `uniforms[b]`. Taking them from each request's own generator keeps each row's
+            tokens independent of the batch.
+        prompt_ids, output_ids: B rows of token ids for the penalties (read only for rows with
+            a penalty on), or None.
+        n_top: B counts of top_logprobs wanted (>= 0), or None for none.
+        rows: B row indexes into `logits` (int), or None for rows 0..B-1 (then N == B). Rows of
+            the last decode's logits can be sampled in place this way.
+        parallel: spread the rows over Numba's threads (`prange`); the same results. Off by
+            default: one thread does a row of 49,152 logits in tens of microseconds, and a
+            parallel region waits for every thread, which on a busy machine (BLAS threads
+            spinning after a forward pass, other processes) costs milliseconds.
+
+    Returns:
+        A `BatchSample`.
+
+    Raises:
+        NoTokenAllowedError: a row's mask allows no token (the message names the row).
+        ValueError: lengths or shapes that do not agree, a mask with bits beyond V.
+
+    O(B * (V / 32 + n_allowed)) plus penalties, truncation and top lists: see
+    `corral.kernels.sample_rows`.
+    """
+    logits = np.ascontiguousarray(logits, dtype=np.float32)
+    if logits.ndim != 2:
+        raise ValueError(f"logits must be [N, V], not of shape {logits.shape}")
+    b_rows = len(masks)
+    row_index = (
+        np.arange(b_rows, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
+    )
+    if rows is None and logits.shape[0] != b_rows:
+        raise ValueError(f"{logits.shape[0]} rows of logits for {b_rows} masks")
+    if len(row_index) != b_rows or len(params) != b_rows or len(uniforms) != b_rows:
+        raise ValueError(
+            f"{b_rows} masks, {len(row_index)} rows, {len(params)} params and "
+            f"{len(uniforms)} uniforms: one of each per row"
+        )
+    if b_rows and not (row_index.min() >= 0 and row_index.max() < logits.shape[0]):
+        raise ValueError(f"a row index outside the {logits.shape[0]} rows of logits")
+    mask_block, mask_rows = _stack_masks(masks, logits.shape[1])
+    table = np.array([_param_row(p) for p in params], dtype=np.float64).reshape(b_rows, -1)
+    penalized = [p.penalized for p in params]
+    prompt, prompt_start = _ragged(prompt_ids, b_rows, penalized)
+    output, output_start = _ragged(output_ids, b_rows, penalized)
+    wanted = np.zeros(b_rows, np.int64) if n_top is None else np.asarray(n_top, dtype=np.int64)
+    if len(wanted) != b_rows or (b_rows and wanted.min() < 0):
+        raise ValueError(f"n_top must be {b_rows} counts >= 0")
+    k = int(wanted.max()) if b_rows else 0
+    tokens = np.empty(b_rows, np.int64)
+    logprobs = np.empty(b_rows, np.float64)
+    top_ids = np.empty((b_rows, k), np.int64)
+    top_logprobs = np.empty((b_rows, k), np.float64)
+    top_counts = np.empty(b_rows, np.int64)
+    run = kernel.sample_rows_parallel if parallel and b_rows > 1 else kernel.sample_rows
+    empty = run(
+        logits, row_index, mask_block, mask_rows, table,
+        np.asarray(uniforms, dtype=np.float64), prompt, prompt_start, output, output_start,
+        wanted, tokens, logprobs, top_ids, top_logprobs, top_counts,
+    )  # fmt: skip
+    if empty >= 0:
+        raise NoTokenAllowedError(f"the mask of row {empty} allows no token")
+    return BatchSample(tokens, logprobs, top_ids, top_logprobs, top_counts)
+
+
+def _stack_masks(masks: Sequence[np.ndarray | None], v: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the non-None masks stacked, uint32 `[M, ceil(v / 32)]`; each row's index into them or
+    -1, int64 `[B]`)."""
+    words = (v + 31) // 32
+    given = [m for m in masks if m is not None]
+    mask_rows = np.full(len(masks), -1, np.int64)
+    if not given:
+        return np.zeros((0, words), np.uint32), mask_rows
+    mask_rows[[b for b, m in enumerate(masks) if m is not None]] = np.arange(len(given))
+    block = np.ascontiguousarray(np.stack(given), dtype=np.uint32)
+    if block.shape[1] != words:
+        raise ValueError(f"a mask of {block.shape[1]} words does not fit {v} logits")
+    if v % 32 and (block[:, -1] >> np.uint32(v % 32)).any():
+        raise ValueError(f"a mask allows a token at or beyond the vocabulary's {v}")
+    return block, mask_rows
+
+
 def apply_mask(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Logits with the disallowed tokens set to -inf (a new float32 array).
+    """Logits with the disallowed tokens set to -inf (a new float32 array), for callers that
+    bring their own sampler; `sample` and `sample_batch` mask without it.
 
     Args:
         logits: float32 `[V]` or `[B, V]`.
@@ -103,99 +334,6 @@ def apply_mask(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
     if not bits.any(axis=-1).all():
         raise NoTokenAllowedError("the mask allows no token")
     return np.where(bits, logits, np.float32(-np.inf))
-
-
-def sample(
-    logits: np.ndarray,
-    params: SamplingParams,
-    rng: np.random.Generator,
-    mask: np.ndarray | None = None,
-    prompt_ids: Sequence[int] | np.ndarray = (),
-    output_ids: Sequence[int] | np.ndarray = (),
-) -> tuple[int, float]:
-    """Pick one token among those `mask` allows (all when None).
-
-    Args:
-        logits: float32 `[V]`, the model's raw logits.
-        params: the sampling settings.
-        rng: a seeded generator (one uniform draw per sampled token; none when greedy).
-        mask: packed uint32 `[ceil(V / 32)]`, or None for no constraint.
-        prompt_ids, output_ids: token ids, for the penalties.
-
-    Returns:
-        (token id, logprob): the logprob is the model's log-softmax over the allowed tokens
-        (before penalties, temperature and truncation), a float.
-
-    Raises:
-        NoTokenAllowedError: the mask allows no token.
-
-    O(V / 32 + n_allowed) plus a sort of the top-p slice.
-    """
-    logits = np.asarray(logits, dtype=np.float32)
-    allowed = None
-    values = logits
-    if mask is not None:
-        allowed = _Allowed(mask, logits)
-        values = allowed.values
-        if not len(values):
-            raise NoTokenAllowedError("the mask allows no token")
-    shifted, log_total = _log_softmax_parts(values)
-    weights = np.exp(shifted)
-    scores = _penalized(values, allowed, params, prompt_ids, output_ids)
-    if params.greedy:
-        i = int(np.argmax(scores))
-    else:
-        if scores is not values or params.temperature != 1.0:
-            weights = np.exp((scores - scores.max()) / np.float32(params.temperature))
-        i = _draw(weights, params, rng.random())
-    token = i if allowed is None else allowed.token(i)
-    return token, float(shifted[i]) - log_total
-
-
-def top_logprobs(
-    logits: np.ndarray, mask: np.ndarray | None, n: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """The `n` most likely allowed tokens and their logprobs (the model's log-softmax over the
-    allowed tokens, as `sample` reports), most likely first, for OpenAI's `top_logprobs`.
-    A token's logprob here is bit for bit the one `sample` reports for it.
-
-    Args:
-        logits: float32 `[V]`; mask: packed uint32 `[ceil(V / 32)]` or None (all allowed).
-        n: how many, >= 0.
-
-    Returns:
-        (token ids int64 `[k]`, logprobs float64 `[k]`), k = min(n, number allowed); ties in
-        logit order by id.
-
-    Raises:
-        NoTokenAllowedError: the mask allows no token.
-
-    O(V / 32 + n_allowed + k log k).
-    """
-    logits = np.asarray(logits, dtype=np.float32)
-    if mask is None:
-        ids, values = np.arange(logits.shape[0]), logits
-    else:
-        allowed = _Allowed(mask, logits)
-        values = allowed.values
-        if not len(values):
-            raise NoTokenAllowedError("the mask allows no token")
-        ids = None
-    k = min(n, len(values))
-    if k <= 0:
-        return np.empty(0, np.int64), np.empty(0, np.float64)
-    shifted, log_total = _log_softmax_parts(values)
-    best = np.argpartition(-values, k - 1)[:k] if k < len(values) else np.arange(len(values))
-    best = best[np.lexsort((best, -values[best]))]
-    tokens = best if ids is not None else np.array([allowed.token(int(i)) for i in best])
-    return tokens.astype(np.int64), shifted[best].astype(np.float64) - log_total
-
-
-def _log_softmax_parts(values: np.ndarray) -> tuple[np.ndarray, float]:
-    """(values - max as float32, log of the sum of their exponentials): a value's logprob is
-    `float(shifted[i]) - log_total`. One function, so `sample` and `top_logprobs` agree exactly."""
-    shifted = values - values.max()
-    return shifted, math.log(float(np.exp(shifted).sum()))
 
 
 def constrained_sample(
@@ -225,184 +363,18 @@ def constrained_sample_batch(
     prompt_ids: Sequence[Sequence[int]] | None = None,
     output_ids: Sequence[Sequence[int]] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """`constrained_sample` for each row of float32 `[B, V]` logits.
+    """`constrained_sample` for each row of float32 `[B, V]` logits, in one `sample_batch` call.
 
     `constraints[b]` may be None (an unconstrained row). `params` and `rngs` are one for all rows
-    or one per row. Returns (tokens int64 `[B]`, logprobs float32 `[B]`). O(B) single-row samples.
+    or one per row (one shared generator draws the rows' uniforms in row order). Returns (tokens
+    int64 `[B]`, logprobs float32 `[B]`).
     """
     b_rows = len(constraints)
     if logits.shape[0] != b_rows:
         raise ValueError(f"{logits.shape[0]} rows of logits for {b_rows} constraints")
-    tokens = np.empty(b_rows, dtype=np.int64)
-    logprobs = np.empty(b_rows, dtype=np.float32)
-    for b, constraint in enumerate(constraints):
-        p = params if isinstance(params, SamplingParams) else params[b]
-        g = rngs if isinstance(rngs, np.random.Generator) else rngs[b]
-        mask = None if constraint is None else constraint.mask()
-        tokens[b], logprobs[b] = sample(
-            logits[b],
-            p,
-            g,
-            mask,
-            () if prompt_ids is None else prompt_ids[b],
-            () if output_ids is None else output_ids[b],
-        )
-    return tokens, logprobs
-
-
-class _Allowed:
-    """The allowed tokens of a packed mask as positions 0..n-1 (ascending ids): `values` holds
-    their logits, `word_start[w]` the number of allowed tokens before word w."""
-
-    __slots__ = ("mask", "values", "word_start")
-
-    def __init__(self, mask: np.ndarray, logits: np.ndarray):
-        self.mask = np.ascontiguousarray(mask, dtype=np.uint32)
-        if self.mask.shape[0] != (logits.shape[0] + 31) // 32:
-            raise ValueError(f"a mask of {self.mask.shape[0]} words for {logits.shape[0]} logits")
-        values = np.empty(self.mask.shape[0] * 32, dtype=np.float32)
-        self.word_start = np.empty(self.mask.shape[0] + 1, dtype=np.int64)
-        n = _gather(self.mask, logits, values, self.word_start)
-        self.values = values[:n]
-
-    def token(self, position: int) -> int:
-        """The token id at `position`."""
-        w = int(np.searchsorted(self.word_start, position, side="right")) - 1
-        word, k = int(self.mask[w]), position - int(self.word_start[w])
-        for j in range(32):
-            if (word >> j) & 1:
-                if k == 0:
-                    return w * 32 + j
-                k -= 1
-        raise AssertionError("position beyond the mask")
-
-    def positions(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(positions of the allowed ones among `tokens`, which of `tokens` are allowed)."""
-        tokens = np.asarray(tokens, dtype=np.int64)
-        inside = (tokens >= 0) & (tokens < self.mask.shape[0] * 32)
-        w = np.where(inside, tokens >> 5, 0)
-        bit = (tokens & 31).astype(np.uint32)
-        words = self.mask[w]
-        kept = inside & (((words >> bit) & np.uint32(1)) == 1)
-        below = words & ((np.uint32(1) << bit) - np.uint32(1))
-        pos = self.word_start[w] + np.bitwise_count(below)
-        return pos[kept], kept
-
-
-@numba.njit(cache=True, boundscheck=False)
-def _gather(mask, logits, values, word_start):
-    """Copy the logits of the set bits of `mask` into `values` (in id order) and the running
-    count of set bits before each word into `word_start`; return the count. Bits at or beyond
-    len(logits) must be clear. O(len(mask) + n_allowed); a full word is one 32-value copy."""
-    n = 0
-    for w in range(mask.shape[0]):
-        word_start[w] = n
-        word = mask[w]
-        if word == 0:
-            continue
-        base = w * 32
-        if word == 0xFFFFFFFF:
-            source = logits[base : base + 32]
-            target = values[n : n + 32]
-            for j in range(32):
-                target[j] = source[j]
-            n += 32
-            continue
-        for j in range(32):
-            if (word >> j) & 1:
-                values[n] = logits[base + j]
-                n += 1
-    word_start[mask.shape[0]] = n
-    return n
-
-
-def _penalized(values, allowed, params, prompt_ids, output_ids) -> np.ndarray:
-    """The allowed logits after the repetition, presence and frequency penalties (float32)."""
-    penalize = params.presence_penalty or params.frequency_penalty
-    repeat = params.repetition_penalty != 1.0
-    if not ((penalize and len(output_ids)) or (repeat and (len(output_ids) or len(prompt_ids)))):
-        return values
-    scores = values.copy()
-    if repeat:
-        seen = np.unique(np.concatenate([np.asarray(prompt_ids), np.asarray(output_ids)]))
-        pos, _ = _positions(allowed, seen, len(values))
-        hit = scores[pos]
-        penalty = np.float32(params.repetition_penalty)
-        scores[pos] = np.where(hit > 0, hit / penalty, hit * penalty)
-    if penalize and len(output_ids):
-        tokens, counts = np.unique(np.asarray(output_ids, dtype=np.int64), return_counts=True)
-        pos, kept = _positions(allowed, tokens, len(values))
-        scores[pos] -= np.float32(params.frequency_penalty) * counts[kept] + np.float32(
-            params.presence_penalty
-        )
-    return scores
-
-
-def _positions(allowed, tokens, n):
-    """(positions among the allowed values of the allowed `tokens`, which tokens are allowed)."""
-    tokens = np.asarray(tokens, dtype=np.int64)
-    if allowed is None:
-        kept = (tokens >= 0) & (tokens < n)
-        return tokens[kept], kept
-    return allowed.positions(tokens)
-
-
-def _draw(weights: np.ndarray, params: SamplingParams, uniform: float) -> int:
-    """The position drawn from unnormalized probabilities `weights` (float32, max 1) after top-k,
-    top-p and min-p, by the inverse CDF at `uniform` in [0, 1)."""
-    n = len(weights)
-    p = weights
-    if 0 < params.top_k < n:
-        kth = np.partition(p, n - params.top_k)[n - params.top_k]
-        p = np.where(p >= kth, p, np.float32(0))
-    if params.top_p < 1.0:
-        p = _top_p(p, params.top_p)
-    if params.min_p > 0.0:
-        p = np.where(p >= np.float32(params.min_p) * p.max(), p, np.float32(0))
-    return _inverse_cdf(p, uniform)
-
-
-_BLOCK = 512
-
-
-def _inverse_cdf(p: np.ndarray, uniform: float) -> int:
-    """The first position whose cumulative weight exceeds `uniform` times the total: block sums
-    first, then a cumulative sum inside one block (O(n) with a small constant; NumPy's cumsum
-    over 49,152 values costs 120 us here, the block sums 11 us)."""
-    n = len(p)
-    n_full = n // _BLOCK * _BLOCK
-    if n_full == 0:
-        cumulative = np.cumsum(p, dtype=np.float64)
-        return min(int(np.searchsorted(cumulative, uniform * cumulative[-1], side="right")), n - 1)
-    sums = p[:n_full].reshape(-1, _BLOCK).sum(axis=1, dtype=np.float64)
-    if n_full < n:
-        sums = np.append(sums, p[n_full:].sum(dtype=np.float64))
-    block_cumulative = np.cumsum(sums)
-    target = uniform * block_cumulative[-1]
-    b = min(int(np.searchsorted(block_cumulative, target, side="right")), len(sums) - 1)
-    while sums[b] == 0:  # rounding at the very end: step back to a block with weight
-        b -= 1
-    start = b * _BLOCK
-    inside = np.cumsum(p[start : start + _BLOCK], dtype=np.float64)
-    rest = target - (block_cumulative[b] - sums[b])
-    j = min(int(np.searchsorted(inside, rest, side="right")), len(inside) - 1)
-    while p[start + j] == 0:  # never return a zero-weight position
-        j -= 1
-    return start + j
-
-
-def _top_p(p: np.ndarray, top_p: float) -> np.ndarray:
-    """Zero every weight below the smallest one of the top-p set. Only candidates above a
-    threshold are sorted (the threshold drops 10^4-fold until they hold top_p of the mass, then
-    to zero): O(n + k log k) for k candidates."""
-    target = top_p * float(p.sum(dtype=np.float64))
-    threshold = float(p.max()) * 1e-4 if len(p) > 1024 else 0.0
-    while True:
-        candidates = p[p >= threshold]
-        if threshold == 0.0 or float(candidates.sum(dtype=np.float64)) >= target:
-            break
-        threshold = threshold * 1e-4 if threshold > 1e-30 else 0.0
-    top = np.sort(candidates)[::-1]
-    cumulative = np.cumsum(top, dtype=np.float64)
-    cut = min(int(np.searchsorted(cumulative, target)), len(top) - 1)
-    return np.where(p >= top[cut], p, np.float32(0))
+    every = [params] * b_rows if isinstance(params, SamplingParams) else list(params)
+    generators = [rngs] * b_rows if isinstance(rngs, np.random.Generator) else list(rngs)
+    uniforms = [0.0 if p.greedy else g.random() for p, g in zip(every, generators, strict=True)]
+    masks = [None if c is None else c.mask() for c in constraints]
+    out = sample_batch(logits, masks, every, uniforms, prompt_ids, output_ids)
+    return out.tokens, out.logprobs.astype(np.float32)

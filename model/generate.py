@@ -6,8 +6,10 @@ A `Generator(model, batch_size, max_len=None)` runs requests on one KV cache of 
 sequence, and decodes them all together, one forward pass for the whole batch; it returns the
 `(handle, GenerationResult)` of the sequences that ended, whose slots go to the next waiting
 requests. Between steps, `partial_text()` shows what each live sequence wrote so far (streaming)
-and `cancel(handle)` drops a request (a client that went away). At each step each sequence's
-mask is applied before the log-softmax (`corral.kernels.sample`) and its `Constraint` advances.
+and `cancel(handle)` drops a request (a client that went away). At each step the masks of all
+sampling sequences are applied before the log-softmax and their tokens drawn in one Numba call
+(`corral.kernels.sample_batch` over the rows of the last forward pass, each row with its own
+settings and one uniform draw from its request's generator), and each `Constraint` advances.
 `iter_generate` and `generate` are thin loops over a `Generator` for a fixed list of requests.
 
 The engine knows nothing of HTTP or OpenAI shapes: a request is prompt token ids, sampling
@@ -68,7 +70,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from corral.kernels import TokenNotAllowedError, Vocabulary, sample, top_logprobs
+from corral.kernels import TokenNotAllowedError, Vocabulary, sample_batch, top_logprobs
 from corral.model import kv_cache
 from corral.model.generation_request import (
     BudgetTooSmallError,
@@ -137,60 +139,83 @@ class _Sequence:
         self.forced: deque[int] = deque()
         self.generated = 0  # tokens generated, EOS included
         self.logits: np.ndarray | None = None
+        self.block: np.ndarray | None = None  # float32 [N, V]: self.logits is block[row]
+        self.row = 0
         self.finish_reason: str | None = None
         self._stop = [s.encode("utf-8") for s in request.stop if s]
         self._trigger = request.trigger.encode("utf-8") if request.trigger else None
 
-    def receive(self, logits: np.ndarray) -> None:
-        """Take the model's next-token logits (float32 [V]), with the request's logit_bias."""
+    def receive(self, block: np.ndarray, row: int) -> None:
+        """Take the model's next-token logits, row `row` of float32 `[N, V]` `block`, with the
+        request's logit_bias (a biased row is a copy, a block of its own)."""
         if len(self._bias_ids):
-            logits = logits.copy()
-            logits[self._bias_ids] += self._bias_values
-        self.logits = logits
+            block, row = block[row : row + 1].copy(), 0
+            block[0, self._bias_ids] += self._bias_values
+        self.block, self.row, self.logits = block, row, block[row]
 
-    def choose(self, eos_ids: frozenset[int]) -> int | None:
-        """Pick the next token from `self.logits` and record it; None when the sequence ended
-        without a token (EOS, a complete answer with nothing left, or the budget spent)."""
+    def before_sample(self) -> np.ndarray | bool:
+        """This step's work before sampling: end the sequence (`finish_reason` set: a complete
+        answer, or the budget spent) or take a forced token (recorded here), returning False;
+        else return the packed mask to sample under, or True for free text."""
         left = self.request.max_tokens - self.generated
         constraint = self.constraint
         if constraint is not None and constraint.done:
             self.finish_reason = "stop"
-            return None
+            return False
         if left <= 0:
             complete = constraint is not None and constraint.is_complete()
             self.finish_reason = "stop" if complete else "length"
-            return None
-        mask = None
+            return False
         if self.forced:
-            token = self.forced.popleft()
-            logprob = _logprob(self.logits, token)
-        else:
-            if constraint is not None:
-                mask = constraint.mask(left if self.request.budget_aware else None)
-            params = self.request.params
-            token, logprob = sample(self.logits, params, self.rng, mask, self.prompt, self.ids)
-            if constraint is not None:
-                constraint.advance(token)
-            if token in eos_ids and (constraint is None or constraint.done):
-                self.generated += 1
-                self.finish_reason = "stop"
-                return None
+            token, start = self.forced.popleft(), len(self.text)
+            self._record(token, _logprob(self.logits, token), None)
+            if self.constraint is None:
+                self._after_free_text(start)
+            return False
+        if constraint is None:
+            return True
+        return constraint.mask(left if self.request.budget_aware else None)
+
+    def uniform(self) -> float:
+        """This sequence's draw for its next sampled token (none when greedy: 0.0)."""
+        return 0.0 if self.request.params.greedy else self.rng.random()
+
+    def after_sample(
+        self, token: int, logprob: float, top: tuple[tuple[int, float], ...] | None, eos_ids
+    ) -> None:
+        """Take the sampled `token`, its logprob and top list (under the mask it was sampled
+        under): advance the constraint, end on EOS, else record it and look for stop strings
+        and the trigger."""
+        constraint = self.constraint
+        if constraint is not None:
+            constraint.advance(token)
+        if token in eos_ids and (constraint is None or constraint.done):
+            self.generated += 1
+            self.finish_reason = "stop"
+            return
         start = len(self.text)
-        self._record(token, logprob, mask)
+        self._record(token, logprob, None, top)
         if self.constraint is None:
             self._after_free_text(start)
-        return token
 
-    def _record(self, token: int, logprob: float, mask: np.ndarray | None) -> None:
+    def _record(
+        self,
+        token: int,
+        logprob: float,
+        mask: np.ndarray | None,
+        top: tuple[tuple[int, float], ...] | None = None,
+    ) -> None:
         """Append a generated token: its id, logprob, bytes and, if asked for, the top
-        alternatives under `mask` (the one it was sampled under; None: the whole vocabulary)."""
+        alternatives (`top`, else computed under `mask`; None: the whole vocabulary)."""
         self.generated += 1
         self.ids.append(token)
         self.logprobs.append(logprob)
         self.text += self.vocabulary.tokens[token] or b""
         if self.top is not None:
-            ids, logprobs = top_logprobs(self.logits, mask, self.request.top_logprobs)
-            self.top.append(tuple(zip(ids.tolist(), logprobs.tolist(), strict=True)))
+            if top is None:
+                ids, logprobs = top_logprobs(self.logits, mask, self.request.top_logprobs)
+                top = tuple(zip(ids.tolist(), logprobs.tolist(), strict=True))
+            self.top.append(top)
 
     def _unrecord(self) -> None:
         """Take back the last `_record`."""
@@ -375,21 +400,50 @@ class Generator:
         self._admit()
         stats = self.stats
         started = time.perf_counter()
+        self._choose()
         finished, tokens, still = [], [], []
         for seq in self._live:
-            token = seq.choose(self._eos_ids) if seq.finish_reason is None else None
-            if token is None or seq.finish_reason is not None:
+            if seq.finish_reason is not None:
                 stats.completion_tokens += seq.generated
                 self._free.append(seq.slot)
                 finished.append((seq.handle, seq.result()))
             else:
-                tokens.append(token)
+                tokens.append(seq.ids[-1])  # after a trigger's respelling: the new token
                 still.append(seq)
         stats.mask_and_sample_seconds += time.perf_counter() - started
         self._live = still
         if still:
             self._decode(tokens)
         return finished
+
+    def _choose(self) -> None:
+        """Pick the next token of every live sequence: endings and forced tokens first, then
+        every sequence that samples, in one `sample_batch` call per block of logits (one in a
+        decode step; the prefill's block and biased rows are blocks of their own)."""
+        groups: dict[int, list[tuple[_Sequence, np.ndarray | None]]] = {}
+        for seq in self._live:
+            if seq.finish_reason is None:
+                mask = seq.before_sample()
+                if mask is not False:
+                    group = groups.setdefault(id(seq.block), [])
+                    group.append((seq, None if mask is True else mask))
+        for group in groups.values():
+            sampling = [seq for seq, _ in group]
+            penalized = any(seq.request.params.penalized for seq in sampling)
+            out = sample_batch(
+                sampling[0].block,
+                [mask for _, mask in group],
+                [seq.request.params for seq in sampling],
+                [seq.uniform() for seq in sampling],
+                [seq.prompt for seq in sampling] if penalized else None,
+                [seq.ids for seq in sampling] if penalized else None,
+                [seq.request.top_logprobs or 0 for seq in sampling],
+                [seq.row for seq in sampling],
+            )
+            tokens, logprobs = out.tokens.tolist(), out.logprobs.tolist()
+            for b, seq in enumerate(sampling):
+                top = out.top(b) if seq.top is not None else None
+                seq.after_sample(tokens[b], logprobs[b], top, self._eos_ids)
 
     def _admit(self) -> None:
         admitted = []
@@ -403,8 +457,8 @@ class Generator:
             self._cache.reset(seq.slot)
         slots = [seq.slot for seq in admitted]
         logits = self.model.prefill_batch(self._cache, slots, [seq.prompt for seq in admitted])
-        for row, seq in zip(logits, admitted, strict=True):
-            seq.receive(row)
+        for row, seq in enumerate(admitted):
+            seq.receive(logits, row)
         self.stats.prefill_seconds += time.perf_counter() - started
         self._live.extend(admitted)
 
@@ -417,8 +471,8 @@ class Generator:
         logits = self.model.decode(self._cache, slots, [tokens[i] for i in order])
         self.stats.forward_seconds += time.perf_counter() - started
         self.stats.steps += 1
-        for row, seq in zip(logits, self._live, strict=True):
-            seq.receive(row)
+        for row, seq in enumerate(self._live):
+            seq.receive(logits, row)
 
 
 def iter_generate(

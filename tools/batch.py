@@ -220,7 +220,9 @@ def drop_torn_tail(output: Path) -> int:
 class BatchSummary:
     """Counts of a batch run: lines answered, lines refused (error lines), answers (choices)
     that are not valid for their request (must stay 0), answers cut by max_tokens (free text
-    only: constrained answers end within their budget), tokens and seconds."""
+    only: constrained answers end within their budget), tokens and seconds, and the grammar
+    cache's hits and misses during the run (`GrammarCompiler.hits` and `misses`: a miss built, or
+    tried to build, a grammar's token index)."""
 
     requests: int = 0
     errors: int = 0
@@ -228,13 +230,18 @@ class BatchSummary:
     cut: int = 0
     completion_tokens: int = 0
     seconds: float = 0.0
+    grammar_hits: int = 0
+    grammar_misses: int = 0
 
     def line(self) -> str:
         rate = self.completion_tokens / self.seconds if self.seconds else 0.0
+        lookups = self.grammar_hits + self.grammar_misses
+        hit_rate = 100 * self.grammar_hits / lookups if lookups else 0.0
         return (
             f"{self.requests} answered, {self.errors} refused, {self.invalid} invalid answers, "
             f"{self.cut} answers cut by max_tokens, {self.completion_tokens} completion tokens "
-            f"in {self.seconds:.1f} s ({rate:.1f} tokens/s)"
+            f"in {self.seconds:.1f} s ({rate:.1f} tokens/s), grammar cache {self.grammar_hits} "
+            f"hits / {self.grammar_misses} misses ({hit_rate:.0f}% hit rate)"
         )
 
 
@@ -314,6 +321,7 @@ def run_batch(
     Returns a `BatchSummary`. Never raises for a bad line: it becomes an error line."""
     summary = BatchSummary()
     started = time.perf_counter()
+    hits, misses = engine.compiler.hits, engine.compiler.misses
     writer = _Writer(out, summary)
     pending = _prepare(engine, lines, skip, default_max_tokens, writer, progress, numbers)
     generator, handles = _submit(engine, pending, batch_size, writer)
@@ -336,6 +344,8 @@ def run_batch(
     finally:
         bar.close()
     summary.seconds = time.perf_counter() - started
+    summary.grammar_hits = engine.compiler.hits - hits
+    summary.grammar_misses = engine.compiler.misses - misses
     return summary
 
 

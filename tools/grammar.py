@@ -431,6 +431,12 @@ class GrammarCompiler:
     Args:
         vocabulary: the model's `corral.kernels.Vocabulary`.
         max_entries: how many token indexes to keep (`DEFAULT_MAX_GRAMMARS`); at least 1.
+
+    Attributes:
+        hits: lookups answered from the cache, since creation.
+        misses: lookups that built an index, or tried to (a grammar seen for the first time,
+            again after it was dropped, or refused), since creation. The hit rate of a run is
+            the difference of both counts before and after it.
     """
 
     def __init__(self, vocabulary: Vocabulary, max_entries: int = DEFAULT_MAX_GRAMMARS):
@@ -440,10 +446,18 @@ class GrammarCompiler:
         self.max_entries = max_entries
         self._indexes: OrderedDict[str, TokenIndex] = OrderedDict()
         self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
 
     def __len__(self) -> int:
         """The number of token indexes in the cache."""
         return len(self._indexes)
+
+    @property
+    def hit_rate(self) -> float:
+        """hits / (hits + misses), 0.0 before any lookup."""
+        lookups = self.hits + self.misses
+        return self.hits / lookups if lookups else 0.0
 
     def index(self, grammar: Grammar) -> TokenIndex:
         """The token index of `grammar`: from the cache, or built (`compile_dfa`, then
@@ -452,7 +466,9 @@ class GrammarCompiler:
             index = self._indexes.get(grammar.key)
             if index is not None:
                 self._indexes.move_to_end(grammar.key)
+                self.hits += 1
                 return index
+            self.misses += 1
         index = TokenIndex(compile_dfa(grammar), self.vocabulary)
         with self._lock:
             self._indexes[grammar.key] = index

@@ -138,6 +138,7 @@ class Server:
         self.engine = engine
         self.config = config
         self.metrics = Metrics()
+        self.metrics.watch_grammars(engine.compiler)
         self.thread = EngineThread(
             engine.model, config.batch_size, config.max_len, config.max_waiting, self.metrics
         )

@@ -31,6 +31,7 @@ from corral.model.generate import GenerationRequest, GenerationResult, Generator
 from corral.tools.parser import ToolParser
 from corral.tools.shapes import CallStart, Content, ToolEvent
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
 
 DEFAULT_MAX_WAITING = 64
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -65,6 +66,26 @@ class Metrics:
             "corral_mask_and_sample_seconds", "Seconds spent in token masks and sampling",
             registry=r,
         )  # fmt: skip
+
+    def watch_grammars(self, compiler) -> None:
+        """Serve `compiler`'s cache counts (`GrammarCompiler.hits` and `misses`) as the counter
+        `corral_grammar_cache_lookups_total{result="hit"|"miss"}`, read at each scrape."""
+        self.registry.register(_GrammarCacheCollector(compiler))
+
+
+class _GrammarCacheCollector:
+    """A Prometheus collector of a `GrammarCompiler`'s hits and misses."""
+
+    def __init__(self, compiler):
+        self.compiler = compiler
+
+    def collect(self):
+        family = CounterMetricFamily(
+            "corral_grammar_cache_lookups", "Grammar cache lookups by result", labels=["result"]
+        )
+        family.add_metric(["hit"], self.compiler.hits)
+        family.add_metric(["miss"], self.compiler.misses)
+        yield family
 
 
 @dataclass(eq=False)

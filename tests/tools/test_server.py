@@ -327,6 +327,9 @@ def test_metrics_count_what_was_served(server, client):
     assert grew("corral_time_to_first_token_seconds_count") == 2
     assert grew("corral_inter_token_latency_seconds_count") > 0
     assert grew("corral_mask_and_sample_seconds_total") > 0
+    hits = grew("corral_grammar_cache_lookups_total", result="hit")
+    assert hits + grew("corral_grammar_cache_lookups_total", result="miss") == 2
+    assert hits >= 1  # the second request's grammar is the first one's
     assert after[("corral_requests_running", ())] == 0
 
 

@@ -1,0 +1,229 @@
+"""The batched sampler (DESIGN.md section 4): one `sample_batch` call over B rows, each with its
+own mask, settings, penalties and draw, equals B one-row `sample` / `top_logprobs` calls bit for
+bit, and agrees with an independent float64 NumPy reference of the semantics (the log-softmax
+over the allowed tokens, penalties, temperature, top-k, top-p, min-p, the inverse CDF)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from corral.kernels import NoTokenAllowedError, SamplingParams, sample, sample_batch, top_logprobs
+from corral.kernels import sample_rows as kernel
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+
+def pack(allowed: np.ndarray) -> np.ndarray:
+    """bool `[..., V]` -> packed uint32 `[..., ceil(V / 32)]`, bit t % 32 of word t // 32."""
+    v = allowed.shape[-1]
+    padded = np.zeros(allowed.shape[:-1] + ((v + 31) // 32 * 32,), dtype=bool)
+    padded[..., :v] = allowed
+    return np.packbits(padded, axis=-1, bitorder="little").view("<u4")
+
+
+params_strategy = st.builds(
+    SamplingParams,
+    temperature=st.sampled_from([0.0, 0.5, 1.0, 1.7]),
+    top_k=st.sampled_from([0, 1, 3, 50]),
+    top_p=st.sampled_from([1.0, 0.9, 0.3]),
+    min_p=st.sampled_from([0.0, 0.05]),
+    presence_penalty=st.sampled_from([0.0, 0.8]),
+    frequency_penalty=st.sampled_from([0.0, 0.4]),
+    repetition_penalty=st.sampled_from([1.0, 1.3]),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    v=st.integers(1, 2000),
+    params=st.lists(params_strategy, min_size=1, max_size=6),
+    density=st.sampled_from([0.002, 0.1, 0.6, 1.0]),
+    seed=st.integers(0, 2**31),
+)
+def test_batch_equals_one_row_sampler(v, params, density, seed):
+    rng = np.random.default_rng(seed)
+    b_rows = len(params)
+    logits = (rng.standard_normal((b_rows + 2, v)) * 3).astype(np.float32)
+    rows = rng.integers(0, b_rows + 2, b_rows)  # rows of a larger block, possibly repeated
+    allowed = rng.random((b_rows, v)) < density
+    allowed[np.arange(b_rows), rng.integers(0, v, b_rows)] = True
+    free = rng.random(b_rows) < 0.3  # some rows unconstrained
+    masks = [None if free[b] else pack(allowed[b]) for b in range(b_rows)]
+    prompts = [rng.integers(0, v, rng.integers(0, 5)).tolist() for _ in range(b_rows)]
+    outputs = [rng.integers(0, v, rng.integers(0, 8)).tolist() for _ in range(b_rows)]
+    n_top = rng.integers(0, 21, b_rows).tolist()
+    seeds = rng.integers(0, 2**31, b_rows)
+    generators = [np.random.default_rng(s) for s in seeds]
+    uniforms = [0.0 if p.greedy else g.random() for p, g in zip(params, generators, strict=True)]
+    out = sample_batch(logits, masks, params, uniforms, prompts, outputs, n_top, rows)
+    for b in range(b_rows):
+        row = logits[rows[b]]
+        token, logprob = sample(
+            row, params[b], np.random.default_rng(seeds[b]), masks[b], prompts[b], outputs[b]
+        )
+        assert (int(out.tokens[b]), float(out.logprobs[b])) == (token, logprob)
+        ids, logprobs = top_logprobs(row, masks[b], n_top[b])
+        assert out.top(b) == tuple(zip(ids.tolist(), logprobs.tolist(), strict=True))
+        allowed_b = np.ones(v, bool) if free[b] else allowed[b]
+        assert allowed_b[token]
+        assert len(ids) == min(n_top[b], allowed_b.sum())
+
+
+def reference_scores(logits, allowed, params, prompt, output):
+    """float64 scores of the allowed tokens (-inf elsewhere) after the penalties."""
+    scores = logits.astype(np.float64)
+    if params.repetition_penalty != 1.0:
+        seen = np.unique(np.concatenate([prompt, output]).astype(np.int64))
+        hit = scores[seen]
+        scores[seen] = np.where(
+            hit > 0, hit / params.repetition_penalty, hit * params.repetition_penalty
+        )
+    counts = np.bincount(np.asarray(output, np.int64), minlength=len(logits))
+    scores -= params.frequency_penalty * counts + params.presence_penalty * (counts > 0)
+    return np.where(allowed, scores, -np.inf)
+
+
+def reference_draw(scores, params, uniform):
+    """The token of Hugging Face's order (temperature, top-k, top-p, min-p) and the inverse CDF
+    at `uniform`, in float64; None when a rounding margin makes the answer uncertain."""
+    margin = 1e-5
+    if params.greedy:
+        return int(np.argmax(scores))  # the first largest: the lowest id on ties
+    weights = np.exp((scores - scores.max()) / params.temperature)
+    if 0 < params.top_k < np.isfinite(scores).sum():
+        kth = np.sort(scores[np.isfinite(scores)])[::-1][params.top_k - 1]
+        weights[scores < kth] = 0.0
+    if params.top_p < 1.0:
+        order = np.sort(weights[weights > 0])[::-1]
+        cumulative = np.cumsum(order) / order.sum()
+        if np.abs(cumulative - params.top_p).min() < margin:
+            return None
+        floor = order[min(np.searchsorted(cumulative, params.top_p), len(order) - 1)]
+        weights[weights < floor] = 0.0
+    if params.min_p > 0.0:
+        if np.abs(weights[weights > 0] - params.min_p).min() < margin:
+            return None
+        weights[weights < params.min_p] = 0.0
+    cumulative = np.cumsum(weights) / weights.sum()
+    if np.abs(cumulative - uniform).min() < margin:
+        return None
+    return int(np.searchsorted(cumulative, uniform, side="right"))
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    v=st.integers(2, 3000),
+    params=params_strategy,
+    density=st.sampled_from([0.01, 0.3, 1.0]),
+    seed=st.integers(0, 2**31),
+)
+def test_agrees_with_a_float64_numpy_reference(v, params, density, seed):
+    rng = np.random.default_rng(seed)
+    logits = (rng.standard_normal(v) * 3).astype(np.float32)
+    allowed = rng.random(v) < density
+    allowed[rng.integers(v)] = True
+    prompt = rng.integers(0, v, rng.integers(0, 5))
+    output = rng.integers(0, v, rng.integers(0, 8))
+    uniform = float(rng.random())
+    expected = reference_draw(
+        reference_scores(logits, allowed, params, prompt, output), params, uniform
+    )
+    assume(expected is not None)
+    out = sample_batch(logits[None], [pack(allowed)], [params], [uniform], [prompt], [output])
+    assert int(out.tokens[0]) == expected
+    masked = np.where(allowed, logits.astype(np.float64), -np.inf)
+    log_softmax = masked - masked.max() - np.log(np.exp(masked - masked.max()).sum())
+    assert float(out.logprobs[0]) == pytest.approx(log_softmax[expected], abs=1e-5)
+
+
+def test_rows_are_independent_of_their_neighbours():
+    """A row's token depends on its own inputs only: reordering the rows changes nothing, and
+    neither does spreading them over threads."""
+    rng = np.random.default_rng(1)
+    logits = rng.standard_normal((5, 700)).astype(np.float32)
+    masks = [None, pack(rng.random(700) < 0.5), None, pack(rng.random(700) < 0.1), None]
+    params = [SamplingParams(temperature=1.0, top_p=0.9), SamplingParams(top_k=5)] * 2
+    params.append(SamplingParams(temperature=0.0))
+    uniforms = rng.random(5)
+    first = sample_batch(logits, masks, params, uniforms, n_top=[3] * 5)
+    order = [4, 2, 0, 3, 1]
+    moved = sample_batch(
+        logits[order],
+        [masks[i] for i in order],
+        [params[i] for i in order],
+        uniforms[order],
+        n_top=[3] * 5,
+    )
+    assert first.tokens[order].tolist() == moved.tokens.tolist()
+    assert first.logprobs[order].tolist() == moved.logprobs.tolist()
+    assert [first.top(i) for i in order] == [moved.top(b) for b in range(5)]
+    spread = sample_batch(logits, masks, params, uniforms, n_top=[3] * 5, parallel=True)
+    assert spread.tokens.tolist() == first.tokens.tolist()
+    assert spread.logprobs.tolist() == first.logprobs.tolist()
+    assert [spread.top(b) for b in range(5)] == [first.top(b) for b in range(5)]
+
+
+def test_a_row_that_allows_nothing_is_named_and_shapes_are_checked():
+    logits = np.zeros((2, 40), np.float32)
+    with pytest.raises(NoTokenAllowedError, match="row 1"):
+        sample_batch(logits, [None, np.zeros(2, np.uint32)], [SamplingParams()] * 2, [0.0, 0.0])
+    with pytest.raises(ValueError, match="words"):
+        sample_batch(logits, [np.ones(1, np.uint32), None], [SamplingParams()] * 2, [0.0, 0.0])
+    with pytest.raises(ValueError, match="beyond"):
+        sample_batch(logits, [np.full(2, 2**31, np.uint32), None], [SamplingParams()] * 2, [0, 0])
+    with pytest.raises(ValueError, match="one of each per row"):
+        sample_batch(logits, [None, None], [SamplingParams()], [0.0, 0.0])
+    with pytest.raises(ValueError, match="outside"):
+        sample_batch(logits, [None], [SamplingParams()], [0.0], rows=[2])
+
+
+def test_rows_of_minus_inf_allowed_logits_are_uniform():
+    """Where every allowed logit is -inf (a caller's own masking), the allowed tokens are taken
+    as equally likely, not NaN."""
+    logits = np.full((1, 10), -np.inf, np.float32)
+    logits[0, 0] = 5.0  # not allowed
+    allowed = np.zeros(10, bool)
+    allowed[[2, 5, 7]] = True
+    for uniform, token in ((0.1, 2), (0.5, 5), (0.9, 7)):
+        out = sample_batch(logits, [pack(allowed)], [SamplingParams()], [uniform])
+        assert int(out.tokens[0]) == token
+        assert float(out.logprobs[0]) == pytest.approx(-np.log(3))
+
+
+def test_the_vectorized_exp_matches_numpy():
+    """`_weights` (Cephes' expf) against np.exp: relative error below 1e-6 down to exp(-87),
+    0 below; block sums and the total in float64."""
+    x = np.concatenate([-np.geomspace(1e-8, 86.9, 3000), [0.0, -87.5, -100.0, -np.inf]])
+    x = x.astype(np.float32)
+    n = len(x)
+    weights = np.empty(n, np.float32)
+    sums = np.empty((n + kernel.BLOCK - 1) // kernel.BLOCK, np.float64)
+    bits = np.empty(kernel.BLOCK, np.int32)
+    total = kernel._weights(
+        x, n, np.float32(0.0), np.float32(1.0), weights, sums, bits, bits.view(np.float32)
+    )
+    expected = np.exp(x.astype(np.float64))
+    live = x >= -87
+    np.testing.assert_allclose(weights[live], expected[live], rtol=1e-6)
+    assert (weights[~live] == 0).all()
+    assert total == pytest.approx(expected[live].sum(), rel=1e-6)
+    assert sums.sum() == pytest.approx(total, rel=1e-12)
+
+
+def test_a_full_vocabulary_row_and_wide_truncation():
+    """SmolLM2's vocabulary size: the top-k and top-p candidates span many buckets, and the
+    chosen token is in the kept set of the reference."""
+    rng = np.random.default_rng(4)
+    v = 49152
+    logits = (rng.standard_normal((3, v)) * 2).astype(np.float32)
+    params = [
+        SamplingParams(top_k=2000),
+        SamplingParams(temperature=0.3, top_p=0.99),
+        SamplingParams(min_p=0.2),
+    ]
+    for b, p in enumerate(params):
+        for uniform in (0.0, 0.5, 0.999):
+            expected = reference_draw(logits[b].astype(np.float64), p, uniform)
+            out = sample_batch(logits[b : b + 1], [None], [p], [uniform])
+            if expected is not None:
+                assert int(out.tokens[0]) == expected
