@@ -36,8 +36,9 @@ def byte_classes(masks: list[int]) -> np.ndarray:
     if not unique:
         return np.zeros(256, dtype=np.int32)
     member = np.stack([mask_to_bools(m) for m in unique])  # [n_masks, 256]
-    signature = np.packbits(member, axis=0).T  # [256, ceil(n_masks / 8)]: byte -> which masks
-    _, inverse = np.unique(signature, axis=0, return_inverse=True)
+    signature = np.ascontiguousarray(np.packbits(member, axis=0).T)  # [256, ceil(n_masks / 8)]
+    rows = signature.view(np.dtype((np.void, signature.shape[1]))).reshape(-1)  # byte -> masks
+    _, inverse = np.unique(rows, return_inverse=True)
     inverse = inverse.reshape(-1)
     _, first_byte = np.unique(inverse, return_index=True)  # smallest byte of each class
     rank = np.empty(len(first_byte), dtype=np.int32)

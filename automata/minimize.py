@@ -167,17 +167,23 @@ def number_breadth_first(trans: np.ndarray, accept: np.ndarray, byte_to_class: n
         `Dfa` with trans int32 `[n_states, 256]` and accept bool `[n_states]`.
     """
     n = trans.shape[0]
-    new_id = np.full(n, -1, dtype=np.int64)
+    # Each state's distinct successors in class order: the live edges (row-major, so by state
+    # then class) without the repeats of a (state, target) pair.
+    sources, classes = np.nonzero(trans >= 0)
+    targets = trans[sources, classes].astype(np.int64)
+    _, firsts = np.unique(sources * n + targets, return_index=True)
+    firsts.sort()
+    successors = targets[firsts].tolist()
+    bounds = np.searchsorted(sources[firsts], np.arange(n + 1)).tolist()
+    new_id = [-1] * n
     new_id[0] = 0
     order = [0]
-    head = 0
-    while head < len(order):
-        row = trans[order[head]]
-        for t in row[row >= 0].tolist():
+    for s in order:  # the list grows while it is read: a breadth-first queue
+        for t in successors[bounds[s] : bounds[s + 1]]:
             if new_id[t] < 0:
                 new_id[t] = len(order)
                 order.append(t)
-        head += 1
+    new_id = np.array(new_id, dtype=np.int64)
     order_arr = np.array(order, dtype=np.int64)
     renumbered = np.where(trans[order_arr] >= 0, new_id[trans[order_arr]], -1)
     full = np.ascontiguousarray(renumbered[:, byte_to_class], dtype=np.int32)
