@@ -18,6 +18,9 @@ import numba
 import numpy as np
 from corral.automata.graph import distances_to
 
+_CHUNKS = 64
+"""Chunks of states in the token-graph walk: each allocates O(n_states) scratch once."""
+
 
 @numba.njit(cache=True)
 def _ends(trans, loops, s, trie, stack, seen, out):
@@ -62,24 +65,28 @@ def token_graph(trans, loops, trie, max_depth):
     tuple (byte, depth, end, categories, token_start); `loops` uint16 `[n_states]` the byte
     categories on which each state loops (`corral.kernels.index.loop_categories`).
 
-    Two trie walks per state (count, then fill), parallel over states: O(sum of nodes visited).
+    Two trie walks per state (count, then fill), parallel over chunks of states (each chunk
+    allocates its scratch arrays once): O(sum of nodes visited + n_states * _CHUNKS).
     """
     n_states = trans.shape[0]
+    n_chunks = min(n_states, _CHUNKS)  # scratch arrays per chunk of states, not per state
     counts = np.zeros(n_states, np.int64)
-    for s in numba.prange(n_states):
+    for k in numba.prange(n_chunks):
         stack = np.empty(max_depth + 1, np.int32)
         seen = np.zeros(n_states, np.bool_)
         out = np.empty(n_states, np.int32)
-        counts[s] = _ends(trans, loops, s, trie, stack, seen, out)
+        for s in range(k, n_states, n_chunks):
+            counts[s] = _ends(trans, loops, s, trie, stack, seen, out)
     start = np.zeros(n_states + 1, np.int64)
     start[1:] = np.cumsum(counts)
     targets = np.empty(start[n_states], np.int32)
-    for s in numba.prange(n_states):
+    for k in numba.prange(n_chunks):
         stack = np.empty(max_depth + 1, np.int32)
         seen = np.zeros(n_states, np.bool_)
         out = np.empty(n_states, np.int32)
-        n = _ends(trans, loops, s, trie, stack, seen, out)
-        targets[start[s] : start[s] + n] = out[:n]
+        for s in range(k, n_states, n_chunks):
+            n = _ends(trans, loops, s, trie, stack, seen, out)
+            targets[start[s] : start[s] + n] = out[:n]
     return start, targets
 
 
