@@ -55,8 +55,9 @@ def subset_construction(
     A DFA state is identified by the NFA states with a byte edge in its epsilon closure and by
     whether the closure holds the accepting state. Each NFA byte edge reads a set of classes (an
     int bitset); per DFA state, the classes are cut into the atoms that every edge of the state
-    reads whole or not at all, and each atom costs one closure (memoized). O(edges of the
-    kernel x atoms) set operations per DFA state, with no work per class but the row's writes.
+    reads whole or not at all (`_atom_plan`, memoized on the kernel's bitsets: the positions of
+    a length-bounded string share it), and each atom costs one closure (memoized). O(edges of
+    the kernel x atoms) per DFA state, with no work per class but the row's writes.
 
     Raises:
         EmptyLanguageError: the start closure has no byte edge and does not accept.
@@ -102,6 +103,7 @@ def subset_construction(
         return cached
 
     class_lists: dict[int, list[int]] = {}
+    plans: dict[tuple[int, ...], list[tuple[int, tuple[int, ...]]]] = {}  # by kernel shape
 
     def classes_of(atom: int) -> list[int]:
         """The classes of an int bitset, ascending (memoized)."""
@@ -122,8 +124,13 @@ def subset_construction(
     i = 0
     while i < len(kernels):
         row = [-1] * n_classes
-        for atom, targets in _atoms(kernels[i], class_sets, edge_target):
-            key = closure(targets)
+        kernel = kernels[i]
+        shape = tuple([class_sets[s] for s in kernel])
+        plan = plans.get(shape)
+        if plan is None:
+            plan = plans[shape] = _atom_plan(shape)
+        for atom, edges in plan:
+            key = closure(tuple([edge_target[kernel[e]] for e in edges]))
             j = index.get(key)
             if j is None:
                 if len(kernels) >= limit:
@@ -155,21 +162,16 @@ def _class_sets(masks: list[int], byte_to_class: np.ndarray) -> list[int]:
     return out
 
 
-def _atoms(kernel: tuple[int, ...], class_sets: list[int], edge_target: list[int]):
-    """(atom, targets) pairs of a DFA state: the atoms are the non-empty int bitsets of classes
-    that every byte edge of the kernel reads whole or not at all, and `targets` the targets of
-    the edges reading an atom, in kernel order."""
-    by_set: dict[int, list[int]] = {}
-    for s in kernel:
-        by_set.setdefault(class_sets[s], []).append(s)
-    if len(by_set) == 1:
-        ((bits, states),) = by_set.items()
-        return [(bits, tuple(edge_target[s] for s in states))]
+def _atom_plan(shape: tuple[int, ...]) -> list[tuple[int, tuple[int, ...]]]:
+    """(atom, edges) pairs for a kernel whose byte edges read the class bitsets `shape`: the
+    atoms are the non-empty class bitsets that every edge reads whole or not at all, and
+    `edges` the positions in `shape` of the edges reading an atom."""
+    distinct = list(dict.fromkeys(shape))
     union = 0
-    for bits in by_set:
+    for bits in distinct:
         union |= bits
     atoms = [union]
-    for bits in by_set:
+    for bits in distinct:
         cut = []
         for a in atoms:
             inside = a & bits
@@ -179,12 +181,11 @@ def _atoms(kernel: tuple[int, ...], class_sets: list[int], edge_target: list[int
             else:
                 cut.append(a)
         atoms = cut
-    out = []
+    plan = []
     for a in atoms:
         low = a & -a  # any class of the atom decides which edges read it
-        targets = tuple(edge_target[s] for s in kernel if class_sets[s] & low)
-        out.append((a, targets))
-    return out
+        plan.append((a, tuple(i for i, bits in enumerate(shape) if bits & low)))
+    return plan
 
 
 def remove_dead_states(trans: np.ndarray, accept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
