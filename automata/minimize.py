@@ -16,6 +16,8 @@ bool `[n_states]`, start state 0, every state reachable and live (it can reach a
 
 from __future__ import annotations
 
+from itertools import chain
+
 import numpy as np
 from corral.automata.dfa import Dfa
 
@@ -23,9 +25,9 @@ from corral.automata.dfa import Dfa
 class _Partition:
     """A refinable partition of 0..n-1 (Valmari 2012, section 2): set k holds the elements
     `elements[first[k]:past[k]]`, `where[e]` is e's position and `set_of[e]` its set. `mark`
-    moves elements to the front of their sets; `split` cuts every touched set into its marked
-    and unmarked parts, the smaller part becoming a new set numbered `len(first)`. O(1) per
-    marked element, O(smaller part) per split."""
+    marks elements (moves them to the front of their sets) and then cuts every touched set into
+    its marked and unmarked parts, the smaller part becoming a new set numbered `len(first)`.
+    O(1) per marked element, O(smaller part) per cut."""
 
     def __init__(self, elements: list[int], set_of: list[int], first: list[int], past: list[int]):
         self.elements = elements
@@ -36,13 +38,13 @@ class _Partition:
         self.first = first
         self.past = past
         self.marked = [0] * len(first)
-        self.touched: list[int] = []
 
-    def mark(self, items) -> None:
-        elements, where, set_of, first, marked = (
-            self.elements, self.where, self.set_of, self.first, self.marked,
+    def split(self, items) -> None:
+        """Split every set by the elements of `items` (an iterable of distinct elements)."""
+        elements, where, set_of, first, past, marked = (
+            self.elements, self.where, self.set_of, self.first, self.past, self.marked,
         )  # fmt: skip
-        touched = self.touched
+        touched = []
         for e in items:
             s = set_of[e]
             i, j = where[e], first[s] + marked[s]
@@ -54,12 +56,7 @@ class _Partition:
             if not marked[s]:
                 touched.append(s)
             marked[s] += 1
-
-    def split(self) -> None:
-        elements, set_of, first, past, marked = (
-            self.elements, self.set_of, self.first, self.past, self.marked,
-        )  # fmt: skip
-        for s in self.touched:
+        for s in touched:
             j = first[s] + marked[s]
             marked[s] = 0
             if j == past[s]:
@@ -76,7 +73,6 @@ class _Partition:
             marked.append(0)
             for i in range(first[z], past[z]):
                 set_of[elements[i]] = z
-        self.touched = []
 
 
 def equivalence_blocks(trans: np.ndarray, accept: np.ndarray) -> np.ndarray:
@@ -112,22 +108,16 @@ def equivalence_blocks(trans: np.ndarray, accept: np.ndarray) -> np.ndarray:
     incoming_order = np.argsort(heads, kind="stable")
     incoming_start = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(heads, minlength=n), out=incoming_start[1:])
-    incoming = [
-        incoming_order[a:b].tolist()
-        for a, b in zip(incoming_start[:-1].tolist(), incoming_start[1:].tolist(), strict=True)
-    ]
+    ordered, bounds = incoming_order.tolist(), incoming_start.tolist()
+    incoming = [ordered[bounds[q] : bounds[q + 1]] for q in range(n)]
     tail = tails.tolist()
     b, c = 1, 0  # next block and next cord to use as a splitter (block 0 is implied)
     while c < len(cords.first):
-        cord_elements = cords.elements
-        blocks.mark([tail[cord_elements[i]] for i in range(cords.first[c], cords.past[c])])
-        blocks.split()
+        blocks.split([tail[t] for t in cords.elements[cords.first[c] : cords.past[c]]])
         c += 1
         while b < len(blocks.first):
-            block_elements = blocks.elements
-            for i in range(blocks.first[b], blocks.past[b]):
-                cords.mark(incoming[block_elements[i]])
-            cords.split()
+            members = blocks.elements[blocks.first[b] : blocks.past[b]]
+            cords.split(chain.from_iterable([incoming[q] for q in members]))
             b += 1
     return np.array(blocks.set_of, dtype=np.int64)
 
