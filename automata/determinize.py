@@ -31,19 +31,25 @@ def mask_to_bools(mask: int) -> np.ndarray:
 def byte_classes(masks: list[int]) -> np.ndarray:
     """int32 `[256]`: the class of each byte, for the coarsest partition of 0..255 in which every
     mask in `masks` is a union of classes. Classes are numbered 0, 1, ... in order of their
-    smallest byte."""
-    unique = sorted(set(masks))
-    if not unique:
-        return np.zeros(256, dtype=np.int32)
-    member = np.stack([mask_to_bools(m) for m in unique])  # [n_masks, 256]
-    signature = np.ascontiguousarray(np.packbits(member, axis=0).T)  # [256, ceil(n_masks / 8)]
-    rows = signature.view(np.dtype((np.void, signature.shape[1]))).reshape(-1)  # byte -> masks
-    _, inverse = np.unique(rows, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    _, first_byte = np.unique(inverse, return_index=True)  # smallest byte of each class
-    rank = np.empty(len(first_byte), dtype=np.int32)
-    rank[np.argsort(first_byte, kind="stable")] = np.arange(len(first_byte), dtype=np.int32)
-    return rank[inverse].astype(np.int32)
+    smallest byte. Partition refinement over 256-bit ints: O(distinct masks x classes)."""
+    classes = [(1 << 256) - 1]
+    for m in set(masks):
+        cut = []
+        for c in classes:
+            inside = c & m
+            if inside and inside != c:
+                cut.append(inside)
+                cut.append(c ^ inside)
+            else:
+                cut.append(c)
+        classes = cut
+    classes.sort(key=lambda c: c & -c)  # by smallest byte
+    packed = b"".join(c.to_bytes(32, "little") for c in classes)
+    member = np.unpackbits(np.frombuffer(packed, np.uint8), bitorder="little")
+    class_of, byte = np.nonzero(member.reshape(len(classes), 256))
+    out = np.empty(256, dtype=np.int32)
+    out[byte] = class_of
+    return out
 
 
 def subset_construction(
