@@ -51,7 +51,8 @@ def build_dfa(node: Node, limits: Limits | None = None) -> Dfa:
     nfa = tree_to_nfa(node, limits)
     byte_to_class = byte_classes([m for m in nfa.edge_mask if m])
     trans, accept = subset_construction(nfa, byte_to_class, limits)
-    trans, accept = remove_dead_states(trans, accept)
+    if not nfa.trimmed:  # else every state is live (`Nfa.trimmed`)
+        trans, accept = remove_dead_states(trans, accept)
     trans, accept = minimize(trans, accept)
     return number_breadth_first(trans, accept, byte_to_class)
 

@@ -176,7 +176,7 @@ def _atom_plan(shape: tuple[int, ...]) -> list[tuple[int, tuple[int, ...]]]:
     union = 0
     for bits in distinct:
         union |= bits
-    atoms = [union]
+    atoms = [union] if union else []  # an empty kernel (only ACCEPT) has no way on
     for bits in distinct:
         cut = []
         for a in atoms:

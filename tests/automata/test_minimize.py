@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from corral.automata import ConstrainError, Limits, parse, schema_to_tree
+from corral.automata import ConstrainError, Limits, parse, regex_to_dfa, schema_to_tree
 from corral.automata.compile import deep_recursion
 from corral.automata.determinize import byte_classes, remove_dead_states, subset_construction
 from corral.automata.errors import EmptyLanguageError
@@ -147,3 +147,29 @@ def test_hopcroft_and_moore_give_identical_tables_on_schemas(sample_data):
         assert_same_tables(*parts)
         checked += 1
     assert checked >= 15
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pattern=bare_patterns)
+def test_a_trimmed_nfa_gives_only_live_states(pattern):
+    """`Nfa.trimmed` lets the pipeline skip dead-state removal: then removal changes nothing."""
+    try:
+        with deep_recursion():
+            nfa = tree_to_nfa(parse(pattern, SMALL), SMALL)
+            byte_to_class = byte_classes([m for m in nfa.edge_mask if m])
+            trans, accept = subset_construction(nfa, byte_to_class, SMALL)
+    except ConstrainError:
+        return
+    if nfa.trimmed:
+        live_trans, live_accept = remove_dead_states(trans, accept)
+        assert np.array_equal(live_trans, trans) and np.array_equal(live_accept, accept)
+
+
+def test_empty_alternatives_and_byte_sets_untrim_the_nfa():
+    from corral.automata.tree import Alt, ByteSet, Concat
+
+    assert tree_to_nfa(parse("ab|c*")).trimmed
+    assert not tree_to_nfa(Concat((ByteSet(2), Alt(())))).trimmed
+    assert not tree_to_nfa(Alt((ByteSet(2), Concat((ByteSet(0), ByteSet(4)))))).trimmed
+    assert not tree_to_nfa(parse("a(b|[^\\s\\S]c)")).trimmed
+    assert regex_to_dfa("a(b|[^\\s\\S]c)").n_states == 3
