@@ -31,18 +31,25 @@ def mask_to_bools(mask: int) -> np.ndarray:
 def byte_classes(masks: list[int]) -> np.ndarray:
     """int32 `[256]`: the class of each byte, for the coarsest partition of 0..255 in which every
     mask in `masks` is a union of classes. Classes are numbered 0, 1, ... in order of their
-    smallest byte."""
-    unique = sorted(set(masks))
-    if not unique:
-        return np.zeros(256, dtype=np.int32)
-    member = np.stack([mask_to_bools(m) for m in unique])  # [n_masks, 256]
-    signature = np.packbits(member, axis=0).T  # [256, ceil(n_masks / 8)]: byte -> which masks
-    _, inverse = np.unique(signature, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    _, first_byte = np.unique(inverse, return_index=True)  # smallest byte of each class
-    rank = np.empty(len(first_byte), dtype=np.int32)
-    rank[np.argsort(first_byte, kind="stable")] = np.arange(len(first_byte), dtype=np.int32)
-    return rank[inverse].astype(np.int32)
+    smallest byte. Partition refinement over 256-bit ints: O(distinct masks x classes)."""
+    classes = [(1 << 256) - 1]
+    for m in set(masks):
+        cut = []
+        for c in classes:
+            inside = c & m
+            if inside and inside != c:
+                cut.append(inside)
+                cut.append(c ^ inside)
+            else:
+                cut.append(c)
+        classes = cut
+    classes.sort(key=lambda c: c & -c)  # by smallest byte
+    packed = b"".join(c.to_bytes(32, "little") for c in classes)
+    member = np.unpackbits(np.frombuffer(packed, np.uint8), bitorder="little")
+    class_of, byte = np.nonzero(member.reshape(len(classes), 256))
+    out = np.empty(256, dtype=np.int32)
+    out[byte] = class_of
+    return out
 
 
 def subset_construction(
@@ -52,8 +59,11 @@ def subset_construction(
     (-1 where the set of NFA states reached is empty), accept bool `[n_states]`, start state 0.
 
     A DFA state is identified by the NFA states with a byte edge in its epsilon closure and by
-    whether the closure holds the accepting state. Per DFA state the work is vectorized over
-    classes: classes whose NFA states move alike share one closure computation.
+    whether the closure holds the accepting state. Each NFA byte edge reads a set of classes (an
+    int bitset); per DFA state, the classes are cut into the atoms that every edge of the state
+    reads whole or not at all (`_atom_plan`, memoized on the kernel's bitsets: the positions of
+    a length-bounded string share it), and each atom costs one closure (memoized). O(edges of
+    the kernel x atoms) per DFA state, with no work per class but the row's writes.
 
     Raises:
         EmptyLanguageError: the start closure has no byte edge and does not accept.
@@ -62,15 +72,9 @@ def subset_construction(
     """
     limits = limits or DEFAULT_LIMITS
     n_classes = int(byte_to_class.max()) + 1
-    class_bytes = np.unique(byte_to_class, return_index=True)[1]  # smallest byte of each class
-
-    # Per NFA state: which classes its byte edge reads (rows shared between equal masks).
     masks = nfa.edge_mask
-    mask_ids: dict[int, int] = {}
-    mask_of_state = np.array([mask_ids.setdefault(m, len(mask_ids)) for m in masks], np.int64)
-    rows = [mask_to_bools(m)[class_bytes] for m in mask_ids]
-    class_rows = np.stack(rows)  # [n_masks, n_classes]
-    edge_target = np.array(nfa.edge_target, dtype=np.int64)
+    class_sets = _class_sets(masks, byte_to_class)  # per NFA state: int bitset of classes
+    edge_target = nfa.edge_target
     epsilon = nfa.epsilon
 
     state_closures: dict[int, frozenset[int]] = {}
@@ -96,10 +100,24 @@ def subset_construction(
         """(sorted NFA states with a byte edge, accepts) of the epsilon closure of `states`."""
         cached = closures.get(states)
         if cached is None:
-            reached = frozenset().union(*(state_closure(s) for s in states))
+            if len(states) == 1:
+                reached = state_closure(states[0])
+            else:
+                reached = frozenset().union(*(state_closure(s) for s in states))
             cached = (tuple(sorted(reached - {ACCEPT})), ACCEPT in reached)
             closures[states] = cached
         return cached
+
+    class_lists: dict[int, list[int]] = {}
+    plans: dict[tuple[int, ...], list[tuple[int, tuple[int, ...]]]] = {}  # by kernel shape
+
+    def classes_of(atom: int) -> list[int]:
+        """The classes of an int bitset, ascending (memoized)."""
+        listed = class_lists.get(atom)
+        if listed is None:
+            listed = [c for c in range(atom.bit_length()) if atom >> c & 1]
+            class_lists[atom] = listed
+        return listed
 
     start = closure((nfa.start,))
     if not start[0] and not start[1]:
@@ -107,39 +125,73 @@ def subset_construction(
     index = {start: 0}
     kernels = [start[0]]
     accept = [start[1]]
-    trans_rows: list[np.ndarray] = []
+    rows: list[list[int]] = []
     limit = limits.max_dfa_states
     i = 0
     while i < len(kernels):
-        row = np.full(n_classes, -1, dtype=np.int32)
-        kernel = np.array(kernels[i], dtype=np.int64)
-        if len(kernel):
-            moves = class_rows[mask_of_state[kernel]]  # [len(kernel), n_classes] bool
-            # Group the classes by which kernel states move on them (one packed column each).
-            width = (len(kernel) + 7) // 8
-            packed = np.packbits(moves, axis=0).T.tobytes()  # n_classes columns of `width`
-            groups: dict[bytes, list[int]] = {}
-            for c in range(n_classes):
-                groups.setdefault(packed[c * width : (c + 1) * width], []).append(c)
-            targets_all = edge_target[kernel]
-            for column, classes in groups.items():
-                if not any(column):
-                    continue
-                key = closure(tuple(targets_all[moves[:, classes[0]]].tolist()))
-                j = index.get(key)
-                if j is None:
-                    if len(kernels) >= limit:
-                        raise TooManyDfaStatesError(
-                            "max_dfa_states", limit, "the pattern's DFA has too many states"
-                        )
-                    j = len(kernels)
-                    index[key] = j
-                    kernels.append(key[0])
-                    accept.append(key[1])
-                row[classes] = j
-        trans_rows.append(row)
+        row = [-1] * n_classes
+        kernel = kernels[i]
+        shape = tuple([class_sets[s] for s in kernel])
+        plan = plans.get(shape)
+        if plan is None:
+            plan = plans[shape] = _atom_plan(shape)
+        for atom, edges in plan:
+            key = closure(tuple([edge_target[kernel[e]] for e in edges]))
+            j = index.get(key)
+            if j is None:
+                if len(kernels) >= limit:
+                    raise TooManyDfaStatesError(
+                        "max_dfa_states", limit, "the pattern's DFA has too many states"
+                    )
+                j = len(kernels)
+                index[key] = j
+                kernels.append(key[0])
+                accept.append(key[1])
+            for c in classes_of(atom):
+                row[c] = j
+        rows.append(row)
         i += 1
-    return np.stack(trans_rows), np.array(accept, dtype=bool)
+    return np.array(rows, dtype=np.int32).reshape(len(rows), n_classes), np.array(accept, bool)
+
+
+def _class_sets(masks: list[int], byte_to_class: np.ndarray) -> list[int]:
+    """Per NFA state, the classes its byte edge reads as an int bitset (0: no byte edge)."""
+    converted: dict[int, int] = {0: 0}
+    out = []
+    for m in masks:
+        bits = converted.get(m)
+        if bits is None:
+            classes = np.unique(byte_to_class[mask_to_bools(m)])
+            bits = sum(1 << c for c in classes.tolist())
+            converted[m] = bits
+        out.append(bits)
+    return out
+
+
+def _atom_plan(shape: tuple[int, ...]) -> list[tuple[int, tuple[int, ...]]]:
+    """(atom, edges) pairs for a kernel whose byte edges read the class bitsets `shape`: the
+    atoms are the non-empty class bitsets that every edge reads whole or not at all, and
+    `edges` the positions in `shape` of the edges reading an atom."""
+    distinct = list(dict.fromkeys(shape))
+    union = 0
+    for bits in distinct:
+        union |= bits
+    atoms = [union] if union else []  # an empty kernel (only ACCEPT) has no way on
+    for bits in distinct:
+        cut = []
+        for a in atoms:
+            inside = a & bits
+            if inside and inside != a:
+                cut.append(inside)
+                cut.append(a & ~bits)
+            else:
+                cut.append(a)
+        atoms = cut
+    plan = []
+    for a in atoms:
+        low = a & -a  # any class of the atom decides which edges read it
+        plan.append((a, tuple(i for i, bits in enumerate(shape) if bits & low)))
+    return plan
 
 
 def remove_dead_states(trans: np.ndarray, accept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

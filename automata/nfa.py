@@ -31,6 +31,9 @@ class Nfa:
         epsilon: per state, the states reached without reading a byte.
         edge_mask: per state, the 256-bit mask of bytes its byte edge reads (0: no byte edge).
         edge_target: per state, the target of its byte edge (-1: none).
+        trimmed: True when every state can reach `ACCEPT`: the tree had no empty alternation
+            `Alt(())` and no empty byte set, the only nodes that make a state with no way on.
+            Then every state of its subset construction is live.
     State `ACCEPT` (0) is the only accepting state.
     """
 
@@ -38,6 +41,7 @@ class Nfa:
     epsilon: list[list[int]]
     edge_mask: list[int]
     edge_target: list[int]
+    trimmed: bool = False
 
     @property
     def n_states(self) -> int:
@@ -55,7 +59,7 @@ def tree_to_nfa(node: Node, limits: Limits | None = None) -> Nfa:
     accept = builder.new_state()
     assert accept == ACCEPT
     start = builder.build(node, accept)
-    return Nfa(start, builder.epsilon, builder.edge_mask, builder.edge_target)
+    return Nfa(start, builder.epsilon, builder.edge_mask, builder.edge_target, builder.trimmed)
 
 
 class _Builder:
@@ -65,6 +69,7 @@ class _Builder:
         self.edge_mask: list[int] = []
         self.edge_target: list[int] = []
         self.memo: dict[tuple[int, int], int] = {}
+        self.trimmed = True  # no state without a way on has been made
 
     def new_state(self) -> int:
         if len(self.epsilon) >= self.limit:
@@ -87,6 +92,7 @@ class _Builder:
 
     def _build(self, node: Node, next_state: int) -> int:
         if isinstance(node, ByteSet):
+            self.trimmed &= node.mask != 0
             s = self.new_state()
             self.edge_mask[s] = node.mask
             self.edge_target[s] = next_state
@@ -96,6 +102,7 @@ class _Builder:
                 next_state = self.build(item, next_state)
             return next_state
         if isinstance(node, Alt):
+            self.trimmed &= len(node.items) > 0
             s = self.new_state()
             self.epsilon[s] = [self.build(item, next_state) for item in node.items]
             return s

@@ -2,9 +2,9 @@
 through `schema_to_dfa`, per subset compiled / refused, the ten most common refusal reasons, and
 the median and worst compile time (schema -> DFA, seconds of wall time); DESIGN.md section 3.
 
-One schema cannot hang the run: the regex limits are tightened (`--max-nfa-states`,
-`--max-dfa-states`) and a wall-clock alarm (`--timeout`, SIGALRM) counts a schema that runs past it
-as refused with reason "timeout".
+One schema cannot hang the run: the regex limits are the library's (`corral.automata.Limits`;
+`--max-nfa-states`, `--max-dfa-states` change them) and a wall-clock alarm (`--timeout`,
+SIGALRM) counts a schema that runs past it as refused with reason "timeout".
 
     .venv/bin/python bench/schema_coverage.py [--data DIR] [--subset NAME ...] [--timeout 10]
 """
@@ -116,8 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--subset", action="append", default=[], help="only these subsets")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per schema")
-    parser.add_argument("--max-nfa-states", type=int, default=100_000)
-    parser.add_argument("--max-dfa-states", type=int, default=10_000)
+    defaults = Limits()  # the library's own limits unless told otherwise
+    parser.add_argument("--max-nfa-states", type=int, default=defaults.max_nfa_states)
+    parser.add_argument("--max-dfa-states", type=int, default=defaults.max_dfa_states)
     args = parser.parse_args(argv)
     limits = Limits(max_nfa_states=args.max_nfa_states, max_dfa_states=args.max_dfa_states)
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 50_000))

@@ -18,18 +18,32 @@ import numba
 import numpy as np
 from corral.automata.graph import distances_to
 
+_CHUNKS = 64
+"""Chunks of states in the token-graph walk: each allocates O(n_states) scratch once."""
+
 
 @numba.njit(cache=True)
-def _ends(trans, s, byte, depth, end, token_start, stack, seen, out):
+def _ends(trans, loops, s, trie, stack, seen, out):
     """Write into `out` the distinct states where a text token from `s` ends; return how many.
-    `seen` is a scratch bool array `[n_states]`, left all-False. O(nodes visited)."""
+    `seen` is a scratch bool array `[n_states]`, left all-False. A subtree whose byte categories
+    all loop at its parent's state ends wholly there and is skipped, as in the mask walk
+    (`corral.kernels.index`). O(nodes visited)."""
+    byte, depth, end, categories, token_start = trie
     stack[0] = s
     n = 0
     n_nodes = byte.shape[0]
     i = 1
     while i < n_nodes:
         d = depth[i]
-        state = trans[stack[d - 1], byte[i]]
+        parent = stack[d - 1]
+        if categories[i] & ~loops[parent] == 0:
+            if token_start[i] < token_start[end[i]] and not seen[parent]:
+                seen[parent] = True
+                out[n] = parent
+                n += 1
+            i = end[i]
+            continue
+        state = trans[parent, byte[i]]
         if state < 0:
             i = end[i]
             continue
@@ -45,44 +59,52 @@ def _ends(trans, s, byte, depth, end, token_start, stack, seen, out):
 
 
 @numba.njit(cache=True, parallel=True)
-def token_graph(trans, byte, depth, end, token_start, max_depth):
+def token_graph(trans, loops, trie, max_depth):
     """The token graph in CSR form: `(start int64 [n_states + 1], targets int32 [n_edges])`,
-    the distinct end states of state s being `targets[start[s]:start[s + 1]]`.
+    the distinct end states of state s being `targets[start[s]:start[s + 1]]`. `trie` is the
+    tuple (byte, depth, end, categories, token_start); `loops` uint16 `[n_states]` the byte
+    categories on which each state loops (`corral.kernels.index.loop_categories`).
 
-    Two trie walks per state (count, then fill), parallel over states: O(sum of nodes visited).
+    Two trie walks per state (count, then fill), parallel over chunks of states (each chunk
+    allocates its scratch arrays once): O(sum of nodes visited + n_states * _CHUNKS).
     """
     n_states = trans.shape[0]
+    n_chunks = min(n_states, _CHUNKS)  # scratch arrays per chunk of states, not per state
     counts = np.zeros(n_states, np.int64)
-    for s in numba.prange(n_states):
+    for k in numba.prange(n_chunks):
         stack = np.empty(max_depth + 1, np.int32)
         seen = np.zeros(n_states, np.bool_)
         out = np.empty(n_states, np.int32)
-        counts[s] = _ends(trans, s, byte, depth, end, token_start, stack, seen, out)
+        for s in range(k, n_states, n_chunks):
+            counts[s] = _ends(trans, loops, s, trie, stack, seen, out)
     start = np.zeros(n_states + 1, np.int64)
     start[1:] = np.cumsum(counts)
     targets = np.empty(start[n_states], np.int32)
-    for s in numba.prange(n_states):
+    for k in numba.prange(n_chunks):
         stack = np.empty(max_depth + 1, np.int32)
         seen = np.zeros(n_states, np.bool_)
         out = np.empty(n_states, np.int32)
-        n = _ends(trans, s, byte, depth, end, token_start, stack, seen, out)
-        targets[start[s] : start[s] + n] = out[:n]
+        for s in range(k, n_states, n_chunks):
+            n = _ends(trans, loops, s, trie, stack, seen, out)
+            targets[start[s] : start[s] + n] = out[:n]
     return start, targets
 
 
-def token_distance(trans: np.ndarray, accept: np.ndarray, trie) -> np.ndarray:
+def token_distance(trans: np.ndarray, accept: np.ndarray, trie, loops: np.ndarray) -> np.ndarray:
     """int32 `[n_states]`: the fewest text tokens leading from each state to an accepting state
     (0 in accepting states, -1 where no token sequence reaches one).
 
     Args:
         trans: int32 `[n_states, 256]`, the DFA table; accept: bool `[n_states]`.
         trie: the vocabulary's `corral.kernels.Trie`.
+        loops: uint16 `[n_states]`, `corral.kernels.index.loop_categories(trans)`.
 
     Cost: two trie walks per state plus a BFS, about twice an all-states mask build.
     """
     trans = np.ascontiguousarray(trans, dtype=np.int32)
     t = trie
-    start, targets = token_graph(trans, t.byte, t.depth, t.end, t.token_start, t.max_depth)
+    arrays = (t.byte, t.depth, t.end, t.categories, t.token_start)
+    start, targets = token_graph(trans, loops, arrays, t.max_depth)
     n_states = trans.shape[0]
     sources = np.repeat(np.arange(n_states, dtype=np.int32), np.diff(start))
     return distances_to(n_states, sources, targets, np.asarray(accept, dtype=bool))

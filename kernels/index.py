@@ -167,7 +167,7 @@ class TokenIndex:
         """int32 `[n_states]`: the fewest text tokens from each state to acceptance (0 in
         accepting states, -1 where no token sequence reaches it). Computed on first use
         (`corral.kernels.distance`, about two all-states trie walks), then cached."""
-        distance = token_distance(self._trans, self._accept, self._trie)
+        distance = token_distance(self._trans, self._accept, self._trie, self._loops)
         distance.setflags(write=False)
         return distance
 

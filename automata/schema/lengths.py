@@ -83,22 +83,26 @@ def length_product(dfa: Dfa, min_len: int, max_len: int, limit: int) -> Node:
             "max_product_nodes", limit, "pattern with a length bound needs too many nodes"
         )
     starts = STARTS_CHARACTER.tolist()
-    rows = dfa.trans.tolist()
+    # Per state, its edges grouped by (target, whether the byte starts a character): the
+    # groups are the same at every count, so they are made once per state, not per node.
+    groups: list[list[tuple[int, int, int]]] = []
+    for row in dfa.trans.tolist():
+        masks: dict[tuple[int, int], int] = {}
+        for b, t in enumerate(row):
+            if t >= 0:
+                masks[(t, starts[b])] = masks.get((t, starts[b]), 0) | (1 << b)
+        groups.append([(t, step, mask) for (t, step), mask in masks.items()])
     memo: dict[tuple[int, int], Node] = {}
 
     def node(state: int, count: int) -> Node:
         key = (state, count)
         if key in memo:
             return memo[key]
-        edges: dict[tuple[int, int], int] = {}
-        for b, t in enumerate(rows[state]):
-            if t < 0:
-                continue
-            c = count + starts[b]
-            if c > max_len:
-                continue
-            edges[(t, c)] = edges.get((t, c), 0) | (1 << b)
-        items = [Concat((ByteSet(mask), node(t, c))) for (t, c), mask in edges.items()]
+        items = [
+            Concat((ByteSet(mask), node(t, count + step)))
+            for t, step, mask in groups[state]
+            if count + step <= max_len
+        ]
         if dfa.accept[state] and count >= min_len:
             items.append(EMPTY)
         out = Alt(tuple(items))
