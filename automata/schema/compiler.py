@@ -4,8 +4,11 @@ section 3; the supported subset is listed in `corral.automata.schema`).
 
 `Compiler.compile` dispatches on what a subschema holds: `$ref` (inlined; a cycle is unrolled up
 to `SchemaLimits.max_recursion` occurrences of one target on a path, deeper is the empty
-language), `allOf` (merged, `corral.automata.schema.merge`), `anyOf`, `oneOf` (only when its
-branches are disjoint, `corral.automata.schema.disjoint`), `enum`/`const`, and otherwise the
+language), conditionals (`if`/`then`/`else`, `dependentSchemas`: rewritten by
+`corral.automata.schema.merge.desugar`), `allOf` (merged, `corral.automata.schema.merge`, else
+intersected), `not`, `propertyNames`, `contains` (`corral.automata.schema.algebra`), `anyOf`,
+`oneOf` (as `anyOf` when its branches are provably disjoint, `corral.automata.schema.disjoint`,
+else exactly by the algebra), `enum`/`const`, and otherwise the
 types, each lowered by its own module (strings, numbers, containers). A schema without `type`
 takes the types its keywords imply; with none at all it is any JSON value nested at most
 `SchemaLimits.any_value_depth` levels.
@@ -27,6 +30,7 @@ from corral.automata.errors import (
     SchemaError,
 )
 from corral.automata.limits import DEFAULT_SCHEMA_LIMITS, Limits, SchemaLimits
+from corral.automata.schema.algebra import Algebra, is_empty_range
 from corral.automata.schema.containers import lower_array, lower_object
 from corral.automata.schema.disjoint import excludes, leave_out_others_required
 from corral.automata.schema.form import NOTHING, Lit, TreeBuilder, choice
@@ -38,9 +42,8 @@ from corral.automata.schema.keywords import (
     check_keywords,
     child,
     is_constraint,
-    unsupported,
 )
-from corral.automata.schema.merge import Merger
+from corral.automata.schema.merge import Merger, desugar
 from corral.automata.schema.numbers import lower_integer, lower_number
 from corral.automata.schema.refs import RefResolver, has_own_id, ref_siblings
 from corral.automata.schema.strings import lower_string
@@ -68,6 +71,7 @@ class Compiler:
         self.cache: dict[str, object] = {}
         self.min_hit = math.inf  # lowest stack position a cut or reuse inside depended on
         self.any_cache: dict = {}
+        self.algebra = Algebra(self)
 
     def compile(self, schema, pointer: str, depth: int):
         """The form of `schema` met at `pointer`, `depth` subschemas deep.
@@ -96,17 +100,26 @@ class Compiler:
             self.refs.nested_ids -= nested_id
 
     def dispatch(self, schema: dict, pointer: str, depth: int):
-        """The form of an object schema, by the first of these it holds: `$ref`, `allOf`,
-        `anyOf`, `oneOf`, `enum`/`const`; else by its types."""
+        """The form of an object schema, by the first of these it holds: `$ref`, a conditional
+        (rewritten), `allOf`, `not`, `anyOf`, `oneOf`, `propertyNames`, `contains`,
+        `enum`/`const`; else by its types."""
         if "$ref" in schema:
             return self.compile_ref(schema, pointer, depth)
+        plain = desugar(schema, pointer)
+        if plain is not schema:
+            return self.compile(plain, pointer, depth + 1)
         if "allOf" in schema:
-            merged = self.merger.merge_all([schema], pointer)
-            return self.compile(merged, pointer, depth + 1)
+            return self.algebra.all_of(schema, pointer, depth)
+        if "not" in schema:
+            return self.algebra.not_(schema, pointer, depth)
         if "anyOf" in schema:
             return self.compile_any_of(schema, pointer, depth)
         if "oneOf" in schema:
             return self.compile_one_of(schema, pointer, depth)
+        if "propertyNames" in schema:
+            return self.algebra.property_names(schema, pointer, depth)
+        if "contains" in schema:
+            return self.algebra.contains(schema, pointer, depth)
         if "enum" in schema or "const" in schema:
             return self.compile_enum(schema, pointer, depth)
         return self.compile_types(schema, pointer, depth)
@@ -162,7 +175,11 @@ class Compiler:
             where = child(pointer, "anyOf", i)
             if any(is_constraint(k) for k in rest):
                 branch = self.merger.merge_all([rest, branch], where)
-            out.append(self.compile(branch, where, depth + 1))
+            try:
+                out.append(self.compile(branch, where, depth + 1))
+            except SchemaError as error:
+                if not is_empty_range(error):  # a merge made contradictory bounds: empty
+                    raise
         return choice(out)
 
     def compile_one_of(self, schema: dict, pointer: str, depth: int):
@@ -180,12 +197,7 @@ class Compiler:
         for i, mi in enumerate(restricted):
             for j, mj in enumerate(merged):
                 if i != j and not excludes(mi, mj, self.merger, pointer):
-                    raise unsupported(
-                        pointer,
-                        "oneOf",
-                        f"branches {i} and {j} may both accept a value "
-                        "(oneOf is compiled only when its branches are disjoint)",
-                    )
+                    return self.algebra.one_of(merged, pointer, depth)
         return choice(
             self.compile(m, child(pointer, "oneOf", i), depth + 1) for i, m in enumerate(restricted)
         )
