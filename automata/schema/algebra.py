@@ -14,9 +14,10 @@
   every B_i ∧ B_j compiles exactly.
 - `propertyNames`: listed members whose name the names' language does not accept are left out
   (made `false`: a required one empties the object). A sub-language, always sound.
-- `contains` with `minContains` (default 1): arrays with at least that many items of the
-  language of items ∧ contains, intersected with the array the other keywords give.
-  `maxContains` is refused (it needs the items that do not match, counted exactly).
+- `contains` with `minContains` (default 1) and `maxContains`: arrays with that many items of
+  the language of items ∧ contains, intersected with the array the other keywords give; with
+  `maxContains` the other items are (L(items) ∩ U) minus L(items ∧ contains), which must
+  compile exactly.
 
 A product result sits in the schema form as `Subtree(Automaton(dfa))`: the NFA builder splices
 its states (`corral.automata.nfa`).
@@ -29,7 +30,7 @@ from corral.automata.dfa import Dfa
 from corral.automata.errors import EmptyLanguageError, SchemaError
 from corral.automata.product import difference, intersection
 from corral.automata.schema.exact import Exactness, universe_dfa
-from corral.automata.schema.form import NOTHING, Lit, Subtree, choice, repeat, seq
+from corral.automata.schema.form import EMPTY, NOTHING, Lit, Subtree, choice, repeat, seq
 from corral.automata.schema.keywords import child, count, is_constraint, unsupported
 from corral.automata.schema.values import dumps
 from corral.automata.tree import Automaton
@@ -193,39 +194,48 @@ class Algebra:
         return self.compiler.compile(rest, pointer, depth + 1)
 
     def contains(self, schema: dict, pointer: str, depth: int):
-        """At least `minContains` items of items ∧ contains, within the array the other
-        keywords give; `maxContains` refused."""
+        """Between `minContains` (default 1) and `maxContains` items of items ∧ contains, within
+        the array the other keywords give. With `maxContains` the other items are
+        (L(items) ∩ U) minus L(items ∧ contains), which must compile exactly."""
         low = count(schema, "minContains", pointer)
         low = 1 if low is None else low
+        high = count(schema, "maxContains", pointer)
         rest = {
             k: v for k, v in schema.items() if k not in ("contains", "minContains", "maxContains")
         }
-        if "maxContains" in schema:
-            raise unsupported(pointer, "maxContains")
-        if low == 0:
+        types = self.compiler.types_of(rest, pointer) if "type" in rest else ["array"]
+        if (low == 0 and high is None) or "array" not in types:
             return self.compiler.compile(rest, pointer, depth + 1)
+        if high is not None and high < low:
+            return NOTHING
         items = rest.get("items", True)
         if "prefixItems" in rest or not isinstance(items, dict | bool):
             raise unsupported(pointer, "contains", "contains together with tuple items")
         where = child(pointer, "contains")
-        matching = self.compiler.compile(
-            self.merge([items, schema["contains"]], where, "contains"), where, depth + 1
+        matching = self.compile(
+            self.merge([items, schema["contains"]], where, "contains"), where, depth
         )
-        if matching is NOTHING:
+        if matching is NOTHING and low > 0:
             return NOTHING
-        item = self.compiler.compile(items, child(pointer, "items"), depth + 1)
-        any_item = choice([item, matching])
+        item_pointer = child(pointer, "items")
+        if high is None:
+            other = self.compiler.compile(items, item_pointer, depth + 1)
+        else:
+            other = self.without(items, [schema["contains"]], item_pointer, depth, "maxContains")
         comma = Lit(",")
-        others = repeat(seq(comma, any_item), 0, None)
-        body = seq(
-            repeat(seq(any_item, comma), 0, None),
-            matching,
-            repeat(seq(others, comma, matching), low - 1, low - 1),
-            others,
-        )
+        others = repeat(seq(comma, other), 0, None)
+
+        def tail(lo: int, hi: int | None):  # (",other")* ("," match (",other")*){lo,hi}
+            return seq(others, repeat(seq(comma, matching, others), max(lo, 0), hi))
+
+        options = [seq(other, tail(low, high))]
+        if high is None or high >= 1:
+            options.append(seq(matching, tail(low - 1, None if high is None else high - 1)))
+        if low == 0:
+            options.append(EMPTY)
         array_rest = dict(rest)
-        if not any(is_constraint(k) for k in rest):
+        if "type" not in rest:
             array_rest["type"] = "array"
         base = self.dfa(self.compiler.compile(array_rest, pointer, depth + 1))
-        counted = self.dfa(seq(Lit("["), body, Lit("]")))
+        counted = self.dfa(seq(Lit("["), choice(options), Lit("]")))
         return self.form_of(self._product(intersection, base, counted))
