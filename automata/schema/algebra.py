@@ -32,6 +32,7 @@ from corral.automata.product import difference, intersection
 from corral.automata.schema.exact import Exactness, universe_dfa
 from corral.automata.schema.form import EMPTY, NOTHING, Lit, Subtree, choice, repeat, seq
 from corral.automata.schema.keywords import child, count, is_constraint, unsupported
+from corral.automata.schema.merge import typed_parts
 from corral.automata.schema.values import dumps
 from corral.automata.tree import Automaton
 
@@ -96,15 +97,6 @@ class Algebra:
         """The form of a finished DFA (NOTHING for None)."""
         return NOTHING if dfa is None else Subtree(Automaton(dfa))
 
-    def merge(self, parts: list, pointer: str, keyword: str):
-        """`merge_all(parts)`; a refusal naming `keyword` when the parts do not merge."""
-        try:
-            return self.merger.merge_all(parts, pointer)
-        except SchemaError as error:
-            if error.keyword != "allOf":
-                raise
-            raise unsupported(pointer, keyword, f"parts do not merge ({error.reason})") from None
-
     def without(self, positive, negatives: list, pointer: str, depth: int, keyword: str):
         """The form of the texts of `positive` valid against none of `negatives`:
         (L(P) ∩ U) minus the union of L(P ∧ N). SchemaError naming `keyword` unless every
@@ -117,7 +109,7 @@ class Algebra:
         for i, neg in enumerate(negatives):
             if neg is True or (isinstance(neg, dict) and not any(map(is_constraint, neg))):
                 return NOTHING  # every value is valid against it
-            merged = self.merge([positive, neg], pointer, keyword)
+            merged = self.merger.merge_or_conjoin([positive, neg], pointer)
             if merged is False:
                 continue
             if not self.exactness.exact(merged, pointer, free):
@@ -146,14 +138,19 @@ class Algebra:
         else:
             return self.compiler.compile(merged, pointer, depth + 1)
         rest = {k: v for k, v in schema.items() if k != "allOf"}
-        out = None
+        parts = []
         for i, part in enumerate(schema["allOf"]):
             where = child(pointer, "allOf", i)
             try:
-                part = self.merger.merge_all([rest, part], where)
+                parts.append((self.merger.merge_all([rest, part], where), where))
             except SchemaError as error:
                 if error.keyword != "allOf":
                     raise
+                parts += [(part, where), (rest, pointer)]
+        typed = typed_parts([part for part, _ in parts])
+        parts = [(part, where) for part, (_, where) in zip(typed, parts, strict=True)]
+        out = None
+        for i, (part, where) in enumerate(parts):
             dfa = self.dfa(self.compile(part, where, depth))
             out = dfa if i == 0 else self._product(intersection, out, dfa)
             if out is None:
@@ -213,7 +210,7 @@ class Algebra:
             raise unsupported(pointer, "contains", "contains together with tuple items")
         where = child(pointer, "contains")
         matching = self.compile(
-            self.merge([items, schema["contains"]], where, "contains"), where, depth
+            self.merger.merge_or_conjoin([items, schema["contains"]], where), where, depth
         )
         if matching is NOTHING and low > 0:
             return NOTHING

@@ -174,7 +174,7 @@ class Compiler:
         for i, branch in enumerate(branches):
             where = child(pointer, "anyOf", i)
             if any(is_constraint(k) for k in rest):
-                branch = self.merger.merge_all([rest, branch], where)
+                branch = self.merger.merge_or_conjoin([rest, branch], where)
             try:
                 out.append(self.compile(branch, where, depth + 1))
             except SchemaError as error:
@@ -188,7 +188,7 @@ class Compiler:
         branches = self.branches(schema, "oneOf", pointer)
         rest = {k: v for k, v in schema.items() if k != "oneOf"}
         merged = [
-            self.merger.merge_all([rest, branch], child(pointer, "oneOf", i))
+            self.merger.merge_or_conjoin([rest, branch], child(pointer, "oneOf", i))
             for i, branch in enumerate(branches)
         ]
         if len(merged) == 1:
@@ -236,6 +236,8 @@ class Compiler:
             allowed = {allowed} if isinstance(allowed, str) else set(allowed)
             texts = [(v, t) for v, t in texts if _has_type(v, allowed)]
         if any(is_constraint(k) and k != "type" for k in rest):
+            if "type" not in rest:  # check each value against its own type, not the implied ones
+                rest["type"] = sorted({json_type(v) for v, _ in texts}) or ["null"]
             node = self.compile(rest, pointer, depth + 1)
             if node is NOTHING:
                 return NOTHING

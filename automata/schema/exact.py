@@ -3,7 +3,9 @@ DESIGN.md section 3 says a schema's language may be a sub-language of its valid 
 for a positive constraint, unsound under `not`).
 
 The universe `U` (`UNIVERSE`, a regex of JSON tokens) is compact JSON spelt one way per value:
-- strings hold no escape at all: no `"`, `\\` or control character in the value;
+- strings are printable ASCII without escapes: no `"`, `\\`, control or non-ASCII character in
+  the value (on ASCII text, Python's Unicode `\\d`, `\\w`, `\\s`, as validators run patterns, and
+  corral's ASCII classes agree);
 - integers are `0` or `-?[1-9][0-9]{0,14}` (at most 15 digits, no `-0`);
 - other numbers are `-?(0|[1-9][0-9]{0,6})\\.[0-9]{0,5}[1-9]`: at most 13 significant digits
   and no exponent, so every one parses to a distinct double that is not an integer;
@@ -29,10 +31,10 @@ from corral.automata.dfa import Dfa
 from corral.automata.errors import SchemaError
 from corral.automata.limits import SchemaLimits
 from corral.automata.schema.keywords import is_constraint
-from corral.automata.schema.merge import Merger
-from corral.automata.schema.values import is_int
+from corral.automata.schema.merge import Merger, typed_parts
+from corral.automata.schema.values import is_int, json_type
 
-STRING_U = r'"[^"\\\x00-\x1f]*"'
+STRING_U = r'"[ !#-\[\]-~]*"'
 INTEGER_U = r"0|-?[1-9][0-9]{0,14}"
 FRACTION_U = r"-?(?:0|[1-9][0-9]{0,6})\.[0-9]{0,5}[1-9]"
 NUMBER_U = f"(?:{INTEGER_U}|{FRACTION_U})"
@@ -42,7 +44,6 @@ literals, and canonical numbers (each followed by what ends a number in JSON). I
 language of JSON texts it keeps the texts whose every token is canonical."""
 
 _FRACTION = re.compile(FRACTION_U)
-_UNICODE_CLASS = re.compile(r"\\[dDwWsSbB]")
 _EXACT_KEYS = frozenset(
     {
         "type", "minLength", "maxLength", "pattern", "minimum", "maximum", "exclusiveMinimum",
@@ -106,7 +107,7 @@ class Exactness:
         rest = {k: v for k, v in schema.items() if is_constraint(k)}
         try:
             if "allOf" in rest:
-                return recurse(self.merger.merge_all([rest], pointer))
+                return self._all_of(rest, recurse, pointer, depth)
             for key in ("not", "if", "anyOf", "oneOf"):
                 if key in rest:
                     return self._combinator(key, rest, recurse, pointer)
@@ -116,11 +117,29 @@ class Exactness:
             return self._enum(rest, recurse)
         return self._typed(rest, recurse, free)
 
+    def _all_of(self, schema: dict, recurse, pointer: str, depth: int) -> bool:
+        """Merged parts as merged; parts that do not merge are intersected (the compiler's
+        fallback), which is exact when every part is and none writes an object (two parts
+        may list members in different orders)."""
+        try:
+            return recurse(self.merger.merge_all([schema], pointer))
+        except SchemaError as error:
+            if error.keyword != "allOf" or not isinstance(schema.get("allOf"), list):
+                return False
+        rest = {k: v for k, v in schema.items() if k != "allOf"}
+        parts = []
+        for part in schema["allOf"]:
+            try:
+                parts.append(self.merger.merge_all([rest, part], pointer))
+            except SchemaError:
+                parts += [part, rest]
+        return all(self.exact(p, pointer, True, depth + 1) for p in typed_parts(parts))
+
     def _sub(self, schema, pointer: str, free: bool, depth: int) -> bool:
         return self.exact(schema, pointer, free, depth)
 
     def _combinator(self, key: str, schema: dict, recurse, pointer: str) -> bool:
-        merge = self.merger.merge_all
+        merge = self.merger.merge_or_conjoin
         rest = {k: v for k, v in schema.items() if k != key}
         if key == "not":
             return recurse(rest) and recurse(merge([rest, schema["not"]], pointer))
@@ -162,7 +181,15 @@ class Exactness:
         if "const" in schema and not canonical_value(schema["const"]):
             return False
         rest = {k: v for k, v in schema.items() if k not in ("enum", "const", "type")}
-        return not rest or recurse({**rest, "type": schema["type"]} if "type" in schema else rest)
+        if not rest:
+            return True
+        # The compiler keeps a value when its text is in the language of the other keywords,
+        # typed by the values when untyped; an object member that language does not list
+        # would be dropped, so values holding objects are exact only without other keywords.
+        if any(_holds_object(v) for v in values):
+            return False
+        types = schema.get("type", sorted({json_type(v) for v in values}) or ["null"])
+        return recurse({**rest, "type": types})
 
     def _typed(self, schema: dict, recurse, free: bool) -> bool:
         if "type" not in schema or any(k not in _EXACT_KEYS for k in schema):
@@ -185,12 +212,10 @@ class Exactness:
         return all(n in checks and checks[n](schema) for n in names)
 
     def _string(self, schema: dict) -> bool:
+        """Strings are exact unless `maxLength` is lowered to the cap (patterns are exact on
+        the universe's ASCII strings)."""
         high = schema.get("maxLength")
-        if high is not None and (not is_int(high) or high > self.limits.max_string_length):
-            return False
-        pattern = schema.get("pattern")
-        # Python's \d, \w, \s (as validators run them) are Unicode classes; ours are ASCII.
-        return pattern is None or (isinstance(pattern, str) and not _UNICODE_CLASS.search(pattern))
+        return high is None or (is_int(high) and high <= self.limits.max_string_length)
 
     def _array(self, schema: dict, recurse) -> bool:
         items = schema.get("items")
@@ -229,3 +254,9 @@ def _integer(schema: dict) -> bool:
 def _number(schema: dict) -> bool:
     """Numbers are exact without bounds (the lowering narrows bounded fractions)."""
     return not any(key in schema for key in _NUMERIC)
+
+
+def _holds_object(value) -> bool:
+    if isinstance(value, dict):
+        return True
+    return isinstance(value, list) and any(_holds_object(v) for v in value)

@@ -79,6 +79,17 @@ class Merger:
             merged = self._merge_two(merged, part, pointer)
         return merged
 
+    def merge_or_conjoin(self, parts: list, pointer: str):
+        """`merge_all(parts)`, or `{"allOf": parts}` when the parts do not merge (the compiler
+        then intersects their languages, `corral.automata.schema.algebra`). Raises the
+        `SchemaError`s of `merge_all` other than a failed merge."""
+        try:
+            return self.merge_all(parts, pointer)
+        except SchemaError as error:
+            if error.keyword != "allOf":
+                raise
+            return {"allOf": list(parts)}
+
     def _merge_two(self, a: dict, b: dict, pointer: str) -> dict:
         for x, y in ((a, b), (b, a)):
             tuple_form = "prefixItems" in x or isinstance(x.get("items"), list)
@@ -225,3 +236,16 @@ def desugar(schema: dict, pointer: str) -> dict:
     if parts:
         out["allOf"] = parts
     return out
+
+
+def typed_parts(parts: list) -> list:
+    """The parts of a conjunction, each untyped object part given the `type` of the first typed
+    one (a conjunct adds nothing the conjunction does not already say, and the part's language
+    then covers that type rather than only the types its keywords imply)."""
+    typed = next((p["type"] for p in parts if isinstance(p, dict) and "type" in p), None)
+    if typed is None:
+        return list(parts)
+    return [
+        {**p, "type": typed} if isinstance(p, dict) and "type" not in p and "$ref" not in p else p
+        for p in parts
+    ]
