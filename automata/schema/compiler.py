@@ -107,7 +107,7 @@ class Compiler:
             return self.compile_ref(schema, pointer, depth)
         plain = desugar(schema, pointer)
         if plain is not schema:
-            return self.compile(plain, pointer, depth + 1)
+            return self.compile_desugared(schema, plain, pointer, depth)
         if "allOf" in schema:
             return self.algebra.all_of(schema, pointer, depth)
         if "not" in schema:
@@ -123,6 +123,25 @@ class Compiler:
         if "enum" in schema or "const" in schema:
             return self.compile_enum(schema, pointer, depth)
         return self.compile_types(schema, pointer, depth)
+
+    def compile_desugared(self, schema: dict, plain: dict, pointer: str, depth: int):
+        """The form of a conditional rewritten by `desugar`; a refusal inside the parts the
+        rewrite made (an `anyOf` or `not` the schema does not hold) names the conditional."""
+        try:
+            return self.compile(plain, pointer, depth + 1)
+        except SchemaError as error:
+            made = ("not", "anyOf", "allOf", "oneOf")
+            if any(k in schema for k in made):
+                raise
+            if error.pointer != pointer and not error.pointer.startswith(pointer + "/anyOf/"):
+                raise
+            keyword = "if" if "if" in schema else "dependentSchemas"
+            if keyword not in schema:
+                keyword = "dependencies"
+            if error.keyword not in made:
+                keyword = error.keyword
+            reason = error.reason.replace(repr(error.keyword), repr(keyword))
+            raise SchemaError(pointer, keyword, reason) from None
 
     def any_value(self, pointer: str):
         """Any JSON value nested at most `any_value_depth` levels; SchemaError when it is 0."""
