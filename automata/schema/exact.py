@@ -54,6 +54,7 @@ _EXACT_KEYS = frozenset(
 """Keywords the predicate reads for a typed schema; any other constraint makes it inexact."""
 _NUMERIC = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 _MAX_DEPTH = 24
+_MAX_CALLS = 20_000
 
 
 @functools.lru_cache(maxsize=1)
@@ -86,15 +87,32 @@ class Exactness:
     def __init__(self, merger: Merger, schema_limits: SchemaLimits):
         self.merger = merger
         self.limits = schema_limits
+        self.memo: dict[tuple[int, bool], tuple[object, bool]] = {}  # (id, free) -> (schema, ok)
+        self.calls = 0
 
     def exact(self, schema, pointer: str, free: bool = False, depth: int = 0) -> bool:
         """True when the compiled language of `schema` holds every text of U valid against it.
 
         With `free`, the texts it is checked against may list object members in any order
         (they come from the any-value language): then no object may be valid, except through an
-        `enum`/`const` of objects with at most one member."""
-        if depth > _MAX_DEPTH:
+        `enum`/`const` of objects with at most one member.
+
+        Memoized per schema object; a schema met again while it is being decided (a `$ref`
+        cycle, which the compiler unrolls only so deep) is not exact. At most `_MAX_CALLS`
+        decisions per compile, then False."""
+        self.calls += 1
+        if depth > _MAX_DEPTH or self.calls > _MAX_CALLS:
             return False
+        key = (id(schema), free)
+        hit = self.memo.get(key)
+        if hit is not None and hit[0] is schema:
+            return hit[1]
+        self.memo[key] = (schema, False)
+        out = self._decide(schema, pointer, free, depth)
+        self.memo[key] = (schema, out)
+        return out
+
+    def _decide(self, schema, pointer: str, free: bool, depth: int) -> bool:
         try:
             schema = self.merger.deref(schema, pointer)
         except SchemaError:
