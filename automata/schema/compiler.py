@@ -186,14 +186,16 @@ class Compiler:
         return branches
 
     def compile_any_of(self, schema: dict, pointer: str, depth: int):
-        """The alternation of the branches, each merged with the siblings of `anyOf`."""
+        """The alternation of the branches, each merged with the siblings of `anyOf`, the
+        branch first: a merge lists members in the order of its first parts, so the negation
+        of docs/algebra.md ("Member order") can rely on P ∧ S extending P's order."""
         branches = self.branches(schema, "anyOf", pointer)
         rest = {k: v for k, v in schema.items() if k != "anyOf"}
         out = []
         for i, branch in enumerate(branches):
             where = child(pointer, "anyOf", i)
             if any(is_constraint(k) for k in rest):
-                branch = self.merger.merge_or_conjoin([rest, branch], where)
+                branch = self.merger.merge_or_conjoin([branch, rest], where)
             try:
                 out.append(self.compile(branch, where, depth + 1))
             except SchemaError as error:
@@ -207,7 +209,7 @@ class Compiler:
         branches = self.branches(schema, "oneOf", pointer)
         rest = {k: v for k, v in schema.items() if k != "oneOf"}
         merged = [
-            self.merger.merge_or_conjoin([rest, branch], child(pointer, "oneOf", i))
+            self.merger.merge_or_conjoin([branch, rest], child(pointer, "oneOf", i))
             for i, branch in enumerate(branches)
         ]
         if len(merged) == 1:

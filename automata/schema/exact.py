@@ -175,7 +175,7 @@ class Exactness:
         branches = schema[key]
         if not isinstance(branches, list) or not branches:
             return False
-        merged = [merge([rest, b], pointer) for b in branches]
+        merged = [merge([b, rest], pointer) for b in branches]
         if not all(recurse(m) for m in merged):
             return False
         if key == "anyOf":
