@@ -335,3 +335,20 @@ def test_suite_accepts_no_invalid_instance(data_set):
                 text = dumps(test["data"])
                 assert not dfa.matches(text.encode()), (name, group["description"], text)
     assert compiled >= {"sample": 1, "full": 25}[data_set.name]
+
+
+def test_negation_keeps_the_member_order_of_the_positive_branches():
+    # The branch lists y before x; the negated part lists x. Had the negated part's members
+    # been merged before the branch's, P ∧ S would write x first and {"y":1,"x":5} (valid
+    # against the negated part) would survive the difference.
+    schema = {
+        "type": "object",
+        "anyOf": [
+            {"properties": {"y": {"type": "integer"}, "x": {"type": "integer"}},
+             "required": ["y", "x"]},
+        ],
+        "not": {"properties": {"x": {"minimum": 0}}},
+    }  # fmt: skip
+    dfa = schema_to_dfa(schema)
+    assert dfa.matches(b'{"y":1,"x":-5}')
+    assert not dfa.matches(b'{"y":1,"x":5}')
