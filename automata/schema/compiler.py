@@ -327,6 +327,24 @@ def _has_type(value, allowed: set) -> bool:
 # Public API ------------------------------------------------------------------------------------
 
 
+def resolvable_prefix(root, pointer: str) -> str:
+    """The longest prefix of the JSON `pointer` that names a node of `root`. A refusal inside
+    merged or rewritten subschemas (an `anyOf` branch with its parent's keywords, a conditional
+    rewritten to `anyOf`) carries a path of the merged result; it is reported at the deepest
+    node of the document on that path."""
+    node, out = root, ""
+    for token in pointer.split("/")[1:]:
+        key = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]
+        else:
+            break
+        out = f"{out}/{token}"
+    return out
+
+
 def _compile(schema, limits: Limits | None, schema_limits: SchemaLimits) -> tuple:
     """(compiler, form) of a whole schema; EmptyLanguageError when nothing can be written."""
     if not isinstance(schema, (dict, bool)):  # a JSON value that is no schema, or its text
@@ -334,7 +352,13 @@ def _compile(schema, limits: Limits | None, schema_limits: SchemaLimits) -> tupl
         raise SchemaError("", None, reason)
     check_document(schema)
     compiler = Compiler(schema, limits, schema_limits)
-    form = compiler.compile(schema, "", 0)
+    try:
+        form = compiler.compile(schema, "", 0)
+    except SchemaError as error:
+        where = resolvable_prefix(schema, error.pointer)
+        if where == error.pointer:
+            raise
+        raise SchemaError(where, error.keyword, error.reason) from None
     if form is NOTHING:
         raise EmptyLanguageError("the schema admits no value that corral can write")
     return compiler, form
