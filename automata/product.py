@@ -81,14 +81,14 @@ def _product(a: Dfa, b: Dfa, operation: str, limits: Limits | None) -> Dfa:
     classes) NumPy work plus one dict lookup per new pair."""
     limit = (limits or DEFAULT_LIMITS).max_dfa_states
     keep = _KEEPS[operation]
-    # Byte classes: bytes on which both tables move alike, numbered by their smallest byte.
-    columns = np.concatenate([a.trans.T, b.trans.T], axis=1)  # [256, n_a + n_b]
-    _, first, byte_to_class = np.unique(columns, axis=0, return_index=True, return_inverse=True)
-    byte_to_class = byte_to_class.reshape(-1)
-    rank = np.empty(len(first), dtype=np.int32)
-    rank[np.argsort(first, kind="stable")] = np.arange(len(first), dtype=np.int32)
-    byte_to_class = rank[byte_to_class]
-    class_bytes = np.sort(first)  # smallest byte of each class, in class order
+    # Byte classes: bytes on which both tables move alike, numbered by their smallest byte
+    # (one row of 4 x (n_a + n_b) bytes per byte value, compared as raw bytes).
+    columns = np.ascontiguousarray(np.concatenate([a.trans.T, b.trans.T], axis=1))
+    ids: dict[bytes, int] = {}
+    byte_to_class = np.array(
+        [ids.setdefault(columns[byte].tobytes(), len(ids)) for byte in range(256)], np.int32
+    )
+    class_bytes = np.unique(byte_to_class, return_index=True)[1]  # smallest byte of each class
     # Tables shifted by one so the dead state is row 0 (it moves to itself).
     ta = np.vstack([np.zeros(len(class_bytes), np.int64), a.trans[:, class_bytes] + 1])
     tb = np.vstack([np.zeros(len(class_bytes), np.int64), b.trans[:, class_bytes] + 1])
