@@ -340,13 +340,14 @@ class DfaCache:
             if "refused" in stored:
                 return str(stored["refused"])
             return Dfa(stored["trans"], stored["accept"])
-        signal.setitimer(signal.ITIMER_REAL, SECONDS_PER_SCHEMA)
         try:
-            out = schema_to_dfa(schema, DATA_LIMITS)
+            signal.setitimer(signal.ITIMER_REAL, SECONDS_PER_SCHEMA)
+            try:
+                out = schema_to_dfa(schema, DATA_LIMITS)
+            finally:  # before handling the error: an alarm there would escape
+                signal.setitimer(signal.ITIMER_REAL, 0)
         except (ConstrainError, _Timeout) as error:
             out = f"{type(error).__name__}: {error}"
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
         if path is not None:
             if isinstance(out, str):
                 np.savez(path, refused=np.array(out))
