@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from corral.automata.errors import TooManyNfaStatesError
 from corral.automata.limits import DEFAULT_LIMITS, Limits
-from corral.automata.tree import Alt, ByteSet, Concat, Node, Repeat
+from corral.automata.tree import Alt, Automaton, ByteSet, Concat, Node, Repeat
 
 ACCEPT = 0
 
@@ -108,7 +109,28 @@ class _Builder:
             return s
         if isinstance(node, Repeat):
             return self._repeat(node, next_state)
+        if isinstance(node, Automaton):
+            return self._automaton(node.dfa, next_state)
         raise TypeError(f"not a regex tree node: {node!r}")
+
+    def _automaton(self, dfa, next_state: int) -> int:
+        """Splice a `Dfa`: one epsilon hub per DFA state, one byte-edge state per (state, target)
+        pair; an accepting hub also leads to `next_state`. O(n_states * 256)."""
+        hubs = [self.new_state() for _ in range(dfa.n_states)]
+        for s, row in enumerate(dfa.trans):
+            targets = row[row >= 0]
+            out = []
+            for t in np.unique(targets).tolist():
+                e = self.new_state()
+                self.edge_mask[e] = int.from_bytes(
+                    np.packbits(row == t, bitorder="little").tobytes(), "little"
+                )
+                self.edge_target[e] = hubs[t]
+                out.append(e)
+            if dfa.accept[s]:
+                out.append(next_state)
+            self.epsilon[hubs[s]] = out
+        return hubs[0]
 
     def _repeat(self, node: Repeat, next_state: int) -> int:
         item, lo, hi = node.item, node.min, node.max

@@ -1,10 +1,11 @@
 """The regex tree: the common currency between the pattern parser, the schema compiler and the
 Thompson construction (DESIGN.md section 2).
 
-A tree's leaves are sets of bytes; a non-ASCII character or class becomes alternations of
-sequences of byte sets (its UTF-8 encodings). Nodes are compared by identity (`eq=False`), so a
-node may be shared by several parents: the schema compiler builds an object's optional members as
-a DAG whose shared tails the NFA construction instantiates once (DESIGN.md section 3).
+A tree's leaves are sets of bytes, or whole DFAs (`Automaton`, spliced in by the NFA builder);
+a non-ASCII character or class becomes alternations of sequences of byte sets (its UTF-8
+encodings). Nodes are compared by identity (`eq=False`), so a node may be shared by several
+parents: the schema compiler builds an object's optional members as a DAG whose shared tails the
+NFA construction instantiates once (DESIGN.md section 3).
 """
 
 from __future__ import annotations
@@ -42,7 +43,16 @@ class Repeat:
     max: int | None
 
 
-Node = ByteSet | Concat | Alt | Repeat
+@dataclass(frozen=True, eq=False)
+class Automaton:
+    """A finished DFA (`corral.automata.dfa.Dfa`) used as a fragment: its language, spliced into
+    the NFA state for state (`corral.automata.nfa`). This is how the result of a product
+    (`corral.automata.product`) sits inside a larger tree."""
+
+    dfa: object
+
+
+Node = ByteSet | Concat | Alt | Repeat | Automaton
 
 EMPTY = Concat(())
 

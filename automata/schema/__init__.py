@@ -31,12 +31,18 @@ Supported keywords (anything else that is a JSON Schema keyword of any draft is 
     member by member (a member one part does not list must satisfy that part's
     `additionalProperties`, and is dropped when that is false), numeric and length bounds take
     the tighter value, `enum`/`const` intersect, anything else must be equal in both parts.
+  - Boolean algebra on the DFAs (docs/algebra.md): `not` (negated within a canonical universe,
+    only where the negated language is exact; refused naming `not` otherwise), `oneOf` whose
+    branches overlap (a value in exactly one branch), `allOf` whose parts do not merge
+    (intersection), `if`/`then`/`else`, `dependentSchemas` and schema `dependencies` (rewritten
+    to `anyOf` and `not`), `propertyNames` (listed members with a rejected name left out),
+    `contains` with `minContains`/`maxContains`.
   - `anyOf`/`oneOf` next to other keywords: each branch is merged with the siblings. `oneOf` is
-    compiled as `anyOf` only when no value of one branch's language can validate against another
+    compiled as `anyOf` when no value of one branch's language can validate against another
     branch: their possible types differ, or the other branch requires a member this branch never
     writes (a member another branch requires is left out of branches that do not require it),
     or a required member has disjoint `const`/`enum` values (a discriminator), or the branches'
-    `enum`/`const` sets are disjoint. Otherwise `oneOf` is refused.
+    `enum`/`const` sets are disjoint; otherwise by the algebra above.
   - Strings: `minLength`/`maxLength` (characters; an escape counts as one; `\\u` escapes are
     left out of length-bounded strings, which keeps the DFA small and Python's count exact;
     `maxLength` above `SchemaLimits.max_string_length` is lowered to it, a larger `minLength`
@@ -93,7 +99,9 @@ Modules:
 - `keywords`: keyword tables (annotations, supported keywords, the type each keyword implies),
   JSON pointers and refusals.
 - `refs`: `$ref` resolution inside the document.
-- `merge`: `allOf` merging; `disjoint`: the disjointness proofs that admit a `oneOf`.
+- `merge`: `allOf` merging; `disjoint`: the disjointness proofs that admit a `oneOf` as `anyOf`.
+- `exact`: the canonical universe and the exactness predicate; `algebra`: the keywords compiled
+  by products of DFAs (`corral.automata.product`).
 - `compiler`: the dispatch over a subschema, `$ref` unrolling, `anyOf`/`oneOf`/`enum`, and the
   public entry points.
 - `strings` (with `lengths`, DFA character-length analyses), `numbers`, `formats`,

@@ -4,8 +4,11 @@ section 3; the supported subset is listed in `corral.automata.schema`).
 
 `Compiler.compile` dispatches on what a subschema holds: `$ref` (inlined; a cycle is unrolled up
 to `SchemaLimits.max_recursion` occurrences of one target on a path, deeper is the empty
-language), `allOf` (merged, `corral.automata.schema.merge`), `anyOf`, `oneOf` (only when its
-branches are disjoint, `corral.automata.schema.disjoint`), `enum`/`const`, and otherwise the
+language), conditionals (`if`/`then`/`else`, `dependentSchemas`: rewritten by
+`corral.automata.schema.merge.desugar`), `allOf` (merged, `corral.automata.schema.merge`, else
+intersected), `not`, `propertyNames`, `contains` (`corral.automata.schema.algebra`), `anyOf`,
+`oneOf` (as `anyOf` when its branches are provably disjoint, `corral.automata.schema.disjoint`,
+else exactly by the algebra), `enum`/`const`, and otherwise the
 types, each lowered by its own module (strings, numbers, containers). A schema without `type`
 takes the types its keywords imply; with none at all it is any JSON value nested at most
 `SchemaLimits.any_value_depth` levels.
@@ -27,6 +30,7 @@ from corral.automata.errors import (
     SchemaError,
 )
 from corral.automata.limits import DEFAULT_SCHEMA_LIMITS, Limits, SchemaLimits
+from corral.automata.schema.algebra import Algebra, is_empty_range
 from corral.automata.schema.containers import lower_array, lower_object
 from corral.automata.schema.disjoint import excludes, leave_out_others_required
 from corral.automata.schema.form import NOTHING, Lit, TreeBuilder, choice
@@ -38,9 +42,8 @@ from corral.automata.schema.keywords import (
     check_keywords,
     child,
     is_constraint,
-    unsupported,
 )
-from corral.automata.schema.merge import Merger
+from corral.automata.schema.merge import Merger, desugar
 from corral.automata.schema.numbers import lower_integer, lower_number
 from corral.automata.schema.refs import RefResolver, has_own_id, ref_siblings
 from corral.automata.schema.strings import lower_string
@@ -68,6 +71,7 @@ class Compiler:
         self.cache: dict[str, object] = {}
         self.min_hit = math.inf  # lowest stack position a cut or reuse inside depended on
         self.any_cache: dict = {}
+        self.algebra = Algebra(self)
 
     def compile(self, schema, pointer: str, depth: int):
         """The form of `schema` met at `pointer`, `depth` subschemas deep.
@@ -96,20 +100,48 @@ class Compiler:
             self.refs.nested_ids -= nested_id
 
     def dispatch(self, schema: dict, pointer: str, depth: int):
-        """The form of an object schema, by the first of these it holds: `$ref`, `allOf`,
-        `anyOf`, `oneOf`, `enum`/`const`; else by its types."""
+        """The form of an object schema, by the first of these it holds: `$ref`, a conditional
+        (rewritten), `allOf`, `not`, `anyOf`, `oneOf`, `propertyNames`, `contains`,
+        `enum`/`const`; else by its types."""
         if "$ref" in schema:
             return self.compile_ref(schema, pointer, depth)
+        plain = desugar(schema, pointer)
+        if plain is not schema:
+            return self.compile_desugared(schema, plain, pointer, depth)
         if "allOf" in schema:
-            merged = self.merger.merge_all([schema], pointer)
-            return self.compile(merged, pointer, depth + 1)
+            return self.algebra.all_of(schema, pointer, depth)
+        if "not" in schema:
+            return self.algebra.not_(schema, pointer, depth)
         if "anyOf" in schema:
             return self.compile_any_of(schema, pointer, depth)
         if "oneOf" in schema:
             return self.compile_one_of(schema, pointer, depth)
+        if "propertyNames" in schema:
+            return self.algebra.property_names(schema, pointer, depth)
+        if "contains" in schema:
+            return self.algebra.contains(schema, pointer, depth)
         if "enum" in schema or "const" in schema:
             return self.compile_enum(schema, pointer, depth)
         return self.compile_types(schema, pointer, depth)
+
+    def compile_desugared(self, schema: dict, plain: dict, pointer: str, depth: int):
+        """The form of a conditional rewritten by `desugar`; a refusal inside the parts the
+        rewrite made (an `anyOf` or `not` the schema does not hold) names the conditional."""
+        try:
+            return self.compile(plain, pointer, depth + 1)
+        except SchemaError as error:
+            made = ("not", "anyOf", "allOf", "oneOf")
+            if any(k in schema for k in made):
+                raise
+            if error.pointer != pointer and not error.pointer.startswith(pointer + "/anyOf/"):
+                raise
+            keyword = "if" if "if" in schema else "dependentSchemas"
+            if keyword not in schema:
+                keyword = "dependencies"
+            if error.keyword not in made:
+                keyword = error.keyword
+            reason = error.reason.replace(repr(error.keyword), repr(keyword))
+            raise SchemaError(pointer, keyword, reason) from None
 
     def any_value(self, pointer: str):
         """Any JSON value nested at most `any_value_depth` levels; SchemaError when it is 0."""
@@ -154,15 +186,21 @@ class Compiler:
         return branches
 
     def compile_any_of(self, schema: dict, pointer: str, depth: int):
-        """The alternation of the branches, each merged with the siblings of `anyOf`."""
+        """The alternation of the branches, each merged with the siblings of `anyOf`, the
+        branch first: a merge lists members in the order of its first parts, so the negation
+        of docs/algebra.md ("Member order") can rely on P ∧ S extending P's order."""
         branches = self.branches(schema, "anyOf", pointer)
         rest = {k: v for k, v in schema.items() if k != "anyOf"}
         out = []
         for i, branch in enumerate(branches):
             where = child(pointer, "anyOf", i)
             if any(is_constraint(k) for k in rest):
-                branch = self.merger.merge_all([rest, branch], where)
-            out.append(self.compile(branch, where, depth + 1))
+                branch = self.merger.merge_or_conjoin([branch, rest], where)
+            try:
+                out.append(self.compile(branch, where, depth + 1))
+            except SchemaError as error:
+                if not is_empty_range(error):  # a merge made contradictory bounds: empty
+                    raise
         return choice(out)
 
     def compile_one_of(self, schema: dict, pointer: str, depth: int):
@@ -171,7 +209,7 @@ class Compiler:
         branches = self.branches(schema, "oneOf", pointer)
         rest = {k: v for k, v in schema.items() if k != "oneOf"}
         merged = [
-            self.merger.merge_all([rest, branch], child(pointer, "oneOf", i))
+            self.merger.merge_or_conjoin([branch, rest], child(pointer, "oneOf", i))
             for i, branch in enumerate(branches)
         ]
         if len(merged) == 1:
@@ -180,12 +218,7 @@ class Compiler:
         for i, mi in enumerate(restricted):
             for j, mj in enumerate(merged):
                 if i != j and not excludes(mi, mj, self.merger, pointer):
-                    raise unsupported(
-                        pointer,
-                        "oneOf",
-                        f"branches {i} and {j} may both accept a value "
-                        "(oneOf is compiled only when its branches are disjoint)",
-                    )
+                    return self.algebra.one_of(merged, pointer, depth)
         return choice(
             self.compile(m, child(pointer, "oneOf", i), depth + 1) for i, m in enumerate(restricted)
         )
@@ -224,6 +257,8 @@ class Compiler:
             allowed = {allowed} if isinstance(allowed, str) else set(allowed)
             texts = [(v, t) for v, t in texts if _has_type(v, allowed)]
         if any(is_constraint(k) and k != "type" for k in rest):
+            if "type" not in rest:  # check each value against its own type, not the implied ones
+                rest["type"] = sorted({json_type(v) for v, _ in texts}) or ["null"]
             node = self.compile(rest, pointer, depth + 1)
             if node is NOTHING:
                 return NOTHING
@@ -292,6 +327,24 @@ def _has_type(value, allowed: set) -> bool:
 # Public API ------------------------------------------------------------------------------------
 
 
+def resolvable_prefix(root, pointer: str) -> str:
+    """The longest prefix of the JSON `pointer` that names a node of `root`. A refusal inside
+    merged or rewritten subschemas (an `anyOf` branch with its parent's keywords, a conditional
+    rewritten to `anyOf`) carries a path of the merged result; it is reported at the deepest
+    node of the document on that path."""
+    node, out = root, ""
+    for token in pointer.split("/")[1:]:
+        key = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]
+        else:
+            break
+        out = f"{out}/{token}"
+    return out
+
+
 def _compile(schema, limits: Limits | None, schema_limits: SchemaLimits) -> tuple:
     """(compiler, form) of a whole schema; EmptyLanguageError when nothing can be written."""
     if not isinstance(schema, (dict, bool)):  # a JSON value that is no schema, or its text
@@ -299,7 +352,13 @@ def _compile(schema, limits: Limits | None, schema_limits: SchemaLimits) -> tupl
         raise SchemaError("", None, reason)
     check_document(schema)
     compiler = Compiler(schema, limits, schema_limits)
-    form = compiler.compile(schema, "", 0)
+    try:
+        form = compiler.compile(schema, "", 0)
+    except SchemaError as error:
+        where = resolvable_prefix(schema, error.pointer)
+        if where == error.pointer:
+            raise
+        raise SchemaError(where, error.keyword, error.reason) from None
     if form is NOTHING:
         raise EmptyLanguageError("the schema admits no value that corral can write")
     return compiler, form

@@ -51,6 +51,8 @@ SUPPORTED = frozenset(
         "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format", "minimum",
         "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minProperties",
         "maxProperties", "patternProperties", "dependentRequired", "dependencies",
+        "not", "if", "then", "else", "dependentSchemas", "propertyNames", "contains",
+        "minContains", "maxContains",
     }
 )  # fmt: skip
 """Keywords the compiler handles (some only in the cases `corral.automata.schema` lists)."""
@@ -63,7 +65,8 @@ TYPE_OF_KEYWORD = {
     "maxItems": "array", "uniqueItems": "array",
     "properties": "object", "required": "object", "additionalProperties": "object",
     "patternProperties": "object", "minProperties": "object", "maxProperties": "object",
-    "dependentRequired": "object", "dependencies": "object",
+    "dependentRequired": "object", "dependencies": "object", "propertyNames": "object",
+    "contains": "array",
 }  # fmt: skip
 """Keyword -> the type an untyped schema using it is read as (a sub-language)."""
 

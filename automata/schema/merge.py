@@ -65,6 +65,7 @@ class Merger:
             if not isinstance(part, dict):
                 raise SchemaError(pointer, "allOf", "allOf must list schemas")
             check_keywords(part, pointer)
+            part = desugar(part, pointer)
             if "allOf" in part:
                 branches = part["allOf"]
                 if not isinstance(branches, list) or not branches:
@@ -77,6 +78,17 @@ class Merger:
         for part in flat:
             merged = self._merge_two(merged, part, pointer)
         return merged
+
+    def merge_or_conjoin(self, parts: list, pointer: str):
+        """`merge_all(parts)`, or `{"allOf": parts}` when the parts do not merge (the compiler
+        then intersects their languages, `corral.automata.schema.algebra`). Raises the
+        `SchemaError`s of `merge_all` other than a failed merge."""
+        try:
+            return self.merge_all(parts, pointer)
+        except SchemaError as error:
+            if error.keyword != "allOf":
+                raise
+            return {"allOf": list(parts)}
 
     def _merge_two(self, a: dict, b: dict, pointer: str) -> dict:
         for x, y in ((a, b), (b, a)):
@@ -110,6 +122,10 @@ class Merger:
                 key == "items" and isinstance(old, (dict, bool)) and isinstance(value, (dict, bool))
             ):
                 out[key] = old if old == value else {"allOf": [old, value]}
+            elif key == "not" and old != value:
+                out[key] = {"anyOf": [old, value]}  # (not a) and (not b) = not (a or b)
+            elif key == "propertyNames" and old != value:
+                out[key] = {"allOf": [old, value]}
             elif key == "anyOf" and old != value:
                 if not isinstance(old, list) or not isinstance(value, list):
                     raise SchemaError(pointer, "anyOf", "anyOf must be a non-empty array")
@@ -180,3 +196,56 @@ def _merge_properties(a: dict, b: dict, pointer: str) -> tuple[dict, object]:
         out[name] = schemas[0] if len(schemas) == 1 else {"allOf": schemas}
     additional = False if (aa is False or ab is False) else aa if ab is True else ab
     return out, additional
+
+
+def desugar(schema: dict, pointer: str) -> dict:
+    """`schema` with its conditionals written as `allOf` parts of `anyOf`/`not` (exact
+    rewrites, docs/algebra.md): `if`/`then`/`else` becomes
+    `anyOf: [allOf: [if, then], allOf: [not: if, else]]`; each `dependentSchemas` entry (and
+    each schema-valued `dependencies` entry) `name: S` becomes `if: {required: [name]}, then: S`.
+    `then`/`else` without `if` are dropped (validators ignore them). Returns `schema` itself
+    when it holds none of these.
+
+    Raises:
+        SchemaError: `dependentSchemas` (or `dependencies`) is not an object.
+    """
+    keys = ("if", "then", "else", "dependentSchemas")
+    deps = schema.get("dependencies")
+    schema_deps = isinstance(deps, dict) and any(not isinstance(v, list) for v in deps.values())
+    if not any(k in schema for k in keys) and not schema_deps:
+        return schema
+    out = {k: v for k, v in schema.items() if k not in keys}
+    parts = list(out.pop("allOf", []) if isinstance(out.get("allOf"), list) else [])
+    if "allOf" in out:
+        raise SchemaError(pointer, "allOf", "allOf must be a non-empty array")
+    if "if" in schema and ("then" in schema or "else" in schema):
+        test, then, otherwise = schema["if"], schema.get("then", True), schema.get("else", True)
+        parts.append({"anyOf": [{"allOf": [test, then]}, {"allOf": [{"not": test}, otherwise]}]})
+    named = []
+    for key in ("dependentSchemas", "dependencies"):
+        table = schema.get(key)
+        if table is None or (key == "dependencies" and not schema_deps):
+            continue
+        if not isinstance(table, dict):
+            raise SchemaError(pointer, key, f"{key} must be an object")
+        named += [(n, s) for n, s in table.items() if not isinstance(s, list)]
+    if schema_deps:
+        out["dependencies"] = {n: v for n, v in deps.items() if isinstance(v, list)}
+    for name, sub in named:
+        parts.append(desugar({"if": {"required": [name]}, "then": sub}, pointer))
+    if parts:
+        out["allOf"] = parts
+    return out
+
+
+def typed_parts(parts: list) -> list:
+    """The parts of a conjunction, each untyped object part given the `type` of the first typed
+    one (a conjunct adds nothing the conjunction does not already say, and the part's language
+    then covers that type rather than only the types its keywords imply)."""
+    typed = next((p["type"] for p in parts if isinstance(p, dict) and "type" in p), None)
+    if typed is None:
+        return list(parts)
+    return [
+        {**p, "type": typed} if isinstance(p, dict) and "type" not in p and "$ref" not in p else p
+        for p in parts
+    ]

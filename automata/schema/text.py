@@ -256,6 +256,8 @@ def _tree_text(node: tree.Node) -> tuple[str, int]:
         if node.mask == 0:
             return NO_CHARACTER, 3
         raise SchemaTextError("this schema has no regex text; use schema_to_tree or schema_to_dfa")
+    if isinstance(node, tree.Automaton):  # a product (not, oneOf, if/then/else)
+        raise SchemaTextError("this schema has no regex text; use schema_to_tree or schema_to_dfa")
     if isinstance(node, tree.Concat):
         parts = [_tree_text(item) for item in node.items]
         return "".join(_wrap(t, p, 2) for t, p in parts), 2

@@ -96,14 +96,14 @@ def test_text_and_tree_back_ends_give_the_same_dfa():
     for schema in [CITY, XY, *HAND_SCHEMAS]:
         try:
             text = json_schema_to_regex(schema)
-        except SchemaTextError:  # pattern x length products have no text
+        except SchemaTextError:  # pattern x length products and DFA products have no text
             continue
         rendered += 1
         by_tree = schema_to_dfa(schema)
         by_text = regex_to_dfa(text)
         assert np.array_equal(by_tree.trans, by_text.trans)
         assert np.array_equal(by_tree.accept, by_text.accept)
-    assert rendered >= len(HAND_SCHEMAS)
+    assert rendered >= len(HAND_SCHEMAS) - 5  # the boolean-algebra schemas are DFA products
 
 
 def test_text_back_end_spells_literals_with_the_one_escaper():
@@ -271,8 +271,9 @@ def test_dumps_refuses_non_finite_numbers(value):
 REFUSED = [
     ({"type": "object", "properties": {"when": {"type": "string", "format": "duration"}}},
      "/properties/when", "format"),
-    ({"not": {"type": "string"}}, "", "not"),
-    ({"type": "object", "properties": {"a": {"if": {}, "then": {}}}}, "/properties/a", "if"),
+    ({"type": "string", "not": {"format": "email"}}, "", "not"),
+    ({"type": "object", "properties": {"a": {"type": "string", "if": {"format": "email"},
+                                             "else": {"maxLength": 3}}}}, "/properties/a", "if"),
     ({"$ref": "other.json#/x"}, "", "$ref"),
     ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, "", "uniqueItems"),
     ({"type": "object", "properties": {"a": {}}, "required": ["b"]}, "", "required"),
@@ -286,14 +287,17 @@ REFUSED = [
     ({"type": "string", "pattern": "(?=a)b"}, "", "pattern"),
     ({"properties": {"x": {"patternProperties": {"(": {}}, "properties": {"a": {}}}}},
      "/properties/x", "patternProperties"),
-    ({"oneOf": [{"type": "integer"}, {"minimum": 3}]}, "", "oneOf"),
-    ({"type": "object", "properties": {"a": {"contains": {}}}}, "/properties/a", "contains"),
+    ({"oneOf": [{"type": "string"}, {"type": "string", "format": "email"}]}, "/oneOf/0", "oneOf"),
+    ({"type": "object", "properties": {"a": {"items": {"format": "email"}, "maxContains": 1,
+                                             "contains": {"maxLength": 3}}}},
+     "/properties/a/items", "maxContains"),
     ({"$ref": "#/definitions/missing"}, "", "$ref"),
     ({"definitions": {"a": {"$ref": "#/definitions/b"},
                       "b": {"allOf": [{"$ref": "#/definitions/a"}]}},
       "$ref": "#/definitions/a"}, "/definitions/b", "$ref"),
     ({"type": "number", "maximum": 2.5}, "", "maximum"),
-    ({"type": "object", "propertyNames": {"maxLength": 3}}, "", "propertyNames"),
+    ({"type": "object", "properties": {"a": {"type": "string", "format": "date"}},
+      "dependentSchemas": {"a": {"required": ["a"]}}}, "", "dependentSchemas"),
     ({"type": "string", "format": "hostname"}, "", "format"),
 ]  # fmt: skip
 

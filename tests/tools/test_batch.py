@@ -138,7 +138,11 @@ def test_mixed_batch_end_to_end(engine):
 
 @pytest.mark.slow
 def test_bad_line_and_good_line(engine, tmp_path):
-    bad_schema = {"type": "object", "properties": {"x": {"type": "integer"}}, "not": {}}
+    bad_schema = {
+        "type": "object",
+        "properties": {"x": {"type": "integer"}},
+        "not": {"format": "date"},
+    }
     lines = [
         "this is not JSON",
         line(

@@ -50,7 +50,9 @@ def test_compile_schema_prints_regex_size_and_samples(tmp_path, capsys):
 
 def test_compile_schema_refusal_names_the_keyword(tmp_path, capsys):
     path = tmp_path / "s.json"
-    path.write_text(json.dumps({"type": "object", "properties": {"x": {"not": {}}}}))
+    path.write_text(
+        json.dumps({"type": "object", "properties": {"x": {"not": {"format": "email"}}}})
+    )
     assert main(["compile", "--schema", str(path)]) == 2
     err = capsys.readouterr().err
     assert "/properties/x" in err and "not" in err

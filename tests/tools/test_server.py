@@ -161,7 +161,10 @@ def test_errors_arrive_as_the_clients_exceptions(client, server):
     with pytest.raises(openai.BadRequestError) as bad:
         client.chat.completions.create(model="m", messages=ASK, temperature=5)
     assert bad.value.param == "temperature"
-    unsupported = {"type": "function", "function": {"name": "f", "parameters": {"not": {}}}}
+    unsupported = {
+        "type": "function",
+        "function": {"name": "f", "parameters": {"not": {"format": "email"}}},
+    }
     with pytest.raises(openai.UnprocessableEntityError) as refused:
         client.chat.completions.create(model="m", messages=ASK, tools=[unsupported])
     assert refused.value.param == "tools[0].function.parameters"

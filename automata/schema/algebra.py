@@ -1,0 +1,238 @@
+"""The keywords compiled by boolean algebra on DFAs (docs/algebra.md; `corral.automata.product`):
+`allOf` that does not merge, `not`, `oneOf` whose branches may overlap, `propertyNames` and
+`contains`. (`if`/`then`/`else` and `dependentSchemas` are rewritten into `anyOf` and `not` by
+`corral.automata.schema.merge.desugar` before they get here.)
+
+- `allOf` whose parts do not merge: the intersection of the parts' languages, each part merged
+  with the keywords beside `allOf` where it merges. Sound without exactness.
+- `not S` beside the keywords P: (L(P) ∩ U) minus L(P ∧ S), where U is the canonical universe
+  (`corral.automata.schema.exact`) and P ∧ S must compile exactly; otherwise refused, naming
+  `not` and the pointer. When P itself is not exact, its texts may come from the any-value
+  language (members in any order), and P ∧ S must be exact even then (`free`).
+- `oneOf` whose branches may overlap: the union over i of (L(B_i) ∩ U) minus the union over
+  j != i of L(B_i ∧ B_j), each B_i merged with the keywords beside `oneOf`; refused unless
+  every B_i ∧ B_j compiles exactly.
+- `propertyNames`: listed members whose name the names' language does not accept are left out
+  (made `false`: a required one empties the object). A sub-language, always sound.
+- `contains` with `minContains` (default 1) and `maxContains`: arrays with that many items of
+  the language of items ∧ contains, intersected with the array the other keywords give; with
+  `maxContains` the other items are (L(items) ∩ U) minus L(items ∧ contains), which must
+  compile exactly.
+
+A product result sits in the schema form as `Subtree(Automaton(dfa))`: the NFA builder splices
+its states (`corral.automata.nfa`).
+"""
+
+from __future__ import annotations
+
+from corral.automata.compile import build_dfa
+from corral.automata.dfa import Dfa
+from corral.automata.errors import EmptyLanguageError, SchemaError
+from corral.automata.product import difference, intersection
+from corral.automata.schema.exact import Exactness, universe_dfa
+from corral.automata.schema.form import EMPTY, NOTHING, Lit, Subtree, choice, repeat, seq
+from corral.automata.schema.keywords import child, count, is_constraint, unsupported
+from corral.automata.schema.merge import typed_parts
+from corral.automata.schema.values import dumps
+from corral.automata.tree import Automaton
+
+EMPTY_RANGE_REASONS = frozenset(
+    {
+        "no integer lies between the bounds",
+        "no number lies between the bounds",
+        "minLength is greater than maxLength",
+        "minItems is greater than maxItems",
+    }
+)
+"""Reasons of the `SchemaError`s the lowering raises for contradictory bounds: where a merge
+made them (a branch of a conditional, a negated part), the language is simply empty."""
+
+
+def is_empty_range(error: SchemaError) -> bool:
+    """True when `error` says that bounds leave no value (see `EMPTY_RANGE_REASONS`)."""
+    return error.reason in EMPTY_RANGE_REASONS
+
+
+class Algebra:
+    """The algebraic keywords for one compile (`compiler`: the `Compiler` whose `compile`,
+    `merger` and `trees` it uses)."""
+
+    def __init__(self, compiler):
+        self.compiler = compiler
+        self.merger = compiler.merger
+        self.exactness = Exactness(compiler.merger, compiler.schema_limits)
+
+    # helpers ------------------------------------------------------------------------------
+
+    def dfa(self, form) -> Dfa | None:
+        """The DFA of a form node, None for the empty language. Raises LimitError."""
+        if form is NOTHING:
+            return None
+        try:
+            return build_dfa(self.compiler.trees.build(form), self.compiler.trees.limits)
+        except EmptyLanguageError:
+            return None
+
+    def compile(self, schema, pointer: str, depth: int):
+        """The compiler's form of a merged part; NOTHING when its bounds contradict."""
+        try:
+            return self.compiler.compile(schema, pointer, depth + 1)
+        except SchemaError as error:
+            if is_empty_range(error):
+                return NOTHING
+            raise
+
+    def _product(self, operation, a: Dfa | None, b: Dfa | None) -> Dfa | None:
+        if a is None:
+            return None
+        if b is None:
+            return a if operation is difference else None
+        try:
+            return operation(a, b, self.compiler.trees.limits)
+        except EmptyLanguageError:
+            return None
+
+    @staticmethod
+    def form_of(dfa: Dfa | None):
+        """The form of a finished DFA (NOTHING for None)."""
+        return NOTHING if dfa is None else Subtree(Automaton(dfa))
+
+    def without(self, positive, negatives: list, pointer: str, depth: int, keyword: str):
+        """The form of the texts of `positive` valid against none of `negatives`:
+        (L(P) ∩ U) minus the union of L(P ∧ N). SchemaError naming `keyword` unless every
+        P ∧ N compiles exactly (`Exactness`)."""
+        pos = self.dfa(self.compile(positive, pointer, depth))
+        if pos is None:
+            return NOTHING
+        free = not self.exactness.exact(positive, pointer)
+        negative_dfas = []
+        for i, neg in enumerate(negatives):
+            if neg is True or (isinstance(neg, dict) and not any(map(is_constraint, neg))):
+                return NOTHING  # every value is valid against it
+            merged = self.merger.merge_or_conjoin([positive, neg], pointer)
+            if merged is False:
+                continue
+            if not self.exactness.exact(merged, pointer, free):
+                detail = "" if len(negatives) == 1 else f" (branch {i})"
+                raise unsupported(
+                    pointer,
+                    keyword,
+                    f"its subschema{detail} is not compiled exactly, so it cannot be negated "
+                    "(see docs/algebra.md)",
+                )
+            negative_dfas.append(self.dfa(self.compile(merged, pointer, depth)))
+        out = self._product(intersection, pos, universe_dfa())
+        for neg in negative_dfas:
+            out = self._product(difference, out, neg)
+        return self.form_of(out)
+
+    # keywords ------------------------------------------------------------------------------
+
+    def all_of(self, schema: dict, pointer: str, depth: int):
+        """Merged when the parts merge; otherwise the intersection of the parts."""
+        try:
+            merged = self.merger.merge_all([schema], pointer)
+        except SchemaError as error:
+            if error.keyword != "allOf" or not isinstance(schema.get("allOf"), list):
+                raise
+        else:
+            return self.compiler.compile(merged, pointer, depth + 1)
+        rest = {k: v for k, v in schema.items() if k != "allOf"}
+        parts = []
+        for i, part in enumerate(schema["allOf"]):
+            where = child(pointer, "allOf", i)
+            try:
+                parts.append((self.merger.merge_all([rest, part], where), where))
+            except SchemaError as error:
+                if error.keyword != "allOf":
+                    raise
+                parts += [(part, where), (rest, pointer)]
+        typed = typed_parts([part for part, _ in parts])
+        parts = [(part, where) for part, (_, where) in zip(typed, parts, strict=True)]
+        out = None
+        for i, (part, where) in enumerate(parts):
+            dfa = self.dfa(self.compile(part, where, depth))
+            out = dfa if i == 0 else self._product(intersection, out, dfa)
+            if out is None:
+                return NOTHING
+        return self.form_of(out)
+
+    def not_(self, schema: dict, pointer: str, depth: int):
+        """`not S` beside the other keywords P: (L(P) ∩ U) minus L(P ∧ S)."""
+        rest = {k: v for k, v in schema.items() if k != "not"}
+        return self.without(rest, [schema["not"]], pointer, depth, "not")
+
+    def one_of(self, branches: list, pointer: str, depth: int):
+        """Exactly one branch (each already merged with the keywords beside `oneOf`)."""
+        out = []
+        for i, branch in enumerate(branches):
+            others = [b for j, b in enumerate(branches) if j != i]
+            out.append(self.without(branch, others, child(pointer, "oneOf", i), depth, "oneOf"))
+        return choice(out)
+
+    def property_names(self, schema: dict, pointer: str, depth: int):
+        """Listed members whose dumped name the names' language rejects become `false`."""
+        names = schema["propertyNames"]
+        rest = {k: v for k, v in schema.items() if k != "propertyNames"}
+        if "type" not in rest:  # keep the types the keywords imply (propertyNames: object)
+            rest["type"] = self.compiler.types_of(schema, pointer)
+        dfa = self.dfa(self.compiler.compile(names, child(pointer, "propertyNames"), depth + 1))
+        properties = rest.get("properties", {})
+        if not isinstance(properties, dict):
+            raise SchemaError(pointer, "properties", "properties must be an object")
+        required = rest.get("required", [])
+        listed = list(properties) + [n for n in required if isinstance(n, str)]
+        kept = dict(properties)
+        for name in listed:
+            if dfa is None or not dfa.matches(dumps(name).encode("utf-8")):
+                kept[name] = False
+        if kept != properties or "properties" in rest:
+            rest["properties"] = kept
+        return self.compiler.compile(rest, pointer, depth + 1)
+
+    def contains(self, schema: dict, pointer: str, depth: int):
+        """Between `minContains` (default 1) and `maxContains` items of items ∧ contains, within
+        the array the other keywords give. With `maxContains` the other items are
+        (L(items) ∩ U) minus L(items ∧ contains), which must compile exactly."""
+        low = count(schema, "minContains", pointer)
+        low = 1 if low is None else low
+        high = count(schema, "maxContains", pointer)
+        rest = {
+            k: v for k, v in schema.items() if k not in ("contains", "minContains", "maxContains")
+        }
+        types = self.compiler.types_of(rest, pointer) if "type" in rest else ["array"]
+        if (low == 0 and high is None) or "array" not in types:
+            return self.compiler.compile(rest, pointer, depth + 1)
+        if high is not None and high < low:
+            return NOTHING
+        items = rest.get("items", True)
+        if "prefixItems" in rest or not isinstance(items, dict | bool):
+            raise unsupported(pointer, "contains", "contains together with tuple items")
+        where = child(pointer, "contains")
+        matching = self.compile(
+            self.merger.merge_or_conjoin([items, schema["contains"]], where), where, depth
+        )
+        if matching is NOTHING and low > 0:
+            return NOTHING
+        item_pointer = child(pointer, "items")
+        if high is None:
+            other = self.compiler.compile(items, item_pointer, depth + 1)
+        else:
+            other = self.without(items, [schema["contains"]], item_pointer, depth, "maxContains")
+        comma = Lit(",")
+        others = repeat(seq(comma, other), 0, None)
+
+        def tail(lo: int, hi: int | None):  # (",other")* ("," match (",other")*){lo,hi}
+            return seq(others, repeat(seq(comma, matching, others), max(lo, 0), hi))
+
+        options = [seq(other, tail(low, high))]
+        if high is None or high >= 1:
+            options.append(seq(matching, tail(low - 1, None if high is None else high - 1)))
+        if low == 0:
+            options.append(EMPTY)
+        array_rest = dict(rest)
+        if "type" not in rest:
+            array_rest["type"] = "array"
+        base = self.dfa(self.compiler.compile(array_rest, pointer, depth + 1))
+        counted = self.dfa(seq(Lit("["), choice(options), Lit("]")))
+        return self.form_of(self._product(intersection, base, counted))

@@ -1,0 +1,354 @@
+"""Boolean algebra on DFAs (`corral.automata.product`) and the schema keywords it compiles
+(`corral.automata.schema.algebra`, docs/algebra.md).
+
+- The product operations and the complement match brute force on random small DFAs: every
+  string over a small alphabet up to a length is in the result exactly when the set operation
+  says so, and equal languages give identical tables.
+- Random schemas of the new keywords: every sampled string validates with `jsonschema`.
+- The exactness predicate against `jsonschema`: for a schema it calls exact, every canonical
+  text of a wider language is accepted exactly when it validates.
+- The JSON-Schema-Test-Suite files of the new keywords: no invalid instance is accepted.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import jsonschema
+import numpy as np
+import pytest
+from corral.automata import (
+    ConstrainError,
+    EmptyLanguageError,
+    SchemaError,
+    TooManyDfaStatesError,
+    dumps,
+    regex_to_dfa,
+    schema_to_dfa,
+    tree_to_dfa,
+)
+from corral.automata.limits import Limits, SchemaLimits
+from corral.automata.product import complement, difference, intersection, union
+from corral.automata.schema.exact import UNIVERSE, Exactness, canonical_value, universe_dfa
+from corral.automata.schema.merge import Merger
+from corral.automata.schema.refs import RefResolver
+from corral.automata.tree import Automaton, Concat, Repeat, literal_bytes
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jsonschema.validators import validator_for
+
+ALPHABET = [b"a", b"b", b"c"]
+STRINGS = [b"".join(p) for n in range(6) for p in itertools.product(ALPHABET, repeat=n)]
+
+small_patterns = st.recursive(
+    st.sampled_from(["a", "b", "c", "[ab]", "[bc]", "a?", ""]),
+    lambda inner: st.one_of(
+        st.tuples(inner, inner).map(lambda t: t[0] + t[1]),
+        st.tuples(inner, inner).map(lambda t: f"(?:{t[0]}|{t[1]})"),
+        inner.map(lambda t: f"(?:{t})*"),
+        inner.map(lambda t: f"(?:{t}){{1,2}}"),
+    ),
+    max_leaves=6,
+)
+
+
+def validator(schema):
+    cls = validator_for(schema, default=jsonschema.Draft202012Validator)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+def members(dfa) -> set[bytes]:
+    return {s for s in STRINGS if dfa is not None and dfa.matches(s)}
+
+
+def or_none(operation, *args):
+    try:
+        return operation(*args)
+    except EmptyLanguageError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The product construction
+
+
+@settings(max_examples=150, deadline=None)
+@given(small_patterns, small_patterns)
+def test_products_match_brute_force(p, q):
+    a, b = regex_to_dfa(p), regex_to_dfa(q)
+    la, lb = members(a), members(b)
+    assert members(or_none(intersection, a, b)) == la & lb
+    assert members(or_none(union, a, b)) == la | lb
+    assert members(or_none(difference, a, b)) == la - lb
+    universe = regex_to_dfa("[abc]*")
+    assert members(or_none(complement, a, universe)) == set(STRINGS) - la
+
+
+@settings(max_examples=100, deadline=None)
+@given(small_patterns, small_patterns)
+def test_equal_languages_give_identical_tables(p, q):
+    a, b = regex_to_dfa(p), regex_to_dfa(q)
+    pairs = [(union(a, b), union(b, a)), (union(a, a), a), (union(a, union(a, b)), union(a, b))]
+    both, flipped = or_none(intersection, a, b), or_none(intersection, b, a)
+    assert (both is None) == (flipped is None)
+    if both is not None:
+        pairs.append((both, flipped))
+    for x, y in pairs:
+        assert np.array_equal(x.trans, y.trans) and np.array_equal(x.accept, y.accept)
+
+
+def test_worked_example_and_canonical_numbering():
+    words = regex_to_dfa("(cat|car|dog)s?")
+    cats = regex_to_dfa("ca[rt]s?")
+    assert np.array_equal(difference(words, cats).trans, regex_to_dfa("dogs?").trans)
+    assert np.array_equal(intersection(words, cats).trans, regex_to_dfa("(cat|car)s?").trans)
+    with pytest.raises(EmptyLanguageError):
+        intersection(regex_to_dfa("a+"), regex_to_dfa("b+"))
+
+
+def test_product_refuses_past_the_state_limit():
+    a = regex_to_dfa("[ab]*a[ab]{6}")
+    b = regex_to_dfa("[ab]*b[ab]{6}")
+    with pytest.raises(TooManyDfaStatesError) as caught:
+        intersection(a, b, Limits(max_dfa_states=50))
+    assert caught.value.limit == "max_dfa_states"
+
+
+def test_a_dfa_sits_inside_a_tree():
+    inner = regex_to_dfa("(ab)*c?")
+    node = Concat((literal_bytes(b"x"), Repeat(Automaton(inner), 0, None), literal_bytes(b"y")))
+    assert np.array_equal(tree_to_dfa(node).trans, regex_to_dfa("x((ab)*c?)*y").trans)
+
+
+# ---------------------------------------------------------------------------------------------
+# The universe and exactness
+
+
+@pytest.mark.parametrize(
+    ("text", "inside"),
+    [
+        ('{"a":[1,-2,0.5,"x",true,null]}', True),
+        ("-0", False),
+        ("1.50", False),
+        ("1.0", False),
+        ("1e5", False),
+        ('"a\\nb"', False),
+        ('"a\\"b"', False),
+        ("1234567890123456", False),
+        ("123456789012345", True),
+        ("-0.000001", True),
+        ("0.0000001", False),
+    ],
+)
+def test_universe_spells_each_value_once(text, inside):
+    assert universe_dfa().matches(text.encode()) == inside, UNIVERSE
+
+
+@pytest.mark.parametrize(
+    ("value", "canonical"),
+    [(1, True), (1.0, False), (0.5, True), (1e-05, False), ({"a": 1, "b": 2}, False), ("x", True)],
+)
+def test_canonical_values(value, canonical):
+    assert canonical_value(value) == canonical
+
+
+EXACT_CASES = [
+    ({"type": "integer", "minimum": -3, "maximum": 40}, True),
+    ({"type": "string", "maxLength": 2}, True),
+    ({"type": "string", "pattern": "^[a-c]+$"}, True),
+    ({"type": "string", "pattern": "^\\d+$"}, True),  # strings of U are ASCII, where \d agrees
+    ({"type": "string", "format": "email"}, False),
+    ({"type": "number", "minimum": 0}, False),
+    ({"minimum": 0}, False),  # untyped: only the implied type is written
+    ({"type": "array", "items": {"type": "boolean"}, "maxItems": 3}, True),
+    ({"type": "array"}, False),  # items: any value, depth-bounded
+    ({"type": "object", "properties": {"a": {"type": "null"}}, "required": ["a"]}, True),
+    ({"type": "object", "minProperties": 1, "properties": {"a": {"type": "null"}}}, False),
+    ({"enum": [1, "a", None]}, True),
+    ({"enum": [1.0]}, False),
+    ({"type": "integer", "not": {"enum": [3]}}, True),
+]
+
+
+@pytest.mark.parametrize(("schema", "exact"), EXACT_CASES)
+def test_exactness_predicate(schema, exact):
+    merger = Merger(RefResolver(schema))
+    assert Exactness(merger, SchemaLimits()).exact(schema, "") == exact
+
+
+WIDE = {
+    "anyOf": [
+        {"type": "integer", "minimum": -20, "maximum": 20},
+        {"type": "string", "maxLength": 3},
+        {"type": "boolean"},
+        {"type": "null"},
+        {
+            "type": "object",
+            "properties": {"a": {"type": ["integer", "null"]}, "b": {"type": "string"}},
+        },
+        {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9}, "maxItems": 3},
+    ]
+}
+"""A wide positive context whose canonical texts the exact cases are checked against."""
+
+
+@pytest.mark.parametrize(("schema", "exact"), [c for c in EXACT_CASES if c[1]])
+def test_exact_schemas_accept_every_valid_canonical_text(schema, exact):
+    wide = intersection(schema_to_dfa(WIDE), universe_dfa())
+    dfa = schema_to_dfa(schema)
+    check = validator(schema)
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        text = wide.sample(rng).decode("utf-8")
+        assert dfa.matches(text.encode()) == check.is_valid(json.loads(text)), text
+
+
+# ---------------------------------------------------------------------------------------------
+# The new keywords: soundness on random schemas
+
+leaf = st.sampled_from(
+    [
+        {"type": "integer", "minimum": 0, "maximum": 9},
+        {"type": "integer", "minimum": 5},
+        {"type": "string", "maxLength": 2},
+        {"type": "string", "pattern": "^a"},
+        {"type": "null"},
+        {"type": "boolean"},
+        {"enum": [1, 2, "a"]},
+        {"const": 3},
+        {"minimum": 3},
+        {"maxLength": 1},
+        {"type": "array", "items": {"type": "integer", "maximum": 3}, "maxItems": 2},
+        {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "null"}}},
+        {"required": ["a"]},
+        {"properties": {"a": {"maximum": 0}}},
+        True,
+    ]
+)
+
+
+def _combine(inner):
+    return st.one_of(
+        inner.map(lambda s: {"not": s}),
+        st.lists(inner, min_size=2, max_size=3).map(lambda b: {"oneOf": b}),
+        st.lists(inner, min_size=2, max_size=3).map(lambda b: {"allOf": b}),
+        st.lists(inner, min_size=2, max_size=3).map(lambda b: {"anyOf": b}),
+        st.tuples(inner, inner, inner).map(lambda t: {"if": t[0], "then": t[1], "else": t[2]}),
+        st.tuples(leaf, inner).map(
+            lambda t: {**t[0], "not": t[1]} if isinstance(t[0], dict) else t[1]
+        ),
+    )
+
+
+schemas = st.recursive(leaf, _combine, max_leaves=5)
+
+
+@settings(max_examples=120, deadline=None)
+@given(schemas)
+def test_random_algebra_schemas_are_sound(schema):
+    try:
+        dfa = schema_to_dfa(schema, Limits(max_dfa_states=3000, max_nfa_states=60_000))
+    except (ConstrainError, RecursionError):
+        return
+    check = validator(schema)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        text = dfa.sample(rng).decode("utf-8")
+        assert check.is_valid(json.loads(text)), (schema, text)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "string", "not": {"enum": ["a", "b"]}, "maxLength": 2},
+        {"type": "integer", "minimum": 0, "maximum": 20, "if": {"minimum": 10},
+         "then": {"maximum": 12}, "else": {"maximum": 3}},
+        {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+         "dependentSchemas": {"a": {"required": ["b"]}}},
+        {"type": "object", "properties": {"ab": {"type": "integer"}, "b": {"type": "integer"}},
+         "propertyNames": {"maxLength": 1}},
+        {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9},
+         "contains": {"minimum": 5}, "minContains": 2, "maxContains": 3, "maxItems": 5},
+        {"allOf": [{"type": "string", "pattern": "^a"}, {"type": "string", "pattern": "b$"}]},
+        {"type": "integer", "oneOf": [{"minimum": 0}, {"maximum": 10}]},
+    ],
+)  # fmt: skip
+def test_new_keywords_compile_and_are_sound(schema):
+    dfa = schema_to_dfa(schema)
+    check = validator(schema)
+    rng = np.random.default_rng(1)
+    seen = set()
+    for _ in range(60):
+        text = dfa.sample(rng).decode("utf-8")
+        assert check.is_valid(json.loads(text)), text
+        seen.add(text)
+    assert len(seen) > 1
+
+
+def test_overlapping_one_of_is_exactly_one():
+    dfa = schema_to_dfa({"type": "integer", "oneOf": [{"minimum": 0}, {"maximum": 10}]})
+    assert dfa.matches(b"-5") and dfa.matches(b"11")
+    assert not any(dfa.matches(str(n).encode()) for n in range(0, 11))
+
+
+def test_not_of_an_inexact_subschema_is_refused_naming_it():
+    with pytest.raises(SchemaError) as caught:
+        schema_to_dfa({"type": "string", "not": {"format": "email"}})
+    assert caught.value.keyword == "not" and caught.value.pointer == ""
+    with pytest.raises(SchemaError) as caught:
+        schema_to_dfa(
+            {"type": "object", "properties": {"a": {"type": "string", "not": {"format": "date"}}}}
+        )
+    assert caught.value.keyword == "not" and caught.value.pointer == "/properties/a"
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON-Schema-Test-Suite: no invalid instance accepted
+
+EXTRA_FILES = [
+    "not", "if-then-else", "dependentSchemas", "propertyNames", "contains", "boolean_schema",
+]  # fmt: skip
+CORE_FILES = ["allOf", "oneOf", "anyOf"]
+
+
+def _suite_cases(data_set):
+    root = data_set.root / "json-schema-test-suite"
+    for folder, names in (("draft2020-12-extra", EXTRA_FILES), ("draft2020-12", CORE_FILES)):
+        for name in names:
+            path = root / folder / f"{name}.json"
+            if path.exists():
+                for group in json.loads(path.read_text(encoding="utf-8")):
+                    yield name, group
+
+
+def test_suite_accepts_no_invalid_instance(data_set):
+    compiled = 0
+    for name, group in _suite_cases(data_set):
+        try:
+            dfa = schema_to_dfa(group["schema"], Limits(max_nfa_states=60_000, max_dfa_states=4000))
+        except ConstrainError:
+            continue
+        compiled += 1
+        for test in group["tests"]:
+            if not test["valid"]:
+                text = dumps(test["data"])
+                assert not dfa.matches(text.encode()), (name, group["description"], text)
+    assert compiled >= {"sample": 1, "full": 25}[data_set.name]
+
+
+def test_negation_keeps_the_member_order_of_the_positive_branches():
+    # The branch lists y before x; the negated part lists x. Had the negated part's members
+    # been merged before the branch's, P ∧ S would write x first and {"y":1,"x":5} (valid
+    # against the negated part) would survive the difference.
+    schema = {
+        "type": "object",
+        "anyOf": [
+            {"properties": {"y": {"type": "integer"}, "x": {"type": "integer"}},
+             "required": ["y", "x"]},
+        ],
+        "not": {"properties": {"x": {"minimum": 0}}},
+    }  # fmt: skip
+    dfa = schema_to_dfa(schema)
+    assert dfa.matches(b'{"y":1,"x":-5}')
+    assert not dfa.matches(b'{"y":1,"x":5}')
