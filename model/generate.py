@@ -53,6 +53,18 @@ Decisions:
   The text is cut before the stop string, which is not returned (OpenAI's behaviour).
 - EOS ends a sequence and is not part of its text or `token_ids`; it is counted in
   `completion_tokens`.
+- Jump-forward (on by default, `GenerationRequest.jump_forward`; SGLang's compressed FSM, the
+  jump-forward of XGrammar and llguidance): when a sequence's constraint forces the next bytes
+  (`Constraint.forced_bytes`), the tokens the model's tokenizer writes for them, minus the tail
+  that could still merge with what follows (`corral.model.jump_forward.ForcedTokenizer`), are
+  appended after the step's sampled token in the same forward pass: a chunk at the slot's
+  position, as prefill writes a prompt (`Model.prefill_batch`; in a step where some row has a
+  chunk, every row goes through that one pass). Forced text at the start of an answer goes with
+  the prompt's prefill. They count as completion tokens, their logprob is 0.0 (the grammar chose
+  them, the model was not asked), and they are taken only while the budget rule still holds after
+  them. Off for a request that asks for `top_logprobs` (every reported token then carries the
+  model's logprob), for a model without a `tokenizer`, and while a respelled trigger is being
+  written. Turned off, every token is sampled and the outputs are those of an engine without it.
 - Each request has its own `numpy.random.Generator` seeded by its `seed`, so the same request
   gives the same tokens alone or in any batch, up to float rounding that differs between batch
   shapes in BLAS (logits agree to ~1e-5; a token could flip only on a near-tie).
@@ -77,6 +89,7 @@ from corral.model.generation_request import (
     check_budget,
     check_request,
 )
+from corral.model.jump_forward import ForcedTokenizer
 
 __all__ = [
     "BudgetTooSmallError",
@@ -99,11 +112,12 @@ class CacheWarning(UserWarning):
 @dataclass
 class GenerationStats:
     """Running totals, updated as a `Generator` steps (for progress bars and benches):
-    decode steps, tokens, and seconds in prefill, in decode forward passes, and in masks and
-    sampling."""
+    decode steps, tokens (of which `forced_tokens` were written by jump-forward), and seconds in
+    prefill, in decode forward passes, and in masks and sampling."""
 
     steps: int = 0
     completion_tokens: int = 0
+    forced_tokens: int = 0
     prefill_seconds: float = 0.0
     forward_seconds: float = 0.0
     mask_and_sample_seconds: float = 0.0
@@ -114,7 +128,14 @@ class _Sequence:
     """The mutable state of one request while it runs: its tokens, logprobs and text, written
     and unwritten only through `_record` and `_unrecord`."""
 
-    def __init__(self, handle: int, request: GenerationRequest, slot: int, vocabulary: Vocabulary):
+    def __init__(
+        self,
+        handle: int,
+        request: GenerationRequest,
+        slot: int,
+        vocabulary: Vocabulary,
+        jump: ForcedTokenizer | None = None,
+    ):
         self.handle = handle
         self.request = request
         self.slot = slot
@@ -140,6 +161,8 @@ class _Sequence:
         self.finish_reason: str | None = None
         self._stop = [s.encode("utf-8") for s in request.stop if s]
         self._trigger = request.trigger.encode("utf-8") if request.trigger else None
+        wanted = request.jump_forward and request.top_logprobs is None
+        self._jump = jump if wanted else None
 
     def receive(self, logits: np.ndarray) -> None:
         """Take the model's next-token logits (float32 [V]), with the request's logit_bias."""
@@ -180,6 +203,28 @@ class _Sequence:
         if self.constraint is None:
             self._after_free_text(start)
         return token
+
+    def jump_forward(self) -> list[int]:
+        """Record and return the tokens jump-forward writes now (see the module docstring):
+        those of the text the constraint forces, within the budget; [] when there are none."""
+        constraint = self.constraint
+        if self._jump is None or constraint is None or constraint.done or self.forced:
+            return []
+        left = self.request.max_tokens - self.generated
+        forced = constraint.forced_bytes() if left > 0 else b""
+        ids = list(self._jump.tokens(forced)[:left]) if forced else []
+        while ids:
+            after = constraint.copy()
+            after.advance_bytes(b"".join(self.vocabulary.tokens[t] for t in ids))
+            if not self.request.budget_aware or after.tokens_to_complete() <= left - len(ids):
+                break
+            ids.pop()
+        if not ids:
+            return []
+        self.constraint = after
+        for token in ids:
+            self._record(token, 0.0, None)
+        return ids
 
     def _record(self, token: int, logprob: float, mask: np.ndarray | None) -> None:
         """Append a generated token: its id, logprob, bytes and, if asked for, the top
@@ -287,6 +332,8 @@ class Generator:
         self.vocabulary: Vocabulary = model.vocabulary
         self.stats = stats if stats is not None else GenerationStats()
         self._eos_ids = frozenset(self.vocabulary.eos_ids)
+        tokenizer = getattr(model, "tokenizer", None)
+        self._jump = None if tokenizer is None else ForcedTokenizer(tokenizer, self.vocabulary)
         context = model.context_length
         self.max_len = context if max_len is None else min(max_len, context)
         available = kv_cache.available_memory()
@@ -375,7 +422,7 @@ class Generator:
         self._admit()
         stats = self.stats
         started = time.perf_counter()
-        finished, tokens, still = [], [], []
+        finished, chunks, still = [], [], []
         for seq in self._live:
             token = seq.choose(self._eos_ids) if seq.finish_reason is None else None
             if token is None or seq.finish_reason is not None:
@@ -383,38 +430,48 @@ class Generator:
                 self._free.append(seq.slot)
                 finished.append((seq.handle, seq.result()))
             else:
-                tokens.append(token)
+                chunks.append([token, *seq.jump_forward()])
+                stats.forced_tokens += len(chunks[-1]) - 1
                 still.append(seq)
         stats.mask_and_sample_seconds += time.perf_counter() - started
         self._live = still
         if still:
-            self._decode(tokens)
+            self._decode(chunks)
         return finished
 
     def _admit(self) -> None:
         admitted = []
         while self._waiting and self._free:
             handle, request = self._waiting.popleft()
-            admitted.append(_Sequence(handle, request, self._free.pop(), self.vocabulary))
+            slot = self._free.pop()
+            admitted.append(_Sequence(handle, request, slot, self.vocabulary, self._jump))
         if not admitted:
             return
         started = time.perf_counter()
+        sequences = []
         for seq in admitted:
             self._cache.reset(seq.slot)
+            forced = seq.jump_forward()  # forced text at the start goes with the prompt
+            self.stats.forced_tokens += len(forced)
+            sequences.append(np.concatenate([seq.prompt, np.asarray(forced, np.int64)]))
         slots = [seq.slot for seq in admitted]
-        logits = self.model.prefill_batch(self._cache, slots, [seq.prompt for seq in admitted])
+        logits = self.model.prefill_batch(self._cache, slots, sequences)
         for row, seq in zip(logits, admitted, strict=True):
             seq.receive(row)
         self.stats.prefill_seconds += time.perf_counter() - started
         self._live.extend(admitted)
 
-    def _decode(self, tokens: list[int]) -> None:
-        """One decode pass: `tokens[i]` is appended to `self._live[i]`'s slot."""
+    def _decode(self, chunks: list[list[int]]) -> None:
+        """One forward pass: the tokens `chunks[i]` are appended to `self._live[i]`'s slot (a
+        decode pass when every chunk is one token, else one prefill pass for all of them)."""
         order = sorted(range(len(self._live)), key=lambda i: self._live[i].slot)
         self._live = [self._live[i] for i in order]
         started = time.perf_counter()
         slots = [seq.slot for seq in self._live]
-        logits = self.model.decode(self._cache, slots, [tokens[i] for i in order])
+        if all(len(chunk) == 1 for chunk in chunks):
+            logits = self.model.decode(self._cache, slots, [chunks[i][0] for i in order])
+        else:
+            logits = self.model.prefill_batch(self._cache, slots, [chunks[i] for i in order])
         self.stats.forward_seconds += time.perf_counter() - started
         self.stats.steps += 1
         for row, seq in zip(logits, self._live, strict=True):

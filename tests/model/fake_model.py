@@ -70,9 +70,9 @@ class FakeModel:
     def prefill_batch(self, cache, slots, sequences):
         rows = []
         for slot, ids in zip(slots, sequences, strict=True):
-            assert 1 <= len(ids) <= cache.max_len
+            assert len(ids) >= 1 and len(cache.history[slot]) + len(ids) <= cache.max_len
             assert all(0 <= t < len(TOKENS) for t in ids)
-            cache.history[slot] = list(ids)
+            cache.history[slot] += [int(t) for t in ids]  # appended, as a prompt or a chunk
             rows.append(self._logits(cache.history[slot]))
         return np.stack(rows)
 
