@@ -53,18 +53,14 @@ Decisions:
   The text is cut before the stop string, which is not returned (OpenAI's behaviour).
 - EOS ends a sequence and is not part of its text or `token_ids`; it is counted in
   `completion_tokens`.
-- Jump-forward (on by default, `GenerationRequest.jump_forward`; SGLang's compressed FSM, the
-  jump-forward of XGrammar and llguidance): when a sequence's constraint forces the next bytes
-  (`Constraint.forced_bytes`), the tokens the model's tokenizer writes for them, minus the tail
-  that could still merge with what follows (`corral.model.jump_forward.ForcedTokenizer`), are
-  appended after the step's sampled token in the same forward pass: a chunk at the slot's
-  position, as prefill writes a prompt (`Model.prefill_batch`; in a step where some row has a
-  chunk, every row goes through that one pass). Forced text at the start of an answer goes with
-  the prompt's prefill. They count as completion tokens, their logprob is 0.0 (the grammar chose
-  them, the model was not asked), and they are taken only while the budget rule still holds after
-  them. Off for a request that asks for `top_logprobs` (every reported token then carries the
-  model's logprob), for a model without a `tokenizer`, and while a respelled trigger is being
-  written. Turned off, every token is sampled and the outputs are those of an engine without it.
+- Jump-forward (on by default, `GenerationRequest.jump_forward`; SGLang's compressed FSM): the
+  tokens of the text the constraint forces (`corral.model.jump_forward`) follow the step's
+  sampled token in the same forward pass, a chunk at the slot's position as prefill writes a
+  prompt (`prefill_batch`; then every row of the step goes through that one pass); forced text
+  at the start goes with the prompt. They are completion tokens with logprob 0.0 (the grammar
+  chose them), taken only while the budget rule holds after them. Off for a request asking for
+  `top_logprobs`, for a model without a `tokenizer`, and while a respelled trigger is written;
+  turned off, every token is sampled, as in an engine without it.
 - Each request has its own `numpy.random.Generator` seeded by its `seed`, so the same request
   gives the same tokens alone or in any batch, up to float rounding that differs between batch
   shapes in BLAS (logits agree to ~1e-5; a token could flip only on a near-tie).
@@ -207,21 +203,10 @@ class _Sequence:
     def jump_forward(self) -> list[int]:
         """Record and return the tokens jump-forward writes now (see the module docstring):
         those of the text the constraint forces, within the budget; [] when there are none."""
-        constraint = self.constraint
-        if self._jump is None or constraint is None or constraint.done or self.forced:
+        if self._jump is None or self.constraint is None or self.forced:
             return []
         left = self.request.max_tokens - self.generated
-        forced = constraint.forced_bytes() if left > 0 else b""
-        ids = list(self._jump.tokens(forced)[:left]) if forced else []
-        while ids:
-            after = constraint.copy()
-            after.advance_bytes(b"".join(self.vocabulary.tokens[t] for t in ids))
-            if not self.request.budget_aware or after.tokens_to_complete() <= left - len(ids):
-                break
-            ids.pop()
-        if not ids:
-            return []
-        self.constraint = after
+        ids, self.constraint = self._jump.jump(self.constraint, left, self.request.budget_aware)
         for token in ids:
             self._record(token, 0.0, None)
         return ids

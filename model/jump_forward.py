@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 
-from corral.kernels import Vocabulary
+from corral.kernels import Constraint, Vocabulary
 
 CACHE_SIZE = 4096
 """How many forced texts a `ForcedTokenizer` remembers (the same keys recur in every answer)."""
@@ -57,6 +57,24 @@ class ForcedTokenizer:
         possibly none. Their bytes concatenate to a prefix of `forced`. O(len(forced)) tokenizer
         work, cached per instance (`CACHE_SIZE` texts)."""
         return self._cached(bytes(forced))
+
+    def jump(
+        self, constraint: Constraint, tokens_left: int, budget_aware: bool = True
+    ) -> tuple[list[int], Constraint]:
+        """The tokens to write now from `constraint` (those of its `forced_bytes`, see `tokens`)
+        and the constraint after them (a new one; `constraint` itself when there are none). At
+        most `tokens_left` tokens; when `budget_aware`, only as many as leave a complete answer
+        within the tokens left after them (`Constraint.tokens_to_complete`, the engine's budget
+        rule). O(forced bytes)."""
+        forced = constraint.forced_bytes() if tokens_left > 0 and not constraint.done else b""
+        ids = list(self.tokens(forced)[:tokens_left]) if forced else []
+        while ids:
+            after = constraint.copy()
+            after.advance_bytes(b"".join(self.vocabulary.tokens[t] for t in ids))
+            if not budget_aware or after.tokens_to_complete() <= tokens_left - len(ids):
+                return ids, after
+            ids.pop()
+        return [], constraint
 
     def _tokens(self, forced: bytes) -> tuple[int, ...]:
         text = _complete_characters(forced)

@@ -71,6 +71,20 @@ def test_the_last_pre_token_and_a_possible_added_token_stay_open(tiny_model):
     assert vocabulary.decode(tokens.tokens(b"a,\xc3")) == b"a"  # ends inside one
 
 
+def test_a_jump_keeps_within_the_tokens_left(tiny_model):
+    tokens = forced_tokenizer(tiny_model)
+    start = Constraint(TokenIndex(schema_to_dfa(WEATHER), tiny_model.vocabulary))
+    ids, after = tokens.jump(start, 1000)
+    assert tiny_model.vocabulary.decode(ids) == b'{"location'  # `":"` stays open
+    assert after.state != start.state and start.state == 0
+    assert tokens.jump(start, 2, budget_aware=False)[0] == ids[:2]
+    assert tokens.jump(start, 0) == ([], start)
+    least = start.tokens_to_complete()
+    for left in range(least, least + 12):
+        ids, after = tokens.jump(start, left)
+        assert after.tokens_to_complete() <= left - len(ids)
+
+
 def run(model, requests, batch_size=4) -> tuple[list, GenerationStats]:
     stats = GenerationStats()
     return generate(model, requests, batch_size, stats), stats
