@@ -167,11 +167,13 @@ def main() -> None:
         if not base:
             print(f"{workload:>15}: no request compiles and fits in {args.tokens} tokens")
             continue
-        # warm-up: BLAS, the free sampler, masks and budgeted walks, chunked prefill
+        # warm-up: BLAS, the free sampler, every grammar's token distances, the masks and the
+        # budgeted walk (a budget this tight takes it from the first token), chunked prefill
         generate(free_model, [dataclasses.replace(base[0], constraint=None, max_tokens=4)])
         for request in base:
             _ = request.constraint.index.token_distance
-            generate(model, [dataclasses.replace(request, max_tokens=args.tokens)], 1)
+        tight = base[0].constraint.tokens_to_complete() + 2
+        generate(model, [dataclasses.replace(base[0], max_tokens=tight)])
         for batch in (int(b) for b in args.batches.split(",")):
             requests = [
                 dataclasses.replace(base[i % len(base)], seed=i, max_tokens=args.tokens)
