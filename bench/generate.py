@@ -1,16 +1,25 @@
-"""Generation benchmark (DESIGN.md sections 4 and 7), printed, not asserted: completion
-tokens/s of the real SmolLM2-135M-Instruct at batch sizes 1, 8 and 32, unconstrained and under a
-json_schema constraint, side by side in one run, with the constraint's overhead and the time per
-step spent in masks and sampling.
+"""Generation benchmark (DESIGN.md sections 4 and 7), printed, not asserted: completion tokens/s
+of the real SmolLM2-135M-Instruct, free and constrained, with and without jump-forward, side by
+side in one run, per workload and batch size.
 
 Run alone (two BLAS threads slow down up to 10x when another process computes):
-    .venv/bin/python bench/generate.py [--tokens 64] [--batches 1,8,32]
+    .venv/bin/python bench/generate.py [--tokens 64] [--batches 1,32] [--workloads ...]
 
-Each row runs B requests of the same prompt with different seeds at temperature 1, every one
-generating up to --tokens tokens (EOS is made impossible in the free-text runs, so both sides
-write the same number of tokens; the constrained answers stop when their JSON is complete).
-tokens/s counts completion tokens over the wall time of the whole run (prefill included), and
-"decode tokens/s" over the decode steps only.
+Workloads (`--workloads`, comma-separated):
+- `profile`: one json_schema (a six-field profile), the same prompt with B seeds.
+- `tool_call`: BFCL simple questions (tests/data/bfcl), each forcing a call of its one function
+  (tool_choice names it), B requests over the questions in turn.
+- `jsonschemabench`: JSONSchemaBench schemas that compile (tests/data/jsonschemabench), as
+  json_schema response formats, B requests over the schemas in turn.
+
+Each row runs B requests at temperature 1 (seeds 0..B-1) through `corral.tools.batch.Engine`,
+which renders the prompts and compiles the grammars, with at most --tokens tokens per answer:
+- free: the same prompts without a grammar, EOS made impossible, so every answer writes --tokens;
+- json: under the grammar, jump-forward off (every token sampled) and on (forced text appended in
+  chunks); a constrained answer stops when its JSON is complete.
+tokens/s is completion tokens (forced tokens included, counted as the engine counts them) over the
+wall time of the whole run, prefill included. "forced" is the share of the jump-forward run's
+completion tokens written by jump-forward; "mask/step" its time in masks and sampling per step.
 
 A second table (`sampler_share`) times one decode step's parts apart at each batch size: the
 forward pass, and the masks, sampling (one `sample_batch` call) and constraint advances of its
@@ -20,15 +29,21 @@ rows, with their share of the step (goal: at most 2% at batch 1, 1% at batch 32)
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import time
+from pathlib import Path
 
-import numpy as np  # noqa: E402
-from corral.automata import schema_to_dfa  # noqa: E402
-from corral.kernels import Constraint, SamplingParams, TokenIndex  # noqa: E402
-from corral.model import load_model  # noqa: E402
-from corral.model.generate import GenerationRequest, GenerationStats, generate  # noqa: E402
+import numpy as np
+from corral.kernels import Constraint, SamplingParams, sample_batch
+from corral.model import load_model
+from corral.model.generate import GenerationRequest, GenerationStats, generate
+from corral.model.generation_request import BudgetTooSmallError, check_budget
+from corral.tools import ToolError, bfcl_tools, parse_tool_request
+from corral.tools.batch import Engine
 
-SCHEMA = {
+DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
+PROFILE = {
     "type": "object",
     "properties": {
         "name": {"type": "string", "maxLength": 40},
@@ -40,7 +55,8 @@ SCHEMA = {
     },
     "required": ["name", "age", "email", "city", "tags", "active"],
 }
-PROMPT = "Write a JSON profile of a software engineer who lives in Lisbon."
+N_BODIES = 8  # distinct questions or schemas per workload
+MAX_PROMPT = 600  # tokens: longer prompts (large schemas) would time prefill more than decoding
 
 
 class NoEos:
@@ -64,23 +80,83 @@ class NoEos:
         return logits
 
 
+def schema_body(schema: dict, prompt: str) -> dict:
+    return {
+        "messages": [{"role": "user", "content": prompt}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
+    }
+
+
+def profile_bodies() -> list[dict]:
+    prompt = "Write a JSON profile of a software engineer who lives in Lisbon."
+    return [schema_body(PROFILE, prompt)]
+
+
+def tool_call_bodies() -> list[dict]:
+    bodies = []
+    for line in (DATA / "bfcl" / "BFCL_v4_simple_python.jsonl").read_text().splitlines():
+        item = json.loads(line)
+        tools = bfcl_tools(item["function"])
+        name = tools[0]["function"]["name"]
+        bodies.append(
+            {
+                "messages": item["question"][0],
+                "tools": tools,
+                "tool_choice": {"type": "function", "function": {"name": name}},
+            }
+        )
+    return bodies
+
+
+def jsonschemabench_bodies() -> list[dict]:
+    bodies = []
+    for path in sorted((DATA / "jsonschemabench").glob("*.jsonl")):
+        for line in path.read_text().splitlines()[:2]:
+            schema = json.loads(line)["schema"]
+            prompt = f"Write a JSON object that follows this JSON schema:\n{json.dumps(schema)}"
+            bodies.append(schema_body(schema, prompt))
+    return bodies
+
+
+WORKLOADS = {
+    "profile": profile_bodies,
+    "tool_call": tool_call_bodies,
+    "jsonschemabench": jsonschemabench_bodies,
+}
+
+
+def engine_requests(engine: Engine, bodies: list[dict], tokens: int) -> list[GenerationRequest]:
+    """One temperature-1 request per body (seed 0) for the first `N_BODIES` bodies that compile,
+    whose prompt has at most `MAX_PROMPT` tokens and whose shortest answer fits in `tokens`."""
+    out = []
+    for body in bodies:
+        try:
+            (request,) = engine.requests(parse_tool_request({**body, "seed": 0}), tokens)
+            check_budget(request)
+        except (ToolError, BudgetTooSmallError):
+            continue
+        if len(request.prompt_ids) > MAX_PROMPT:
+            continue
+        out.append(request)
+        if len(out) == N_BODIES:
+            break
+    return out
+
+
 def run(model, requests, batch_size):
     stats = GenerationStats()
     started = time.perf_counter()
     results = generate(model, requests, batch_size=batch_size, stats=stats)
     wall = time.perf_counter() - started
-    tokens = sum(r.completion_tokens for r in results)
-    return wall, tokens, stats
+    return sum(r.completion_tokens for r in results), wall, stats
 
 
-def sampler_share(model, index, batches, steps: int = 12) -> None:
+def sampler_share(model, request, batches, steps: int = 12) -> None:
     """Per decode step at each batch size: the forward pass (`Model.decode`), then masks +
-    `sample_batch` + advances of B constrained rows on its logits, in ms, and their share of
-    the step (medians over `steps` steps, after one warm-up step)."""
-    from corral.kernels import sample_batch
-
+    `sample_batch` + advances of B rows under `request`'s grammar on its logits, in ms, and
+    their share of the step (medians over `steps` steps, after one warm-up step)."""
     params = SamplingParams(temperature=1.0)
-    prompt = model.tokenizer.encode(model.render_chat([{"role": "user", "content": PROMPT}]))
+    prompt, index = list(request.prompt_ids), request.constraint.index
     print(f"{'batch':>5} | {'forward ms':>10} | {'masks+sample ms':>15} | {'share':>6}")
     for batch in batches:
         cache = model.new_cache(batch, len(prompt) + steps + 2)
@@ -108,52 +184,52 @@ def sampler_share(model, index, batches, steps: int = 12) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--batches", default="1,8,32")
+    parser.add_argument("--batches", default="1,32")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
     args = parser.parse_args()
     model = load_model()
-    vocabulary = model.vocabulary
-    started = time.perf_counter()
-    index = TokenIndex(schema_to_dfa(SCHEMA), vocabulary)
-    _ = index.token_distance
-    print(f"grammar: {index.n_states} DFA states, index + token distances built in "
-          f"{1e3 * (time.perf_counter() - started):.1f} ms")  # fmt: skip
-    prompt = model.tokenizer.encode(model.render_chat([{"role": "user", "content": PROMPT}]))
-    params = SamplingParams(temperature=1.0)
+    engine = Engine(model)
     free_model = NoEos(model)
-    # warm-up of everything the timed runs use: BLAS, the free sampler, and the json run's
-    # kernels with the budget rule on (a budget this tight takes the budgeted mask walk from the
-    # first token; warmed with the rule off, that kernel compiled inside the timed run)
-    tight = int(index.token_distance[0]) + 2
-    generate(free_model, [GenerationRequest(prompt, 8, params, 0)])
-    generate(model, [GenerationRequest(prompt, tight, params, 0, (), Constraint(index))])
-    print(f"prompt: {len(prompt)} tokens; up to {args.tokens} tokens per answer; temperature 1")
+    print(f"up to {args.tokens} tokens per answer; temperature 1")
     header = (
-        f"{'batch':>5} | {'free tok/s':>10} {'decode':>7} | {'json tok/s':>10} {'decode':>7} | "
-        f"{'overhead':>8} | {'mask+sample/step':>16} {'share':>6}"
+        f"{'workload':>15} {'batch':>5} | {'free tok/s':>10} | {'json tok/s':>10} "
+        f"{'+jump tok/s':>11} | {'jump/free':>9} {'forced':>6} | {'mask/step':>9}"
     )
     print(header)
     print("-" * len(header))
-    for batch in (int(b) for b in args.batches.split(",")):
-        free = [GenerationRequest(prompt, args.tokens, params, i) for i in range(batch)]
-        json_ = [
-            GenerationRequest(prompt, args.tokens, params, i, (), Constraint(index))
-            for i in range(batch)
-        ]
-        f_wall, f_tokens, f_stats = run(free_model, free, batch)
-        j_wall, j_tokens, j_stats = run(model, json_, batch)
-        f_rate, j_rate = f_tokens / f_wall, j_tokens / j_wall
-        f_decode = f_tokens / (f_stats.forward_seconds + f_stats.mask_and_sample_seconds)
-        j_decode = j_tokens / (j_stats.forward_seconds + j_stats.mask_and_sample_seconds)
-        per_step = 1e3 * j_stats.mask_and_sample_seconds / max(j_stats.steps, 1)
-        share = 100 * j_stats.mask_and_sample_seconds / j_wall
-        overhead = 100 * (f_rate / j_rate - 1)
-        print(
-            f"{batch:>5} | {f_rate:>10.1f} {f_decode:>7.1f} | {j_rate:>10.1f} {j_decode:>7.1f} | "
-            f"{overhead:>7.1f}% | {per_step:>13.2f} ms {share:>5.1f}%"
-        )
-    print("overhead: how much slower per token the json_schema run is than free text, in percent;")
-    print("mask+sample/step: time in masks and sampling for the whole batch, per decode step.")
-    sampler_share(model, index, [int(b) for b in args.batches.split(",")])
+    for workload in args.workloads.split(","):
+        base = engine_requests(engine, WORKLOADS[workload](), args.tokens)
+        if not base:
+            print(f"{workload:>15}: no request compiles and fits in {args.tokens} tokens")
+            continue
+        # warm-up: BLAS, the free sampler, every grammar's token distances, the masks and the
+        # budgeted walk (a budget this tight takes it from the first token), chunked prefill
+        generate(free_model, [dataclasses.replace(base[0], constraint=None, max_tokens=4)])
+        for request in base:
+            _ = request.constraint.index.token_distance
+        tight = base[0].constraint.tokens_to_complete() + 2
+        generate(model, [dataclasses.replace(base[0], max_tokens=tight)])
+        for batch in (int(b) for b in args.batches.split(",")):
+            requests = [
+                dataclasses.replace(base[i % len(base)], seed=i, max_tokens=args.tokens)
+                for i in range(batch)
+            ]
+            free = [dataclasses.replace(r, constraint=None, trigger=None) for r in requests]
+            off = [dataclasses.replace(r, jump_forward=False) for r in requests]
+            f_tokens, f_wall, _ = run(free_model, free, batch)
+            o_tokens, o_wall, _ = run(model, off, batch)
+            j_tokens, j_wall, j_stats = run(model, requests, batch)
+            f_rate, o_rate, j_rate = f_tokens / f_wall, o_tokens / o_wall, j_tokens / j_wall
+            per_step = 1e3 * j_stats.mask_and_sample_seconds / max(j_stats.steps, 1)
+            forced = 100 * j_stats.forced_tokens / max(j_tokens, 1)
+            print(
+                f"{workload:>15} {batch:>5} | {f_rate:>10.1f} | {o_rate:>10.1f} {j_rate:>11.1f} | "
+                f"{j_rate / f_rate:>8.2f}x {forced:>5.0f}% | {per_step:>6.2f} ms"
+            )
+    print("jump/free: constrained tokens/s with jump-forward over free tokens/s (goal: >= 1.3x);")
+    print("forced: the share of those completion tokens that jump-forward wrote.")
+    profile = engine_requests(engine, WORKLOADS["profile"](), args.tokens)[0]
+    sampler_share(model, profile, [int(b) for b in args.batches.split(",")])
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ sampler (DESIGN.md section 4).
 - `TokenIndex(dfa, vocabulary)`: packed masks per DFA state, `next_state`, `token_distance`
   (the fewest tokens to acceptance) and `mask_within_tokens` (budget-aware ending).
 - `Constraint(index)`: one answer's matcher: `mask(tokens_left=None)`, `advance(token)`,
-  `advance_bytes(data)`, `tokens_to_complete()`, `is_complete()`, `done`, `copy()`.
+  `advance_bytes(data)`, `tokens_to_complete()`, `forced_bytes()` (jump-forward),
+  `is_complete()`, `done`, `copy()`.
 - `SamplingParams`, `sample_batch` (every row of a batch in one Numba call, a `BatchSample`),
   `sample`, `top_logprobs`, `constrained_sample`, `constrained_sample_batch`, `apply_mask`.
 """

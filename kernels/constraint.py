@@ -12,13 +12,28 @@ constraint is `done` at once, and the engine stops with finish_reason `stop` wit
 The one budget rule is counted in tokens: `tokens_to_complete()` is the fewest tokens from here to
 a complete answer, and `mask(tokens_left)` allows only the tokens after which a complete answer
 still fits in the tokens left.
+
+Jump-forward (SGLang's compressed FSM; XGrammar and llguidance call it jump-forward):
+`forced_bytes()` is the text the grammar forces from here: the chain of states that accept nothing
+and allow exactly one byte (a required key, `","`, a `const`), read from the DFA's transition
+table. Every complete answer from the current state begins with it, so an engine may write it
+without asking the model (`corral.model.jump_forward`).
 """
 
 from __future__ import annotations
 
+import weakref
+
+import numba
 import numpy as np
 from corral.kernels.errors import TokenNotAllowedError
 from corral.kernels.index import TokenIndex
+
+_FORCED: weakref.WeakKeyDictionary[TokenIndex, tuple[np.ndarray, np.ndarray]] = (
+    weakref.WeakKeyDictionary()
+)
+"""(transitions int32 `[n_states, 256]`, `forced_byte_table`) of each index in use, built on the
+first `forced_bytes` call."""
 
 
 class Constraint:
@@ -119,6 +134,26 @@ class Constraint:
         self.state = state
         self._end_if_nothing_left()
 
+    def forced_bytes(self, limit: int | None = None) -> bytes:
+        """The bytes every continuation from here begins with, up to the first state that
+        accepts or allows more than one byte (b"" when the constraint is done or the state is
+        such a state); at most `limit` bytes (None: no limit). O(len(result)) after a first
+        O(n_states * 256) table per index (`forced_byte_table`), shared by its constraints."""
+        if self.done:
+            return b""
+        index = self.index
+        tables = _FORCED.get(index)
+        if tables is None:
+            trans = np.ascontiguousarray(index.dfa.trans, dtype=np.int32)
+            accept = np.ascontiguousarray(index.dfa.accept, dtype=np.bool_)
+            tables = _FORCED[index] = (trans, forced_byte_table(trans, accept))
+        trans, table = tables
+        if table[self.state] < 0:
+            return b""
+        # a chain visits distinct states (a cycle of them could never accept), so n_states bounds it
+        cap = index.n_states if limit is None else min(limit, index.n_states)
+        return forced_chain(trans, table, self.state, cap).tobytes()
+
     def is_complete(self) -> bool:
         """True when the text written so far is a complete answer (the state accepts)."""
         return self.done or self.index.is_accepting(self.state)
@@ -133,3 +168,38 @@ class Constraint:
 
     def __repr__(self) -> str:
         return f"Constraint(state={self.state}, done={self.done})"
+
+
+@numba.njit(cache=True)
+def forced_byte_table(trans, accept):
+    """int16 `[n_states]`: the one live byte of each state that does not accept and has exactly
+    one live byte in `trans` (int32 `[n_states, 256]`, -1 dead), else -1. O(n_states * 256)."""
+    n = trans.shape[0]
+    table = np.full(n, -1, np.int16)
+    for s in range(n):
+        if accept[s]:
+            continue
+        only = -1
+        for b in range(256):
+            if trans[s, b] >= 0:
+                if only >= 0:
+                    only = -2
+                    break
+                only = b
+        if only >= 0:
+            table[s] = only
+    return table
+
+
+@numba.njit(cache=True)
+def forced_chain(trans, table, state, limit):
+    """uint8 `[n <= limit]`: the bytes of `table` (`forced_byte_table`) read from `state` on,
+    following `trans`, until a state without a forced byte. O(n)."""
+    out = np.empty(limit, np.uint8)
+    n = 0
+    while n < limit and table[state] >= 0:
+        b = table[state]
+        out[n] = b
+        n += 1
+        state = trans[state, b]
+    return out[:n]

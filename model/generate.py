@@ -55,6 +55,14 @@ Decisions:
   The text is cut before the stop string, which is not returned (OpenAI's behaviour).
 - EOS ends a sequence and is not part of its text or `token_ids`; it is counted in
   `completion_tokens`.
+- Jump-forward (on by default, `GenerationRequest.jump_forward`; SGLang's compressed FSM): the
+  tokens of the text the constraint forces (`corral.model.jump_forward`) follow the step's
+  sampled token in the same forward pass, a chunk at the slot's position as prefill writes a
+  prompt (`prefill_batch`; then every row of the step goes through that one pass); forced text
+  at the start goes with the prompt. They are completion tokens with logprob 0.0 (the grammar
+  chose them), taken only while the budget rule holds after them. Off for a request asking for
+  `top_logprobs`, for a model without a `tokenizer`, and while a respelled trigger is written;
+  turned off, every token is sampled, as in an engine without it.
 - Each request has its own `numpy.random.Generator` seeded by its `seed`, so the same request
   gives the same tokens alone or in any batch, up to float rounding that differs between batch
   shapes in BLAS (logits agree to ~1e-5; a token could flip only on a near-tie).
@@ -79,6 +87,7 @@ from corral.model.generation_request import (
     check_budget,
     check_request,
 )
+from corral.model.jump_forward import ForcedTokenizer
 
 __all__ = [
     "BudgetTooSmallError",
@@ -101,11 +110,12 @@ class CacheWarning(UserWarning):
 @dataclass
 class GenerationStats:
     """Running totals, updated as a `Generator` steps (for progress bars and benches):
-    decode steps, tokens, and seconds in prefill, in decode forward passes, and in masks and
-    sampling."""
+    decode steps, tokens (of which `forced_tokens` were written by jump-forward), and seconds in
+    prefill, in decode forward passes, and in masks and sampling."""
 
     steps: int = 0
     completion_tokens: int = 0
+    forced_tokens: int = 0
     prefill_seconds: float = 0.0
     forward_seconds: float = 0.0
     mask_and_sample_seconds: float = 0.0
@@ -116,7 +126,14 @@ class _Sequence:
     """The mutable state of one request while it runs: its tokens, logprobs and text, written
     and unwritten only through `_record` and `_unrecord`."""
 
-    def __init__(self, handle: int, request: GenerationRequest, slot: int, vocabulary: Vocabulary):
+    def __init__(
+        self,
+        handle: int,
+        request: GenerationRequest,
+        slot: int,
+        vocabulary: Vocabulary,
+        jump: ForcedTokenizer | None = None,
+    ):
         self.handle = handle
         self.request = request
         self.slot = slot
@@ -144,6 +161,8 @@ class _Sequence:
         self.finish_reason: str | None = None
         self._stop = [s.encode("utf-8") for s in request.stop if s]
         self._trigger = request.trigger.encode("utf-8") if request.trigger else None
+        wanted = request.jump_forward and request.top_logprobs is None
+        self._jump = jump if wanted else None
 
     def receive(self, block: np.ndarray, row: int) -> None:
         """Take the model's next-token logits, row `row` of float32 `[N, V]` `block`, with the
@@ -197,6 +216,17 @@ class _Sequence:
         self._record(token, logprob, None, top)
         if self.constraint is None:
             self._after_free_text(start)
+
+    def jump_forward(self) -> list[int]:
+        """Record and return the tokens jump-forward writes now (see the module docstring):
+        those of the text the constraint forces, within the budget; [] when there are none."""
+        if self._jump is None or self.constraint is None or self.forced:
+            return []
+        left = self.request.max_tokens - self.generated
+        ids, self.constraint = self._jump.jump(self.constraint, left, self.request.budget_aware)
+        for token in ids:
+            self._record(token, 0.0, None)
+        return ids
 
     def _record(
         self,
@@ -312,6 +342,8 @@ class Generator:
         self.vocabulary: Vocabulary = model.vocabulary
         self.stats = stats if stats is not None else GenerationStats()
         self._eos_ids = frozenset(self.vocabulary.eos_ids)
+        tokenizer = getattr(model, "tokenizer", None)
+        self._jump = None if tokenizer is None else ForcedTokenizer(tokenizer, self.vocabulary)
         context = model.context_length
         self.max_len = context if max_len is None else min(max_len, context)
         available = kv_cache.available_memory()
@@ -401,19 +433,20 @@ class Generator:
         stats = self.stats
         started = time.perf_counter()
         self._choose()
-        finished, tokens, still = [], [], []
+        finished, chunks, still = [], [], []
         for seq in self._live:
             if seq.finish_reason is not None:
                 stats.completion_tokens += seq.generated
                 self._free.append(seq.slot)
                 finished.append((seq.handle, seq.result()))
             else:
-                tokens.append(seq.ids[-1])  # after a trigger's respelling: the new token
+                chunks.append([seq.ids[-1], *seq.jump_forward()])  # ids[-1]: after a respelling, the new token
+                stats.forced_tokens += len(chunks[-1]) - 1
                 still.append(seq)
         stats.mask_and_sample_seconds += time.perf_counter() - started
         self._live = still
         if still:
-            self._decode(tokens)
+            self._decode(chunks)
         return finished
 
     def _choose(self) -> None:
@@ -449,26 +482,35 @@ class Generator:
         admitted = []
         while self._waiting and self._free:
             handle, request = self._waiting.popleft()
-            admitted.append(_Sequence(handle, request, self._free.pop(), self.vocabulary))
+            slot = self._free.pop()
+            admitted.append(_Sequence(handle, request, slot, self.vocabulary, self._jump))
         if not admitted:
             return
         started = time.perf_counter()
+        sequences = []
         for seq in admitted:
             self._cache.reset(seq.slot)
+            forced = seq.jump_forward()  # forced text at the start goes with the prompt
+            self.stats.forced_tokens += len(forced)
+            sequences.append(np.concatenate([seq.prompt, np.asarray(forced, np.int64)]))
         slots = [seq.slot for seq in admitted]
-        logits = self.model.prefill_batch(self._cache, slots, [seq.prompt for seq in admitted])
+        logits = self.model.prefill_batch(self._cache, slots, sequences)
         for row, seq in enumerate(admitted):
             seq.receive(logits, row)
         self.stats.prefill_seconds += time.perf_counter() - started
         self._live.extend(admitted)
 
-    def _decode(self, tokens: list[int]) -> None:
-        """One decode pass: `tokens[i]` is appended to `self._live[i]`'s slot."""
+    def _decode(self, chunks: list[list[int]]) -> None:
+        """One forward pass: the tokens `chunks[i]` are appended to `self._live[i]`'s slot (a
+        decode pass when every chunk is one token, else one prefill pass for all of them)."""
         order = sorted(range(len(self._live)), key=lambda i: self._live[i].slot)
         self._live = [self._live[i] for i in order]
         started = time.perf_counter()
         slots = [seq.slot for seq in self._live]
-        logits = self.model.decode(self._cache, slots, [tokens[i] for i in order])
+        if all(len(chunk) == 1 for chunk in chunks):
+            logits = self.model.decode(self._cache, slots, [chunks[i][0] for i in order])
+        else:
+            logits = self.model.prefill_batch(self._cache, slots, [chunks[i] for i in order])
         self.stats.forward_seconds += time.perf_counter() - started
         self.stats.steps += 1
         for row, seq in enumerate(self._live):

@@ -44,6 +44,10 @@ class GenerationRequest:
         budget_aware: keep a constrained answer within `max_tokens` (see the module docstring).
         logit_bias: token id -> bias in [-100, 100], added to the logits before the mask.
         top_logprobs: how many alternatives (0..20) to report per generated token; None: none.
+        jump_forward: when the constraint forces the next bytes, write their tokens in one
+            forward pass instead of one decode step each (see `corral.model.generate`); False:
+            every token is sampled, as without jump-forward. Off whenever `top_logprobs` is
+            set, so that every reported token carries the model's logprob.
     """
 
     prompt_ids: Sequence[int]
@@ -56,6 +60,7 @@ class GenerationRequest:
     budget_aware: bool = True
     logit_bias: Mapping[int, float] | None = None
     top_logprobs: int | None = None
+    jump_forward: bool = True
 
 
 @dataclass(frozen=True)
@@ -66,7 +71,7 @@ class GenerationResult:
         text: the generated text (UTF-8 decoded; stop string and EOS excluded).
         token_ids: the generated token ids (EOS excluded).
         logprobs: float per token of `token_ids`, the logprob the sampler used (see the module
-            docstring).
+            docstring); 0.0 for a token written by jump-forward (the grammar forced it).
         finish_reason: `stop` (EOS, a stop string, or a complete answer with nothing left to
             write) or `length` (max_tokens reached).
         prompt_tokens, completion_tokens: usage, as OpenAI counts it.
@@ -119,7 +124,8 @@ def check_request(
     Raises:
         RequestError: an empty prompt or a token id outside 0..V-1 (param `messages`), a
             max_tokens that is not an integer, a `logit_bias` id outside 0..V-1 or value that
-            is not a number within [-100, 100], or a `top_logprobs` outside 0..20.
+            is not a number within [-100, 100], a `top_logprobs` outside 0..20, or a
+            `jump_forward` that is not a boolean.
         ContextLengthError: the prompt plus max_tokens exceed `context_length`.
         RequestError: they fit the context but not a smaller `max_len`.
         BudgetTooSmallError: see `check_budget`.
@@ -146,6 +152,8 @@ def check_request(
             "max_tokens" if max_tokens is not None else "messages",
         )
     check_budget(request)
+    if not isinstance(request.jump_forward, bool | np.bool_):
+        raise RequestError(f"jump_forward must be a boolean, not {request.jump_forward!r}")
     top = request.top_logprobs
     if top is not None and not (_is_int(top) and 0 <= top <= MAX_TOP_LOGPROBS):
         raise RequestError(

@@ -124,6 +124,7 @@ class Engine:
                     trigger,
                     logit_bias=dict(request.logit_bias) or None,
                     top_logprobs=request.top_logprobs if request.logprobs else None,
+                    jump_forward=request.jump_forward,
                 )
             )
         return out

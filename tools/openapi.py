@@ -80,6 +80,7 @@ REQUEST = {
         "frequency_penalty": {"type": "number", "minimum": -2, "maximum": 2},
         "logprobs": {"type": "boolean", "nullable": True},
         "top_logprobs": {"type": "integer", "minimum": 0, "maximum": 20, "nullable": True},
+        "jump_forward": {"type": "boolean", "nullable": True},
         "stream": {"type": "boolean", "nullable": True},
         "stream_options": {
             "type": "object",

@@ -31,6 +31,10 @@ names are `[A-Za-z0-9_.-]{1,64}` (OpenAI's set plus `.`, which BFCL's names use)
 enforces the schema); `max_completion_tokens` wins over the older `max_tokens`; `seed` is an
 int64 (OpenAI's range) kept as its unsigned 64-bit value (`seed mod 2**64`: the engine's random
 generators take non-negative seeds); `top_logprobs` needs `logprobs: true`.
+
+One field is corral's own (not OpenAI's): `jump_forward`, a boolean, true by default. False asks
+the engine to sample every token even where the grammar forces the text (see
+`corral.model.generate`, jump-forward); the answer's language is the same either way.
 """
 
 from __future__ import annotations
@@ -92,6 +96,7 @@ FIELDS = {
     "logprobs": HONOURED,
     "top_logprobs": HONOURED,
     "logit_bias": HONOURED,
+    "jump_forward": HONOURED,  # corral's extension (see the module docstring)
     "user": NO_EFFECT,
     "safety_identifier": NO_EFFECT,
     "metadata": NO_EFFECT,
@@ -110,7 +115,8 @@ FIELDS = {
     "reasoning_effort": Field("refused", (), "the model does not reason"),
     "verbosity": Field("refused", (), "corral does not steer verbosity"),
 }
-"""Every top-level field of OpenAI's chat completions request, and what corral does with it."""
+"""Every top-level field of OpenAI's chat completions request, and what corral does with it
+(plus corral's one extension, `jump_forward`)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -152,6 +158,8 @@ class ToolRequest:
     `seed` is in [0, 2**64) (see the module docstring). `logprobs` asks for each token's logprob
     and `top_logprobs` (0 to 20, None when not asked) for the most likely alternatives;
     `logit_bias` holds `(token id, bias)` pairs, the bias in [-100, 100], added to the logits.
+    `jump_forward` (corral's extension, default true): whether the engine may write the text the
+    grammar forces without sampling it token by token.
     """
 
     messages: tuple = ()
@@ -172,6 +180,7 @@ class ToolRequest:
     logprobs: bool = False
     top_logprobs: int | None = None
     logit_bias: tuple[tuple[int, float], ...] = ()
+    jump_forward: bool = True
 
     @property
     def calls_allowed(self) -> bool:
@@ -261,6 +270,7 @@ def parse_tool_request(body: str | bytes | dict, vocabulary_size: int | None = N
         "logprobs": logprobs,
         "top_logprobs": top_logprobs,
         "logit_bias": _logit_bias(body.get("logit_bias"), vocabulary_size),
+        "jump_forward": _field(body, "jump_forward", "", bool, "a boolean") is not False,
     }
     tools = _tools(body.get("tools"))
     tool_choice, function_name = _tool_choice(body.get("tool_choice"), tools)

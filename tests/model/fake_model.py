@@ -70,9 +70,9 @@ class FakeModel:
     def prefill_batch(self, cache, slots, sequences):
         rows = []
         for slot, ids in zip(slots, sequences, strict=True):
-            assert 1 <= len(ids) <= cache.max_len
+            assert len(ids) >= 1 and len(cache.history[slot]) + len(ids) <= cache.max_len
             assert all(0 <= t < len(TOKENS) for t in ids)
-            cache.history[slot] = list(ids)
+            cache.history[slot] += [int(t) for t in ids]  # appended, as a prompt or a chunk
             rows.append(self._logits(cache.history[slot]))
         return np.stack(rows)
 
@@ -112,3 +112,49 @@ def index_of(schema=None, pattern=None) -> TokenIndex:
     """The token index of a schema or a pattern over the fake vocabulary."""
     dfa = schema_to_dfa(schema) if schema is not None else regex_to_dfa(pattern)
     return TokenIndex(dfa, VOCABULARY)
+
+
+class TargetModel:
+    """A model that wants to write given texts: request k's prompt is `[k]`, and its logits favour
+    (by 100) the longest text token that continues `targets[k]` from the text written so far,
+    then EOS. With any vocabulary and tokenizer (for jump-forward: the texts a grammar allows
+    must stay writable, whatever the engine commits for forced bytes)."""
+
+    def __init__(self, vocabulary: Vocabulary, tokenizer, targets: list[bytes], eos: int):
+        self.vocabulary, self.tokenizer = vocabulary, tokenizer
+        self.targets, self.eos = targets, eos
+        self.context_length, self.config = 4096, TINY_CACHE
+        self._ids = {piece: t for t, piece in enumerate(vocabulary.tokens) if piece}
+        self._longest = max(len(piece) for piece in self._ids)
+        self.decode_passes = self.prefill_passes = 0
+        self.prefilled: list[list[int]] = []  # the sequences of every prefill pass
+
+    def new_cache(self, n_slots, max_len):
+        return FakeCache(n_slots, max_len)
+
+    def _logits(self, history) -> np.ndarray:
+        written = self.vocabulary.decode(history[1:])
+        target = self.targets[history[0]]
+        logits = np.zeros(self.vocabulary.size, np.float32)
+        if not target.startswith(written):
+            return logits  # the engine wrote something else: no preference
+        rest = target[len(written) :]
+        for n in range(min(len(rest), self._longest), 0, -1):
+            if rest[:n] in self._ids:
+                logits[self._ids[rest[:n]]] = 100.0
+                return logits
+        logits[self.eos] = 100.0
+        return logits
+
+    def prefill_batch(self, cache, slots, sequences):
+        self.prefill_passes += 1
+        for slot, ids in zip(slots, sequences, strict=True):
+            self.prefilled.append([int(t) for t in ids])
+            cache.history[slot] += [int(t) for t in ids]
+        return np.stack([self._logits(cache.history[slot]) for slot in slots])
+
+    def decode(self, cache, slots, tokens):
+        self.decode_passes += 1
+        for slot, token in zip(slots, tokens, strict=True):
+            cache.history[slot].append(int(token))
+        return np.stack([self._logits(cache.history[slot]) for slot in slots])

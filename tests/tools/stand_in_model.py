@@ -73,7 +73,8 @@ class StandInModel:
     def prefill_batch(self, cache: _Cache, slots, sequences) -> np.ndarray:
         rows = []
         for slot, ids in zip(slots, sequences, strict=True):
-            cache.history[slot] = list(ids)
+            cache.history[slot] += [int(t) for t in ids]  # appended, as a prompt or a chunk
+            assert len(cache.history[slot]) <= cache.max_len
             rows.append(self._logits(cache.history[slot]))
         return np.stack(rows)
 

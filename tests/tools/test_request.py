@@ -279,6 +279,7 @@ def test_every_field_of_the_table_is_honoured_accepted_or_refused():
         "messages", "model", "tools", "tool_choice", "parallel_tool_calls", "response_format",
         "max_completion_tokens", "max_tokens", "temperature", "top_p", "seed", "stop", "n",
         "presence_penalty", "frequency_penalty", "logprobs", "top_logprobs", "logit_bias",
+        "jump_forward",
     }  # fmt: skip
 
 
@@ -341,6 +342,26 @@ def test_a_seed_is_kept_as_its_unsigned_64_bit_value():
     assert parse_tool_request(body(seed=-1)).seed == 2**64 - 1
     assert parse_tool_request(body(seed=2**63 - 1)).seed == 2**63 - 1
     assert parse_tool_request(body(seed=0)).seed == 0
+
+
+def test_jump_forward_is_on_unless_the_request_turns_it_off():
+    assert parse_tool_request(body()).jump_forward is True
+    assert parse_tool_request(body(jump_forward=None)).jump_forward is True
+    assert parse_tool_request(body(jump_forward=True)).jump_forward is True
+    assert parse_tool_request(body(jump_forward=False)).jump_forward is False
+    for value in (0, 1, "false", [], {}):
+        error = refused(body(jump_forward=value))
+        assert (error.status, error.param, error.code) == (400, "jump_forward", "invalid_type")
+
+
+def test_the_engine_requests_carry_the_jump_forward_switch():
+    from corral.tools.batch import Engine
+    from stand_in_model import StandInModel
+
+    engine = Engine(StandInModel())
+    for value in (True, False):
+        request = parse_tool_request(body(jump_forward=value, n=2))
+        assert [r.jump_forward for r in engine.requests(request, 16)] == [value, value]
 
 
 # --- values Python cannot convert, encode or recurse through ----------------------------------

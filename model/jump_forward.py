@@ -1,0 +1,129 @@
+"""The tokens of forced text, for jump-forward decoding (DESIGN.md section 4; SGLang's "compressed
+FSM", the jump-forward of XGrammar and llguidance).
+
+When a constraint forces the next bytes (`Constraint.forced_bytes`: a required key, `","`, a
+`const`, a tool call's `{"name":"f","arguments":`), the engine (`corral.model.generate`) appends
+their tokens in one forward pass instead of one decode step per token. `ForcedTokenizer` says which
+tokens: those the model's own tokenizer writes for the forced text, so the model sees canonical
+tokens, minus the tail whose tokens could still change with the bytes that follow.
+
+Which tokens are final: a byte-level BPE tokenizer (GPT-2's and SmolLM2's) first splits text into
+pre-tokens by a regular expression, then merges bytes within each pre-token only. Appending text
+can change the last pre-token (`":` may grow to `":"`, a run of digits or letters may go on) but
+not the ones before it, whose matches end before it starts. So the tokens of every pre-token but
+the last are committed, and the last one's bytes are left to the masked sampler. Text that could
+begin one of the tokenizer's added tokens (`<|im_end|>`, ...) is left open too, since an added
+token is matched before pre-tokenization and could span the boundary; and the forced text is cut
+before an incomplete UTF-8 character at either end (a tokenizer reads text, not bytes). Whatever
+is committed is checked to spell exactly the forced bytes it stands for, in text tokens of the
+vocabulary; otherwise nothing is committed.
+
+A tokenizer without a `tokenizers` backend (only `encode(text) -> ids`, as the engine's test
+stand-ins have) commits every token but the last: exact for a byte-level tokenizer without
+merges, and the rule to replace for any other.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from corral.kernels import Constraint, Vocabulary
+
+CACHE_SIZE = 4096
+"""How many forced texts a `ForcedTokenizer` remembers (the same keys recur in every answer)."""
+
+
+class ForcedTokenizer:
+    """Forced bytes -> the token ids to commit for them (see the module docstring).
+
+    Args:
+        tokenizer: the model's tokenizer: a `corral.model.Tokenizer` (its `backend`, a
+            `tokenizers.Tokenizer`, gives the pre-tokens) or anything with `encode(text)`.
+        vocabulary: the model's `Vocabulary`, whose token bytes the committed ids must spell.
+    """
+
+    def __init__(self, tokenizer, vocabulary: Vocabulary):
+        self.tokenizer = tokenizer
+        self.vocabulary = vocabulary
+        backend = getattr(tokenizer, "backend", None)
+        self._backend = backend
+        added = backend.get_added_tokens_decoder().values() if backend is not None else ()
+        self._added = tuple(token.content for token in added if token.content)
+        self._cached = functools.lru_cache(maxsize=CACHE_SIZE)(self._tokens)
+
+    def tokens(self, forced: bytes) -> tuple[int, ...]:
+        """The token ids to commit for `forced` (the bytes a constraint forces next): the
+        tokenizer's own tokens of a prefix of it whose boundaries no following byte can change,
+        possibly none. Their bytes concatenate to a prefix of `forced`. O(len(forced)) tokenizer
+        work, cached per instance (`CACHE_SIZE` texts)."""
+        return self._cached(bytes(forced))
+
+    def jump(
+        self, constraint: Constraint, tokens_left: int, budget_aware: bool = True
+    ) -> tuple[list[int], Constraint]:
+        """The tokens to write now from `constraint` (those of its `forced_bytes`, see `tokens`)
+        and the constraint after them (a new one; `constraint` itself when there are none). At
+        most `tokens_left` tokens; when `budget_aware`, only as many as leave a complete answer
+        within the tokens left after them (`Constraint.tokens_to_complete`, the engine's budget
+        rule). O(forced bytes)."""
+        forced = constraint.forced_bytes() if tokens_left > 0 and not constraint.done else b""
+        ids = list(self.tokens(forced)[:tokens_left]) if forced else []
+        while ids:
+            after = constraint.copy()
+            after.advance_bytes(b"".join(self.vocabulary.tokens[t] for t in ids))
+            if not budget_aware or after.tokens_to_complete() <= tokens_left - len(ids):
+                return ids, after
+            ids.pop()
+        return [], constraint
+
+    def _tokens(self, forced: bytes) -> tuple[int, ...]:
+        text = _complete_characters(forced)
+        if not text:
+            return ()
+        text = text[: self._open_added(text)]
+        if self._backend is None:
+            ids = list(self.tokenizer.encode(text))[:-1]
+        else:
+            ids = self._before_last_pre_token(text)
+        if not ids:
+            return ()
+        spelled = [self.vocabulary.tokens[t] for t in ids]
+        if any(not piece for piece in spelled) or not forced.startswith(b"".join(spelled)):
+            return ()  # a special token, or bytes the vocabulary spells differently
+        return tuple(int(t) for t in ids)
+
+    def _before_last_pre_token(self, text: str) -> list[int]:
+        """The ids of `text`'s tokens that lie before its last pre-token (an added token counts
+        as a pre-token of its own)."""
+        encoding = self._backend.encode(text, add_special_tokens=False)
+        words = encoding.word_ids
+        if not words:
+            return []
+        last = words[-1]
+        cut = len(words) - 1
+        if last is not None:
+            while cut > 0 and words[cut - 1] == last:
+                cut -= 1
+        return encoding.ids[:cut]
+
+    def _open_added(self, text: str) -> int:
+        """Where the longest suffix of `text` that is a proper prefix of an added token starts
+        (len(text) when there is none)."""
+        cut = len(text)
+        for content in self._added:
+            for length in range(min(len(content) - 1, len(text)), 0, -1):
+                if text.endswith(content[:length]):
+                    cut = min(cut, len(text) - length)
+                    break
+        return cut
+
+
+def _complete_characters(data: bytes) -> str:
+    """`data` decoded as UTF-8 without an incomplete character at its end; "" when it does not
+    start on a character boundary (the text before it ended inside a character)."""
+    for cut in range(len(data), max(len(data) - 4, -1), -1):
+        try:
+            return data[:cut].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+    return ""

@@ -1,0 +1,252 @@
+"""Jump-forward (corral.model.jump_forward, the engine's use of it in corral.model.generate): the
+forced text's tokens are the tokenizer's own, every text the grammar allows stays writable, every
+answer validates, the budget holds, and with the switch off every token is sampled.
+
+Fast tests use the tiny checkpoint's byte-level BPE tokenizer (SmolLM2's pre-tokenizer, 3
+merges) and `TargetModel`; the slow ones the real SmolLM2 tokenizer and model."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+from corral.automata import regex_to_dfa, schema_to_dfa
+from corral.kernels import GREEDY, Constraint, SamplingParams, TokenIndex
+from corral.model.generate import GenerationRequest, GenerationStats, Generator, generate
+from corral.model.jump_forward import ForcedTokenizer
+from fake_model import TargetModel
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+WEATHER = {
+    "type": "object",
+    "properties": {
+        "location": {"type": "string"},
+        "unit": {"enum": ["celsius", "fahrenheit"]},
+        "days": {"type": "integer"},
+        "hello": {"const": "hello, well"},
+    },
+    "required": ["location", "unit", "hello"],
+}
+TEXTS = [
+    b'{"location":"Paris","unit":"celsius","hello":"hello, well"}',
+    b'{"location":"hell\\"o","unit":"fahrenheit","days":12,"hello":"hello, well"}',
+    b'{"location":"\xc3\xa9t\xc3\xa9 ","unit":"celsius","days":-3,"hello":"hello, well"}',
+    b'{"location":"","unit":"fahrenheit","days":0,"hello":"hello, well"}',
+]
+CALL = r'\{"name":"get_weather","arguments":\{"city":"[a-z]+","days":[0-9]\}\}</tool_call>'
+
+# text made of what JSON and tool calls are made of, digits and words the merges touch
+PIECES = ["h", "e", "l", "o", "hello", " ", "  ", '"', "{", "}", ":", ",", "[", "]", "1", "23",
+          "é", "ü", "\n", "<", ">", "_", "/", "<|im_", "end|>", "<|im_end|>", "\\"]  # fmt: skip
+texts = st.lists(st.sampled_from(PIECES), max_size=12).map("".join)
+
+
+def forced_tokenizer(model) -> ForcedTokenizer:
+    return ForcedTokenizer(model.tokenizer, model.vocabulary)
+
+
+def check_prefix_property(model, forced: str, rest: str) -> None:
+    committed = forced_tokenizer(model).tokens(forced.encode("utf-8"))
+    spelled = model.vocabulary.decode(committed)
+    assert forced.encode("utf-8").startswith(spelled)
+    assert len(committed) == 0 or len(spelled) > 0
+    assert list(model.tokenizer.encode(forced + rest)[: len(committed)]) == list(committed)
+
+
+@settings(max_examples=300, deadline=None)
+@given(forced=texts, rest=texts)
+def test_committed_tokens_are_the_tokenizers_own_whatever_follows(tiny_model, forced, rest):
+    check_prefix_property(tiny_model, forced, rest)
+
+
+def test_the_last_pre_token_and_a_possible_added_token_stay_open(tiny_model):
+    tokens, vocabulary = forced_tokenizer(tiny_model), tiny_model.vocabulary
+    assert vocabulary.decode(tokens.tokens(b'","hello":')) == b'","hello'
+    assert vocabulary.decode(tokens.tokens(b"hello world")) == b"hello"
+    assert vocabulary.decode(tokens.tokens(b"ab <|im_")) == b"ab"  # " <|im_" could become EOS
+    assert tokens.tokens(b'":') == ()  # one pre-token: nothing is final
+    assert tokens.tokens(b"\xa9t\xc3\xa9,x") == ()  # starts inside a character
+    assert vocabulary.decode(tokens.tokens(b"a,\xc3")) == b"a"  # ends inside one
+
+
+def test_a_jump_keeps_within_the_tokens_left(tiny_model):
+    tokens = forced_tokenizer(tiny_model)
+    start = Constraint(TokenIndex(schema_to_dfa(WEATHER), tiny_model.vocabulary))
+    ids, after = tokens.jump(start, 1000)
+    assert tiny_model.vocabulary.decode(ids) == b'{"location'  # `":"` stays open
+    assert after.state != start.state and start.state == 0
+    assert tokens.jump(start, 2, budget_aware=False)[0] == ids[:2]
+    assert tokens.jump(start, 0) == ([], start)
+    least = start.tokens_to_complete()
+    for left in range(least, least + 12):
+        ids, after = tokens.jump(start, left)
+        assert after.tokens_to_complete() <= left - len(ids)
+
+
+def run(model, requests, batch_size=4) -> tuple[list, GenerationStats]:
+    stats = GenerationStats()
+    return generate(model, requests, batch_size, stats), stats
+
+
+@pytest.mark.parametrize("jump", [True, False])
+def test_every_text_the_grammar_allows_stays_writable(tiny_model, jump):
+    """A model that wants to write a valid answer writes exactly it, forced text or not."""
+    eos = tiny_model.eos_ids[0]
+    model = TargetModel(tiny_model.vocabulary, tiny_model.tokenizer, TEXTS, eos)
+    index = TokenIndex(schema_to_dfa(WEATHER), tiny_model.vocabulary)
+    requests = [
+        GenerationRequest([k], 200, GREEDY, constraint=Constraint(index), jump_forward=jump)
+        for k in range(len(TEXTS))
+    ]
+    results, stats = run(model, requests)
+    assert [r.text.encode("utf-8") for r in results] == TEXTS
+    for result in results:
+        jsonschema.validate(json.loads(result.text), WEATHER)
+        assert result.finish_reason == "stop"
+        assert len(result.token_ids) == len(result.logprobs) == result.completion_tokens
+    if jump:  # the forced keys, the const and `{"location":"` went in chunks
+        assert stats.forced_tokens > 0 and model.prefill_passes > 1
+    else:
+        assert stats.forced_tokens == 0 and model.prefill_passes == 1
+
+
+def test_jump_forward_after_a_trigger_and_at_the_start(tiny_model):
+    eos = tiny_model.eos_ids[0]
+    targets = [
+        b'Sure <tool_call>{"name":"get_weather","arguments":{"city":"hello","days":3}}</tool_call>',
+        b'{"name":"get_weather","arguments":{"city":"lille","days":0}}</tool_call>',
+    ]
+    model = TargetModel(tiny_model.vocabulary, tiny_model.tokenizer, targets, eos)
+    index = TokenIndex(regex_to_dfa(CALL), tiny_model.vocabulary)
+    requests = [
+        GenerationRequest([0], 200, GREEDY, constraint=Constraint(index), trigger="<tool_call>"),
+        GenerationRequest([1], 200, GREEDY, constraint=Constraint(index)),
+    ]
+    results, stats = run(model, requests)
+    assert [r.text.encode("utf-8") for r in results] == targets
+    # the second answer's `{"name":"get_weather","arguments":{"city` went with its prompt
+    first = next(ids for ids in model.prefilled if ids[0] == 1)
+    assert tiny_model.vocabulary.decode(first[1:]) == b'{"name":"get_weather","arguments":{"city'
+    assert stats.forced_tokens >= 2 * len(first[1:])
+
+
+def test_a_random_model_under_tight_budgets_writes_valid_answers(tiny_model):
+    """The real forward pass (chunks at a slot's position), sampling at temperature 1: every
+    answer is complete, valid, and within max_tokens, with and without jump-forward."""
+    index = TokenIndex(schema_to_dfa(WEATHER), tiny_model.vocabulary)
+    prompt = tiny_model.tokenizer.encode("Weather?")
+    least = Constraint(index).tokens_to_complete()
+    params = SamplingParams(temperature=1.0)
+    for jump in (True, False):
+        requests = [
+            GenerationRequest(
+                prompt, least + extra, params, seed, (), Constraint(index), jump_forward=jump
+            )  # fmt: skip
+            for seed in range(6)
+            for extra in (0, 3, 40)
+        ]
+        results, stats = run(tiny_model, requests, batch_size=5)
+        for request, result in zip(requests, results, strict=True):
+            assert result.finish_reason == "stop", result
+            assert result.completion_tokens <= request.max_tokens
+            jsonschema.validate(json.loads(result.text), WEATHER)
+        assert (stats.forced_tokens > 0) == jump
+
+
+def test_jump_forward_off_is_the_engine_without_it(tiny_model):
+    """Switched off (or asked for top_logprobs), a request runs as on a model whose engine
+    cannot jump (no tokenizer): the same tokens, logprobs and decode passes."""
+
+    class NoTokenizer:
+        def __init__(self, model):
+            self.model = model
+
+        def __getattr__(self, name):
+            if name == "tokenizer":
+                raise AttributeError(name)
+            return getattr(self.model, name)
+
+    index = TokenIndex(schema_to_dfa(WEATHER), tiny_model.vocabulary)
+    prompt = tiny_model.tokenizer.encode("Weather?")
+    params = SamplingParams(temperature=0.8)
+
+    def requests(**switch):
+        return [
+            GenerationRequest(prompt, 60, params, seed, (), Constraint(index), **switch)
+            for seed in range(4)
+        ]
+
+    reference, stats = run(NoTokenizer(tiny_model), requests())
+    assert stats.forced_tokens == 0
+    for switch in ({"jump_forward": False}, {"top_logprobs": 0}):
+        results, stats = run(tiny_model, requests(**switch))
+        assert stats.forced_tokens == 0
+        assert [(r.token_ids, r.logprobs) for r in results] == [
+            (r.token_ids, r.logprobs) for r in reference
+        ]
+    jumped, stats = run(tiny_model, requests())
+    assert stats.forced_tokens > 0
+    assert all(0.0 in r.logprobs for r in jumped)
+
+
+def test_a_generator_on_a_model_without_a_tokenizer_never_jumps():
+    from fake_model import FakeModel, index_of
+
+    generator = Generator(FakeModel(), 2)
+    generator.submit(GenerationRequest([1, 2], 100, GREEDY, 0, (), Constraint(index_of(WEATHER))))
+    while generator.has_work:
+        generator.step()
+    assert generator.stats.forced_tokens == 0
+
+
+# --- the real tokenizer and model ---------------------------------------------------------------
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None)
+@given(forced=texts, rest=texts)
+def test_committed_tokens_are_smollm2s_own_whatever_follows(model, forced, rest):
+    check_prefix_property(model, forced, rest)
+
+
+def bench_targets(root, limit: int):
+    """(schema, compact JSON text of a valid instance) from JSONSchemaBench files, for schemas
+    corral compiles and instances in the language (members in the schema's order)."""
+    out = []
+    for path in sorted((root / "jsonschemabench").glob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            item = json.loads(line)
+            for test in item.get("tests", ()):
+                if not test["valid"]:
+                    continue
+                text = json.dumps(test["data"], separators=(",", ":"), ensure_ascii=False)
+                try:
+                    dfa = schema_to_dfa(item["schema"])
+                except Exception:
+                    break
+                if dfa.matches(text.encode("utf-8")):
+                    out.append((item["schema"], dfa, text.encode("utf-8")))
+                    break
+            if len(out) >= limit:
+                return out
+    return out
+
+
+@pytest.mark.slow
+def test_jsonschemabench_answers_stay_writable_with_smollm2s_tokens(model, sample_data):
+    """Valid instances of JSONSchemaBench schemas, written by a model that wants them, come out
+    exactly, through the real tokenizer's forced tokens."""
+    cases = bench_targets(sample_data, 40)
+    assert len(cases) >= 20
+    targets = [text for _, _, text in cases]
+    vocabulary = model.vocabulary
+    target_model = TargetModel(vocabulary, model.tokenizer, targets, model.eos_ids[0])
+    requests = [
+        GenerationRequest([k], 2000, GREEDY, constraint=Constraint(TokenIndex(dfa, vocabulary)))
+        for k, (_, dfa, _) in enumerate(cases)
+    ]
+    results, stats = run(target_model, requests, batch_size=8)
+    assert [r.text.encode("utf-8") for r in results] == targets
+    assert stats.forced_tokens > len(cases)
