@@ -440,7 +440,8 @@ class Generator:
                 self._free.append(seq.slot)
                 finished.append((seq.handle, seq.result()))
             else:
-                chunks.append([seq.ids[-1], *seq.jump_forward()])  # ids[-1]: after a respelling, the new token
+                # ids[-1]: the sampled token (after a trigger's respelling, the new one)
+                chunks.append([seq.ids[-1], *seq.jump_forward()])
                 stats.forced_tokens += len(chunks[-1]) - 1
                 still.append(seq)
         stats.mask_and_sample_seconds += time.perf_counter() - started
