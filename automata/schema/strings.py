@@ -12,7 +12,8 @@ except `"` and `\\`, or one of the escapes ..."; beyond the subset: `minLength`,
   the JSON text of the string is its value. A pattern using `\\D`, `\\W`, `\\S` or a negated
   class with `\\d`, `\\w`, `\\s` is restricted to ASCII, where Python's Unicode classes and
   ours agree.
-- `format` takes its strict regex from `corral.automata.schema.formats`.
+- `format` takes its strict regex from `corral.automata.schema.formats`; a format name no
+  JSON Schema draft defines constrains nothing (validators ignore it).
 - Length bounds next to a pattern or format are kept when the pattern implies them, or applied
   by a product with a character counter (`corral.automata.schema.lengths`) when `maxLength` is
   given; `minLength` alone next to a pattern that does not imply it is refused.
@@ -25,7 +26,7 @@ from corral.automata.errors import EmptyLanguageError, LimitError, PatternError,
 from corral.automata.limits import SchemaLimits
 from corral.automata.parse import parse_branches
 from corral.automata.schema.form import NOTHING, Regex, Subtree, TreeBuilder, repeat, seq
-from corral.automata.schema.formats import FORMATS, INTEGER_FORMATS, NUMBER_FORMATS
+from corral.automata.schema.formats import string_format
 from corral.automata.schema.json_text import QUOTE, STRING_FORM
 from corral.automata.schema.keywords import count, unsupported
 from corral.automata.schema.lengths import char_length_bounds, length_product
@@ -66,11 +67,16 @@ def lower_string(schema: dict, pointer: str, trees: TreeBuilder, schema_limits: 
         )
     content = None
     fmt = schema.get("format")
-    if fmt is not None and fmt not in INTEGER_FORMATS and fmt not in NUMBER_FORMATS:
-        if fmt not in FORMATS:
-            raise unsupported(pointer, "format", f"pattern-less format {fmt!r}")
-        content = trees.parse(FORMATS[fmt])
-        content_form = Regex(FORMATS[fmt], 1)
+    if fmt is not None:
+        if not isinstance(fmt, str):
+            raise SchemaError(pointer, "format", "format must be a string")
+        try:
+            text = string_format(fmt)
+        except KeyError:
+            raise unsupported(pointer, "format", f"pattern-less format {fmt!r}") from None
+        if text is not None:
+            content = trees.parse(text)
+            content_form = Regex(text, 1)
     if "pattern" in schema:
         pattern = schema["pattern"]
         if not isinstance(pattern, str):

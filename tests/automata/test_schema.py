@@ -269,19 +269,18 @@ def test_dumps_refuses_non_finite_numbers(value):
 # 5. Refusals name the keyword and the JSON pointer
 
 REFUSED = [
-    ({"type": "object", "properties": {"when": {"type": "string", "format": "duration"}}},
+    ({"type": "object", "properties": {"when": {"type": "string", "format": "uri-template"}}},
      "/properties/when", "format"),
     ({"not": {"type": "string"}}, "", "not"),
     ({"type": "object", "properties": {"a": {"if": {}, "then": {}}}}, "/properties/a", "if"),
     ({"$ref": "other.json#/x"}, "", "$ref"),
     ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, "", "uniqueItems"),
-    ({"type": "object", "properties": {"a": {}}, "required": ["b"]}, "", "required"),
     ({"enum": [1, math.nan]}, "/enum/1", "enum"),
     ({"const": math.inf}, "/const", "const"),
     ({"type": "strnig"}, "", "type"),
     ({"type": "array", "items": {}, "minItems": 3, "maxItems": 2}, "", "maxItems"),
     ({"anyOf": []}, "", "anyOf"),
-    ({"type": "object", "properties": {"a/b~c": {"multipleOf": 3, "type": "integer"}}},
+    ({"type": "object", "properties": {"a/b~c": {"multipleOf": 0.3, "type": "integer"}}},
      "/properties/a~1b~0c", "multipleOf"),
     ({"type": "string", "pattern": "(?=a)b"}, "", "pattern"),
     ({"properties": {"x": {"patternProperties": {"(": {}}, "properties": {"a": {}}}}},
@@ -292,9 +291,9 @@ REFUSED = [
     ({"definitions": {"a": {"$ref": "#/definitions/b"},
                       "b": {"allOf": [{"$ref": "#/definitions/a"}]}},
       "$ref": "#/definitions/a"}, "/definitions/b", "$ref"),
-    ({"type": "number", "maximum": 2.5}, "", "maximum"),
+    ({"type": "integer", "multipleOf": 1001}, "", "multipleOf"),
     ({"type": "object", "propertyNames": {"maxLength": 3}}, "", "propertyNames"),
-    ({"type": "string", "format": "hostname"}, "", "format"),
+    ({"type": "string", "format": "regex"}, "", "format"),
 ]  # fmt: skip
 
 
@@ -308,10 +307,10 @@ def test_refused_schema_names_keyword_and_pointer(schema, pointer, keyword):
 
 
 def test_refusal_message_has_designs_shape():
-    schema = {"type": "object", "properties": {"when": {"type": "string", "format": "duration"}}}
+    schema = {"type": "object", "properties": {"when": {"type": "string", "format": "regex"}}}
     with pytest.raises(SchemaError, match=r"^/properties/when: keyword 'format' is not supported"):
         schema_to_dfa(schema)
-    with pytest.raises(SchemaError, match="pattern-less format 'duration'"):
+    with pytest.raises(SchemaError, match="pattern-less format 'regex'"):
         json_schema_to_regex(schema)
 
 

@@ -33,7 +33,10 @@ SUITE_FILES = [
     "exclusiveMinimum", "exclusiveMaximum", "oneOf", "allOf", "ref", "defs", "prefixItems",
     "format",
 ]  # fmt: skip
-FORMAT_FILES = ["date-time", "date", "time", "uuid", "email", "ipv4", "uri"]
+FORMAT_FILES = [
+    "date-time", "date", "time", "uuid", "email", "ipv4", "uri", "duration", "hostname",
+    "idn-hostname", "ipv6",
+]  # fmt: skip
 # The files tests/data/make_sample.py copies into the sample.
 SAMPLE_SUITE_FILES = [
     "type", "enum", "properties", "required", "items", "anyOf", "additionalProperties", "pattern",
