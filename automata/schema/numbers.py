@@ -1,15 +1,19 @@
 """Numbers of a JSON Schema (DESIGN.md section 3, beyond the subset: `minimum`, `maximum`,
-`exclusiveMinimum`, `exclusiveMaximum`, `multipleOf: 1`): bounds to regex text, and the lowering
-of `integer` and `number` subschemas to the schema form.
+`exclusiveMinimum`, `exclusiveMaximum`, `multipleOf` through `corral.automata.schema.multiples`):
+bounds to regex text, and the lowering of `integer` and `number` subschemas to the schema form.
 
 Soundness notes (each language is a subset of what the JSON Schema validator accepts; tests
 check the ranges against `re.fullmatch`):
 - Integer ranges are exact over canonical decimal integers (no `-0`, no leading zeros).
-- Number ranges only take integer-valued bounds with magnitude at most 2**53 and write numbers
-  without an exponent. With inclusive bounds, float rounding is monotonic, so a decimal inside the
-  range parses to a float inside it. At an exclusive bound `b` the fraction must be at least
-  0.000001, which keeps `b + fraction` distinct from `b` after rounding while |b| <= 2**30; above
-  that the bound's own integer part takes no fraction.
+- Number ranges take bounds of magnitude at most 2**53 and write numbers without an exponent.
+  Integer bounds (`number_range`): with inclusive bounds, float rounding is monotonic, so a
+  decimal inside the range parses to a float inside it. At an exclusive bound `b` the fraction
+  must be at least 0.000001, which keeps `b + fraction` distinct from `b` after rounding while
+  |b| <= 2**30; above that the bound's own integer part takes no fraction.
+  Other bounds (`decimal_range`, `float_bound`): an exact decimal comparison with the shortest
+  decimal of the bound's float (or, for an exclusive bound, of the next float past it);
+  rounding is monotonic, so a decimal on the right side of it parses to a float on the right
+  side of the bound, and an integer compares exactly.
 
 Limits (a bound is never converted to a float, so `"maximum": 1e400` written as an integer is
 as safe as any other):
