@@ -51,6 +51,7 @@ SUPPORTED = frozenset(
         "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format", "minimum",
         "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minProperties",
         "maxProperties", "patternProperties", "dependentRequired", "dependencies",
+        "unevaluatedProperties",
     }
 )  # fmt: skip
 """Keywords the compiler handles (some only in the cases `corral.automata.schema` lists)."""
@@ -63,7 +64,7 @@ TYPE_OF_KEYWORD = {
     "maxItems": "array", "uniqueItems": "array",
     "properties": "object", "required": "object", "additionalProperties": "object",
     "patternProperties": "object", "minProperties": "object", "maxProperties": "object",
-    "dependentRequired": "object", "dependencies": "object",
+    "dependentRequired": "object", "dependencies": "object", "unevaluatedProperties": "object",
 }  # fmt: skip
 """Keyword -> the type an untyped schema using it is read as (a sub-language)."""
 
