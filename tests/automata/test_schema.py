@@ -75,7 +75,13 @@ XY = {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "
 
 def test_city_schema_regex_text():
     assert json_schema_to_regex(CITY) == r'\{"city":' + STRING + r"\}"
-    assert STRING == r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"'
+    # DESIGN.md's `\u` and four hex digits, less the lone surrogates (a pair is one escape)
+    unicode = (
+        r"\\u(?:[0-9a-cA-Ce-fE-F][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}"
+        r"|[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    )
+    expected = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|' + unicode + ')*"'
+    assert expected == STRING
 
 
 def test_two_optional_integers_regex_text_is_designs_nested_form():
