@@ -77,10 +77,7 @@ Supported keywords (anything else that is a JSON Schema keyword of any draft is 
     become required) and `maxProperties` (the last optional members are left out),
     `patternProperties` (a listed member whose name the pattern matches must also satisfy its
     schema), `dependentRequired` and array-form
-    `dependencies` (the dependencies of a written member become required, listed or not),
-    `unevaluatedProperties` (every member written is named by the merged schema's own
-    `properties`, so only a required name it does not list meets it, when
-    `additionalProperties` is absent).
+    `dependencies` (the dependencies of a written member become required, listed or not).
   - `maxItems` above `SchemaLimits.max_array_length` is lowered to it; a larger `minItems` is
     refused.
 - A schema without `type` takes the types its keywords imply (`properties` -> object, `items` ->

@@ -127,21 +127,15 @@ def lower_object(
     required = schema.get("required", [])
     if not isinstance(required, list) or not all(isinstance(n, str) for n in required):
         raise SchemaError(pointer, "required", "required must be an array of names")
-    # A member no `properties`/`patternProperties` names is evaluated by additionalProperties
-    # when present, and otherwise left to unevaluatedProperties (every other member written is
-    # named by this merged schema's own `properties`, so it is evaluated).
-    additional_key = "additionalProperties"
-    if additional_key not in schema and "unevaluatedProperties" in schema:
-        additional_key = "unevaluatedProperties"
-    additional = schema.get(additional_key, True)
+    additional = schema.get("additionalProperties", True)
     if not isinstance(additional, (bool, dict)):
-        raise SchemaError(pointer, additional_key, "must be a schema")
+        raise SchemaError(pointer, "additionalProperties", "must be a schema")
     required, unlisted = _required_members(schema, properties, required, pointer)
     extra = _pattern_properties(schema, [*properties, *unlisted], pointer)
     members = []
     for name, sub in [*properties.items(), *((n, None) for n in unlisted)]:
         if sub is None:  # a required name `properties` does not list
-            where = child(pointer, additional_key)
+            where = child(pointer, "additionalProperties")
             sub = {"allOf": extra.pop(name)} if name in extra else additional
         else:
             where = child(pointer, "properties", name)

@@ -51,7 +51,6 @@ SUPPORTED = frozenset(
         "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format", "minimum",
         "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minProperties",
         "maxProperties", "patternProperties", "dependentRequired", "dependencies",
-        "unevaluatedProperties",
     }
 )  # fmt: skip
 """Keywords the compiler handles (some only in the cases `corral.automata.schema` lists)."""
@@ -64,7 +63,7 @@ TYPE_OF_KEYWORD = {
     "maxItems": "array", "uniqueItems": "array",
     "properties": "object", "required": "object", "additionalProperties": "object",
     "patternProperties": "object", "minProperties": "object", "maxProperties": "object",
-    "dependentRequired": "object", "dependencies": "object", "unevaluatedProperties": "object",
+    "dependentRequired": "object", "dependencies": "object",
 }  # fmt: skip
 """Keyword -> the type an untyped schema using it is read as (a sub-language)."""
 

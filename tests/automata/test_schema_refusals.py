@@ -238,7 +238,7 @@ def test_decimal_bounds_agree_with_python_comparison(lo, hi, lo_open, hi_open, t
             assert _valid(schema, json.loads(text)), (schema, text)
     for value in (lo, hi):  # the float's own shortest spelling, on its right side
         if value is not None and not float(value).is_integer():
-            text = repr(float(value))
+            text = format(Decimal(repr(float(value))), "f")  # written without exponent
             assert dfa.matches(text.encode()) == _valid(schema, float(value)), (schema, text)
 
 
@@ -297,35 +297,3 @@ def test_a_surrogate_pair_counts_as_one_character_and_lone_surrogates_are_never_
             assert not dfa.matches(text.encode()), text
     for text in _samples(plain, 300) + _samples(short, 300):
         json.loads(text).encode("utf-8")  # no lone surrogate: the text has a UTF-8 form
-
-
-# ---------------------------------------------------------------------------------------------
-# unevaluatedProperties
-
-UNEVALUATED = [
-    {"type": "object", "properties": {"a": {"type": "integer"}}, "unevaluatedProperties": False},
-    {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["b"],
-     "unevaluatedProperties": {"type": "string"}},
-    {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["b"],
-     "additionalProperties": {"type": "string"}, "unevaluatedProperties": False},
-    {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}}],
-     "properties": {"c": {"type": "null"}}, "unevaluatedProperties": False},
-    {"anyOf": [{"properties": {"a": {"const": 1}}, "required": ["a"]},
-               {"properties": {"b": {"const": 2}}, "required": ["b"]}],
-     "type": "object", "unevaluatedProperties": False},
-    {"$defs": {"x": {"type": "object", "properties": {"a": {"type": "boolean"}}}},
-     "$ref": "#/$defs/x", "properties": {"z": {}}, "unevaluatedProperties": False},
-]  # fmt: skip
-
-
-@pytest.mark.parametrize("schema", UNEVALUATED, ids=range(len(UNEVALUATED)))
-def test_unevaluated_properties_samples_validate(schema):
-    for text in _samples(schema_to_dfa(schema), 100):
-        assert _valid(schema, json.loads(text)), (schema, text)
-
-
-def test_a_required_name_left_unevaluated_and_refused_is_the_empty_language():
-    schema = {"type": "object", "required": ["b"], "unevaluatedProperties": False}
-    with pytest.raises(Exception, match="no value"):
-        schema_to_dfa(schema)
-    assert schema_to_dfa({**schema, "unevaluatedProperties": True}).matches(b'{"b":null}')
