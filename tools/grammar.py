@@ -50,9 +50,11 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import cached_property
 
+import numpy as np
 from corral import automata
-from corral.automata import ConstrainError, Dfa
+from corral.automata import ConstrainError, Dfa, EmptyLanguageError
 from corral.automata import tree as regex_tree
+from corral.automata.product import intersection
 from corral.automata.schema.values import check_document
 from corral.kernels import TokenIndex, Vocabulary
 from corral.tools.errors import ToolError, unsupported
@@ -255,6 +257,8 @@ def _starting_with(node, first: int, memo: dict, nullable: dict) -> regex_tree.N
             if not _is_nullable(item, nullable):
                 break
         out = regex_tree.Alt(tuple(options))
+    elif isinstance(node, regex_tree.Automaton):
+        out = _automaton_starting_with(node.dfa, first)
     elif node.max == 0:
         out = regex_tree.Alt(())
     else:  # x{lo,hi}: a first non-empty x, then x{max(lo-1,0),hi-1} (x nullable or not)
@@ -263,6 +267,18 @@ def _starting_with(node, first: int, memo: dict, nullable: dict) -> regex_tree.N
         out = regex_tree.Concat((_starting_with(node.item, first, memo, nullable), rest))
     memo[key] = out
     return out
+
+
+def _automaton_starting_with(dfa: Dfa, first: int) -> regex_tree.Node:
+    """`_starting_with` of a finished DFA: its product with the language `[first].*` (a
+    two-state DFA), or the empty language when no string of `dfa` starts with a byte in `first`."""
+    trans = np.full((2, 256), -1, np.int32)
+    trans[0, [b for b in range(256) if first >> b & 1]] = 1
+    trans[1, :] = 1
+    try:
+        return regex_tree.Automaton(intersection(dfa, Dfa(trans, np.array([False, True]))))
+    except EmptyLanguageError:
+        return regex_tree.Alt(())
 
 
 def _is_nullable(node, memo: dict) -> bool:
@@ -275,6 +291,8 @@ def _is_nullable(node, memo: dict) -> bool:
             memo[key] = all(_is_nullable(i, memo) for i in node.items)
         elif isinstance(node, regex_tree.Alt):
             memo[key] = any(_is_nullable(i, memo) for i in node.items)
+        elif isinstance(node, regex_tree.Automaton):
+            memo[key] = bool(node.dfa.accept[0])
         else:
             memo[key] = node.min == 0 or _is_nullable(node.item, memo)
     return memo[key]
@@ -290,6 +308,8 @@ def _is_empty(node, memo: dict) -> bool:
             memo[key] = any(_is_empty(i, memo) for i in node.items)
         elif isinstance(node, regex_tree.Alt):
             memo[key] = all(_is_empty(i, memo) for i in node.items)
+        elif isinstance(node, regex_tree.Automaton):
+            memo[key] = False  # a canonical DFA's language is never empty
         else:
             memo[key] = node.min > 0 and _is_empty(node.item, memo)
     return memo[key]

@@ -16,8 +16,9 @@ larger. A schema is lowered to an intermediate form (`form`) with two back ends:
 Supported keywords (anything else that is a JSON Schema keyword of any draft is refused with a
 `SchemaError` naming the keyword and the JSON pointer of the subschema):
 - DESIGN.md's subset: `type` (a name or a list), `enum`, `const`, `items`, `minItems`, `maxItems`,
-  `properties`, `required`, `additionalProperties` (any value: the language never has members the
-  schema does not list), `anyOf`.
+  `properties`, `required`, `additionalProperties` (the language has no members the schema does
+  not name; a `required` name `properties` does not list is written after the listed members,
+  with a value its matching `patternProperties` or else `additionalProperties` allows), `anyOf`.
 - Beyond it, where it is sound:
   - `$ref` to a local JSON pointer (`#`, `#/definitions/..`, `#/$defs/..`, any `#/...`) or to a
     root-relative URI equal to the root's `$id`, and `#name` anchors (`$anchor`, or `$id`/`id`
@@ -43,29 +44,37 @@ Supported keywords (anything else that is a JSON Schema keyword of any draft is 
     writes (a member another branch requires is left out of branches that do not require it),
     or a required member has disjoint `const`/`enum` values (a discriminator), or the branches'
     `enum`/`const` sets are disjoint; otherwise by the algebra above.
-  - Strings: `minLength`/`maxLength` (characters; an escape counts as one; `\\u` escapes are
-    left out of length-bounded strings, which keeps the DFA small and Python's count exact;
-    `maxLength` above `SchemaLimits.max_string_length` is lowered to it, a larger `minLength`
-    is refused);
+  - Strings: `minLength`/`maxLength` (characters as Python counts them; an escape counts as
+    one, a `\\u` surrogate pair too; `\\u` escapes are written only in strings with a
+    `maxLength` up to 16, which keeps longer counted strings' DFAs small; a lone surrogate
+    escape is never written, in any string; `maxLength` above `SchemaLimits.max_string_length`
+    is lowered to it, a larger `minLength` is refused);
     `pattern` (a search, as JSON Schema says: unanchored ends get any characters; the pattern is
     read by `corral.automata.parse` and made sound inside a JSON string by removing `"`, `\\` and
     U+0000..U+001F from every byte set, so the JSON text of the string is its value; a pattern
     using `\\D`, `\\W`, `\\S` or a negated class with `\\d`, `\\w`, `\\s` is restricted to ASCII,
     where Python's Unicode classes and ours agree); `format` with a strict regex
-    (`corral.automata.schema.formats.FORMATS`: date-time, date, time, uuid, email, ipv4, uri,
-    uri-reference, iri, iri-reference, idn-email, json-pointer, and the non-standard url);
-    other formats are refused ("pattern-less format"), except the OpenAPI number formats
-    int32/int64 (integer ranges) and float/double (no constraint).
+    (`corral.automata.schema.formats.FORMATS`: date-time, date and time with exact leap years,
+    duration, uuid, email, idn-email, hostname, idn-hostname, ipv4, ipv6, uri, uri-reference,
+    iri, iri-reference, json-pointer, draft 3's host-name and ip-address, and the non-standard
+    url); the other formats some draft defines (regex, uri-template, relative-json-pointer,
+    ...) are refused ("pattern-less format"); a format name no draft defines constrains nothing
+    (validators ignore it), and the OpenAPI integer formats int32/int64 are integer ranges.
     Length bounds next to `pattern`/`format` are kept when the pattern implies them, or applied
     by a product with a character counter when `maxLength` is given; `minLength` alone next to a
     pattern that does not imply it is refused.
   - Integers: `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum` (both draft-4 boolean
     and numeric forms) as an exact decimal range over integers of at most 20 digits (a larger
     upper bound is lowered, a smaller lower bound raised; a `minimum` past 20 digits is refused
-    naming it); `multipleOf: 1`.
-  - Numbers: the same bounds when they are integers, written without exponent, values within
-    +-2**53 the same way (see `corral.automata.schema.numbers` for the float-rounding margin at
-    exclusive bounds); other bounds are refused.
+    naming it); `multipleOf` (`corral.automata.schema.multiples`: an integer step up to 1,000
+    as a remainder product over the digits, magnitudes below 10**12 unless bounded; a float
+    step near 1/m such as 0.01 as the integers whose float quotient is exact; 0.1 and other
+    steps refused).
+  - Numbers: the same bounds, written without exponent, values within +-2**53 the same way;
+    integer bounds as exact integer ranges (see `corral.automata.schema.numbers` for the
+    float-rounding margin at exclusive bounds), other bounds as exact decimal ranges on the
+    right side of the bound's float (an exclusive bound becomes the next float past it);
+    with `multipleOf`, the integers above.
 - Before anything is compiled, every string and member name must be UTF-8 text (a lone
   surrogate is refused with its JSON pointer) and the document nested at most
   `corral.automata.schema.values.MAX_NESTING` levels (`check_document`).
@@ -74,7 +83,7 @@ Supported keywords (anything else that is a JSON Schema keyword of any draft is 
     become required) and `maxProperties` (the last optional members are left out),
     `patternProperties` (a listed member whose name the pattern matches must also satisfy its
     schema), `dependentRequired` and array-form
-    `dependencies` (the dependencies of a listed member become required).
+    `dependencies` (the dependencies of a written member become required, listed or not).
   - `maxItems` above `SchemaLimits.max_array_length` is lowered to it; a larger `minItems` is
     refused.
 - A schema without `type` takes the types its keywords imply (`properties` -> object, `items` ->
@@ -104,7 +113,8 @@ Modules:
   by products of DFAs (`corral.automata.product`).
 - `compiler`: the dispatch over a subschema, `$ref` unrolling, `anyOf`/`oneOf`/`enum`, and the
   public entry points.
-- `strings` (with `lengths`, DFA character-length analyses), `numbers`, `formats`,
+- `strings` (with `lengths`, DFA character-length analyses), `numbers` (with `multiples`),
+  `formats`,
   `containers` (arrays and objects), `json_text` (scalars, any value, `json_object_regex`):
   the lowering of each JSON type to the form.
 - `form`: the intermediate form and its tree builder; `text`: the regex-text renderer.

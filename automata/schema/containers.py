@@ -7,9 +7,11 @@ Beyond the subset, as sub-languages: `prefixItems` and array-form `items` (tuple
 `additionalItems` / `items` for the rest); `uniqueItems` when `maxItems` <= 1 or false;
 `maxItems` above `SchemaLimits.max_array_length` lowered to it; `minProperties` (the first
 optional members become required) and `maxProperties` (the last optional members are left out);
-`patternProperties` (a listed member whose name the pattern matches must also satisfy its
-schema); `dependentRequired` and array-form `dependencies` (the dependencies of a listed member
-become required).
+`patternProperties` (a written member whose name the pattern matches must also satisfy its
+schema); `dependentRequired` and array-form `dependencies` (the dependencies of a written member
+become required). A required name `properties` does not list is written after the listed
+members, its value allowed by the `patternProperties` its name matches or else by
+`additionalProperties` (none when that is false).
 
 Each function takes `compile(subschema, pointer, depth) -> form`, the compiler's recursion.
 """
@@ -111,8 +113,8 @@ def lower_object(
     object NOTHING when it is required.
 
     Raises:
-        SchemaError: malformed keywords, a required member missing from `properties`,
-            `propertyNames`, or a refused counting or dependency.
+        SchemaError: malformed keywords, `propertyNames`, or a refused counting or
+            dependency.
         LimitError: more members than `max_properties`.
     """
     properties = schema.get("properties", {})
@@ -125,20 +127,21 @@ def lower_object(
     required = schema.get("required", [])
     if not isinstance(required, list) or not all(isinstance(n, str) for n in required):
         raise SchemaError(pointer, "required", "required must be an array of names")
-    for name in required:
-        if name not in properties:
-            raise SchemaError(pointer, "required", f"required member {name!r} is not in properties")
-    required = set(required)
     additional = schema.get("additionalProperties", True)
     if not isinstance(additional, (bool, dict)):
         raise SchemaError(pointer, "additionalProperties", "must be a schema")
-    required |= _dependencies(schema, properties, pointer)
-    extra = _pattern_properties(schema, properties, pointer)
+    required, unlisted = _required_members(schema, properties, required, pointer)
+    extra = _pattern_properties(schema, [*properties, *unlisted], pointer)
     members = []
-    for name, sub in properties.items():
-        if name in extra:
-            sub = {"allOf": [sub, *extra[name]]}
-        value = compile(sub, child(pointer, "properties", name), depth + 1)
+    for name, sub in [*properties.items(), *((n, None) for n in unlisted)]:
+        if sub is None:  # a required name `properties` does not list
+            where = child(pointer, "additionalProperties")
+            sub = {"allOf": extra.pop(name)} if name in extra else additional
+        else:
+            where = child(pointer, "properties", name)
+            if name in extra:
+                sub = {"allOf": [sub, *extra[name]]}
+        value = compile(sub, where, depth + 1)
         if value is NOTHING:
             if name in required:
                 return NOTHING
@@ -181,29 +184,42 @@ def _count_members(schema: dict, members: list, pointer: str) -> list:
     return members
 
 
-def _dependencies(schema: dict, properties: dict, pointer: str) -> set:
-    """Names that become required: the dependencies of listed members (a sub-language)."""
-    out = set()
+def _required_members(schema: dict, properties: dict, required: list, pointer: str) -> tuple:
+    """(the names every written object has, the required names `properties` does not list, in
+    the order `required` names them, then dependencies in sorted order). The dependencies
+    (`dependentRequired`, array-form `dependencies`) of every written member become required:
+    a sub-language when the member was optional."""
+    tables = []
     for key in ("dependentRequired", "dependencies"):
         deps = schema.get(key)
         if deps is None:
             continue
         if not isinstance(deps, dict):
             raise SchemaError(pointer, key, f"{key} must be an object")
-        for name, needed in deps.items():
-            if name not in properties:
-                continue  # never written: vacuous
+        tables.append((key, deps))
+    out = set(required)
+    unlisted = [name for name in dict.fromkeys(required) if name not in properties]
+    written = [*properties, *unlisted]
+    i = 0
+    while i < len(written):  # a written name's dependencies are written too, once each
+        name = written[i]
+        for key, table in tables:
+            needed = table.get(name, [])
             if not isinstance(needed, list):
                 raise unsupported(pointer, key, "schema dependencies")
-            for dep in needed:
-                if dep not in properties:
-                    raise unsupported(pointer, key, f"dependency {dep!r} is not listed")
+            if not all(isinstance(dep, str) for dep in needed):
+                raise SchemaError(pointer, key, f"{key} must list member names")
+            for dep in sorted(needed):
                 out.add(dep)
-    return out
+                if dep not in properties and dep not in unlisted:
+                    unlisted.append(dep)
+                    written.append(dep)
+        i += 1
+    return out, unlisted
 
 
-def _pattern_properties(schema: dict, properties: dict, pointer: str) -> dict:
-    """Listed member name -> the patternProperties schemas its name matches (Python's `re`,
+def _pattern_properties(schema: dict, names: list, pointer: str) -> dict:
+    """Member name (of `names`) -> the patternProperties schemas it matches (Python's `re`,
     as validators run it)."""
     table = schema.get("patternProperties")
     if table is None:
@@ -218,7 +234,7 @@ def _pattern_properties(schema: dict, properties: dict, pointer: str) -> dict:
             raise unsupported(
                 pointer, "patternProperties", f"pattern {pattern!r} is not a Python regex"
             ) from None
-        for name in properties:
+        for name in names:
             if regex.search(name):
                 out.setdefault(name, []).append(sub)
     return out

@@ -12,8 +12,17 @@ from corral.automata.schema.form import Lit, Regex, TreeBuilder, choice, repeat,
 from corral.automata.schema.text import TextRenderer
 from corral.automata.tree import Node
 
-STRING_CHAR = r'[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4}'
-"""One character of a JSON string: raw (>= U+0020, not `"` or `\\`), a short escape or `\\uXXXX`."""
+_HEX = "[0-9a-fA-F]"
+UNICODE_ESCAPE = (
+    rf"\\u(?:[0-9a-cA-Ce-fE-F]{_HEX}{{3}}|[dD][0-7]{_HEX}{{2}}"
+    rf"|[dD][89abAB]{_HEX}{{2}}\\u[dD][c-fC-F]{_HEX}{{2}})"
+)
+"""A `\\u` escape of a scalar value: 4 hex digits outside U+D800..U+DFFF, or a high surrogate
+followed by a low one (a pair, one character). A lone surrogate is never written: it decodes to
+text that has no UTF-8 form."""
+STRING_CHAR = r'[^"\\\x00-\x1f]|\\["\\/bfnrt]|' + UNICODE_ESCAPE
+"""One character of a JSON string: raw (>= U+0020, not `"` or `\\`), a short escape or a
+`\\u` escape (`UNICODE_ESCAPE`)."""
 STRING = r'"(?:' + STRING_CHAR + r')*"'
 INTEGER = r"-?(?:0|[1-9][0-9]*)"
 NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"

@@ -1,15 +1,19 @@
 """Numbers of a JSON Schema (DESIGN.md section 3, beyond the subset: `minimum`, `maximum`,
-`exclusiveMinimum`, `exclusiveMaximum`, `multipleOf: 1`): bounds to regex text, and the lowering
-of `integer` and `number` subschemas to the schema form.
+`exclusiveMinimum`, `exclusiveMaximum`, `multipleOf` through `corral.automata.schema.multiples`):
+bounds to regex text, and the lowering of `integer` and `number` subschemas to the schema form.
 
 Soundness notes (each language is a subset of what the JSON Schema validator accepts; tests
 check the ranges against `re.fullmatch`):
 - Integer ranges are exact over canonical decimal integers (no `-0`, no leading zeros).
-- Number ranges only take integer-valued bounds with magnitude at most 2**53 and write numbers
-  without an exponent. With inclusive bounds, float rounding is monotonic, so a decimal inside the
-  range parses to a float inside it. At an exclusive bound `b` the fraction must be at least
-  0.000001, which keeps `b + fraction` distinct from `b` after rounding while |b| <= 2**30; above
-  that the bound's own integer part takes no fraction.
+- Number ranges take bounds of magnitude at most 2**53 and write numbers without an exponent.
+  Integer bounds (`number_range`): with inclusive bounds, float rounding is monotonic, so a
+  decimal inside the range parses to a float inside it. At an exclusive bound `b` the fraction
+  must be at least 0.000001, which keeps `b + fraction` distinct from `b` after rounding while
+  |b| <= 2**30; above that the bound's own integer part takes no fraction.
+  Other bounds (`decimal_range`, `float_bound`): an exact decimal comparison with the shortest
+  decimal of the bound's float (or, for an exclusive bound, of the next float past it);
+  rounding is monotonic, so a decimal on the right side of it parses to a float on the right
+  side of the bound, and an integer compares exactly.
 
 Limits (a bound is never converted to a float, so `"maximum": 1e400` written as an integer is
 as safe as any other):
@@ -24,12 +28,17 @@ as safe as any other):
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 
 from corral.automata.errors import SchemaError
-from corral.automata.schema.form import Regex
+from corral.automata.schema.form import Regex, Subtree
 from corral.automata.schema.formats import INTEGER_FORMATS
 from corral.automata.schema.json_text import INTEGER_FORM, NUMBER_FORM
-from corral.automata.schema.keywords import unsupported
+from corral.automata.schema.multiples import (
+    MAX_UNBOUNDED_MULTIPLE,
+    divisible_product,
+    integer_step,
+)
 from corral.automata.schema.values import is_number
 
 MAX_EXACT_FLOAT_BOUND = 2**53
@@ -188,6 +197,101 @@ def number_range(lo: int | None, lo_open: bool, hi: int | None, hi_open: bool) -
     return "|".join(parts)
 
 
+def _fraction(lo: str | None, hi: str | None, nonzero: bool) -> tuple[bool, list[str]]:
+    """The fraction digit strings F with 0.lo <= 0.F <= 0.hi (lo None: no lower bound; hi None:
+    no upper bound; lo and hi without trailing zeros), and with a non-zero digit when `nonzero`:
+    (whether F may be empty, alternatives for a non-empty F). Recursion over the first digit."""
+    if not lo:
+        lo = None
+    if lo is None and hi is None:
+        return not nonzero, ["0*[1-9][0-9]*" if nonzero else "[0-9]+"]
+    if hi == "":  # 0.F <= 0: only zeros
+        return lo is None and not nonzero, ([] if lo is not None or nonzero else ["0+"])
+    first = int(lo[0]) if lo is not None else 0
+    last = int(hi[0]) if hi is not None else 9
+    out, free = [], []
+    for digit in range(first, last + 1):
+        at_lo = lo is not None and digit == first
+        at_hi = hi is not None and digit == last
+        still_zero = nonzero and digit == 0
+        if not (at_lo or at_hi or still_zero):
+            free.append(digit)
+            continue
+        empty, rest = _fraction(lo[1:] if at_lo else None, hi[1:] if at_hi else None, still_zero)
+        if rest:
+            out.append(f"{digit}(?:{'|'.join(rest)})" + ("?" if empty else ""))
+        elif empty:
+            out.append(str(digit))
+    if free:
+        out.append(_digit_class(str(free[0]), str(free[-1])) + "[0-9]*")
+    return lo is None and not nonzero, out
+
+
+def _dotted(empty: bool, alternatives: list[str]) -> str | None:
+    """`(.F)?` text from `_fraction`'s answer; None when no fraction fits."""
+    if not alternatives:
+        return "" if empty else None
+    text = r"\.(?:" + "|".join(alternatives) + ")"
+    return f"(?:{text})?" if empty else text
+
+
+def _split(bound: Decimal) -> tuple[int, str]:
+    """(integer part, fraction digits without trailing zeros) of a bound >= 0."""
+    whole = int(bound)
+    digits = format(bound - whole, "f")
+    return whole, (digits.split(".")[1].rstrip("0") if "." in digits else "")
+
+
+def _decimal_magnitude(lo: Decimal, hi: Decimal | None, positive: bool) -> list[str]:
+    """Alternatives matching unsigned decimals `I(.F)?` (no exponent) with lo <= value <= hi
+    (0 <= lo; hi None: unbounded), and value > 0 when `positive`."""
+    a, a_frac = _split(lo)
+    out = []
+    if hi is not None:
+        c, c_frac = _split(hi)
+        if a == c:
+            fraction = _dotted(*_fraction(a_frac, c_frac, positive and a == 0))
+            return [] if fraction is None else [str(a) + fraction]
+    fraction = _dotted(*_fraction(a_frac, None, positive and a == 0))
+    if fraction is not None:
+        out.append(str(a) + fraction)
+    inner = natural_range(a + 1, None if hi is None else c - 1)
+    if inner:
+        out.append(_group(inner) + _ANY_FRACTION)
+    if hi is not None:
+        fraction = _dotted(*_fraction(None, c_frac, False))
+        out.append(str(c) + fraction)
+    return out
+
+
+def decimal_range(lo: Decimal | None, hi: Decimal | None) -> str | None:
+    """Regex text of the JSON numbers without exponent whose decimal value lies in [lo, hi]
+    (None: unbounded; exact decimal comparison), `-0` forms excluded; None when empty."""
+    if lo is not None and hi is not None and lo > hi:
+        return None
+    parts = []
+    if hi is None or hi >= 0:
+        parts += _decimal_magnitude(
+            max(lo, Decimal(0)) if lo is not None else Decimal(0), hi, False
+        )
+    if lo is None or lo < 0:
+        m_lo = Decimal(0) if hi is None or hi >= 0 else -hi
+        negative = _decimal_magnitude(m_lo, None if lo is None else -lo, True)
+        if negative:
+            parts.append("-" + _group(negative))
+    return "|".join(parts) if parts else None
+
+
+def float_bound(value, is_open: bool, upward: bool) -> Decimal:
+    """The inclusive decimal bound of the numbers that validate against a bound `value`: a
+    decimal x >= (upward) or <= the result parses to a float on the right side of `value`.
+    Parsing rounds monotonically, so an inclusive bound is the shortest decimal of the float
+    itself and an exclusive one that of the next float past it (`math.nextafter`)."""
+    if not is_open:
+        return Decimal(repr(float(value))) if isinstance(value, float) else Decimal(value)
+    return Decimal(repr(math.nextafter(float(value), math.inf if upward else -math.inf)))
+
+
 # Lowering -------------------------------------------------------------------------------------
 
 
@@ -231,21 +335,25 @@ def lower_integer(schema: dict, pointer: str):
     """The form of the integers `schema` allows: an exact decimal range from its bounds and an
     OpenAPI `int32`/`int64` format, over integers of at most `MAX_INTEGER_DIGITS` digits (a
     larger upper bound is lowered to `LARGEST_INTEGER`, a smaller lower bound raised to
-    `-LARGEST_INTEGER`: a sub-language, like `maxLength` above its limit). Raises SchemaError
-    naming the keyword on `multipleOf` other than 1, on a `minimum` above `LARGEST_INTEGER` or a
-    `maximum` below `-LARGEST_INTEGER`, or on an empty range."""
-    multiple = schema.get("multipleOf")
-    if multiple is not None and multiple != 1:
-        raise unsupported(pointer, "multipleOf", f"multipleOf {multiple!r}")
+    `-LARGEST_INTEGER`: a sub-language, like `maxLength` above its limit), and the multiples of
+    `multipleOf` (`corral.automata.schema.multiples`). Raises SchemaError naming the keyword on
+    a refused `multipleOf`, on a `minimum` above `LARGEST_INTEGER` or a `maximum` below
+    `-LARGEST_INTEGER`, or on an empty range."""
+    k, cap = integer_step(schema["multipleOf"], pointer) if "multipleOf" in schema else (1, None)
+    largest = LARGEST_INTEGER if cap is None else min(cap, LARGEST_INTEGER)
     low, high = bounds(schema, pointer)
     lo = None if low is None else (math.floor(low[0]) + 1 if low[1] else math.ceil(low[0]))
     hi = None if high is None else (math.ceil(high[0]) - 1 if high[1] else math.floor(high[0]))
-    if lo is not None and lo > LARGEST_INTEGER:
-        raise _out_of_reach(pointer, low, LARGEST_INTEGER)
-    if hi is not None and hi < -LARGEST_INTEGER:
-        raise _out_of_reach(pointer, high, LARGEST_INTEGER)
-    lo = None if lo is None else max(lo, -LARGEST_INTEGER)
-    hi = None if hi is None else min(hi, LARGEST_INTEGER)
+    if lo is not None and lo > largest:
+        raise _out_of_reach(pointer, low, largest)
+    if hi is not None and hi < -largest:
+        raise _out_of_reach(pointer, high, largest)
+    if k != 1 or cap is not None:  # a bounded range: the product's, or |x * m| < 2**53
+        side = largest if k == 1 else min(largest, MAX_UNBOUNDED_MULTIPLE)
+        lo = -side if lo is None else lo
+        hi = side if hi is None else hi
+    lo = None if lo is None else max(lo, -largest)
+    hi = None if hi is None else min(hi, largest)
     fmt = schema.get("format")
     if fmt in INTEGER_FORMATS:
         f_lo, f_hi = INTEGER_FORMATS[fmt]
@@ -255,18 +363,29 @@ def lower_integer(schema: dict, pointer: str):
         return INTEGER_FORM
     text = integer_range(lo, hi)
     if text is None:
-        raise SchemaError(pointer, (high or low)[2], "no integer lies between the bounds")
-    return Regex(text, 1)
+        raise SchemaError(
+            pointer,
+            (high or low or ("", "", "multipleOf"))[2],
+            "no integer lies between the bounds",
+        )
+    if k == 1:
+        return Regex(text, 1)
+    product = divisible_product(text, k)
+    if product is None:
+        raise SchemaError(pointer, "multipleOf", f"no multiple of {k} lies between the bounds")
+    return Subtree(product)
 
 
 def lower_number(schema: dict, pointer: str):
     """The form of the numbers `schema` allows: any JSON number, or a range without exponent
-    when the bounds are integers. Values stay within +-2**53 (`MAX_EXACT_FLOAT_BOUND`): a larger
-    upper bound is lowered to it and a smaller lower bound raised to it (a sub-language). Raises
-    SchemaError naming the keyword on `multipleOf`, on a bound that is not an integer, on a
+    (exact for integer bounds, see the module docstring; for other bounds, the decimals on the
+    right side of each bound's float, `float_bound`). Values stay within +-2**53
+    (`MAX_EXACT_FLOAT_BOUND`): a larger upper bound is lowered to it and a smaller lower bound
+    raised to it (a sub-language). With `multipleOf`, the integers `lower_integer` writes (a
+    sub-language). Raises SchemaError naming the keyword on a refused `multipleOf`, on a
     `minimum` above 2**53 or a `maximum` below -2**53, or on an empty range."""
     if "multipleOf" in schema:
-        raise unsupported(pointer, "multipleOf", "multipleOf on numbers")
+        return lower_integer(schema, pointer)
     low, high = bounds(schema, pointer)
     if low is None and high is None:
         return NUMBER_FORM
@@ -279,17 +398,18 @@ def lower_number(schema: dict, pointer: str):
         low = (-largest, False, low[2])
     if high is not None and high[0] > largest:
         high = (largest, False, high[2])
-    for bound in (low, high):
-        if bound is not None and isinstance(bound[0], float) and not bound[0].is_integer():
-            raise unsupported(
-                pointer, bound[2], f"a number bound {bound[0]!r} that is not an integer"
-            )
-    text = number_range(
-        None if low is None else int(low[0]),
-        bool(low and low[1]),
-        None if high is None else int(high[0]),
-        bool(high and high[1]),
-    )
+    if any(isinstance(b[0], float) and not b[0].is_integer() for b in (low, high) if b):
+        text = decimal_range(
+            None if low is None else float_bound(low[0], low[1], upward=True),
+            None if high is None else float_bound(high[0], high[1], upward=False),
+        )
+    else:
+        text = number_range(
+            None if low is None else int(low[0]),
+            bool(low and low[1]),
+            None if high is None else int(high[0]),
+            bool(high and high[1]),
+        )
     if text is None:
         raise SchemaError(pointer, (high or low)[2], "no number lies between the bounds")
     return Regex(text, 1)

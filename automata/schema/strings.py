@@ -2,9 +2,10 @@
 except `"` and `\\`, or one of the escapes ..."; beyond the subset: `minLength`, `maxLength`,
 `pattern`, `format`): the lowering of a `string` subschema to the schema form.
 
-- Lengths count characters; an escape counts as one. `\\u` escapes are left out of
-  length-bounded strings (they cost 5 DFA states per counted position, and a surrogate pair
-  would count as two characters here but as one in Python).
+- Lengths count characters, as Python counts the decoded text: an escape counts as one, and so
+  does a `\\u` surrogate pair. `\\u` escapes are written in strings with a `maxLength` up to
+  `MAX_ESCAPED_LENGTH` and left out of longer length-bounded strings (they would double the DFA
+  states of each counted position). A lone surrogate escape is never written.
 - `pattern` is a search, as JSON Schema says: unanchored ends get any characters. The pattern is
   read by `corral.automata.parse.parse_branches` (one rule for anchors: `^`s at the start and
   `$`s at the end of each top-level branch anchor it; anywhere else they are refused) and made
@@ -12,7 +13,8 @@ except `"` and `\\`, or one of the escapes ..."; beyond the subset: `minLength`,
   the JSON text of the string is its value. A pattern using `\\D`, `\\W`, `\\S` or a negated
   class with `\\d`, `\\w`, `\\s` is restricted to ASCII, where Python's Unicode classes and
   ours agree.
-- `format` takes its strict regex from `corral.automata.schema.formats`.
+- `format` takes its strict regex from `corral.automata.schema.formats`; a format name no
+  JSON Schema draft defines constrains nothing (validators ignore it).
 - Length bounds next to a pattern or format are kept when the pattern implies them, or applied
   by a product with a character counter (`corral.automata.schema.lengths`) when `maxLength` is
   given; `minLength` alone next to a pattern that does not imply it is refused.
@@ -25,8 +27,8 @@ from corral.automata.errors import EmptyLanguageError, LimitError, PatternError,
 from corral.automata.limits import SchemaLimits
 from corral.automata.parse import parse_branches
 from corral.automata.schema.form import NOTHING, Regex, Subtree, TreeBuilder, repeat, seq
-from corral.automata.schema.formats import FORMATS, INTEGER_FORMATS, NUMBER_FORMATS
-from corral.automata.schema.json_text import QUOTE, STRING_FORM
+from corral.automata.schema.formats import string_format
+from corral.automata.schema.json_text import QUOTE, STRING_FORM, UNICODE_ESCAPE
 from corral.automata.schema.keywords import count, unsupported
 from corral.automata.schema.lengths import char_length_bounds, length_product
 from corral.automata.tree import EMPTY, Alt, ByteSet, Concat, Node, Repeat
@@ -34,6 +36,14 @@ from corral.automata.utf8 import ranges_to_tree
 
 COUNTED_CHAR = Regex(r'[^"\\\x00-\x1f]|\\["\\/bfnrt]', 1)
 """One counted character of a length-bounded JSON string: raw or a short escape."""
+
+MAX_ESCAPED_LENGTH = 16
+"""Strings with a `maxLength` up to this also take `\\u` escapes, a surrogate pair counting as
+one character as Python counts it; longer bounded strings leave them out (each counted position
+would cost about twice the DFA states)."""
+
+ESCAPED_CHAR = Regex(COUNTED_CHAR.text + "|" + UNICODE_ESCAPE, 1)
+"""One counted character with `\\u` escapes (`corral.automata.schema.json_text.UNICODE_ESCAPE`)."""
 
 FORBIDDEN_IN_STRING = sum(1 << b for b in range(0x20)) | (1 << 0x22) | (1 << 0x5C)
 """Byte mask of what a string's JSON text cannot hold raw: controls, `"` and `\\`."""
@@ -66,11 +76,16 @@ def lower_string(schema: dict, pointer: str, trees: TreeBuilder, schema_limits: 
         )
     content = None
     fmt = schema.get("format")
-    if fmt is not None and fmt not in INTEGER_FORMATS and fmt not in NUMBER_FORMATS:
-        if fmt not in FORMATS:
-            raise unsupported(pointer, "format", f"pattern-less format {fmt!r}")
-        content = trees.parse(FORMATS[fmt])
-        content_form = Regex(FORMATS[fmt], 1)
+    if fmt is not None:
+        if not isinstance(fmt, str):
+            raise SchemaError(pointer, "format", "format must be a string")
+        try:
+            text = string_format(fmt)
+        except KeyError:
+            raise unsupported(pointer, "format", f"pattern-less format {fmt!r}") from None
+        if text is not None:
+            content = trees.parse(text)
+            content_form = Regex(text, 1)
     if "pattern" in schema:
         pattern = schema["pattern"]
         if not isinstance(pattern, str):
@@ -85,7 +100,8 @@ def lower_string(schema: dict, pointer: str, trees: TreeBuilder, schema_limits: 
         if min_len == 0 and max_len is None:
             return STRING_FORM
         hi = None if max_len is None else min(max_len, cap)
-        return seq(QUOTE, repeat(COUNTED_CHAR, min_len, hi), QUOTE)
+        char = ESCAPED_CHAR if hi is not None and hi <= MAX_ESCAPED_LENGTH else COUNTED_CHAR
+        return seq(QUOTE, repeat(char, min_len, hi), QUOTE)
     if min_len == 0 and max_len is None:
         return seq(QUOTE, content_form, QUOTE)
     try:
