@@ -1,9 +1,25 @@
 """Example JSON Schemas shared by more than one test module (DESIGN.md section 3).
 
 - `WEATHER`: an OpenAI tool definition (tests/tools, tests/kernels).
+- `ALGEBRA_SCHEMAS`: schemas compiled by products of DFAs (also in `HAND_SCHEMAS`).
 - `HAND_SCHEMAS`: hand-made schemas covering every supported keyword (the schema compiler's
   soundness tests, tests/automata; the constrained-output tests, tests/kernels).
 """
+
+ALGEBRA_SCHEMAS = [
+    # boolean algebra on DFAs (docs/algebra.md): not, oneOf, allOf, if/then/else, ...
+    {"type": "string", "maxLength": 2, "not": {"enum": ["a", "b"]}},
+    {"type": "integer", "oneOf": [{"minimum": 0}, {"maximum": 10}]},
+    {"allOf": [{"type": "string", "pattern": "^a"}, {"type": "string", "pattern": "b$"}]},
+    {"type": "integer", "minimum": 0, "maximum": 20, "if": {"minimum": 10},
+     "then": {"maximum": 12}, "else": {"maximum": 3}},
+    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+     "dependentSchemas": {"a": {"required": ["b"]}}},
+    {"type": "object", "properties": {"ab": {"type": "integer"}, "b": {"type": "integer"}},
+     "propertyNames": {"maxLength": 1}},
+    {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9},
+     "contains": {"minimum": 5}, "minContains": 2, "maxContains": 3, "maxItems": 5},
+]  # fmt: skip
 
 HAND_SCHEMAS = [
     {"type": "string"},
@@ -95,18 +111,7 @@ HAND_SCHEMAS = [
     {"type": "object", "properties": {"a": {"type": "null"}, "b": {"type": "null"},
      "c": {"type": "null"}}, "minProperties": 1, "maxProperties": 2},
     True,
-    # boolean algebra on DFAs (docs/algebra.md)
-    {"type": "string", "maxLength": 2, "not": {"enum": ["a", "b"]}},
-    {"type": "integer", "oneOf": [{"minimum": 0}, {"maximum": 10}]},
-    {"allOf": [{"type": "string", "pattern": "^a"}, {"type": "string", "pattern": "b$"}]},
-    {"type": "integer", "minimum": 0, "maximum": 20, "if": {"minimum": 10},
-     "then": {"maximum": 12}, "else": {"maximum": 3}},
-    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-     "dependentSchemas": {"a": {"required": ["b"]}}},
-    {"type": "object", "properties": {"ab": {"type": "integer"}, "b": {"type": "integer"}},
-     "propertyNames": {"maxLength": 1}},
-    {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9},
-     "contains": {"minimum": 5}, "minContains": 2, "maxContains": 3, "maxItems": 5},
+    *ALGEBRA_SCHEMAS,
 ]  # fmt: skip
 
 WEATHER = {

@@ -34,6 +34,7 @@ from corral.automata.schema.exact import UNIVERSE, Exactness, canonical_value, u
 from corral.automata.schema.merge import Merger
 from corral.automata.schema.refs import RefResolver
 from corral.automata.tree import Automaton, Concat, Repeat, literal_bytes
+from example_schemas import ALGEBRA_SCHEMAS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema.validators import validator_for
@@ -258,22 +259,7 @@ def test_random_algebra_schemas_are_sound(schema):
         assert check.is_valid(json.loads(text)), (schema, text)
 
 
-@pytest.mark.parametrize(
-    "schema",
-    [
-        {"type": "string", "not": {"enum": ["a", "b"]}, "maxLength": 2},
-        {"type": "integer", "minimum": 0, "maximum": 20, "if": {"minimum": 10},
-         "then": {"maximum": 12}, "else": {"maximum": 3}},
-        {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-         "dependentSchemas": {"a": {"required": ["b"]}}},
-        {"type": "object", "properties": {"ab": {"type": "integer"}, "b": {"type": "integer"}},
-         "propertyNames": {"maxLength": 1}},
-        {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9},
-         "contains": {"minimum": 5}, "minContains": 2, "maxContains": 3, "maxItems": 5},
-        {"allOf": [{"type": "string", "pattern": "^a"}, {"type": "string", "pattern": "b$"}]},
-        {"type": "integer", "oneOf": [{"minimum": 0}, {"maximum": 10}]},
-    ],
-)  # fmt: skip
+@pytest.mark.parametrize("schema", ALGEBRA_SCHEMAS)
 def test_new_keywords_compile_and_are_sound(schema):
     dfa = schema_to_dfa(schema)
     check = validator(schema)
