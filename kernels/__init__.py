@@ -11,7 +11,15 @@ sampler (DESIGN.md section 4).
   `sample`, `top_logprobs`, `constrained_sample`, `constrained_sample_batch`, `apply_mask`.
 """
 
-from corral.kernels.constraint import Constraint
+import os
+
+# Numba's parallel kernels (OpenMP threading layer) and BLAS alternate inside every forward pass.
+# libgomp's default lets idle workers spin, which starves BLAS's threads on a small machine
+# (bench/model.py, 2 cores: float32 decode at batch 1 fell from 28 to 4 tokens/s). Workers
+# sleep instead unless the user chose otherwise; libgomp reads this when Numba first loads it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from corral.kernels.constraint import Constraint  # noqa: E402
 from corral.kernels.errors import NoTokenAllowedError, TokenNotAllowedError, VocabularyError
 from corral.kernels.index import EAGER_LIMIT_BYTES, TokenIndex, choose_mode, unpack_ids
 from corral.kernels.sampling import (
