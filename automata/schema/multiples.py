@@ -47,7 +47,10 @@ def integer_step(value, pointer: str) -> tuple[int, int]:
     if not is_number(value) or value <= 0:
         raise SchemaError(pointer, "multipleOf", "multipleOf must be a number greater than 0")
     if isinstance(value, float) and not value.is_integer():
-        m = round(1 / value)
+        inverse = 1 / value  # inf for a subnormal step
+        if not inverse < 2**53:
+            raise unsupported(pointer, "multipleOf", f"multipleOf {value!r}")
+        m = round(inverse)
         if m < 1 or abs(Fraction(value) * m - 1) >= Fraction(1, 2**54):
             raise unsupported(pointer, "multipleOf", f"multipleOf {value!r}")
         return 1, (2**53 - 1) // m

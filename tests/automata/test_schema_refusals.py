@@ -20,7 +20,7 @@ from decimal import Decimal
 import jsonschema
 import numpy as np
 import pytest
-from corral.automata import SchemaError, regex_to_dfa, schema_to_dfa
+from corral.automata import ConstrainError, SchemaError, regex_to_dfa, schema_to_dfa
 from corral.automata.schema.formats import FORMATS, HOST_LABEL_LENGTH, HOST_LABELS
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -297,3 +297,14 @@ def test_a_surrogate_pair_counts_as_one_character_and_lone_surrogates_are_never_
             assert not dfa.matches(text.encode()), text
     for text in _samples(plain, 300) + _samples(short, 300):
         json.loads(text).encode("utf-8")  # no lone surrogate: the text has a UTF-8 form
+
+
+@given(st.floats(min_value=0, max_value=1e6, exclude_min=True, allow_subnormal=True))
+@settings(max_examples=200, deadline=None)
+def test_any_positive_multiple_of_compiles_or_is_refused_cleanly(step):
+    # Every positive step (subnormal, tiny, huge, fractional) either compiles or raises a
+    # ConstrainError naming multipleOf; never an arithmetic error.
+    try:
+        schema_to_dfa({"type": "integer", "minimum": -50, "maximum": 50, "multipleOf": step})
+    except ConstrainError as error:
+        assert getattr(error, "keyword", "multipleOf") == "multipleOf"
