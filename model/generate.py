@@ -70,7 +70,6 @@ Decisions:
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from collections import deque
@@ -78,7 +77,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from corral.kernels import TokenNotAllowedError, Vocabulary, sample_batch, top_logprobs
+from corral.kernels import Vocabulary, sample_batch
 from corral.model import kv_cache
 from corral.model.generation_request import (
     BudgetTooSmallError,
@@ -88,6 +87,7 @@ from corral.model.generation_request import (
     check_request,
 )
 from corral.model.jump_forward import ForcedTokenizer
+from corral.model.sequence import LiveSequence
 
 __all__ = [
     "BudgetTooSmallError",
@@ -120,191 +120,6 @@ class GenerationStats:
     forward_seconds: float = 0.0
     mask_and_sample_seconds: float = 0.0
     started: float = field(default_factory=time.perf_counter)
-
-
-class _Sequence:
-    """The mutable state of one request while it runs: its tokens, logprobs and text, written
-    and unwritten only through `_record` and `_unrecord`."""
-
-    def __init__(
-        self,
-        handle: int,
-        request: GenerationRequest,
-        slot: int,
-        vocabulary: Vocabulary,
-        jump: ForcedTokenizer | None = None,
-    ):
-        self.handle = handle
-        self.request = request
-        self.slot = slot
-        self.vocabulary = vocabulary
-        self.rng = np.random.default_rng(request.seed)
-        self.waiting = request.constraint.copy() if request.constraint is not None else None
-        self.constraint = None
-        if request.trigger is None and self.waiting is not None:
-            self.constraint, self.waiting = self.waiting, None
-        self.prompt = np.asarray(request.prompt_ids, dtype=np.int64)
-        self.ids: list[int] = []
-        self.logprobs: list[float] = []
-        self.top: list[tuple[tuple[int, float], ...]] | None = (
-            None if request.top_logprobs is None else []
-        )
-        bias = request.logit_bias or {}
-        self._bias_ids = np.fromiter(bias.keys(), np.int64, len(bias))
-        self._bias_values = np.fromiter(bias.values(), np.float32, len(bias))
-        self.text = bytearray()
-        self.forced: deque[int] = deque()
-        self.generated = 0  # tokens generated, EOS included
-        self.logits: np.ndarray | None = None
-        self.block: np.ndarray | None = None  # float32 [N, V]: self.logits is block[row]
-        self.row = 0
-        self.finish_reason: str | None = None
-        self._stop = [s.encode("utf-8") for s in request.stop if s]
-        self._trigger = request.trigger.encode("utf-8") if request.trigger else None
-        wanted = request.jump_forward and request.top_logprobs is None
-        self._jump = jump if wanted else None
-
-    def receive(self, block: np.ndarray, row: int) -> None:
-        """Take the model's next-token logits, row `row` of float32 `[N, V]` `block`, with the
-        request's logit_bias (a biased row is a copy, a block of its own)."""
-        if len(self._bias_ids):
-            block, row = block[row : row + 1].copy(), 0
-            block[0, self._bias_ids] += self._bias_values
-        self.block, self.row, self.logits = block, row, block[row]
-
-    def before_sample(self) -> np.ndarray | bool:
-        """This step's work before sampling: end the sequence (`finish_reason` set: a complete
-        answer, or the budget spent) or take a forced token (recorded here), returning False;
-        else return the packed mask to sample under, or True for free text."""
-        left = self.request.max_tokens - self.generated
-        constraint = self.constraint
-        if constraint is not None and constraint.done:
-            self.finish_reason = "stop"
-            return False
-        if left <= 0:
-            complete = constraint is not None and constraint.is_complete()
-            self.finish_reason = "stop" if complete else "length"
-            return False
-        if self.forced:
-            token, start = self.forced.popleft(), len(self.text)
-            self._record(token, _logprob(self.logits, token), None)
-            if self.constraint is None:
-                self._after_free_text(start)
-            return False
-        if constraint is None:
-            return True
-        return constraint.mask(left if self.request.budget_aware else None)
-
-    def uniform(self) -> float:
-        """This sequence's draw for its next sampled token (none when greedy: 0.0)."""
-        return 0.0 if self.request.params.greedy else self.rng.random()
-
-    def after_sample(
-        self, token: int, logprob: float, top: tuple[tuple[int, float], ...] | None, eos_ids
-    ) -> None:
-        """Take the sampled `token`, its logprob and top list (under the mask it was sampled
-        under): advance the constraint, end on EOS, else record it and look for stop strings
-        and the trigger."""
-        constraint = self.constraint
-        if constraint is not None:
-            constraint.advance(token)
-        if token in eos_ids and (constraint is None or constraint.done):
-            self.generated += 1
-            self.finish_reason = "stop"
-            return
-        start = len(self.text)
-        self._record(token, logprob, None, top)
-        if self.constraint is None:
-            self._after_free_text(start)
-
-    def jump_forward(self) -> list[int]:
-        """Record and return the tokens jump-forward writes now (see the module docstring):
-        those of the text the constraint forces, within the budget; [] when there are none."""
-        if self._jump is None or self.constraint is None or self.forced:
-            return []
-        left = self.request.max_tokens - self.generated
-        ids, self.constraint = self._jump.jump(self.constraint, left, self.request.budget_aware)
-        for token in ids:
-            self._record(token, 0.0, None)
-        return ids
-
-    def _record(
-        self,
-        token: int,
-        logprob: float,
-        mask: np.ndarray | None,
-        top: tuple[tuple[int, float], ...] | None = None,
-    ) -> None:
-        """Append a generated token: its id, logprob, bytes and, if asked for, the top
-        alternatives (`top`, else computed under `mask`; None: the whole vocabulary)."""
-        self.generated += 1
-        self.ids.append(token)
-        self.logprobs.append(logprob)
-        self.text += self.vocabulary.tokens[token] or b""
-        if self.top is not None:
-            if top is None:
-                ids, logprobs = top_logprobs(self.logits, mask, self.request.top_logprobs)
-                top = tuple(zip(ids.tolist(), logprobs.tolist(), strict=True))
-            self.top.append(top)
-
-    def _unrecord(self) -> None:
-        """Take back the last `_record`."""
-        token = self.ids.pop()
-        self.logprobs.pop()
-        if self.top is not None:
-            self.top.pop()
-        self.generated -= 1
-        del self.text[len(self.text) - len(self.vocabulary.tokens[token] or b"") :]
-
-    def _after_free_text(self, start: int) -> None:
-        """Stop strings and the trigger, looked for in the bytes the last token could touch."""
-        for stop in self._stop:
-            at = self.text.find(stop, max(0, start - len(stop) + 1))
-            if at >= 0:
-                del self.text[at:]
-                self.finish_reason = "stop"
-                return
-        if self._trigger is None or self.waiting is None:
-            return
-        at = self.text.find(self._trigger, max(0, start - len(self._trigger) + 1))
-        if at < 0:
-            return
-        end = at + len(self._trigger)
-        constraint, self.waiting = self.waiting, None
-        rest = bytes(self.text[end:])
-        if rest:
-            try:
-                constraint.advance_bytes(rest)
-            except TokenNotAllowedError:  # the token ran past the trigger into refused bytes
-                self._respell(start, end)
-        self.constraint = constraint
-
-    def _respell(self, start: int, end: int) -> None:
-        """Replace the last token (its text starts at `start`) by tokens spelling exactly
-        text[start:end]: the first is recorded now, the others are forced on the next steps."""
-        piece = bytes(self.text[start:end])
-        self._unrecord()
-        first, *rest = self.vocabulary.spell(piece)
-        self.forced.extend(rest)
-        self._record(first, _logprob(self.logits, first), None)
-
-    def result(self) -> GenerationResult:
-        return GenerationResult(
-            text=self.text.decode("utf-8", errors="replace"),
-            token_ids=tuple(self.ids),
-            logprobs=tuple(self.logprobs),
-            finish_reason=self.finish_reason or "length",
-            prompt_tokens=len(self.prompt),
-            completion_tokens=self.generated,
-            top_logprobs=None if self.top is None else tuple(self.top),
-        )
-
-
-def _logprob(logits: np.ndarray, token: int) -> float:
-    """The model's log-softmax of `token` over the whole vocabulary (for forced tokens), computed
-    as `corral.kernels.sample` and `top_logprobs` do, so the three agree exactly."""
-    shifted = logits - logits.max()
-    return float(shifted[token]) - math.log(float(np.exp(shifted).sum()))
 
 
 class Generator:
@@ -361,7 +176,7 @@ class Generator:
         self._cache = model.new_cache(fit, self.max_len)
         self._free = list(range(fit - 1, -1, -1))
         self._waiting: deque[tuple[int, GenerationRequest]] = deque()
-        self._live: list[_Sequence] = []
+        self._live: list[LiveSequence] = []
         self._handles = 0
 
     @property
@@ -454,7 +269,7 @@ class Generator:
         """Pick the next token of every live sequence: endings and forced tokens first, then
         every sequence that samples, in one `sample_batch` call per block of logits (one in a
         decode step; the prefill's block and biased rows are blocks of their own)."""
-        groups: dict[int, list[tuple[_Sequence, np.ndarray | None]]] = {}
+        groups: dict[int, list[tuple[LiveSequence, np.ndarray | None]]] = {}
         for seq in self._live:
             if seq.finish_reason is None:
                 mask = seq.before_sample()
@@ -484,7 +299,7 @@ class Generator:
         while self._waiting and self._free:
             handle, request = self._waiting.popleft()
             slot = self._free.pop()
-            admitted.append(_Sequence(handle, request, slot, self.vocabulary, self._jump))
+            admitted.append(LiveSequence(handle, request, slot, self.vocabulary, self._jump))
         if not admitted:
             return
         started = time.perf_counter()
