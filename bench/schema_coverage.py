@@ -64,16 +64,15 @@ def run(data: Path, subsets: list[str], limits: Limits, timeout: float) -> int:
         for line in path.open(encoding="utf-8"):
             record = json.loads(line)
             start = time.perf_counter()
-            signal.setitimer(signal.ITIMER_REAL, timeout)
-            try:
-                schema_to_dfa(record["schema"], limits)
+            try:  # the one-shot alarm may fire anywhere inside, the inner finally included
+                try:
+                    signal.setitimer(signal.ITIMER_REAL, timeout)
+                    schema_to_dfa(record["schema"], limits)
+                finally:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
                 ok, error = True, None
-            except (ConstrainError, _Timeout) as caught:
+            except (ConstrainError, _Timeout, RecursionError) as caught:
                 ok, error = False, caught
-            except RecursionError as caught:
-                ok, error = False, caught
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
             elapsed = time.perf_counter() - start
             if ok:
                 compiled += 1
