@@ -53,7 +53,7 @@ def build_params(
         The LM head is kept both ways: [d, V] for batched GEMMs, [V, d] (the embedding table
         itself when tied, possibly still memory-mapped) for one row's matrix-vector product.
         With `blocks`, each layer also holds "blocks" ({"w_qkv", "w_o", "w_gate_up", "w_down":
-        `quant.BlockMatrix`}) and the params "lm_head_blocks": what `linear` and `lm_head`
+        `quant.TiledMatrix`}) and the params "lm_head_blocks": what `linear` and `lm_head`
         use for passes of at most `QUANTIZED_MAX_ROWS` rows.
     """
 
@@ -140,7 +140,7 @@ def linear(x: np.ndarray, layer: dict, name: str) -> np.ndarray:
     [N, in] -> [N, out] float32
 
     A pass of at most `QUANTIZED_MAX_ROWS` rows reads the matrix's quantization blocks when the
-    layer has them (`quant.BlockMatrix.matmul`); otherwise one float32 BLAS GEMM.
+    layer has them (`quant.TiledMatrix.matmul`); otherwise one float32 BLAS GEMM.
     """
     blocks = layer.get("blocks")
     if blocks is not None and x.shape[0] <= QUANTIZED_MAX_ROWS:
