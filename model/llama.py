@@ -10,7 +10,7 @@ V vocabulary, L layers; the KV cache holds S slots of T positions, `[L, S, Hkv, 
 Weights are a plain dict (`build_params`), stored input-major (`x @ w`) so that every projection
 is one contiguous BLAS GEMM, with q/k/v merged into one matrix and gate/up into another; a model
 loaded from a GGUF also keeps each matrix in its quantization blocks, which `linear` and
-`lm_head` read for passes of very few rows (`quant.QUANTIZED_MAX_ROWS`). A pass is the textbook
+`lm_head` read for passes of a few rows (`quant.QUANTIZED_MAX_ROWS`). A pass is the textbook
 loop, one layer at a time:
 
     x = embed[tokens]                                           # [N] -> [N, d]

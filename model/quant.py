@@ -25,11 +25,12 @@ from corral.kernels import quant
 from corral.model.config import LlamaConfig
 from corral.model.errors import ModelLoadError
 
-QUANTIZED_MAX_ROWS = 1
+QUANTIZED_MAX_ROWS = 8
 """The most rows of x (tokens in a pass) computed from the blocks; more go to float32 BLAS.
 The block kernels are compute-bound and their cost grows with every row of x, while a float32
-GEMM of a few rows costs about one read of its 4 to 5 times larger weights; bench/model.py
-prints both at batch 1, 2, 4 and 8 to place this switch."""
+GEMM of a few rows costs about one read (and one packing) of its 4 to 5 times larger weights;
+bench/model.py prints both at batch 1, 2, 4, 8 and 16 to place this switch (on one thread the
+blocks led up to batch 8 and float32 led at 16)."""
 
 SUPPORTED = ("Q4_1", "Q8_0")
 """The GGUF block types the kernels compute on."""
