@@ -19,7 +19,10 @@ One input value then multiplies a whole vector of rows (a broadcast and a fused 
 q * x over the block's 32 columns and are added in as scale * sum + minimum * (the block's sum
 of x, `block_sums`). The float32 path's weights are these same dequantized values, so the two
 paths differ only in the order of the float32 additions. The kernels compute y = x W^T for a few
-rows of x (decode at small batches); a larger batch is a float32 GEMM's job.
+rows of x (decode at small batches); a larger batch is a float32 GEMM's job. One row of x goes
+to `q4_1_matmul` / `q8_0_matmul`; several go `GROUP` at a time to the `_grouped` kernels, which
+unpack each weight once for the whole group (the unpacking, not the multiply-add, is most of a
+row's cost).
 """
 
 from __future__ import annotations
@@ -126,4 +129,86 @@ def q8_0_matmul(x, scales, quants, out):  # pragma: no cover - compiled
                 for r in range(tile):
                     total[r] += scale[r] * partial[r]
             out[b, t * tile : (t + 1) * tile] = total
+    return out
+
+
+GROUP = 4
+"""Rows of x the grouped kernels take at once: each weight is unpacked once for all of them."""
+
+
+@numba.njit(cache=True, parallel=True, fastmath=_FASTMATH)
+def q4_1_matmul_grouped(x, x_block_sums, scales, minimums, quants, out):  # pragma: no cover
+    """`q4_1_matmul` for x of several rows, `GROUP` at a time: each quant is unpacked once and
+    multiplies the group's 4 rows.  O(B n_out k) flops, W's bytes read once per group.
+
+    x float32 [B, k] with B a multiple of GROUP (pad with zero rows); x_block_sums float32
+    [B, k/32]; scales, minimums, quants and out as `q4_1_matmul`'s.
+    """
+    batch = x.shape[0]
+    n_tiles, n_blocks, tile = scales.shape
+    half = BLOCK // 2
+    for t in numba.prange(n_tiles):
+        partial = np.empty((GROUP, tile), np.float32)
+        total = np.empty((GROUP, tile), np.float32)
+        for first in range(0, batch, GROUP):
+            total[:] = 0.0
+            for block in range(n_blocks):
+                partial[:] = 0.0
+                p0, p1, p2, p3 = partial[0], partial[1], partial[2], partial[3]
+                for j in range(half):
+                    low_column = block * BLOCK + j
+                    xl0, xl1 = x[first, low_column], x[first + 1, low_column]
+                    xl2, xl3 = x[first + 2, low_column], x[first + 3, low_column]
+                    xh0, xh1 = x[first, low_column + half], x[first + 1, low_column + half]
+                    xh2, xh3 = x[first + 2, low_column + half], x[first + 3, low_column + half]
+                    column = quants[t, block * half + j]  # [tile]
+                    for r in range(tile):
+                        byte = column[r]
+                        low = np.float32(np.uint8(byte & np.uint8(15)))
+                        high = np.float32(np.uint8(byte >> np.uint8(4)))
+                        p0[r] += low * xl0 + high * xh0
+                        p1[r] += low * xl1 + high * xh1
+                        p2[r] += low * xl2 + high * xh2
+                        p3[r] += low * xl3 + high * xh3
+                scale, minimum = scales[t, block], minimums[t, block]
+                for i in range(GROUP):
+                    x_sum = x_block_sums[first + i, block]
+                    for r in range(tile):
+                        total[i, r] += scale[r] * partial[i, r] + minimum[r] * x_sum
+            out[first : first + GROUP, t * tile : (t + 1) * tile] = total
+    return out
+
+
+@numba.njit(cache=True, parallel=True, fastmath=_FASTMATH)
+def q8_0_matmul_grouped(x, scales, quants, out):  # pragma: no cover - compiled
+    """`q8_0_matmul` for x of several rows, `GROUP` at a time: each quant is converted once and
+    multiplies the group's 4 rows.  O(B n_out k) flops, W's bytes read once per group.
+
+    x float32 [B, k] with B a multiple of GROUP (pad with zero rows); scales, quants and out as
+    `q8_0_matmul`'s.
+    """
+    batch = x.shape[0]
+    n_tiles, n_blocks, tile = scales.shape
+    for t in numba.prange(n_tiles):
+        partial = np.empty((GROUP, tile), np.float32)
+        total = np.empty((GROUP, tile), np.float32)
+        for first in range(0, batch, GROUP):
+            total[:] = 0.0
+            for block in range(n_blocks):
+                partial[:] = 0.0
+                p0, p1, p2, p3 = partial[0], partial[1], partial[2], partial[3]
+                for j in range(block * BLOCK, (block + 1) * BLOCK):
+                    x0, x1, x2, x3 = x[first, j], x[first + 1, j], x[first + 2, j], x[first + 3, j]
+                    column = quants[t, j]  # [tile]
+                    for r in range(tile):
+                        weight = np.float32(column[r])
+                        p0[r] += weight * x0
+                        p1[r] += weight * x1
+                        p2[r] += weight * x2
+                        p3[r] += weight * x3
+                scale = scales[t, block]
+                for i in range(GROUP):
+                    for r in range(tile):
+                        total[i, r] += scale[r] * partial[i, r]
+            out[first : first + GROUP, t * tile : (t + 1) * tile] = total
     return out

@@ -30,7 +30,7 @@ QUANTIZED_MAX_ROWS = 8
 The block kernels are compute-bound and their cost grows with every row of x, while a float32
 GEMM of a few rows costs about one read (and one packing) of its 4 to 5 times larger weights;
 bench/model.py prints both at batch 1, 2, 4, 8 and 16 to place this switch (on one thread the
-blocks led up to batch 8 and float32 led at 16)."""
+blocks led up to batch 8, tied at 16 and trailed at 32)."""
 
 SUPPORTED = ("Q4_1", "Q8_0")
 """The GGUF block types the kernels compute on."""
@@ -175,13 +175,18 @@ class TiledMatrix:
         if x.ndim != 2 or x.shape[1] != self.k:
             raise ValueError(f"x must be [B, {self.k}], got shape {x.shape}")
         n_tiles, _, tile = self.scales.shape
+        rows = x.shape[0]
+        if rows > 1:  # the grouped kernels: x padded with zero rows to whole groups
+            x = np.concatenate([x, np.zeros((-rows % quant.GROUP, self.k), np.float32)])
         out = np.empty((x.shape[0], n_tiles * tile), np.float32)
         if self.kind == "Q4_1":
             sums = quant.block_sums(x)
-            quant.q4_1_matmul(x, sums, self.scales, self.minimums, self.quants, out)
+            kernel = quant.q4_1_matmul if rows == 1 else quant.q4_1_matmul_grouped
+            kernel(x, sums, self.scales, self.minimums, self.quants, out)
         else:
-            quant.q8_0_matmul(x, self.scales, self.quants, out)
-        return out if out.shape[1] == self.n_out else out[:, : self.n_out]
+            kernel = quant.q8_0_matmul if rows == 1 else quant.q8_0_matmul_grouped
+            kernel(x, self.scales, self.quants, out)
+        return np.ascontiguousarray(out[:rows, : self.n_out])
 
 
 def unpermute_order(n_rows: int, n_heads: int) -> np.ndarray:

@@ -41,7 +41,7 @@ def test_unpacked_blocks_dequantize_as_gguf_does(kind, seed):
 def test_block_matmul_equals_numpy_on_the_dequantized_weights(kind, seed):
     rng = np.random.default_rng(seed)
     n_out, k = int(rng.integers(1, 100)), 32 * int(rng.integers(1, 20))
-    batch = int(rng.integers(1, 6))
+    batch = int(rng.integers(1, 11))  # one row, or groups of 4 with a padded last one
     matrix = BlockMatrix.from_blocks(kind, random_blocks(rng, kind, n_out, k))
     x = rng.standard_normal((batch, k)).astype(np.float32)
     got = matrix.tiled().matmul(x)
@@ -52,10 +52,11 @@ def test_block_matmul_equals_numpy_on_the_dequantized_weights(kind, seed):
 
 @pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
 @pytest.mark.parametrize("n_out", [quant.MAX_TILE - 1, quant.MAX_TILE + 1, 3 * quant.MAX_TILE])
-def test_block_matmul_over_several_tiles_and_a_padded_last_one(kind, n_out):
+@pytest.mark.parametrize("rows", [1, 5])
+def test_block_matmul_over_several_tiles_and_a_padded_last_one(kind, n_out, rows):
     rng = np.random.default_rng(n_out)
     matrix = BlockMatrix.from_blocks(kind, random_blocks(rng, kind, n_out, 64))
-    x = rng.standard_normal((2, 64)).astype(np.float32)
+    x = rng.standard_normal((rows, 64)).astype(np.float32)
     expected = x.astype(np.float64) @ matrix.dequantize().astype(np.float64).T
     np.testing.assert_allclose(matrix.tiled().matmul(x), expected, rtol=1e-4, atol=1e-4)
 
