@@ -7,8 +7,9 @@ asserted.
 Prints, in one run:
   - the machine: memory bandwidth as BLAS reads it (a 1 GiB float32 matrix-vector product) and
     the float32 GEMM rate (a 2048 x 2048 x 2048 product), with the same thread count;
-  - corral, twice: the default model decoding from its GGUF's Q4_1/Q8_0 blocks (one-token
-    passes; larger ones use float32 GEMMs) and on float32 weights alone (`weights="float32"`):
+  - corral, twice: the default model decoding from its GGUF's Q4_1/Q8_0 blocks (passes of at
+    most `QUANTIZED_MAX_ROWS` tokens; larger ones use float32 GEMMs) and on float32 weights alone
+    (`weights="float32"`):
     prefill tokens/s for a 256-token prompt; decode tokens/s at batch 1, 8, 32 and 64 (every
     sequence holding a 256-token context, so attention is part of the cost);
   - bytes read per token at batch 1 and the share of the measured bandwidth they reach; the
