@@ -7,13 +7,14 @@ asserted.
 Prints, in one run:
   - the machine: memory bandwidth as BLAS reads it (a 1 GiB float32 matrix-vector product) and
     the float32 GEMM rate (a 2048 x 2048 x 2048 product), with the same thread count;
-  - corral, twice: the default model decoding from its GGUF's Q4_1/Q8_0 blocks (one-token
-    passes; larger ones use float32 GEMMs) and on float32 weights alone (`weights="float32"`):
+  - corral, twice: the default model decoding from its GGUF's Q4_1/Q8_0 blocks (passes of at
+    most `QUANTIZED_MAX_ROWS` tokens; larger ones use float32 GEMMs) and on float32 weights alone
+    (`weights="float32"`):
     prefill tokens/s for a 256-token prompt; decode tokens/s at batch 1, 8, 32 and 64 (every
     sequence holding a 256-token context, so attention is part of the cost);
   - bytes read per token at batch 1 and the share of the measured bandwidth they reach; the
     share of the GEMM rate reached at batch 32 and 64;
-  - decode tokens/s at batch 1, 2, 4, 8 with the blocks forced on and off, to place
+  - decode tokens/s at batch 1, 2, 4, 8, 16 with the blocks forced on and off, to place
     `llama.QUANTIZED_MAX_ROWS`;
   - where one decode step's time goes: the q/k/v and output projections, the MLP matmuls,
     attention (cache writes and the kernel), the LM head, and the rest (RoPE, norms, Python);
@@ -282,7 +283,7 @@ def main() -> None:
             table[name] = corral_speeds(model, batches, steps, args.quick)
             breakdowns[name] = {batch: step_breakdown(model, batch, steps) for batch in batches}
         quantized = models["corral (Q4_1 blocks + float32)"]
-        switch = crossover(quantized, [1, 2, 4] if args.quick else [1, 2, 4, 8], steps)
+        switch = crossover(quantized, [1, 2, 4] if args.quick else [1, 2, 4, 8, 16], steps)
         if not args.no_references:
             import tempfile
 

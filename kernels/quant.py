@@ -7,16 +7,22 @@ A weight matrix W [n_out, k] (Hugging Face's [out, in]) is cut along k into bloc
           nibble of byte j is element j, the high nibble element j + 16
     Q8_0: w = scale * q, q in -128..127 (a signed byte): 32 bytes a block
 
-The kernels take the blocks unpacked into plain arrays, `scales` (and `minimums`) float32
-[n_out, k / 32] and the quants uint8 [n_out, k / 2] (Q4_1) or int8 [n_out, k] (Q8_0), and compute
-y = x W^T for a few rows of x (they are meant for decode at small batches; a larger batch is a
-float32 GEMM's job). Per output row, 32 float32 lanes accumulate scale * q * x block after block
-and are summed at the end; a Q4_1 row adds sum_blocks minimum * (sum of x over the block), from
-`block_sums`. The float32 path's weights are these same dequantized values, so the two paths
-differ only in the order of the float32 additions.
+The kernels read the blocks in a tiled layout (`tile_rows`): the output rows are cut into
+`n_tiles` tiles of `tile` rows (the last padded with zero rows), and inside a tile the quants
+are stored column by column, so that the `tile` weights one input column meets are contiguous:
 
-A nibble is split in floating point (hi = floor(byte / 16), lo = byte - 16 hi): Numba widens
-integer bit operations to int64, which would halve the vector width.
+    quants uint8 [n_tiles, k / 2, tile] (Q4_1: byte j of a block for each row of the tile) or
+    int8 [n_tiles, k, tile] (Q8_0); scales (and minimums) float32 [n_tiles, k / 32, tile]
+
+One input value then multiplies a whole vector of rows (a broadcast and a fused multiply-add per
+16 weights, no horizontal sums): for each tile and block, `tile` float32 partial sums gather
+q * x over the block's 32 columns and are added in as scale * sum + minimum * (the block's sum
+of x, `block_sums`). The float32 path's weights are these same dequantized values, so the two
+paths differ only in the order of the float32 additions. The kernels compute y = x W^T for a few
+rows of x (decode at small batches); a larger batch is a float32 GEMM's job. One row of x goes
+to `q4_1_matmul` / `q8_0_matmul`; several go `GROUP` at a time to the `_grouped` kernels, which
+unpack each weight once for the whole group (the unpacking, not the multiply-add, is most of a
+row's cost).
 """
 
 from __future__ import annotations
@@ -27,10 +33,33 @@ import numpy as np
 BLOCK = 32
 """Weights per quantization block (Q4_1 and Q8_0)."""
 
-ROWS_PER_TASK = 32
-"""Output rows one iteration of a kernel's parallel loop computes."""
+MAX_TILE = 512
+"""The most output rows a tile holds: its partial sums (2 KB) stay in L1, and two tiles or more
+let the parallel loop share a matrix of 576 rows or more between two threads."""
 
-_FASTMATH = {"reassoc", "contract", "nsz"}  # reassociation lets the 32 lanes vectorize
+_FASTMATH = {"reassoc", "contract", "nsz"}  # reassociation lets the rows' lanes vectorize
+
+
+def tile_shape(n_out: int) -> tuple[int, int]:
+    """(n_tiles, tile): the fewest tiles of at most `MAX_TILE` rows covering n_out rows, each a
+    multiple of 16 rows (one 512-bit vector of float32).
+
+    Raises:
+        ValueError: n_out < 1.
+    """
+    if n_out < 1:
+        raise ValueError(f"a matrix needs at least one output row, got {n_out}")
+    n_tiles = -(-n_out // MAX_TILE)
+    tile = -(-n_out // n_tiles)
+    return n_tiles, -(-tile // 16) * 16
+
+
+def tile_rows(a: np.ndarray, n_tiles: int, tile: int) -> np.ndarray:
+    """Rows cut into tiles, each stored column by column, zero rows padding the last.
+    [n_out, c] -> [n_tiles, c, tile] (same dtype, contiguous)"""
+    padded = np.zeros((n_tiles * tile, a.shape[1]), a.dtype)
+    padded[: a.shape[0]] = a
+    return np.ascontiguousarray(padded.reshape(n_tiles, tile, a.shape[1]).transpose(0, 2, 1))
 
 
 def block_sums(x: np.ndarray) -> np.ndarray:
@@ -40,59 +69,146 @@ def block_sums(x: np.ndarray) -> np.ndarray:
 
 @numba.njit(cache=True, parallel=True, fastmath=_FASTMATH)
 def q4_1_matmul(x, x_block_sums, scales, minimums, quants, out):  # pragma: no cover - compiled
-    """out = x W^T for W in Q4_1 blocks.  O(B n_out k) flops; W's bytes are read once, each
-    row's from L1 for the B rows of x after the first.
+    """out = x W^T for W in tiled Q4_1 blocks.  O(B n_out k) flops; each tile's quants are read
+    once from memory, from L2 for the B rows of x after the first.
 
     x float32 [B, k]; x_block_sums float32 [B, k/32] (`block_sums(x)`); scales, minimums
-    float32 [n_out, k/32]; quants uint8 [n_out, k/2]; out float32 [B, n_out] (written).
+    float32 [n_tiles, k/32, tile]; quants uint8 [n_tiles, k/2, tile];
+    out float32 [B, n_tiles tile] (written; rows past n_out are zero).
     """
     batch = x.shape[0]
-    n_out, n_blocks = scales.shape
+    n_tiles, n_blocks, tile = scales.shape
     half = BLOCK // 2
-    for task in numba.prange((n_out + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
-        lanes = np.empty(BLOCK, np.float32)
-        for row in range(task * ROWS_PER_TASK, min(n_out, (task + 1) * ROWS_PER_TASK)):
-            for b in range(batch):
-                lanes[:] = 0.0
-                for block in range(n_blocks):
-                    scale = scales[row, block]
-                    for j in range(half):
-                        byte = np.float32(quants[row, block * half + j])
-                        high = np.floor(byte * np.float32(1.0 / 16.0))
-                        low = byte - np.float32(16.0) * high
-                        lanes[j] += scale * low * x[b, block * BLOCK + j]
-                        lanes[half + j] += scale * high * x[b, block * BLOCK + half + j]
-                total = np.float32(0.0)
-                for j in range(BLOCK):
-                    total += lanes[j]
-                for block in range(n_blocks):
-                    total += minimums[row, block] * x_block_sums[b, block]
-                out[b, row] = total
+    for t in numba.prange(n_tiles):
+        partial = np.empty(tile, np.float32)
+        total = np.empty(tile, np.float32)
+        for b in range(batch):
+            total[:] = 0.0
+            for block in range(n_blocks):
+                partial[:] = 0.0
+                for j in range(half):
+                    x_low = x[b, block * BLOCK + j]
+                    x_high = x[b, block * BLOCK + half + j]
+                    column = quants[t, block * half + j]  # [tile]
+                    for r in range(tile):
+                        byte = column[r]
+                        low = np.float32(np.uint8(byte & np.uint8(15)))
+                        high = np.float32(np.uint8(byte >> np.uint8(4)))
+                        partial[r] += low * x_low + high * x_high
+                scale, minimum = scales[t, block], minimums[t, block]
+                x_sum = x_block_sums[b, block]
+                for r in range(tile):
+                    total[r] += scale[r] * partial[r] + minimum[r] * x_sum
+            out[b, t * tile : (t + 1) * tile] = total
     return out
 
 
 @numba.njit(cache=True, parallel=True, fastmath=_FASTMATH)
 def q8_0_matmul(x, scales, quants, out):  # pragma: no cover - compiled
-    """out = x W^T for W in Q8_0 blocks.  O(B n_out k) flops; W's bytes are read once, each
-    row's from L1 for the B rows of x after the first.
+    """out = x W^T for W in tiled Q8_0 blocks.  O(B n_out k) flops; each tile's quants are read
+    once from memory, from L2 for the B rows of x after the first.
 
-    x float32 [B, k]; scales float32 [n_out, k/32]; quants int8 [n_out, k];
-    out float32 [B, n_out] (written).
+    x float32 [B, k]; scales float32 [n_tiles, k/32, tile]; quants int8 [n_tiles, k, tile];
+    out float32 [B, n_tiles tile] (written; rows past n_out are zero).
     """
     batch = x.shape[0]
-    n_out, n_blocks = scales.shape
-    for task in numba.prange((n_out + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
-        lanes = np.empty(BLOCK, np.float32)
-        for row in range(task * ROWS_PER_TASK, min(n_out, (task + 1) * ROWS_PER_TASK)):
-            for b in range(batch):
-                lanes[:] = 0.0
-                for block in range(n_blocks):
-                    scale = scales[row, block]
-                    for j in range(BLOCK):
-                        weight = scale * np.float32(quants[row, block * BLOCK + j])
-                        lanes[j] += weight * x[b, block * BLOCK + j]
-                total = np.float32(0.0)
-                for j in range(BLOCK):
-                    total += lanes[j]
-                out[b, row] = total
+    n_tiles, n_blocks, tile = scales.shape
+    for t in numba.prange(n_tiles):
+        partial = np.empty(tile, np.float32)
+        total = np.empty(tile, np.float32)
+        for b in range(batch):
+            total[:] = 0.0
+            for block in range(n_blocks):
+                partial[:] = 0.0
+                for j in range(block * BLOCK, (block + 1) * BLOCK):
+                    x_j = x[b, j]
+                    column = quants[t, j]  # [tile]
+                    for r in range(tile):
+                        partial[r] += np.float32(column[r]) * x_j
+                scale = scales[t, block]
+                for r in range(tile):
+                    total[r] += scale[r] * partial[r]
+            out[b, t * tile : (t + 1) * tile] = total
+    return out
+
+
+GROUP = 4
+"""Rows of x the grouped kernels take at once: each weight is unpacked once for all of them."""
+
+
+@numba.njit(cache=True, parallel=True, fastmath=_FASTMATH)
+def q4_1_matmul_grouped(x, x_block_sums, scales, minimums, quants, out):  # pragma: no cover
+    """`q4_1_matmul` for x of several rows, `GROUP` at a time: each quant is unpacked once and
+    multiplies the group's 4 rows.  O(B n_out k) flops, W's bytes read once per group.
+
+    x float32 [B, k] with B a multiple of GROUP (pad with zero rows); x_block_sums float32
+    [B, k/32]; scales, minimums, quants and out as `q4_1_matmul`'s.
+    """
+    batch = x.shape[0]
+    n_tiles, n_blocks, tile = scales.shape
+    half = BLOCK // 2
+    for t in numba.prange(n_tiles):
+        partial = np.empty((GROUP, tile), np.float32)
+        total = np.empty((GROUP, tile), np.float32)
+        for first in range(0, batch, GROUP):
+            total[:] = 0.0
+            for block in range(n_blocks):
+                partial[:] = 0.0
+                p0, p1, p2, p3 = partial[0], partial[1], partial[2], partial[3]
+                for j in range(half):
+                    low_column = block * BLOCK + j
+                    xl0, xl1 = x[first, low_column], x[first + 1, low_column]
+                    xl2, xl3 = x[first + 2, low_column], x[first + 3, low_column]
+                    xh0, xh1 = x[first, low_column + half], x[first + 1, low_column + half]
+                    xh2, xh3 = x[first + 2, low_column + half], x[first + 3, low_column + half]
+                    column = quants[t, block * half + j]  # [tile]
+                    for r in range(tile):
+                        byte = column[r]
+                        low = np.float32(np.uint8(byte & np.uint8(15)))
+                        high = np.float32(np.uint8(byte >> np.uint8(4)))
+                        p0[r] += low * xl0 + high * xh0
+                        p1[r] += low * xl1 + high * xh1
+                        p2[r] += low * xl2 + high * xh2
+                        p3[r] += low * xl3 + high * xh3
+                scale, minimum = scales[t, block], minimums[t, block]
+                for i in range(GROUP):
+                    x_sum = x_block_sums[first + i, block]
+                    for r in range(tile):
+                        total[i, r] += scale[r] * partial[i, r] + minimum[r] * x_sum
+            out[first : first + GROUP, t * tile : (t + 1) * tile] = total
+    return out
+
+
+@numba.njit(cache=True, parallel=True, fastmath=_FASTMATH)
+def q8_0_matmul_grouped(x, scales, quants, out):  # pragma: no cover - compiled
+    """`q8_0_matmul` for x of several rows, `GROUP` at a time: each quant is converted once and
+    multiplies the group's 4 rows.  O(B n_out k) flops, W's bytes read once per group.
+
+    x float32 [B, k] with B a multiple of GROUP (pad with zero rows); scales, quants and out as
+    `q8_0_matmul`'s.
+    """
+    batch = x.shape[0]
+    n_tiles, n_blocks, tile = scales.shape
+    for t in numba.prange(n_tiles):
+        partial = np.empty((GROUP, tile), np.float32)
+        total = np.empty((GROUP, tile), np.float32)
+        for first in range(0, batch, GROUP):
+            total[:] = 0.0
+            for block in range(n_blocks):
+                partial[:] = 0.0
+                p0, p1, p2, p3 = partial[0], partial[1], partial[2], partial[3]
+                for j in range(block * BLOCK, (block + 1) * BLOCK):
+                    x0, x1, x2, x3 = x[first, j], x[first + 1, j], x[first + 2, j], x[first + 3, j]
+                    column = quants[t, j]  # [tile]
+                    for r in range(tile):
+                        weight = np.float32(column[r])
+                        p0[r] += weight * x0
+                        p1[r] += weight * x1
+                        p2[r] += weight * x2
+                        p3[r] += weight * x3
+                scale = scales[t, block]
+                for i in range(GROUP):
+                    for r in range(tile):
+                        total[i, r] += scale[r] * partial[i, r]
+            out[first : first + GROUP, t * tile : (t + 1) * tile] = total
     return out

@@ -10,7 +10,7 @@ V vocabulary, L layers; the KV cache holds S slots of T positions, `[L, S, Hkv, 
 Weights are a plain dict (`build_params`), stored input-major (`x @ w`) so that every projection
 is one contiguous BLAS GEMM, with q/k/v merged into one matrix and gate/up into another; a model
 loaded from a GGUF also keeps each matrix in its quantization blocks, which `linear` and
-`lm_head` read for passes of very few rows (`quant.QUANTIZED_MAX_ROWS`). A pass is the textbook
+`lm_head` read for passes of a few rows (`quant.QUANTIZED_MAX_ROWS`). A pass is the textbook
 loop, one layer at a time:
 
     x = embed[tokens]                                           # [N] -> [N, d]
@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from corral.kernels import attention as attention_kernels
+from corral.kernels import layers as layer_kernels
 from corral.model.config import LlamaConfig
 from corral.model.quant import QUANTIZED_MAX_ROWS
 
@@ -53,7 +54,7 @@ def build_params(
         The LM head is kept both ways: [d, V] for batched GEMMs, [V, d] (the embedding table
         itself when tied, possibly still memory-mapped) for one row's matrix-vector product.
         With `blocks`, each layer also holds "blocks" ({"w_qkv", "w_o", "w_gate_up", "w_down":
-        `quant.BlockMatrix`}) and the params "lm_head_blocks": what `linear` and `lm_head`
+        `quant.TiledMatrix`}) and the params "lm_head_blocks": what `linear` and `lm_head`
         use for passes of at most `QUANTIZED_MAX_ROWS` rows.
     """
 
@@ -107,24 +108,20 @@ def rope_tables(theta: float, head_dim: int, n_positions: int) -> tuple[np.ndarr
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
-    """RMSNorm.  [N, d], [d] -> [N, d]"""
-    mean_square = np.einsum("ij,ij->i", x, x)[:, None] / np.float32(x.shape[-1])  # [N, 1]
-    return x * (1.0 / np.sqrt(mean_square + np.float32(eps))) * weight
+    """RMSNorm (`kernels.layers.rms_norm`).  [N, d], [d] -> [N, d] (a new array)"""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    return layer_kernels.rms_norm(x, weight, eps, np.empty(x.shape, np.float32))
 
 
 def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
-    """Rotate each head's two halves by its position's angles (Hugging Face's `rotate_half`).
+    """Rotate each head's two halves by its position's angles (Hugging Face's `rotate_half`;
+    `kernels.layers.rope`).
 
     [N, h, hd], [N, 1, hd/2], [N, 1, hd/2] -> [N, h, hd] (a new array)
     """
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]  # [N, h, hd] -> [N, h, hd/2] x 2
+    n = x.shape[0]
     out = np.empty(x.shape, np.float32)
-    np.multiply(x1, cos, out=out[..., :half])
-    out[..., :half] -= x2 * sin
-    np.multiply(x2, cos, out=out[..., half:])
-    out[..., half:] += x1 * sin
-    return out
+    return layer_kernels.rope(x, cos.reshape(n, -1), sin.reshape(n, -1), out)
 
 
 def softmax_(scores: np.ndarray) -> np.ndarray:
@@ -140,7 +137,7 @@ def linear(x: np.ndarray, layer: dict, name: str) -> np.ndarray:
     [N, in] -> [N, out] float32
 
     A pass of at most `QUANTIZED_MAX_ROWS` rows reads the matrix's quantization blocks when the
-    layer has them (`quant.BlockMatrix.matmul`); otherwise one float32 BLAS GEMM.
+    layer has them (`quant.TiledMatrix.matmul`); otherwise one float32 BLAS GEMM.
     """
     blocks = layer.get("blocks")
     if blocks is not None and x.shape[0] <= QUANTIZED_MAX_ROWS:

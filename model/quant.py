@@ -4,11 +4,12 @@ section 6; the block formats are ggml's, computed on by `corral.kernels.quant`).
 A Llama GGUF stores most matrices as Q4_1 or Q8_0 blocks of 32 weights along the input axis.
 `quantized_layers` reads them as they are (no re-quantization), undoes llama.cpp's q/k row
 permutation (whole rows move, so blocks stay intact), stacks q/k/v and gate/up as the float32
-path does, and unpacks each block into a float32 scale (and minimum) and its quants:
+path does (all on `BlockMatrix`, each block unpacked into a float32 scale (and minimum) and its
+quants, row by row), and finally lays each matrix out in the kernels' tiles (`TiledMatrix`):
 
-    {"layers": [L x {"w_qkv", "w_o", "w_gate_up", "w_down": BlockMatrix}], "lm_head": BlockMatrix}
+    {"layers": [L x {"w_qkv", "w_o", "w_gate_up", "w_down": TiledMatrix}], "lm_head": TiledMatrix}
 
-`BlockMatrix.matmul` computes x W^T with the kernels; the forward pass (`llama.linear`) calls it
+`TiledMatrix.matmul` computes x W^T with the kernels; the forward pass (`llama.linear`) calls it
 for passes of at most `QUANTIZED_MAX_ROWS` rows, where reading 4 to 7 times fewer bytes than
 float32 wins, and leaves larger passes to float32 BLAS GEMMs. The values are the float32 path's
 own (its weights are these blocks dequantized), so the two differ only in rounding order.
@@ -24,11 +25,12 @@ from corral.kernels import quant
 from corral.model.config import LlamaConfig
 from corral.model.errors import ModelLoadError
 
-QUANTIZED_MAX_ROWS = 1
+QUANTIZED_MAX_ROWS = 8
 """The most rows of x (tokens in a pass) computed from the blocks; more go to float32 BLAS.
 The block kernels are compute-bound and their cost grows with every row of x, while a float32
-GEMM of a few rows costs about one read of its 4 to 5 times larger weights; bench/model.py
-prints both at batch 1, 2, 4 and 8 to place this switch."""
+GEMM of a few rows costs about one read (and one packing) of its 4 to 5 times larger weights;
+bench/model.py prints both at batch 1, 2, 4, 8 and 16 to place this switch (on one thread the
+blocks led up to batch 8, tied at 16 and trailed at 32)."""
 
 SUPPORTED = ("Q4_1", "Q8_0")
 """The GGUF block types the kernels compute on."""
@@ -62,14 +64,21 @@ class BlockMatrix:
         extra = 0 if self.minimums is None else self.minimums.nbytes
         return self.quants.nbytes + self.scales.nbytes + extra
 
-    def matmul(self, x: np.ndarray) -> np.ndarray:
-        """x W^T.  float32 [B, k] -> float32 [B, n_out] (float32 accumulation)."""
-        x = np.ascontiguousarray(x, dtype=np.float32)
-        out = np.empty((x.shape[0], self.scales.shape[0]), np.float32)
-        if self.kind == "Q4_1":
-            sums = quant.block_sums(x)
-            return quant.q4_1_matmul(x, sums, self.scales, self.minimums, self.quants, out)
-        return quant.q8_0_matmul(x, self.scales, self.quants, out)
+    def tiled(self) -> TiledMatrix:
+        """The same blocks in the kernels' tiled layout (`kernels.quant.tile_rows`)."""
+        n_out, k = self.shape
+        n_tiles, tile = quant.tile_shape(n_out)
+        minimums = None
+        if self.minimums is not None:
+            minimums = quant.tile_rows(self.minimums, n_tiles, tile)
+        return TiledMatrix(
+            self.kind,
+            n_out,
+            k,
+            quant.tile_rows(self.scales, n_tiles, tile),
+            minimums,
+            quant.tile_rows(self.quants, n_tiles, tile),
+        )
 
     def dequantize(self) -> np.ndarray:
         """W in float32.  -> float32 [n_out, k] (scale q + minimum, ggml's formula)."""
@@ -124,6 +133,62 @@ class BlockMatrix:
         return BlockMatrix(self.kind, self.scales[order], minimums, self.quants[order])
 
 
+@dataclass(frozen=True, eq=False)
+class TiledMatrix:
+    """A weight matrix W [n_out, k] in Q4_1 or Q8_0 blocks, laid out for the kernels: output
+    rows in `n_tiles` tiles of `tile` rows (zero rows pad the last), each tile column by column
+    (`kernels.quant`'s module docstring).
+
+    Attributes:
+        kind: "Q4_1" or "Q8_0".
+        n_out, k: W's shape.
+        scales: float32 [n_tiles, k/32, tile].
+        minimums: float32 [n_tiles, k/32, tile] for Q4_1; None for Q8_0.
+        quants: uint8 [n_tiles, k/2, tile] (Q4_1) or int8 [n_tiles, k, tile] (Q8_0).
+    """
+
+    kind: str
+    n_out: int
+    k: int
+    scales: np.ndarray
+    minimums: np.ndarray | None
+    quants: np.ndarray
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(n_out, k)."""
+        return self.n_out, self.k
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes a product reads: quants, scales and minimums (padding rows included)."""
+        extra = 0 if self.minimums is None else self.minimums.nbytes
+        return self.quants.nbytes + self.scales.nbytes + extra
+
+    def matmul(self, x: np.ndarray) -> np.ndarray:
+        """x W^T.  float32 [B, k] -> float32 [B, n_out] (float32 accumulation).
+
+        Raises:
+            ValueError: x is not two-dimensional with k columns.
+        """
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        if x.ndim != 2 or x.shape[1] != self.k:
+            raise ValueError(f"x must be [B, {self.k}], got shape {x.shape}")
+        n_tiles, _, tile = self.scales.shape
+        rows = x.shape[0]
+        if rows > 1:  # the grouped kernels: x padded with zero rows to whole groups
+            x = np.concatenate([x, np.zeros((-rows % quant.GROUP, self.k), np.float32)])
+        out = np.empty((x.shape[0], n_tiles * tile), np.float32)
+        if self.kind == "Q4_1":
+            sums = quant.block_sums(x)
+            kernel = quant.q4_1_matmul if rows == 1 else quant.q4_1_matmul_grouped
+            kernel(x, sums, self.scales, self.minimums, self.quants, out)
+        else:
+            kernel = quant.q8_0_matmul if rows == 1 else quant.q8_0_matmul_grouped
+            kernel(x, self.scales, self.quants, out)
+        return np.ascontiguousarray(out[:rows, : self.n_out])
+
+
 def unpermute_order(n_rows: int, n_heads: int) -> np.ndarray:
     """The row order that undoes llama.cpp's q/k permutation (as `weights.unpermute_rows`):
     row i of the result is row order[i] of the GGUF tensor.  -> int64 [n_rows]"""
@@ -136,7 +201,7 @@ def quantized_layers(gguf_path: str | Path, config: LlamaConfig) -> dict | None:
 
     Returns:
         {"layers": [L x {"w_qkv": [(Hq + 2 Hkv) hd, d], "w_o": [d, Hq hd],
-        "w_gate_up": [2F, d], "w_down": [d, F]}], "lm_head": [V, d]}, each a `BlockMatrix`
+        "w_gate_up": [2F, d], "w_down": [d, F]}], "lm_head": [V, d]}, each a `TiledMatrix`
         (shapes [n_out, k]); q/k/v and gate/up stacked in the float32 path's order.
 
     Raises:
@@ -183,9 +248,9 @@ def quantized_layers(gguf_path: str | Path, config: LlamaConfig) -> dict | None:
         }
         if any(value is None for value in layer.values()):
             return None
-        layers.append(layer)
+        layers.append({name: value.tiled() for name, value in layer.items()})
     head = "output.weight" if "output.weight" in tensors else "token_embd.weight"
     lm_head = matrix(head)
     if lm_head is None:
         return None
-    return {"layers": layers, "lm_head": lm_head}
+    return {"layers": layers, "lm_head": lm_head.tiled()}

@@ -41,13 +41,46 @@ def test_unpacked_blocks_dequantize_as_gguf_does(kind, seed):
 def test_block_matmul_equals_numpy_on_the_dequantized_weights(kind, seed):
     rng = np.random.default_rng(seed)
     n_out, k = int(rng.integers(1, 100)), 32 * int(rng.integers(1, 20))
-    batch = int(rng.integers(1, 6))
+    batch = int(rng.integers(1, 11))  # one row, or groups of 4 with a padded last one
     matrix = BlockMatrix.from_blocks(kind, random_blocks(rng, kind, n_out, k))
     x = rng.standard_normal((batch, k)).astype(np.float32)
-    got = matrix.matmul(x)
+    got = matrix.tiled().matmul(x)
     assert got.shape == (batch, n_out) and got.dtype == np.float32
     expected = x.astype(np.float64) @ matrix.dequantize().astype(np.float64).T
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
+@pytest.mark.parametrize("n_out", [quant.MAX_TILE - 1, quant.MAX_TILE + 1, 3 * quant.MAX_TILE])
+@pytest.mark.parametrize("rows", [1, 5])
+def test_block_matmul_over_several_tiles_and_a_padded_last_one(kind, n_out, rows):
+    rng = np.random.default_rng(n_out)
+    matrix = BlockMatrix.from_blocks(kind, random_blocks(rng, kind, n_out, 64))
+    x = rng.standard_normal((rows, 64)).astype(np.float32)
+    expected = x.astype(np.float64) @ matrix.dequantize().astype(np.float64).T
+    np.testing.assert_allclose(matrix.tiled().matmul(x), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("n_out", [1, 15, 16, 17, 511, 512, 513, 576, 960, 3072, 49152])
+def test_tiles_cover_the_rows_with_whole_vectors_of_at_most_max_tile(n_out):
+    n_tiles, tile = quant.tile_shape(n_out)
+    assert tile % 16 == 0 and tile <= quant.MAX_TILE
+    assert n_out <= n_tiles * tile < n_out + 16 * n_tiles  # no tile wholly padding
+    assert n_tiles == -(-n_out // quant.MAX_TILE)
+
+
+def test_tile_rows_stores_each_tile_column_by_column():
+    a = np.arange(5 * 3, dtype=np.int32).reshape(5, 3)
+    tiles = quant.tile_rows(a, 2, 4)  # [2, 3, 4]: rows 0-3, then row 4 and three zero rows
+    np.testing.assert_array_equal(tiles[0], a[:4].T)
+    np.testing.assert_array_equal(tiles[1][:, 0], a[4])
+    assert not tiles[1][:, 1:].any()
+
+
+def test_a_product_with_the_wrong_width_is_refused():
+    matrix = BlockMatrix.from_blocks("Q8_0", random_blocks(np.random.default_rng(0), "Q8_0", 3, 64))
+    with pytest.raises(ValueError, match=r"\[B, 64\]"):
+        matrix.tiled().matmul(np.zeros((1, 32), np.float32))
 
 
 def test_block_sums_sum_each_block_of_32():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from corral.model import ModelLoadError, load_model
-from corral.model.quant import unpermute_order
+from corral.model.quant import QUANTIZED_MAX_ROWS, unpermute_order
 from corral.model.weights import unpermute_rows
 from test_loading import write_tiny_gguf
 
@@ -48,6 +48,20 @@ def test_quantized_decode_logits_match_float32_and_the_reference(
     float32, _ = decode_last(float32_model, p["ids"], 0)
     np.testing.assert_allclose(quantized, float32, rtol=0, atol=LOGIT_TOLERANCE)
     np.testing.assert_allclose(quantized, reference["logits"][p["name"]], atol=LOGIT_TOLERANCE)
+
+
+def test_a_batch_of_at_most_max_rows_decodes_from_the_blocks_like_float32(model, float32_model):
+    rows = QUANTIZED_MAX_ROWS
+    assert rows >= 2  # else this test checks nothing the batch-1 tests do not
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(100, 40000, int(n)).tolist() for n in rng.integers(2, rows + 1, rows)]
+    logits = []
+    for m in (model, float32_model):
+        cache = m.new_cache(rows, rows + 2)
+        for slot, ids in enumerate(prompts):
+            m.prefill(cache, slot, ids)  # at most `rows` tokens: a blocks pass for `model`
+        logits.append(m.decode(cache, list(range(rows)), [p[0] for p in prompts]))
+    np.testing.assert_allclose(logits[0], logits[1], rtol=0, atol=LOGIT_TOLERANCE)
 
 
 @pytest.mark.slow

@@ -1,0 +1,49 @@
+"""RMSNorm and RoPE kernels against their textbook NumPy formulas in float64 (Hugging Face's
+`LlamaRMSNorm` and `apply_rotary_pos_emb` with `rotate_half`; DESIGN.md section 6)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from corral.kernels import layers
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_rms_norm_equals_the_formula(seed):
+    rng = np.random.default_rng(seed)
+    n, d = int(rng.integers(1, 9)), int(rng.integers(1, 700))
+    x = (rng.standard_normal((n, d)) * rng.uniform(0.01, 100)).astype(np.float32)
+    weight = rng.standard_normal(d).astype(np.float32)
+    got = layers.rms_norm(x, weight, 1e-5, np.empty_like(x))
+    x64 = x.astype(np.float64)
+    expected = x64 / np.sqrt((x64**2).mean(axis=1, keepdims=True) + 1e-5) * weight
+    np.testing.assert_allclose(got, expected, rtol=2e-6, atol=1e-6)
+
+
+def test_rms_norm_of_zeros_is_zero_thanks_to_eps():
+    x = np.zeros((2, 8), np.float32)
+    got = layers.rms_norm(x, np.ones(8, np.float32), 1e-5, np.full_like(x, np.nan))
+    np.testing.assert_array_equal(got, 0.0)
+
+
+def rotate_half_reference(x, cos, sin):
+    """x cos + rotate_half(x) sin, with cos and sin repeated over both halves, in float64."""
+    half = x.shape[-1] // 2
+    x = x.astype(np.float64)
+    cos = np.concatenate([cos, cos], axis=-1)[:, None, :]
+    sin = np.concatenate([sin, sin], axis=-1)[:, None, :]
+    rotated = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos + rotated * sin
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_rope_equals_rotate_half_also_on_a_strided_view(seed):
+    rng = np.random.default_rng(seed)
+    n, heads = int(rng.integers(1, 6)), int(rng.integers(1, 10))
+    width = 2 * int(rng.integers(1, 40))
+    angles = rng.uniform(0, 100, (n, width // 2))
+    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    wide = rng.standard_normal((n, (heads + 3) * width)).astype(np.float32)
+    x = wide[:, : heads * width].reshape(n, heads, width)  # a view, as project_qkv passes it
+    got = layers.rope(x, cos, sin, np.empty(x.shape, np.float32))
+    np.testing.assert_allclose(got, rotate_half_reference(x, cos, sin), rtol=1e-5, atol=1e-5)
