@@ -234,32 +234,31 @@ class PrefillPlan:
 
     Attributes:
         slots, positions: int64 [N], token i goes to slot slots[i] at position positions[i].
-        lengths: int64 [N], positions + 1 for the tokens of segments of at most `SHORT_SEGMENT`
-            tokens (the ragged kernel's rows: each sees its slot up to itself), 0 for the others.
+        short: int64 [M, 4], the segments of at most `SHORT_SEGMENT` tokens as rows (slot,
+            start, first token, n): `kernels.attention.ragged_attention`'s segments.
         long: the other segments, attended one by one (`Segment`).
     """
 
     slots: np.ndarray
     positions: np.ndarray
-    lengths: np.ndarray
+    short: np.ndarray
     long: tuple[Segment, ...]
 
 
 def plan_prefill(segments: list[tuple[int, int, int]], group: int) -> PrefillPlan:
     """Plan a prefill pass.  segments [(slot, start, n)] in token order, G -> `PrefillPlan`"""
-    sizes = np.array([n for _, _, n in segments], np.int64)
+    table = np.array(segments, np.int64).reshape(-1, 3)  # [M, 3]: slot, start, n
+    sizes = table[:, 2]
     first = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    slots = np.repeat(np.array([slot for slot, _, _ in segments], np.int64), sizes)
-    starts = np.array([start for _, start, _ in segments], np.int64)
-    positions = np.arange(int(sizes.sum()), dtype=np.int64) + np.repeat(starts - first, sizes)
-    short = np.repeat(sizes <= SHORT_SEGMENT, sizes)
-    lengths = np.where(short, positions + 1, 0)
+    slots = np.repeat(table[:, 0], sizes)
+    positions = np.arange(int(sizes.sum()), dtype=np.int64) + np.repeat(table[:, 1] - first, sizes)
+    is_short = sizes <= SHORT_SEGMENT
+    rows = np.column_stack([table[:, :2], first, sizes])  # [M, 4]: slot, start, first, n
     long = tuple(
         Segment(slot, start, slice(row, row + n), causal_bias(start, n, group))
-        for (slot, start, n), row in zip(segments, first.tolist(), strict=True)
-        if n > SHORT_SEGMENT
+        for slot, start, row, n in rows[~is_short].tolist()
     )
-    return PrefillPlan(slots, positions, lengths, long)
+    return PrefillPlan(slots, positions, np.ascontiguousarray(rows[is_short]), long)
 
 
 def attention_prefill(
@@ -287,10 +286,8 @@ def attention_prefill(
     layer_values[plan.slots, :, plan.positions] = v
     scaled = q * np.float32(hd**-0.5)  # [N, Hq, hd]
     out = np.empty(q.shape, np.float32)  # [N, Hq, hd]
-    if plan.lengths.any():  # some tokens are of short segments
-        attention_kernels.ragged_attention(
-            scaled, layer_keys, layer_values, plan.slots, plan.lengths, out
-        )
+    if len(plan.short):
+        attention_kernels.ragged_attention(scaled, layer_keys, layer_values, plan.short, out)
     for segment in plan.long:
         slot, rows = segment.slot, segment.rows
         n = rows.stop - rows.start
@@ -329,7 +326,8 @@ def attention_decode(
     layer_values[slots, :, positions] = v
     scaled = q * np.float32(hd**-0.5)  # [B, Hq, hd]
     out = np.empty(q.shape, np.float32)
-    attention_kernels.ragged_attention(scaled, layer_keys, layer_values, slots, positions + 1, out)
+    segments = np.column_stack([slots, positions, np.arange(batch), np.ones(batch, np.int64)])
+    attention_kernels.ragged_attention(scaled, layer_keys, layer_values, segments, out)
     return out.reshape(batch, -1)  # [B, Hq hd]
 
 

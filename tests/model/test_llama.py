@@ -38,7 +38,7 @@ def test_plan_prefill_places_each_token_and_splits_short_from_long_segments(monk
     plan = llama.plan_prefill([(4, 0, 2), (1, 5, 4), (0, 7, 1)], group=3)
     assert plan.slots.tolist() == [4, 4, 1, 1, 1, 1, 0]
     assert plan.positions.tolist() == [0, 1, 5, 6, 7, 8, 7]
-    assert plan.lengths.tolist() == [1, 2, 0, 0, 0, 0, 8]  # the long segment's rows: 0
+    assert plan.short.tolist() == [[4, 0, 0, 2], [0, 7, 6, 1]]  # (slot, start, first, n)
     (long,) = plan.long
     assert (long.slot, long.start, long.rows) == (1, 5, slice(2, 6))
     np.testing.assert_array_equal(long.bias, llama.causal_bias(5, 4, 3))
