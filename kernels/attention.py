@@ -150,7 +150,7 @@ def ragged_attention(q, keys, values, segments, out):  # pragma: no cover - comp
     pair reads its keys and values once.
 
     q float32 [N, Hq, hd] (already scaled by hd^-1/2); keys, values float32 [S, Hkv, T, hd]
-    (one layer's cache, C-contiguous; Hq a multiple of Hkv, hd a multiple of 16);
+    (one layer's cache, C-contiguous; Hq a multiple of Hkv);
     segments int64 [M, 4] rows (slot, start, first, n), n >= 1, start + n <= T, slots in
     0..S-1 and row ranges within 0..N-1 (not checked here: the callers,
     `llama.attention_decode` and `llama.attention_prefill`, derive them from a checked cache);
