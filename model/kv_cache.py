@@ -2,10 +2,11 @@
 (DESIGN.md section 6).
 
 One array per side, `[L, S, Hkv, T, hd]` (layers, slots, key/value heads, positions, head width):
-one slot's keys for one layer are a contiguous `[Hkv, T, hd]` block, which `llama.attention`
-reads in place. `lengths[slot]` counts the tokens a slot holds; the forward pass (`Model.prefill`,
-`Model.decode`) writes keys and values and advances it, and this class only does the
-bookkeeping between requests: reset, truncate, copy a prefix.
+one slot's keys for one layer are a contiguous `[Hkv, T, hd]` block, which the attention kernel
+(`kernels.attention.ragged_attention`) streams in place. `lengths[slot]` counts the tokens a
+slot holds; the forward pass (`Model.prefill`, `Model.decode`) writes keys and values and
+advances it, and this class only does the bookkeeping between requests: reset, truncate, copy a
+prefix.
 
 Memory: a cache takes `KVCache.bytes_needed(config, n_slots, max_len)` bytes (46 KB a token for
 SmolLM2-135M, so 377 MB a slot of its 8,192-token context). Before the engine allocates one it asks

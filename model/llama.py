@@ -21,9 +21,10 @@ loop, one layer at a time:
     rms_norm(x, norm)                                           # [N, d] -> [N, d]
 
 `attention_prefill` and `attention_decode` write the new keys and values into one layer's cache
-and attend over it; one slot's keys for a layer are a contiguous `[Hkv, T, hd]` block. Prefill
-attends per sequence with `attention` (a batched matmul over heads and tokens); decode runs one
-Numba kernel over every sequence's own context length (`kernels.attention`).
+and attend over it; one slot's keys for a layer are a contiguous `[Hkv, T, hd]` block. Decode,
+and the short segments of a prefill pass (jump-forward chunks), run one Numba kernel over every
+query row's own context (`kernels.attention.ragged_attention`); a long prompt is attended as a
+batched matmul over its heads and tokens (`attention`), whose GEMMs reuse each key many times.
 """
 
 from __future__ import annotations
@@ -200,9 +201,16 @@ def causal_bias(start: int, n: int, group: int = 1) -> np.ndarray:
     return np.tile(np.where(future, -np.inf, 0.0).astype(np.float32), (group, 1))
 
 
+SHORT_SEGMENT = 32
+"""Segments of a prefill pass with at most this many new tokens (a decode step's token, a
+jump-forward chunk) are attended by the ragged kernel, all of them in one call per layer;
+longer ones (prompts) one at a time as a batched matmul, whose GEMMs reuse each key for many
+queries."""
+
+
 @dataclass(frozen=True, eq=False)
 class Segment:
-    """One sequence's new tokens in a prefill pass.
+    """One sequence's new tokens in a prefill pass, when there are more than `SHORT_SEGMENT`.
 
     Attributes:
         slot: its cache slot.
@@ -217,31 +225,71 @@ class Segment:
     bias: np.ndarray
 
 
+@dataclass(frozen=True, eq=False)
+class PrefillPlan:
+    """Where the N new tokens of a prefill pass go in the cache and how their attention runs.
+
+    Attributes:
+        slots, positions: int64 [N], token i goes to slot slots[i] at position positions[i].
+        short: int64 [M, 4], the segments of at most `SHORT_SEGMENT` tokens as rows (slot,
+            start, first token, n): `kernels.attention.ragged_attention`'s segments.
+        long: the other segments, attended one by one (`Segment`).
+    """
+
+    slots: np.ndarray
+    positions: np.ndarray
+    short: np.ndarray
+    long: tuple[Segment, ...]
+
+
+def plan_prefill(segments: list[tuple[int, int, int]], group: int) -> PrefillPlan:
+    """Plan a prefill pass.  segments [(slot, start, n)] in token order, G -> `PrefillPlan`"""
+    table = np.array(segments, np.int64).reshape(-1, 3)  # [M, 3]: slot, start, n
+    sizes = table[:, 2]
+    first = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    slots = np.repeat(table[:, 0], sizes)
+    positions = np.arange(int(sizes.sum()), dtype=np.int64) + np.repeat(table[:, 1] - first, sizes)
+    is_short = sizes <= SHORT_SEGMENT
+    rows = np.column_stack([table[:, :2], first, sizes])  # [M, 4]: slot, start, first, n
+    long = tuple(
+        Segment(slot, start, slice(row, row + n), causal_bias(start, n, group))
+        for slot, start, row, n in rows[~is_short].tolist()
+    )
+    return PrefillPlan(slots, positions, np.ascontiguousarray(rows[is_short]), long)
+
+
 def attention_prefill(
     q: np.ndarray,
     k: np.ndarray,
     v: np.ndarray,
     layer_keys: np.ndarray,
     layer_values: np.ndarray,
-    segments: list[Segment],
+    plan: PrefillPlan,
 ) -> np.ndarray:
     """Causal self-attention of the new tokens of one or more sequences, each over its own slot
-    of one layer's cache, after writing their keys and values into it.
+    of one layer's cache, after writing their keys and values into it: token i sees positions
+    0..plan.positions[i] of slot plan.slots[i].
 
-    q [N, Hq, hd], k [N, Hkv, hd], v [N, Hkv, hd] (rows as `segments` say);
-    layer_keys, layer_values [S, Hkv, T, hd] (updated) -> [N, Hq hd]
+    The tokens of short segments go through one ragged kernel call
+    (`kernels.attention.ragged_attention`); each long segment is one batched matmul over its
+    heads (`attention` with `causal_bias`).
+
+    q [N, Hq, hd], k [N, Hkv, hd], v [N, Hkv, hd]; layer_keys, layer_values [S, Hkv, T, hd]
+    (updated); plan from `plan_prefill` -> [N, Hq hd]
     """
-    hkv, hd = k.shape[1], k.shape[2]
+    n_tokens, hkv, hd = k.shape
     group = q.shape[1] // hkv
-    scale = np.float32(hd**-0.5)
-    out = np.empty((q.shape[0], q.shape[1] * hd), np.float32)  # [N, Hq hd]
-    for segment in segments:
+    layer_keys[plan.slots, :, plan.positions] = k
+    layer_values[plan.slots, :, plan.positions] = v
+    scaled = q * np.float32(hd**-0.5)  # [N, Hq, hd]
+    out = np.empty(q.shape, np.float32)  # [N, Hq, hd]
+    if len(plan.short):
+        attention_kernels.ragged_attention(scaled, layer_keys, layer_values, plan.short, out)
+    for segment in plan.long:
         slot, rows = segment.slot, segment.rows
         n = rows.stop - rows.start
         end = segment.start + n
-        layer_keys[slot, :, segment.start : end] = k[rows].transpose(1, 0, 2)  # [Hkv, n, hd]
-        layer_values[slot, :, segment.start : end] = v[rows].transpose(1, 0, 2)
-        q_seq = q[rows].reshape(n, hkv, group, hd).transpose(1, 2, 0, 3) * scale
+        q_seq = scaled[rows].reshape(n, hkv, group, hd).transpose(1, 2, 0, 3)
         # [n, Hq, hd] -> [Hkv, G, n, hd]
         attended = attention(
             q_seq.reshape(hkv, group * n, hd),  # [Hkv, G n, hd]
@@ -249,9 +297,9 @@ def attention_prefill(
             layer_values[slot, :, :end],
             segment.bias,  # [G n, start + n]
         )  # -> [Hkv, G n, hd]
-        out[rows] = attended.reshape(hkv, group, n, hd).transpose(2, 0, 1, 3).reshape(n, -1)
-        # [Hkv, G n, hd] -> [n, Hq hd]
-    return out
+        out[rows] = attended.reshape(hkv, group, n, hd).transpose(2, 0, 1, 3).reshape(n, -1, hd)
+        # [Hkv, G n, hd] -> [n, Hq, hd]
+    return out.reshape(n_tokens, -1)  # [N, Hq hd]
 
 
 def attention_decode(
@@ -265,7 +313,7 @@ def attention_decode(
 ) -> np.ndarray:
     """Self-attention of one new token per sequence over its own slot of one layer's cache,
     after writing its key and value there: query b sees positions 0..positions[b] of slot
-    slots[b] (ragged contexts, one Numba kernel: `kernels.attention.decode_attention`).
+    slots[b] (ragged contexts, one Numba kernel: `kernels.attention.ragged_attention`).
 
     q [B, Hq, hd], k [B, Hkv, hd], v [B, Hkv, hd]; layer_keys, layer_values [S, Hkv, T, hd]
     (updated); slots, positions int64 [B] -> [B, Hq hd]
@@ -275,7 +323,8 @@ def attention_decode(
     layer_values[slots, :, positions] = v
     scaled = q * np.float32(hd**-0.5)  # [B, Hq, hd]
     out = np.empty(q.shape, np.float32)
-    attention_kernels.decode_attention(scaled, layer_keys, layer_values, slots, positions + 1, out)
+    segments = np.column_stack([slots, positions, np.arange(batch), np.ones(batch, np.int64)])
+    attention_kernels.ragged_attention(scaled, layer_keys, layer_values, segments, out)
     return out.reshape(batch, -1)  # [B, Hq hd]
 
 
@@ -301,18 +350,14 @@ def prefill(
     (updated); tokens int [N], N = sum of the n; cos, sin [> every start + n, hd/2]
     -> final hidden states [N, d] (after the last RMSNorm)
 
-    The projections and the MLP are one GEMM over all N tokens; attention runs per sequence
-    (each a batched matmul over heads), so short prompts share one read of the weights.
+    The projections and the MLP are one GEMM over all N tokens, so short prompts share one
+    read of the weights; attention is one ragged kernel call per layer over the short segments
+    (decode-like steps, jump-forward chunks) and a batched matmul per long one
+    (`attention_prefill`).
     """
-    group = config.num_attention_heads // config.num_key_value_heads
-    positions = np.concatenate([np.arange(start, start + n) for _, start, n in segments])
-    first = np.cumsum([0] + [n for _, _, n in segments])
-    plan = [
-        Segment(slot, start, slice(row, row + n), causal_bias(start, n, group))
-        for (slot, start, n), row in zip(segments, first, strict=False)
-    ]
+    plan = plan_prefill(segments, config.num_attention_heads // config.num_key_value_heads)
     x = params["embed"][tokens]  # [N] -> [N, d]
-    cos, sin = cos[positions, None, :], sin[positions, None, :]  # [N, 1, hd/2]
+    cos, sin = cos[plan.positions, None, :], sin[plan.positions, None, :]  # [N, 1, hd/2]
     for layer, layer_keys, layer_values in zip(params["layers"], keys, values, strict=True):
         q, k, v = project_qkv(x, layer, config, cos, sin)  # [N, d] -> [N, Hq|Hkv, hd]
         attended = attention_prefill(q, k, v, layer_keys, layer_values, plan)  # [N, Hq hd]

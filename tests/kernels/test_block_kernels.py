@@ -1,12 +1,12 @@
 """The block-quantized matrix products against NumPy on the dequantized weights, the block
-unpacking against gguf's own dequantizer (ggml's Q4_1 and Q8_0 formats), and decode attention
-over ragged contexts against the textbook softmax(q k^T) v (DESIGN.md section 6)."""
+unpacking against gguf's own dequantizer (ggml's Q4_1 and Q8_0 formats) (DESIGN.md section 6).
+Attention over ragged contexts is tested in test_attention.py."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from corral.kernels import attention, quant
+from corral.kernels import quant
 from corral.model.quant import BlockMatrix
 
 gguf = pytest.importorskip("gguf")  # a dependency of corral; the oracle of the block layout
@@ -105,46 +105,3 @@ def test_unknown_block_types_and_partial_blocks_are_refused():
         BlockMatrix.from_blocks("Q4_K", np.zeros((2, 144), np.uint8))
     with pytest.raises(ValueError, match="whole 20-byte blocks"):
         BlockMatrix.from_blocks("Q4_1", np.zeros((2, 30), np.uint8))
-
-
-def reference_attention(q, keys, values, slots, lengths):
-    """softmax(q k^T) v one sequence and head at a time, in float64."""
-    batch, n_heads, _ = q.shape
-    group = n_heads // keys.shape[1]
-    out = np.zeros(q.shape)
-    for b in range(batch):
-        for h in range(n_heads):
-            k = keys[slots[b], h // group, : lengths[b]].astype(np.float64)
-            v = values[slots[b], h // group, : lengths[b]].astype(np.float64)
-            scores = k @ q[b, h]
-            weights = np.exp(scores - scores.max())
-            out[b, h] = weights / weights.sum() @ v
-    return out
-
-
-@pytest.mark.parametrize("seed", range(6))
-def test_decode_attention_over_ragged_contexts_equals_numpy(seed):
-    rng = np.random.default_rng(seed)
-    n_slots, kv_heads, group, max_len, width = 7, int(rng.integers(1, 4)), 3, 40, 16
-    batch = int(rng.integers(1, n_slots + 1))
-    slots = rng.permutation(n_slots)[:batch].astype(np.int64)
-    lengths = rng.integers(1, max_len + 1, batch).astype(np.int64)  # ragged, some of length 1
-    keys = rng.standard_normal((n_slots, kv_heads, max_len, width)).astype(np.float32)
-    values = rng.standard_normal((n_slots, kv_heads, max_len, width)).astype(np.float32)
-    q = rng.standard_normal((batch, kv_heads * group, width)).astype(np.float32)
-    out = np.full(q.shape, np.nan, np.float32)
-    attention.decode_attention(q, keys, values, slots, lengths, out)
-    np.testing.assert_allclose(out, reference_attention(q, keys, values, slots, lengths), atol=1e-5)
-
-
-def test_decode_attention_reads_nothing_past_a_context():
-    rng = np.random.default_rng(1)
-    keys = rng.standard_normal((2, 1, 8, 4)).astype(np.float32)
-    values = rng.standard_normal((2, 1, 8, 4)).astype(np.float32)
-    q = rng.standard_normal((2, 2, 4)).astype(np.float32)
-    slots, lengths = np.array([1, 0]), np.array([3, 5])
-    before = attention.decode_attention(q, keys, values, slots, lengths, np.empty_like(q)).copy()
-    keys[1, :, 3:], values[1, :, 3:] = np.nan, np.nan
-    keys[0, :, 5:], values[0, :, 5:] = np.nan, np.nan
-    after = attention.decode_attention(q, keys, values, slots, lengths, np.empty_like(q))
-    np.testing.assert_array_equal(before, after)

@@ -5,6 +5,7 @@ the causal bias hides exactly the future."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from corral.model import llama
 
 
@@ -30,3 +31,51 @@ def test_grouped_attention_equals_one_head_at_a_time():
         weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
         weights /= weights.sum(axis=-1, keepdims=True)
         np.testing.assert_allclose(out[h], weights @ values[h], rtol=1e-5, atol=1e-5)
+
+
+def test_plan_prefill_places_each_token_and_splits_short_from_long_segments(monkeypatch):
+    monkeypatch.setattr(llama, "SHORT_SEGMENT", 3)
+    plan = llama.plan_prefill([(4, 0, 2), (1, 5, 4), (0, 7, 1)], group=3)
+    assert plan.slots.tolist() == [4, 4, 1, 1, 1, 1, 0]
+    assert plan.positions.tolist() == [0, 1, 5, 6, 7, 8, 7]
+    assert plan.short.tolist() == [[4, 0, 0, 2], [0, 7, 6, 1]]  # (slot, start, first, n)
+    (long,) = plan.long
+    assert (long.slot, long.start, long.rows) == (1, 5, slice(2, 6))
+    np.testing.assert_array_equal(long.bias, llama.causal_bias(5, 4, 3))
+
+
+@pytest.mark.parametrize("short_segment", [0, 3, 1000])  # all long, mixed, all short
+def test_prefill_attention_of_ragged_segments_equals_the_textbook_formula(
+    monkeypatch, short_segment
+):
+    """Each new token sees its slot's earlier cache and the segment's tokens up to itself, by
+    either route (one ragged kernel call, or a batched matmul per segment)."""
+    monkeypatch.setattr(llama, "SHORT_SEGMENT", short_segment)
+    rng = np.random.default_rng(short_segment)
+    kv_heads, group, hd, n_slots, max_len = 2, 3, 16, 4, 30
+    segments = [(2, 5, 4), (0, 0, 7), (3, 12, 1), (1, 20, 2)]  # (slot, start, n)
+    n_tokens = sum(n for *_, n in segments)
+    layer_keys = rng.standard_normal((n_slots, kv_heads, max_len, hd)).astype(np.float32)
+    layer_values = rng.standard_normal((n_slots, kv_heads, max_len, hd)).astype(np.float32)
+    old_keys, old_values = layer_keys.copy(), layer_values.copy()
+    q = rng.standard_normal((n_tokens, kv_heads * group, hd)).astype(np.float32)
+    k = rng.standard_normal((n_tokens, kv_heads, hd)).astype(np.float32)
+    v = rng.standard_normal((n_tokens, kv_heads, hd)).astype(np.float32)
+    plan = llama.plan_prefill(segments, group)
+    out = llama.attention_prefill(q, k, v, layer_keys, layer_values, plan)
+    assert out.shape == (n_tokens, kv_heads * group * hd)
+    row = 0
+    for slot, start, n in segments:
+        keys, values = old_keys[slot].astype(np.float64), old_values[slot].astype(np.float64)
+        keys[:, start : start + n] = k[row : row + n].transpose(1, 0, 2)
+        values[:, start : start + n] = v[row : row + n].transpose(1, 0, 2)
+        np.testing.assert_array_equal(layer_keys[slot, :, : start + n], keys[:, : start + n])
+        for i in range(n):
+            for h in range(kv_heads * group):
+                seen = start + i + 1
+                scores = keys[h // group, :seen] @ q[row + i, h] / np.sqrt(hd)
+                weights = np.exp(scores - scores.max())
+                expected = weights / weights.sum() @ values[h // group, :seen]
+                got = out[row + i, h * hd : (h + 1) * hd]
+                np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+        row += n

@@ -1,0 +1,136 @@
+"""Attention over the KV cache on SmolLM2-135M's shapes (9 query heads over 3 key/value heads of
+width 64, 30 layers), printed, not asserted (DESIGN.md section 6).
+
+    NUMBA_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE .venv/bin/python bench/attention.py
+    .venv/bin/python bench/attention.py --quick      # smoke run: fewer repeats, smaller batches
+
+Times every layer's attention of one step (cache writes excluded), A/B interleaved and repeated,
+keeping each variant's best time (the machine may be shared):
+  - decode, batch 1..64, contexts drawn in 256..512: `kernels.attention.ragged_attention` against
+    the batched NumPy path (one padded, masked batched matmul over the B slots, as the forward
+    pass did before the kernel);
+  - a jump-forward step at batch 32 (each row appends 1..8 tokens to a 256..512-token context)
+    and one prompt of 16, 32, 64 and 256 tokens: `llama.attention_prefill` with every segment on
+    the kernel against every segment as its own masked batched matmul (what places
+    `llama.SHORT_SEGMENT`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+from corral.kernels.attention import ragged_attention
+from corral.model import llama
+
+LAYERS, Q_HEADS, KV_HEADS, WIDTH = 30, 9, 3, 64
+
+
+def numpy_decode(q, keys, values, slots, lengths, out):
+    """The batched NumPy path: pad every row to the longest context, mask with -inf, one batched
+    matmul over rows and heads (slots 0..B-1 in order, read in place)."""
+    batch = len(slots)
+    total = int(lengths.max())
+    seen = np.arange(total)[None, :] < lengths[:, None]
+    bias = np.where(seen, 0.0, -np.inf).astype(np.float32)[:, None, None, :]  # [B, 1, 1, T]
+    grouped = q.reshape(batch, KV_HEADS, Q_HEADS // KV_HEADS, WIDTH)  # [B, Hkv, G, hd]
+    rows = slice(int(slots.min()), int(slots.max()) + 1)
+    out[:] = llama.attention(grouped, keys[rows, :, :total], values[rows, :, :total], bias).reshape(
+        out.shape
+    )
+    return out
+
+
+def race(variants: dict, repeat: int) -> dict[str, float]:
+    """Best milliseconds of each variant, run in turn `repeat` times (after one warm-up each)."""
+    for run in variants.values():
+        run()
+    best = dict.fromkeys(variants, np.inf)
+    for _ in range(repeat):
+        for name, run in variants.items():
+            start = time.perf_counter()
+            run()
+            best[name] = min(best[name], (time.perf_counter() - start) * 1e3)
+    return best
+
+
+def cache(rng, n_slots: int, max_len: int) -> tuple[np.ndarray, np.ndarray]:
+    shape = (LAYERS, n_slots, KV_HEADS, max_len, WIDTH)
+    return (
+        rng.standard_normal(shape, dtype=np.float32),
+        rng.standard_normal(shape, dtype=np.float32),
+    )
+
+
+def decode_rows(batches: list[int], repeat: int) -> None:
+    rng = np.random.default_rng(0)
+    print("decode, ms per step (30 layers), contexts 256..512")
+    print(f"{'batch':>5} {'kernel':>8} {'numpy':>8} {'numpy/kernel':>13}")
+    for batch in batches:
+        keys, values = cache(rng, batch, 512)
+        slots = np.arange(batch, dtype=np.int64)
+        lengths = rng.integers(256, 513, batch).astype(np.int64)
+        q = (0.3 * rng.standard_normal((batch, Q_HEADS, WIDTH))).astype(np.float32)
+        out = np.empty_like(q)
+        ones = np.ones(batch, np.int64)
+        segments = np.column_stack([slots, lengths - 1, np.arange(batch), ones])  # n = 1 each
+
+        def kernel(keys=keys, values=values, segments=segments, q=q, out=out):
+            for layer in range(LAYERS):
+                ragged_attention(q, keys[layer], values[layer], segments, out)
+
+        def numpy(keys=keys, values=values, slots=slots, lengths=lengths, q=q, out=out):
+            for layer in range(LAYERS):
+                numpy_decode(q, keys[layer], values[layer], slots, lengths, out)
+
+        best = race({"kernel": kernel, "numpy": numpy}, repeat)
+        ratio = best["numpy"] / best["kernel"]
+        print(f"{batch:>5} {best['kernel']:>8.2f} {best['numpy']:>8.2f} {ratio:>13.2f}", flush=True)
+        del keys, values
+
+
+def prefill_segments(name: str, segments: list[tuple[int, int, int]], repeat: int) -> None:
+    rng = np.random.default_rng(1)
+    n_slots = max(slot for slot, _, _ in segments) + 1
+    keys, values = cache(rng, n_slots, max(start + n for _, start, n in segments))
+    n_tokens = sum(n for *_, n in segments)
+    q = rng.standard_normal((n_tokens, Q_HEADS, WIDTH), dtype=np.float32)
+    k = rng.standard_normal((n_tokens, KV_HEADS, WIDTH), dtype=np.float32)
+    v = rng.standard_normal((n_tokens, KV_HEADS, WIDTH), dtype=np.float32)
+    group = Q_HEADS // KV_HEADS
+    short, plans = llama.SHORT_SEGMENT, {}
+    for variant, threshold in (("kernel", n_tokens), ("matmuls", 0)):
+        llama.SHORT_SEGMENT = threshold  # every segment on the kernel; every one a matmul
+        plans[variant] = llama.plan_prefill(segments, group)
+    llama.SHORT_SEGMENT = short
+
+    def run(plan):
+        return lambda: [
+            llama.attention_prefill(q, k, v, keys[layer], values[layer], plan)
+            for layer in range(LAYERS)
+        ]
+
+    best = race({name: run(plan) for name, plan in plans.items()}, repeat)
+    print(
+        f"{name}: {n_tokens} tokens, ms per pass (30 layers, with cache writes): "
+        + ", ".join(f"{variant} {ms:.2f}" for variant, ms in best.items()),
+        flush=True,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats, smaller batches")
+    args = parser.parse_args()
+    repeat = 3 if args.quick else 10
+    decode_rows([1, 8] if args.quick else [1, 8, 32, 64], repeat)
+    rng = np.random.default_rng(2)
+    jump = [(slot, int(rng.integers(256, 505)), int(rng.integers(1, 9))) for slot in range(32)]
+    prefill_segments("jump-forward step, batch 32", jump, repeat)
+    for n in (16, 32, 64, 256):
+        prefill_segments(f"prompt of {n}", [(0, 0, n)], repeat)
+
+
+if __name__ == "__main__":
+    main()

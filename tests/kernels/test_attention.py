@@ -1,0 +1,99 @@
+"""The ragged attention kernel against the textbook softmax(q k^T) v, one query row and head at a
+time in float64 (DESIGN.md section 6): random ragged segments (a few rows of one slot, as a
+jump-forward chunk, mixed with single decode rows), grouped heads, rows of no segment left as
+they were, and no read past a row's own context."""
+
+from __future__ import annotations
+
+import numpy as np
+from corral.kernels import attention
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+def reference_attention(q, keys, values, segments):
+    """softmax(q k^T) v one query row and head at a time, in float64 (rows of no segment: NaN)."""
+    group = q.shape[1] // keys.shape[1]
+    out = np.full(q.shape, np.nan)
+    for slot, start, first, n in segments:
+        for j in range(n):
+            for h in range(q.shape[1]):
+                k = keys[slot, h // group, : start + j + 1].astype(np.float64)
+                v = values[slot, h // group, : start + j + 1].astype(np.float64)
+                scores = k @ q[first + j, h]
+                weights = np.exp(scores - scores.max())
+                out[first + j, h] = weights / weights.sum() @ v
+    return out
+
+
+@st.composite
+def ragged_passes(draw):
+    """(q, keys, values, segments): segments of 1..6 rows in distinct slots, in any order, some
+    rows of the pass in no segment; scores spread from flat to peaked."""
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    kv_heads, group = draw(st.integers(1, 3)), draw(st.integers(1, 4))
+    width = draw(st.sampled_from([4, 16, 64]))
+    max_len = draw(st.integers(1, 70))
+    n_slots = draw(st.integers(1, 5))
+    segments, row = [], 0
+    for slot in draw(st.permutations(range(n_slots))):
+        n = draw(st.integers(1, min(6, max_len)))
+        start = draw(st.integers(0, max_len - n))
+        row += draw(st.integers(0, 2))  # rows of no segment
+        segments.append((slot, start, row, n))
+        row += n
+    segments = draw(st.permutations(segments))
+    shape = (n_slots, kv_heads, max_len, width)
+    keys = rng.standard_normal(shape).astype(np.float32)
+    values = rng.standard_normal(shape).astype(np.float32)
+    spread = draw(st.sampled_from([0.1, 1.0, 4.0]))
+    q = (spread * rng.standard_normal((row, kv_heads * group, width))).astype(np.float32)
+    return q, keys, values, np.array(segments, np.int64).reshape(-1, 4)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ragged_passes())
+def test_ragged_attention_equals_the_textbook_formula_row_by_row(case):
+    q, keys, values, segments = case
+    out = np.full(q.shape, np.nan, np.float32)
+    attention.ragged_attention(q, keys, values, segments, out)
+    expected = reference_attention(q, keys, values, segments)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)  # NaN: rows of no segment
+
+
+def test_ragged_attention_over_long_contexts_equals_numpy():
+    """SmolLM2's shapes (9 query heads over 3 key/value heads of width 64) at decode contexts of
+    a few hundred positions, where the prefetch runs ahead of the keys and values read."""
+    rng = np.random.default_rng(3)
+    keys = rng.standard_normal((4, 3, 520, 64)).astype(np.float32)
+    values = rng.standard_normal((4, 3, 520, 64)).astype(np.float32)
+    segments = np.array([[2, 519, 0, 1], [0, 250, 1, 7], [3, 16, 8, 1]])  # (slot, start, first, n)
+    q = (0.3 * rng.standard_normal((9, 9, 64))).astype(np.float32)
+    out = attention.ragged_attention(q, keys, values, segments, np.empty_like(q))
+    expected = reference_attention(q, keys, values, segments)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_ragged_attention_reads_nothing_past_a_context():
+    rng = np.random.default_rng(1)
+    keys = rng.standard_normal((2, 1, 40, 16)).astype(np.float32)
+    values = rng.standard_normal((2, 1, 40, 16)).astype(np.float32)
+    segments = np.array([[1, 2, 0, 1], [0, 18, 1, 3]])  # contexts of 3 and 21 positions
+    q = rng.standard_normal((4, 2, 16)).astype(np.float32)
+    before = attention.ragged_attention(q, keys, values, segments, np.empty_like(q)).copy()
+    keys[1, :, 3:], values[1, :, 3:] = np.nan, np.nan
+    keys[0, :, 21:], values[0, :, 21:] = np.nan, np.nan
+    after = attention.ragged_attention(q, keys, values, segments, np.empty_like(q))
+    np.testing.assert_array_equal(before, after)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(-200, 50, width=32), min_size=1, max_size=300))
+def test_softmax_with_the_polynomial_exponential_equals_numpy(scores):
+    scores = np.array(scores, np.float32)
+    expected = np.exp(scores.astype(np.float64) - scores.max())
+    expected /= expected.sum()
+    got = scores.copy()
+    attention._softmax_(got, np.empty(len(got), np.int32))
+    np.testing.assert_allclose(got, expected, rtol=2e-6, atol=1e-12)
