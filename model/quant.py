@@ -168,6 +168,10 @@ class TiledMatrix:
     def matmul(self, x: np.ndarray) -> np.ndarray:
         """x W^T.  float32 [B, k] -> float32 [B, n_out] (float32 accumulation).
 
+        One row goes to the one-row kernel, 2 to 4 rows to the grouped kernels (groups of 4);
+        Q4_1 passes of more rows go 8 at a time to `q4_1_matmul_grouped8`, whose wider group
+        unpacks each nibble once for 8 rows (Q8_0's conversion is cheap: it keeps groups of 4).
+
         Raises:
             ValueError: x is not two-dimensional with k columns.
         """
@@ -176,12 +180,15 @@ class TiledMatrix:
             raise ValueError(f"x must be [B, {self.k}], got shape {x.shape}")
         n_tiles, _, tile = self.scales.shape
         rows = x.shape[0]
+        wide = self.kind == "Q4_1" and rows > quant.GROUP
         if rows > 1:  # the grouped kernels: x padded with zero rows to whole groups
-            x = np.concatenate([x, np.zeros((-rows % quant.GROUP, self.k), np.float32)])
+            group = quant.WIDE_GROUP if wide else quant.GROUP
+            x = np.concatenate([x, np.zeros((-rows % group, self.k), np.float32)])
         out = np.empty((x.shape[0], n_tiles * tile), np.float32)
         if self.kind == "Q4_1":
             sums = quant.block_sums(x)
             kernel = quant.q4_1_matmul if rows == 1 else quant.q4_1_matmul_grouped
+            kernel = quant.q4_1_matmul_grouped8 if wide else kernel
             kernel(x, sums, self.scales, self.minimums, self.quants, out)
         else:
             kernel = quant.q8_0_matmul if rows == 1 else quant.q8_0_matmul_grouped
