@@ -22,7 +22,8 @@ paths differ only in the order of the float32 additions. The kernels compute y =
 rows of x (decode at small batches); a larger batch is a float32 GEMM's job. One row of x goes
 to `q4_1_matmul` / `q8_0_matmul`; several go `GROUP` at a time to the `_grouped` kernels, which
 unpack each weight once for the whole group (the unpacking, not the multiply-add, is most of a
-row's cost).
+row's cost), and Q4_1 passes of more than `GROUP` rows go `WIDE_GROUP` (8) at a time to
+`q4_1_matmul_grouped8`, which amortizes its nibble unpacking over twice the rows.
 """
 
 from __future__ import annotations
