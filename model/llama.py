@@ -11,11 +11,10 @@ Weights are a plain dict (`build_params`), stored output-major as Hugging Face s
 ([out, in]), with q/k/v merged into one matrix and gate/up into another: every projection is one
 BLAS GEMM `W @ x^T`, whose large operand (the weights) comes first and whose result `[out, N]` is
 read through its transpose `[N, out]` (a view, no copy). For the skinny products of decode
-(N = 2 to 64 rows) OpenBLAS runs this orientation faster than `x @ W` with W [in, out], and
-prefill's N = 256 alike; a model
-loaded from a GGUF also keeps each matrix in its quantization blocks, which `linear` and
-`lm_head` read for passes of a few rows (`quant.QUANTIZED_MAX_ROWS`). A pass is the textbook
-loop, one layer at a time:
+(N = 2 to 64 rows) OpenBLAS ran this orientation faster than `x @ W` with W [in, out], and
+prefill's N = 256 no slower. A model loaded from a GGUF also keeps each matrix in its
+quantization blocks, which `linear` and `lm_head` read for passes of a few rows
+(`quant.QUANTIZED_MAX_ROWS`). A pass is the textbook loop, one layer at a time:
 
     x = embed[tokens]                                           # [N] -> [N, d]
     for layer, layer_keys, layer_values in zip(layers, keys, values):
