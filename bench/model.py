@@ -14,7 +14,7 @@ Prints, in one run:
     sequence holding a 256-token context, so attention is part of the cost);
   - bytes read per token at batch 1 and the share of the measured bandwidth they reach; the
     share of the GEMM rate reached at batch 32 and 64;
-  - decode tokens/s at batch 1, 2, 4, 8, 16 with the blocks forced on and off, to place
+  - decode tokens/s at batch 1, 2, 4, 8, 16, 24 with the blocks forced on and off, to place
     `llama.QUANTIZED_MAX_ROWS`;
   - where one decode step's time goes: the q/k/v and output projections, the MLP matmuls,
     attention (cache writes and the kernel), the LM head, and the rest (RoPE, norms, Python);
@@ -283,7 +283,7 @@ def main() -> None:
             table[name] = corral_speeds(model, batches, steps, args.quick)
             breakdowns[name] = {batch: step_breakdown(model, batch, steps) for batch in batches}
         quantized = models["corral (Q4_1 blocks + float32)"]
-        switch = crossover(quantized, [1, 2, 4] if args.quick else [1, 2, 4, 8, 16], steps)
+        switch = crossover(quantized, [1, 2, 4] if args.quick else [1, 2, 4, 8, 16, 24], steps)
         if not args.no_references:
             import tempfile
 

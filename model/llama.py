@@ -7,11 +7,14 @@ of each of B sequences in decode), d hidden size, Hq query heads and Hkv key/val
 hd (each key/value head serves G = Hq / Hkv query heads: grouped-query attention), F MLP width,
 V vocabulary, L layers; the KV cache holds S slots of T positions, `[L, S, Hkv, T, hd]`.
 
-Weights are a plain dict (`build_params`), stored input-major (`x @ w`) so that every projection
-is one contiguous BLAS GEMM, with q/k/v merged into one matrix and gate/up into another; a model
-loaded from a GGUF also keeps each matrix in its quantization blocks, which `linear` and
-`lm_head` read for passes of a few rows (`quant.QUANTIZED_MAX_ROWS`). A pass is the textbook
-loop, one layer at a time:
+Weights are a plain dict (`build_params`), stored output-major as Hugging Face stores them
+([out, in]), with q/k/v merged into one matrix and gate/up into another: every projection is one
+BLAS GEMM `W @ x^T`, whose large operand (the weights) comes first and whose result `[out, N]` is
+read through its transpose `[N, out]` (a view, no copy). For the skinny products of decode
+(N = 2 to 64 rows) OpenBLAS ran this orientation faster than `x @ W` with W [in, out], and
+prefill's N = 256 no slower. A model loaded from a GGUF also keeps each matrix in its
+quantization blocks, which `linear` and `lm_head` read for passes of a few rows
+(`quant.QUANTIZED_MAX_ROWS`). A pass is the textbook loop, one layer at a time:
 
     x = embed[tokens]                                           # [N] -> [N, d]
     for layer, layer_keys, layer_values in zip(layers, keys, values):
@@ -35,7 +38,7 @@ import numpy as np
 from corral.kernels import attention as attention_kernels
 from corral.kernels import layers as layer_kernels
 from corral.model.config import LlamaConfig
-from corral.model.quant import QUANTIZED_MAX_ROWS
+from corral.model.quant import QUANTIZED_HEAD_MAX_ROWS, QUANTIZED_MAX_ROWS
 
 # ----------------------------------------------------------------------------------------------
 # Weights
@@ -44,14 +47,14 @@ from corral.model.quant import QUANTIZED_MAX_ROWS
 def build_params(
     config: LlamaConfig, tensors: dict[str, np.ndarray], blocks: dict | None = None
 ) -> dict:
-    """Hugging Face tensors ([out, in]) -> the forward pass's weights (float32, input-major),
-    with the same matrices in quantization blocks when `blocks` (`quant.quantized_layers`'s
-    result) is given.
+    """Hugging Face tensors ([out, in]) -> the forward pass's weights (float32, output-major, C
+    order: `linear` computes W x^T), with the same matrices in quantization blocks when `blocks`
+    (`quant.quantized_layers`'s result) is given.
 
     Returns:
         {"embed": [V, d], "lm_head": [d, V], "lm_head_rows": [V, d], "norm": [d], "layers": [L x {
-            "attn_norm": [d], "w_qkv": [d, (Hq + 2 Hkv) hd], "w_o": [Hq hd, d],
-            "mlp_norm": [d], "w_gate_up": [d, 2F], "w_down": [F, d]}]}
+            "attn_norm": [d], "w_qkv": [(Hq + 2 Hkv) hd, d], "w_o": [d, Hq hd],
+            "mlp_norm": [d], "w_gate_up": [2F, d], "w_down": [d, F]}]}
         The LM head is kept both ways: [d, V] for batched GEMMs, [V, d] (the embedding table
         itself when tied, possibly still memory-mapped) for one row's matrix-vector product.
         With `blocks`, each layer also holds "blocks" ({"w_qkv", "w_o", "w_gate_up", "w_down":
@@ -62,8 +65,8 @@ def build_params(
     def get(name: str) -> np.ndarray:
         return np.asarray(tensors[name], dtype=np.float32)
 
-    def input_major(*names: str) -> np.ndarray:  # [out_1 + out_2 + ..., in] -> [in, out]
-        return np.ascontiguousarray(np.concatenate([get(name) for name in names], axis=0).T)
+    def stacked(*names: str) -> np.ndarray:  # [out_1, in], [out_2, in], ... -> [out, in]
+        return np.ascontiguousarray(np.concatenate([get(name) for name in names], axis=0))
 
     layers = []
     for i in range(config.num_hidden_layers):
@@ -71,11 +74,11 @@ def build_params(
         layers.append(
             {
                 "attn_norm": np.array(get(p + "input_layernorm.weight")),
-                "w_qkv": input_major(*(p + f"self_attn.{x}_proj.weight" for x in "qkv")),
-                "w_o": input_major(p + "self_attn.o_proj.weight"),
+                "w_qkv": stacked(*(p + f"self_attn.{x}_proj.weight" for x in "qkv")),
+                "w_o": stacked(p + "self_attn.o_proj.weight"),
                 "mlp_norm": np.array(get(p + "post_attention_layernorm.weight")),
-                "w_gate_up": input_major(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"),
-                "w_down": input_major(p + "mlp.down_proj.weight"),
+                "w_gate_up": stacked(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"),
+                "w_down": stacked(p + "mlp.down_proj.weight"),
             }
         )
     embed = np.ascontiguousarray(get("model.embed_tokens.weight"))
@@ -134,22 +137,25 @@ def softmax_(scores: np.ndarray) -> np.ndarray:
 
 
 def linear(x: np.ndarray, layer: dict, name: str) -> np.ndarray:
-    """x W for the layer's matrix `name` ("w_qkv", "w_o", "w_gate_up", "w_down").
-    [N, in] -> [N, out] float32
+    """x W^T for the layer's matrix `name` ("w_qkv", "w_o", "w_gate_up", "w_down", W [out, in]).
+    [N, in] -> [N, out] float32 (C order from the blocks; from BLAS the transpose of a C-order
+    [out, N] result, i.e. Fortran order: callers treat it as any [N, out] array)
 
     A pass of at most `QUANTIZED_MAX_ROWS` rows reads the matrix's quantization blocks when the
-    layer has them (`quant.TiledMatrix.matmul`); otherwise one float32 BLAS GEMM.
+    layer has them (`quant.TiledMatrix.matmul`); otherwise one float32 BLAS GEMM W x^T, the
+    weights as the left operand (x^T is a view: for x in Fortran order, as `linear` returns, it
+    is C-contiguous).
     """
     blocks = layer.get("blocks")
     if blocks is not None and x.shape[0] <= QUANTIZED_MAX_ROWS:
         return blocks[name].matmul(x)
-    return x @ layer[name]
+    return (layer[name] @ x.T).T  # [out, in] x [in, N] -> [out, N] -> [N, out]
 
 
 def mlp(x: np.ndarray, layer: dict) -> np.ndarray:
-    """SwiGLU: down(silu(gate(x)) * up(x)).  [N, d], layer weights ([d, 2F], [F, d]) -> [N, d]"""
+    """SwiGLU: down(silu(gate(x)) * up(x)).  [N, d], layer weights ([2F, d], [d, F]) -> [N, d]"""
     gate_up = linear(x, layer, "w_gate_up")  # [N, d] -> [N, 2F]
-    width = layer["w_down"].shape[0]
+    width = layer["w_down"].shape[1]
     gate, up = gate_up[:, :width], gate_up[:, width:]  # [N, 2F] -> [N, F] x 2
     hidden = np.multiply(gate, 0.5, dtype=np.float32)  # silu(g) = g/2 (1 + tanh(g/2))
     np.tanh(hidden, out=hidden)
@@ -401,12 +407,12 @@ def decode(
 def lm_head(params: dict, hidden: np.ndarray) -> np.ndarray:
     """Logits of the tied (or separate) LM head.  [N, d] -> [N, V] float32
 
-    At most `QUANTIZED_MAX_ROWS` rows read the head's quantization blocks when there are any;
-    else one row uses the [V, d] table as a matrix-vector product, more rows one [N, d] x [d, V]
-    GEMM.
+    At most `QUANTIZED_HEAD_MAX_ROWS` rows (and no more than `QUANTIZED_MAX_ROWS`) read the
+    head's quantization blocks when there are any; else one row uses the [V, d] table as a
+    matrix-vector product, more rows one [N, d] x [d, V] GEMM.
     """
     blocks = params.get("lm_head_blocks")
-    if blocks is not None and hidden.shape[0] <= QUANTIZED_MAX_ROWS:
+    if blocks is not None and hidden.shape[0] <= min(QUANTIZED_MAX_ROWS, QUANTIZED_HEAD_MAX_ROWS):
         return blocks.matmul(hidden)
     if hidden.shape[0] == 1:
         return (params["lm_head_rows"] @ hidden[0])[None, :]  # [V, d] x [d] -> [1, V]

@@ -25,12 +25,17 @@ from corral.kernels import quant
 from corral.model.config import LlamaConfig
 from corral.model.errors import ModelLoadError
 
-QUANTIZED_MAX_ROWS = 8
+QUANTIZED_MAX_ROWS = 16
 """The most rows of x (tokens in a pass) computed from the blocks; more go to float32 BLAS.
 The block kernels are compute-bound and their cost grows with every row of x, while a float32
 GEMM of a few rows costs about one read (and one packing) of its 4 to 5 times larger weights;
-bench/model.py prints both at batch 1, 2, 4, 8 and 16 to place this switch (on one thread the
-blocks led up to batch 8, tied at 16 and trailed at 32)."""
+bench/model.py prints both at batch 1 to 24 to place this switch (on one thread, with Q4_1 taken
+8 rows at a time, the blocks led float32 up to batch 16 and tied at 24). The LM head has its
+own, lower bound (`QUANTIZED_HEAD_MAX_ROWS`)."""
+
+QUANTIZED_HEAD_MAX_ROWS = 8
+"""The most rows the LM head computes from its blocks (a Q8_0 table of 49152 x 576, in groups
+of 4 rows); past it the float32 GEMM led on one thread (at 16 rows)."""
 
 SUPPORTED = ("Q4_1", "Q8_0")
 """The GGUF block types the kernels compute on."""
@@ -168,6 +173,10 @@ class TiledMatrix:
     def matmul(self, x: np.ndarray) -> np.ndarray:
         """x W^T.  float32 [B, k] -> float32 [B, n_out] (float32 accumulation).
 
+        One row goes to the one-row kernel, 2 to 4 rows to the grouped kernels (groups of 4);
+        Q4_1 passes of more rows go 8 at a time to `q4_1_matmul_grouped8`, whose wider group
+        unpacks each nibble once for 8 rows (Q8_0's conversion is cheap: it keeps groups of 4).
+
         Raises:
             ValueError: x is not two-dimensional with k columns.
         """
@@ -176,12 +185,15 @@ class TiledMatrix:
             raise ValueError(f"x must be [B, {self.k}], got shape {x.shape}")
         n_tiles, _, tile = self.scales.shape
         rows = x.shape[0]
+        wide = self.kind == "Q4_1" and rows > quant.GROUP
         if rows > 1:  # the grouped kernels: x padded with zero rows to whole groups
-            x = np.concatenate([x, np.zeros((-rows % quant.GROUP, self.k), np.float32)])
+            group = quant.WIDE_GROUP if wide else quant.GROUP
+            x = np.concatenate([x, np.zeros((-rows % group, self.k), np.float32)])
         out = np.empty((x.shape[0], n_tiles * tile), np.float32)
         if self.kind == "Q4_1":
             sums = quant.block_sums(x)
             kernel = quant.q4_1_matmul if rows == 1 else quant.q4_1_matmul_grouped
+            kernel = quant.q4_1_matmul_grouped8 if wide else kernel
             kernel(x, sums, self.scales, self.minimums, self.quants, out)
         else:
             kernel = quant.q8_0_matmul if rows == 1 else quant.q8_0_matmul_grouped

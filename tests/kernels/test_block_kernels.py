@@ -61,6 +61,27 @@ def test_block_matmul_over_several_tiles_and_a_padded_last_one(kind, n_out, rows
     np.testing.assert_allclose(matrix.tiled().matmul(x), expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("rows", [2, 4, 5, 8, 9, 13, 16])
+def test_q4_1_groups_of_4_and_of_8_equal_numpy_at_every_batch_size(rows):
+    # 2 to 4 rows go to the group-of-4 kernel, more go 8 at a time (a padded last group)
+    rng = np.random.default_rng(rows)
+    matrix = BlockMatrix.from_blocks("Q4_1", random_blocks(rng, "Q4_1", 70, 96))
+    x = rng.standard_normal((rows, 96)).astype(np.float32)
+    expected = x.astype(np.float64) @ matrix.dequantize().astype(np.float64).T
+    np.testing.assert_allclose(matrix.tiled().matmul(x), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_the_group_of_8_kernel_equals_the_group_of_4_kernel_row_for_row():
+    rng = np.random.default_rng(7)
+    tiled = BlockMatrix.from_blocks("Q4_1", random_blocks(rng, "Q4_1", 600, 128)).tiled()
+    x = rng.standard_normal((8, 128)).astype(np.float32)
+    width = tiled.scales.shape[0] * tiled.scales.shape[2]
+    args = (x, quant.block_sums(x), tiled.scales, tiled.minimums, tiled.quants)
+    four = quant.q4_1_matmul_grouped(*args, np.empty((8, width), np.float32))
+    eight = quant.q4_1_matmul_grouped8(*args, np.empty((8, width), np.float32))
+    np.testing.assert_allclose(eight, four, rtol=1e-6, atol=1e-5)
+
+
 @pytest.mark.parametrize("n_out", [1, 15, 16, 17, 511, 512, 513, 576, 960, 3072, 49152])
 def test_tiles_cover_the_rows_with_whole_vectors_of_at_most_max_tile(n_out):
     n_tiles, tile = quant.tile_shape(n_out)
