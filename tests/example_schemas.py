@@ -110,6 +110,10 @@ HAND_SCHEMAS = [
     {"type": "string", "enum": ["x", "yy", "zzz"], "maxLength": 2},
     {"type": "object", "properties": {"a": {"type": "null"}, "b": {"type": "null"},
      "c": {"type": "null"}}, "minProperties": 1, "maxProperties": 2},
+    {"type": "object", "properties": {"a": {"type": "null"}}, "minProperties": 2,
+     "patternProperties": {"^x": {"type": "integer"}}, "additionalProperties": False},
+    {"minProperties": 1, "additionalProperties": {"type": "boolean"}},
+    {"type": "array", "items": {"enum": ["r", "g", "b", 0]}, "uniqueItems": True, "minItems": 1},
     True,
     *ALGEBRA_SCHEMAS,
 ]  # fmt: skip

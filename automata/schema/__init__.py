@@ -44,7 +44,12 @@ Supported keywords (anything else that is a JSON Schema keyword of any draft is 
     writes (a member another branch requires is left out of branches that do not require it),
     or a required member has disjoint `const`/`enum` values (a discriminator), or the branches'
     `enum`/`const` sets are disjoint; otherwise by the algebra above.
-  - Strings: `minLength`/`maxLength` (characters as Python counts them; an escape counts as
+  - Strings: a plain `string` (no length, pattern or format) takes every value, spelt raw
+    but for the controls, `"` and `\\`, which take short escapes or `\\u00XX` (as `json.dumps`
+    spells them; a `\\u` escape of another character is a second spelling of a value already
+    written, left out: it costs 7 DFA states per string; `strings.PLAIN_STRING_FORM`). Any JSON
+    value's strings (`{}`, `json_object_regex`) keep DESIGN.md's `\\u` escapes.
+    `minLength`/`maxLength` (characters as Python counts them; an escape counts as
     one, a `\\u` surrogate pair too; `\\u` escapes are written only in strings with a
     `maxLength` up to 16, which keeps longer counted strings' DFAs small; a lone surrogate
     escape is never written, in any string; `maxLength` above `SchemaLimits.max_string_length`
@@ -79,8 +84,13 @@ Supported keywords (anything else that is a JSON Schema keyword of any draft is 
   surrogate is refused with its JSON pointer) and the document nested at most
   `corral.automata.schema.values.MAX_NESTING` levels (`check_document`).
   - `prefixItems` and array-form `items` (tuples, with `additionalItems` / `items` for the rest),
-    `uniqueItems` when `maxItems` <= 1 or false, `minProperties` (the first optional members
-    become required) and `maxProperties` (the last optional members are left out),
+    `uniqueItems` when `maxItems` <= 1 or false, or over an item language of at most
+    `containers.MAX_UNIQUE_VALUES` values (each value at most once, in the order of its text;
+    refused otherwise), `minProperties` (the first optional members become required; one
+    above the listed members adds one unlisted member, last, with a printable-ASCII name that
+    no listed name, dependency key or other pattern takes, its value `additionalProperties`,
+    or when that is false the schema of the one `patternProperties` pattern the name matches;
+    two or more above are refused) and `maxProperties` (the last optional members are left out),
     `patternProperties` (a listed member whose name the pattern matches must also satisfy its
     schema), `dependentRequired` and array-form
     `dependencies` (the dependencies of a written member become required, listed or not).

@@ -25,6 +25,7 @@ its states (`corral.automata.nfa`).
 
 from __future__ import annotations
 
+import numpy as np
 from corral.automata.compile import build_dfa
 from corral.automata.dfa import Dfa
 from corral.automata.errors import EmptyLanguageError, SchemaError
@@ -33,8 +34,15 @@ from corral.automata.schema.exact import Exactness, universe_dfa
 from corral.automata.schema.form import EMPTY, NOTHING, Lit, Subtree, choice, repeat, seq
 from corral.automata.schema.keywords import child, count, is_constraint, unsupported
 from corral.automata.schema.merge import typed_parts
+from corral.automata.schema.strings import pattern_tree
 from corral.automata.schema.values import dumps
-from corral.automata.tree import Automaton
+from corral.automata.tree import Alt, Automaton, Concat, literal_bytes
+
+_ENUMERATION_STEPS = 100_000
+"""Most prefixes `finite_texts` visits before it gives up."""
+
+_ASCII_NAME = r'"[ !#-\[\]-~]*"'
+"""The member names `extra_member` writes: printable ASCII without `"` or `\\` (U's strings)."""
 
 EMPTY_RANGE_REASONS = frozenset(
     {
@@ -182,6 +190,10 @@ class Algebra:
             raise SchemaError(pointer, "properties", "properties must be an object")
         required = rest.get("required", [])
         listed = list(properties) + [n for n in required if isinstance(n, str)]
+        low = count(rest, "minProperties", pointer)
+        if low is not None and low > len(set(listed)):
+            reason = "propertyNames with minProperties above the listed members"
+            raise unsupported(pointer, "propertyNames", reason)
         kept = dict(properties)
         for name in listed:
             if dfa is None or not dfa.matches(dumps(name).encode("utf-8")):
@@ -189,6 +201,75 @@ class Algebra:
         if kept != properties or "properties" in rest:
             rest["properties"] = kept
         return self.compiler.compile(rest, pointer, depth + 1)
+
+    def extra_member(self, schema: dict, taken: set, pointer: str, depth: int):
+        """The form `"name":VALUE` of one member `schema` does not list (for a `minProperties`
+        above the listed members), or NOTHING when none can be written. The name is printable
+        ASCII without escapes (the strings of the universe U, where a `pattern`'s language is
+        exact), not in `taken` (the listed, written and dependency names); its value is
+        `additionalProperties` for a name no `patternProperties` pattern matches, else (when
+        `additionalProperties` is false) the schema of the one pattern it matches.
+
+        Raises:
+            SchemaError: a pattern outside the regex subset (naming `patternProperties`).
+            LimitError: a product past the DFA state limit.
+        """
+        trees = self.compiler.trees
+        quote = literal_bytes(b'"')
+        ascii_names = build_dfa(trees.parse(_ASCII_NAME), trees.limits)
+        patterns = []
+        for pattern, sub in (schema.get("patternProperties") or {}).items():
+            where = child(pointer, "patternProperties", pattern)
+            try:
+                content = pattern_tree(pattern, where, trees)
+            except SchemaError as error:
+                raise unsupported(pointer, "patternProperties", error.reason) from None
+            names = self.dfa(Subtree(Concat((quote, content, quote))))
+            patterns.append((self._product(intersection, names, ascii_names), sub, where))
+        options = []
+        additional = schema.get("additionalProperties", True)
+        if additional is not False:
+            options.append((ascii_names, additional, child(pointer, "additionalProperties")))
+        options += patterns
+        taken_dfa = None
+        if taken:
+            texts = sorted(dumps(name).encode("utf-8") for name in taken)
+            taken_dfa = build_dfa(Alt(tuple(literal_bytes(t) for t in texts)), trees.limits)
+        for names, sub, where in options:
+            own = names
+            for other, _, _ in patterns:
+                if other is not own:
+                    names = self._product(difference, names, other)
+            names = self._product(difference, names, taken_dfa)
+            if names is None:
+                continue
+            value = self.compile(sub, where, depth)
+            if value is not NOTHING:
+                return seq(self.form_of(names), Lit(":"), value)
+        return NOTHING
+
+    def finite_texts(self, form, most: int) -> list[str] | None:
+        """The texts of a form's language in byte order, when it is finite with at most `most`
+        texts; None otherwise (also past `_ENUMERATION_STEPS` steps of the search)."""
+        dfa = self.dfa(form)
+        if dfa is None:
+            return []
+        out: list[str] = []
+        steps = 0
+        stack = [(0, b"")]
+        while stack:
+            state, prefix = stack.pop()
+            steps += 1
+            if steps > _ENUMERATION_STEPS or len(prefix) > dfa.n_states:
+                return None  # a text longer than the states: the language has a cycle
+            if dfa.accept[state]:
+                out.append(prefix.decode("utf-8"))
+                if len(out) > most:
+                    return None
+            row = dfa.trans[state]
+            for byte in np.flatnonzero(row >= 0)[::-1].tolist():
+                stack.append((int(row[byte]), prefix + bytes([byte])))
+        return out
 
     def contains(self, schema: dict, pointer: str, depth: int):
         """Between `minContains` (default 1) and `maxContains` items of items ∧ contains, within

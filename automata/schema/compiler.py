@@ -313,9 +313,15 @@ class Compiler:
             elif t == "null":
                 out.append(NULL_FORM)
             elif t == "array":
-                out.append(lower_array(schema, pointer, depth, self.compile, self.schema_limits))
+                texts = self.algebra.finite_texts
+                out.append(
+                    lower_array(schema, pointer, depth, self.compile, self.schema_limits, texts)
+                )
             else:
-                out.append(lower_object(schema, pointer, depth, self.compile, self.schema_limits))
+                extra = self.algebra.extra_member
+                out.append(
+                    lower_object(schema, pointer, depth, self.compile, self.schema_limits, extra)
+                )
         return choice(out)
 
 

@@ -4,9 +4,12 @@ schema form (DESIGN.md section 3: "array with `items`: minItems / maxItems exact
 exactly between members").
 
 Beyond the subset, as sub-languages: `prefixItems` and array-form `items` (tuples, with
-`additionalItems` / `items` for the rest); `uniqueItems` when `maxItems` <= 1 or false;
-`maxItems` above `SchemaLimits.max_array_length` lowered to it; `minProperties` (the first
-optional members become required) and `maxProperties` (the last optional members are left out);
+`additionalItems` / `items` for the rest); `uniqueItems` when `maxItems` <= 1 or false, or
+when the items' language has at most `MAX_UNIQUE_VALUES` values (each written at most once, in
+the order of their texts); `maxItems` above `SchemaLimits.max_array_length` lowered to it;
+`minProperties` (the first optional members become required; one above the members that can
+be written adds one unlisted member, last, see `lower_object`) and `maxProperties` (the last
+optional members are left out);
 `patternProperties` (a written member whose name the pattern matches must also satisfy its
 schema); `dependentRequired` and array-form `dependencies` (the dependencies of a written member
 become required). A required name `properties` does not list is written after the listed
@@ -18,6 +21,7 @@ Each function takes `compile(subschema, pointer, depth) -> form`, the compiler's
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 
@@ -25,18 +29,27 @@ from corral.automata.errors import LimitError, SchemaError
 from corral.automata.limits import SchemaLimits
 from corral.automata.schema.form import EMPTY, NOTHING, Lit, Object, choice, repeat, seq
 from corral.automata.schema.keywords import child, count, unsupported
-from corral.automata.schema.values import dumps
+from corral.automata.schema.values import dumps, json_key
 
 Compile = Callable[[object, str, int], object]
 
 
 def lower_array(
-    schema: dict, pointer: str, depth: int, compile: Compile, schema_limits: SchemaLimits
+    schema: dict,
+    pointer: str,
+    depth: int,
+    compile: Compile,
+    schema_limits: SchemaLimits,
+    finite_texts: Callable | None = None,
 ):
-    """The form of the JSON arrays `schema` allows (see the module docstring).
+    """The form of the JSON arrays `schema` allows (see the module docstring);
+    `finite_texts(form, most)` lists a finite item language's texts for `uniqueItems`
+    (`corral.automata.schema.algebra.Algebra.finite_texts`; without it `uniqueItems` over more
+    than one item is refused).
 
     Raises:
-        SchemaError: malformed counts or items, `uniqueItems` with more than one item, or an
+        SchemaError: malformed counts or items, `uniqueItems` with more than one item of an
+            infinite or large item language (or of a tuple), or an
             array without items when the any-value language is off.
         LimitError: `minItems` above `max_array_length`.
     """
@@ -52,11 +65,12 @@ def lower_array(
     if max_items is not None:
         max_items = min(max_items, cap)
     unique = schema.get("uniqueItems", False)
-    if unique is True and (max_items is None or max_items > 1):
-        raise unsupported(pointer, "uniqueItems", "uniqueItems with more than one item")
     if not isinstance(unique, bool):
         raise SchemaError(pointer, "uniqueItems", "uniqueItems must be a boolean")
+    unique = unique and (max_items is None or max_items > 1)
     items = schema.get("items")
+    if unique and (finite_texts is None or "prefixItems" in schema or isinstance(items, list)):
+        raise unsupported(pointer, "uniqueItems", "uniqueItems with more than one item")
     prefix = schema.get("prefixItems")
     if isinstance(items, list):
         prefix, rest_schema, rest_key = (
@@ -74,6 +88,8 @@ def lower_array(
     key = "items" if isinstance(items, list) else "prefixItems"
     prefix_forms = [compile(s, child(pointer, key, i), depth + 1) for i, s in enumerate(prefix)]
     rest = compile(rest_schema, child(pointer, rest_key), depth + 1)
+    if unique:
+        return _unique_array(rest, min_items, max_items, finite_texts, pointer)
     comma = Lit(",")
     alternatives = []
     k = len(prefix_forms)
@@ -105,16 +121,60 @@ def lower_array(
     return seq(Lit("["), body, Lit("]"))
 
 
+MAX_UNIQUE_VALUES = 32
+"""`uniqueItems` with more than one item is compiled when the items' language has at most this
+many texts (an `enum`, booleans, a short bounded integer range); otherwise it is refused."""
+
+
+def _unique_array(item, min_items: int, max_items: int | None, finite_texts, pointer: str):
+    """Arrays of distinct items from a finite item language: its values (one text per value as
+    JSON Schema compares them) in the order of their texts, each at most once, between
+    `min_items` and `max_items` of them. A sub-language: the same items in another order are
+    valid too. SchemaError naming `uniqueItems` when the language is infinite or too large."""
+    texts = finite_texts(item, MAX_UNIQUE_VALUES)
+    if texts is None:
+        reason = f"uniqueItems over more than {MAX_UNIQUE_VALUES} possible items"
+        raise unsupported(pointer, "uniqueItems", reason)
+    values = list({json_key(json.loads(t)): t for t in reversed(texts)}.values())[::-1]
+    k = len(values)
+    hi = k if max_items is None else min(max_items, k)
+    if min_items > hi:
+        return NOTHING
+    memo: dict = {}
+
+    def after(j: int, n: int):  # `n` items written, the last one values[j]
+        key = (j, min(n, min_items) if hi == k else n)
+        if key not in memo:
+            more = [seq(Lit("," + values[i]), after(i, n + 1)) for i in range(j + 1, k)]
+            memo[key] = choice([*(more if n < hi else []), *([EMPTY] if n >= min_items else [])])
+        return memo[key]
+
+    firsts = [seq(Lit(values[i]), after(i, 1)) for i in range(k)] if hi > 0 else []
+    body = choice([*firsts, *([EMPTY] if min_items == 0 else [])])
+    return NOTHING if body is NOTHING else seq(Lit("["), body, Lit("]"))
+
+
 def lower_object(
-    schema: dict, pointer: str, depth: int, compile: Compile, schema_limits: SchemaLimits
+    schema: dict,
+    pointer: str,
+    depth: int,
+    compile: Compile,
+    schema_limits: SchemaLimits,
+    extra_member: Callable | None = None,
 ):
     """The form of the JSON objects `schema` allows: the listed members in schema order (see
     the module docstring). A member whose value can never be written is left out, or makes the
     object NOTHING when it is required.
 
+    A `minProperties` one above the members that can be written makes them all required and
+    adds one member the schema does not list, last: `extra_member(schema, taken, pointer,
+    depth)` gives its form (`corral.automata.schema.algebra.Algebra.extra_member`; `taken`
+    are the names it must avoid), NOTHING when none can be written.
+
     Raises:
         SchemaError: malformed keywords, `propertyNames`, or a refused counting or
-            dependency.
+            dependency (`minProperties` two or more above the members, or one above them
+            without `extra_member`).
         LimitError: more members than `max_properties`.
     """
     properties = schema.get("properties", {})
@@ -147,10 +207,27 @@ def lower_object(
                 return NOTHING
             continue
         members.append((seq(Lit(dumps(name) + ":"), value), name in required))
-    members = _count_members(schema, members, pointer)
     if "propertyNames" in schema:
         raise unsupported(pointer, "propertyNames")
+    low = count(schema, "minProperties", pointer)
+    if low is not None and low == len(members) + 1 and extra_member is not None:
+        taken = {*properties, *unlisted, *_dependency_keys(schema)}
+        extra = extra_member(schema, taken, pointer, depth)
+        if extra is NOTHING:
+            return NOTHING
+        members.append((extra, True))
+    members = _count_members(schema, members, pointer)
     return Object(tuple(members))
+
+
+def _dependency_keys(schema: dict) -> set:
+    """The names whose presence `dependentRequired` / `dependencies` constrain."""
+    out = set()
+    for key in ("dependentRequired", "dependencies"):
+        table = schema.get(key)
+        if isinstance(table, dict):
+            out |= set(table)
+    return out
 
 
 def _count_members(schema: dict, members: list, pointer: str) -> list:
@@ -162,7 +239,8 @@ def _count_members(schema: dict, members: list, pointer: str) -> list:
     n_required = sum(1 for _, r in members if r)
     if low is not None and low > n_required:
         if low > len(members):
-            raise unsupported(pointer, "minProperties", "more than the listed members")
+            reason = "more than one member beyond the listed members"
+            raise unsupported(pointer, "minProperties", reason)
         promote = low - n_required
         out = []
         for member, required in members:

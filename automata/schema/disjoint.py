@@ -87,6 +87,30 @@ def enum_keys(schema) -> set | None:
     return out
 
 
+def written_names(schema: dict) -> set | None:
+    """The member names the object language of `schema` can write (`containers.lower_object`):
+    its `properties`, its `required` names (an unlisted one is written after the listed ones)
+    and the names its `dependentRequired` / array `dependencies` add; None when it can write
+    others (a `minProperties` above the listed members adds a member of another name) or the
+    keywords are malformed."""
+    properties = schema.get("properties", {})
+    required = schema.get("required", [])
+    if not isinstance(properties, dict) or not isinstance(required, list):
+        return None
+    names = set(properties) | {n for n in required if isinstance(n, str)}
+    for key in ("dependentRequired", "dependencies"):
+        table = schema.get(key, {})
+        if not isinstance(table, dict):
+            return None
+        for needed in table.values():
+            if isinstance(needed, list):
+                names |= {n for n in needed if isinstance(n, str)}
+    low = schema.get("minProperties")
+    if low is not None and (not isinstance(low, int) or low > len(properties)):
+        return None
+    return names
+
+
 def excludes(mi, mj, merger: Merger, pointer: str) -> bool:
     """True when no value of branch i's language (compiled from the merged branch `mi`, after
     `leave_out_others_required`) is valid against branch j (`mj`)."""
@@ -100,10 +124,15 @@ def excludes(mi, mj, merger: Merger, pointer: str) -> bool:
         return True
     if ti & tj != {"object"} or any(k in mi for k in ("anyOf", "oneOf", "allOf", "$ref")):
         return False
-    # i writes objects only (for the shared type): its members come from its properties
+    # i writes objects only (for the shared type): its members are the names it can write
     props_i = mi.get("properties", {})
+    names_i = written_names(mi)
     required_j = mj.get("required", [])
-    if isinstance(required_j, list) and any(n not in props_i for n in required_j):
+    if (
+        names_i is not None
+        and isinstance(required_j, list)
+        and any(n not in names_i for n in required_j)
+    ):
         return True
     props_j = mj.get("properties", {})
     for name in mi.get("required", []):

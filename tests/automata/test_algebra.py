@@ -224,6 +224,9 @@ leaf = st.sampled_from(
         {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "null"}}},
         {"required": ["a"]},
         {"properties": {"a": {"maximum": 0}}},
+        {"type": "object", "required": ["a"]},
+        {"type": "object", "properties": {"b": {"type": "integer"}}, "required": ["a"]},
+        {"type": "object", "minProperties": 1},
         True,
     ]
 )
@@ -270,6 +273,35 @@ def test_new_keywords_compile_and_are_sound(schema):
         assert check.is_valid(json.loads(text)), text
         seen.add(text)
     assert len(seen) > 1
+
+
+UNLISTED_MEMBER_ONE_OFS = [
+    # branch 0 writes the member `a` it does not list (required, or beyond minProperties)
+    [{"type": "object", "required": ["a"]}, {"type": "object", "required": ["a"]}],
+    [
+        {"type": "object", "required": ["a"]},
+        {"type": "object", "properties": {"b": {"type": "integer"}}, "required": ["a"]},
+    ],
+    [{"type": "object", "minProperties": 1}, {"type": "object", "required": ["a"]}],
+    [
+        {"type": "object", "properties": {"b": {}}, "dependentRequired": {"b": ["a"]}},
+        {"type": "object", "required": ["a"]},
+    ],
+]
+
+
+@pytest.mark.parametrize("branches", UNLISTED_MEMBER_ONE_OFS)
+def test_one_of_with_unlisted_members_is_sound(branches):
+    schema = {"oneOf": branches}
+    try:
+        dfa = schema_to_dfa(schema)
+    except ConstrainError:
+        return  # refused (the branches overlap and are not exact): sound
+    check = validator(schema)
+    rng = np.random.default_rng(3)
+    for _ in range(60):
+        text = dfa.sample(rng).decode("utf-8")
+        assert check.is_valid(json.loads(text)), text
 
 
 def test_overlapping_one_of_is_exactly_one():

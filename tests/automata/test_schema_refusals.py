@@ -1,6 +1,7 @@
 """The schemas corral used to refuse most often (DESIGN.md section 3, beyond the subset): the
 formats hostname, idn-hostname, ipv6, duration and exact leap years; unknown formats; required
-names not in `properties`; non-integer number bounds; `multipleOf`; `\\u` escapes in strings.
+names not in `properties`; non-integer number bounds; `multipleOf`; `\\u` escapes in strings;
+`minProperties` one above the listed members; `uniqueItems` over a finite item language.
 
 Each language is checked against independent oracles: `jsonschema` with its format checker (the
 format extras of the test extra), `datetime`, `ipaddress`, Python's decimal and float
@@ -20,8 +21,15 @@ from decimal import Decimal
 import jsonschema
 import numpy as np
 import pytest
-from corral.automata import ConstrainError, SchemaError, regex_to_dfa, schema_to_dfa
+from corral.automata import (
+    ConstrainError,
+    EmptyLanguageError,
+    SchemaError,
+    regex_to_dfa,
+    schema_to_dfa,
+)
 from corral.automata.schema.formats import FORMATS, HOST_LABEL_LENGTH, HOST_LABELS
+from corral.automata.schema.values import json_key
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -308,3 +316,109 @@ def test_any_positive_multiple_of_compiles_or_is_refused_cleanly(step):
         schema_to_dfa({"type": "integer", "minimum": -50, "maximum": 50, "multipleOf": step})
     except ConstrainError as error:
         assert getattr(error, "keyword", "multipleOf") == "multipleOf"
+
+
+# ---------------------------------------------------------------------------------------------
+# minProperties above the listed members: one member the schema does not list
+
+_VALUES = [{"type": "integer", "maximum": 5}, {"type": "string", "maxLength": 1}, {"type": "null"}]
+_PATTERNS = ["^x", "a", "^[0-9]+$", "b$", "^\\w$"]
+_NAMES = ["a", "b", "x", "xa", "12", "ab", "zb", "", "é", "x\n", "a b", "q"]
+
+
+@st.composite
+def extra_member_schemas(draw):
+    listed = draw(st.lists(st.sampled_from(["a", "b", "xb"]), max_size=2, unique=True))
+    schema = {"type": "object", "properties": {n: draw(st.sampled_from(_VALUES)) for n in listed}}
+    schema["minProperties"] = len(listed) + draw(st.sampled_from([1, 1, 2]))
+    patterns = draw(st.lists(st.sampled_from(_PATTERNS), max_size=2, unique=True))
+    if patterns:
+        schema["patternProperties"] = {p: draw(st.sampled_from(_VALUES)) for p in patterns}
+    schema["additionalProperties"] = draw(st.sampled_from([True, False, *_VALUES]))
+    if draw(st.booleans()):
+        schema["dependentRequired"] = {draw(st.sampled_from(_NAMES)): listed[:1]}
+    return schema
+
+
+@given(extra_member_schemas())
+@settings(max_examples=60, deadline=None)
+def test_min_properties_above_the_listed_members_is_sound(schema):
+    try:
+        dfa = schema_to_dfa(schema)
+    except ConstrainError:  # two members beyond the listed ones, contradictory merges, ...
+        return
+    for text in _samples(dfa, 40):
+        assert _valid(schema, json.loads(text)), (schema, text)
+    # differential: objects of tricky names (pattern matches, listed names, non-ASCII, controls)
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        names = rng.choice(_NAMES, size=rng.integers(0, 4), replace=False)
+        value = {str(n): [1, "s", None][rng.integers(0, 3)] for n in names}
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        if dfa.matches(text.encode("utf-8")):
+            assert _valid(schema, value), (schema, text)
+
+
+def test_min_properties_one_above_the_listed_members_writes_an_unlisted_member():
+    snowplow = {"minProperties": 1, "patternProperties": {"^iglu:": {"type": "integer"}}}
+    dfa = schema_to_dfa({**snowplow, "additionalProperties": False})
+    assert dfa.matches(b'{"iglu:a":1}') and not dfa.matches(b'{"a":1}')
+    assert not dfa.matches(b"{}") and not dfa.matches(b'{"iglu:a":"x"}')
+    free = schema_to_dfa({"type": "object", "minProperties": 1})
+    assert free.matches(b'{"k":[1,{"a":null}]}') and not free.matches(b"{}")
+    listed = {"type": "object", "properties": {"a": {"type": "null"}}, "minProperties": 2}
+    dfa = schema_to_dfa(listed)
+    assert dfa.matches(b'{"a":null,"b":true}') and not dfa.matches(b'{"a":null,"a":true}')
+    with pytest.raises(SchemaError) as info:
+        schema_to_dfa({**listed, "minProperties": 3})
+    assert info.value.keyword == "minProperties"
+
+
+# ---------------------------------------------------------------------------------------------
+# uniqueItems over a finite item language
+
+_FINITE_ITEMS = [
+    {"enum": ["a", "b", 1, 1.0, None, [1], {"x": 1, "y": 2}, {"y": 2, "x": 1}]},
+    {"type": "boolean"},
+    {"type": "integer", "minimum": -2, "maximum": 3},
+    {"enum": [0, False, "0", 0.0]},
+    {"const": "only"},
+]
+
+
+@given(
+    st.sampled_from(_FINITE_ITEMS),
+    st.integers(0, 4),
+    st.one_of(st.none(), st.integers(0, 3)),
+)
+@settings(max_examples=60, deadline=None)
+def test_unique_items_over_a_finite_item_language_is_sound(items, low, spread):
+    schema = {"type": "array", "items": items, "uniqueItems": True, "minItems": low}
+    high = None if spread is None else low + spread
+    if high is not None:
+        schema["maxItems"] = high
+    values = items.get("enum") or [items.get("const")] if "type" not in items else None
+    values = values or {"boolean": [True, False], "integer": list(range(-3, 5))}[items["type"]]
+    try:
+        dfa = schema_to_dfa(schema)
+    except EmptyLanguageError:  # fewer distinct values than minItems
+        distinct = {json_key(v) for v in values if _valid(items, v)}
+        assert low > len(distinct) or (high is not None and high < low)
+        return
+    for text in _samples(dfa, 40):
+        assert _valid(schema, json.loads(text)), (schema, text)
+    # differential: arrays of the items' values (and neighbours) with repeats, in every order
+    rng = np.random.default_rng(2)
+    for _ in range(200):
+        picked = [values[i] for i in rng.integers(0, len(values), size=rng.integers(0, 5))]
+        text = json.dumps(picked, separators=(",", ":"), ensure_ascii=False)
+        if dfa.matches(text.encode("utf-8")):
+            assert _valid(schema, picked), (schema, text)
+
+
+def test_unique_items_writes_each_value_once_and_refuses_infinite_items():
+    dfa = schema_to_dfa({"type": "array", "items": {"enum": [1, 1.0, 2]}, "uniqueItems": True})
+    assert dfa.matches(b"[1,2]") and not dfa.matches(b"[1,1.0]") and not dfa.matches(b"[1,1]")
+    with pytest.raises(SchemaError) as info:
+        schema_to_dfa({"type": "array", "items": {"type": "string"}, "uniqueItems": True})
+    assert info.value.keyword == "uniqueItems"
