@@ -22,12 +22,6 @@ from corral.automata.limits import DEFAULT_LIMITS, Limits
 from corral.automata.nfa import ACCEPT, Nfa
 
 
-def mask_to_bools(mask: int) -> np.ndarray:
-    """bool `[256]`: entry b is True when bit b of the 256-bit `mask` is set."""
-    raw = np.frombuffer(mask.to_bytes(32, "little"), dtype=np.uint8)
-    return np.unpackbits(raw, bitorder="little").astype(bool)
-
-
 def byte_classes(masks: list[int]) -> np.ndarray:
     """int32 `[256]`: the class of each byte, for the coarsest partition of 0..255 in which every
     mask in `masks` is a union of classes. Classes are numbered 0, 1, ... in order of their
@@ -155,17 +149,21 @@ def subset_construction(
 
 
 def _class_sets(masks: list[int], byte_to_class: np.ndarray) -> list[int]:
-    """Per NFA state, the classes its byte edge reads as an int bitset (0: no byte edge)."""
-    converted: dict[int, int] = {0: 0}
-    out = []
-    for m in masks:
-        bits = converted.get(m)
-        if bits is None:
-            classes = np.unique(byte_to_class[mask_to_bools(m)])
-            bits = sum(1 << c for c in classes.tolist())
-            converted[m] = bits
-        out.append(bits)
-    return out
+    """Per NFA state, the classes its byte edge reads as an int bitset (0: no byte edge).
+    Every mask is a union of classes, so a class is read when its smallest byte is: one
+    vectorized unpack of the distinct masks, O(distinct masks x 256)."""
+    distinct = list(dict.fromkeys(masks))
+    packed = b"".join(m.to_bytes(32, "little") for m in distinct)
+    member = np.unpackbits(np.frombuffer(packed, np.uint8), bitorder="little")
+    _, smallest = np.unique(byte_to_class, return_index=True)  # per class, its smallest byte
+    read = member.reshape(len(distinct), 256)[:, smallest]  # [n_distinct, n_classes]
+    rows = np.packbits(read, axis=1, bitorder="little").tobytes()
+    width = (read.shape[1] + 7) // 8
+    converted = {
+        m: int.from_bytes(rows[i * width : (i + 1) * width], "little")
+        for i, m in enumerate(distinct)
+    }
+    return [converted[m] for m in masks]
 
 
 def _atom_plan(shape: tuple[int, ...]) -> list[tuple[int, tuple[int, ...]]]:
