@@ -57,7 +57,8 @@ def subset_construction(
     int bitset); per DFA state, the classes are cut into the atoms that every edge of the state
     reads whole or not at all (`_atom_plan`, memoized on the kernel's bitsets: the positions of
     a length-bounded string share it), and each atom costs one closure (memoized). O(edges of
-    the kernel x atoms) per DFA state, with no work per class but the row's writes.
+    the kernel x atoms) per DFA state; the table is written at the end, every (state, atom,
+    target) edge at once in NumPy, so there is no Python work per class.
 
     Raises:
         EmptyLanguageError: the start closure has no byte edge and does not accept.
@@ -102,33 +103,27 @@ def subset_construction(
             closures[states] = cached
         return cached
 
-    class_lists: dict[int, list[int]] = {}
     plans: dict[tuple[int, ...], list[tuple[int, tuple[int, ...]]]] = {}  # by kernel shape
-
-    def classes_of(atom: int) -> list[int]:
-        """The classes of an int bitset, ascending (memoized)."""
-        listed = class_lists.get(atom)
-        if listed is None:
-            listed = [c for c in range(atom.bit_length()) if atom >> c & 1]
-            class_lists[atom] = listed
-        return listed
-
+    atom_id: dict[int, int] = {}  # class bitset -> its row in the table of atoms (plans hold ids)
     start = closure((nfa.start,))
     if not start[0] and not start[1]:
         raise EmptyLanguageError("the pattern matches no string")
     index = {start: 0}
     kernels = [start[0]]
     accept = [start[1]]
-    rows: list[list[int]] = []
+    edge_state: list[int] = []  # the DFA's edges as (state, atom, target) triples
+    edge_atom: list[int] = []
+    edge_to: list[int] = []
     limit = limits.max_dfa_states
     i = 0
     while i < len(kernels):
-        row = [-1] * n_classes
         kernel = kernels[i]
         shape = tuple([class_sets[s] for s in kernel])
         plan = plans.get(shape)
         if plan is None:
-            plan = plans[shape] = _atom_plan(shape)
+            plan = plans[shape] = [
+                (atom_id.setdefault(atom, len(atom_id)), edges) for atom, edges in _atom_plan(shape)
+            ]
         for atom, edges in plan:
             key = closure(tuple([edge_target[kernel[e]] for e in edges]))
             j = index.get(key)
@@ -141,11 +136,26 @@ def subset_construction(
                 index[key] = j
                 kernels.append(key[0])
                 accept.append(key[1])
-            for c in classes_of(atom):
-                row[c] = j
-        rows.append(row)
+            edge_state.append(i)
+            edge_atom.append(atom)
+            edge_to.append(j)
         i += 1
-    return np.array(rows, dtype=np.int32).reshape(len(rows), n_classes), np.array(accept, bool)
+    trans = np.full((len(kernels), n_classes), -1, dtype=np.int32)
+    if edge_state:
+        # Each edge writes its target in the columns of its atom's classes.
+        atom_bits = _bits_matrix(list(atom_id), n_classes)  # bool [n_atoms, n_classes]
+        edge, column = np.nonzero(atom_bits[np.array(edge_atom)])
+        trans[np.array(edge_state)[edge], column] = np.array(edge_to, dtype=np.int32)[edge]
+    return trans, np.array(accept, bool)
+
+
+def _bits_matrix(bitsets: list[int], width: int) -> np.ndarray:
+    """bool `[len(bitsets), width]`: entry (i, c) is bit c of `bitsets[i]` (ints below
+    2**width)."""
+    n_bytes = (width + 7) // 8
+    packed = b"".join(b.to_bytes(n_bytes, "little") for b in bitsets)
+    bits = np.unpackbits(np.frombuffer(packed, np.uint8), bitorder="little")
+    return bits.reshape(len(bitsets), n_bytes * 8)[:, :width].astype(bool)
 
 
 def _class_sets(masks: list[int], byte_to_class: np.ndarray) -> list[int]:
