@@ -25,25 +25,20 @@ from corral.automata.nfa import ACCEPT, Nfa
 def byte_classes(masks: list[int]) -> np.ndarray:
     """int32 `[256]`: the class of each byte, for the coarsest partition of 0..255 in which every
     mask in `masks` is a union of classes. Classes are numbered 0, 1, ... in order of their
-    smallest byte. Partition refinement over 256-bit ints: O(distinct masks x classes)."""
-    classes = [(1 << 256) - 1]
-    for m in set(masks):
-        cut = []
-        for c in classes:
-            inside = c & m
-            if inside and inside != c:
-                cut.append(inside)
-                cut.append(c ^ inside)
-            else:
-                cut.append(c)
-        classes = cut
-    classes.sort(key=lambda c: c & -c)  # by smallest byte
-    packed = b"".join(c.to_bytes(32, "little") for c in classes)
+    smallest byte. Two bytes share a class when every mask holds both or neither: the classes
+    are the distinct columns of the masks' bit matrix, found by one `np.unique`,
+    O(distinct masks x 256) vectorized."""
+    distinct = list(dict.fromkeys(masks))
+    if not distinct:
+        return np.zeros(256, dtype=np.int32)
+    packed = b"".join(m.to_bytes(32, "little") for m in distinct)
     member = np.unpackbits(np.frombuffer(packed, np.uint8), bitorder="little")
-    class_of, byte = np.nonzero(member.reshape(len(classes), 256))
-    out = np.empty(256, dtype=np.int32)
-    out[byte] = class_of
-    return out
+    columns = np.packbits(member.reshape(len(distinct), 256).T, axis=1)  # [256, bytes]
+    keys = np.ascontiguousarray(columns).view(np.dtype((np.void, columns.shape[1]))).ravel()
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), dtype=np.int32)
+    rank[np.argsort(first)] = np.arange(len(first), dtype=np.int32)  # by smallest byte
+    return rank[inverse.reshape(-1)]
 
 
 def subset_construction(
