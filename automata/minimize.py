@@ -79,14 +79,17 @@ class _Partition:
 
 def moore_budget(trans: np.ndarray) -> int:
     """The Moore rounds `equivalence_blocks` tries before Hopcroft's refinement: about as many
-    as cost the time Hopcroft's would take, measured in CPython on this code: about 200 us plus
-    0.5 us per live edge and halving (m log2 n) for Hopcroft's, 30 us plus 3 ns per table cell
-    per round for Moore's. Between 4 and 64."""
-    n, k = trans.shape
+    as cost the time Hopcroft's would take (past the budget, a partition pays both), from
+    timings of this code in CPython on JSONSchemaBench's DFAs: Hopcroft's 150 us plus 0.25 to
+    0.5 us per live edge and halving (m log2 n), a Moore round 30 us plus about 15 ns per state
+    and live edge. At most 64; 0 (Hopcroft's alone) when that is below 8 rounds, where Moore's
+    rounds could save little."""
+    n = trans.shape[0]
     m = int(np.count_nonzero(trans >= 0))
-    hopcroft_us = 200 + 0.5 * m * np.log2(n + 1)
-    round_us = 30 + 0.003 * n * (k + 1)
-    return int(min(64, max(4, hopcroft_us / round_us)))
+    hopcroft_us = 150 + 0.3 * m * np.log2(n + 1)
+    round_us = 30 + 0.015 * (n + m)
+    rounds = int(min(64, hopcroft_us / round_us))
+    return rounds if rounds >= 8 else 0
 
 
 _WEIGHTS = np.random.default_rng(20261130).integers(1, 2**62, 257, dtype=np.int64) | 1
@@ -100,7 +103,7 @@ def equivalence_blocks(
     a block exactly when they accept the same strings), blocks numbered arbitrarily.
 
     First up to `moore_rounds` (None: `moore_budget`) of Moore's refinement, each round one
-    vectorized pass (`moore_refine`, O(n_states x n_classes)); schemas' DFAs are mostly stable
+    vectorized pass (`moore_refine`, O(n_states + live edges)); schemas' DFAs are mostly stable
     after 5 to 20 rounds. A partition still refining then (a long chain, such as a counted
     string, needs one round per link) is finished by Valmari-Lehtinen's Hopcroft refinement
     (module docstring, `hopcroft_refine`, O(m log n) for m live edges), which starts from it.
@@ -108,38 +111,48 @@ def equivalence_blocks(
     `moore_rounds`."""
     if moore_rounds is None:
         moore_rounds = moore_budget(trans)
+    if moore_rounds == 0:
+        return hopcroft_refine(trans, accept.astype(np.int64))
     block, stable = moore_refine(trans, accept, moore_rounds)
     return block if stable else hopcroft_refine(trans, block)
 
 
 def moore_refine(trans: np.ndarray, accept: np.ndarray, max_rounds: int) -> tuple[np.ndarray, bool]:
     """(block int64 `[n_states]`, stable) after at most `max_rounds` rounds of Moore's
-    refinement from {accepting, other}: a state's signature is its block and its successors'
-    blocks (-1 dead). Signatures are grouped by a hash (a dot product with fixed weights) and
-    the grouping is checked against the signatures themselves; on a collision the round groups
-    the rows exactly (`np.unique` over rows). `stable` is True when a round split nothing (the
+    refinement from {accepting, other}: a state's signature is its block and, per class, its
+    successor's block (or dead). Signatures are grouped by a hash over the live edges (a sum of
+    fixed per-class weights times the target's block, wrapping modulo 2**64), and the grouping
+    is checked against the signatures themselves; on a collision the round groups the full
+    rows exactly (`np.unique` over rows). `stable` is True when a round split nothing (the
     partition is then language equivalence). It also stops, unstable, after three rounds when
     the blocks grew so slowly that the rounds left at that pace (at most one per state not yet
     separated) would pass `max_rounds`: a chain, which Hopcroft's refinement finishes faster.
-    O(n_states x n_classes) per round."""
-    n, k = trans.shape
+    O(n_states + live edges) per round."""
+    n = trans.shape[0]
     _, block = np.unique(accept, return_inverse=True)  # labels 0.. (one or two blocks)
     block = block.reshape(-1).astype(np.int64)
     n_blocks = initial = int(block.max()) + 1
-    targets = np.where(trans >= 0, trans, n)  # n: the dead state
-    labels = np.empty(n + 1, np.int64)
-    labels[n] = -1
-    signature = np.empty((n, k + 1), np.int64)
+    tails, classes = np.nonzero(trans >= 0)  # row-major: grouped by tail, classes ascending
+    heads = trans[tails, classes].astype(np.int64)
+    start = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(tails, minlength=n), out=start[1:])
+    degree = np.diff(start)
+    busy = np.flatnonzero(degree)  # states with a live edge (reduceat needs non-empty runs)
+    position = np.arange(len(tails)) - start[tails]  # an edge's rank among its tail's edges
+    weight = _WEIGHTS[1:][classes]
     rounds = 0
     while rounds < max_rounds:
-        labels[:n] = block
-        signature[:, 0] = block
-        np.take(labels, targets, out=signature[:, 1:])
-        hashed = signature @ _WEIGHTS[: k + 1]
+        successor = block[heads]
+        sums = np.zeros(n, np.int64)
+        if len(busy):
+            sums[busy] = np.add.reduceat(weight * (successor + 2), start[busy])
+        hashed = block * _WEIGHTS[0] + sums
         _, first, new = np.unique(hashed, return_index=True, return_inverse=True)
-        if not np.array_equal(signature, signature[first[new]]):  # a hash collision
-            _, new = np.unique(signature, axis=0, return_inverse=True)
         new = new.reshape(-1).astype(np.int64)
+        if not _same_signatures(
+            block, degree, classes, successor, start, tails, position, first[new]
+        ):
+            new = _exact_groups(trans, block)  # a hash collision
         count = int(new.max()) + 1
         if count == n_blocks:  # the new partition refines the old: equal counts, equal
             return block, True
@@ -148,6 +161,27 @@ def moore_refine(trans: np.ndarray, accept: np.ndarray, max_rounds: int) -> tupl
             return new, False  # growing like a chain: more rounds than allowed at this pace
         block, n_blocks = new, count
     return block, False
+
+
+def _same_signatures(block, degree, classes, successor, start, tails, position, rep) -> bool:
+    """True when every state has the signature of `rep[state]` (its hash group's first state):
+    the same block, the same number of live edges, and edge by edge the same class and the
+    same successor block. O(n_states + live edges)."""
+    if not (np.array_equal(block, block[rep]) and np.array_equal(degree, degree[rep])):
+        return False
+    partner = start[rep[tails]] + position  # the same-rank edge of the representative
+    return bool(
+        np.array_equal(classes, classes[partner]) and np.array_equal(successor, successor[partner])
+    )
+
+
+def _exact_groups(trans: np.ndarray, block: np.ndarray) -> np.ndarray:
+    """The next Moore partition without hashing: `np.unique` over the full signature rows
+    (block, successors' blocks, -1 dead). O(n_states x n_classes log n_states)."""
+    labels = np.append(block, -1)
+    signature = np.concatenate([block[:, None], labels[np.where(trans >= 0, trans, -1)]], axis=1)
+    _, new = np.unique(signature, axis=0, return_inverse=True)
+    return new.reshape(-1).astype(np.int64)
 
 
 def hopcroft_refine(trans: np.ndarray, initial: np.ndarray) -> np.ndarray:
