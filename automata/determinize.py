@@ -22,34 +22,23 @@ from corral.automata.limits import DEFAULT_LIMITS, Limits
 from corral.automata.nfa import ACCEPT, Nfa
 
 
-def mask_to_bools(mask: int) -> np.ndarray:
-    """bool `[256]`: entry b is True when bit b of the 256-bit `mask` is set."""
-    raw = np.frombuffer(mask.to_bytes(32, "little"), dtype=np.uint8)
-    return np.unpackbits(raw, bitorder="little").astype(bool)
-
-
 def byte_classes(masks: list[int]) -> np.ndarray:
     """int32 `[256]`: the class of each byte, for the coarsest partition of 0..255 in which every
     mask in `masks` is a union of classes. Classes are numbered 0, 1, ... in order of their
-    smallest byte. Partition refinement over 256-bit ints: O(distinct masks x classes)."""
-    classes = [(1 << 256) - 1]
-    for m in set(masks):
-        cut = []
-        for c in classes:
-            inside = c & m
-            if inside and inside != c:
-                cut.append(inside)
-                cut.append(c ^ inside)
-            else:
-                cut.append(c)
-        classes = cut
-    classes.sort(key=lambda c: c & -c)  # by smallest byte
-    packed = b"".join(c.to_bytes(32, "little") for c in classes)
+    smallest byte. Two bytes share a class when every mask holds both or neither: the classes
+    are the distinct columns of the masks' bit matrix, found by one `np.unique`,
+    O(distinct masks x 256) vectorized."""
+    distinct = list(dict.fromkeys(masks))
+    if not distinct:
+        return np.zeros(256, dtype=np.int32)
+    packed = b"".join(m.to_bytes(32, "little") for m in distinct)
     member = np.unpackbits(np.frombuffer(packed, np.uint8), bitorder="little")
-    class_of, byte = np.nonzero(member.reshape(len(classes), 256))
-    out = np.empty(256, dtype=np.int32)
-    out[byte] = class_of
-    return out
+    columns = np.packbits(member.reshape(len(distinct), 256).T, axis=1)  # [256, bytes]
+    keys = np.ascontiguousarray(columns).view(np.dtype((np.void, columns.shape[1]))).ravel()
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), dtype=np.int32)
+    rank[np.argsort(first)] = np.arange(len(first), dtype=np.int32)  # by smallest byte
+    return rank[inverse.reshape(-1)]
 
 
 def subset_construction(
@@ -63,7 +52,8 @@ def subset_construction(
     int bitset); per DFA state, the classes are cut into the atoms that every edge of the state
     reads whole or not at all (`_atom_plan`, memoized on the kernel's bitsets: the positions of
     a length-bounded string share it), and each atom costs one closure (memoized). O(edges of
-    the kernel x atoms) per DFA state, with no work per class but the row's writes.
+    the kernel x atoms) per DFA state; the table is written at the end, every (state, atom,
+    target) edge at once in NumPy, so there is no Python work per class.
 
     Raises:
         EmptyLanguageError: the start closure has no byte edge and does not accept.
@@ -108,33 +98,27 @@ def subset_construction(
             closures[states] = cached
         return cached
 
-    class_lists: dict[int, list[int]] = {}
     plans: dict[tuple[int, ...], list[tuple[int, tuple[int, ...]]]] = {}  # by kernel shape
-
-    def classes_of(atom: int) -> list[int]:
-        """The classes of an int bitset, ascending (memoized)."""
-        listed = class_lists.get(atom)
-        if listed is None:
-            listed = [c for c in range(atom.bit_length()) if atom >> c & 1]
-            class_lists[atom] = listed
-        return listed
-
+    atom_id: dict[int, int] = {}  # class bitset -> its row in the table of atoms (plans hold ids)
     start = closure((nfa.start,))
     if not start[0] and not start[1]:
         raise EmptyLanguageError("the pattern matches no string")
     index = {start: 0}
     kernels = [start[0]]
     accept = [start[1]]
-    rows: list[list[int]] = []
+    edge_state: list[int] = []  # the DFA's edges as (state, atom, target) triples
+    edge_atom: list[int] = []
+    edge_to: list[int] = []
     limit = limits.max_dfa_states
     i = 0
     while i < len(kernels):
-        row = [-1] * n_classes
         kernel = kernels[i]
         shape = tuple([class_sets[s] for s in kernel])
         plan = plans.get(shape)
         if plan is None:
-            plan = plans[shape] = _atom_plan(shape)
+            plan = plans[shape] = [
+                (atom_id.setdefault(atom, len(atom_id)), edges) for atom, edges in _atom_plan(shape)
+            ]
         for atom, edges in plan:
             key = closure(tuple([edge_target[kernel[e]] for e in edges]))
             j = index.get(key)
@@ -147,25 +131,44 @@ def subset_construction(
                 index[key] = j
                 kernels.append(key[0])
                 accept.append(key[1])
-            for c in classes_of(atom):
-                row[c] = j
-        rows.append(row)
+            edge_state.append(i)
+            edge_atom.append(atom)
+            edge_to.append(j)
         i += 1
-    return np.array(rows, dtype=np.int32).reshape(len(rows), n_classes), np.array(accept, bool)
+    trans = np.full((len(kernels), n_classes), -1, dtype=np.int32)
+    if edge_state:
+        # Each edge writes its target in the columns of its atom's classes.
+        atom_bits = _bits_matrix(list(atom_id), n_classes)  # bool [n_atoms, n_classes]
+        edge, column = np.nonzero(atom_bits[np.array(edge_atom)])
+        trans[np.array(edge_state)[edge], column] = np.array(edge_to, dtype=np.int32)[edge]
+    return trans, np.array(accept, bool)
+
+
+def _bits_matrix(bitsets: list[int], width: int) -> np.ndarray:
+    """bool `[len(bitsets), width]`: entry (i, c) is bit c of `bitsets[i]` (ints below
+    2**width)."""
+    n_bytes = (width + 7) // 8
+    packed = b"".join(b.to_bytes(n_bytes, "little") for b in bitsets)
+    bits = np.unpackbits(np.frombuffer(packed, np.uint8), bitorder="little")
+    return bits.reshape(len(bitsets), n_bytes * 8)[:, :width].astype(bool)
 
 
 def _class_sets(masks: list[int], byte_to_class: np.ndarray) -> list[int]:
-    """Per NFA state, the classes its byte edge reads as an int bitset (0: no byte edge)."""
-    converted: dict[int, int] = {0: 0}
-    out = []
-    for m in masks:
-        bits = converted.get(m)
-        if bits is None:
-            classes = np.unique(byte_to_class[mask_to_bools(m)])
-            bits = sum(1 << c for c in classes.tolist())
-            converted[m] = bits
-        out.append(bits)
-    return out
+    """Per NFA state, the classes its byte edge reads as an int bitset (0: no byte edge).
+    Every mask is a union of classes, so a class is read when its smallest byte is: one
+    vectorized unpack of the distinct masks, O(distinct masks x 256)."""
+    distinct = list(dict.fromkeys(masks))
+    packed = b"".join(m.to_bytes(32, "little") for m in distinct)
+    member = np.unpackbits(np.frombuffer(packed, np.uint8), bitorder="little")
+    _, smallest = np.unique(byte_to_class, return_index=True)  # per class, its smallest byte
+    read = member.reshape(len(distinct), 256)[:, smallest]  # [n_distinct, n_classes]
+    rows = np.packbits(read, axis=1, bitorder="little").tobytes()
+    width = (read.shape[1] + 7) // 8
+    converted = {
+        m: int.from_bytes(rows[i * width : (i + 1) * width], "little")
+        for i, m in enumerate(distinct)
+    }
+    return [converted[m] for m in masks]
 
 
 def _atom_plan(shape: tuple[int, ...]) -> list[tuple[int, tuple[int, ...]]]:

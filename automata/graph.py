@@ -12,6 +12,33 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import breadth_first_order, dijkstra
 
+SMALL_GRAPH_EDGES = 1024
+"""Graphs with at most this many edges are searched in plain Python (`distances_to`)."""
+
+
+def _breadth_first_to(
+    n_states: int, sources: np.ndarray, targets: np.ndarray, starts: np.ndarray
+) -> np.ndarray:
+    """`distances_to` by a level-by-level search over the reversed edges, in plain Python."""
+    order = np.argsort(targets, kind="stable")
+    into = np.searchsorted(targets[order], np.arange(n_states + 1)).tolist()
+    tails = sources[order].tolist()
+    dist = [-1] * n_states
+    frontier = starts.tolist()
+    for s in frontier:
+        dist[s] = 0
+    level = 0
+    while frontier:
+        level += 1
+        reached = []
+        for s in frontier:
+            for t in tails[into[s] : into[s + 1]]:
+                if dist[t] < 0:
+                    dist[t] = level
+                    reached.append(t)
+        frontier = reached
+    return np.array(dist, dtype=np.int32)
+
 
 def _graph(n_states: int, sources: np.ndarray, targets: np.ndarray) -> csr_matrix:
     ones = np.ones(len(sources), dtype=np.float32)
@@ -25,12 +52,15 @@ def distances_to(
     `[n_states]`) is True; 0 on a goal, -1 where no goal can be reached.
 
     A multi-source breadth-first search over the reversed edges (`scipy.sparse.csgraph.dijkstra`
-    with `unweighted=True, min_only=True`), O(n_states + n_edges).
+    with `unweighted=True, min_only=True`; in plain Python up to `SMALL_GRAPH_EDGES` edges,
+    where building SciPy's matrix costs more than the search), O(n_states + n_edges).
     """
     dist = np.full(n_states, -1, dtype=np.int32)
     starts = np.flatnonzero(goals)
     if len(starts) == 0 or n_states == 0:
         return dist
+    if len(sources) <= SMALL_GRAPH_EDGES:
+        return _breadth_first_to(n_states, sources, targets, starts)
     reverse = _graph(n_states, targets, sources)
     found = dijkstra(reverse, directed=True, indices=starts, unweighted=True, min_only=True)
     finite = np.isfinite(found)

@@ -25,6 +25,7 @@ byte-sequence alternations (`corral.automata.utf8`), so only well-formed UTF-8 e
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from corral.automata.errors import PatternError, PatternTooLongError, RepetitionTooLargeError
 from corral.automata.limits import DEFAULT_LIMITS, Limits
@@ -62,7 +63,22 @@ def parse(pattern: str, limits: Limits | None = None) -> Node:
         RepetitionTooLargeError: a `{m,n}` bound is above `limits.max_repetition`.
         PatternError: a construct outside the subset or malformed; `.position` is the 0-based
             index where it starts and `.reason` says what is wrong.
+
+    Results are memoized per (pattern, limits) for the process (`PARSE_CACHE_SIZE` entries,
+    least recently used first out): a tree is immutable, so the schema compiler's repeated
+    primitives (the JSON string, number and format patterns) are parsed once, not per schema.
     """
+    if not isinstance(pattern, str):  # not hashable perhaps: the parser reports it
+        return _alt([branch.node for branch in parse_branches(pattern, limits)])
+    return _parse_cached(pattern, limits or DEFAULT_LIMITS)
+
+
+PARSE_CACHE_SIZE = 512
+
+
+@lru_cache(maxsize=PARSE_CACHE_SIZE)
+def _parse_cached(pattern: str, limits: Limits) -> Node:
+    """`parse`, memoized (`functools.lru_cache` is thread-safe; errors are not cached)."""
     return _alt([branch.node for branch in parse_branches(pattern, limits)])
 
 

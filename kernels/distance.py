@@ -58,6 +58,11 @@ def _ends(trans, loops, s, trie, stack, seen, out):
     return n
 
 
+_ENDS_WIDTH = 32
+"""End states per state kept by the first pass of `token_graph`; a state with more is walked
+again in a second pass."""
+
+
 @numba.njit(cache=True, parallel=True)
 def token_graph(trans, loops, trie, max_depth):
     """The token graph in CSR form: `(start int64 [n_states + 1], targets int32 [n_edges])`,
@@ -65,27 +70,37 @@ def token_graph(trans, loops, trie, max_depth):
     tuple (byte, depth, end, categories, token_start); `loops` uint16 `[n_states]` the byte
     categories on which each state loops (`corral.kernels.index.loop_categories`).
 
-    Two trie walks per state (count, then fill), parallel over chunks of states (each chunk
-    allocates its scratch arrays once): O(sum of nodes visited + n_states * _CHUNKS).
+    One trie walk per state, parallel over chunks of states (each chunk allocates its scratch
+    arrays once), keeping up to `_ENDS_WIDTH` end states per state in a scratch table; only a
+    state with more ends is walked a second time, when the CSR arrays are filled:
+    O(sum of nodes visited + n_states * (_CHUNKS + _ENDS_WIDTH)).
     """
     n_states = trans.shape[0]
     n_chunks = min(n_states, _CHUNKS)  # scratch arrays per chunk of states, not per state
+    width = min(_ENDS_WIDTH, n_states)
     counts = np.zeros(n_states, np.int64)
-    for k in numba.prange(n_chunks):
-        stack = np.empty(max_depth + 1, np.int32)
-        seen = np.zeros(n_states, np.bool_)
-        out = np.empty(n_states, np.int32)
-        for s in range(k, n_states, n_chunks):
-            counts[s] = _ends(trans, loops, s, trie, stack, seen, out)
-    start = np.zeros(n_states + 1, np.int64)
-    start[1:] = np.cumsum(counts)
-    targets = np.empty(start[n_states], np.int32)
+    kept = np.empty((n_states, width), np.int32)
     for k in numba.prange(n_chunks):
         stack = np.empty(max_depth + 1, np.int32)
         seen = np.zeros(n_states, np.bool_)
         out = np.empty(n_states, np.int32)
         for s in range(k, n_states, n_chunks):
             n = _ends(trans, loops, s, trie, stack, seen, out)
+            counts[s] = n
+            if n <= width:
+                kept[s, :n] = out[:n]
+    start = np.zeros(n_states + 1, np.int64)
+    start[1:] = np.cumsum(counts)
+    targets = np.empty(start[n_states], np.int32)
+    stack = np.empty(max_depth + 1, np.int32)
+    seen = np.zeros(n_states, np.bool_)
+    out = np.empty(n_states, np.int32)
+    for s in range(n_states):
+        n = counts[s]
+        if n <= width:
+            targets[start[s] : start[s] + n] = kept[s, :n]
+        else:  # more ends than the scratch table holds: walk again
+            _ends(trans, loops, s, trie, stack, seen, out)
             targets[start[s] : start[s] + n] = out[:n]
     return start, targets
 
@@ -99,7 +114,8 @@ def token_distance(trans: np.ndarray, accept: np.ndarray, trie, loops: np.ndarra
         trie: the vocabulary's `corral.kernels.Trie`.
         loops: uint16 `[n_states]`, `corral.kernels.index.loop_categories(trans)`.
 
-    Cost: two trie walks per state plus a BFS, about twice an all-states mask build.
+    Cost: one trie walk per state (two for a state with more than `_ENDS_WIDTH` end states)
+    plus a BFS, about an all-states mask build.
     """
     trans = np.ascontiguousarray(trans, dtype=np.int32)
     t = trie

@@ -12,14 +12,19 @@ whose bytes all fall in byte categories on which the current state loops to itse
 a JSON string) is allowed whole without visiting it (`corral.kernels.trie`). The cost is
 O(visited nodes + allowed tokens), not O(total bytes of the vocabulary).
 
-Two modes, chosen by `choose_mode`:
+Three modes:
 - eager: all states' masks at once by one Numba kernel, parallel over states (prange) from
   `PARALLEL_MIN_STATES` states, on the calling thread below; identical rows are stored once
   (`TokenIndex.n_unique_masks`).
-- lazy: one state at a time on first request, cached (a bounded LRU), for DFAs whose full table
-  would be large. The rule: lazy when `n_states * ceil(V / 32) * 4` bytes exceeds
-  `EAGER_LIMIT_BYTES` (32 MiB: 5,461 states at V = 49,152), since such a table costs more to build
-  than a generation visits.
+- visit: each state's mask walked on its first request and kept for the index's life, identical
+  rows stored once; lookups after the first are as cheap as eager ones. The first mask of a
+  fresh grammar costs one walk instead of the whole table (time to first mask), and states a
+  generation never visits cost nothing.
+- lazy: one state at a time on first request, cached in a bounded LRU, for DFAs whose full table
+  would be large.
+`"auto"` (the default) is visit when `n_states * ceil(V / 32) * 4` bytes fits in
+`EAGER_LIMIT_BYTES` (32 MiB: 5,461 states at V = 49,152), else lazy (`choose_mode`). Every mode
+gives the same masks.
 
 Budget-aware ending (`Constraint.mask(tokens_left)`, used by the generation engine):
 `token_distance[s]` is the fewest text tokens from s to acceptance (`corral.kernels.distance`), and
@@ -41,7 +46,7 @@ from corral.kernels.trie import BYTE_CATEGORY
 from corral.kernels.vocabulary import Vocabulary
 
 EAGER_LIMIT_BYTES = 32 << 20
-"""Eager (all-states) tables larger than this many bytes are computed lazily instead."""
+"""All-states tables larger than this many bytes are kept in a bounded LRU (lazy) instead."""
 
 PARALLEL_MIN_STATES = 1024
 """Eager tables of DFAs with fewer states are built on the calling thread. With subtree skipping
@@ -58,22 +63,24 @@ LAZY_CACHE_ROWS = 4096
 
 
 def choose_mode(n_states: int, vocabulary_size: int) -> str:
-    """`"eager"` when the all-states table `n_states * ceil(V / 32) * 4` bytes fits in
+    """`"visit"` when the all-states table `n_states * ceil(V / 32) * 4` bytes fits in
     `EAGER_LIMIT_BYTES`, else `"lazy"`."""
     n_words = (vocabulary_size + 31) // 32
-    return "eager" if n_states * n_words * 4 <= EAGER_LIMIT_BYTES else "lazy"
+    return "visit" if n_states * n_words * 4 <= EAGER_LIMIT_BYTES else "lazy"
 
 
 class TokenIndex:
     """Masks and transitions of one grammar's DFA over one vocabulary (DESIGN.md section 4).
 
     Built once per (grammar, vocabulary) and shared, read-only, by every request using that
-    grammar. Thread-safe for readers (the lazy cache takes a lock).
+    grammar. Thread-safe for readers (storing a newly walked row takes a lock; two threads
+    asking for the same new state may both walk it, and one identical row is kept).
 
     Args:
         dfa: the grammar's DFA (`corral.automata.Dfa`).
         vocabulary: the model's `Vocabulary` (its trie is built on first use and cached).
-        mode: `"auto"` (the size rule of `choose_mode`), `"eager"` or `"lazy"`.
+        mode: `"auto"` (the size rule of `choose_mode`), `"eager"`, `"visit"` or `"lazy"`
+            (module docstring).
         parallel: build an eager table with the parallel kernel (prange over states). None
             (default): when the DFA has at least `PARALLEL_MIN_STATES` states and Numba has more
             than one thread.
@@ -85,8 +92,8 @@ class TokenIndex:
     def __init__(
         self, dfa: Dfa, vocabulary: Vocabulary, mode: str = "auto", parallel: bool | None = None
     ):
-        if mode not in ("auto", "eager", "lazy"):
-            raise ValueError(f"mode must be auto, eager or lazy, not {mode!r}")
+        if mode not in ("auto", "eager", "visit", "lazy"):
+            raise ValueError(f"mode must be auto, eager, visit or lazy, not {mode!r}")
         if parallel is None:
             parallel = dfa.n_states >= PARALLEL_MIN_STATES and numba.get_num_threads() > 1
         self.parallel = parallel
@@ -104,11 +111,15 @@ class TokenIndex:
         self._loops = loop_categories(self._trans)
         self._lock = threading.Lock()
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
-        self._rows: list[np.ndarray] | None = None
-        self._continues: list[bool] | None = None
+        self._rows: list[np.ndarray | None] | None = None  # eager, visit: one per state
+        self._continues: list[bool | None] | None = None
+        self._unique: dict[bytes, np.ndarray] = {}  # visit: each distinct row once
         self.n_unique_masks = 0
         if self.mode == "eager":
             self._build_all()
+        elif self.mode == "visit":
+            self._rows = [None] * dfa.n_states
+            self._continues = [None] * dfa.n_states
 
     @property
     def n_states(self) -> int:
@@ -144,9 +155,14 @@ class TokenIndex:
 
     def mask(self, state: int) -> np.ndarray:
         """The packed mask of `state`: uint32 `[ceil(V / 32)]`, read-only, shared; O(1) when
-        eager, one trie walk on a lazy cache miss."""
+        eager or already visited, one trie walk on a first visit or a lazy cache miss.
+
+        Raises:
+            IndexError: `state` is not a state of the DFA.
+        """
         if self._rows is not None and state >= 0:
-            return self._rows[state]
+            row = self._rows[state]
+            return row if row is not None else self._visit(state)
         with self._lock:
             row = self._cache.get(state)
             if row is not None:
@@ -160,6 +176,17 @@ class TokenIndex:
             self._cache[state] = row
             if len(self._cache) > LAZY_CACHE_ROWS:
                 self._cache.popitem(last=False)
+        return row
+
+    def _visit(self, state: int) -> np.ndarray:
+        """Walk `state` (visit mode), store its row (once per distinct content), return it."""
+        row = self._walk(state, _NO_DISTANCE, -1)
+        row.setflags(write=False)
+        key = row.tobytes()
+        with self._lock:
+            row = self._unique.setdefault(key, row)
+            self.n_unique_masks = len(self._unique)
+            self._rows[state] = row
         return row
 
     @functools.cached_property
@@ -229,11 +256,16 @@ class TokenIndex:
     def can_continue(self, state: int) -> bool:
         """True when some text token (not EOS) is allowed in `state`."""
         if self._continues is not None:
-            return self._continues[state]
+            known = self._continues[state]
+            if known is not None:
+                return known
         row = self.mask(state).copy()
         for e in self._eos.tolist():
             row[e >> 5] &= np.uint32(~(1 << (e & 31)) & 0xFFFFFFFF)
-        return bool(row.any())
+        answer = bool(row.any())
+        if self._continues is not None:
+            self._continues[state] = answer  # one list store: safe without the lock
+        return answer
 
 
 def unpack_ids(mask: np.ndarray) -> np.ndarray:

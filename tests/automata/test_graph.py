@@ -2,6 +2,7 @@
 
 from collections import deque
 
+import corral.automata.graph as graph_module
 import numpy as np
 from corral.automata.graph import distances_to, reachable_from
 from hypothesis import given
@@ -37,6 +38,21 @@ def test_distances_match_breadth_first_search(graph):
     sources = np.array([s for s, _ in edges], dtype=np.int32)
     targets = np.array([t for _, t in edges], dtype=np.int32)
     got = distances_to(n, sources, targets, np.array(goals))
+    assert got.tolist() == _bfs_to(n, edges, goals)
+
+
+@given(graphs)
+def test_scipy_search_of_large_graphs_matches_breadth_first_search(graph):
+    """Graphs past `SMALL_GRAPH_EDGES` go to SciPy: force that path on the same graphs."""
+    n, edges, goals = graph
+    sources = np.array([s for s, _ in edges], dtype=np.int32)
+    targets = np.array([t for _, t in edges], dtype=np.int32)
+    saved = graph_module.SMALL_GRAPH_EDGES
+    graph_module.SMALL_GRAPH_EDGES = -1
+    try:
+        got = distances_to(n, sources, targets, np.array(goals))
+    finally:
+        graph_module.SMALL_GRAPH_EDGES = saved
     assert got.tolist() == _bfs_to(n, edges, goals)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import corral.automata.minimize as minimize_module
 import numpy as np
 import pytest
 from corral.automata import ConstrainError, Limits, parse, regex_to_dfa, schema_to_tree
@@ -112,6 +113,28 @@ def test_hopcroft_and_moore_agree_on_random_tables(dfa):
     except EmptyLanguageError:
         return
     assert same_partition(equivalence_blocks(trans, accept), moore_blocks(trans, accept))
+
+
+@settings(max_examples=150, deadline=None)
+@given(dfa=random_dfas(), moore_rounds=st.sampled_from([0, 1, 2, 3, 64]))
+def test_any_number_of_moore_rounds_before_hopcroft_gives_the_same_partition(dfa, moore_rounds):
+    """Moore's rounds hand any partition to Hopcroft's refinement: the result is the same."""
+    trans, accept = dfa
+    try:
+        trans, accept = remove_dead_states(trans, accept)
+    except EmptyLanguageError:
+        return
+    blocks = equivalence_blocks(trans, accept, moore_rounds=moore_rounds)
+    assert same_partition(blocks, moore_blocks(trans, accept))
+
+
+def test_hash_collisions_in_moore_rounds_are_caught(monkeypatch):
+    """With every signature hashing alike, the rounds must fall back to exact grouping."""
+    monkeypatch.setattr(minimize_module, "_WEIGHTS", np.zeros(257, np.int64))
+    for pattern in ["(ab|a)(c|bcd)(d*)", "(a|b)*a(a|b){5}", "[a-c]{0,9}x"]:
+        trans, accept, _ = trimmed(parse(pattern, SMALL))
+        blocks = equivalence_blocks(trans, accept, moore_rounds=64)
+        assert same_partition(blocks, moore_blocks(trans, accept))
 
 
 @pytest.mark.parametrize(

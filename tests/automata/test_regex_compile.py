@@ -17,7 +17,7 @@ from corral.automata import (
     regex_to_dfa,
     tree_to_dfa,
 )
-from corral.automata.determinize import remove_dead_states
+from corral.automata.determinize import byte_classes, remove_dead_states
 from corral.automata.nfa import tree_to_nfa
 from corral.automata.tree import EMPTY, Alt, Concat, Repeat, byte_set, literal_bytes
 from hypothesis import HealthCheck, given, settings
@@ -315,3 +315,26 @@ def test_limits_defaults_are_documented_values():
     limits = Limits()
     assert (limits.max_pattern_length, limits.max_repetition) == (100_000, 1_000)
     assert (limits.max_nfa_states, limits.max_dfa_states) == (250_000, 30_000)
+
+
+byte_masks = st.one_of(
+    st.integers(0, (1 << 256) - 1),
+    st.integers(0, 255).map(lambda b: 1 << b),
+    st.tuples(st.integers(0, 255), st.integers(0, 255)).map(
+        lambda r: ((1 << (max(r) + 1)) - 1) ^ ((1 << min(r)) - 1)
+    ),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(masks=st.lists(byte_masks, max_size=12))
+def test_byte_classes_are_the_bytes_every_mask_treats_alike(masks):
+    """By definition: bytes a, b share a class exactly when every mask holds both or neither,
+    and classes are numbered in order of their smallest byte."""
+    classes = byte_classes(masks).tolist()
+    signature = [tuple(m >> b & 1 for m in masks) for b in range(256)]
+    for a, b in itertools.combinations(range(0, 256, 7), 2):
+        assert (classes[a] == classes[b]) == (signature[a] == signature[b])
+    first_seen = list(dict.fromkeys(classes))
+    assert first_seen == list(range(len(first_seen)))
+    assert len(first_seen) == len(set(signature))

@@ -18,7 +18,7 @@ from kernel_strategies import (
     random_vocabularies,
 )
 
-MODES = st.sampled_from(["eager", "eager-parallel", "lazy"])
+MODES = st.sampled_from(["eager", "eager-parallel", "visit", "lazy"])
 
 
 def check_index(dfa, vocabulary, mode):
@@ -68,8 +68,17 @@ def test_random_pattern_masks_equal_brute_force_walk(pattern, vocabulary, mode):
 def test_eager_and_lazy_agree_and_share_identical_rows(dfa, vocabulary):
     eager = TokenIndex(dfa, vocabulary, mode="eager")
     lazy = TokenIndex(dfa, vocabulary, mode="lazy")
+    visit = TokenIndex(dfa, vocabulary, mode="visit")
     rows = {eager.mask(s).tobytes() for s in range(dfa.n_states)}
     assert eager.n_unique_masks == len(rows)
-    for s in range(dfa.n_states):
+    for s in reversed(range(dfa.n_states)):  # visit in another order than the eager build
         np.testing.assert_array_equal(eager.mask(s), lazy.mask(s))
+        np.testing.assert_array_equal(eager.mask(s), visit.mask(s))
+        assert visit.can_continue(s) == eager.can_continue(s) == lazy.can_continue(s)
         assert unpack_ids(eager.mask(s)).tolist() == eager.allowed(s).tolist()
+    assert visit.n_unique_masks == len(rows)
+    assert visit.mask_bytes == eager.mask_bytes
+    for s in range(dfa.n_states):  # identical rows are one shared array
+        for t in range(dfa.n_states):
+            same = eager.mask(s).tobytes() == eager.mask(t).tobytes()
+            assert (visit.mask(s) is visit.mask(t)) == same

@@ -29,3 +29,18 @@ def test_token_distance_equals_brute_force(dfa, vocabulary):
         if expected[s] > 0:
             # the invariant the engine keeps: a state k + 1 tokens away has a way on within k
             assert mask_ids(index.mask_within_tokens(s, expected[s] - 1)) - eos
+
+
+def test_states_with_more_token_ends_than_the_scratch_table_holds():
+    """From the start of `a{0,80}b` the tokens a, aa, ..., a*80 end in 80 distinct states, more
+    than `token_graph` keeps per state in its first pass: that state is walked again."""
+    from corral.automata import regex_to_dfa
+    from corral.kernels import Vocabulary
+    from corral.kernels.distance import _ENDS_WIDTH
+
+    tokens = [b"a" * k for k in range(1, 81)] + [b"b", b"ab", None]
+    vocabulary = Vocabulary.from_list(tokens, eos_ids=[len(tokens) - 1])
+    dfa = regex_to_dfa("a{0,80}b")
+    index = TokenIndex(dfa, vocabulary)
+    assert len({index.next_state(0, t) for t in range(80)}) > _ENDS_WIDTH
+    assert index.token_distance.tolist() == brute_force_token_distance(dfa, vocabulary)

@@ -151,12 +151,12 @@ def test_advance_bytes_walks_text_all_or_nothing():
 
 
 def test_mode_size_rule():
-    assert choose_mode(100, 49152) == "eager"
+    assert choose_mode(100, 49152) == "visit"
     n_words = (49152 + 31) // 32
-    assert choose_mode(EAGER_LIMIT_BYTES // (4 * n_words), 49152) == "eager"
+    assert choose_mode(EAGER_LIMIT_BYTES // (4 * n_words), 49152) == "visit"
     assert choose_mode(EAGER_LIMIT_BYTES // (4 * n_words) + 1, 49152) == "lazy"
     dfa = Dfa(np.full((1, 256), 0, dtype=np.int32), np.ones(1, dtype=bool))
-    assert TokenIndex(dfa, Vocabulary.from_list([b"a"]), mode="auto").mode == "eager"
+    assert TokenIndex(dfa, Vocabulary.from_list([b"a"]), mode="auto").mode == "visit"
     with pytest.raises(ValueError):
         TokenIndex(dfa, Vocabulary.from_list([b"a"]), mode="fast")
 
@@ -171,9 +171,30 @@ def test_unique_rows():
         assert len(first) == len({r.tobytes() for r in table})
 
 
-@pytest.mark.parametrize("mode", ["eager", "lazy"])
+@pytest.mark.parametrize("mode", ["eager", "visit", "lazy"])
 def test_state_out_of_range_raises(mode, vocabulary):
     index = TokenIndex(regex_to_dfa("ab"), vocabulary, mode=mode)
     for state in (-1, index.n_states):
         with pytest.raises(IndexError):
             index.mask(state)
+
+
+def test_threads_visiting_a_fresh_index_see_the_eager_masks(vocabulary):
+    """Visit mode fills its rows as threads ask (a server's worker and its event loop): every
+    thread gets the eager masks, and each distinct row is stored once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    dfa = regex_to_dfa('\\{"(a|b|ab)*":[0-9]{1,4}(,"c+":[ab]{2,5})?\\}')
+    eager = TokenIndex(dfa, vocabulary, mode="eager")
+    visit = TokenIndex(dfa, vocabulary, mode="visit")
+    orders = [list(range(dfa.n_states))[::step] * 3 for step in (1, -1, 2, -2)]
+
+    def read(order):
+        return [(s, visit.mask(s).tobytes(), visit.can_continue(s)) for s in order]
+
+    with ThreadPoolExecutor(4) as pool:
+        for seen in pool.map(read, orders):
+            for s, row, continues in seen:
+                assert row == eager.mask(s).tobytes()
+                assert continues == eager.can_continue(s)
+    assert visit.n_unique_masks == eager.n_unique_masks
