@@ -127,12 +127,12 @@ BUDGET = 256
 
 def first_budgeted_mask(dfa, vocabulary):
     """What `corral.model.generate` does with a fresh grammar before its first sample when the
-    answer is budget-aware: a `Constraint`, its `tokens_to_complete` (the budget check at
+    answer is budget-aware: a `Constraint`, `completes_within(BUDGET)` (the budget check at
     submit) and the mask within `BUDGET` tokens."""
     from corral.kernels import Constraint, TokenIndex
 
     constraint = Constraint(TokenIndex(dfa, vocabulary))
-    constraint.tokens_to_complete()
+    constraint.completes_within(BUDGET)
     return constraint.mask(BUDGET)
 
 

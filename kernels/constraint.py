@@ -78,7 +78,10 @@ class Constraint:
             return index.mask(self.state)
         if tokens_left < 1:
             raise ValueError(f"tokens_left must be >= 1, not {tokens_left}")
-        if index.max_token_distance <= tokens_left - 1:
+        if (
+            index.max_token_distance_bound <= tokens_left - 1  # known without the trie walks
+            or index.max_token_distance <= tokens_left - 1
+        ):
             return index.mask(self.state)  # every allowed token keeps an answer within reach
         within = index.mask_within_tokens(self.state, tokens_left - 1)
         return within if within.any() else index.mask(self.state)
@@ -89,6 +92,18 @@ class Constraint:
         if self.done:
             return 0
         return int(self.index.token_distance[self.state])
+
+    def completes_within(self, tokens: int | float) -> bool:
+        """True when a complete answer can be reached in at most `tokens` more text tokens:
+        `0 <= tokens_to_complete() <= tokens`, decided from `TokenIndex.token_distance_bound`
+        (no trie walk) when that bound suffices."""
+        if self.done:
+            return True
+        bound = int(self.index.token_distance_bound[self.state])
+        if 0 <= bound <= tokens:
+            return True
+        needed = self.tokens_to_complete()
+        return 0 <= needed <= tokens
 
     def advance(self, token: int) -> None:
         """Append `token`: EOS (in an accepting state) makes the constraint done; a text token

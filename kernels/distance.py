@@ -124,3 +124,50 @@ def token_distance(trans: np.ndarray, accept: np.ndarray, trie, loops: np.ndarra
     n_states = trans.shape[0]
     sources = np.repeat(np.arange(n_states, dtype=np.int32), np.diff(start))
     return distances_to(n_states, sources, targets, np.asarray(accept, dtype=bool))
+
+
+@numba.njit(cache=True)
+def byte_distance(trans, accept, usable):  # pragma: no cover - compiled
+    """int32 `[n_states]`: the fewest bytes from each state to acceptance, walking only the bytes
+    b where `usable[b]` (bool `[256]`); 0 on an accepting state, -1 where none is reached.
+    With `usable` the bytes that are text tokens of their own, each such byte is one token, so a
+    distance >= 0 bounds the token distance from above. A breadth-first search over the reversed
+    edges, O(n_states * 256).
+
+    trans int32 `[n_states, 256]` (-1 dead); accept bool `[n_states]`.
+    """
+    n = trans.shape[0]
+    start = np.zeros(n + 1, np.int64)  # reversed edges, compressed by target
+    for s in range(n):
+        for b in range(256):
+            t = trans[s, b]
+            if usable[b] and t >= 0:
+                start[t + 1] += 1
+    for t in range(n):
+        start[t + 1] += start[t]
+    sources = np.empty(start[n], np.int32)
+    fill = start[:n].copy()
+    for s in range(n):
+        for b in range(256):
+            t = trans[s, b]
+            if usable[b] and t >= 0:
+                sources[fill[t]] = s
+                fill[t] += 1
+    dist = np.full(n, -1, np.int32)
+    queue = np.empty(n, np.int32)
+    head = tail = 0
+    for s in range(n):
+        if accept[s]:
+            dist[s] = 0
+            queue[tail] = s
+            tail += 1
+    while head < tail:
+        t = queue[head]
+        head += 1
+        for i in range(start[t], start[t + 1]):
+            s = sources[i]
+            if dist[s] < 0:
+                dist[s] = dist[t] + 1
+                queue[tail] = s
+                tail += 1
+    return dist

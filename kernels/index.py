@@ -35,13 +35,14 @@ EOS in accepting states): the same trie walk, skipping the tokens that end too f
 from __future__ import annotations
 
 import functools
+import math
 import threading
 from collections import OrderedDict
 
 import numba
 import numpy as np
 from corral.automata.dfa import Dfa
-from corral.kernels.distance import token_distance
+from corral.kernels.distance import byte_distance, token_distance
 from corral.kernels.trie import BYTE_CATEGORY
 from corral.kernels.vocabulary import Vocabulary
 
@@ -203,6 +204,27 @@ class TokenIndex:
         """The most tokens any state needs to reach acceptance (`token_distance.max()`): with
         more tokens left than that, every allowed token keeps a complete answer within reach."""
         return int(self.token_distance.max()) if self.n_states else 0
+
+    @functools.cached_property
+    def token_distance_bound(self) -> np.ndarray:
+        """int32 `[n_states]`: an upper bound on `token_distance` that needs no trie walk: the
+        fewest bytes to acceptance over the bytes that are text tokens of their own
+        (`corral.kernels.distance.byte_distance`), each byte one token; -1 where those bytes
+        alone never reach acceptance (the bound says nothing there). O(n_states * 256)."""
+        usable = self.vocabulary.single_byte_tokens
+        bound = byte_distance(self._trans, self._accept, usable)
+        bound.setflags(write=False)
+        return bound
+
+    @functools.cached_property
+    def max_token_distance_bound(self) -> int | float:
+        """`token_distance_bound.max()`, an upper bound on `max_token_distance`; infinity when
+        some state has no bound. With at least this many tokens left every allowed token
+        keeps a complete answer within reach, known without the token distances."""
+        bound = self.token_distance_bound
+        if self.n_states == 0:
+            return 0
+        return math.inf if (bound < 0).any() else int(bound.max())
 
     def mask_within_tokens(self, state: int, max_tokens: int) -> np.ndarray:
         """The packed mask of the tokens allowed in `state` after which an answer can be

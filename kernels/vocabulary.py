@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+import numpy as np
 from corral.kernels.errors import VocabularyError
 from corral.kernels.trie import Trie, build_trie
 
@@ -88,6 +89,13 @@ class Vocabulary:
             if data and t not in eos:
                 ids.setdefault(data, t)
         return ids
+
+    @cached_property
+    def single_byte_tokens(self) -> np.ndarray:
+        """bool `[256]`: True for each byte b that some text token spells alone (`bytes([b])`):
+        the bytes `spell` can always write, one token each."""
+        ids = self._id_of_bytes
+        return np.array([bytes([b]) in ids for b in range(256)], dtype=np.bool_)
 
     def spell(self, piece: bytes) -> list[int]:
         """Text token ids whose bytes concatenate to `piece` (non-empty): the one token holding

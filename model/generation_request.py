@@ -91,7 +91,8 @@ class GenerationResult:
 
 def check_budget(request: GenerationRequest) -> None:
     """Raise `BudgetTooSmallError` if `max_tokens` is below 1 or cannot hold the shortest
-    constrained answer (`Constraint.tokens_to_complete`; checked only for a budget-aware request
+    constrained answer (`Constraint.completes_within`, exact: its bound only skips the token
+    distances when it suffices; checked only for a budget-aware request
     whose constraint starts at the first token). A `max_tokens` of None is not checked against
     the answer (`check_request` resolves it first)."""
     if request.max_tokens is not None and request.max_tokens < 1:
@@ -99,9 +100,9 @@ def check_budget(request: GenerationRequest) -> None:
     c = request.constraint
     if c is None or request.trigger is not None or not request.budget_aware:
         return
-    needed = c.tokens_to_complete()
     limit = math.inf if request.max_tokens is None else request.max_tokens
-    if needed > limit or needed < 0:
+    if not c.completes_within(limit):
+        needed = c.tokens_to_complete()
         raise BudgetTooSmallError(
             f"max_tokens={request.max_tokens} is too small: the shortest answer the grammar "
             f"allows takes {needed} tokens"

@@ -64,14 +64,14 @@ class ForcedTokenizer:
         """The tokens to write now from `constraint` (those of its `forced_bytes`, see `tokens`)
         and the constraint after them (a new one; `constraint` itself when there are none). At
         most `tokens_left` tokens; when `budget_aware`, only as many as leave a complete answer
-        within the tokens left after them (`Constraint.tokens_to_complete`, the engine's budget
+        within the tokens left after them (`Constraint.completes_within`, the engine's budget
         rule). O(forced bytes)."""
         forced = constraint.forced_bytes() if tokens_left > 0 and not constraint.done else b""
         ids = list(self.tokens(forced)[:tokens_left]) if forced else []
         while ids:
             after = constraint.copy()
             after.advance_bytes(b"".join(self.vocabulary.tokens[t] for t in ids))
-            if not budget_aware or after.tokens_to_complete() <= tokens_left - len(ids):
+            if not budget_aware or after.completes_within(tokens_left - len(ids)):
                 return ids, after
             ids.pop()
         return [], constraint

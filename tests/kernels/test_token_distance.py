@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 from corral.kernels import TokenIndex
 from hypothesis import given
+from hypothesis import strategies as st
 from kernel_strategies import (
     SETTINGS,
     brute_force_token_distance,
@@ -44,3 +45,35 @@ def test_states_with_more_token_ends_than_the_scratch_table_holds():
     index = TokenIndex(dfa, vocabulary)
     assert len({index.next_state(0, t) for t in range(80)}) > _ENDS_WIDTH
     assert index.token_distance.tolist() == brute_force_token_distance(dfa, vocabulary)
+
+
+@SETTINGS
+@given(dfa=random_dfas(), vocabulary=random_vocabularies(), budget=st.integers(0, 12))
+def test_token_distance_bound_is_the_single_byte_token_distance(dfa, vocabulary, budget):
+    """The bound is the token distance over the single-byte text tokens alone (brute force on
+    that sub-vocabulary), so it is never below the true token distance; `completes_within`
+    decides exactly as the token distance does."""
+    from corral.kernels import Constraint, Vocabulary
+
+    eos = set(vocabulary.eos_ids)
+    singles = [
+        data if data and len(data) == 1 and t not in eos else None
+        for t, data in enumerate(vocabulary.tokens)
+    ]
+    only_singles = Vocabulary.from_list(singles + [None], eos_ids=[len(singles)])
+    index = TokenIndex(dfa, vocabulary)
+    expected_bound = brute_force_token_distance(dfa, only_singles)
+    assert index.token_distance_bound.tolist() == expected_bound
+    exact = index.token_distance.tolist()
+    for s in range(dfa.n_states):
+        if expected_bound[s] >= 0:
+            assert 0 <= exact[s] <= expected_bound[s]
+        if not dfa.accept[s] or index.can_continue(s):
+            c = Constraint(index, s)
+            if not c.done:
+                assert c.completes_within(budget) == (0 <= exact[s] <= budget)
+    if min(expected_bound, default=0) >= 0:
+        assert index.max_token_distance_bound == max(expected_bound, default=0)
+        assert index.max_token_distance_bound >= index.max_token_distance
+    else:
+        assert index.max_token_distance_bound == float("inf")
