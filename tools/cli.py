@@ -4,8 +4,9 @@
 Decisions:
 - Every input error (a bad argument, a file that is missing, a folder, unreadable, not UTF-8 or
   not JSON, a schema the subset refuses or nested too deep to read, an output path that cannot be
-  used) is one line on stderr and exit status 2, found before the model loads. A UTF-8 byte-order
-  mark at the start of a file is accepted.
+  used; for `corral serve`, a number out of range or an address it cannot listen on) is one line
+  on stderr and exit status 2, found before the model loads. A UTF-8 byte-order mark at the start
+  of a file is accepted.
 - No output overwrites anything: `-o` must not resolve to the input file (the same path, a
   symlink or a hard link to it); an existing non-empty output is refused unless `--resume` goes on
   with it; the output file is only appended to, a line at a time, each flushed, and nothing else
@@ -23,6 +24,7 @@ import codecs
 import json
 import math
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -142,6 +144,11 @@ def _generate_problem(args: argparse.Namespace) -> str | None:
     if args.schema is not None and args.regex is not None:
         return "give --schema or --regex, not both"
     quick = args.schema is not None or args.regex is not None
+    if not quick and args.input is None and args.ray and Path(args.ray).is_file():
+        return (
+            f"--ray took {args.ray!r} as its ADDRESS, leaving no input file; put --ray after "
+            "the input file, or write --ray=ADDRESS"
+        )
     if quick == (args.input is not None):
         return "give an input file, or --schema/--regex with --prompt"
     if quick and args.prompt is None:
@@ -284,15 +291,32 @@ def _generate_quick(args: argparse.Namespace, model, dfa: Dfa) -> int:
     return 0
 
 
+def _serve_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with `corral serve`'s arguments, found before the model loads: a number out
+    of range, or an address this process cannot listen on (taken, not an address of this
+    machine, a port it may not bind), tried with a socket bound and closed at once."""
+    for name in ("batch_size", "max_len"):
+        if getattr(args, name) < 1:
+            return f"--{name.replace('_', '-')} must be at least 1, not {getattr(args, name)}"
+    if args.max_waiting < 0:
+        return f"--max-waiting must be at least 0, not {args.max_waiting}"
+    if not 1 <= args.port <= 65535:
+        return f"--port must be in 1..65535, not {args.port}"
+    try:
+        socket.create_server((args.host, args.port)).close()
+    except OSError as error:  # socket.gaierror (an unknown host) is an OSError too
+        reason = error.strerror or str(error)
+        return f"cannot listen on {args.host}:{args.port}: {reason}"
+    return None
+
+
 def _serve(args: argparse.Namespace) -> int:
     """`corral serve`: the OpenAI-compatible HTTP server (`corral.tools.server`)."""
-    from corral.automata import ConstrainError
     from corral.tools.server import ServerConfig, serve
 
-    for name in ("batch_size", "max_len", "port"):
-        if getattr(args, name) < 1:
-            print(f"corral serve: --{name.replace('_', '-')} must be at least 1", file=sys.stderr)
-            return 2
+    problem = _serve_problem(args)
+    if problem is not None:
+        return _fail("serve", problem)
     config = ServerConfig(
         batch_size=args.batch_size,
         max_len=args.max_len,
@@ -302,8 +326,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         serve(args.model, args.host, args.port, config)
     except ConstrainError as error:
-        print(f"corral serve: {error}", file=sys.stderr)
-        return 2
+        return _fail("serve", error)
     return 0
 
 
