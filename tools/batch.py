@@ -35,7 +35,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import jsonschema
 from corral.automata import ConstrainError
 from corral.kernels import Constraint, SamplingParams
 from corral.model.errors import RequestError
@@ -88,6 +87,7 @@ class Engine:
         self.model_name = model_name
         self.vocabulary = model.vocabulary
         self.compiler = GrammarCompiler(self.vocabulary, max_grammars)
+        self.max_token_bytes = max_token_bytes(model)
 
     def requests(
         self, request: ToolRequest, default_max_tokens: int | None = None
@@ -102,7 +102,9 @@ class Engine:
         if found is not None:
             constraint = Constraint(self.compiler.index(found))
             trigger = found.trigger
-        prompt = self.model.tokenizer.encode(render_request(self.model, request))
+        text = render_request(self.model, request)
+        self.check_prompt_size(text)
+        prompt = self.model.tokenizer.encode(text)
         params = SamplingParams(
             temperature=request.temperature,
             top_p=request.top_p,
@@ -129,12 +131,52 @@ class Engine:
             )
         return out
 
+    def check_prompt_size(self, text: str) -> None:
+        """Refuse, before tokenizing it, a prompt too long for the context whatever its tokens:
+        a token covers at most `max_token_bytes` bytes of text, so a text of B bytes has at
+        least ceil(B / max_token_bytes) tokens. Tokenizing a 50 MB line took minutes and
+        gigabytes only to be refused; past this bound it is refused at once, and any shorter
+        prompt is checked exactly once tokenized (`Generator.submit`).
+
+        Raises ToolError: 400 `context_length_exceeded` (param `messages`) when that many
+        tokens fill the model's context."""
+        if self.max_token_bytes is None:
+            return
+        size = len(text.encode("utf-8", errors="surrogatepass"))
+        at_least = -(-size // self.max_token_bytes)
+        context = self.model.context_length
+        if at_least >= context:
+            message = (
+                f"this model's maximum context length is {context} tokens; the prompt has at "
+                f"least {at_least} tokens ({size} bytes of text)"
+            )
+            raise ToolError(400, "messages", "context_length_exceeded", message)
+
     def completion(self, line: _Line) -> dict:
         """The `chat.completion` body of a finished line (`corral.tools.shapes.completion_json`)."""
         results = [line.results[i] for i in range(len(line.choices))]
         return completion_json(
             line.request, results, uuid.uuid4().hex[:12], self.model_name, self.vocabulary
         )
+
+
+def max_token_bytes(model) -> int | None:
+    """The most bytes of text one token of `model`'s tokenizer can stand for (an upper bound),
+    or None when none is known.
+
+    A `corral.model.Tokenizer` over a byte-level BPE (its `backend`, without a normalizer that
+    could shorten the text): the longest entry of its vocabulary, added tokens included, in
+    UTF-8 bytes (a byte-level entry spells each byte as one character of 1 or 2 UTF-8 bytes, so
+    this bounds the bytes it stands for). With a normalizer, None. A tokenizer without a
+    `backend` (a stand-in whose tokens are the vocabulary's bytes): the longest token of
+    `model.vocabulary`."""
+    backend = getattr(model.tokenizer, "backend", None)
+    if backend is None:
+        return max((len(t) for t in model.vocabulary.tokens if t), default=None)
+    if backend.normalizer is not None:
+        return None
+    entries = backend.get_vocab(with_added_tokens=True)
+    return max((len(entry.encode("utf-8")) for entry in entries), default=None)
 
 
 def output_line(custom_id, status: int | None, body: dict | None, error: dict | None) -> str:
@@ -219,7 +261,8 @@ def drop_torn_tail(output: Path) -> int:
 
 @dataclass
 class BatchSummary:
-    """Counts of a batch run: lines answered, lines refused (error lines), answers (choices)
+    """Counts of a batch run: lines answered, lines refused (error lines), lines skipped (their
+    custom_id already in the output: `skip`), answers (choices)
     that are not valid for their request (must stay 0), answers cut by max_tokens (free text
     only: constrained answers end within their budget), tokens and seconds, and the grammar
     cache's hits and misses during the run (`GrammarCompiler.hits` and `misses`: a miss built, or
@@ -227,6 +270,7 @@ class BatchSummary:
 
     requests: int = 0
     errors: int = 0
+    skipped: int = 0
     invalid: int = 0
     cut: int = 0
     completion_tokens: int = 0
@@ -243,6 +287,7 @@ class BatchSummary:
             f"{self.cut} answers cut by max_tokens, {self.completion_tokens} completion tokens "
             f"in {self.seconds:.1f} s ({rate:.1f} tokens/s), grammar cache {self.grammar_hits} "
             f"hits / {self.grammar_misses} misses ({hit_rate:.0f}% hit rate)"
+            + (f", {self.skipped} lines skipped (already in the output)" if self.skipped else "")
         )
 
 
@@ -370,13 +415,19 @@ def _prepare(
                 custom_id, body = read_line(text, number)
             except LineError as error:
                 custom_id = error.custom_id
-                if custom_id in skip or _is_duplicate(custom_id, number, first, writer):
+                if custom_id in skip:
+                    writer.summary.skipped += 1
+                    continue
+                if _is_duplicate(custom_id, number, first, writer):
                     continue
                 writer.write(custom_id, None, None, {"code": "invalid_line", "message": str(error)})
                 if custom_id is not None:
                     first[custom_id] = number
                 continue
-            if custom_id in skip or _is_duplicate(custom_id, number, first, writer):
+            if custom_id in skip:
+                writer.summary.skipped += 1
+                continue
+            if _is_duplicate(custom_id, number, first, writer):
                 continue
             line = _Line(custom_id, number, None, [])
             try:
@@ -453,6 +504,8 @@ def valid_choice(request: ToolRequest, choice: dict) -> bool:
     `jsonschema` library (independent of corral's compiler): each call names a tool and its
     arguments validate against that tool's parameters; a forced call was made; a json_schema
     content validates against the schema, a json_object content is a JSON object."""
+    import jsonschema  # here, not at the top: its import costs seconds every `corral` command
+
     message = choice["message"]
     calls = message.get("tool_calls") or []
     try:
