@@ -224,24 +224,51 @@ def _generate(args: argparse.Namespace) -> int:
         return _fail("generate", error.message)
     except RecursionError:
         return _fail("generate", _too_deep(args.schema))
+    skip = set()
+    if not quick and args.resume:
+        dropped = drop_torn_tail(output)
+        if dropped:
+            print(f"corral generate: dropped a torn last line of {output} ({dropped} bytes); "
+                  "its request runs again", file=sys.stderr)  # fmt: skip
+        skip = done_ids(output)
+        answered = _all_answered(lines, skip)
+        if answered is not None:
+            print(f"corral generate: nothing to run: the {answered} lines of {args.input} are "
+                  f"all answered in {output}", file=sys.stderr)  # fmt: skip
+            return 0
     try:
         model = None if args.ray is not None and not quick else load_model(args.model)
     except ConstrainError as error:
         return _fail("generate", error)
     if quick:
         return _generate_quick(args, model, dfa)
-    return _generate_batch(args, model, lines, output)
+    return _generate_batch(args, model, lines, output, skip)
 
 
-def _generate_batch(args: argparse.Namespace, model, lines: list[str], output: Path) -> int:
-    """Run the input file's lines, appending to `output`."""
-    skip = set()
-    if args.resume:
-        dropped = drop_torn_tail(output)
-        if dropped:
-            print(f"corral generate: dropped a torn last line of {output} ({dropped} bytes); "
-                  "its request runs again", file=sys.stderr)  # fmt: skip
-        skip = done_ids(output)
+def _all_answered(lines: list[str], done: set[str]) -> int | None:
+    """How many lines the input has when every one of them (blank lines aside) is a JSON object
+    whose custom_id is in `done`, so a resumed run has nothing left and loads no model; None
+    otherwise."""
+    count = 0
+    for text in lines:
+        if not text.strip():
+            continue
+        try:
+            item = json.loads(text)
+        except (ValueError, RecursionError):
+            return None
+        custom_id = item.get("custom_id") if isinstance(item, dict) else None
+        if not isinstance(custom_id, str) or custom_id not in done:
+            return None
+        count += 1
+    return count
+
+
+def _generate_batch(
+    args: argparse.Namespace, model, lines: list[str], output: Path, skip: set[str]
+) -> int:
+    """Run the input file's lines but those whose custom_id is in `skip`, appending to
+    `output`."""
     max_tokens = args.max_tokens  # None: each line's own, else what the context leaves
     if args.ray is not None:  # Ray is imported only here (corral[ray])
         try:

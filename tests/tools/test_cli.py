@@ -323,3 +323,28 @@ def test_ray_before_the_input_file_says_it_took_the_file_as_its_address(
     err = capsys.readouterr().err
     assert f"--ray took {str(source)!r} as its ADDRESS" in err and "--ray=ADDRESS" in err
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_resume_with_every_line_answered_runs_nothing_and_loads_no_model(
+    tmp_path, stand_in, capsys, monkeypatch
+):
+    source = write_input(tmp_path / "in.jsonl", ids=("a", "b"))
+    output = tmp_path / "out.jsonl"
+    argv = ["generate", str(source), "-o", str(output), "--quiet"]
+    assert main(argv) == 0
+    whole = output.read_bytes()
+    capsys.readouterr()
+
+    def fail(*args, **kwargs):
+        pytest.fail("the model was loaded though every line is answered")
+
+    monkeypatch.setattr(cli, "load_model", fail)
+    assert main([*argv, "--resume"]) == 0
+    assert "nothing to run: the 2 lines" in capsys.readouterr().err
+    assert output.read_bytes() == whole
+    with source.open("a", encoding="utf-8") as more:  # a line not yet answered: it runs
+        more.write(request_line("c") + "\n" + '{"custom_id": ["not", "a", "string"]}\n')
+    monkeypatch.setattr(cli, "load_model", lambda *a, **k: StandInModel())
+    assert main([*argv, "--resume"]) == 0
+    ids = [item["custom_id"] for item in read_jsonl(output)]
+    assert ids[:2] == ["a", "b"] and "c" in ids[2:]
