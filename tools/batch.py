@@ -88,6 +88,8 @@ class Engine:
         self.vocabulary = model.vocabulary
         self.compiler = GrammarCompiler(self.vocabulary, max_grammars)
         self.max_token_bytes = max_token_bytes(model)
+        tokens = set(self.vocabulary.tokens)
+        self.unspelled = bytes(b for b in range(256) if bytes([b]) not in tokens)
 
     def requests(
         self, request: ToolRequest, default_max_tokens: int | None = None
@@ -133,8 +135,10 @@ class Engine:
 
     def check_prompt_size(self, text: str) -> None:
         """Refuse, before tokenizing it, a prompt too long for the context whatever its tokens:
-        a token covers at most `max_token_bytes` bytes of text, so a text of B bytes has at
-        least ceil(B / max_token_bytes) tokens. Tokenizing a 50 MB line took minutes and
+        a token covers at most `max_token_bytes` bytes of text, and every byte is covered but
+        those with no token of their own (`unspelled`: the byte-level tokenizer drops them, as
+        SmolLM2's drops 0x04), so a text of B other bytes has at least ceil(B /
+        max_token_bytes) tokens. Tokenizing a 50 MB line took minutes and
         gigabytes only to be refused; past this bound it is refused at once, and any shorter
         prompt is checked exactly once tokenized (`Generator.submit`).
 
@@ -142,7 +146,7 @@ class Engine:
         tokens fill the model's context."""
         if self.max_token_bytes is None:
             return
-        size = len(text.encode("utf-8", errors="surrogatepass"))
+        size = len(text.encode("utf-8", errors="surrogatepass").translate(None, self.unspelled))
         at_least = -(-size // self.max_token_bytes)
         context = self.model.context_length
         if at_least >= context:

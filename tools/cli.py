@@ -108,6 +108,8 @@ def _fail(command: str, message: object) -> int:
 def _compile(args: argparse.Namespace) -> int:
     if (args.pattern is None) == (args.schema is None):
         return _fail("compile", "give a pattern or --schema FILE")
+    if args.samples < 0:
+        return _fail("compile", f"--samples must be at least 0, not {args.samples}")
     try:
         if args.schema is not None:
             schema = read_json(args.schema)

@@ -121,6 +121,10 @@ def bad_command_lines(tmp: Path) -> dict[str, tuple[list[str], str]]:
     quick = ["generate", "--regex", "[ab]+", "--prompt", "hi"]
     t = str(tmp)
     return {
+        "compile, negative --samples": (
+            ["compile", "--schema", f"{t}/not-json.json", "--samples", "-1"],
+            "--samples",
+        ),
         "compile a 3000-deep schema": (["compile", "--schema", f"{t}/deep.json"], "max_depth"),
         "quick form, 3000-deep schema": (
             ["generate", "--schema", f"{t}/deep.json", "--prompt", "hi"],
