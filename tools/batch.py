@@ -45,6 +45,7 @@ from corral.model.generate import (
 )
 from corral.tools.errors import ToolError, refused
 from corral.tools.grammar import DEFAULT_MAX_GRAMMARS, GrammarCompiler, grammar
+from corral.tools.prompt_bound import PromptBound
 from corral.tools.render import render_request
 from corral.tools.request import ToolRequest, parse_tool_request
 from corral.tools.shapes import completion_json
@@ -87,9 +88,7 @@ class Engine:
         self.model_name = model_name
         self.vocabulary = model.vocabulary
         self.compiler = GrammarCompiler(self.vocabulary, max_grammars)
-        self.max_token_bytes = max_token_bytes(model)
-        tokens = set(self.vocabulary.tokens)
-        self.unspelled = bytes(b for b in range(256) if bytes([b]) not in tokens)
+        self.prompt_bound = PromptBound.of(model)
 
     def requests(
         self, request: ToolRequest, default_max_tokens: int | None = None
@@ -105,7 +104,7 @@ class Engine:
             constraint = Constraint(self.compiler.index(found))
             trigger = found.trigger
         text = render_request(self.model, request)
-        self.check_prompt_size(text)
+        self.prompt_bound.check(text, self.model.context_length)
         prompt = self.model.tokenizer.encode(text)
         params = SamplingParams(
             temperature=request.temperature,
@@ -133,54 +132,12 @@ class Engine:
             )
         return out
 
-    def check_prompt_size(self, text: str) -> None:
-        """Refuse, before tokenizing it, a prompt too long for the context whatever its tokens:
-        a token covers at most `max_token_bytes` bytes of text, and every byte is covered but
-        those with no token of their own (`unspelled`: the byte-level tokenizer drops them, as
-        SmolLM2's drops 0x04), so a text of B other bytes has at least ceil(B /
-        max_token_bytes) tokens. Tokenizing a 50 MB line took minutes and
-        gigabytes only to be refused; past this bound it is refused at once, and any shorter
-        prompt is checked exactly once tokenized (`Generator.submit`).
-
-        Raises ToolError: 400 `context_length_exceeded` (param `messages`) when that many
-        tokens fill the model's context."""
-        if self.max_token_bytes is None:
-            return
-        size = len(text.encode("utf-8", errors="surrogatepass").translate(None, self.unspelled))
-        at_least = -(-size // self.max_token_bytes)
-        context = self.model.context_length
-        if at_least >= context:
-            message = (
-                f"this model's maximum context length is {context} tokens; the prompt has at "
-                f"least {at_least} tokens ({size} bytes of text)"
-            )
-            raise ToolError(400, "messages", "context_length_exceeded", message)
-
     def completion(self, line: _Line) -> dict:
         """The `chat.completion` body of a finished line (`corral.tools.shapes.completion_json`)."""
         results = [line.results[i] for i in range(len(line.choices))]
         return completion_json(
             line.request, results, uuid.uuid4().hex[:12], self.model_name, self.vocabulary
         )
-
-
-def max_token_bytes(model) -> int | None:
-    """The most bytes of text one token of `model`'s tokenizer can stand for (an upper bound),
-    or None when none is known.
-
-    A `corral.model.Tokenizer` over a byte-level BPE (its `backend`, without a normalizer that
-    could shorten the text): the longest entry of its vocabulary, added tokens included, in
-    UTF-8 bytes (a byte-level entry spells each byte as one character of 1 or 2 UTF-8 bytes, so
-    this bounds the bytes it stands for). With a normalizer, None. A tokenizer without a
-    `backend` (a stand-in whose tokens are the vocabulary's bytes): the longest token of
-    `model.vocabulary`."""
-    backend = getattr(model.tokenizer, "backend", None)
-    if backend is None:
-        return max((len(t) for t in model.vocabulary.tokens if t), default=None)
-    if backend.normalizer is not None:
-        return None
-    entries = backend.get_vocab(with_added_tokens=True)
-    return max((len(entry.encode("utf-8")) for entry in entries), default=None)
 
 
 def output_line(custom_id, status: int | None, body: dict | None, error: dict | None) -> str:

@@ -86,14 +86,13 @@ def test_the_command_line_does_not_import_jsonschema():
     )
 )
 def test_no_token_of_the_real_tokenizer_stands_for_more_bytes_than_the_bound(smollm2, text):
-    # the bound the early refusal relies on: tokens * max_token_bytes >= bytes of text, the
-    # bytes without a token of their own (which the tokenizer drops) aside
-    engine = Engine(smollm2)
-    bound = engine.max_token_bytes
-    assert bound is not None and b"\x04" in engine.unspelled
-    size = len(text.encode("utf-8", errors="surrogatepass").translate(None, engine.unspelled))
+    # the bound the early refusal relies on: a text has at least `at_least` tokens
+    from corral.tools.prompt_bound import PromptBound
+
+    bound = PromptBound.of(smollm2)
+    assert bound.max_token_bytes is not None and b"\x04" in bound.unspelled
     try:
         tokens = smollm2.tokenizer.encode(text)
     except UnicodeError:  # a lone surrogate: the tokenizer refuses it (an error line)
         return
-    assert len(tokens) * bound >= size
+    assert len(tokens) >= bound.at_least(text)
