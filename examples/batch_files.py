@@ -1,13 +1,37 @@
-"""What the example scripts share: writing a Batch API input line, reading the answers of an
-output file (DESIGN.md section 7), and the `make` / `score` command line."""
+"""What the example scripts share: where the benchmark data is, writing a Batch API input line,
+reading the answers of an output file (DESIGN.md section 7), and the `make` / `score` command
+line (a missing or unreadable file is one line on stderr and exit status 2, not a traceback)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+_ANNOUNCED: set[str] = set()  # the data sets whose sample was said to be used
+
+
+def data_folder(name: str, root: Path = CHECKOUT, environ=os.environ) -> Path:
+    """The folder of the data set `name` (`bfcl`, `jsonschemabench`), looked for as the tests
+    look for it: in `$CORRAL_TEST_DATA`, else in `../shared/data` beside the checkout `root`,
+    else the small sample shipped in `tests/data` (said on stderr, since scores over it are
+    not the benchmark's)."""
+    named = environ.get("CORRAL_TEST_DATA")
+    if named:
+        return Path(named) / name
+    beside = root.parent / "shared" / "data" / name
+    if beside.is_dir():
+        return beside
+    if name not in _ANNOUNCED:
+        _ANNOUNCED.add(name)
+        print(f"full data not found ({beside}; set CORRAL_TEST_DATA): using the sample in "
+              f"tests/data/{name}", file=sys.stderr)  # fmt: skip
+    return root / "tests" / "data" / name
 
 
 def request_line(custom_id: str, body: dict) -> str:
@@ -82,4 +106,7 @@ def main(
     s.add_argument("output")
     s.set_defaults(run=score)
     args = parser.parse_args()
-    args.run(args)
+    try:
+        args.run(args)
+    except OSError as error:  # a file that is missing, a folder, unreadable
+        parser.exit(2, f"{parser.prog}: {error.filename}: {error.strerror}\n")

@@ -23,13 +23,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 import jsonschema
-from batch_files import Tally, finished_choices, main, request_bodies, request_line
+from batch_files import Tally, data_folder, finished_choices, main, request_bodies, request_line
 from corral.tools import bfcl_tools
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "bfcl"
 FILES = ("simple_python", "multiple", "parallel", "parallel_multiple", "live_simple")
 
 
@@ -38,9 +36,10 @@ def openai_name(name: str) -> str:
 
 
 def make(args: argparse.Namespace) -> None:
+    data = data_folder("bfcl")
     with open(args.output, "w", encoding="utf-8") as out:
         for name in FILES:
-            lines = (DATA / f"BFCL_v4_{name}.jsonl").read_text(encoding="utf-8").splitlines()
+            lines = (data / f"BFCL_v4_{name}.jsonl").read_text(encoding="utf-8").splitlines()
             for text in lines[: args.per_file]:
                 item = json.loads(text)
                 tools = bfcl_tools(item["function"])
@@ -59,8 +58,9 @@ def make(args: argparse.Namespace) -> None:
 
 def expected_answers() -> dict[str, list[dict]]:
     answers = {}
+    data = data_folder("bfcl")
     for name in FILES:
-        path = DATA / "possible_answer" / f"BFCL_v4_{name}.jsonl"
+        path = data / "possible_answer" / f"BFCL_v4_{name}.jsonl"
         for text in path.read_text(encoding="utf-8").splitlines():
             item = json.loads(text)
             answers[item["id"]] = item["ground_truth"]

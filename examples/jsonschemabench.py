@@ -17,13 +17,11 @@ import argparse
 import json
 import signal
 from itertools import zip_longest
-from pathlib import Path
 
 import jsonschema
-from batch_files import Tally, finished_choices, main, request_bodies, request_line
+from batch_files import Tally, data_folder, finished_choices, main, request_bodies, request_line
 from corral.automata import ConstrainError, schema_to_dfa
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "jsonschemabench"
 SUBSETS = (
     "Github_easy", "Github_medium", "Github_hard", "Github_trivial", "Github_ultra", "Glaiveai2K",
     "JsonSchemaStore", "Kubernetes", "Snowplow", "WashingtonPost",
@@ -43,7 +41,8 @@ def compiled(subset: str, limit: int, seconds: float = 5.0):
     (a schema that takes longer is passed over, as one that is refused)."""
     signal.signal(signal.SIGALRM, _alarm)
     found = 0
-    for text in (DATA / f"{subset}.jsonl").read_text(encoding="utf-8").splitlines():
+    path = data_folder("jsonschemabench") / f"{subset}.jsonl"
+    for text in path.read_text(encoding="utf-8").splitlines():
         if found >= limit:
             return
         item = json.loads(text)

@@ -35,7 +35,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import jsonschema
 from corral.automata import ConstrainError
 from corral.kernels import Constraint, SamplingParams
 from corral.model.errors import RequestError
@@ -46,6 +45,7 @@ from corral.model.generate import (
 )
 from corral.tools.errors import ToolError, refused
 from corral.tools.grammar import DEFAULT_MAX_GRAMMARS, GrammarCompiler, grammar
+from corral.tools.prompt_bound import PromptBound
 from corral.tools.render import render_request
 from corral.tools.request import ToolRequest, parse_tool_request
 from corral.tools.shapes import completion_json
@@ -88,6 +88,7 @@ class Engine:
         self.model_name = model_name
         self.vocabulary = model.vocabulary
         self.compiler = GrammarCompiler(self.vocabulary, max_grammars)
+        self.prompt_bound = PromptBound.of(model)
 
     def requests(
         self, request: ToolRequest, default_max_tokens: int | None = None
@@ -102,7 +103,9 @@ class Engine:
         if found is not None:
             constraint = Constraint(self.compiler.index(found))
             trigger = found.trigger
-        prompt = self.model.tokenizer.encode(render_request(self.model, request))
+        text = render_request(self.model, request)
+        self.prompt_bound.check(text, self.model.context_length)
+        prompt = self.model.tokenizer.encode(text)
         params = SamplingParams(
             temperature=request.temperature,
             top_p=request.top_p,
@@ -219,7 +222,8 @@ def drop_torn_tail(output: Path) -> int:
 
 @dataclass
 class BatchSummary:
-    """Counts of a batch run: lines answered, lines refused (error lines), answers (choices)
+    """Counts of a batch run: lines answered, lines refused (error lines), lines skipped (their
+    custom_id already in the output: `skip`), answers (choices)
     that are not valid for their request (must stay 0), answers cut by max_tokens (free text
     only: constrained answers end within their budget), tokens and seconds, and the grammar
     cache's hits and misses during the run (`GrammarCompiler.hits` and `misses`: a miss built, or
@@ -227,6 +231,7 @@ class BatchSummary:
 
     requests: int = 0
     errors: int = 0
+    skipped: int = 0
     invalid: int = 0
     cut: int = 0
     completion_tokens: int = 0
@@ -243,6 +248,7 @@ class BatchSummary:
             f"{self.cut} answers cut by max_tokens, {self.completion_tokens} completion tokens "
             f"in {self.seconds:.1f} s ({rate:.1f} tokens/s), grammar cache {self.grammar_hits} "
             f"hits / {self.grammar_misses} misses ({hit_rate:.0f}% hit rate)"
+            + (f", {self.skipped} lines skipped (already in the output)" if self.skipped else "")
         )
 
 
@@ -370,13 +376,19 @@ def _prepare(
                 custom_id, body = read_line(text, number)
             except LineError as error:
                 custom_id = error.custom_id
-                if custom_id in skip or _is_duplicate(custom_id, number, first, writer):
+                if custom_id in skip:
+                    writer.summary.skipped += 1
+                    continue
+                if _is_duplicate(custom_id, number, first, writer):
                     continue
                 writer.write(custom_id, None, None, {"code": "invalid_line", "message": str(error)})
                 if custom_id is not None:
                     first[custom_id] = number
                 continue
-            if custom_id in skip or _is_duplicate(custom_id, number, first, writer):
+            if custom_id in skip:
+                writer.summary.skipped += 1
+                continue
+            if _is_duplicate(custom_id, number, first, writer):
                 continue
             line = _Line(custom_id, number, None, [])
             try:
@@ -453,6 +465,8 @@ def valid_choice(request: ToolRequest, choice: dict) -> bool:
     `jsonschema` library (independent of corral's compiler): each call names a tool and its
     arguments validate against that tool's parameters; a forced call was made; a json_schema
     content validates against the schema, a json_object content is a JSON object."""
+    import jsonschema  # here, not at the top: its import costs seconds every `corral` command
+
     message = choice["message"]
     calls = message.get("tool_calls") or []
     try:

@@ -4,8 +4,9 @@
 Decisions:
 - Every input error (a bad argument, a file that is missing, a folder, unreadable, not UTF-8 or
   not JSON, a schema the subset refuses or nested too deep to read, an output path that cannot be
-  used) is one line on stderr and exit status 2, found before the model loads. A UTF-8 byte-order
-  mark at the start of a file is accepted.
+  used; for `corral serve`, a number out of range or an address it cannot listen on) is one line
+  on stderr and exit status 2, found before the model loads. A UTF-8 byte-order mark at the start
+  of a file is accepted.
 - No output overwrites anything: `-o` must not resolve to the input file (the same path, a
   symlink or a hard link to it); an existing non-empty output is refused unless `--resume` goes on
   with it; the output file is only appended to, a line at a time, each flushed, and nothing else
@@ -23,6 +24,7 @@ import codecs
 import json
 import math
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -106,6 +108,8 @@ def _fail(command: str, message: object) -> int:
 def _compile(args: argparse.Namespace) -> int:
     if (args.pattern is None) == (args.schema is None):
         return _fail("compile", "give a pattern or --schema FILE")
+    if args.samples < 0:
+        return _fail("compile", f"--samples must be at least 0, not {args.samples}")
     try:
         if args.schema is not None:
             schema = read_json(args.schema)
@@ -142,6 +146,11 @@ def _generate_problem(args: argparse.Namespace) -> str | None:
     if args.schema is not None and args.regex is not None:
         return "give --schema or --regex, not both"
     quick = args.schema is not None or args.regex is not None
+    if not quick and args.input is None and args.ray and Path(args.ray).is_file():
+        return (
+            f"--ray took {args.ray!r} as its ADDRESS, leaving no input file; put --ray after "
+            "the input file, or write --ray=ADDRESS"
+        )
     if quick == (args.input is not None):
         return "give an input file, or --schema/--regex with --prompt"
     if quick and args.prompt is None:
@@ -217,24 +226,51 @@ def _generate(args: argparse.Namespace) -> int:
         return _fail("generate", error.message)
     except RecursionError:
         return _fail("generate", _too_deep(args.schema))
+    skip = set()
+    if not quick and args.resume:
+        dropped = drop_torn_tail(output)
+        if dropped:
+            print(f"corral generate: dropped a torn last line of {output} ({dropped} bytes); "
+                  "its request runs again", file=sys.stderr)  # fmt: skip
+        skip = done_ids(output)
+        answered = _all_answered(lines, skip)
+        if answered is not None:
+            print(f"corral generate: nothing to run: the {answered} lines of {args.input} are "
+                  f"all answered in {output}", file=sys.stderr)  # fmt: skip
+            return 0
     try:
         model = None if args.ray is not None and not quick else load_model(args.model)
     except ConstrainError as error:
         return _fail("generate", error)
     if quick:
         return _generate_quick(args, model, dfa)
-    return _generate_batch(args, model, lines, output)
+    return _generate_batch(args, model, lines, output, skip)
 
 
-def _generate_batch(args: argparse.Namespace, model, lines: list[str], output: Path) -> int:
-    """Run the input file's lines, appending to `output`."""
-    skip = set()
-    if args.resume:
-        dropped = drop_torn_tail(output)
-        if dropped:
-            print(f"corral generate: dropped a torn last line of {output} ({dropped} bytes); "
-                  "its request runs again", file=sys.stderr)  # fmt: skip
-        skip = done_ids(output)
+def _all_answered(lines: list[str], done: set[str]) -> int | None:
+    """How many lines the input has when every one of them (blank lines aside) is a JSON object
+    whose custom_id is in `done`, so a resumed run has nothing left and loads no model; None
+    otherwise."""
+    count = 0
+    for text in lines:
+        if not text.strip():
+            continue
+        try:
+            item = json.loads(text)
+        except (ValueError, RecursionError):
+            return None
+        custom_id = item.get("custom_id") if isinstance(item, dict) else None
+        if not isinstance(custom_id, str) or custom_id not in done:
+            return None
+        count += 1
+    return count
+
+
+def _generate_batch(
+    args: argparse.Namespace, model, lines: list[str], output: Path, skip: set[str]
+) -> int:
+    """Run the input file's lines but those whose custom_id is in `skip`, appending to
+    `output`."""
     max_tokens = args.max_tokens  # None: each line's own, else what the context leaves
     if args.ray is not None:  # Ray is imported only here (corral[ray])
         try:
@@ -284,15 +320,32 @@ def _generate_quick(args: argparse.Namespace, model, dfa: Dfa) -> int:
     return 0
 
 
+def _serve_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with `corral serve`'s arguments, found before the model loads: a number out
+    of range, or an address this process cannot listen on (taken, not an address of this
+    machine, a port it may not bind), tried with a socket bound and closed at once."""
+    for name in ("batch_size", "max_len"):
+        if getattr(args, name) < 1:
+            return f"--{name.replace('_', '-')} must be at least 1, not {getattr(args, name)}"
+    if args.max_waiting < 0:
+        return f"--max-waiting must be at least 0, not {args.max_waiting}"
+    if not 1 <= args.port <= 65535:
+        return f"--port must be in 1..65535, not {args.port}"
+    try:
+        socket.create_server((args.host, args.port)).close()
+    except OSError as error:  # socket.gaierror (an unknown host) is an OSError too
+        reason = error.strerror or str(error)
+        return f"cannot listen on {args.host}:{args.port}: {reason}"
+    return None
+
+
 def _serve(args: argparse.Namespace) -> int:
     """`corral serve`: the OpenAI-compatible HTTP server (`corral.tools.server`)."""
-    from corral.automata import ConstrainError
     from corral.tools.server import ServerConfig, serve
 
-    for name in ("batch_size", "max_len", "port"):
-        if getattr(args, name) < 1:
-            print(f"corral serve: --{name.replace('_', '-')} must be at least 1", file=sys.stderr)
-            return 2
+    problem = _serve_problem(args)
+    if problem is not None:
+        return _fail("serve", problem)
     config = ServerConfig(
         batch_size=args.batch_size,
         max_len=args.max_len,
@@ -302,8 +355,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         serve(args.model, args.host, args.port, config)
     except ConstrainError as error:
-        print(f"corral serve: {error}", file=sys.stderr)
-        return 2
+        return _fail("serve", error)
     return 0
 
 

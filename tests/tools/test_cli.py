@@ -9,6 +9,7 @@ import codecs
 import json
 import os
 import re
+import socket
 from pathlib import Path
 
 import pytest
@@ -120,6 +121,10 @@ def bad_command_lines(tmp: Path) -> dict[str, tuple[list[str], str]]:
     quick = ["generate", "--regex", "[ab]+", "--prompt", "hi"]
     t = str(tmp)
     return {
+        "compile, negative --samples": (
+            ["compile", "--schema", f"{t}/not-json.json", "--samples", "-1"],
+            "--samples",
+        ),
         "compile a 3000-deep schema": (["compile", "--schema", f"{t}/deep.json"], "max_depth"),
         "quick form, 3000-deep schema": (
             ["generate", "--schema", f"{t}/deep.json", "--prompt", "hi"],
@@ -277,3 +282,73 @@ def test_batch_ctrl_c_says_how_many_lines_the_output_holds(tmp_path, stand_in, c
     stand_in.options = {}
     assert main([*argv, "--resume"]) == 0
     assert sorted(item["custom_id"] for item in read_jsonl(output)) == ids
+
+
+# --- corral serve: its input errors, before the model loads ---
+
+
+@pytest.fixture
+def server_never_starts(monkeypatch):
+    from corral.tools import server
+
+    def fail(*args, **kwargs):
+        pytest.fail("the model was loaded for a serve command line that has an input error")
+
+    monkeypatch.setattr(server, "serve", fail)
+
+
+def test_every_bad_serve_line_is_one_line_and_status_2_before_the_model_loads(
+    capsys, server_never_starts
+):
+    with socket.create_server(("127.0.0.1", 0)) as taken:  # a port another process listens on
+        port = str(taken.getsockname()[1])
+        cases = {
+            "port taken": (["serve", "--port", port], f"127.0.0.1:{port}"),
+            "port past 65535": (["serve", "--port", "99999"], "--port"),
+            "port zero": (["serve", "--port", "0"], "--port"),
+            "host not an address": (["serve", "--host", "999.1.1.1", "--port", "8000"], "999"),
+            "negative max-waiting": (["serve", "--max-waiting", "-1"], "--max-waiting"),
+            "zero max-len": (["serve", "--max-len", "0"], "--max-len"),
+            "zero batch-size": (["serve", "--batch-size", "0"], "--batch-size"),
+        }
+        for name, (argv, piece) in cases.items():
+            status = main(argv)
+            err = capsys.readouterr().err
+            assert status == 2, (name, err)
+            assert len(err.splitlines()) == 1 and err.startswith("corral serve: "), (name, err)
+            assert piece in err and "Traceback" not in err, (name, err)
+
+
+def test_ray_before_the_input_file_says_it_took_the_file_as_its_address(
+    tmp_path, capsys, model_never_loads
+):
+    source = write_input(tmp_path / "in.jsonl")
+    assert main(["generate", "--ray", str(source), "-o", str(tmp_path / "out.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert f"--ray took {str(source)!r} as its ADDRESS" in err and "--ray=ADDRESS" in err
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_resume_with_every_line_answered_runs_nothing_and_loads_no_model(
+    tmp_path, stand_in, capsys, monkeypatch
+):
+    source = write_input(tmp_path / "in.jsonl", ids=("a", "b"))
+    output = tmp_path / "out.jsonl"
+    argv = ["generate", str(source), "-o", str(output), "--quiet"]
+    assert main(argv) == 0
+    whole = output.read_bytes()
+    capsys.readouterr()
+
+    def fail(*args, **kwargs):
+        pytest.fail("the model was loaded though every line is answered")
+
+    monkeypatch.setattr(cli, "load_model", fail)
+    assert main([*argv, "--resume"]) == 0
+    assert "nothing to run: the 2 lines" in capsys.readouterr().err
+    assert output.read_bytes() == whole
+    with source.open("a", encoding="utf-8") as more:  # a line not yet answered: it runs
+        more.write(request_line("c") + "\n" + '{"custom_id": ["not", "a", "string"]}\n')
+    monkeypatch.setattr(cli, "load_model", lambda *a, **k: StandInModel())
+    assert main([*argv, "--resume"]) == 0
+    ids = [item["custom_id"] for item in read_jsonl(output)]
+    assert ids[:2] == ["a", "b"] and "c" in ids[2:]

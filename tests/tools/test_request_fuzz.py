@@ -3,6 +3,7 @@ raises only `ToolError` (DESIGN.md section 5, "Errors"; section 7: a bad line ge
 error line). Random JSON in every field, random schemas with extreme numbers, deep nesting,
 unusual strings and member names (lone surrogates among them), in dicts and in JSON text."""
 
+import contextlib
 import json
 
 import pytest
@@ -146,7 +147,10 @@ def assert_writable(error: ToolError) -> None:
 @given(bodies(), st.booleans())
 def test_reading_any_body_raises_only_tool_error(body, as_text):
     if as_text:
-        body = json.dumps(body)  # NaN, Infinity, huge ints and \ud800 escapes in the text
+        # NaN, Infinity, huge ints and \ud800 escapes in the text; a body nested too deep for
+        # Python to write as text is read as the dict
+        with contextlib.suppress(RecursionError):
+            body = json.dumps(body)
     try:
         parse_tool_request(body, 49152)
     except ToolError as error:
