@@ -20,7 +20,9 @@ Prints, in one run:
     attention (cache writes and the kernel), the LM head, and the rest (RoPE, norms, Python);
   - side by side, when importable: transformers on torch (float32, loading corral's float32
     conversion of the same GGUF: no `accelerate` needed) and llama-cpp-python (the GGUF as is,
-    Q4_1), with the same thread count.
+    Q4_1), with the same thread count, in a child process that runs with the OpenMP wait
+    policy the user set (importing `corral.kernels` makes it PASSIVE, which would slow torch's
+    own OpenMP threads: each parallel region would wake them from sleep).
 
 Two BLAS or Numba threads collapse when another process computes at the same time (Numba's
 parallel loops wait for both threads at every call): run it alone.
@@ -30,7 +32,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
+import subprocess
 import sys
 import time
 import zipfile
@@ -38,6 +42,9 @@ from pathlib import Path
 
 import numpy as np
 from threadpoolctl import threadpool_limits
+
+USER_OMP_WAIT_POLICY = os.environ.get("OMP_WAIT_POLICY")
+"""The OpenMP wait policy before corral is imported (it sets PASSIVE for Numba's threads)."""
 
 PROMPT_TOKENS = 256
 
@@ -251,6 +258,38 @@ def llama_cpp_speeds(gguf: Path, steps: int, threads: int):
     return results
 
 
+def reference_speeds(folder: Path, gguf: Path, batches: list[int], steps: int, threads: int):
+    """{name: speeds} of transformers and llama-cpp-python (those importable), measured in a
+    child process whose environment has the user's OpenMP wait policy (see the docstring)."""
+    env = dict(os.environ)
+    if USER_OMP_WAIT_POLICY is None:
+        env.pop("OMP_WAIT_POLICY", None)
+    else:
+        env["OMP_WAIT_POLICY"] = USER_OMP_WAIT_POLICY
+    request = json.dumps([str(folder), str(gguf), batches, steps, threads])
+    child = subprocess.run(
+        [sys.executable, __file__, "--references-only", request],
+        env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if child.returncode != 0:
+        print(f"references failed (exit {child.returncode}): {child.stderr.strip()[-300:]}")
+        return {}
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+def _references_only(request: str) -> None:
+    """The child of `reference_speeds`: measure, print one JSON line."""
+    folder, gguf, batches, steps, threads = json.loads(request)
+    table = {}
+    speeds = transformers_speeds(Path(folder), batches, steps, threads)
+    if speeds:
+        table["transformers (torch float32)"] = speeds
+    speeds = llama_cpp_speeds(Path(gguf), steps * 4, threads)
+    if speeds:
+        table["llama.cpp (Q4_1)"] = speeds
+    print(json.dumps(table))
+
+
 # ----------------------------------------------------------------------------------------------
 
 
@@ -259,7 +298,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="BLAS / Numba / torch threads (2)")
     parser.add_argument("--quick", action="store_true", help="smoke run: few steps")
     parser.add_argument("--no-references", action="store_true", help="corral only")
+    parser.add_argument("--references-only", help=argparse.SUPPRESS)  # the child's request
     args = parser.parse_args()
+    if args.references_only:
+        _references_only(args.references_only)
+        return
     batches = [1, 8] if args.quick else [1, 8, 32, 64]
     steps = 3 if args.quick else 16
 
@@ -291,12 +334,7 @@ def main() -> None:
                 gguf = default_gguf(Path(scratch))
                 if gguf is not None:
                     folder = default_model_folder(progress=False)  # the GGUF, converted
-                    speeds = transformers_speeds(folder, batches[:2], steps, args.threads)
-                    if speeds:
-                        table["transformers (torch float32)"] = speeds
-                    speeds = llama_cpp_speeds(gguf, steps * 4, args.threads)
-                    if speeds:
-                        table["llama.cpp (Q4_1)"] = speeds
+                    table.update(reference_speeds(folder, gguf, batches[:2], steps, args.threads))
 
     columns = ["prefill"] + [f"decode_{b}" for b in batches]
     print(f"\ntokens/s, {PROMPT_TOKENS}-token prompt / context, {args.threads} threads")

@@ -25,13 +25,13 @@ from corral.kernels import quant
 from corral.model.config import LlamaConfig
 from corral.model.errors import ModelLoadError
 
-QUANTIZED_MAX_ROWS = 16
+QUANTIZED_MAX_ROWS = 8
 """The most rows of x (tokens in a pass) computed from the blocks; more go to float32 BLAS.
 The block kernels are compute-bound and their cost grows with every row of x, while a float32
 GEMM of a few rows costs about one read (and one packing) of its 4 to 5 times larger weights;
-bench/model.py prints both at batch 1 to 24 to place this switch (on one thread, with Q4_1 taken
-8 rows at a time, the blocks led float32 up to batch 16 and tied at 24). The LM head has its
-own, lower bound (`QUANTIZED_HEAD_MAX_ROWS`)."""
+bench/model.py prints both at batch 1 to 24 to place this switch (with 2 threads the blocks
+led at batch 8 and trailed float32 from 16 on; on one thread they led up to 16). The LM head
+has its own bound (`QUANTIZED_HEAD_MAX_ROWS`)."""
 
 QUANTIZED_HEAD_MAX_ROWS = 8
 """The most rows the LM head computes from its blocks (a Q8_0 table of 49152 x 576, in groups
