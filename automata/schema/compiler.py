@@ -354,7 +354,8 @@ def resolvable_prefix(root, pointer: str) -> str:
 def _compile(schema, limits: Limits | None, schema_limits: SchemaLimits) -> tuple:
     """(compiler, form) of a whole schema; EmptyLanguageError when nothing can be written."""
     if not isinstance(schema, (dict, bool)):  # a JSON value that is no schema, or its text
-        reason = "a schema must be an object or a boolean (pass the parsed schema, not its text)"
+        hint = " (pass the parsed schema, not its text)" if isinstance(schema, str) else ""
+        reason = f"a schema must be an object or a boolean, not {type(schema).__name__}{hint}"
         raise SchemaError("", None, reason)
     check_document(schema)
     compiler = Compiler(schema, limits, schema_limits)

@@ -563,3 +563,5 @@ def test_a_value_that_is_no_schema_is_a_schema_error(schema):
     with pytest.raises(SchemaError, match="must be an object or a boolean") as info:
         schema_to_dfa(schema)
     assert info.value.pointer == ""
+    assert type(schema).__name__ in str(info.value)  # names what it was given
+    assert ("not its text" in str(info.value)) == isinstance(schema, str)  # the hint fits
