@@ -4,7 +4,7 @@ section 3; the supported subset is listed in `corral.automata.schema`).
 
 `Compiler.compile` dispatches on what a subschema holds: `$ref` (inlined; a cycle is unrolled up
 to `SchemaLimits.max_recursion` occurrences of one target on a path, deeper is the empty
-language), conditionals (`if`/`then`/`else`, `dependentSchemas`: rewritten by
+language; past a state limit, shallower: `compile_schema`), conditionals (`if`/`then`/`else`, `dependentSchemas`: rewritten by
 `corral.automata.schema.merge.desugar`), `allOf` (merged, `corral.automata.schema.merge`, else
 intersected), `not`, `propertyNames`, `contains` (`corral.automata.schema.algebra`), `anyOf`,
 `oneOf` (as `anyOf` when its branches are provably disjoint, `corral.automata.schema.disjoint`,
