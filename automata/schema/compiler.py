@@ -4,14 +4,14 @@ section 3; the supported subset is listed in `corral.automata.schema`).
 
 `Compiler.compile` dispatches on what a subschema holds: `$ref` (inlined; a cycle is unrolled up
 to `SchemaLimits.max_recursion` occurrences of one target on a path, deeper is the empty
-language; past a state limit, shallower: `compile_schema`), conditionals (`if`/`then`/`else`, `dependentSchemas`: rewritten by
-`corral.automata.schema.merge.desugar`), `allOf` (merged, `corral.automata.schema.merge`, else
-intersected), `not`, `propertyNames`, `contains` (`corral.automata.schema.algebra`), `anyOf`,
-`oneOf` (as `anyOf` when its branches are provably disjoint, `corral.automata.schema.disjoint`,
-else exactly by the algebra), `enum`/`const`, and otherwise the
-types, each lowered by its own module (strings, numbers, containers). A schema without `type`
-takes the types its keywords imply; with none at all it is any JSON value nested at most
-`SchemaLimits.any_value_depth` levels.
+language; past a state limit, shallower: `compile_schema`), conditionals (`if`/`then`/`else`,
+`dependentSchemas`: rewritten by `corral.automata.schema.merge.desugar`), `allOf` (merged,
+`corral.automata.schema.merge`, else intersected), `not`, `propertyNames`, `contains`
+(`corral.automata.schema.algebra`), `anyOf`, `oneOf` (as `anyOf` when its branches are provably
+disjoint, `corral.automata.schema.disjoint`, else exactly by the algebra), `enum`/`const`, and
+otherwise the types, each lowered by its own module (strings, numbers, containers). A schema
+without `type` takes the types its keywords imply; with none at all it is any JSON value nested
+at most `SchemaLimits.any_value_depth` levels.
 
 Each public function raises Python's recursion limit once (`deep_recursion`): a length-bounded
 string is a chain of up to 4 x maxLength tree levels.
