@@ -48,6 +48,9 @@ class SchemaLimits:
         max_depth: deepest nesting of subschemas (and inlined `$ref`s) on one path (default 64).
         max_enum_values: most values in one `enum` (default 10,000).
         max_recursion: times one `$ref` target may occur on a path; deeper is cut (default 3).
+            When a compile that unrolled a `$ref` cycle passes `Limits.max_nfa_states` or
+            `max_dfa_states`, the schema is compiled again with it lowered to 2, then 1 (a
+            smaller language, still sound); if every depth fails, the first error is raised.
         any_value_depth: container nesting of the "any JSON value" language used for `{}`,
             `true` and untyped schemas (default 3; 0 refuses such schemas).
         max_string_length: `maxLength` above it is lowered to it, `minLength` above it refused

@@ -54,7 +54,9 @@ import numpy as np
 from corral import automata
 from corral.automata import ConstrainError, Dfa, EmptyLanguageError
 from corral.automata import tree as regex_tree
+from corral.automata.limits import DEFAULT_SCHEMA_LIMITS
 from corral.automata.product import intersection
+from corral.automata.schema.compiler import STATE_LIMIT_ERRORS, compile_schema, shallower_recursion
 from corral.automata.schema.values import check_document
 from corral.kernels import TokenIndex, Vocabulary
 from corral.tools.errors import ToolError, unsupported
@@ -151,20 +153,25 @@ def _alt(options: list):
     return options[0] if len(options) == 1 else Alt(tuple(options))
 
 
-def _tree(e) -> regex_tree.Node:
-    """The regex tree of an expression. Raises ToolError 422 naming the field of a schema or
-    regex that the subset refuses."""
+def _tree(e, schema_limits=None, recursive: list | None = None) -> regex_tree.Node:
+    """The regex tree of an expression, its schemas compiled under `schema_limits` (None: the
+    defaults). Appends to `recursive` (when given) whether each schema compile unrolled a
+    `$ref` cycle. Raises ToolError 422 naming the field of a schema or regex that the subset
+    refuses."""
     if isinstance(e, Text):
         return regex_tree.literal_bytes(e.text.encode("utf-8"))
     if isinstance(e, (Schema, Regex)):
         try:
             if isinstance(e, Schema):
-                return automata.schema_to_tree(e.schema)
+                tree, unrolled = compile_schema(e.schema, schema_limits=schema_limits)
+                if recursive is not None:
+                    recursive.append(unrolled)
+                return tree
             return automata.parse(e.pattern)
         except ConstrainError as error:
             raise unsupported(e.param, error) from None
     if isinstance(e, Arguments):
-        objects = _objects(_tree(Schema(e.schema, e.param)))
+        objects = _objects(_tree(Schema(e.schema, e.param), schema_limits, recursive))
         if _is_empty(objects, {}):
             raise ToolError(
                 422,
@@ -176,10 +183,10 @@ def _tree(e) -> regex_tree.Node:
     if isinstance(e, JsonObject):
         return automata.json_object_tree(e.depth)
     if isinstance(e, Seq):
-        return regex_tree.Concat(tuple(_tree(p) for p in e.parts))
+        return regex_tree.Concat(tuple(_tree(p, schema_limits, recursive) for p in e.parts))
     if isinstance(e, Alt):
-        return regex_tree.Alt(tuple(_tree(o) for o in e.options))
-    return regex_tree.Repeat(_tree(e.part), e.low, e.high)
+        return regex_tree.Alt(tuple(_tree(o, schema_limits, recursive) for o in e.options))
+    return regex_tree.Repeat(_tree(e.part, schema_limits, recursive), e.low, e.high)
 
 
 def _key(e):
@@ -334,6 +341,9 @@ class Grammar:
             limit): `tools[i].function.parameters` when it holds one tool's schema, `tools`,
             `response_format` or `response_format.json_schema.schema`.
         expression: what the tree and the key were built from (`Text`, `Schema`, ...).
+        recursive: True when a schema's compile unrolled a `$ref` cycle: `compile_dfa` may then
+            build the DFA from a shallower unrolling than `tree` when `tree` passes a state
+            limit (a sub-language of `tree`'s; `pattern` renders `tree`'s).
     """
 
     trigger: str | None
@@ -341,6 +351,7 @@ class Grammar:
     key: str = field(repr=False)
     param: str
     expression: object = field(repr=False)
+    recursive: bool = False
 
     @cached_property
     def pattern(self) -> str:
@@ -353,7 +364,9 @@ class Grammar:
 
 def _grammar(expression, trigger: str | None, param: str) -> Grammar:
     key = json.dumps(_key(expression), ensure_ascii=False, separators=(",", ":"))
-    return Grammar(trigger, _tree(expression), key, param, expression)
+    recursive: list[bool] = []
+    tree = _tree(expression, None, recursive)
+    return Grammar(trigger, tree, key, param, expression, any(recursive))
 
 
 def grammar(request: ToolRequest) -> Grammar | None:
@@ -431,11 +444,28 @@ def _content(request: ToolRequest) -> tuple[object | None, str]:
 
 
 def compile_dfa(grammar: Grammar) -> Dfa:
-    """The canonical DFA of a grammar (`corral.automata.tree_to_dfa`), built anew. Raises
-    ToolError 422 `unsupported_parameter` naming `grammar.param` when the automaton passes a
-    size limit or the language is empty."""
+    """The canonical DFA of a grammar (`corral.automata.tree_to_dfa`), built anew. When the
+    automaton passes an NFA or DFA state limit and a schema of the grammar unrolled a `$ref`
+    cycle, the grammar's tree is built again with the unrolling made shallower one step at a
+    time (`corral.automata.schema.compiler.shallower_recursion`), as `schema_to_dfa` does, so a
+    schema compiles here whenever it compiles alone. Raises ToolError 422
+    `unsupported_parameter` naming `grammar.param` when every depth passes a limit (with the
+    first error) or the language is empty."""
     try:
         return automata.tree_to_dfa(grammar.tree)
+    except STATE_LIMIT_ERRORS as error:
+        first = error
+        if grammar.recursive:
+            for schema_limits in shallower_recursion(DEFAULT_SCHEMA_LIMITS)[1:]:
+                recursive: list[bool] = []
+                try:
+                    return automata.tree_to_dfa(_tree(grammar.expression, schema_limits, recursive))
+                except STATE_LIMIT_ERRORS:
+                    if not any(recursive):
+                        break
+                except (ConstrainError, ToolError):  # a shallower depth's own error
+                    break
+        raise unsupported(grammar.param, first) from None
     except ConstrainError as error:
         raise unsupported(grammar.param, error) from None
 

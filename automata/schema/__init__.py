@@ -25,7 +25,12 @@ Supported keywords (anything else that is a JSON Schema keyword of any draft is 
     `#name`). Refs are inlined. A `$ref` cycle is unrolled: one definition may appear at most
     `SchemaLimits.max_recursion` times on a path; a deeper occurrence is the empty language, so
     optional members, array items and anyOf branches that would recurse further are left out
-    (and a schema whose every value needs deeper recursion is refused as empty). In drafts 3 to 7
+    (and a schema whose every value needs deeper recursion is refused as empty). When such a
+    compile, or the DFA built from its tree, passes the NFA or DFA state limit, the schema is
+    compiled again with `max_recursion` lowered one step at a time down to 1
+    (`compiler.compile_schema`; `corral.tools` does the same for a tool-call grammar): the
+    language only shrinks. A retry costs one more compile per depth, and happens only after a
+    limit error; a schema without a `$ref` cycle is refused at once. In drafts 3 to 7
     the siblings of `$ref` are ignored (as validators do); otherwise they are merged with the
     target as by `allOf`.
   - `allOf`, when the parts merge: `type` lists intersect, `required` unite, `properties` merge

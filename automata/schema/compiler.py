@@ -4,14 +4,14 @@ section 3; the supported subset is listed in `corral.automata.schema`).
 
 `Compiler.compile` dispatches on what a subschema holds: `$ref` (inlined; a cycle is unrolled up
 to `SchemaLimits.max_recursion` occurrences of one target on a path, deeper is the empty
-language), conditionals (`if`/`then`/`else`, `dependentSchemas`: rewritten by
-`corral.automata.schema.merge.desugar`), `allOf` (merged, `corral.automata.schema.merge`, else
-intersected), `not`, `propertyNames`, `contains` (`corral.automata.schema.algebra`), `anyOf`,
-`oneOf` (as `anyOf` when its branches are provably disjoint, `corral.automata.schema.disjoint`,
-else exactly by the algebra), `enum`/`const`, and otherwise the
-types, each lowered by its own module (strings, numbers, containers). A schema without `type`
-takes the types its keywords imply; with none at all it is any JSON value nested at most
-`SchemaLimits.any_value_depth` levels.
+language; past a state limit, shallower: `compile_schema`), conditionals (`if`/`then`/`else`,
+`dependentSchemas`: rewritten by `corral.automata.schema.merge.desugar`), `allOf` (merged,
+`corral.automata.schema.merge`, else intersected), `not`, `propertyNames`, `contains`
+(`corral.automata.schema.algebra`), `anyOf`, `oneOf` (as `anyOf` when its branches are provably
+disjoint, `corral.automata.schema.disjoint`, else exactly by the algebra), `enum`/`const`, and
+otherwise the types, each lowered by its own module (strings, numbers, containers). A schema
+without `type` takes the types its keywords imply; with none at all it is any JSON value nested
+at most `SchemaLimits.any_value_depth` levels.
 
 Each public function raises Python's recursion limit once (`deep_recursion`): a length-bounded
 string is a chain of up to 4 x maxLength tree levels.
@@ -20,14 +20,18 @@ string is a chain of up to 4 x maxLength tree levels.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from corral.automata.compile import build_dfa, deep_recursion
 from corral.automata.dfa import Dfa
 from corral.automata.errors import (
+    ConstrainError,
     EmptyLanguageError,
     LimitError,
     NonFiniteNumberError,
     SchemaError,
+    TooManyDfaStatesError,
+    TooManyNfaStatesError,
 )
 from corral.automata.limits import DEFAULT_SCHEMA_LIMITS, Limits, SchemaLimits
 from corral.automata.schema.algebra import Algebra, is_empty_range
@@ -60,6 +64,8 @@ class Compiler:
         refs, merger: `$ref` resolution and `allOf` merging over `root`.
         stack: the `$ref` targets being inlined, outermost first; `cache`: target pointer ->
             form, for targets whose form does not depend on the path (no cycle cut inside).
+        recursive: True once a `$ref` target was met again on its own path: the language then
+            depends on `SchemaLimits.max_recursion` (`shallower_recursion`).
     """
 
     def __init__(self, root, limits: Limits | None, schema_limits: SchemaLimits):
@@ -70,6 +76,7 @@ class Compiler:
         self.stack: list[str] = []
         self.cache: dict[str, object] = {}
         self.min_hit = math.inf  # lowest stack position a cut or reuse inside depended on
+        self.recursive = False  # a `$ref` target was met again on its own path (unrolled)
         self.any_cache: dict = {}
         self.algebra = Algebra(self)
 
@@ -161,6 +168,7 @@ class Compiler:
         seen = self.stack.count(target_pointer)
         if seen:
             self.min_hit = min(self.min_hit, self.stack.index(target_pointer))
+            self.recursive = True
         if seen >= self.schema_limits.max_recursion:
             return NOTHING
         if not seen and target_pointer in self.cache:
@@ -351,14 +359,8 @@ def resolvable_prefix(root, pointer: str) -> str:
     return out
 
 
-def _compile(schema, limits: Limits | None, schema_limits: SchemaLimits) -> tuple:
-    """(compiler, form) of a whole schema; EmptyLanguageError when nothing can be written."""
-    if not isinstance(schema, (dict, bool)):  # a JSON value that is no schema, or its text
-        hint = " (pass the parsed schema, not its text)" if isinstance(schema, str) else ""
-        reason = f"a schema must be an object or a boolean, not {type(schema).__name__}{hint}"
-        raise SchemaError("", None, reason)
-    check_document(schema)
-    compiler = Compiler(schema, limits, schema_limits)
+def _compile(schema, compiler: Compiler):
+    """The form of a whole schema; EmptyLanguageError when nothing can be written."""
     try:
         form = compiler.compile(schema, "", 0)
     except SchemaError as error:
@@ -368,7 +370,67 @@ def _compile(schema, limits: Limits | None, schema_limits: SchemaLimits) -> tupl
         raise SchemaError(where, error.keyword, error.reason) from None
     if form is NOTHING:
         raise EmptyLanguageError("the schema admits no value that corral can write")
-    return compiler, form
+    return form
+
+
+def _check(schema) -> None:
+    """SchemaError unless `schema` is a parsed schema document (`check_document`)."""
+    if not isinstance(schema, (dict, bool)):  # a JSON value that is no schema, or its text
+        hint = " (pass the parsed schema, not its text)" if isinstance(schema, str) else ""
+        reason = f"a schema must be an object or a boolean, not {type(schema).__name__}{hint}"
+        raise SchemaError("", None, reason)
+    check_document(schema)
+
+
+STATE_LIMIT_ERRORS = (TooManyNfaStatesError, TooManyDfaStatesError)
+"""The errors after which a recursive schema is compiled again with a shallower unrolling."""
+
+
+def shallower_recursion(schema_limits: SchemaLimits) -> list[SchemaLimits]:
+    """`schema_limits`, then the same limits with `max_recursion` lowered by one at a time down
+    to 1: the unrolling depths tried, in order, when a compile that unrolled a `$ref` cycle
+    passes an NFA or DFA state limit (`STATE_LIMIT_ERRORS`). Each depth's language is a subset
+    of the previous one's (a deeper occurrence is cut to the empty language), so every retry
+    stays sound (DESIGN.md section 3: a sub-language, never a larger one)."""
+    depths = range(schema_limits.max_recursion, 0, -1) if schema_limits.max_recursion > 1 else ()
+    return [replace(schema_limits, max_recursion=d) for d in depths] or [schema_limits]
+
+
+def compile_schema(
+    schema,
+    limits: Limits | None = None,
+    schema_limits: SchemaLimits | None = None,
+    build=None,
+):
+    """`build(tree)` of the schema's regex tree (the tree itself when `build` is None), with the
+    unrolling of `$ref` cycles made shallower on a state limit: when the compile or `build`
+    raises `TooManyNfaStatesError` or `TooManyDfaStatesError` and the compile unrolled a `$ref`
+    cycle, the schema is compiled again at each depth of `shallower_recursion` in turn. When
+    every depth fails (or nothing recursed, or a shallower depth raises another error, such as
+    an empty language), the first error is raised. The extra cost falls
+    only on schemas that passed a limit: at most `max_recursion - 1` more compiles, each
+    smaller than the one before.
+
+    Returns (result, recursive): `recursive` is True when the compile that gave `result`
+    unrolled a `$ref` cycle (so a smaller `max_recursion` gives a smaller language).
+
+    Raises: the errors of `schema_to_tree`, and those of `build`.
+    """
+    _check(schema)
+    first = None
+    for depth_limits in shallower_recursion(schema_limits or DEFAULT_SCHEMA_LIMITS):
+        compiler = Compiler(schema, limits, depth_limits)
+        try:
+            with deep_recursion():
+                tree = compiler.trees.build(_compile(schema, compiler))
+                return (tree if build is None else build(tree)), compiler.recursive
+        except ConstrainError as error:
+            if first is None and not isinstance(error, STATE_LIMIT_ERRORS):
+                raise
+            first = first or error  # a shallower depth's own error is not reported
+            if not (isinstance(error, STATE_LIMIT_ERRORS) and compiler.recursive):
+                break
+    raise first
 
 
 def schema_to_tree(
@@ -376,7 +438,8 @@ def schema_to_tree(
 ) -> Node:
     """The regex tree (`corral.automata.tree`, a DAG with shared tails) of the compact JSON
     texts valid against `schema` (DESIGN.md section 3; the parsed schema, key order kept).
-    Compose it with other trees and pass it to `tree_to_dfa`.
+    Compose it with other trees and pass it to `tree_to_dfa`. A compile that unrolls a `$ref`
+    cycle and passes a state limit is retried with a shallower unrolling (`compile_schema`).
 
     Raises:
         SchemaError: `schema` is neither an object nor a boolean (text rather than parsed
@@ -386,19 +449,17 @@ def schema_to_tree(
         EmptyLanguageError: no value can be written.
         LimitError: a `SchemaLimits` or regex `Limits` bound was passed.
     """
-    with deep_recursion():
-        compiler, form = _compile(schema, limits, schema_limits or DEFAULT_SCHEMA_LIMITS)
-        return compiler.trees.build(form)
+    return compile_schema(schema, limits, schema_limits)[0]
 
 
 def schema_to_dfa(
     schema, limits: Limits | None = None, schema_limits: SchemaLimits | None = None
 ) -> Dfa:
     """The canonical DFA (`Dfa`: trans int32 `[n_states, 256]`, accept bool `[n_states]`) of
-    `schema_to_tree(schema)`: same errors, plus the NFA/DFA size limits of `limits`."""
-    with deep_recursion():
-        compiler, form = _compile(schema, limits, schema_limits or DEFAULT_SCHEMA_LIMITS)
-        return build_dfa(compiler.trees.build(form), limits)
+    `schema_to_tree(schema)`: same errors, plus the NFA/DFA size limits of `limits`. A schema
+    that unrolls a `$ref` cycle and passes a state limit is compiled again with a shallower
+    unrolling (`compile_schema`, `shallower_recursion`) before it is refused."""
+    return compile_schema(schema, limits, schema_limits, lambda tree: build_dfa(tree, limits))[0]
 
 
 def json_schema_to_regex(
@@ -413,6 +474,7 @@ def json_schema_to_regex(
         SchemaTextError: a pattern with a length bound (compiled by a product automaton).
     """
     schema_limits = schema_limits or DEFAULT_SCHEMA_LIMITS
+    _check(schema)
     with deep_recursion():
-        _, form = _compile(schema, limits, schema_limits)
+        form = _compile(schema, Compiler(schema, limits, schema_limits))
         return TextRenderer(schema_limits.max_regex_length).render(form)

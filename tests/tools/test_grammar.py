@@ -1,16 +1,20 @@
 """Grammars per tool_choice and response_format, and the one compile site (DESIGN.md
 sections 4 and 5; tool-calls-spec section 4: grammar_by_tool_choice)."""
 
+import json
 import re
 
+import jsonschema
 import numpy as np
 import pytest
 from corral.automata import (
     LimitError,
+    SchemaLimits,
     escape,
     json_object_regex,
     json_schema_to_regex,
     regex_to_dfa,
+    schema_to_dfa,
 )
 from corral.kernels import Vocabulary
 from corral.tools import (
@@ -344,3 +348,26 @@ def test_a_grammar_past_a_size_limit_is_a_422_naming_its_param():
     with pytest.raises(ToolError) as info:
         regex_grammar("a**")
     assert info.value.param == "regex" and "position 2" in info.value.message
+
+
+def test_a_recursive_schema_past_the_dfa_limit_compiles_unrolled_less_deep():
+    # 12 recursive members: unrolled 3 deep, subset construction passes 30,000 states;
+    # 2 deep the DFA has about 2,300 (compile_dfa retries as schema_to_dfa does).
+    members = {f"p{i}": {"$ref": "#/$defs/n"} for i in range(12)}
+    members["s"] = {"type": "string", "maxLength": 8}
+    schema = {"$defs": {"n": {"type": "object", "properties": members}}, "$ref": "#/$defs/n"}
+    shallower = schema_to_dfa(schema, schema_limits=SchemaLimits(max_recursion=2))
+    tools = [{"type": "function", "function": {"name": "f", "parameters": schema}}]
+    for g in (schema_grammar(schema), grammar_for(tools=tools, tool_choice="required")):
+        assert g.recursive
+        dfa = compile_dfa(g)
+        rng = np.random.default_rng(0)
+        for _ in range(50):
+            text = dfa.sample(rng).decode()
+            if g.param == "schema":
+                assert shallower.matches(text.encode())
+                value = json.loads(text)
+            else:
+                value = json.loads(text.split("\n")[0][len("<tool_call>") : -len("</tool_call>")])
+                value = value["arguments"]
+            jsonschema.validate(value, schema)
