@@ -276,8 +276,9 @@ def gauge(base: str, name: str) -> float:
 @pytest.mark.slow
 def test_a_dropped_stream_frees_its_slot(smollm2):
     config = ServerConfig(batch_size=1, max_len=512, max_waiting=0)
-    with background_server(smollm2, config) as (url, _):
-        body = {"messages": DESCRIBE, "max_tokens": 300, "stream": True, "seed": 1}
+    never_ends = {str(t): -100 for t in smollm2.vocabulary.eos_ids}  # no early EOS: a stream
+    with background_server(smollm2, config) as (url, _):  # outlives what the test reads
+        body = {"messages": DESCRIBE, "max_tokens": 300, "stream": True, "logit_bias": never_ends}
         with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as r:
             lines = r.iter_lines()
             pieces = [next(lines) for _ in range(6)]  # a few chunks, then hang up
@@ -290,7 +291,7 @@ def test_a_dropped_stream_frees_its_slot(smollm2):
         small = {"messages": ASK, "max_tokens": 3}
         answer = httpx.post(f"{url}/v1/chat/completions", json=small, timeout=60)
         assert answer.status_code == 200, answer.text  # admitted at once: no 429
-        busy = {"messages": DESCRIBE, "max_tokens": 200, "stream": True}
+        busy = {"messages": DESCRIBE, "max_tokens": 200, "stream": True, "logit_bias": never_ends}
         with httpx.stream("POST", f"{url}/v1/chat/completions", json=busy, timeout=60) as r:
             next(r.iter_lines())
             refused = httpx.post(f"{url}/v1/chat/completions", json=small, timeout=60)
