@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from corral.kernels.expf import EXP_MIN, LN2_HIGH, LN2_LOW, LOG2E, exp_reduced
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -27,13 +28,6 @@ from numba.extending import intrinsic
 
 _FASTMATH = {"reassoc", "contract", "nsz"}  # no -inf or NaN is ever formed: lengths bound loops
 _PREFETCH_ROWS = 16  # keys/values fetched this many rows ahead (16 x 64 floats = 4 KB)
-
-# Cephes' expf: exp(x) = 2^n exp(r), n = round(x / ln 2), |r| <= ln 2 / 2, exp(r) by a degree-7
-# polynomial (relative error about 1e-7 in float32); ln 2 split in two for an exact n ln 2.
-_LOG2E = np.float32(1.4426950408889634)
-_LN2_HIGH = np.float32(0.693359375)
-_LN2_LOW = np.float32(-2.12194440e-4)
-_EXP_MIN = np.float32(-87.0)  # exp(-87) ~ 1.6e-38 is still a normal float32: 2^n needs n >= -126
 
 
 @intrinsic
@@ -72,16 +66,9 @@ def _softmax_(scores, scale_bits):  # pragma: no cover - compiled
         top = max(top, scores[t])
     scale = scale_bits.view(np.float32)
     for t in range(n_scores):  # exp(x) = 2^n p(r), as Cephes' expf
-        x = max(scores[t] - top, _EXP_MIN)
-        n = np.floor(x * _LOG2E + np.float32(0.5))
-        r = x - n * _LN2_HIGH - n * _LN2_LOW
-        p = np.float32(1.9875691500e-4)
-        p = p * r + np.float32(1.3981999507e-3)
-        p = p * r + np.float32(8.3334519073e-3)
-        p = p * r + np.float32(4.1665795894e-2)
-        p = p * r + np.float32(1.6666665459e-1)
-        p = p * r + np.float32(5.0000001201e-1)
-        scores[t] = p * r * r + r + np.float32(1.0)
+        x = max(scores[t] - top, EXP_MIN)
+        n = np.floor(x * LOG2E + np.float32(0.5))
+        scores[t] = exp_reduced(x - n * LN2_HIGH - n * LN2_LOW)
         scale_bits[t] = (np.int32(n) + np.int32(127)) << np.int32(23)  # the float32 2^n
     norm = np.float32(0.0)
     for t in range(n_scores):

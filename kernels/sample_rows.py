@@ -38,6 +38,7 @@ import math
 
 import numba
 import numpy as np
+from corral.kernels.expf import LN2_HIGH, LN2_LOW, exp_reduced
 
 TEMPERATURE, TOP_K, TOP_P, MIN_P, PRESENCE, FREQUENCY, REPETITION = range(7)
 """Columns of the float64 `params` table."""
@@ -237,14 +238,8 @@ def _weights(x, n, peak, temperature, weights, sums, bits, powers):
             v = v if live else _EXP_FLOOR
             k = np.int32(np.float32(0.5) - v * np.float32(1.4426950408889634))  # -round(v/ln 2)
             kf = np.float32(k)
-            r = v + kf * np.float32(0.693359375) + kf * np.float32(-2.12194440e-4)
-            q = np.float32(1.9875691500e-4)
-            q = q * r + np.float32(1.3981999507e-3)
-            q = q * r + np.float32(8.3334519073e-3)
-            q = q * r + np.float32(4.1665795894e-2)
-            q = q * r + np.float32(1.6666665459e-1)
-            q = q * r + np.float32(5.0000001201e-1)
-            weights[start + j] = (q * r * r + r + np.float32(1.0)) if live else np.float32(0.0)
+            r = v + kf * LN2_HIGH + kf * LN2_LOW
+            weights[start + j] = exp_reduced(r) if live else np.float32(0.0)
             bits[j] = (np.int32(127) - k) << 23  # the bits of the float32 2^-k
         block_sum = 0.0
         for j in range(length):
