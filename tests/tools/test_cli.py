@@ -351,4 +351,4 @@ def test_resume_with_every_line_answered_runs_nothing_and_loads_no_model(
     monkeypatch.setattr(cli, "load_model", lambda *a, **k: StandInModel())
     assert main([*argv, "--resume"]) == 0
     ids = [item["custom_id"] for item in read_jsonl(output)]
-    assert ids[:2] == ["a", "b"] and "c" in ids[2:]
+    assert sorted(ids[:2]) == ["a", "b"] and "c" in ids[2:]  # lines are written as they finish
