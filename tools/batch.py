@@ -26,6 +26,7 @@ Decisions:
 
 from __future__ import annotations
 
+import codecs
 import itertools
 import json
 import os
@@ -162,8 +163,33 @@ class LineError(ValueError):
         super().__init__(message)
 
 
+def input_lines(data: bytes) -> list[str]:
+    """The lines of a Batch input file's bytes (split at b"\\n", a leading UTF-8 byte-order mark
+    dropped), each decoded as UTF-8. A byte that is not part of valid UTF-8 is kept as a lone
+    surrogate (U+DC80..U+DCFF, Python's "surrogateescape" error handler, PEP 383), which no
+    UTF-8 text can hold: `read_line` then refuses that line alone, naming the byte, and every
+    other line still runs."""
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8) :]
+    return data.decode("utf-8", errors="surrogateescape").split("\n")
+
+
+def _first_bad_byte(text: str) -> tuple[int, int] | None:
+    """(byte offset in the line, byte value) of the first byte `input_lines` could not decode."""
+    for i, char in enumerate(text):
+        if "\udc80" <= char <= "\udcff":
+            return len(text[:i].encode("utf-8", errors="surrogateescape")), ord(char) - 0xDC00
+    return None
+
+
 def read_line(text: str, number: int) -> tuple[str, dict]:
-    """`(custom_id, body)` of one input line. Raises LineError naming what is wrong."""
+    """`(custom_id, body)` of one input line (from `input_lines`, or any str). Raises LineError
+    naming what is wrong: not UTF-8 (the byte and its offset), not JSON, not a request object."""
+    bad = _first_bad_byte(text)
+    if bad is not None:
+        raise LineError(
+            None, f"line {number} is not UTF-8: byte {bad[0]} of the line is 0x{bad[1]:02x}"
+        )
     try:
         item = json.loads(text)
     except RecursionError:
@@ -363,14 +389,14 @@ def _prepare(
     and of duplicates. Returns the lines to run, in input order."""
     pending: list[_Line] = []
     first: dict[str, _Line | int] = {}  # custom_id -> its pending line, or its line number
-    total = len(lines) if hasattr(lines, "__len__") else None
+    total = sum(1 for text in lines if text.strip()) if hasattr(lines, "__len__") else None
     bar = tqdm(total=total, desc="prepare", unit="line", disable=not progress)
     try:
         numbers = itertools.count(1) if numbers is None else numbers
         for number, text in zip(numbers, lines, strict=False):  # numbers may be endless
-            bar.update(1)
             if not text.strip():
-                continue
+                continue  # blank lines (and the "" after a last newline) are not counted
+            bar.update(1)
             custom_id = None
             try:
                 custom_id, body = read_line(text, number)

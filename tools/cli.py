@@ -40,7 +40,14 @@ from corral.automata import (
 from corral.kernels import Constraint, SamplingParams, TokenIndex
 from corral.model import load_model
 from corral.model.generate import GenerationRequest, iter_generate
-from corral.tools.batch import DEFAULT_MAX_TOKENS, Engine, done_ids, drop_torn_tail, run_batch
+from corral.tools.batch import (
+    DEFAULT_MAX_TOKENS,
+    Engine,
+    done_ids,
+    drop_torn_tail,
+    input_lines,
+    run_batch,
+)
 from corral.tools.errors import ToolError
 from corral.tools.grammar import compile_dfa, regex_grammar, schema_grammar
 
@@ -51,20 +58,26 @@ class InputError(Exception):
     """A command-line input that cannot be used; its message is one line naming the culprit."""
 
 
-def read_text(path: str) -> str:
-    """The text of a UTF-8 file (a leading byte-order mark dropped).
-
-    Raises InputError: the file does not exist, is a folder, cannot be read, or is not UTF-8
-    (naming the line, and the byte offset in the line and in the file, of the first bad byte)."""
+def read_bytes(path: str) -> bytes:
+    """The bytes of a file. Raises InputError: it does not exist, is a folder, or cannot be
+    read."""
     file = Path(path)
     if not file.exists():
         raise InputError(f"{path}: no such file")
     if file.is_dir():
         raise InputError(f"{path}: is a folder, not a file")
     try:
-        data = file.read_bytes()
+        return file.read_bytes()
     except OSError as error:
         raise InputError(f"{path}: cannot read it: {error.strerror}") from None
+
+
+def read_text(path: str) -> str:
+    """The text of a UTF-8 file (a leading byte-order mark dropped).
+
+    Raises InputError: as `read_bytes`, or the file is not UTF-8 (naming the line, and the byte
+    offset in the line and in the file, of the first bad byte)."""
+    data = read_bytes(path)
     start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
     try:
         return data[start:].decode("utf-8")
@@ -216,7 +229,7 @@ def _generate(args: argparse.Namespace) -> int:
             dfa = _quick_dfa(args)
         else:
             source = Path(args.input)
-            lines = read_text(args.input).split("\n")
+            lines = input_lines(read_bytes(args.input))  # a line not UTF-8: its error line
             default = source.with_name(source.stem + ".output.jsonl")
             output = Path(args.output) if args.output else default
             check_output(source, output, args.resume)

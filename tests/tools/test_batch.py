@@ -5,6 +5,7 @@ duplicate custom_ids, the progress phases and torn tails."""
 
 from __future__ import annotations
 
+import codecs
 import io
 import json
 
@@ -12,9 +13,18 @@ import jsonschema
 import pytest
 from corral.automata import ConstrainError
 from corral.model.generate import generate
-from corral.tools.batch import Engine, done_ids, drop_torn_tail, run_batch, valid_choice
+from corral.tools.batch import (
+    Engine,
+    done_ids,
+    drop_torn_tail,
+    input_lines,
+    run_batch,
+    valid_choice,
+)
 from corral.tools.errors import ToolError
 from corral.tools.request import parse_tool_request
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from stand_in_model import StandInModel
 
 WEATHER = {
@@ -293,10 +303,11 @@ def test_submit_errors_are_line_errors_and_the_cache_fits_only_what_can_run():
 
 def test_progress_shows_the_prepare_phase_then_the_requests(capsys):
     out = io.StringIO()
-    lines = [quick_line("a", response_format={"type": "json_object"}, max_tokens=30)]
+    lines = [quick_line("a", response_format={"type": "json_object"}, max_tokens=30), ""]
     run_batch(Engine(StandInModel()), lines, out, progress=True)
     err = capsys.readouterr().err
     assert "prepare" in err and "grammars=1" in err and "requests" in err
+    assert "1/1 [" in err and "/2 [" not in err  # the "" after the last newline is no line
     assert err.index("prepare") < err.index("requests")
 
 
@@ -316,3 +327,48 @@ def test_drop_torn_tail_leaves_the_complete_lines_whatever_the_cut(tmp_path):
     path.write_bytes(whole + b"\x00\x00\x00\n")  # a zero-filled last line a crash left
     assert drop_torn_tail(path) == 4 and path.read_bytes() == whole
     assert drop_torn_tail(tmp_path / "absent.jsonl") == 0
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    cuts=st.lists(
+        st.tuples(st.booleans(), st.integers(0, 200), st.sampled_from([b"\xe9", b"\xff", b"\xc3"])),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_a_line_that_is_not_utf8_gets_its_error_line_and_the_others_run(cuts):
+    """Any invalid byte put anywhere in any lines of a file: exactly those lines get an
+    `invalid_line` error naming the byte's offset, every other line is answered as it would be
+    alone (a Batch file is never refused whole for one bad line)."""
+    good = [quick_line(f"id{i}\u00e9") for i in range(len(cuts))]
+    raw, bad = [], {}
+    for number, ((broken, at, byte), text) in enumerate(zip(cuts, good, strict=True), 1):
+        data = text.encode("utf-8")
+        if broken:
+            at = min(at, len(data))
+            if byte == b"\xc3" and at < len(data) and 0x80 <= data[at] <= 0xBF:
+                byte = b"\xff"  # 0xc3 before a continuation byte would be valid UTF-8
+            data = data[:at] + byte + data[at:]
+            bad[number] = at
+        raw.append(data)
+    lines = input_lines(codecs.BOM_UTF8 + b"\n".join(raw) + b"\n")
+    assert lines[-1] == "" and len(lines) == len(cuts) + 1
+    items, summary = run(lines)
+    errors = [item for item in items if item["response"] is None]
+    assert sorted(int(e["error"]["message"].split()[1]) for e in errors) == sorted(bad)
+    for error in errors:
+        number = int(error["error"]["message"].split()[1])
+        assert error["error"]["code"] == "invalid_line" and error["custom_id"] is None
+        assert f"not UTF-8: byte {bad[number]} of the line" in error["error"]["message"]
+    answered = sorted(item["custom_id"] for item in items if item["response"] is not None)
+    assert answered == sorted(f"id{n - 1}\u00e9" for n in range(1, len(cuts) + 1) if n not in bad)
+    assert all(status(item) == 200 for item in items if item["response"] is not None)
+    assert summary.requests == len(cuts) - len(bad) and summary.errors == len(bad)
+
+
+@given(st.lists(st.text(alphabet=st.characters(blacklist_characters="\n")), max_size=5))
+def test_input_lines_of_utf8_text_are_its_lines(texts):
+    data = "\n".join(texts).encode("utf-8")
+    assert input_lines(data) == data.decode("utf-8").split("\n")
+    assert input_lines(codecs.BOM_UTF8 + data) == input_lines(data)
