@@ -83,6 +83,7 @@ from corral.model.generation_request import (
     BudgetTooSmallError,
     GenerationRequest,
     GenerationResult,
+    UnwritableGrammarError,
     check_budget,
     check_request,
 )
@@ -96,6 +97,7 @@ __all__ = [
     "GenerationResult",
     "GenerationStats",
     "Generator",
+    "UnwritableGrammarError",
     "check_budget",
     "check_request",
     "generate",
@@ -192,6 +194,7 @@ class Generator:
             ContextLengthError: its prompt plus max_tokens exceed the model's context (the
                 message gives the model's figures).
             BudgetTooSmallError: its max_tokens cannot hold its shortest answer.
+            UnwritableGrammarError: no token sequence spells a complete answer.
             RequestError: its prompt plus max_tokens (absent: what the context leaves) fit the
                 context but not this engine's smaller `max_len`; anything else it carries that
                 cannot run (`check_request`).

@@ -27,6 +27,14 @@ class BudgetTooSmallError(RequestError):
     param = "max_tokens"
 
 
+class UnwritableGrammarError(RequestError):
+    """No sequence of the vocabulary's tokens spells a complete answer of the constraint (its
+    every answer needs a byte, or a byte sequence, that no token holds: SmolLM2's vocabulary
+    has no token with the control bytes 0x04, 0x06, 0x13, 0x14, 0x16 or 0x1d)."""
+
+    param = None
+
+
 @dataclass(frozen=True, eq=False)
 class GenerationRequest:
     """One sequence to generate.
@@ -90,7 +98,8 @@ class GenerationResult:
 
 
 def check_budget(request: GenerationRequest) -> None:
-    """Raise `BudgetTooSmallError` if `max_tokens` is below 1 or cannot hold the shortest
+    """Raise `UnwritableGrammarError` if no token sequence completes the constraint, and
+    `BudgetTooSmallError` if `max_tokens` is below 1 or cannot hold the shortest
     constrained answer (`Constraint.completes_within`, exact: its bound only skips the token
     distances when it suffices; checked only for a budget-aware request
     whose constraint starts at the first token). A `max_tokens` of None is not checked against
@@ -103,6 +112,12 @@ def check_budget(request: GenerationRequest) -> None:
     limit = math.inf if request.max_tokens is None else request.max_tokens
     if not c.completes_within(limit):
         needed = c.tokens_to_complete()
+        if needed < 0:
+            raise UnwritableGrammarError(
+                "no answer can be written: every answer the grammar allows needs bytes that no "
+                "token of the model's vocabulary spells (a grammar may name a byte, such as a "
+                "control character, that the tokenizer cannot produce)"
+            )
         raise BudgetTooSmallError(
             f"max_tokens={request.max_tokens} is too small: the shortest answer the grammar "
             f"allows takes {needed} tokens"

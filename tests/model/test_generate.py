@@ -8,12 +8,14 @@ import re
 
 import jsonschema
 import pytest
-from corral.kernels import Constraint, SamplingParams
+from corral.automata import regex_to_dfa
+from corral.kernels import Constraint, SamplingParams, TokenIndex, Vocabulary
 from corral.model.errors import ContextLengthError, RequestError
 from corral.model.generate import (
     BudgetTooSmallError,
     GenerationRequest,
     Generator,
+    UnwritableGrammarError,
     check_budget,
     generate,
 )
@@ -213,3 +215,51 @@ def test_partial_text_grows_and_cancel_frees_the_slot():
     while engine.has_work:
         finished += engine.step()
     assert finished == [(third, alone)]
+
+
+PIECES_OF_PATTERNS = ["a", "\\x04", "\\x1d", "(a|\\x04)", "(\\x04|\\x1d)", "b?", "[\\x00-\\x05]"]
+MISSING = (0x04, 0x1D)  # bytes no token of this vocabulary holds (as in SmolLM2's vocabulary)
+GAPPED = Vocabulary(tuple(p for p in PIECES if not set(MISSING) & set(p)) + (None,), ())
+
+
+def writable(dfa) -> bool:
+    """Brute force: an accepting state is reachable from the start over bytes other than
+    MISSING (every other byte is a one-byte token of GAPPED)."""
+    seen, todo = {0}, [0]
+    while todo:
+        state = todo.pop()
+        if dfa.accept[state]:
+            return True
+        for byte in range(256):
+            target = int(dfa.trans[state, byte])
+            if byte not in MISSING and target >= 0 and target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return False
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    pattern=st.lists(
+        st.sampled_from(
+            ["a", "\\x04", "\\x1d", "(a|\\x04)", "(\\x04|\\x1d)", "b?", "[\\x00-\\x05]"]
+        ),
+        min_size=1,
+        max_size=4,
+    ).map("".join),
+    max_tokens=st.integers(1, 10),
+)
+def test_a_grammar_no_token_can_write_is_refused_as_such_whatever_the_budget(pattern, max_tokens):
+    """A constraint whose every answer needs a byte the vocabulary lacks is an
+    UnwritableGrammarError (not a budget of "-1 tokens"); any other is judged on its budget."""
+    dfa = regex_to_dfa(pattern)
+    constraint = Constraint(TokenIndex(dfa, GAPPED))
+    request = GenerationRequest([1], max_tokens, SamplingParams(), 0, (), constraint)
+    if not writable(dfa):
+        with pytest.raises(UnwritableGrammarError, match="no answer can be written"):
+            check_budget(request)
+        return
+    try:
+        check_budget(request)
+    except BudgetTooSmallError as error:
+        assert constraint.tokens_to_complete() > max_tokens and "-1" not in str(error)
