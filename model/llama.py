@@ -38,7 +38,11 @@ import numpy as np
 from corral.kernels import attention as attention_kernels
 from corral.kernels import layers as layer_kernels
 from corral.model.config import LlamaConfig
-from corral.model.quant import QUANTIZED_HEAD_MAX_ROWS, QUANTIZED_MAX_ROWS
+from corral.model.quant import (
+    HEAD_ACTIVATION_PARTS,
+    QUANTIZED_HEAD_MAX_ROWS,
+    QUANTIZED_MAX_ROWS,
+)
 
 # ----------------------------------------------------------------------------------------------
 # Weights
@@ -409,11 +413,12 @@ def lm_head(params: dict, hidden: np.ndarray) -> np.ndarray:
 
     At most `QUANTIZED_HEAD_MAX_ROWS` rows (and no more than `QUANTIZED_MAX_ROWS`) read the
     head's quantization blocks when there are any; else one row uses the [V, d] table as a
-    matrix-vector product, more rows one [N, d] x [d, V] GEMM.
+    matrix-vector product, more rows one [N, d] x [d, V] GEMM. With int8 activations the head
+    quantizes its input in `HEAD_ACTIVATION_PARTS` parts (the logits are the output).
     """
     blocks = params.get("lm_head_blocks")
     if blocks is not None and hidden.shape[0] <= min(QUANTIZED_MAX_ROWS, QUANTIZED_HEAD_MAX_ROWS):
-        return blocks.matmul(hidden)
+        return blocks.matmul(hidden, HEAD_ACTIVATION_PARTS)
     if hidden.shape[0] == 1:
         return (params["lm_head_rows"] @ hidden[0])[None, :]  # [V, d] x [d] -> [1, V]
     return hidden @ params["lm_head"]  # [N, d] -> [N, V]

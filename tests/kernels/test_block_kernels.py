@@ -1,15 +1,24 @@
 """The block-quantized matrix products against NumPy on the dequantized weights, the block
 unpacking against gguf's own dequantizer (ggml's Q4_1 and Q8_0 formats) (DESIGN.md section 6).
-Attention over ragged contexts is tested in test_attention.py."""
+Attention over ragged contexts is tested in test_attention.py, the int8-activation kernels in
+test_int8_kernels.py."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from corral.kernels import quant
+from corral.model import quant as model_quant
 from corral.model.quant import BlockMatrix
 
 gguf = pytest.importorskip("gguf")  # a dependency of corral; the oracle of the block layout
+
+
+@pytest.fixture(autouse=True)
+def float_activations(monkeypatch):
+    """`TiledMatrix.matmul` on the float32-activation kernels tested here (the int8 ones are
+    tested in test_int8_kernels.py)."""
+    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", False)
 
 
 def random_blocks(rng, kind: str, n_out: int, k: int) -> np.ndarray:
