@@ -31,6 +31,8 @@ them the callers use the float32-activation kernels of `kernels.quant`.
 
 from __future__ import annotations
 
+import functools
+
 import llvmlite.binding as llvm
 import numba
 import numpy as np
@@ -46,6 +48,7 @@ LANES = 16
 """Output rows one `vpdpbusd` serves (16 int32 lanes of a 512-bit vector)."""
 
 
+@functools.cache
 def available() -> bool:
     """Whether the host CPU has AVX-512 BW and VNNI, which the kernels need."""
     features = llvm.get_host_cpu_features()
