@@ -172,11 +172,12 @@ def bytes_per_token(model) -> dict[str, float]:
 
 @contextlib.contextmanager
 def activations(int8: bool):
-    """`quant.INT8_ACTIVATIONS` set to int8 (where the CPU allows) inside the block."""
+    """`quant.INT8_ACTIVATIONS` set to int8 inside the block (where the CPU lacks AVX-512
+    VNNI, the float32-activation kernels serve either way)."""
     from corral.model import quant
 
     saved = quant.INT8_ACTIVATIONS
-    quant.INT8_ACTIVATIONS = int8 and saved
+    quant.INT8_ACTIVATIONS = int8
     try:
         yield
     finally:

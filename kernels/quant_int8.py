@@ -50,9 +50,21 @@ LANES = 16
 
 @functools.cache
 def available() -> bool:
-    """Whether the host CPU has AVX-512 BW and VNNI, which the kernels need."""
+    """Whether the kernels run here: the host CPU has AVX-512 BW and VNNI, and a small product
+    compiles and comes out right (False, say, under an llvmlite whose IR builder lacks what the
+    intrinsics use). The first call compiles `int8_matmul` unless Numba's cache holds it."""
     features = llvm.get_host_cpu_features()
-    return bool(features.get("avx512vnni")) and bool(features.get("avx512bw"))
+    if not (features.get("avx512vnni") and features.get("avx512bw")):
+        return False
+    quants = (np.arange(16 * BLOCK) % 255 - 127).astype(np.int8).reshape(16, BLOCK)
+    scales = np.ones((1, 1, 16), np.float32)
+    x = np.ones((1, BLOCK), np.float32)  # quantized exactly: x_q = 127, d = 1/127
+    try:
+        words = word_tiles(quants, "Q8_0", 1, 16)
+        out = int8_matmul(x, 1, scales, scales, words, np.zeros((1, 16), np.float32))
+    except Exception:  # any failure to compile or run: the float32-activation kernels serve
+        return False
+    return bool(np.allclose(out[0], quants.sum(axis=1, dtype=np.int64), rtol=1e-5, atol=1e-3))
 
 
 @numba.njit(cache=True)

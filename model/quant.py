@@ -39,14 +39,14 @@ QUANTIZED_HEAD_MAX_ROWS = 8
 """The most rows the LM head computes from its blocks (a Q8_0 table of 49152 x 576, in groups
 of 4 rows); past it the float32 GEMM led on one thread (at 16 rows)."""
 
-INT8_ACTIVATIONS = quant_int8.available()
+INT8_ACTIVATIONS = True
 """Whether `TiledMatrix.matmul` quantizes x by blocks to int8 and takes integer dot products
 (`kernels.quant_int8`: ggml's Q8_1 activations and the Q8_1 of what they leave over, AVX-512
-VNNI) rather than computing on x in float32 (`kernels.quant`). On by default where the CPU
-has the instructions: the accuracy bar of quantizing activations (greedy tokens and a text's
-mean log-likelihood against the float32 path) is measured in
-tests/model/test_int8_activations.py. Set it to False for the float32-activation kernels,
-whose logits match the float32 weights' within 1e-3."""
+VNNI) where the matrix has word tiles (built where `quant_int8.available()`), rather than
+computing on x in float32 (`kernels.quant`). On by default: the accuracy bar of quantizing
+activations (greedy tokens and a text's mean log-likelihood against the float32 path) is
+measured in tests/model/test_int8_activations.py. Set it to False for the float32-activation
+kernels, whose logits match the float32 weights' within 1e-3."""
 
 ACTIVATION_PARTS = 2
 """The int8 parts x is quantized in for the layers' matrices: one part (Q8_1 alone, as

@@ -135,3 +135,18 @@ def test_unknown_block_types_and_partial_blocks_are_refused():
         BlockMatrix.from_blocks("Q4_K", np.zeros((2, 144), np.uint8))
     with pytest.raises(ValueError, match="whole 20-byte blocks"):
         BlockMatrix.from_blocks("Q4_1", np.zeros((2, 30), np.uint8))
+
+
+def test_without_the_int8_kernels_matrices_have_no_word_tiles_and_compute_in_float(monkeypatch):
+    # a CPU without AVX-512 VNNI (or an llvmlite that cannot build the kernels)
+    from corral.kernels import quant_int8
+
+    monkeypatch.setattr(quant_int8, "available", lambda: False)
+    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", True)
+    rng = np.random.default_rng(5)
+    matrix = BlockMatrix.from_blocks("Q4_1", random_blocks(rng, "Q4_1", 20, 64))
+    tiled = matrix.tiled()
+    assert tiled.words is None
+    x = rng.standard_normal((2, 64)).astype(np.float32)
+    expected = x.astype(np.float64) @ matrix.dequantize().astype(np.float64).T
+    np.testing.assert_allclose(tiled.matmul(x), expected, rtol=1e-4, atol=1e-4)
