@@ -10,12 +10,17 @@ product sum(q x_q) and one float multiply-add:
     Q4_1: s d sum(q x_q) + m d sum(x_q)            Q8_0: s d sum(q x_q)
 
 so the products equal the float32 products of the dequantized weights with the dequantized
-activations (d x_q), up to float32 rounding. The integer dot products are AVX-512 VNNI's
-`vpdpbusd` (64 unsigned-by-signed byte products summed into 16 int32 lanes by one
-instruction), called as LLVM's intrinsic from Numba (`_dot_blocks`): LLVM does not form it
-from a plain loop over these layouts. Its left operand is unsigned: the Q4_1 nibbles are, and
-the Q8_0 weights are stored offset by 128 (q + 128, a byte flip of the sign bit), the extra
-128 sum(x_q) taken off per block (`block_offsets`).
+activations (d x_q), up to float32 rounding. One such part (llama.cpp's choice) rounds each
+value by up to half a step d; x can be quantized in several parts, each the Q8_1 of what the
+parts before leave over, whose products are added: each part divides the error by 254 at the
+cost of one more row of integer work (`int8_matmul`'s `parts`).
+
+The integer dot products are AVX-512 VNNI's `vpdpbusd` (64 unsigned-by-signed byte products
+summed into 16 int32 lanes by one instruction), called as LLVM's intrinsic from Numba
+(`_make_block_product`), so that the instruction is there whatever LLVM's vectorizer would
+make of a loop. Its left operand is unsigned: the Q4_1 nibbles are, and the Q8_0 weights are
+stored offset by 128 (q + 128, a flip of the sign bit), 128 d sum(x_q) being taken off per
+block (a negative `x_terms` with the scales as coefficients).
 
 The weights are laid out in "word tiles" (`word_tiles`): output rows in tiles of `tile` rows
 (a multiple of 16), and for each tile, block and group of 16 rows the 16 rows' bytes four at a
@@ -25,8 +30,9 @@ lane of `vpdpbusd` each:
     uint8 [n_tiles, k/32, tile/16, W, 16, 4]   (W = 4 words of nibbles for Q4_1: byte j holds
                                                 elements j and j + 16; W = 8 for Q8_0)
 
-`available()` tells whether the CPU has the instructions (avx512bw and avx512vnni); without
-them the callers use the float32-activation kernels of `kernels.quant`.
+`available()` tells whether the kernels run here (avx512bw and avx512vnni, and a product that
+compiles and checks); where they do not, the callers use the float32-activation kernels of
+`kernels.quant`.
 """
 
 from __future__ import annotations
