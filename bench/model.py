@@ -7,15 +7,18 @@ asserted.
 Prints, in one run:
   - the machine: memory bandwidth as BLAS reads it (a 1 GiB float32 matrix-vector product) and
     the float32 GEMM rate (a 2048 x 2048 x 2048 product), with the same thread count;
-  - corral, twice: the default model decoding from its GGUF's Q4_1/Q8_0 blocks (passes of at
-    most `QUANTIZED_MAX_ROWS` tokens; larger ones use float32 GEMMs) and on float32 weights alone
-    (`weights="float32"`):
+  - corral, three times: the default model decoding from its GGUF's Q4_1/Q8_0 blocks (passes
+    of at most `QUANTIZED_MAX_ROWS` tokens; larger ones use float32 GEMMs) with its activations
+    quantized to int8 (`quant.INT8_ACTIVATIONS`, where the CPU has AVX-512 VNNI) and with them
+    in float32, and on float32 weights alone (`weights="float32"`):
     prefill tokens/s for a 256-token prompt; decode tokens/s at batch 1, 8, 32 and 64 (every
     sequence holding a 256-token context, so attention is part of the cost);
   - bytes read per token at batch 1 and the share of the measured bandwidth they reach; the
     share of the GEMM rate reached at batch 32 and 64;
   - decode tokens/s at batch 1, 2, 4, 8, 16, 24 with the blocks forced on and off, to place
     `llama.QUANTIZED_MAX_ROWS`;
+  - each block matrix's product alone at batch 1 and 8, int8 and float32 activations taking
+    turns: microseconds and the bytes it reads per second;
   - where one decode step's time goes: the q/k/v and output projections, the MLP matmuls,
     attention (cache writes and the kernel), the LM head, and the rest (RoPE, norms, Python);
   - side by side, when importable: transformers on torch (float32, loading corral's float32
@@ -165,6 +168,48 @@ def bytes_per_token(model) -> dict[str, float]:
         weights += params["lm_head_rows"].nbytes
     kv = config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 2 * 4
     return {"weights": weights / 1e6, "kv": kv * PROMPT_TOKENS / 1e6}
+
+
+@contextlib.contextmanager
+def activations(int8: bool):
+    """`quant.INT8_ACTIVATIONS` set to int8 inside the block (where the CPU lacks AVX-512
+    VNNI, the float32-activation kernels serve either way)."""
+    from corral.model import quant
+
+    saved = quant.INT8_ACTIVATIONS
+    quant.INT8_ACTIVATIONS = int8
+    try:
+        yield
+    finally:
+        quant.INT8_ACTIVATIONS = saved
+
+
+def matrix_speeds(model, batches: list[int], repeat: int) -> dict[tuple[int, str], dict]:
+    """Each block matrix of layer 0 and the LM head alone: microseconds per product with int8
+    and float32 activations (taking turns, so that other load hits both) and GB/s of its
+    blocks.  -> {(batch, matrix): {"bytes": MB, "int8": us, "float32": us}}"""
+    from corral.model import quant
+
+    matrices = dict(model.params["layers"][0]["blocks"])
+    matrices["lm_head"] = model.params["lm_head_blocks"]
+    rng = np.random.default_rng(3)
+    results = {}
+    for batch in batches:
+        for name, matrix in matrices.items():
+            x = rng.standard_normal((batch, matrix.k)).astype(np.float32)
+            parts = quant.HEAD_ACTIVATION_PARTS if name == "lm_head" else quant.ACTIVATION_PARTS
+            times = {"int8": [], "float32": []}
+
+            def product(matrix=matrix, x=x, parts=parts):
+                matrix.matmul(x, parts)
+
+            for _ in range(repeat):
+                for kind in times:
+                    with activations(kind == "int8"):
+                        times[kind].append(best_time(product, 3))
+            results[batch, name] = {"bytes": matrix.nbytes / 1e6}
+            results[batch, name].update({kind: min(t) * 1e6 for kind, t in times.items()})
+    return results
 
 
 def crossover(model, batches: list[int], steps: int) -> dict[int, tuple[float, float]]:
@@ -317,16 +362,19 @@ def main() -> None:
             f"machine ({args.threads} threads): memory {facts['bandwidth_gb_s']:.1f} GB/s "
             f"(float32 matrix-vector), GEMM {facts['gemm_gflop_s']:.0f} GFLOP/s (float32)"
         )
-        models = {
-            "corral (Q4_1 blocks + float32)": load_model(progress=False),
-            "corral (NumPy float32)": load_model(progress=False, weights="float32"),
+        quantized = load_model(progress=False)
+        models = {  # name: (model, int8 activations)
+            "corral (Q4_1 blocks, int8 x)": (quantized, True),
+            "corral (Q4_1 blocks, float32 x)": (quantized, False),
+            "corral (NumPy float32)": (load_model(progress=False, weights="float32"), False),
         }
         table, breakdowns = {}, {}
-        for name, model in models.items():
-            table[name] = corral_speeds(model, batches, steps, args.quick)
-            breakdowns[name] = {batch: step_breakdown(model, batch, steps) for batch in batches}
-        quantized = models["corral (Q4_1 blocks + float32)"]
+        for name, (model, int8) in models.items():
+            with activations(int8):
+                table[name] = corral_speeds(model, batches, steps, args.quick)
+                breakdowns[name] = {b: step_breakdown(model, b, steps) for b in batches}
         switch = crossover(quantized, [1, 2, 4] if args.quick else [1, 2, 4, 8, 16, 24], steps)
+        products = matrix_speeds(quantized, batches[:2], 2 if args.quick else 5)
         if not args.no_references:
             import tempfile
 
@@ -344,7 +392,7 @@ def main() -> None:
         print(f"{name:32s}{cells}")
 
     print("\nbatch 1: bytes read per token and the share of the measured bandwidth")
-    for name, model in models.items():
+    for name, (model, _) in models.items():
         read = bytes_per_token(model)
         mb = read["weights"] + read["kv"]
         rate = mb * table[name]["decode_1"] / 1e3  # GB/s
@@ -353,7 +401,7 @@ def main() -> None:
             f" = {rate:5.1f} GB/s, {rate / facts['bandwidth_gb_s']:4.0%} of the bandwidth"
         )
     names = ("w_qkv", "w_o", "w_gate_up", "w_down")
-    layers = models["corral (NumPy float32)"].params["layers"]
+    layers = models["corral (NumPy float32)"][0].params["layers"]
     flops = 2 * sum(layer[name].size for layer in layers for name in names)
     flops += 2 * quantized.params["embed"].size  # the LM head
     print("\nbatch 32+: share of the measured float32 GEMM rate (weight products only)")
@@ -366,6 +414,14 @@ def main() -> None:
     print("\nblocks or float32 GEMMs at small batches (decode tokens/s; llama.QUANTIZED_MAX_ROWS)")
     for batch, (blocks, float32) in switch.items():
         print(f"  b={batch:<3d} blocks {blocks:8.1f}   float32 {float32:8.1f}")
+
+    print("\none block product alone (layer 0; int8 and float32 activations in turn)")
+    for (batch, name), speed in products.items():
+        cells = "".join(
+            f"   {kind} {speed[kind]:8.1f} us {speed['bytes'] / speed[kind] * 1e3:5.1f} GB/s"
+            for kind in ("int8", "float32")
+        )
+        print(f"  b={batch:<3d} {name:10s} {speed['bytes']:6.2f} MB{cells}")
 
     for name, per_batch in breakdowns.items():
         print(f"\nms per decode step, {name}")

@@ -38,7 +38,11 @@ import numpy as np
 from corral.kernels import attention as attention_kernels
 from corral.kernels import layers as layer_kernels
 from corral.model.config import LlamaConfig
-from corral.model.quant import QUANTIZED_HEAD_MAX_ROWS, QUANTIZED_MAX_ROWS
+from corral.model.quant import (
+    HEAD_ACTIVATION_PARTS,
+    QUANTIZED_HEAD_MAX_ROWS,
+    QUANTIZED_MAX_ROWS,
+)
 
 # ----------------------------------------------------------------------------------------------
 # Weights
@@ -155,14 +159,8 @@ def linear(x: np.ndarray, layer: dict, name: str) -> np.ndarray:
 def mlp(x: np.ndarray, layer: dict) -> np.ndarray:
     """SwiGLU: down(silu(gate(x)) * up(x)).  [N, d], layer weights ([2F, d], [d, F]) -> [N, d]"""
     gate_up = linear(x, layer, "w_gate_up")  # [N, d] -> [N, 2F]
-    width = layer["w_down"].shape[1]
-    gate, up = gate_up[:, :width], gate_up[:, width:]  # [N, 2F] -> [N, F] x 2
-    hidden = np.multiply(gate, 0.5, dtype=np.float32)  # silu(g) = g/2 (1 + tanh(g/2))
-    np.tanh(hidden, out=hidden)
-    hidden += 1.0
-    hidden *= gate
-    hidden *= 0.5
-    hidden *= up
+    hidden = np.empty((x.shape[0], layer["w_down"].shape[1]), np.float32)
+    layer_kernels.swiglu(gate_up, hidden)  # silu(gate) * up: [N, 2F] -> [N, F]
     return linear(hidden, layer, "w_down")  # [N, F] -> [N, d]
 
 
@@ -409,11 +407,12 @@ def lm_head(params: dict, hidden: np.ndarray) -> np.ndarray:
 
     At most `QUANTIZED_HEAD_MAX_ROWS` rows (and no more than `QUANTIZED_MAX_ROWS`) read the
     head's quantization blocks when there are any; else one row uses the [V, d] table as a
-    matrix-vector product, more rows one [N, d] x [d, V] GEMM.
+    matrix-vector product, more rows one [N, d] x [d, V] GEMM. With int8 activations the head
+    quantizes its input in `HEAD_ACTIVATION_PARTS` parts (the logits are the output).
     """
     blocks = params.get("lm_head_blocks")
     if blocks is not None and hidden.shape[0] <= min(QUANTIZED_MAX_ROWS, QUANTIZED_HEAD_MAX_ROWS):
-        return blocks.matmul(hidden)
+        return blocks.matmul(hidden, HEAD_ACTIVATION_PARTS)
     if hidden.shape[0] == 1:
         return (params["lm_head_rows"] @ hidden[0])[None, :]  # [V, d] x [d] -> [1, V]
     return hidden @ params["lm_head"]  # [N, d] -> [N, V]

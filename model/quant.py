@@ -9,10 +9,12 @@ quants, row by row), and finally lays each matrix out in the kernels' tiles (`Ti
 
     {"layers": [L x {"w_qkv", "w_o", "w_gate_up", "w_down": TiledMatrix}], "lm_head": TiledMatrix}
 
-`TiledMatrix.matmul` computes x W^T with the kernels; the forward pass (`llama.linear`) calls it
-for passes of at most `QUANTIZED_MAX_ROWS` rows, where reading 4 to 7 times fewer bytes than
-float32 wins, and leaves larger passes to float32 BLAS GEMMs. The values are the float32 path's
-own (its weights are these blocks dequantized), so the two differ only in rounding order.
+`TiledMatrix.matmul` computes x W^T with the kernels (on x quantized by blocks to int8 where
+the CPU has AVX-512 VNNI, `INT8_ACTIVATIONS`; else on x in float32); the forward pass
+(`llama.linear`) calls it for passes of at most `QUANTIZED_MAX_ROWS` rows, where reading 4 to
+7 times fewer bytes than float32 wins, and leaves larger passes to float32 BLAS GEMMs. The
+weights are the float32 path's own (its weights are these blocks dequantized), so on float32
+activations the two differ only in rounding order.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from corral.kernels import quant
+from corral.kernels import quant, quant_int8
 from corral.model.config import LlamaConfig
 from corral.model.errors import ModelLoadError
 
@@ -36,6 +38,25 @@ has its own bound (`QUANTIZED_HEAD_MAX_ROWS`)."""
 QUANTIZED_HEAD_MAX_ROWS = 8
 """The most rows the LM head computes from its blocks (a Q8_0 table of 49152 x 576, in groups
 of 4 rows); past it the float32 GEMM led on one thread (at 16 rows)."""
+
+INT8_ACTIVATIONS = True
+"""Whether `TiledMatrix.matmul` quantizes x by blocks to int8 and takes integer dot products
+(`kernels.quant_int8`: ggml's Q8_1 activations and the Q8_1 of what they leave over, AVX-512
+VNNI) where the matrix has word tiles (built where `quant_int8.available()`), rather than
+computing on x in float32 (`kernels.quant`). On by default: the accuracy bar of quantizing
+activations (greedy tokens and a text's mean log-likelihood against the float32 path) is
+measured in tests/model/test_int8_activations.py. Set it to False for the float32-activation
+kernels, whose logits match the float32 weights' within 1e-3."""
+
+ACTIVATION_PARTS = 2
+"""The int8 parts x is quantized in for the layers' matrices: one part (Q8_1 alone, as
+llama.cpp) moved SmolLM2's logits by up to 1 and changed greedy tokens on two of the four
+reference prompts; two parts (an error of a 508th of a Q8_1 step) kept them, at about twice
+one part's integer work."""
+
+HEAD_ACTIVATION_PARTS = 3
+"""The parts for the LM head, whose products are the logits themselves: three keep them
+within 1e-4 of the float32 path's (two parts: about 1.3e-3)."""
 
 SUPPORTED = ("Q4_1", "Q8_0")
 """The GGUF block types the kernels compute on."""
@@ -76,6 +97,9 @@ class BlockMatrix:
         minimums = None
         if self.minimums is not None:
             minimums = quant.tile_rows(self.minimums, n_tiles, tile)
+        words = None
+        if quant_int8.available():
+            words = quant_int8.word_tiles(self.quants, self.kind, n_tiles, tile)
         return TiledMatrix(
             self.kind,
             n_out,
@@ -83,6 +107,7 @@ class BlockMatrix:
             quant.tile_rows(self.scales, n_tiles, tile),
             minimums,
             quant.tile_rows(self.quants, n_tiles, tile),
+            words,
         )
 
     def dequantize(self) -> np.ndarray:
@@ -150,6 +175,8 @@ class TiledMatrix:
         scales: float32 [n_tiles, k/32, tile].
         minimums: float32 [n_tiles, k/32, tile] for Q4_1; None for Q8_0.
         quants: uint8 [n_tiles, k/2, tile] (Q4_1) or int8 [n_tiles, k, tile] (Q8_0).
+        words: the same quants in `kernels.quant_int8`'s word tiles (uint8 [n_tiles, k/32,
+            tile/16, W, 16, 4]) for its int8-activation kernels; None where the CPU lacks them.
     """
 
     kind: str
@@ -158,6 +185,7 @@ class TiledMatrix:
     scales: np.ndarray
     minimums: np.ndarray | None
     quants: np.ndarray
+    words: np.ndarray | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -170,21 +198,31 @@ class TiledMatrix:
         extra = 0 if self.minimums is None else self.minimums.nbytes
         return self.quants.nbytes + self.scales.nbytes + extra
 
-    def matmul(self, x: np.ndarray) -> np.ndarray:
+    def matmul(self, x: np.ndarray, parts: int = ACTIVATION_PARTS) -> np.ndarray:
         """x W^T.  float32 [B, k] -> float32 [B, n_out] (float32 accumulation).
 
-        One row goes to the one-row kernel, 2 to 4 rows to the grouped kernels (groups of 4);
-        Q4_1 passes of more rows go 8 at a time to `q4_1_matmul_grouped8`, whose wider group
-        unpacks each nibble once for 8 rows (Q8_0's conversion is cheap: it keeps groups of 4).
+        With `INT8_ACTIVATIONS` (and word tiles), each row of x is quantized by blocks of 32
+        in `parts` int8 parts (ggml's Q8_1, then the Q8_1 of what it leaves over) and
+        multiplies the weights in integer SIMD (`kernels.quant_int8.int8_matmul`). Otherwise x
+        stays float32: one row goes to the one-row kernel, 2 to 4 rows to the grouped kernels
+        (groups of 4); Q4_1 passes of more rows go 8 at a time to `q4_1_matmul_grouped8`, whose
+        wider group unpacks each nibble once for 8 rows (Q8_0's conversion is cheap: it keeps
+        groups of 4).
 
         Raises:
-            ValueError: x is not two-dimensional with k columns.
+            ValueError: x is not two-dimensional with k columns, or parts < 1.
         """
         x = np.ascontiguousarray(x, dtype=np.float32)
         if x.ndim != 2 or x.shape[1] != self.k:
             raise ValueError(f"x must be [B, {self.k}], got shape {x.shape}")
+        if parts < 1:
+            raise ValueError(f"x is quantized in at least one part, got parts={parts}")
         n_tiles, _, tile = self.scales.shape
         rows = x.shape[0]
+        if INT8_ACTIVATIONS and self.words is not None:
+            coefs = self.minimums if self.kind == "Q4_1" else self.scales
+            out = np.empty((rows, self.n_out), np.float32)
+            return quant_int8.int8_matmul(x, parts, self.scales, coefs, self.words, out)
         wide = self.kind == "Q4_1" and rows > quant.GROUP
         if rows > 1:  # the grouped kernels: x padded with zero rows to whole groups
             group = quant.WIDE_GROUP if wide else quant.GROUP

@@ -1,15 +1,24 @@
 """The block-quantized matrix products against NumPy on the dequantized weights, the block
 unpacking against gguf's own dequantizer (ggml's Q4_1 and Q8_0 formats) (DESIGN.md section 6).
-Attention over ragged contexts is tested in test_attention.py."""
+Attention over ragged contexts is tested in test_attention.py, the int8-activation kernels in
+test_int8_kernels.py."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from corral.kernels import quant
+from corral.model import quant as model_quant
 from corral.model.quant import BlockMatrix
 
 gguf = pytest.importorskip("gguf")  # a dependency of corral; the oracle of the block layout
+
+
+@pytest.fixture(autouse=True)
+def float_activations(monkeypatch):
+    """`TiledMatrix.matmul` on the float32-activation kernels tested here (the int8 ones are
+    tested in test_int8_kernels.py)."""
+    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", False)
 
 
 def random_blocks(rng, kind: str, n_out: int, k: int) -> np.ndarray:
@@ -126,3 +135,18 @@ def test_unknown_block_types_and_partial_blocks_are_refused():
         BlockMatrix.from_blocks("Q4_K", np.zeros((2, 144), np.uint8))
     with pytest.raises(ValueError, match="whole 20-byte blocks"):
         BlockMatrix.from_blocks("Q4_1", np.zeros((2, 30), np.uint8))
+
+
+def test_without_the_int8_kernels_matrices_have_no_word_tiles_and_compute_in_float(monkeypatch):
+    # a CPU without AVX-512 VNNI (or an llvmlite that cannot build the kernels)
+    from corral.kernels import quant_int8
+
+    monkeypatch.setattr(quant_int8, "available", lambda: False)
+    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", True)
+    rng = np.random.default_rng(5)
+    matrix = BlockMatrix.from_blocks("Q4_1", random_blocks(rng, "Q4_1", 20, 64))
+    tiled = matrix.tiled()
+    assert tiled.words is None
+    x = rng.standard_normal((2, 64)).astype(np.float32)
+    expected = x.astype(np.float64) @ matrix.dequantize().astype(np.float64).T
+    np.testing.assert_allclose(tiled.matmul(x), expected, rtol=1e-4, atol=1e-4)

@@ -7,11 +7,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from corral.model import ModelLoadError, load_model
+from corral.model import quant as model_quant
 from corral.model.quant import QUANTIZED_HEAD_MAX_ROWS, QUANTIZED_MAX_ROWS, unpermute_order
 from corral.model.weights import unpermute_rows
 from test_loading import write_tiny_gguf
 
 LOGIT_TOLERANCE = 1e-3  # the two paths compute with the same weights, in another order
+
+
+@pytest.fixture(autouse=True)
+def float_activations(monkeypatch):
+    """The blocks' kernels on float32 activations (the bar of the blocks used as they are);
+    the int8-activation path is held to its own in test_int8_activations.py."""
+    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", False)
 
 
 @pytest.fixture(scope="session")

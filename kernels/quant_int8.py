@@ -1,0 +1,365 @@
+"""Matrix products of block-quantized weights with int8-quantized activations, in integer SIMD
+(DESIGN.md section 6; the activation blocks are ggml's Q8_1, `quantize_row_q8_1` in
+`ggml-quants.c`, and the integer dot products llama.cpp's `ggml_vec_dot_q4_1_q8_1`).
+
+Each row of x is cut into blocks of 32 and each block stored as int8 with a float32 scale
+(`quantize_rows`): x_q = round(x / d), d = max |x| / 127. A weight block (Q4_1: w = s q + m,
+q in 0..15; Q8_0: w = s q, q in -128..127) then meets an activation block as one integer dot
+product sum(q x_q) and one float multiply-add:
+
+    Q4_1: s d sum(q x_q) + m d sum(x_q)            Q8_0: s d sum(q x_q)
+
+so the products equal the float32 products of the dequantized weights with the dequantized
+activations (d x_q), up to float32 rounding. One such part (llama.cpp's choice) rounds each
+value by up to half a step d; x can be quantized in several parts, each the Q8_1 of what the
+parts before leave over, whose products are added: each part divides the error by 254 at the
+cost of one more row of integer work (`int8_matmul`'s `parts`).
+
+The integer dot products are AVX-512 VNNI's `vpdpbusd` (64 unsigned-by-signed byte products
+summed into 16 int32 lanes by one instruction), called as LLVM's intrinsic from Numba
+(`_make_block_product`), so that the instruction is there whatever LLVM's vectorizer would
+make of a loop. Its left operand is unsigned: the Q4_1 nibbles are, and the Q8_0 weights are
+stored offset by 128 (q + 128, a flip of the sign bit), 128 d sum(x_q) being taken off per
+block (a negative `x_terms` with the scales as coefficients).
+
+The weights are laid out in "word tiles" (`word_tiles`): output rows in tiles of `tile` rows
+(a multiple of 16), and for each tile, block and group of 16 rows the 16 rows' bytes four at a
+time, so that one 64-byte load holds 4 bytes (4 consecutive k) of each of 16 rows, one int32
+lane of `vpdpbusd` each:
+
+    uint8 [n_tiles, k/32, tile/16, W, 16, 4]   (W = 4 words of nibbles for Q4_1: byte j holds
+                                                elements j and j + 16; W = 8 for Q8_0)
+
+`available()` tells whether the kernels run here (avx512bw and avx512vnni, and a product that
+compiles and checks); where they do not, the callers use the float32-activation kernels of
+`kernels.quant`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import llvmlite.binding as llvm
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+BLOCK = 32
+"""Values per activation and weight block."""
+
+LANES = 16
+"""Output rows one `vpdpbusd` serves (16 int32 lanes of a 512-bit vector)."""
+
+
+@functools.cache
+def available() -> bool:
+    """Whether the kernels run here: the host CPU has AVX-512 BW and VNNI, and a small product
+    compiles and comes out right (False, say, under an llvmlite whose IR builder lacks what the
+    intrinsics use). The first call compiles `int8_matmul` unless Numba's cache holds it."""
+    features = llvm.get_host_cpu_features()
+    if not (features.get("avx512vnni") and features.get("avx512bw")):
+        return False
+    quants = (np.arange(16 * BLOCK) % 255 - 127).astype(np.int8).reshape(16, BLOCK)
+    scales = np.ones((1, 1, 16), np.float32)
+    x = np.ones((1, BLOCK), np.float32)  # quantized exactly: x_q = 127, d = 1/127
+    try:
+        words = word_tiles(quants, "Q8_0", 1, 16)
+        out = int8_matmul(x, 1, scales, scales, words, np.zeros((1, 16), np.float32))
+    except Exception:  # any failure to compile or run: the float32-activation kernels serve
+        return False
+    return bool(np.allclose(out[0], quants.sum(axis=1, dtype=np.int64), rtol=1e-5, atol=1e-3))
+
+
+@numba.njit(cache=True)
+def _quantize_block(values, x_q, left):  # pragma: no cover - compiled
+    """One block (ggml's Q8_1): values float32 [32] -> x_q int8 [32] (written), left float32
+    [32] (written: values - d x_q); returns (d, d sum(x_q))."""
+    largest = np.float32(0.0)
+    for j in range(BLOCK):
+        largest = max(largest, abs(values[j]))
+    d = largest / np.float32(127.0)
+    inverse = np.float32(1.0) / d if d > 0 else np.float32(0.0)
+    total = 0
+    for j in range(BLOCK):
+        q = np.int32(np.rint(values[j] * inverse))
+        x_q[j] = q
+        left[j] = values[j] - d * np.float32(q)
+        total += q
+    return d, d * np.float32(total)
+
+
+@numba.njit(cache=True)
+def quantize_rows(x, parts, x_q, x_scales, x_sums):  # pragma: no cover - compiled
+    """Quantize each row of x by blocks of 32 to int8 (ggml's Q8_1), in `parts` parts: the
+    first is x's Q8_1, each next one the Q8_1 of what the parts before leave over, so that
+    x = d_1 x_q1 + d_2 x_q2 + ... to about 254^-(parts - 1) / 2 of each block's Q8_1 step
+    (the leftover of a part is at most half its step, and the next part's step 127 times
+    smaller than that).  O(parts B k).
+
+    x float32 [B, k]; parts >= 1; x_q int8 [R, k], x_scales float32 [R, k/32] and x_sums
+    float32 [R, k/32], R >= parts B, are written in rows parts b + p for part p of row b:
+    d = max |v| / 127 over the block of the values v quantized, x_q = round(v / d) (0 where
+    d = 0), x_sums = d sum(x_q), the sum of the block's dequantized values (Q8_1's s).
+    """
+    batch, k = x.shape
+    values = np.empty(BLOCK, np.float32)
+    left = np.empty(BLOCK, np.float32)
+    for b in range(batch):
+        for block in range(k // BLOCK):
+            columns = slice(block * BLOCK, (block + 1) * BLOCK)
+            values[:] = x[b, columns]
+            for part in range(parts):
+                row = parts * b + part
+                d, total = _quantize_block(values, x_q[row, columns], left)
+                x_scales[row, block], x_sums[row, block] = d, total
+                values[:] = left
+
+
+def word_tiles(quants: np.ndarray, kind: str, n_tiles: int, tile: int) -> np.ndarray:
+    """A matrix's quants in the word-tile layout of the module docstring.
+
+    quants uint8 [n_out, k/2] (Q4_1, ggml's byte order) or int8 [n_out, k] (Q8_0) ->
+    uint8 [n_tiles, k/32, tile/16, W, 16, 4] (Q8_0 stored as q + 128; zero rows pad)
+
+    Raises:
+        ValueError: kind is not Q4_1 or Q8_0, or tile is not a multiple of 16.
+    """
+    if kind not in ("Q4_1", "Q8_0") or tile % LANES:
+        raise ValueError(f"word tiles take Q4_1 or Q8_0 in tiles of 16 rows, got {kind}, {tile}")
+    n_out = quants.shape[0]
+    raw = quants.view(np.uint8)
+    if kind == "Q8_0":
+        raw = raw ^ np.uint8(128)
+    per_block = BLOCK // 2 if kind == "Q4_1" else BLOCK  # bytes of a block's quants
+    n_blocks = raw.shape[1] // per_block
+    padded = np.full((n_tiles * tile, raw.shape[1]), 0 if kind == "Q4_1" else 128, np.uint8)
+    padded[:n_out] = raw  # padding rows: q = 0
+    words = padded.reshape(n_tiles, tile // LANES, LANES, n_blocks, per_block // 4, 4)
+    # [tile, lane row, block, word, byte] -> [tile, block, lane group, word, lane row, byte]
+    return np.ascontiguousarray(words.transpose(0, 3, 1, 4, 2, 5))
+
+
+def _make_block_product(words_per_block: int, nibbles: bool, group: int):
+    """An intrinsic adding one block of 16 weight rows times `group` rows of x to float totals:
+
+        block_product(words, w_start, x_q, x_start, x_stride, x_scales, x_terms, xs_start,
+                      xs_stride, scales, coefs, sc_start, total, total_start, total_stride)
+
+    adds, for row i < group of x and lane r < 16,
+
+        total[total_start + i total_stride + r] += scales[sc_start + r] d_i sum(q[r] x_q[i])
+                                                   + coefs[sc_start + r] term_i
+
+    where the sum runs over the block (`vpdpbusd`, exact in int32), the 16 rows' quants start
+    at byte w_start of words (word tiles, `words_per_block` 64-byte words; `nibbles`: each
+    byte holds elements j and j + 16), row i's block of x_q at byte x_start + i x_stride, and
+    d_i, term_i = x_scales, x_terms [xs_start + i xs_stride]. Flat offsets into C-contiguous
+    arrays; nothing is bounds-checked (the caller's loops stay in range).
+    """
+    i8, i32, i64, f32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
+    vec, fvec = ir.VectorType(i32, LANES), ir.VectorType(f32, LANES)
+    splits = max(1, 8 // group)  # independent accumulators a row: vpdpbusd's latency is 5
+
+    @intrinsic
+    def block_product(
+        typingctx,
+        words,
+        w_start,
+        x_q,
+        x_start,
+        x_stride,
+        x_scales,
+        x_terms,
+        xs_start,
+        xs_stride,
+        scales,
+        coefs,
+        sc_start,
+        total,
+        total_start,
+        total_stride,
+    ):
+        arrays = (words, x_q, x_scales, x_terms, scales, coefs, total)
+        wanted = (types.uint8, types.int8) + (types.float32,) * 5
+        if any(
+            not isinstance(a, types.Array) or a.dtype != d
+            for a, d in zip(arrays, wanted, strict=True)
+        ):
+            return None  # a typing error: these dtypes only
+        sig = types.void(
+            words,
+            w_start,
+            x_q,
+            x_start,
+            x_stride,
+            x_scales,
+            x_terms,
+            xs_start,
+            xs_stride,
+            scales,
+            coefs,
+            sc_start,
+            total,
+            total_start,
+            total_stride,
+        )
+
+        def codegen(context, builder, signature, args):
+            def pointer(index, element):  # the data of array argument `index`
+                array = context.make_array(signature.args[index])(context, builder, args[index])
+                return builder.bitcast(array.data, element.as_pointer())
+
+            def load(base, offset, element):  # element (a scalar or vector) at base[offset]
+                address = builder.bitcast(builder.gep(base, [offset]), element.as_pointer())
+                return builder.load(address, align=1, typ=element)
+
+            def offset(start, stride, i, extra=0):  # start + stride i + extra
+                step = builder.mul(stride, ir.Constant(i64, i))
+                return builder.add(builder.add(start, step), ir.Constant(i64, extra))
+
+            def splat(value, vector):  # value in every lane
+                single = builder.insert_element(ir.Constant(vector, None), value, i32(0))
+                return builder.shuffle_vector(single, ir.Constant(vector, None), vec([0] * LANES))
+
+            words_p, x_p = pointer(0, i8), pointer(2, i8)
+            x_scales_p, x_terms_p = pointer(5, f32), pointer(6, f32)
+            scales_p, coefs_p, total_p = pointer(9, f32), pointer(10, f32), pointer(12, f32)
+            w_start, x_start, x_stride, xs_start, xs_stride = (args[i] for i in (1, 3, 4, 7, 8))
+            sc_start, total_start, total_stride = args[11], args[13], args[14]
+            dpbusd = cgutils.get_or_insert_function(
+                builder.module,
+                ir.FunctionType(vec, [vec, vec, vec]),
+                "llvm.x86.avx512.vpdpbusd.512",
+            )
+            accs = [[vec([0] * LANES)] * splits for _ in range(group)]
+            step = 0
+            for index in range(words_per_block):
+                w = load(words_p, builder.add(w_start, i64(64 * index)), vec)
+                parts = [(w, 4 * index)]
+                if nibbles:  # low nibbles: elements j; high nibbles: elements j + 16
+                    low = builder.and_(w, vec([0x0F0F0F0F] * LANES))
+                    high = builder.and_(
+                        builder.lshr(w, vec([4] * LANES)), vec([0x0F0F0F0F] * LANES)
+                    )
+                    parts = [(low, 4 * index), (high, BLOCK // 2 + 4 * index)]
+                for operand, column in parts:
+                    for i in range(group):
+                        x_word = splat(load(x_p, offset(x_start, x_stride, i, column), i32), vec)
+                        slot = step % splits
+                        accs[i][slot] = builder.call(dpbusd, [accs[i][slot], operand, x_word])
+                    step += 1
+            scale = load(scales_p, sc_start, fvec)
+            coef = load(coefs_p, sc_start, fvec)
+            for i in range(group):
+                acc = accs[i][0]
+                for other in accs[i][1:]:
+                    acc = builder.add(acc, other)
+                where = offset(xs_start, xs_stride, i)
+                d = splat(load(x_scales_p, where, f32), fvec)
+                term = splat(load(x_terms_p, where, f32), fvec)
+                address = builder.gep(total_p, [offset(total_start, total_stride, i)])
+                address = builder.bitcast(address, fvec.as_pointer())
+                value = builder.load(address, align=4, typ=fvec)
+                product = builder.fmul(builder.fmul(builder.sitofp(acc, fvec), d), scale)
+                value = builder.fadd(builder.fadd(value, product), builder.fmul(coef, term))
+                builder.store(value, address, align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return block_product
+
+
+_Q4_1_PRODUCTS = (
+    _make_block_product(4, True, 1),
+    _make_block_product(4, True, 2),
+    _make_block_product(4, True, 4),
+    _make_block_product(4, True, 8),
+)
+_Q8_0_PRODUCTS = (
+    _make_block_product(8, False, 1),
+    _make_block_product(8, False, 2),
+    _make_block_product(8, False, 4),
+    _make_block_product(8, False, 8),
+)
+_q4_1_1, _q4_1_2, _q4_1_4, _q4_1_8 = _Q4_1_PRODUCTS
+_q8_0_1, _q8_0_2, _q8_0_4, _q8_0_8 = _Q8_0_PRODUCTS
+
+
+@numba.njit(cache=True)
+def _tile_products(
+    x_q, x_scales, x_terms, scales, coefs, words, t, first, total
+):  # pragma: no cover
+    """total [G, tile] = rows first..first+G-1 of x times tile t of W (`int8_matmul`'s
+    arguments), G = total.shape[0] in (1, 2, 4, 8).  O(G tile k)."""
+    k = x_q.shape[1]
+    _, n_blocks, tile = scales.shape
+    group = total.shape[0]
+    lane_groups = tile // LANES
+    chunk = words.shape[3] * LANES * 4  # bytes of one block of 16 rows
+    nibbles = words.shape[3] == 4
+    total[:] = 0.0
+    for block in range(n_blocks):
+        x_start, xs_start = first * k + block * BLOCK, first * n_blocks + block
+        for g in range(lane_groups):
+            start = ((t * n_blocks + block) * lane_groups + g) * chunk
+            at = (t * n_blocks + block) * tile + g * LANES
+            args = (words, start, x_q, x_start, k, x_scales, x_terms, xs_start, n_blocks)
+            rest = (scales, coefs, at, total, g * LANES, tile)
+            if nibbles:
+                if group == 8:
+                    _q4_1_8(*args, *rest)
+                elif group == 4:
+                    _q4_1_4(*args, *rest)
+                elif group == 2:
+                    _q4_1_2(*args, *rest)
+                else:
+                    _q4_1_1(*args, *rest)
+            elif group == 8:
+                _q8_0_8(*args, *rest)
+            elif group == 4:
+                _q8_0_4(*args, *rest)
+            elif group == 2:
+                _q8_0_2(*args, *rest)
+            else:
+                _q8_0_1(*args, *rest)
+
+
+@numba.njit(cache=True, parallel=True)
+def int8_matmul(x, parts, scales, coefs, words, out):  # pragma: no cover - compiled
+    """out = x W^T for W in word tiles, x quantized in `parts` int8 parts (`quantize_rows`)
+    whose products are added.  O(parts B n_out k) integer multiply-adds, O(parts B n_out k
+    / 32) float ones; W is read once per group of 2, 4 or 8 rows of parts.
+
+    x float32 [B, k]; parts >= 1; scales float32 [n_tiles, k/32, tile]; coefs: the minimums
+    (Q4_1, float32 [n_tiles, k/32, tile]) or the scales again (Q8_0, whose stored quants are
+    q + 128: 128 d sum(x_q) is taken off each block); words uint8 [n_tiles, k/32, tile/16, W,
+    16, 4] (W = 4: Q4_1 nibbles; W = 8: Q8_0 bytes); out float32 [B, n_out] (written, n_out
+    <= n_tiles tile).
+    """
+    batch, k = x.shape
+    n_out = out.shape[1]
+    n_tiles, n_blocks, tile = scales.shape
+    used = parts * batch
+    group = 8 if used > 4 else (4 if used > 2 else (2 if used > 1 else 1))
+    rows = used + (-used) % group  # zero rows pad the last group
+    x_q = np.zeros((rows, k), np.int8)
+    x_scales = np.zeros((rows, n_blocks), np.float32)
+    x_terms = np.zeros((rows, n_blocks), np.float32)
+    quantize_rows(x, parts, x_q, x_scales, x_terms)
+    if words.shape[3] != 4:
+        x_terms *= np.float32(-128.0)
+    for t in numba.prange(n_tiles):
+        total = np.empty((group, tile), np.float32)
+        start, end = t * tile, min((t + 1) * tile, n_out)
+        out[:, start:end] = 0.0
+        for first in range(0, rows, group):
+            _tile_products(x_q, x_scales, x_terms, scales, coefs, words, t, first, total)
+            for i in range(min(group, used - first)):
+                token = (first + i) // parts
+                for r in range(end - start):
+                    out[token, start + r] += total[i, r]
+    return out

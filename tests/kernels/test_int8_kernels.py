@@ -1,0 +1,157 @@
+"""The int8-activation block kernels (`corral.kernels.quant_int8`) against NumPy: the
+activation quantization (ggml's Q8_1 and its residual) against its formulas, the word-tile
+layout against the quants it was made from, and the products against the dequantized weights
+times the dequantized activations, on random shapes and batches (DESIGN.md section 6)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from corral.kernels import quant, quant_int8
+from corral.model import quant as model_quant
+from corral.model.quant import BlockMatrix
+from test_block_kernels import random_blocks
+
+pytestmark = pytest.mark.skipif(
+    not quant_int8.available(), reason="the int8 kernels need AVX-512 BW and VNNI"
+)
+
+
+def quantize(x: np.ndarray, parts: int):
+    """`quantize_rows` into fresh arrays.  -> (x_q, x_scales, x_sums), parts B rows each"""
+    rows = x.shape[0] * parts
+    n_blocks = x.shape[1] // 32
+    x_q = np.zeros((rows, x.shape[1]), np.int8)
+    x_scales = np.zeros((rows, n_blocks), np.float32)
+    x_sums = np.zeros((rows, n_blocks), np.float32)
+    quant_int8.quantize_rows(x, parts, x_q, x_scales, x_sums)
+    return x_q, x_scales, x_sums
+
+
+def dequantized(x_q: np.ndarray, x_scales: np.ndarray) -> np.ndarray:
+    """d x_q, block by block, in float64.  [R, k] -> [R, k]"""
+    blocks = x_q.astype(np.float64).reshape(x_q.shape[0], -1, 32)
+    return (blocks * x_scales[:, :, None]).reshape(x_q.shape)
+
+
+def numpy_q8_1(x: np.ndarray):
+    """ggml's Q8_1 of each block in NumPy float32: (x_q int8, d float32 [B, k/32])."""
+    blocks = x.reshape(x.shape[0], -1, 32)
+    d = np.abs(blocks).max(axis=-1) / np.float32(127.0)
+    inverse = np.divide(np.float32(1.0), d, out=np.zeros_like(d), where=d > 0)
+    return np.rint(blocks * inverse[:, :, None]).astype(np.int8).reshape(x.shape), d
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_quantize_rows_is_q8_1_and_its_sums_are_the_dequantized_block_sums(seed):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((3, 32 * 5)) * rng.uniform(0.01, 100)).astype(np.float32)
+    x[1, :32] = 0.0  # a zero block: d = 0, every x_q 0
+    x_q, x_scales, x_sums = quantize(x, 1)
+    expected_q, expected_d = numpy_q8_1(x)
+    np.testing.assert_array_equal(x_scales, expected_d)
+    assert np.abs(x_q.astype(np.int32) - expected_q).max() <= 1  # float32 rounding ties only
+    assert np.abs(x_q.astype(np.int32)).max() <= 127 and not x_q[1, :32].any()
+    block_sums = dequantized(x_q, x_scales).reshape(3, 5, 32).sum(-1)
+    np.testing.assert_allclose(x_sums, block_sums, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("parts", [2, 3])
+@pytest.mark.parametrize("seed", range(3))
+def test_each_further_part_divides_the_error_by_254(parts, seed):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((4, 32 * 6)) * rng.uniform(0.01, 100)).astype(np.float32)
+    x_q, x_scales, _ = quantize(x, parts)
+    alone, _, _ = quantize(x, 1)
+    np.testing.assert_array_equal(x_q[0::parts], alone)  # the first part: x's own Q8_1
+    values = dequantized(x_q, x_scales).reshape(4, parts, -1).sum(axis=1)
+    error = np.abs(values - x).reshape(4, 6, 32).max(axis=-1)
+    step = np.abs(x).reshape(4, 6, 32).max(axis=-1) / 127  # one Q8_1 step, d
+    # a part leaves at most half its step over, so the next part's step is 254 times smaller
+    bound = step / 2 / 254 ** (parts - 1)
+    assert (error <= bound * 1.01 + 2e-7 * np.abs(x).reshape(4, 6, 32).max(axis=-1)).all()
+
+
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
+def test_word_tiles_hold_each_rows_bytes_four_by_four(kind):
+    rng = np.random.default_rng(1)
+    matrix = BlockMatrix.from_blocks(kind, random_blocks(rng, kind, 40, 64))
+    words = quant_int8.word_tiles(matrix.quants, kind, 2, 32)  # rows 40..63 pad
+    per_block = 16 if kind == "Q4_1" else 32
+    assert words.shape == (2, 2, 2, per_block // 4, 16, 4) and words.dtype == np.uint8
+    raw = matrix.quants.view(np.uint8) ^ np.uint8(0 if kind == "Q4_1" else 128)
+    for row, block, byte in [(0, 0, 0), (17, 1, 5), (39, 1, per_block - 1), (33, 0, 10)]:
+        t, g, r = row // 32, row % 32 // 16, row % 16
+        assert words[t, block, g, byte // 4, r, byte % 4] == raw[row, block * per_block + byte]
+    padding = words[1, :, 1, :, 8:]  # rows 56..63
+    assert (padding == (0 if kind == "Q4_1" else 128)).all()  # q = 0 in both encodings
+
+
+def int8_product(matrix: BlockMatrix, x: np.ndarray, parts: int = 2) -> np.ndarray:
+    """x W^T by `int8_matmul`.  float32 [B, k] -> [B, n_out]"""
+    tiled = matrix.tiled()
+    coefs = tiled.minimums if tiled.kind == "Q4_1" else tiled.scales
+    out = np.full((x.shape[0], tiled.n_out), np.nan, np.float32)
+    return quant_int8.int8_matmul(x, parts, tiled.scales, coefs, tiled.words, out)
+
+
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
+@pytest.mark.parametrize("parts", [1, 2, 3])
+@pytest.mark.parametrize("seed", range(4))
+def test_int8_matmul_equals_numpy_on_the_dequantized_weights_and_activations(kind, parts, seed):
+    rng = np.random.default_rng(seed + 10 * parts)
+    n_out, k = int(rng.integers(1, 1200)), 32 * int(rng.integers(1, 30))
+    batch = int(rng.integers(1, 12))  # groups of 2, 4 and 8 rows, a padded last one
+    matrix = BlockMatrix.from_blocks(kind, random_blocks(rng, kind, n_out, k))
+    x = (rng.standard_normal((batch, k)) * rng.uniform(0.1, 10)).astype(np.float32)
+    got = int8_product(matrix, x, parts)
+    assert got.shape == (batch, n_out) and got.dtype == np.float32
+    x_q, x_scales, _ = quantize(x, parts)
+    values = dequantized(x_q, x_scales).reshape(batch, parts, k).sum(axis=1)
+    weights = matrix.dequantize().astype(np.float64)
+    expected = values @ weights.T
+    scale = np.abs(values) @ np.abs(weights).T  # the size of the terms summed
+    assert (np.abs(got - expected) <= 1e-5 * scale + 1e-6).all()
+    # and x itself: each value is off by at most half the last part's step
+    step = np.repeat(np.abs(x).reshape(batch, -1, 32).max(axis=-1) / 127, 32, axis=1)
+    bound = (step / 2 / 254 ** (parts - 1) * 1.01) @ np.abs(weights).T + 1e-5 * scale + 1e-6
+    assert (np.abs(got - x.astype(np.float64) @ weights.T) <= bound).all()
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 9])
+def test_each_row_of_a_batch_equals_its_product_alone(rows):
+    rng = np.random.default_rng(rows)
+    matrix = BlockMatrix.from_blocks("Q4_1", random_blocks(rng, "Q4_1", 600, 128))
+    x = rng.standard_normal((rows, 128)).astype(np.float32)
+    alone = np.vstack([int8_product(matrix, x[i : i + 1]) for i in range(rows)])
+    np.testing.assert_allclose(int8_product(matrix, x), alone, rtol=1e-6, atol=1e-5)
+
+
+def test_tiled_matrix_matmul_takes_the_int8_kernels_when_switched_on(monkeypatch):
+    rng = np.random.default_rng(3)
+    matrix = BlockMatrix.from_blocks("Q8_0", random_blocks(rng, "Q8_0", 70, 96))
+    x = rng.standard_normal((3, 96)).astype(np.float32)
+    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", True)
+    np.testing.assert_array_equal(matrix.tiled().matmul(x), int8_product(matrix, x))
+    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", False)
+    floats = matrix.tiled().matmul(x)
+    width = matrix.tiled().scales.shape[0] * matrix.tiled().scales.shape[2]
+    expected = quant.q8_0_matmul_grouped(
+        np.vstack([x, np.zeros((1, 96), np.float32)]),
+        matrix.tiled().scales,
+        matrix.tiled().quants,
+        np.empty((4, width), np.float32),
+    )
+    np.testing.assert_array_equal(floats, expected[:3, :70])
+
+
+def test_a_product_in_no_parts_is_refused():
+    matrix = BlockMatrix.from_blocks("Q8_0", random_blocks(np.random.default_rng(0), "Q8_0", 3, 64))
+    with pytest.raises(ValueError, match="parts=0"):
+        matrix.tiled().matmul(np.zeros((1, 64), np.float32), parts=0)
+
+
+def test_word_tiles_refuse_tiles_of_a_partial_vector():
+    quants = np.zeros((20, 16), np.uint8)
+    with pytest.raises(ValueError, match="tiles of 16 rows"):
+        quant_int8.word_tiles(quants, "Q4_1", 1, 24)
