@@ -27,9 +27,9 @@ def reference_attention(q, keys, values, segments):
 
 
 @st.composite
-def ragged_passes(draw):
-    """(q, keys, values, segments): segments of 1..6 rows in distinct slots, in any order, some
-    rows of the pass in no segment; scores spread from flat to peaked."""
+def ragged_passes(draw, most_rows=6):
+    """(q, keys, values, segments): segments of 1..most_rows rows in distinct slots, in any
+    order, some rows of the pass in no segment; scores spread from flat to peaked."""
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
     kv_heads, group = draw(st.integers(1, 3)), draw(st.integers(1, 4))
@@ -38,7 +38,7 @@ def ragged_passes(draw):
     n_slots = draw(st.integers(1, 5))
     segments, row = [], 0
     for slot in draw(st.permutations(range(n_slots))):
-        n = draw(st.integers(1, min(6, max_len)))
+        n = draw(st.integers(1, min(most_rows, max_len)))
         start = draw(st.integers(0, max_len - n))
         row += draw(st.integers(0, 2))  # rows of no segment
         segments.append((slot, start, row, n))
@@ -60,6 +60,38 @@ def test_ragged_attention_equals_the_textbook_formula_row_by_row(case):
     attention.ragged_attention(q, keys, values, segments, out)
     expected = reference_attention(q, keys, values, segments)
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)  # NaN: rows of no segment
+
+
+@settings(max_examples=25, deadline=None)
+@given(ragged_passes(most_rows=32))
+def test_ragged_attention_of_jump_forward_chunks_equals_the_textbook_formula(case):
+    """Segments of up to 32 rows (`llama.SHORT_SEGMENT`): the kernel's causal triangle within a
+    segment, with contexts of any length (the two- and four-key steps' remainders)."""
+    q, keys, values, segments = case
+    out = np.full(q.shape, np.nan, np.float32)
+    attention.ragged_attention(q, keys, values, segments, out)
+    expected = reference_attention(q, keys, values, segments)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=50, deadline=None)
+@given(ragged_passes(most_rows=12), st.integers(0, 2**32 - 1))
+def test_a_row_is_blind_to_the_keys_and_values_past_its_position(case, seed):
+    """Changing the keys and values after row j's position (to other finite numbers: they are
+    its segment's later tokens) leaves row j's output exactly as it was."""
+    q, keys, values, segments = case
+    before = attention.ragged_attention(q, keys, values, segments, np.zeros_like(q)).copy()
+    rng = np.random.default_rng(seed)
+    for slot, start, first, n in segments:
+        j = int(rng.integers(0, n))
+        keys[slot, :, start + j + 1 :] = 100 * rng.standard_normal(
+            keys[slot, :, start + j + 1 :].shape
+        )
+        values[slot, :, start + j + 1 :] = rng.standard_normal(
+            values[slot, :, start + j + 1 :].shape
+        )
+        after = attention.ragged_attention(q, keys, values, segments, np.zeros_like(q))
+        np.testing.assert_array_equal(after[first : first + j + 1], before[first : first + j + 1])
 
 
 def test_ragged_attention_over_long_contexts_equals_numpy():
