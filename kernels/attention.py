@@ -176,6 +176,25 @@ def _attend(q, keys, values, slot, start, first, n, head, out):  # pragma: no co
         out[first + j, first_head : first_head + group] = attended[j * group : (j + 1) * group]
 
 
+@numba.njit(cache=True)
+def store_rows(k, v, keys, values, slots, positions):  # pragma: no cover - compiled
+    """Write the keys and values of N new tokens into one layer's cache: token i's go to slot
+    slots[i] at position positions[i], for every key/value head: NumPy's
+    `keys[slots, :, positions] = k`, without the cost of its advanced indexing, which a
+    decode step pays twice per layer. O(N Hkv hd)
+
+    k, v float32 [N, Hkv, hd] (any strides); keys, values float32 [S, Hkv, T, hd] (written);
+    slots, positions int64 [N] within 0..S-1 and 0..T-1 (not checked here: the callers derive
+    them from a checked cache).
+    """
+    for i in range(k.shape[0]):
+        slot, position = slots[i], positions[i]
+        for head in range(k.shape[1]):
+            for d in range(k.shape[2]):
+                keys[slot, head, position, d] = k[i, head, d]
+                values[slot, head, position, d] = v[i, head, d]
+
+
 def ragged_attention(
     q: np.ndarray, keys: np.ndarray, values: np.ndarray, segments: np.ndarray, out: np.ndarray
 ) -> np.ndarray:

@@ -129,3 +129,32 @@ def test_softmax_with_the_polynomial_exponential_equals_numpy(scores):
     got = scores.copy()
     attention._softmax_(got, np.empty(len(got), np.int32))
     np.testing.assert_allclose(got, expected, rtol=2e-6, atol=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 6), st.integers(1, 3), st.booleans())
+def test_store_rows_writes_what_numpy_indexing_writes(seed, n_slots, kv_heads, strided):
+    """Distinct (slot, position) pairs, new rows in C order or as strided views (as `project_qkv`
+    hands them over); nothing else of the cache changes."""
+    rng = np.random.default_rng(seed)
+    max_len, width = int(rng.integers(1, 20)), int(rng.choice([4, 64]))
+    cells = rng.permutation(n_slots * max_len)[: int(rng.integers(1, n_slots * max_len + 1))]
+    slots, positions = cells // max_len, cells % max_len
+    shape = (n_slots, kv_heads, max_len, width)
+    keys = rng.standard_normal(shape).astype(np.float32)
+    values = rng.standard_normal(shape).astype(np.float32)
+    fresh = rng.standard_normal((len(cells), 2 * kv_heads + 1, width)).astype(np.float32)
+    k, v = (
+        (fresh[:, 1 : kv_heads + 1], fresh[:, kv_heads + 1 :])
+        if strided
+        else (
+            np.ascontiguousarray(fresh[:, :kv_heads]),
+            np.ascontiguousarray(fresh[:, kv_heads + 1 :]),
+        )
+    )
+    expected_keys, expected_values = keys.copy(), values.copy()
+    expected_keys[slots, :, positions] = k
+    expected_values[slots, :, positions] = v
+    attention.store_rows(k, v, keys, values, slots, positions)
+    np.testing.assert_array_equal(keys, expected_keys)
+    np.testing.assert_array_equal(values, expected_values)
