@@ -101,6 +101,26 @@ def _prefetch_row(key_run, value_run, row, length, width):  # pragma: no cover -
             prefetch(value_run, (row - length) * width + i)
 
 
+@numba.njit(cache=True, fastmath=_FASTMATH, inline="always")
+def _dot2(query, key, next_key, width):  # pragma: no cover - compiled
+    """(query . key, query . next_key) over the first `width` floats, float32 [>= width] each.
+    Inlined: called with the literal 64, LLVM unrolls the loop whole (no remainder, no loop
+    set-up per key), as it does not for a width known only at run time. O(width)"""
+    total, next_total = np.float32(0.0), np.float32(0.0)
+    for i in range(width):
+        total += query[i] * key[i]
+        next_total += query[i] * next_key[i]
+    return total, next_total
+
+
+@numba.njit(cache=True, fastmath=_FASTMATH, inline="always")
+def _add4(row, w0, w1, w2, w3, v0, v1, v2, v3, width):  # pragma: no cover - compiled
+    """row[:width] += w0 v0 + w1 v1 + w2 v2 + w3 v3 (float32 rows [>= width]). Inlined, as
+    `_dot2`. O(width)"""
+    for i in range(width):
+        row[i] += w0 * v0[i] + w1 * v1[i] + w2 * v2[i] + w3 * v3[i]
+
+
 @numba.njit(cache=True, fastmath=_FASTMATH)
 def _attend(q, keys, values, slot, start, first, n, head, out):  # pragma: no cover - compiled
     """One task of `ragged_attention`: the G query heads of key/value head `head` of the n rows
@@ -108,13 +128,13 @@ def _attend(q, keys, values, slot, start, first, n, head, out):  # pragma: no co
     O(G n (start + n) hd)
 
     The task's R = G n query rows are copied into one `[R, hd]` block; row r = j G + g is query
-    head g of row j. Scores take two keys at a time (one pass over each query row for both), the
-    weighted sum four values at a time (one load and store of the output row for four FMAs per
-    float), each loop vectorized over hd; the rows that see none of the keys at hand are
-    skipped, and scores past a row's own position are zeroed after the softmax, so a row's
-    output depends on no key past its position (the values there, the segment's own new tokens,
-    are multiplied by zero). The stream (keys, then values) is fetched `_PREFETCH_ROWS` rows
-    ahead.
+    head g of row j. Scores take two keys at a time (one pass over each query row for both),
+    the weighted sum four values at a time (one load and store of the output row for four FMAs
+    per float), each loop vectorized over hd (and unrolled whole for SmolLM2's hd = 64); the
+    rows that see none of the keys at hand are skipped, and scores past a row's own position
+    are zeroed after the softmax, so a row's output depends on no key past its position (the
+    values there, the segment's own new tokens, are multiplied by zero). The stream (keys,
+    then values) is fetched `_PREFETCH_ROWS` rows ahead.
     """
     group = q.shape[1] // keys.shape[1]
     width = q.shape[2]
@@ -134,11 +154,10 @@ def _attend(q, keys, values, slot, start, first, n, head, out):  # pragma: no co
         if t + 1 < length:
             key, next_key = key_rows[t], key_rows[t + 1]
             for r in range(seen_from, n_rows):
-                query = queries[r]
-                total, next_total = np.float32(0.0), np.float32(0.0)
-                for i in range(width):
-                    total += query[i] * key[i]
-                    next_total += query[i] * next_key[i]
+                if width == 64:
+                    total, next_total = _dot2(queries[r], key, next_key, 64)
+                else:
+                    total, next_total = _dot2(queries[r], key, next_key, width)
                 scores[r, t] = total
                 scores[r, t + 1] = next_total  # past row r's position when t = start + j
         else:
@@ -162,9 +181,10 @@ def _attend(q, keys, values, slot, start, first, n, head, out):  # pragma: no co
         v0, v1, v2, v3 = value_rows[t], value_rows[t + 1], value_rows[t + 2], value_rows[t + 3]
         for r in range(max(0, t - start) * group, n_rows):
             w0, w1, w2, w3 = scores[r, t], scores[r, t + 1], scores[r, t + 2], scores[r, t + 3]
-            row = attended[r]
-            for i in range(width):
-                row[i] += w0 * v0[i] + w1 * v1[i] + w2 * v2[i] + w3 * v3[i]
+            if width == 64:
+                _add4(attended[r], w0, w1, w2, w3, v0, v1, v2, v3, 64)
+            else:
+                _add4(attended[r], w0, w1, w2, w3, v0, v1, v2, v3, width)
     for t in range(quads, length):
         value = value_rows[t]
         for r in range(max(0, t - start) * group, n_rows):
