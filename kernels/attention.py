@@ -16,9 +16,10 @@ so that the loads overlap the arithmetic, keeps the arithmetic per key small (ea
 passes over two keys at a time, each output row takes four values at a time: fewer horizontal
 sums and fewer loads and stores of the row), and takes its exponentials from a vectorizable
 polynomial (`_softmax_`) rather than one libm call per score. The tasks go to Numba's threads
-one at a time (dynamic scheduling): on a small machine another process, or BLAS's workers
-spinning after a GEMM, often holds one of the cores, and an even static split then waits for
-the slowest thread.
+in about `_CHUNKS` chunks as threads free up (dynamic scheduling, from 3 `_CHUNKS` tasks on;
+below, the chunks' own cost outweighs it): on a small machine another process, or BLAS's
+workers spinning after a GEMM, often holds one of the cores, and an even static split then
+waits for the slowest thread.
 
 A key-major layout (`[S, Hkv, hd, T]`, scores vectorized over positions with no horizontal
 sums) computed faster from cache but streamed no faster from memory, where decode at batch 8+
@@ -36,6 +37,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 _FASTMATH = {"reassoc", "contract", "nsz"}  # no -inf or NaN is ever formed: lengths bound loops
+_CHUNKS = 16  # the parallel loop's tasks go out in about this many chunks, as threads free up
 _PREFETCH_ROWS = 32  # keys/values fetched this many rows ahead (32 x 64 floats = 8 KB)
 
 
@@ -89,7 +91,7 @@ def _softmax_(scores, scale_bits):  # pragma: no cover - compiled
         scores[t] *= inverse
 
 
-@numba.njit(cache=True, fastmath=_FASTMATH)
+@numba.njit(cache=True, inline="always")
 def _prefetch_row(key_run, value_run, row, length, width):  # pragma: no cover - compiled
     """Prefetch row `row` of the task's stream: keys 0..length-1, then values 0..length-1
     (key_run, value_run: the flat `[T hd]` runs). Rows past both runs are skipped. O(hd)"""
@@ -113,14 +115,6 @@ def _dot2(query, key, next_key, width):  # pragma: no cover - compiled
     return total, next_total
 
 
-@numba.njit(cache=True, fastmath=_FASTMATH, inline="always")
-def _add4(row, w0, w1, w2, w3, v0, v1, v2, v3, width):  # pragma: no cover - compiled
-    """row[:width] += w0 v0 + w1 v1 + w2 v2 + w3 v3 (float32 rows [>= width]). Inlined, as
-    `_dot2`. O(width)"""
-    for i in range(width):
-        row[i] += w0 * v0[i] + w1 * v1[i] + w2 * v2[i] + w3 * v3[i]
-
-
 @numba.njit(cache=True, fastmath=_FASTMATH)
 def _attend(q, keys, values, slot, start, first, n, head, out):  # pragma: no cover - compiled
     """One task of `ragged_attention`: the G query heads of key/value head `head` of the n rows
@@ -130,11 +124,11 @@ def _attend(q, keys, values, slot, start, first, n, head, out):  # pragma: no co
     The task's R = G n query rows are copied into one `[R, hd]` block; row r = j G + g is query
     head g of row j. Scores take two keys at a time (one pass over each query row for both),
     the weighted sum four values at a time (one load and store of the output row for four FMAs
-    per float), each loop vectorized over hd (and unrolled whole for SmolLM2's hd = 64); the
-    rows that see none of the keys at hand are skipped, and scores past a row's own position
-    are zeroed after the softmax, so a row's output depends on no key past its position (the
-    values there, the segment's own new tokens, are multiplied by zero). The stream (keys,
-    then values) is fetched `_PREFETCH_ROWS` rows ahead.
+    per float), each loop vectorized over hd (the dot products unrolled whole for SmolLM2's
+    hd = 64); the rows that see none of the keys at hand are skipped, and scores past a row's
+    own position are zeroed after the softmax, so a row's output depends on no key past its
+    position (the values there, the segment's own new tokens, are multiplied by zero). The
+    stream (keys, then values) is fetched `_PREFETCH_ROWS` rows ahead.
     """
     group = q.shape[1] // keys.shape[1]
     width = q.shape[2]
@@ -174,21 +168,24 @@ def _attend(q, keys, values, slot, start, first, n, head, out):  # pragma: no co
         _softmax_(scores[r, :seen], scale_bits)
         scores[r, seen:] = 0.0
     attended = np.zeros((n_rows, width), np.float32)  # local: no aliasing with `values`
-    quads = length - length % 4
-    for t in range(0, quads, 4):  # values t..t+3, each read once for every row that sees t
-        for u in range(t, t + 4):
-            _prefetch_row(key_run, value_run, length + u + _PREFETCH_ROWS, length, width)
+    end = length * width
+    t = 0
+    while t + 4 <= length:  # values t..t+3, each read once for every row that sees t
+        ahead = (t + _PREFETCH_ROWS) * width
+        if ahead + 4 * width <= end:
+            for i in range(0, 4 * width, 16):
+                prefetch(value_run, ahead + i)
         v0, v1, v2, v3 = value_rows[t], value_rows[t + 1], value_rows[t + 2], value_rows[t + 3]
         for r in range(max(0, t - start) * group, n_rows):
             w0, w1, w2, w3 = scores[r, t], scores[r, t + 1], scores[r, t + 2], scores[r, t + 3]
-            if width == 64:
-                _add4(attended[r], w0, w1, w2, w3, v0, v1, v2, v3, 64)
-            else:
-                _add4(attended[r], w0, w1, w2, w3, v0, v1, v2, v3, width)
-    for t in range(quads, length):
-        value = value_rows[t]
-        for r in range(max(0, t - start) * group, n_rows):
-            weight = scores[r, t]
+            row = attended[r]
+            for i in range(width):
+                row[i] += w0 * v0[i] + w1 * v1[i] + w2 * v2[i] + w3 * v3[i]
+        t += 4
+    for u in range(t, length):
+        value = value_rows[u]
+        for r in range(max(0, u - start) * group, n_rows):
+            weight = scores[r, u]
             row = attended[r]
             for i in range(width):
                 row[i] += weight * value[i]
@@ -225,8 +222,9 @@ def ragged_attention(
     head h, out[r, h] = softmax(q[r, h] . keys[slot, h // G, :start+j+1]) values[same].
     Rows of no segment are left as they were. A decode step is B segments of n = 1.
     O(Hq hd sum of n (start + n)), parallel over the (segment, key/value head) pairs, handed to
-    Numba's threads one at a time as they free up (a thread that shares its core with another
-    process, e.g. BLAS's spinning workers, takes fewer); each pair reads its keys and values once.
+    Numba's threads in about `_CHUNKS` chunks as they free up (a thread that shares its core
+    with another process, e.g. BLAS's spinning workers, takes fewer; below 3 `_CHUNKS` pairs,
+    an even static split); each pair reads its keys and values once.
 
     q float32 [N, Hq, hd] (already scaled by hd^-1/2); keys, values float32 [S, Hkv, T, hd]
     (one layer's cache, C-contiguous; Hq a multiple of Hkv);
@@ -236,8 +234,14 @@ def ragged_attention(
     the values at positions start..start+n-1 finite (a segment's own new tokens: a row weighs
     those past its position by zero); out float32 [N, Hq, hd] (written). Returns out.
     """
-    with numba.parallel_chunksize(1):
+    n_tasks = segments.shape[0] * keys.shape[1]
+    if n_tasks < 3 * _CHUNKS:  # a few tasks: Numba's even static split, with no chunk overhead
         return _ragged_attention(q, keys, values, segments, out)
+    schedule = numba.set_parallel_chunksize(n_tasks // _CHUNKS)
+    try:
+        return _ragged_attention(q, keys, values, segments, out)
+    finally:
+        numba.set_parallel_chunksize(schedule)
 
 
 @numba.njit(cache=True, parallel=True, fastmath=_FASTMATH)

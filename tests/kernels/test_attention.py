@@ -107,6 +107,23 @@ def test_ragged_attention_over_long_contexts_equals_numpy():
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_ragged_attention_of_a_large_batch_equals_numpy():
+    """A decode step of 40 rows and a few jump-forward chunks: enough (segment, head) pairs
+    that the tasks go to the threads in dynamic chunks (`attention._CHUNKS`)."""
+    rng = np.random.default_rng(5)
+    keys = rng.standard_normal((44, 3, 40, 16)).astype(np.float32)
+    values = rng.standard_normal((44, 3, 40, 16)).astype(np.float32)
+    sizes = [1] * 40 + [5, 2, 7, 3]
+    starts = rng.integers(0, 40 - np.array(sizes) + 1)
+    firsts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    segments = np.column_stack([rng.permutation(44), starts, firsts, sizes]).astype(np.int64)
+    assert len(segments) * 3 >= 3 * attention._CHUNKS
+    q = (0.5 * rng.standard_normal((sum(sizes), 9, 16))).astype(np.float32)
+    out = attention.ragged_attention(q, keys, values, segments, np.empty_like(q))
+    expected = reference_attention(q, keys, values, segments)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_ragged_attention_reads_nothing_past_a_context():
     rng = np.random.default_rng(1)
     keys = rng.standard_normal((2, 1, 40, 16)).astype(np.float32)
