@@ -3,12 +3,18 @@ width 64, 30 layers), printed, not asserted (DESIGN.md section 6).
 
     NUMBA_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE .venv/bin/python bench/attention.py
     .venv/bin/python bench/attention.py --quick      # smoke run: fewer repeats, smaller batches
+    .venv/bin/python bench/attention.py --baseline HEAD~3 --context 512
 
 Times every layer's attention of one step (cache writes excluded), A/B interleaved and repeated,
-keeping each variant's best time (the machine may be shared):
-  - decode, batch 1..64, contexts drawn in 256..512: `kernels.attention.ragged_attention` against
-    the batched NumPy path (one padded, masked batched matmul over the B slots, as the forward
-    pass did before the kernel);
+keeping each variant's best time (the machine may be shared, and interleaving spreads other
+processes' noise over every variant alike):
+  - decode, batch 1..64, every row's context `--context` tokens (256, as `bench/model.py`):
+    `kernels.attention.ragged_attention` against the same kernel at the git revision
+    `--baseline` (default `main`; skipped outside a git checkout), and against the batched NumPy
+    path (one padded, masked batched matmul over the B slots, as the forward pass did before
+    the kernel); beside them the floor, the keys and values the step must read (B x context x
+    30 layers x 3 heads x 64 x 4 bytes x 2) at the memory bandwidth measured first (a float32
+    matrix-vector product over 1 GiB, as `bench/model.py`), and the kernel's multiple of it;
   - a jump-forward step at batch 32 (each row appends 1..8 tokens to a 256..512-token context)
     and one prompt of 16, 32, 64 and 256 tokens: `llama.attention_prefill` with every segment on
     the kernel against every segment as its own masked batched matmul (what places
@@ -18,7 +24,11 @@ keeping each variant's best time (the machine may be shared):
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 from corral.kernels.attention import ragged_attention
@@ -63,30 +73,80 @@ def cache(rng, n_slots: int, max_len: int) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
-def decode_rows(batches: list[int], repeat: int) -> None:
+def bandwidth_gb_s(repeat: int) -> float:
+    """Memory bandwidth: a float32 matrix-vector product over 1 GiB (more than the last-level
+    cache), best of `repeat`, as `bench/model.py` measures it."""
+    matrix = np.full((32768, 8192), 0.5, dtype=np.float32)
+    vector = np.ones(8192, np.float32)
+    best = race({"gemv": lambda: matrix @ vector}, repeat)["gemv"]
+    return matrix.nbytes / best / 1e6
+
+
+def baseline_kernel(revision: str):
+    """`ragged_attention` as it stood at a git revision (its kernels/attention.py imported from
+    a temporary file), or None when git or the revision is not there."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        shown = subprocess.run(
+            ["git", "show", f"{revision}:kernels/attention.py"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except OSError:
+        return None
+    if shown.returncode != 0:
+        return None
+    path = Path(tempfile.mkdtemp(prefix="corral-attention-")) / "attention_baseline.py"
+    path.write_text(shown.stdout)
+    spec = importlib.util.spec_from_file_location("attention_baseline", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.ragged_attention
+
+
+def decode_rows(batches: list[int], context: int, baseline: str, repeat: int) -> None:
     rng = np.random.default_rng(0)
-    print("decode, ms per step (30 layers), contexts 256..512")
-    print(f"{'batch':>5} {'kernel':>8} {'numpy':>8} {'numpy/kernel':>13}")
+    bandwidth = bandwidth_gb_s(repeat)
+    previous = baseline_kernel(baseline)
+    print(f"memory bandwidth {bandwidth:.1f} GB/s (float32 matrix-vector, 1 GiB)")
+    print(f"decode, ms per step (30 layers), every context {context} tokens")
+    if previous is None:
+        print(f"(no baseline: git revision {baseline!r} not found)")
+    header = f"{'batch':>5} {'floor':>8} {'kernel':>8} {baseline[:10]:>10} {'numpy':>8}"
+    print(header + f" {'kernel/floor':>13}")
     for batch in batches:
-        keys, values = cache(rng, batch, 512)
+        keys, values = cache(rng, batch, context)
         slots = np.arange(batch, dtype=np.int64)
-        lengths = rng.integers(256, 513, batch).astype(np.int64)
+        lengths = np.full(batch, context, np.int64)
         q = (0.3 * rng.standard_normal((batch, Q_HEADS, WIDTH))).astype(np.float32)
         out = np.empty_like(q)
         ones = np.ones(batch, np.int64)
         segments = np.column_stack([slots, lengths - 1, np.arange(batch), ones])  # n = 1 each
 
-        def kernel(keys=keys, values=values, segments=segments, q=q, out=out):
-            for layer in range(LAYERS):
-                ragged_attention(q, keys[layer], values[layer], segments, out)
+        def run(kernel, keys=keys, values=values, segments=segments, q=q, out=out):
+            def step():
+                for layer in range(LAYERS):
+                    kernel(q, keys[layer], values[layer], segments, out)
+
+            return step
 
         def numpy(keys=keys, values=values, slots=slots, lengths=lengths, q=q, out=out):
             for layer in range(LAYERS):
                 numpy_decode(q, keys[layer], values[layer], slots, lengths, out)
 
-        best = race({"kernel": kernel, "numpy": numpy}, repeat)
-        ratio = best["numpy"] / best["kernel"]
-        print(f"{batch:>5} {best['kernel']:>8.2f} {best['numpy']:>8.2f} {ratio:>13.2f}", flush=True)
+        variants = {"kernel": run(ragged_attention), "numpy": numpy}
+        if previous is not None:
+            variants["baseline"] = run(previous)
+        best = race(variants, repeat)
+        floor = keys.nbytes * 2 / bandwidth / 1e6  # every key and value of the step, once
+        was = f"{best['baseline']:>10.2f}" if "baseline" in best else f"{'-':>10}"
+        print(
+            f"{batch:>5} {floor:>8.2f} {best['kernel']:>8.2f} {was} {best['numpy']:>8.2f}"
+            f" {best['kernel'] / floor:>13.2f}",
+            flush=True,
+        )
         del keys, values
 
 
@@ -122,9 +182,13 @@ def prefill_segments(name: str, segments: list[tuple[int, int, int]], repeat: in
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats, smaller batches")
+    parser.add_argument("--context", type=int, default=256, help="tokens in every decode context")
+    parser.add_argument(
+        "--baseline", default="main", help="git revision of the kernel to race (default main)"
+    )
     args = parser.parse_args()
     repeat = 3 if args.quick else 10
-    decode_rows([1, 8] if args.quick else [1, 8, 32, 64], repeat)
+    decode_rows([1, 8] if args.quick else [1, 8, 32, 64], args.context, args.baseline, repeat)
     rng = np.random.default_rng(2)
     jump = [(slot, int(rng.integers(256, 505)), int(rng.integers(1, 9))) for slot in range(32)]
     prefill_segments("jump-forward step, batch 32", jump, repeat)

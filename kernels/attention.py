@@ -12,8 +12,18 @@ head) pair reads are one contiguous `[start + n, hd]` run. Each parallel task ta
 streams the run once for the n G query rows it serves (G = Hq / Hkv): scores, softmax,
 weighted sum of the values. Decode attention does few multiply-adds per float it loads (G),
 so the kernel is bound by memory: it asks for the keys and values a few rows ahead (`prefetch`)
-so that the loads overlap the arithmetic, and takes its exponentials from a vectorizable
-polynomial (`_softmax_`) rather than one libm call per score.
+so that the loads overlap the arithmetic, keeps the arithmetic per key small (each query row
+passes over two keys at a time, each output row takes four values at a time: fewer horizontal
+sums and fewer loads and stores of the row), and takes its exponentials from a vectorizable
+polynomial (`_softmax_`) rather than one libm call per score. The tasks go to Numba's threads
+in about `_CHUNKS` chunks as threads free up (dynamic scheduling, from 3 `_CHUNKS` tasks on;
+below, the chunks' own cost outweighs it): on a small machine another process, or BLAS's
+workers spinning after a GEMM, often holds one of the cores, and an even static split then
+waits for the slowest thread.
+
+A key-major layout (`[S, Hkv, hd, T]`, scores vectorized over positions with no horizontal
+sums) computed faster from cache but streamed no faster from memory, where decode at batch 8+
+is bound, so the cache keeps one layout for keys and values.
 """
 
 from __future__ import annotations
@@ -27,7 +37,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 _FASTMATH = {"reassoc", "contract", "nsz"}  # no -inf or NaN is ever formed: lengths bound loops
-_PREFETCH_ROWS = 16  # keys/values fetched this many rows ahead (16 x 64 floats = 4 KB)
+_CHUNKS = 16  # the parallel loop's tasks go out in about this many chunks, as threads free up
+_PREFETCH_ROWS = 32  # keys/values fetched this many rows ahead (32 x 64 floats = 8 KB)
 
 
 @intrinsic
@@ -80,69 +91,162 @@ def _softmax_(scores, scale_bits):  # pragma: no cover - compiled
         scores[t] *= inverse
 
 
+@numba.njit(cache=True, inline="always")
+def _prefetch_row(key_run, value_run, row, length, width):  # pragma: no cover - compiled
+    """Prefetch row `row` of the task's stream: keys 0..length-1, then values 0..length-1
+    (key_run, value_run: the flat `[T hd]` runs). Rows past both runs are skipped. O(hd)"""
+    if row < length:
+        for i in range(0, width, 16):  # one 64-byte cache line per 16 floats
+            prefetch(key_run, row * width + i)
+    elif row < 2 * length:
+        for i in range(0, width, 16):
+            prefetch(value_run, (row - length) * width + i)
+
+
+@numba.njit(cache=True, fastmath=_FASTMATH, inline="always")
+def _dot2(query, key, next_key, width):  # pragma: no cover - compiled
+    """(query . key, query . next_key) over the first `width` floats, float32 [>= width] each.
+    Inlined: called with the literal 64, LLVM unrolls the loop whole (no remainder, no loop
+    set-up per key), as it does not for a width known only at run time. O(width)"""
+    total, next_total = np.float32(0.0), np.float32(0.0)
+    for i in range(width):
+        total += query[i] * key[i]
+        next_total += query[i] * next_key[i]
+    return total, next_total
+
+
 @numba.njit(cache=True, fastmath=_FASTMATH)
 def _attend(q, keys, values, slot, start, first, n, head, out):  # pragma: no cover - compiled
     """One task of `ragged_attention`: the G query heads of key/value head `head` of the n rows
     first..first+n-1, row first + j over positions 0..start+j of slot `slot`.
-    O(G n (start + n) hd)"""
+    O(G n (start + n) hd)
+
+    The task's R = G n query rows are copied into one `[R, hd]` block; row r = j G + g is query
+    head g of row j. Scores take two keys at a time (one pass over each query row for both),
+    the weighted sum four values at a time (one load and store of the output row for four FMAs
+    per float), each loop vectorized over hd (the dot products unrolled whole for SmolLM2's
+    hd = 64); the rows that see none of the keys at hand are skipped, and scores past a row's
+    own position are zeroed after the softmax, so a row's output depends on no key past its
+    position (the values there, the segment's own new tokens, are multiplied by zero). The
+    stream (keys, then values) is fetched `_PREFETCH_ROWS` rows ahead.
+    """
     group = q.shape[1] // keys.shape[1]
     width = q.shape[2]
     first_head = head * group
     length = start + n
-    key_run = keys[slot, head].reshape(-1)  # [T hd], the slot's keys for this head, in place
-    value_run = values[slot, head].reshape(-1)
-    end = length * width
-    scores = np.empty((n * group, length), np.float32)  # row j G + g: query head g of row j
-    for t in range(length):  # each key read once, for every row that sees it
-        ahead = (t + _PREFETCH_ROWS) * width
-        if ahead < end:
-            for i in range(0, width, 16):  # one 64-byte cache line per 16 floats
-                prefetch(key_run, ahead + i)
-        at = t * width
-        for j in range(max(0, t - start), n):  # the rows at positions >= t
-            for g in range(group):
+    n_rows = n * group
+    queries = q[first : first + n, first_head : first_head + group].copy().reshape(n_rows, width)
+    key_rows = keys[slot, head]  # [T, hd], in place
+    value_rows = values[slot, head]
+    key_run = key_rows.reshape(-1)  # [T hd], for the prefetches
+    value_run = value_rows.reshape(-1)
+    scores = np.empty((n_rows, length), np.float32)
+    for t in range(0, length, 2):  # keys t and t + 1, each read once for every row that sees t
+        _prefetch_row(key_run, value_run, t + _PREFETCH_ROWS, length, width)
+        _prefetch_row(key_run, value_run, t + 1 + _PREFETCH_ROWS, length, width)
+        seen_from = max(0, t - start) * group  # rows j >= t - start see position t
+        if t + 1 < length:
+            key, next_key = key_rows[t], key_rows[t + 1]
+            for r in range(seen_from, n_rows):
+                if width == 64:
+                    total, next_total = _dot2(queries[r], key, next_key, 64)
+                else:
+                    total, next_total = _dot2(queries[r], key, next_key, width)
+                scores[r, t] = total
+                scores[r, t + 1] = next_total  # past row r's position when t = start + j
+        else:
+            key = key_rows[t]
+            for r in range(seen_from, n_rows):
+                query = queries[r]
                 total = np.float32(0.0)
                 for i in range(width):
-                    total += q[first + j, first_head + g, i] * key_run[at + i]
-                scores[j * group + g, t] = total
+                    total += query[i] * key[i]
+                scores[r, t] = total
     scale_bits = np.empty(length, np.int32)
-    for j in range(n):
-        for g in range(group):
-            _softmax_(scores[j * group + g, : start + j + 1], scale_bits)
-    attended = np.zeros((n * group, width), np.float32)  # local: no aliasing with `values`
-    for t in range(length):  # each value read once, for every row that sees it
+    for r in range(n_rows):
+        seen = start + r // group + 1
+        _softmax_(scores[r, :seen], scale_bits)
+        scores[r, seen:] = 0.0
+    attended = np.zeros((n_rows, width), np.float32)  # local: no aliasing with `values`
+    end = length * width
+    t = 0
+    while t + 4 <= length:  # values t..t+3, each read once for every row that sees t
         ahead = (t + _PREFETCH_ROWS) * width
-        if ahead < end:
-            for i in range(0, width, 16):
+        if ahead + 4 * width <= end:
+            for i in range(0, 4 * width, 16):
                 prefetch(value_run, ahead + i)
-        at = t * width
-        for j in range(max(0, t - start), n):
-            for g in range(group):
-                weight = scores[j * group + g, t]
-                for i in range(width):
-                    attended[j * group + g, i] += weight * value_run[at + i]
+        v0, v1, v2, v3 = value_rows[t], value_rows[t + 1], value_rows[t + 2], value_rows[t + 3]
+        for r in range(max(0, t - start) * group, n_rows):
+            w0, w1, w2, w3 = scores[r, t], scores[r, t + 1], scores[r, t + 2], scores[r, t + 3]
+            row = attended[r]
+            for i in range(width):
+                row[i] += w0 * v0[i] + w1 * v1[i] + w2 * v2[i] + w3 * v3[i]
+        t += 4
+    for u in range(t, length):
+        value = value_rows[u]
+        for r in range(max(0, u - start) * group, n_rows):
+            weight = scores[r, u]
+            row = attended[r]
+            for i in range(width):
+                row[i] += weight * value[i]
     for j in range(n):
         out[first + j, first_head : first_head + group] = attended[j * group : (j + 1) * group]
 
 
-@numba.njit(cache=True, parallel=True, fastmath=_FASTMATH)
-def ragged_attention(q, keys, values, segments, out):  # pragma: no cover - compiled
+@numba.njit(cache=True)
+def store_rows(k, v, keys, values, slots, positions):  # pragma: no cover - compiled
+    """Write the keys and values of N new tokens into one layer's cache: token i's go to slot
+    slots[i] at position positions[i], for every key/value head: NumPy's
+    `keys[slots, :, positions] = k`, without the cost of its advanced indexing, which a
+    decode step pays twice per layer. O(N Hkv hd)
+
+    k, v float32 [N, Hkv, hd] (any strides); keys, values float32 [S, Hkv, T, hd] (written);
+    slots, positions int64 [N] within 0..S-1 and 0..T-1 (not checked here: the callers derive
+    them from a checked cache).
+    """
+    for i in range(k.shape[0]):
+        slot, position = slots[i], positions[i]
+        for head in range(k.shape[1]):
+            for d in range(k.shape[2]):
+                keys[slot, head, position, d] = k[i, head, d]
+                values[slot, head, position, d] = v[i, head, d]
+
+
+def ragged_attention(
+    q: np.ndarray, keys: np.ndarray, values: np.ndarray, segments: np.ndarray, out: np.ndarray
+) -> np.ndarray:
     """Causal attention of the query rows of ragged segments, each over its own cache slot.
 
     Segment (slot, start, first, n) is n rows, first..first+n-1, of one sequence whose tokens
     sit at positions start..start+n-1 of slot `slot`: for each such row r = first + j and query
     head h, out[r, h] = softmax(q[r, h] . keys[slot, h // G, :start+j+1]) values[same].
     Rows of no segment are left as they were. A decode step is B segments of n = 1.
-    O(Hq hd sum of n (start + n)), parallel over the (segment, key/value head) pairs; each
-    pair reads its keys and values once.
+    O(Hq hd sum of n (start + n)), parallel over the (segment, key/value head) pairs, handed to
+    Numba's threads in about `_CHUNKS` chunks as they free up (a thread that shares its core
+    with another process, e.g. BLAS's spinning workers, takes fewer; below 3 `_CHUNKS` pairs,
+    an even static split); each pair reads its keys and values once.
 
     q float32 [N, Hq, hd] (already scaled by hd^-1/2); keys, values float32 [S, Hkv, T, hd]
     (one layer's cache, C-contiguous; Hq a multiple of Hkv);
     segments int64 [M, 4] rows (slot, start, first, n), n >= 1, start + n <= T, slots in
     0..S-1 and row ranges within 0..N-1 (not checked here: the callers,
     `llama.attention_decode` and `llama.attention_prefill`, derive them from a checked cache);
-    out float32 [N, Hq, hd] (written). Returns out.
+    the values at positions start..start+n-1 finite (a segment's own new tokens: a row weighs
+    those past its position by zero); out float32 [N, Hq, hd] (written). Returns out.
     """
+    n_tasks = segments.shape[0] * keys.shape[1]
+    if n_tasks < 3 * _CHUNKS:  # a few tasks: Numba's even static split, with no chunk overhead
+        return _ragged_attention(q, keys, values, segments, out)
+    schedule = numba.set_parallel_chunksize(n_tasks // _CHUNKS)
+    try:
+        return _ragged_attention(q, keys, values, segments, out)
+    finally:
+        numba.set_parallel_chunksize(schedule)
+
+
+@numba.njit(cache=True, parallel=True, fastmath=_FASTMATH)
+def _ragged_attention(q, keys, values, segments, out):  # pragma: no cover - compiled
+    """`ragged_attention`'s parallel loop over the (segment, key/value head) pairs."""
     kv_heads = keys.shape[1]
     for task in numba.prange(segments.shape[0] * kv_heads):
         segment, head = task // kv_heads, task % kv_heads

@@ -283,8 +283,7 @@ def attention_prefill(
     """
     n_tokens, hkv, hd = k.shape
     group = q.shape[1] // hkv
-    layer_keys[plan.slots, :, plan.positions] = k
-    layer_values[plan.slots, :, plan.positions] = v
+    attention_kernels.store_rows(k, v, layer_keys, layer_values, plan.slots, plan.positions)
     scaled = q * np.float32(hd**-0.5)  # [N, Hq, hd]
     out = np.empty(q.shape, np.float32)  # [N, Hq, hd]
     if len(plan.short):
@@ -306,28 +305,38 @@ def attention_prefill(
     return out.reshape(n_tokens, -1)  # [N, Hq hd]
 
 
+def decode_segments(slots: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """A decode step's rows as `kernels.attention.ragged_attention`'s segments: row b is one
+    token of slot slots[b] at position positions[b].
+
+    slots, positions int64 [B] -> int64 [B, 4], rows (slot, start = position, first = b, n = 1)
+    """
+    batch = slots.shape[0]
+    return np.column_stack([slots, positions, np.arange(batch), np.ones(batch, np.int64)])
+
+
 def attention_decode(
     q: np.ndarray,
     k: np.ndarray,
     v: np.ndarray,
     layer_keys: np.ndarray,
     layer_values: np.ndarray,
-    slots: np.ndarray,
-    positions: np.ndarray,
+    segments: np.ndarray,
 ) -> np.ndarray:
     """Self-attention of one new token per sequence over its own slot of one layer's cache,
     after writing its key and value there: query b sees positions 0..positions[b] of slot
-    slots[b] (ragged contexts, one Numba kernel: `kernels.attention.ragged_attention`).
+    slots[b] (ragged contexts, one Numba kernel: `kernels.attention.ragged_attention`; the
+    writes: `kernels.attention.store_rows`).
 
     q [B, Hq, hd], k [B, Hkv, hd], v [B, Hkv, hd]; layer_keys, layer_values [S, Hkv, T, hd]
-    (updated); slots, positions int64 [B] -> [B, Hq hd]
+    (updated); segments int64 [B, 4] from `decode_segments(slots, positions)` (built once per
+    step, shared by the layers) -> [B, Hq hd]
     """
     batch, hd = q.shape[0], q.shape[2]
-    layer_keys[slots, :, positions] = k
-    layer_values[slots, :, positions] = v
+    slots, positions = segments[:, 0], segments[:, 1]
+    attention_kernels.store_rows(k, v, layer_keys, layer_values, slots, positions)
     scaled = q * np.float32(hd**-0.5)  # [B, Hq, hd]
     out = np.empty(q.shape, np.float32)
-    segments = np.column_stack([slots, positions, np.arange(batch), np.ones(batch, np.int64)])
     attention_kernels.ragged_attention(scaled, layer_keys, layer_values, segments, out)
     return out.reshape(batch, -1)  # [B, Hq hd]
 
@@ -391,11 +400,12 @@ def decode(
     """
     slots = np.asarray(slots, dtype=np.int64)
     positions = np.asarray(positions, dtype=np.int64)
+    segments = decode_segments(slots, positions)  # [B, 4]
     x = params["embed"][tokens]  # [B] -> [B, d]
     cos, sin = cos[positions, None, :], sin[positions, None, :]  # [B, 1, hd/2]
     for layer, layer_keys, layer_values in zip(params["layers"], keys, values, strict=True):
         q, k, v = project_qkv(x, layer, config, cos, sin)  # [B, d] -> [B, Hq|Hkv, hd]
-        attended = attention_decode(q, k, v, layer_keys, layer_values, slots, positions)
+        attended = attention_decode(q, k, v, layer_keys, layer_values, segments)
         x += linear(attended, layer, "w_o")  # [B, Hq hd] -> [B, d]
         h = rms_norm(x, layer["mlp_norm"], config.rms_norm_eps)  # [B, d] -> [B, d]
         x += mlp(h, layer)  # [B, d] -> [B, d]

@@ -27,9 +27,9 @@ def reference_attention(q, keys, values, segments):
 
 
 @st.composite
-def ragged_passes(draw):
-    """(q, keys, values, segments): segments of 1..6 rows in distinct slots, in any order, some
-    rows of the pass in no segment; scores spread from flat to peaked."""
+def ragged_passes(draw, most_rows=6):
+    """(q, keys, values, segments): segments of 1..most_rows rows in distinct slots, in any
+    order, some rows of the pass in no segment; scores spread from flat to peaked."""
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
     kv_heads, group = draw(st.integers(1, 3)), draw(st.integers(1, 4))
@@ -38,7 +38,7 @@ def ragged_passes(draw):
     n_slots = draw(st.integers(1, 5))
     segments, row = [], 0
     for slot in draw(st.permutations(range(n_slots))):
-        n = draw(st.integers(1, min(6, max_len)))
+        n = draw(st.integers(1, min(most_rows, max_len)))
         start = draw(st.integers(0, max_len - n))
         row += draw(st.integers(0, 2))  # rows of no segment
         segments.append((slot, start, row, n))
@@ -62,6 +62,38 @@ def test_ragged_attention_equals_the_textbook_formula_row_by_row(case):
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)  # NaN: rows of no segment
 
 
+@settings(max_examples=25, deadline=None)
+@given(ragged_passes(most_rows=32))
+def test_ragged_attention_of_jump_forward_chunks_equals_the_textbook_formula(case):
+    """Segments of up to 32 rows (`llama.SHORT_SEGMENT`): the kernel's causal triangle within a
+    segment, with contexts of any length (the two- and four-key steps' remainders)."""
+    q, keys, values, segments = case
+    out = np.full(q.shape, np.nan, np.float32)
+    attention.ragged_attention(q, keys, values, segments, out)
+    expected = reference_attention(q, keys, values, segments)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=50, deadline=None)
+@given(ragged_passes(most_rows=12), st.integers(0, 2**32 - 1))
+def test_a_row_is_blind_to_the_keys_and_values_past_its_position(case, seed):
+    """Changing the keys and values after row j's position (to other finite numbers: they are
+    its segment's later tokens) leaves row j's output exactly as it was."""
+    q, keys, values, segments = case
+    before = attention.ragged_attention(q, keys, values, segments, np.zeros_like(q)).copy()
+    rng = np.random.default_rng(seed)
+    for slot, start, first, n in segments:
+        j = int(rng.integers(0, n))
+        keys[slot, :, start + j + 1 :] = 100 * rng.standard_normal(
+            keys[slot, :, start + j + 1 :].shape
+        )
+        values[slot, :, start + j + 1 :] = rng.standard_normal(
+            values[slot, :, start + j + 1 :].shape
+        )
+        after = attention.ragged_attention(q, keys, values, segments, np.zeros_like(q))
+        np.testing.assert_array_equal(after[first : first + j + 1], before[first : first + j + 1])
+
+
 def test_ragged_attention_over_long_contexts_equals_numpy():
     """SmolLM2's shapes (9 query heads over 3 key/value heads of width 64) at decode contexts of
     a few hundred positions, where the prefetch runs ahead of the keys and values read."""
@@ -70,6 +102,23 @@ def test_ragged_attention_over_long_contexts_equals_numpy():
     values = rng.standard_normal((4, 3, 520, 64)).astype(np.float32)
     segments = np.array([[2, 519, 0, 1], [0, 250, 1, 7], [3, 16, 8, 1]])  # (slot, start, first, n)
     q = (0.3 * rng.standard_normal((9, 9, 64))).astype(np.float32)
+    out = attention.ragged_attention(q, keys, values, segments, np.empty_like(q))
+    expected = reference_attention(q, keys, values, segments)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_ragged_attention_of_a_large_batch_equals_numpy():
+    """A decode step of 40 rows and a few jump-forward chunks: enough (segment, head) pairs
+    that the tasks go to the threads in dynamic chunks (`attention._CHUNKS`)."""
+    rng = np.random.default_rng(5)
+    keys = rng.standard_normal((44, 3, 40, 16)).astype(np.float32)
+    values = rng.standard_normal((44, 3, 40, 16)).astype(np.float32)
+    sizes = [1] * 40 + [5, 2, 7, 3]
+    starts = rng.integers(0, 40 - np.array(sizes) + 1)
+    firsts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    segments = np.column_stack([rng.permutation(44), starts, firsts, sizes]).astype(np.int64)
+    assert len(segments) * 3 >= 3 * attention._CHUNKS
+    q = (0.5 * rng.standard_normal((sum(sizes), 9, 16))).astype(np.float32)
     out = attention.ragged_attention(q, keys, values, segments, np.empty_like(q))
     expected = reference_attention(q, keys, values, segments)
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
@@ -97,3 +146,32 @@ def test_softmax_with_the_polynomial_exponential_equals_numpy(scores):
     got = scores.copy()
     attention._softmax_(got, np.empty(len(got), np.int32))
     np.testing.assert_allclose(got, expected, rtol=2e-6, atol=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 6), st.integers(1, 3), st.booleans())
+def test_store_rows_writes_what_numpy_indexing_writes(seed, n_slots, kv_heads, strided):
+    """Distinct (slot, position) pairs, new rows in C order or as strided views (as `project_qkv`
+    hands them over); nothing else of the cache changes."""
+    rng = np.random.default_rng(seed)
+    max_len, width = int(rng.integers(1, 20)), int(rng.choice([4, 64]))
+    cells = rng.permutation(n_slots * max_len)[: int(rng.integers(1, n_slots * max_len + 1))]
+    slots, positions = cells // max_len, cells % max_len
+    shape = (n_slots, kv_heads, max_len, width)
+    keys = rng.standard_normal(shape).astype(np.float32)
+    values = rng.standard_normal(shape).astype(np.float32)
+    fresh = rng.standard_normal((len(cells), 2 * kv_heads + 1, width)).astype(np.float32)
+    k, v = (
+        (fresh[:, 1 : kv_heads + 1], fresh[:, kv_heads + 1 :])
+        if strided
+        else (
+            np.ascontiguousarray(fresh[:, :kv_heads]),
+            np.ascontiguousarray(fresh[:, kv_heads + 1 :]),
+        )
+    )
+    expected_keys, expected_values = keys.copy(), values.copy()
+    expected_keys[slots, :, positions] = k
+    expected_values[slots, :, positions] = v
+    attention.store_rows(k, v, keys, values, slots, positions)
+    np.testing.assert_array_equal(keys, expected_keys)
+    np.testing.assert_array_equal(values, expected_values)
