@@ -66,6 +66,14 @@ class Metrics:
             "corral_mask_and_sample_seconds", "Seconds spent in token masks and sampling",
             registry=r,
         )  # fmt: skip
+        self.prefix_queries = Counter(
+            "corral_prefix_cache_queries", "Prompt tokens admitted, looked up in the prefix cache",
+            registry=r,
+        )  # fmt: skip
+        self.prefix_hits = Counter(
+            "corral_prefix_cache_hits", "Prompt tokens whose prefill the prefix cache saved",
+            registry=r,
+        )  # fmt: skip
 
     def watch_grammars(self, compiler) -> None:
         """Serve `compiler`'s cache counts (`GrammarCompiler.hits` and `misses`) as the counter
@@ -222,6 +230,7 @@ class EngineThread:
     def _step(self) -> None:
         stats = self.generator.stats
         mask_before = stats.mask_and_sample_seconds
+        prompt_before, reused_before = stats.prompt_tokens, stats.prefix_tokens
         try:
             finished = self.generator.step()
         except Exception as error:  # a failed forward pass: fail every job, start afresh
@@ -229,6 +238,8 @@ class EngineThread:
             return
         metrics = self.metrics
         metrics.mask_seconds.inc(stats.mask_and_sample_seconds - mask_before)
+        metrics.prefix_queries.inc(stats.prompt_tokens - prompt_before)
+        metrics.prefix_hits.inc(stats.prefix_tokens - reused_before)
         now = time.perf_counter()
         for handle, text in self.generator.partial_text().items():
             job = self._jobs[handle]
