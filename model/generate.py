@@ -63,6 +63,10 @@ Decisions:
   chose them), taken only while the budget rule holds after them. Off for a request asking for
   `top_logprobs`, for a model without a `tokenizer`, and while a respelled trigger is written;
   turned off, every token is sampled, as in an engine without it.
+- A sequence that the next step would end whatever the logits (its answer complete with nothing
+  left to allow, or its budget spent) ends as soon as its last token is chosen: its last token
+  is not fed to the model, so the step's forward pass has one row fewer, and a batch of one
+  saves its last pass.
 - Prefix cache (on by default, `Generator(prefix_cache=...)`; vLLM's automatic prefix caching,
   SGLang's RadixAttention): a batch or a server sends the same system prompt and tools again and
   again. Each slot remembers the token ids its prompt (with the text forced at the start) wrote,
@@ -278,15 +282,17 @@ class Generator:
         self._choose()
         finished, chunks, still = [], [], []
         for seq in self._live:
-            if seq.finish_reason is not None:
-                stats.completion_tokens += seq.generated
-                self._free.append(seq.slot)
-                finished.append((seq.handle, seq.result()))
-            else:
+            if seq.finish_reason is None:
                 # ids[-1]: the sampled token (after a trigger's respelling, the new one)
-                chunks.append([seq.ids[-1], *seq.jump_forward()])
-                stats.forced_tokens += len(chunks[-1]) - 1
-                still.append(seq)
+                chunk = [seq.ids[-1], *seq.jump_forward()]
+                stats.forced_tokens += len(chunk) - 1
+                if not seq.ends_now():  # an ending sequence needs no logits: no forward pass
+                    chunks.append(chunk)
+                    still.append(seq)
+                    continue
+            stats.completion_tokens += seq.generated
+            self._free.append(seq.slot)
+            finished.append((seq.handle, seq.result()))
         stats.mask_and_sample_seconds += time.perf_counter() - started
         self._live = still
         if still:
