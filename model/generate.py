@@ -75,9 +75,10 @@ Decisions:
   at least `MIN_SHARED` of a held prompt's ids (token ids, never text) has those positions' keys
   and values copied into its slot (`KVCache.copy_prefix`; a free slot holding it is taken as it
   is), and only the rest is prefilled; the last prompt token always is, for its logits. A prefix
-  written by another prompt of the same admission goes in a second prefill pass. Keys and values
-  depend only on the tokens before them, so the outputs are those of a run without the cache up
-  to float rounding (GEMMs over other row counts).
+  that another prompt of the same admission writes is copied once that prompt's pass has run,
+  and the rest prefilled in a later pass. Keys and values depend only on the tokens before them,
+  so the outputs are those of a run without the cache up to float rounding (GEMMs over other
+  row counts).
 - Each request has its own `numpy.random.Generator` seeded by its `seed`, so the same request
   gives the same tokens alone or in any batch, up to float rounding that differs between batch
   shapes in BLAS (logits agree to ~1e-5; a token could flip only on a near-tie).
@@ -330,8 +331,8 @@ class Generator:
 
     def _admit(self) -> None:
         """Give waiting requests free slots and prefill their prompts (with the text forced at
-        the start), each after the longest prefix of it already cached: in one pass, then one
-        more for the prompts whose prefix another prompt of the same pass writes."""
+        the start), each after the longest prefix of it already cached. Prompts share passes;
+        one whose prefix another prompt of this admission writes goes in a later pass."""
         admitted = []
         while self._waiting and len(admitted) < len(self._free):
             handle, request = self._waiting.popleft()
@@ -342,53 +343,55 @@ class Generator:
         if not admitted:
             return
         started = time.perf_counter()
-        first, second = [], []  # (sequence, its tokens, tokens reused, in-pass source or None)
+        prefills: list[_Prefill] = []
         for seq, tokens in admitted:
-            slot, reused, source = self._place(tokens, first)
-            seq.slot = slot
-            (first if source is None else second).append((seq, tokens, reused, source))
+            seq.slot, reused, source = self._place(tokens, prefills)
+            depth = 0 if source is None else source.depth + 1
+            prefills.append(_Prefill(seq, tokens, reused, source, depth))
             self.stats.prompt_tokens += len(tokens)
             self.stats.prefix_hits += int(reused > 0)
             self.stats.prefix_tokens += reused
-        for group in (first, second):
-            for seq, _, reused, source in group:
-                if source is not None:
-                    self._cache.copy_prefix(source.slot, seq.slot, reused)
-            if group:
-                slots = [seq.slot for seq, *_ in group]
-                rest = [tokens[reused:] for _, tokens, reused, _ in group]
-                logits = self.model.prefill_batch(self._cache, slots, rest)
-                for row, (seq, tokens, *_) in enumerate(group):
-                    seq.receive(logits, row)
-                    if self._prefix:
-                        self._held[seq.slot] = tokens
-                self._live.extend(seq for seq, *_ in group)
+        for depth in range(max(p.depth for p in prefills) + 1):
+            group = [p for p in prefills if p.depth == depth]
+            for p in group:
+                if p.source is not None:
+                    self._cache.copy_prefix(p.source.seq.slot, p.seq.slot, p.reused)
+            slots = [p.seq.slot for p in group]
+            logits = self.model.prefill_batch(
+                self._cache, slots, [p.tokens[p.reused :] for p in group]
+            )
+            for row, p in enumerate(group):
+                p.seq.receive(logits, row)
+                if self._prefix:
+                    self._held[p.seq.slot] = p.tokens
+            self._live.extend(p.seq for p in group)
         self.stats.prefill_seconds += time.perf_counter() - started
 
-    def _place(self, tokens: np.ndarray, first: list) -> tuple[int, int, LiveSequence | None]:
+    def _place(
+        self, tokens: np.ndarray, prefills: list[_Prefill]
+    ) -> tuple[int, int, _Prefill | None]:
         """A free slot for a sequence that prefills `tokens`, and the prefix it reuses:
         `(slot, tokens reused, source)`. The longest prefix of at least `MIN_SHARED` tokens
         (never the last token, whose logits are needed) held by a slot is copied into the slot
-        now, or kept in place when that slot is free (then it is the one taken); one written
-        by a sequence of this step's first pass (`first`) is copied after that pass (`source`:
-        that sequence). Otherwise the slot is emptied; a free slot holding nothing goes first,
-        then the one freed longest ago."""
+        now, or kept in place when that slot is free (then it is the one taken); one that a
+        prompt admitted before it in this step writes (`source`, one of `prefills`) is copied
+        once that prompt's pass has run. Otherwise the slot is emptied; a free slot holding
+        nothing goes first, then the one freed longest ago."""
         cache = self._cache
         if not self._prefix:
             slot = self._free.pop()
             cache.reset(slot)
             return slot, 0, None
         limit = len(tokens) - 1
-        reused, holder = 0, None
+        reused, holder, source = 0, None, None
         for slot, held in self._held.items():
             shared = _shared_prefix(held, tokens, limit)
             if shared > reused:
                 reused, holder = shared, slot
-        source = None
-        for seq, pass_tokens, *_ in first:
-            shared = _shared_prefix(pass_tokens, tokens, limit)
+        for prefill in prefills:
+            shared = _shared_prefix(prefill.tokens, tokens, limit)
             if shared > reused:
-                reused, holder, source = shared, None, seq
+                reused, holder, source = shared, None, prefill
         if reused < MIN_SHARED:
             reused, holder, source = 0, None, None
         if holder is not None and holder in self._free:
@@ -418,6 +421,19 @@ class Generator:
         self.stats.steps += 1
         for row, seq in enumerate(self._live):
             seq.receive(logits, row)
+
+
+@dataclass(frozen=True, eq=False)
+class _Prefill:
+    """A sequence admitted in this step: its prompt `tokens` (int64, with the forced text at
+    the start), the first `reused` of them taken from the cache, from `source`'s slot when
+    another admitted prompt writes them, and its pass (`depth`: one after its source's)."""
+
+    seq: LiveSequence
+    tokens: np.ndarray
+    reused: int
+    source: _Prefill | None
+    depth: int
 
 
 def iter_generate(

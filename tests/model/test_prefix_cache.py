@@ -157,3 +157,16 @@ def test_tiny_model_greedy_outputs_equal_those_without_the_prefix_cache(tiny_mod
     for a, b in zip(with_cache, without, strict=True):
         np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
     assert stats.prefix_hits >= 3
+
+
+def test_prompts_of_one_admission_chain_their_prefixes():
+    """A, then B sharing A's head, then B again: B copies the head from A after A's pass, the
+    second B copies all but its last token from the first B after B's pass."""
+    head, a_tail, b_tail = list(range(100, 130)), [1, 2, 3], [4, 5, 6, 7]
+    prompts = [head + a_tail, head + b_tail, head + b_tail]
+    requests = [GenerationRequest(p, 4, SamplingParams(), seed=i) for i, p in enumerate(prompts)]
+    stats = GenerationStats()
+    assert generate(FakeModel(), requests, 3, stats) == generate(
+        FakeModel(), requests, 3, prefix_cache=False
+    )
+    assert (stats.prefix_hits, stats.prefix_tokens) == (2, len(head) + len(head + b_tail) - 1)
