@@ -9,6 +9,10 @@ job's events back to its asyncio loop with `loop.call_soon_threadsafe`:
 GenerationResult)` when a choice ends, `("error", exception)` when the engine failed it.
 Requests join and leave between decode steps (continuous batching); a cancelled job's slots are
 free at the next step.
+The `Generator`'s prefix cache keeps the prompts of ended requests (the same system prompt and
+tools, sent again and again) until their slots are needed; `/metrics` counts the prompt tokens
+it looked up and those whose prefill it saved (`corral_prefix_cache_queries`, `..._hits`, in
+tokens, as vLLM's `prefix_cache_queries` and `prefix_cache_hits`).
 
 Admission: the thread counts the choices it holds (`load`); `admit(n)` refuses a job once the
 batch is full and `max_waiting` choices already wait, which the server answers with a 429.
