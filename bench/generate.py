@@ -19,7 +19,9 @@ which renders the prompts and compiles the grammars, with at most --tokens token
   chunks); a constrained answer stops when its JSON is complete.
 tokens/s is completion tokens (forced tokens included, counted as the engine counts them) over the
 wall time of the whole run, prefill included. "forced" is the share of the jump-forward run's
-completion tokens written by jump-forward; "mask/step" its time in masks and sampling per step.
+completion tokens written by jump-forward; "mask/step" its time in masks and sampling per step;
+"reused" the share of the jump-forward run's prompt tokens whose prefill the prefix cache saved
+(B requests over at most `N_BODIES` prompts; `--no-prefix-cache` turns the cache off in every run).
 
 A second table (`sampler_share`) times one decode step's parts apart at each batch size: the
 forward pass, and the masks, sampling (one `sample_batch` call) and constraint advances of its
@@ -143,10 +145,10 @@ def engine_requests(engine: Engine, bodies: list[dict], tokens: int) -> list[Gen
     return out
 
 
-def run(model, requests, batch_size):
+def run(model, requests, batch_size, prefix_cache=True):
     stats = GenerationStats()
     started = time.perf_counter()
-    results = generate(model, requests, batch_size=batch_size, stats=stats)
+    results = generate(model, requests, batch_size, stats, prefix_cache)
     wall = time.perf_counter() - started
     return sum(r.completion_tokens for r in results), wall, stats
 
@@ -186,6 +188,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--batches", default="1,32")
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--no-prefix-cache", action="store_true")
     args = parser.parse_args()
     model = load_model()
     engine = Engine(model)
@@ -193,7 +196,7 @@ def main() -> None:
     print(f"up to {args.tokens} tokens per answer; temperature 1")
     header = (
         f"{'workload':>15} {'batch':>5} | {'free tok/s':>10} | {'json tok/s':>10} "
-        f"{'+jump tok/s':>11} | {'jump/free':>9} {'forced':>6} | {'mask/step':>9}"
+        f"{'+jump tok/s':>11} | {'jump/free':>9} {'forced':>6} | {'mask/step':>9} | reused"
     )
     print(header)
     print("-" * len(header))
@@ -216,18 +219,21 @@ def main() -> None:
             ]
             free = [dataclasses.replace(r, constraint=None, trigger=None) for r in requests]
             off = [dataclasses.replace(r, jump_forward=False) for r in requests]
-            f_tokens, f_wall, _ = run(free_model, free, batch)
-            o_tokens, o_wall, _ = run(model, off, batch)
-            j_tokens, j_wall, j_stats = run(model, requests, batch)
+            prefix = not args.no_prefix_cache
+            f_tokens, f_wall, _ = run(free_model, free, batch, prefix)
+            o_tokens, o_wall, _ = run(model, off, batch, prefix)
+            j_tokens, j_wall, j_stats = run(model, requests, batch, prefix)
+            reused = 100 * j_stats.prefix_tokens / max(j_stats.prompt_tokens, 1)
             f_rate, o_rate, j_rate = f_tokens / f_wall, o_tokens / o_wall, j_tokens / j_wall
             per_step = 1e3 * j_stats.mask_and_sample_seconds / max(j_stats.steps, 1)
             forced = 100 * j_stats.forced_tokens / max(j_tokens, 1)
             print(
                 f"{workload:>15} {batch:>5} | {f_rate:>10.1f} | {o_rate:>10.1f} {j_rate:>11.1f} | "
-                f"{j_rate / f_rate:>8.2f}x {forced:>5.0f}% | {per_step:>6.2f} ms"
+                f"{j_rate / f_rate:>8.2f}x {forced:>5.0f}% | {per_step:>6.2f} ms | {reused:>5.0f}%"
             )
     print("jump/free: constrained tokens/s with jump-forward over free tokens/s (goal: >= 1.3x);")
-    print("forced: the share of those completion tokens that jump-forward wrote.")
+    print("forced: the share of those completion tokens that jump-forward wrote;")
+    print("reused: the share of its prompt tokens whose prefill the prefix cache saved.")
     profile = engine_requests(engine, WORKLOADS["profile"](), args.tokens)[0]
     sampler_share(model, profile, [int(b) for b in args.batches.split(",")])
 

@@ -63,6 +63,22 @@ Decisions:
   chose them), taken only while the budget rule holds after them. Off for a request asking for
   `top_logprobs`, for a model without a `tokenizer`, and while a respelled trigger is written;
   turned off, every token is sampled, as in an engine without it.
+- A sequence that the next step would end whatever the logits (its answer complete with nothing
+  left to allow, or its budget spent) ends as soon as its last token is chosen: its last token
+  is not fed to the model, so the step's forward pass has one row fewer, and a batch of one
+  saves its last pass.
+- Prefix cache (on by default, `Generator(prefix_cache=...)`; vLLM's automatic prefix caching,
+  SGLang's RadixAttention): a batch or a server sends the same system prompt and tools again and
+  again. Each slot remembers the token ids its prompt (with the text forced at the start) wrote,
+  for as long as the slot lives and, once it ends, until the slot is taken again (the least
+  recently freed slot is taken first; the slots are the bound). A new prompt whose ids start with
+  at least `MIN_SHARED` of a held prompt's ids (token ids, never text) has those positions' keys
+  and values copied into its slot (`KVCache.copy_prefix`; a free slot holding it is taken as it
+  is), and only the rest is prefilled; the last prompt token always is, for its logits. A prefix
+  that another prompt of the same admission writes is copied once that prompt's pass has run,
+  and the rest prefilled in a later pass. Keys and values depend only on the tokens before them,
+  so the outputs are those of a run without the cache up to float rounding (GEMMs over other
+  row counts).
 - Each request has its own `numpy.random.Generator` seeded by its `seed`, so the same request
   gives the same tokens alone or in any batch, up to float rounding that differs between batch
   shapes in BLAS (logits agree to ~1e-5; a token could flip only on a near-tie).
@@ -105,6 +121,11 @@ __all__ = [
 ]
 
 
+MIN_SHARED = 16
+"""The fewest prompt tokens the prefix cache reuses (vLLM's block size): shorter shared prefixes,
+such as the chat template's opening that every prompt has, are prefilled again."""
+
+
 class CacheWarning(UserWarning):
     """The KV cache runs fewer slots than asked for, to fit in the memory available."""
 
@@ -112,12 +133,18 @@ class CacheWarning(UserWarning):
 @dataclass
 class GenerationStats:
     """Running totals, updated as a `Generator` steps (for progress bars and benches):
-    decode steps, tokens (of which `forced_tokens` were written by jump-forward), and seconds in
-    prefill, in decode forward passes, and in masks and sampling."""
+    decode steps, tokens (of which `forced_tokens` were written by jump-forward), prompt tokens
+    admitted (with the forced tokens that went with them), the prefix cache's hits (admissions
+    that reused a cached prefix) and the prompt tokens whose prefill they saved
+    (`prefix_tokens`), and seconds in prefill, in decode forward passes, and in masks and
+    sampling."""
 
     steps: int = 0
     completion_tokens: int = 0
     forced_tokens: int = 0
+    prompt_tokens: int = 0
+    prefix_hits: int = 0
+    prefix_tokens: int = 0
     prefill_seconds: float = 0.0
     forward_seconds: float = 0.0
     mask_and_sample_seconds: float = 0.0
@@ -137,6 +164,9 @@ class Generator:
             length and the context the engine serves; None or more than the model's
             `context_length`: the model's context.
         stats: updated in place as steps run, if given (else a fresh `GenerationStats`).
+        prefix_cache: reuse the keys and values of a prompt's longest cached prefix (see the
+            module docstring); on only when the model's cache has `copy_prefix(source,
+            target, length)`, as `KVCache` has. False: every prompt is prefilled whole.
 
     Attributes:
         stats: the running `GenerationStats`.
@@ -154,6 +184,7 @@ class Generator:
         batch_size: int,
         max_len: int | None = None,
         stats: GenerationStats | None = None,
+        prefix_cache: bool = True,
     ):
         self.model = model
         self.vocabulary: Vocabulary = model.vocabulary
@@ -177,6 +208,8 @@ class Generator:
         self.batch_size = fit
         self._cache = model.new_cache(fit, self.max_len)
         self._free = list(range(fit - 1, -1, -1))
+        self._prefix = prefix_cache and hasattr(self._cache, "copy_prefix")
+        self._held: dict[int, np.ndarray] = {}  # slot -> the tokens its first positions hold
         self._waiting: deque[tuple[int, GenerationRequest]] = deque()
         self._live: list[LiveSequence] = []
         self._handles = 0
@@ -253,15 +286,17 @@ class Generator:
         self._choose()
         finished, chunks, still = [], [], []
         for seq in self._live:
-            if seq.finish_reason is not None:
-                stats.completion_tokens += seq.generated
-                self._free.append(seq.slot)
-                finished.append((seq.handle, seq.result()))
-            else:
+            if seq.finish_reason is None:
                 # ids[-1]: the sampled token (after a trigger's respelling, the new one)
-                chunks.append([seq.ids[-1], *seq.jump_forward()])
-                stats.forced_tokens += len(chunks[-1]) - 1
-                still.append(seq)
+                chunk = [seq.ids[-1], *seq.jump_forward()]
+                stats.forced_tokens += len(chunk) - 1
+                if not seq.ends_now():  # an ending sequence needs no logits: no forward pass
+                    chunks.append(chunk)
+                    still.append(seq)
+                    continue
+            stats.completion_tokens += seq.generated
+            self._free.append(seq.slot)
+            finished.append((seq.handle, seq.result()))
         stats.mask_and_sample_seconds += time.perf_counter() - started
         self._live = still
         if still:
@@ -298,26 +333,81 @@ class Generator:
                 seq.after_sample(tokens[b], logprobs[b], top, self._eos_ids)
 
     def _admit(self) -> None:
+        """Give waiting requests free slots and prefill their prompts (with the text forced at
+        the start), each after the longest prefix of it already cached. Prompts share passes;
+        one whose prefix another prompt of this admission writes goes in a later pass."""
         admitted = []
-        while self._waiting and self._free:
+        while self._waiting and len(admitted) < len(self._free):
             handle, request = self._waiting.popleft()
-            slot = self._free.pop()
-            admitted.append(LiveSequence(handle, request, slot, self.vocabulary, self._jump))
+            seq = LiveSequence(handle, request, -1, self.vocabulary, self._jump)
+            forced = seq.jump_forward()  # forced text at the start goes with the prompt
+            self.stats.forced_tokens += len(forced)
+            admitted.append((seq, np.concatenate([seq.prompt, np.asarray(forced, np.int64)])))
         if not admitted:
             return
         started = time.perf_counter()
-        sequences = []
-        for seq in admitted:
-            self._cache.reset(seq.slot)
-            forced = seq.jump_forward()  # forced text at the start goes with the prompt
-            self.stats.forced_tokens += len(forced)
-            sequences.append(np.concatenate([seq.prompt, np.asarray(forced, np.int64)]))
-        slots = [seq.slot for seq in admitted]
-        logits = self.model.prefill_batch(self._cache, slots, sequences)
-        for row, seq in enumerate(admitted):
-            seq.receive(logits, row)
+        prefills: list[_Prefill] = []
+        for seq, tokens in admitted:
+            seq.slot, reused, source = self._place(tokens, prefills)
+            depth = 0 if source is None else source.depth + 1
+            prefills.append(_Prefill(seq, tokens, reused, source, depth))
+            self.stats.prompt_tokens += len(tokens)
+            self.stats.prefix_hits += int(reused > 0)
+            self.stats.prefix_tokens += reused
+        for depth in range(max(p.depth for p in prefills) + 1):
+            group = [p for p in prefills if p.depth == depth]
+            for p in group:
+                if p.source is not None:
+                    self._cache.copy_prefix(p.source.seq.slot, p.seq.slot, p.reused)
+            slots = [p.seq.slot for p in group]
+            logits = self.model.prefill_batch(
+                self._cache, slots, [p.tokens[p.reused :] for p in group]
+            )
+            for row, p in enumerate(group):
+                p.seq.receive(logits, row)
+                if self._prefix:
+                    self._held[p.seq.slot] = p.tokens
+            self._live.extend(p.seq for p in group)
         self.stats.prefill_seconds += time.perf_counter() - started
-        self._live.extend(admitted)
+
+    def _place(
+        self, tokens: np.ndarray, prefills: list[_Prefill]
+    ) -> tuple[int, int, _Prefill | None]:
+        """A free slot for a sequence that prefills `tokens`, and the prefix it reuses:
+        `(slot, tokens reused, source)`. The longest prefix of at least `MIN_SHARED` tokens
+        (never the last token, whose logits are needed) held by a slot is copied into the slot
+        now, or kept in place when that slot is free (then it is the one taken); one that a
+        prompt admitted before it in this step writes (`source`, one of `prefills`) is copied
+        once that prompt's pass has run. Otherwise the slot is emptied; a free slot holding
+        nothing goes first, then the one freed longest ago."""
+        cache = self._cache
+        if not self._prefix:
+            slot = self._free.pop()
+            cache.reset(slot)
+            return slot, 0, None
+        limit = len(tokens) - 1
+        reused, holder, source = 0, None, None
+        for slot, held in self._held.items():
+            shared = _shared_prefix(held, tokens, limit)
+            if shared > reused:
+                reused, holder = shared, slot
+        for prefill in prefills:
+            shared = _shared_prefix(prefill.tokens, tokens, limit)
+            if shared > reused:
+                reused, holder, source = shared, None, prefill
+        if reused < MIN_SHARED:
+            reused, holder, source = 0, None, None
+        if holder is not None and holder in self._free:
+            slot = holder
+        else:
+            slot = next((s for s in self._free if s not in self._held), self._free[0])
+        self._free.remove(slot)
+        self._held.pop(slot, None)
+        if holder is not None:
+            cache.copy_prefix(holder, slot, reused)
+        else:
+            cache.reset(slot)
+        return slot, reused, source
 
     def _decode(self, chunks: list[list[int]]) -> None:
         """One forward pass: the tokens `chunks[i]` are appended to `self._live[i]`'s slot (a
@@ -336,15 +426,29 @@ class Generator:
             seq.receive(logits, row)
 
 
+@dataclass(frozen=True, eq=False)
+class _Prefill:
+    """A sequence admitted in this step: its prompt `tokens` (int64, with the forced text at
+    the start), the first `reused` of them taken from the cache, from `source`'s slot when
+    another admitted prompt writes them, and its pass (`depth`: one after its source's)."""
+
+    seq: LiveSequence
+    tokens: np.ndarray
+    reused: int
+    source: _Prefill | None
+    depth: int
+
+
 def iter_generate(
     model,
     requests: Sequence[GenerationRequest],
     batch_size: int = 16,
     stats: GenerationStats | None = None,
+    prefix_cache: bool = True,
 ) -> Iterator[tuple[int, GenerationResult]]:
     """Run `requests` with continuous batching (a `Generator` sized for them: max_len is the
-    longest prompt plus max_tokens among them, at most the model's context); yield
-    `(request index, result)` as each ends.
+    longest prompt plus max_tokens among them, at most the model's context; `prefix_cache` as
+    `Generator`'s); yield `(request index, result)` as each ends.
 
     Raises (before anything runs):
         RequestError: a request `Generator.submit` refuses (`ContextLengthError`,
@@ -356,7 +460,7 @@ def iter_generate(
     context = model.context_length
     wanted = (len(r.prompt_ids) + (r.max_tokens or context) for r in requests)
     max_len = min(context, max(1, *wanted))
-    generator = Generator(model, min(batch_size, len(requests)), max_len, stats)
+    generator = Generator(model, min(batch_size, len(requests)), max_len, stats, prefix_cache)
     for request in requests:
         generator.submit(request)
     while generator.has_work:
@@ -368,9 +472,17 @@ def generate(
     requests: Sequence[GenerationRequest],
     batch_size: int = 16,
     stats: GenerationStats | None = None,
+    prefix_cache: bool = True,
 ) -> list[GenerationResult]:
     """Run `requests` (see `iter_generate`) and return their results in request order."""
     results: list[GenerationResult | None] = [None] * len(requests)
-    for index, result in iter_generate(model, requests, batch_size, stats):
+    for index, result in iter_generate(model, requests, batch_size, stats, prefix_cache):
         results[index] = result
     return results  # type: ignore[return-value]
+
+
+def _shared_prefix(held: np.ndarray, tokens: np.ndarray, limit: int) -> int:
+    """How many leading token ids `held` and `tokens` (int64 [n]) share, at most `limit`."""
+    n = min(len(held), len(tokens), limit)
+    differ = np.flatnonzero(held[:n] != tokens[:n])
+    return int(differ[0]) if len(differ) else n

@@ -123,6 +123,21 @@ class KVCache:
             raise CacheError(f"slot {slot} does not exist (the cache has {self.n_slots} slots)")
         return slot
 
+    def copy_prefix(self, source: int, target: int, length: int) -> None:
+        """Make slot `target` hold the first `length` tokens of slot `source` (the prefix
+        cache's copy of a shared prompt prefix; `source == target` keeps them in place).
+
+        Raises:
+            CacheError: either slot does not exist, or `source` holds fewer than `length` tokens.
+        """
+        source, target = self.check_slot(source), self.check_slot(target)
+        if not 0 <= length <= self.lengths[source]:
+            raise CacheError(f"slot {source} holds {self.lengths[source]} tokens, not {length}")
+        if source != target:
+            self.keys[:, target, :, :length] = self.keys[:, source, :, :length]
+            self.values[:, target, :, :length] = self.values[:, source, :, :length]
+        self.lengths[target] = length
+
 
 MEMORY_SHARE = 0.5
 """The share of the available memory a KV cache may take (see the module docstring)."""

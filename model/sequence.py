@@ -72,19 +72,26 @@ class LiveSequence:
             block[0, self._bias_ids] += self._bias_values
         self.block, self.row, self.logits = block, row, block[row]
 
-    def before_sample(self) -> np.ndarray | bool:
-        """This step's work before sampling: end the sequence (`finish_reason` set: a complete
-        answer, or the budget spent) or take a forced token (recorded here), returning False;
-        else return the packed mask to sample under, or True for free text."""
-        left = self.request.max_tokens - self.generated
+    def ends_now(self) -> bool:
+        """End the sequence if nothing the model could say would continue it (`finish_reason`
+        set): its answer is complete with nothing left to allow, or its budget is spent. The
+        engine asks before a forward pass, which such a sequence does not need."""
         constraint = self.constraint
         if constraint is not None and constraint.done:
             self.finish_reason = "stop"
-            return False
-        if left <= 0:
+        elif self.request.max_tokens - self.generated <= 0:
             complete = constraint is not None and constraint.is_complete()
             self.finish_reason = "stop" if complete else "length"
+        return self.finish_reason is not None
+
+    def before_sample(self) -> np.ndarray | bool:
+        """This step's work before sampling: end the sequence (`ends_now`) or take a forced
+        token (recorded here), returning False; else return the packed mask to sample under,
+        or True for free text."""
+        if self.ends_now():
             return False
+        left = self.request.max_tokens - self.generated
+        constraint = self.constraint
         if self.forced:
             token, start = self.forced.popleft(), len(self.text)
             self._record(token, _logprob(self.logits, token), None)

@@ -251,9 +251,10 @@ class BatchSummary:
     """Counts of a batch run: lines answered, lines refused (error lines), lines skipped (their
     custom_id already in the output: `skip`), answers (choices)
     that are not valid for their request (must stay 0), answers cut by max_tokens (free text
-    only: constrained answers end within their budget), tokens and seconds, and the grammar
+    only: constrained answers end within their budget), tokens and seconds, the grammar
     cache's hits and misses during the run (`GrammarCompiler.hits` and `misses`: a miss built, or
-    tried to build, a grammar's token index)."""
+    tried to build, a grammar's token index), and the prefix cache's hits among the prompts
+    admitted, with the prompt tokens whose prefill they saved (`GenerationStats`)."""
 
     requests: int = 0
     errors: int = 0
@@ -264,6 +265,9 @@ class BatchSummary:
     seconds: float = 0.0
     grammar_hits: int = 0
     grammar_misses: int = 0
+    prompt_tokens: int = 0
+    prefix_hits: int = 0
+    prefix_tokens: int = 0
 
     def line(self) -> str:
         rate = self.completion_tokens / self.seconds if self.seconds else 0.0
@@ -274,6 +278,8 @@ class BatchSummary:
             f"{self.cut} answers cut by max_tokens, {self.completion_tokens} completion tokens "
             f"in {self.seconds:.1f} s ({rate:.1f} tokens/s), grammar cache {self.grammar_hits} "
             f"hits / {self.grammar_misses} misses ({hit_rate:.0f}% hit rate)"
+            f", prefix cache {self.prefix_hits} hits, {self.prefix_tokens} of "
+            f"{self.prompt_tokens} prompt tokens reused"
             + (f", {self.skipped} lines skipped (already in the output)" if self.skipped else "")
         )
 
@@ -335,6 +341,7 @@ def run_batch(
     default_max_tokens: int | None = None,
     progress: bool = True,
     numbers: Iterable[int] | None = None,
+    prefix_cache: bool = True,
 ) -> BatchSummary:
     """Run the input lines and write the output lines to the text stream `out` as they finish
     (see the module docstring for duplicates, phases and the KV cache).
@@ -350,6 +357,8 @@ def run_batch(
         progress: show the `prepare` and `requests` progress bars (tqdm, on stderr).
         numbers: the input file's line number of each line, for error messages (None: 1, 2, ...;
             a part of a file run elsewhere, as `corral.tools.ray_batch` does, keeps its own).
+        prefix_cache: reuse the keys and values of prompt prefixes the run already prefilled
+            (`corral.model.Generator`); False: every prompt is prefilled whole.
 
     Returns a `BatchSummary`. Never raises for a bad line: it becomes an error line."""
     summary = BatchSummary()
@@ -357,7 +366,7 @@ def run_batch(
     hits, misses = engine.compiler.hits, engine.compiler.misses
     writer = _Writer(out, summary)
     pending = _prepare(engine, lines, skip, default_max_tokens, writer, progress, numbers)
-    generator, handles = _submit(engine, pending, batch_size, writer)
+    generator, handles = _submit(engine, pending, batch_size, writer, prefix_cache)
     running = sum(not line.failed for line in pending)
     bar = tqdm(total=running, desc="requests", unit="req", disable=not progress)
     try:
@@ -379,6 +388,9 @@ def run_batch(
     summary.seconds = time.perf_counter() - started
     summary.grammar_hits = engine.compiler.hits - hits
     summary.grammar_misses = engine.compiler.misses - misses
+    stats = generator.stats
+    summary.prompt_tokens = stats.prompt_tokens
+    summary.prefix_hits, summary.prefix_tokens = stats.prefix_hits, stats.prefix_tokens
     return summary
 
 
@@ -446,7 +458,7 @@ def _is_duplicate(custom_id, number: int, first: dict, writer: _Writer) -> bool:
 
 
 def _submit(
-    engine, pending: list[_Line], batch_size: int, writer: _Writer
+    engine, pending: list[_Line], batch_size: int, writer: _Writer, prefix_cache: bool = True
 ) -> tuple[Generator, dict[int, tuple[_Line, int]]]:
     """Phase 2 set-up: a `Generator` whose KV cache holds the longest prompt plus `max_tokens`
     among the pending lines (a choice without `max_tokens` may use the whole context), and every
@@ -461,7 +473,7 @@ def _submit(
     ]
     max_len = max([1, *[n for n in lengths if n <= context]])
     n_slots = max(1, min(batch_size, len(lengths)))
-    generator = Generator(engine.model, n_slots, max_len)
+    generator = Generator(engine.model, n_slots, max_len, prefix_cache=prefix_cache)
     handles: dict[int, tuple[_Line, int]] = {}
     for line in pending:
         try:

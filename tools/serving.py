@@ -9,6 +9,10 @@ job's events back to its asyncio loop with `loop.call_soon_threadsafe`:
 GenerationResult)` when a choice ends, `("error", exception)` when the engine failed it.
 Requests join and leave between decode steps (continuous batching); a cancelled job's slots are
 free at the next step.
+The `Generator`'s prefix cache keeps the prompts of ended requests (the same system prompt and
+tools, sent again and again) until their slots are needed; `/metrics` counts the prompt tokens
+it looked up and those whose prefill it saved (`corral_prefix_cache_queries`, `..._hits`, in
+tokens, as vLLM's `prefix_cache_queries` and `prefix_cache_hits`).
 
 Admission: the thread counts the choices it holds (`load`); `admit(n)` refuses a job once the
 batch is full and `max_waiting` choices already wait, which the server answers with a 429.
@@ -64,6 +68,14 @@ class Metrics:
         self.waiting = Gauge("corral_requests_waiting", "Choices waiting for a slot", registry=r)
         self.mask_seconds = Counter(
             "corral_mask_and_sample_seconds", "Seconds spent in token masks and sampling",
+            registry=r,
+        )  # fmt: skip
+        self.prefix_queries = Counter(
+            "corral_prefix_cache_queries", "Prompt tokens admitted, looked up in the prefix cache",
+            registry=r,
+        )  # fmt: skip
+        self.prefix_hits = Counter(
+            "corral_prefix_cache_hits", "Prompt tokens whose prefill the prefix cache saved",
             registry=r,
         )  # fmt: skip
 
@@ -222,6 +234,7 @@ class EngineThread:
     def _step(self) -> None:
         stats = self.generator.stats
         mask_before = stats.mask_and_sample_seconds
+        prompt_before, reused_before = stats.prompt_tokens, stats.prefix_tokens
         try:
             finished = self.generator.step()
         except Exception as error:  # a failed forward pass: fail every job, start afresh
@@ -229,6 +242,8 @@ class EngineThread:
             return
         metrics = self.metrics
         metrics.mask_seconds.inc(stats.mask_and_sample_seconds - mask_before)
+        metrics.prefix_queries.inc(stats.prompt_tokens - prompt_before)
+        metrics.prefix_hits.inc(stats.prefix_tokens - reused_before)
         now = time.perf_counter()
         for handle, text in self.generator.partial_text().items():
             job = self._jobs[handle]

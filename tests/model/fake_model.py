@@ -36,6 +36,10 @@ class FakeCache:
     def reset(self, slot: int) -> None:
         self.history[slot] = []
 
+    def copy_prefix(self, source: int, target: int, length: int) -> None:
+        assert 0 <= length <= len(self.history[source])
+        self.history[target] = self.history[source][:length]
+
 
 class FakeModel:
     """Logits are a pure function of the sequence so far (prompt and generated tokens), plus

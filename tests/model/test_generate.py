@@ -263,3 +263,17 @@ def test_a_grammar_no_token_can_write_is_refused_as_such_whatever_the_budget(pat
         check_budget(request)
     except BudgetTooSmallError as error:
         assert constraint.tokens_to_complete() > max_tokens and "-1" not in str(error)
+
+
+def test_a_sequence_that_ends_takes_no_more_forward_passes():
+    """The last token of a spent budget or of a complete answer with nothing left to allow is
+    never fed to the model: its logits could not change the outcome."""
+    model = FakeModel(bias={EOS: -1000.0})
+    (free,) = generate(model, [GenerationRequest([5], 3, SamplingParams(), 0)])
+    assert (free.completion_tokens, free.finish_reason) == (3, "length")
+    assert model.decode_batches == [1, 1]  # after tokens 1 and 2, not 3
+    model = FakeModel()
+    request = GenerationRequest([5], 9, seed=0, constraint=Constraint(index_of(pattern="a[0-9]")))
+    (answer,) = generate(model, [request])
+    assert re.fullmatch("a[0-9]", answer.text) and answer.finish_reason == "stop"
+    assert model.decode_batches == [1]  # after "a"; the digit completes the answer

@@ -28,6 +28,10 @@ class _Cache:
     def reset(self, slot: int) -> None:
         self.history[slot] = []
 
+    def copy_prefix(self, source: int, target: int, length: int) -> None:
+        assert 0 <= length <= len(self.history[source])
+        self.history[target] = self.history[source][:length]
+
 
 class StandInModel:
     """What `Engine` and `Generator` use of a model: `vocabulary`, `tokenizer.encode`,

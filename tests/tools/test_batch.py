@@ -116,6 +116,8 @@ def test_mixed_batch_end_to_end(engine):
         answers[item["custom_id"]] = item["response"]["body"]
     assert sorted(answers) == sorted(json.loads(t)["custom_id"] for t in LINES)
     assert summary.invalid == 0 and summary.errors == 0
+    assert summary.prefix_hits >= 4  # five lines render the same prompt (tools and question)
+    assert f"prefix cache {summary.prefix_hits} hits" in summary.line()
     bodies = {json.loads(t)["custom_id"]: json.loads(t)["body"] for t in LINES}
     for custom_id, body in answers.items():
         assert body["object"] == "chat.completion"
@@ -144,6 +146,48 @@ def test_mixed_batch_end_to_end(engine):
             jsonschema.validate(json.loads(message["content"]), PERSON)
         usage = body["usage"]
         assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+
+
+def test_the_prefix_cache_changes_no_output_line_and_shows_in_the_summary():
+    """On the stand-in (logits hash each slot's whole history), with and without the cache."""
+    lines = [
+        line(
+            f"r{i}", tools=[WEATHER, TIME], tool_choice=NAMED, temperature=1, seed=i, max_tokens=160
+        )
+        for i in range(5)
+    ] + [line("other", tools=[TIME], temperature=0, max_tokens=6)]
+    outputs, summaries = [], []
+    for prefix_cache in (True, False):
+        out = io.StringIO()
+        summaries.append(
+            run_batch(
+                Engine(StandInModel()),
+                lines,
+                out,
+                batch_size=2,
+                progress=False,
+                prefix_cache=prefix_cache,
+            )
+        )
+        outputs.append(sorted(_without_ids(t) for t in out.getvalue().splitlines()))
+    assert outputs[0] == outputs[1]
+    on, off = summaries
+    assert on.prefix_hits >= 4 and on.prefix_tokens > 0 and on.prompt_tokens == off.prompt_tokens
+    assert (off.prefix_hits, off.prefix_tokens) == (0, 0)
+    assert f"prefix cache {on.prefix_hits} hits, {on.prefix_tokens} of " in on.line()
+
+
+def _without_ids(text: str) -> str:
+    """An output line without its random ids and timestamps."""
+    item = json.loads(text)
+    assert item["response"]["status_code"] == 200, item
+    body = item["response"]["body"]
+    for key in ("id", "created"):
+        body.pop(key, None)
+    for choice in body["choices"]:
+        for call in choice["message"].get("tool_calls") or []:
+            call.pop("id")
+    return json.dumps([item["custom_id"], body], sort_keys=True)
 
 
 @pytest.mark.slow

@@ -331,6 +331,9 @@ def test_metrics_count_what_was_served(server, client):
     assert grew("corral_time_to_first_token_seconds_count") == 2
     assert grew("corral_inter_token_latency_seconds_count") > 0
     assert grew("corral_mask_and_sample_seconds_total") > 0
+    # the second request's prompt is the first one's: its prefill is all but its last token
+    assert grew("corral_prefix_cache_queries_total") >= sum(u.prompt_tokens for u in usage)
+    assert grew("corral_prefix_cache_hits_total") >= usage[1].prompt_tokens - 1
     hits = grew("corral_grammar_cache_lookups_total", result="hit")
     assert hits + grew("corral_grammar_cache_lookups_total", result="miss") == 2
     assert hits >= 1  # the second request's grammar is the first one's
