@@ -182,6 +182,8 @@ def _generate_problem(args: argparse.Namespace) -> str | None:
         return f"-n must be at least 1, not {args.n}"
     if quick and args.ray is not None:
         return "--ray runs an input file, not the quick form"
+    if args.ray is not None and args.no_prefix_cache:
+        return "--no-prefix-cache is not supported with --ray (its workers keep the cache on)"
     return None
 
 
@@ -297,8 +299,9 @@ def _generate_batch(
                                         not args.quiet, args.model, args.ray or None)  # fmt: skip
             else:
                 summary = run_batch(
-                    Engine(model), lines, out, skip, args.batch_size, max_tokens, not args.quiet
-                )
+                    Engine(model), lines, out, skip, args.batch_size, max_tokens, not args.quiet,
+                    prefix_cache=not args.no_prefix_cache,
+                )  # fmt: skip
     except KeyboardInterrupt:
         held = output.read_bytes().count(b"\n") if output.exists() else 0
         print(f"corral generate: interrupted; {output} holds {held} complete lines "
@@ -321,7 +324,8 @@ def _generate_quick(args: argparse.Namespace, model, dfa: Dfa) -> int:
     ]
     printed = 0
     try:
-        for _, result in iter_generate(model, requests, args.batch_size):
+        prefix_cache = not args.no_prefix_cache
+        for _, result in iter_generate(model, requests, args.batch_size, None, prefix_cache):
             print(result.text, flush=True)
             printed += 1
     except ConstrainError as error:  # a budget too small, a prompt past the context (submit)
@@ -429,6 +433,12 @@ def main(argv: list[str] | None = None) -> int:
         "as in the OpenAI API; quick form: default 512)",
     )
     generate.add_argument("--quiet", action="store_true", help="no progress bars")
+    generate.add_argument(
+        "--no-prefix-cache",
+        action="store_true",
+        help="prefill every prompt whole (default: reuse the keys and values of a prompt "
+        "prefix already prefilled, as vLLM's automatic prefix caching)",
+    )
     generate.add_argument(
         "--ray",
         nargs="?",

@@ -170,6 +170,10 @@ def bad_command_lines(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "input is a folder": (["generate", f"{t}/folder"], "folder"),
         "input unreadable": (["generate", f"{t}/unreadable.jsonl"], "cannot read"),
         "no subcommand": ([], "corral"),
+        "--no-prefix-cache with --ray": (
+            ["generate", f"{t}/in.jsonl", "--ray=auto", "--no-prefix-cache"],
+            "--no-prefix-cache",
+        ),
     }
 
 
@@ -349,3 +353,16 @@ def test_resume_with_every_line_answered_runs_nothing_and_loads_no_model(
     assert main([*argv, "--resume"]) == 0
     ids = [item["custom_id"] for item in read_jsonl(output)]
     assert sorted(ids[:2]) == ["a", "b"] and "c" in ids[2:]  # lines are written as they finish
+
+
+@pytest.mark.parametrize("flag", [[], ["--no-prefix-cache"]])
+def test_no_prefix_cache_turns_the_cache_off(tmp_path, stand_in, capsys, flag):
+    """Three lines with one long prompt, one at a time: the later ones reuse the first's
+    prefill unless --no-prefix-cache."""
+    long = [{"role": "user", "content": "Describe the weather in Paris in one line. " * 2}]
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(request_line(i, messages=long) + "\n" for i in "abc"), "utf-8")
+    argv = ["generate", str(source), "--batch-size", "1", "--quiet", *flag]
+    assert main(argv) == 0
+    hits = int(re.search(r"prefix cache (\d+) hits", capsys.readouterr().err).group(1))
+    assert (hits == 0) if flag else (hits == 2)
