@@ -91,12 +91,21 @@ def subset_construction(
         cached = closures.get(states)
         if cached is None:
             if len(states) == 1:
-                reached = state_closure(states[0])
+                state = states[0]
+                if not epsilon[state]:  # a byte-edge state, ACCEPT, or one with no way on
+                    cached = ((state,), False) if masks[state] else ((), state == ACCEPT)
+                    closures[states] = cached
+                    return cached
+                reached = state_closure(state)
             else:
                 reached = frozenset().union(*(state_closure(s) for s in states))
             cached = (tuple(sorted(reached - {ACCEPT})), ACCEPT in reached)
             closures[states] = cached
         return cached
+
+    # A kernel of one NFA state (most of a schema's DFA: literal keys, scalars) has one atom,
+    # its edge's classes, and one target: its step is memoized per NFA state.
+    single_steps: dict[int, tuple[int, tuple[tuple[int, ...], bool]]] = {}
 
     plans: dict[tuple[int, ...], list[tuple[int, tuple[int, ...]]]] = {}  # by kernel shape
     atom_id: dict[int, int] = {}  # class bitset -> its row in the table of atoms (plans hold ids)
@@ -113,6 +122,28 @@ def subset_construction(
     i = 0
     while i < len(kernels):
         kernel = kernels[i]
+        if len(kernel) == 1:
+            step = single_steps.get(kernel[0])
+            if step is None:
+                s = kernel[0]
+                atom = atom_id.setdefault(class_sets[s], len(atom_id))
+                step = single_steps[s] = (atom, closure((edge_target[s],)))
+            atom, key = step
+            j = index.get(key)
+            if j is None:
+                if len(kernels) >= limit:
+                    raise TooManyDfaStatesError(
+                        "max_dfa_states", limit, "the pattern's DFA has too many states"
+                    )
+                j = len(kernels)
+                index[key] = j
+                kernels.append(key[0])
+                accept.append(key[1])
+            edge_state.append(i)
+            edge_atom.append(atom)
+            edge_to.append(j)
+            i += 1
+            continue
         shape = tuple([class_sets[s] for s in kernel])
         plan = plans.get(shape)
         if plan is None:
