@@ -22,6 +22,7 @@ from itertools import chain
 
 import numpy as np
 from corral.automata.dfa import Dfa
+from corral.automata.graph import distances_to, table_edges
 
 
 class _Partition:
@@ -81,19 +82,31 @@ def moore_budget(trans: np.ndarray) -> int:
     """The Moore rounds `equivalence_blocks` tries before Hopcroft's refinement: about as many
     as cost the time Hopcroft's would take (past the budget, a partition pays both), from
     timings of this code in CPython on JSONSchemaBench's DFAs: Hopcroft's 150 us plus 0.25 to
-    0.5 us per live edge and halving (m log2 n), a Moore round 30 us plus about 15 ns per state
-    and live edge. At most 64; 0 (Hopcroft's alone) when that is below 8 rounds, where Moore's
-    rounds could save little."""
+    0.5 us per live edge and halving (m log2 n), a Moore round 20 us plus about 15 ns per state
+    and live edge. Between 8 (a small DFA settles in a few cheap rounds, where Hopcroft's
+    fixed cost is the larger) and 64."""
     n = trans.shape[0]
     m = int(np.count_nonzero(trans >= 0))
     hopcroft_us = 150 + 0.3 * m * np.log2(n + 1)
-    round_us = 30 + 0.015 * (n + m)
-    rounds = int(min(64, hopcroft_us / round_us))
-    return rounds if rounds >= 8 else 0
+    round_us = 20 + 0.015 * (n + m)
+    return int(min(64, max(8, hopcroft_us / round_us)))
 
 
 _WEIGHTS = np.random.default_rng(20261130).integers(1, 2**62, 257, dtype=np.int64) | 1
 """Fixed odd int64 weights of the signature hash (one per column; wraps modulo 2**64)."""
+
+
+def initial_blocks(trans: np.ndarray, accept: np.ndarray) -> np.ndarray:
+    """int64 `[n_states]`: states grouped by (accepting, fewest bytes to acceptance), labels
+    0... Both are properties of a state's language, so equivalent states share a group: the
+    refinements may start here instead of from {accepting, other}, and end at the same
+    partition in fewer rounds (the states of a key's literal chain are told apart at once).
+    A breadth-first search over reversed edges (`corral.automata.graph.distances_to`),
+    O(n_states + live edges)."""
+    sources, targets = table_edges(trans)
+    distance = distances_to(trans.shape[0], sources, targets, accept).astype(np.int64)
+    _, block = np.unique(2 * distance + accept, return_inverse=True)
+    return block.reshape(-1).astype(np.int64)
 
 
 def equivalence_blocks(
@@ -102,36 +115,48 @@ def equivalence_blocks(
     """int64 `[n_states]`: the block of each state under language equivalence (two states share
     a block exactly when they accept the same strings), blocks numbered arbitrarily.
 
-    First up to `moore_rounds` (None: `moore_budget`) of Moore's refinement, each round one
-    vectorized pass (`moore_refine`, O(n_states + live edges)); schemas' DFAs are mostly stable
-    after 5 to 20 rounds. A partition still refining then (a long chain, such as a counted
-    string, needs one round per link) is finished by Valmari-Lehtinen's Hopcroft refinement
-    (module docstring, `hopcroft_refine`, O(m log n) for m live edges), which starts from it.
-    Both compute the coarsest stable refinement, so the result does not depend on
-    `moore_rounds`."""
+    From `initial_blocks`, first up to `moore_rounds` (None: `moore_budget`) of Moore's
+    refinement, each round one vectorized pass (`moore_refine`, O(n_states + live edges));
+    schemas' DFAs are mostly stable after 3 to 15 rounds. A partition still refining then (a
+    long chain, such as a counted string, needs one round per link) is finished by
+    Valmari-Lehtinen's Hopcroft refinement (module docstring, `hopcroft_refine`, O(m log n)
+    for m live edges), which starts from it. Both compute the coarsest stable refinement, so
+    the result does not depend on `moore_rounds`."""
     if moore_rounds is None:
         moore_rounds = moore_budget(trans)
+    initial = initial_blocks(trans, accept)
     if moore_rounds == 0:
-        return hopcroft_refine(trans, accept.astype(np.int64))
-    block, stable = moore_refine(trans, accept, moore_rounds)
+        return hopcroft_refine(trans, initial)
+    block, stable = moore_refine(trans, accept, moore_rounds, initial)
     return block if stable else hopcroft_refine(trans, block)
 
 
-def moore_refine(trans: np.ndarray, accept: np.ndarray, max_rounds: int) -> tuple[np.ndarray, bool]:
+def moore_refine(
+    trans: np.ndarray, accept: np.ndarray, max_rounds: int, initial: np.ndarray | None = None
+) -> tuple[np.ndarray, bool]:
     """(block int64 `[n_states]`, stable) after at most `max_rounds` rounds of Moore's
-    refinement from {accepting, other}: a state's signature is its block and, per class, its
-    successor's block (or dead). Signatures are grouped by a hash over the live edges (a sum of
-    fixed per-class weights times the target's block, wrapping modulo 2**64), and the grouping
-    is checked against the signatures themselves; on a collision the round groups the full
-    rows exactly (`np.unique` over rows). `stable` is True when a round split nothing (the
-    partition is then language equivalence). It also stops, unstable, after three rounds when
-    the blocks grew so slowly that the rounds left at that pace (at most one per state not yet
-    separated) would pass `max_rounds`: a chain, which Hopcroft's refinement finishes faster.
-    O(n_states + live edges) per round."""
+    refinement from `initial` (int64 labels `[n_states]`, a partition that every two
+    equivalent states share a block of and that separates accepting from other states;
+    None: {accepting, other}): a state's signature is its block and, per class, its
+    successor's block (or dead). `stable` is True when the returned partition is language
+    equivalence; else it is a partition coarser than or equal to it that still separates
+    accepting states, which Hopcroft's refinement can finish.
+
+    Signatures are grouped by a hash over the live edges (a sum of fixed per-class weights
+    times the target's block, wrapping modulo 2**64). A collision can only merge groups, so
+    every round's partition stays coarser than or equal to language equivalence, and the
+    rounds are not checked one by one: the round that splits nothing is checked against the
+    signatures themselves (`_same_signatures`), and so is the separation of accepting states.
+    Passing both, the partition is a congruence separating accepting states and no finer than
+    equivalence: equivalence itself. On a failed check the rounds go on grouping the full
+    rows exactly (`np.unique` over rows). The refinement also stops, unstable, after three
+    rounds when the blocks grew so slowly that the rounds left at that pace (at most one per
+    state not yet separated) would pass `max_rounds`: a chain, which Hopcroft's refinement
+    finishes faster. O(n_states + live edges) per round."""
     n = trans.shape[0]
-    _, block = np.unique(accept, return_inverse=True)  # labels 0.. (one or two blocks)
+    _, block = np.unique(accept if initial is None else initial, return_inverse=True)
     block = block.reshape(-1).astype(np.int64)
-    n_blocks = initial = int(block.max()) + 1
+    n_blocks = first_count = int(block.max()) + 1
     tails, classes = np.nonzero(trans >= 0)  # row-major: grouped by tail, classes ascending
     heads = trans[tails, classes].astype(np.int64)
     start = np.zeros(n + 1, np.int64)
@@ -140,27 +165,43 @@ def moore_refine(trans: np.ndarray, accept: np.ndarray, max_rounds: int) -> tupl
     busy = np.flatnonzero(degree)  # states with a live edge (reduceat needs non-empty runs)
     position = np.arange(len(tails)) - start[tails]  # an edge's rank among its tail's edges
     weight = _WEIGHTS[1:][classes]
+    exact = False  # set once a check failed: group the rows exactly from then on
     rounds = 0
     while rounds < max_rounds:
-        successor = block[heads]
-        sums = np.zeros(n, np.int64)
-        if len(busy):
-            sums[busy] = np.add.reduceat(weight * (successor + 2), start[busy])
-        hashed = block * _WEIGHTS[0] + sums
-        _, first, new = np.unique(hashed, return_index=True, return_inverse=True)
-        new = new.reshape(-1).astype(np.int64)
-        if not _same_signatures(
-            block, degree, classes, successor, start, tails, position, first[new]
-        ):
-            new = _exact_groups(trans, block)  # a hash collision
+        if exact:
+            new = _exact_groups(trans, block)
+        else:
+            successor = block[heads]
+            sums = np.zeros(n, np.int64)
+            if len(busy):
+                sums[busy] = np.add.reduceat(weight * (successor + 2), start[busy])
+            _, first, new = np.unique(
+                block * _WEIGHTS[0] + sums, return_index=True, return_inverse=True
+            )
+            new = new.reshape(-1).astype(np.int64)
         count = int(new.max()) + 1
-        if count == n_blocks:  # the new partition refines the old: equal counts, equal
-            return block, True
+        if count == n_blocks:  # split nothing, if the grouping was exact: check it
+            if exact or (
+                _same_signatures(
+                    block, degree, classes, successor, start, tails, position, first[new]
+                )
+                and np.array_equal(accept, accept[first[new]])
+            ):
+                return block, True
+            exact, block = True, _with_accept(block, accept)
+            n_blocks = int(block.max()) + 1
+            continue
         rounds += 1
-        if rounds == 3 and 3 + 3 * (n - count) / (count - initial) > max_rounds:
-            return new, False  # growing like a chain: more rounds than allowed at this pace
+        if rounds == 3 and 3 + 3 * (n - count) / max(count - first_count, 1) > max_rounds:
+            return _with_accept(new, accept), False  # growing like a chain
         block, n_blocks = new, count
-    return block, False
+    return _with_accept(block, accept), False
+
+
+def _with_accept(block: np.ndarray, accept: np.ndarray) -> np.ndarray:
+    """int64 labels of the partition `block` with accepting states split from the others."""
+    _, labels = np.unique(2 * block + accept, return_inverse=True)
+    return labels.reshape(-1).astype(np.int64)
 
 
 def _same_signatures(block, degree, classes, successor, start, tails, position, rep) -> bool:
