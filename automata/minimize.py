@@ -142,20 +142,22 @@ def moore_refine(
     equivalence; else it is a partition coarser than or equal to it that still separates
     accepting states, which Hopcroft's refinement can finish.
 
-    Signatures are grouped by a hash over the live edges (a sum of fixed per-class weights
-    times the target's block, wrapping modulo 2**64). A collision can only merge groups, so
-    every round's partition stays coarser than or equal to language equivalence, and the
-    rounds are not checked one by one: the round that splits nothing is checked against the
-    signatures themselves (`_same_signatures`), and so is the separation of accepting states.
-    Passing both, the partition is a congruence separating accepting states and no finer than
-    equivalence: equivalence itself. On a failed check the rounds go on grouping the full
-    rows exactly (`np.unique` over rows). The refinement also stops, unstable, after three
-    rounds when the blocks grew so slowly that the rounds left at that pace (at most one per
-    state not yet separated) would pass `max_rounds`: a chain, which Hopcroft's refinement
-    finishes faster. O(n_states + live edges) per round."""
+    A round labels each state with a hash of its signature (its label times a fixed weight
+    plus, over its live edges, fixed per-class weights times the successor's label, wrapping
+    modulo 2**64); the labels are grouped (one sort) only every `MOORE_CHECK_EVERY` rounds,
+    the partition being stable when a group count repeats. A collision can only merge groups,
+    so every partition stays coarser than or equal to language equivalence, and the rounds
+    are not checked one by one: the final partition is checked to be a congruence (every
+    state has the signature of its group's first state, `_same_signatures`) that separates
+    accepting states. Passing, it is no finer than equivalence and a congruence separating
+    acceptance: equivalence itself. On a failed check the rounds go on grouping the full rows
+    exactly (`np.unique` over rows). The refinement also stops, unstable, at the first check
+    past three rounds when the blocks grew so slowly that the rounds left at that pace (at
+    most one per state not yet separated) would pass `max_rounds`: a chain, which Hopcroft's
+    refinement finishes faster. O(n_states + live edges) per round, plus a sort of n_states
+    labels per check."""
     n = trans.shape[0]
-    _, block = np.unique(accept if initial is None else initial, return_inverse=True)
-    block = block.reshape(-1).astype(np.int64)
+    block, _ = _groups(accept.astype(np.int64) if initial is None else initial)
     n_blocks = first_count = int(block.max()) + 1
     tails, classes = np.nonzero(trans >= 0)  # row-major: grouped by tail, classes ascending
     heads = trans[tails, classes].astype(np.int64)
@@ -165,37 +167,60 @@ def moore_refine(
     busy = np.flatnonzero(degree)  # states with a live edge (reduceat needs non-empty runs)
     position = np.arange(len(tails)) - start[tails]  # an edge's rank among its tail's edges
     weight = _WEIGHTS[1:][classes]
-    exact = False  # set once a check failed: group the rows exactly from then on
+    label = block
     rounds = 0
     while rounds < max_rounds:
-        if exact:
-            new = _exact_groups(trans, block)
-        else:
-            successor = block[heads]
-            sums = np.zeros(n, np.int64)
-            if len(busy):
-                sums[busy] = np.add.reduceat(weight * (successor + 2), start[busy])
-            _, first, new = np.unique(
-                block * _WEIGHTS[0] + sums, return_index=True, return_inverse=True
-            )
-            new = new.reshape(-1).astype(np.int64)
-        count = int(new.max()) + 1
-        if count == n_blocks:  # split nothing, if the grouping was exact: check it
-            if exact or (
-                _same_signatures(
-                    block, degree, classes, successor, start, tails, position, first[new]
-                )
-                and np.array_equal(accept, accept[first[new]])
-            ):
-                return block, True
-            exact, block = True, _with_accept(block, accept)
-            n_blocks = int(block.max()) + 1
-            continue
+        sums = np.zeros(n, np.int64)
+        if len(busy):
+            sums[busy] = np.add.reduceat(weight * (label[heads] + 2), start[busy])
+        label = label * _WEIGHTS[0] + sums
         rounds += 1
-        if rounds == 3 and 3 + 3 * (n - count) / max(count - first_count, 1) > max_rounds:
+        if rounds % MOORE_CHECK_EVERY and rounds < max_rounds:
+            continue
+        new, first = _groups(label)
+        count = int(new.max()) + 1
+        if count == n_blocks:  # split nothing since the last check, if no hash collided
+            rep = first[new]
+            if _same_signatures(
+                new, degree, classes, new[heads], start, tails, position, rep
+            ) and np.array_equal(accept, accept[rep]):
+                return new, True
+            return _exact_refine(trans, _with_accept(new, accept), max_rounds - rounds)
+        if rounds >= 3 and rounds * (1 + (n - count) / max(count - first_count, 1)) > max_rounds:
             return _with_accept(new, accept), False  # growing like a chain
-        block, n_blocks = new, count
+        block, n_blocks, label = new, count, new
     return _with_accept(block, accept), False
+
+
+MOORE_CHECK_EVERY = 2
+"""Moore rounds between two groupings of the labels (`moore_refine`): a stable partition is
+then seen at most one round late, and the rounds in between cost no sort."""
+
+
+def _groups(label: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(group int64 `[n]` numbered 0.. in order of label value, first int64 `[n_groups]`: a
+    member of each group) of equal labels; one sort of int64 `[n]`."""
+    order = np.argsort(label)
+    ordered = label[order]
+    starts = np.empty(len(label), bool)
+    starts[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+    group = np.empty(len(label), np.int64)
+    group[order] = np.cumsum(starts) - 1
+    return group, order[starts]
+
+
+def _exact_refine(trans: np.ndarray, block: np.ndarray, max_rounds: int) -> tuple[np.ndarray, bool]:
+    """`moore_refine` without hashing, from `block` (a partition separating accepting states,
+    coarser than or equal to equivalence): rounds of `_exact_groups`, (block, stable)."""
+    n_blocks = int(block.max()) + 1
+    for _ in range(max(max_rounds, 1)):
+        new = _exact_groups(trans, block)
+        count = int(new.max()) + 1
+        if count == n_blocks:
+            return block, True
+        block, n_blocks = new, count
+    return block, False
 
 
 def _with_accept(block: np.ndarray, accept: np.ndarray) -> np.ndarray:
@@ -322,8 +347,9 @@ def number_breadth_first(trans: np.ndarray, accept: np.ndarray, byte_to_class: n
             if new_id[t] < 0:
                 new_id[t] = len(order)
                 order.append(t)
-    new_id = np.array(new_id, dtype=np.int64)
+    new_id.append(-1)  # at index -1: dead stays dead
+    new_id = np.array(new_id, dtype=np.int32)
     order_arr = np.array(order, dtype=np.int64)
-    renumbered = np.where(trans[order_arr] >= 0, new_id[trans[order_arr]], -1)
-    full = np.ascontiguousarray(renumbered[:, byte_to_class], dtype=np.int32)
+    renumbered = new_id[trans[order_arr]]  # int32 [n_states, n_classes]
+    full = np.take(renumbered, byte_to_class, axis=1)  # int32 [n_states, 256], C order
     return Dfa(full, accept[order_arr].astype(bool))
