@@ -98,7 +98,12 @@ def subset_construction(
                     return cached
                 reached = state_closure(state)
             else:
-                reached = frozenset().union(*(state_closure(s) for s in states))
+                reached = set()
+                for state in states:
+                    if epsilon[state]:
+                        reached |= state_closure(state)
+                    elif masks[state] or state == ACCEPT:
+                        reached.add(state)
             cached = (tuple(sorted(reached - {ACCEPT})), ACCEPT in reached)
             closures[states] = cached
         return cached
@@ -127,7 +132,12 @@ def subset_construction(
             if step is None:
                 s = kernel[0]
                 atom = atom_id.setdefault(class_sets[s], len(atom_id))
-                step = single_steps[s] = (atom, closure((edge_target[s],)))
+                t = edge_target[s]
+                if epsilon[t]:
+                    step = (atom, closure((t,)))
+                else:  # a byte-edge state, ACCEPT, or one with no way on: its own closure
+                    step = (atom, ((t,), False) if masks[t] else ((), t == ACCEPT))
+                single_steps[s] = step
             atom, key = step
             j = index.get(key)
             if j is None:
