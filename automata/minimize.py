@@ -2,8 +2,11 @@
 split blocks until every state of a block moves to the same block on every class) -> number
 breadth-first from the start state, taking bytes 0..255 in order").
 
-Minimization starts with Moore's refinement, one vectorized NumPy pass per round, which settles
-a schema's DFA in a few rounds; a partition still refining after `moore_budget` rounds is
+Minimization starts from the states grouped by (accepting, fewest bytes to acceptance), a
+property of each state's language that already tells most states of a schema's DFA apart
+(`initial_blocks`), then refines by Moore's rounds, one vectorized NumPy pass per round (hashed
+signatures, checked once when stable), which settle a schema's DFA in a few rounds; a partition
+still refining after `moore_budget` rounds is
 finished by Hopcroft's partition refinement in the form Valmari and Lehtinen give for
 partial DFAs (A. Valmari, "Fast brief practical DFA minimization", Information Processing
 Letters 112(6), 2012): two refinable partitions, the blocks of states and the "cords" of

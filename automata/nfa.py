@@ -99,8 +99,19 @@ class _Builder:
             self.edge_target[s] = next_state
             return s
         if isinstance(node, Concat):
+            memo = self.memo
             for item in reversed(node.items):
-                next_state = self.build(item, next_state)
+                if type(item) is ByteSet:  # inlined `build` of a leaf: most nodes are these
+                    key = (id(item), next_state)
+                    start = memo.get(key)
+                    if start is None:
+                        self.trimmed &= item.mask != 0
+                        start = memo[key] = self.new_state()
+                        self.edge_mask[start] = item.mask
+                        self.edge_target[start] = next_state
+                    next_state = start
+                else:
+                    next_state = self.build(item, next_state)
             return next_state
         if isinstance(node, Alt):
             self.trimmed &= len(node.items) > 0
