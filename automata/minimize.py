@@ -6,12 +6,12 @@ Minimization starts from the states grouped by (accepting, fewest bytes to accep
 property of each state's language that already tells most states of a schema's DFA apart
 (`initial_blocks`), then refines by Moore's rounds, one vectorized NumPy pass per round (hashed
 signatures, checked once when stable), which settle a schema's DFA in a few rounds; a partition
-still refining after `moore_budget` rounds is
-finished by Hopcroft's partition refinement in the form Valmari and Lehtinen give for
-partial DFAs (A. Valmari, "Fast brief practical DFA minimization", Information Processing
-Letters 112(6), 2012): two refinable partitions, the blocks of states and the "cords" of
-transitions (transitions with the same label, split by the block of their target), each set
-used as a splitter once, and a split set's smaller half only when the set was already used.
+still refining after `moore_budget` rounds is finished by Hopcroft's partition refinement in the
+form Valmari and Lehtinen give for partial DFAs (A. Valmari, "Fast brief practical DFA
+minimization", Information Processing Letters 112(6), 2012): two refinable partitions, the
+blocks of states and the "cords" of transitions (transitions with the same label, split by the
+block of their target), each set used as a splitter once, and a split set's smaller half only
+when the set was already used.
 O(n_transitions * log n_states), against Moore's one round per state of a chain (a string with
 `maxLength: 100` is a chain of about 900 states).
 
