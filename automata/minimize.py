@@ -108,8 +108,7 @@ def initial_blocks(trans: np.ndarray, accept: np.ndarray) -> np.ndarray:
     O(n_states + live edges)."""
     sources, targets = table_edges(trans)
     distance = distances_to(trans.shape[0], sources, targets, accept).astype(np.int64)
-    _, block = np.unique(2 * distance + accept, return_inverse=True)
-    return block.reshape(-1).astype(np.int64)
+    return _groups(2 * distance + accept)[0]
 
 
 def equivalence_blocks(
@@ -138,12 +137,13 @@ def moore_refine(
     trans: np.ndarray, accept: np.ndarray, max_rounds: int, initial: np.ndarray | None = None
 ) -> tuple[np.ndarray, bool]:
     """(block int64 `[n_states]`, stable) after at most `max_rounds` rounds of Moore's
-    refinement from `initial` (int64 labels `[n_states]`, a partition that every two
-    equivalent states share a block of and that separates accepting from other states;
-    None: {accepting, other}): a state's signature is its block and, per class, its
-    successor's block (or dead). `stable` is True when the returned partition is language
-    equivalence; else it is a partition coarser than or equal to it that still separates
-    accepting states, which Hopcroft's refinement can finish.
+    refinement from `initial` (int64 labels 0, 1, ... `[n_states]`, every label used, of a
+    partition that every two equivalent states share a block of and that separates accepting
+    from other states, such as `initial_blocks`; None: {accepting, other}): a state's
+    signature is its block and, per class, its successor's block (or dead). `stable` is True
+    when the returned partition is language equivalence; else it is a partition coarser than
+    or equal to it that still separates accepting states, which Hopcroft's refinement can
+    finish.
 
     A round labels each state with a hash of its signature (its label times a fixed weight
     plus, over its live edges, fixed per-class weights times the successor's label, wrapping
@@ -160,7 +160,7 @@ def moore_refine(
     refinement finishes faster. O(n_states + live edges) per round, plus a sort of n_states
     labels per check."""
     n = trans.shape[0]
-    block, _ = _groups(accept.astype(np.int64) if initial is None else initial)
+    block = _groups(accept.astype(np.int64))[0] if initial is None else initial
     n_blocks = first_count = int(block.max()) + 1
     tails, classes = np.nonzero(trans >= 0)  # row-major: grouped by tail, classes ascending
     heads = trans[tails, classes].astype(np.int64)
@@ -317,8 +317,8 @@ def minimize(trans: np.ndarray, accept: np.ndarray) -> tuple[np.ndarray, np.ndar
     rank = np.empty(n_blocks, dtype=np.int64)
     rank[order] = np.arange(n_blocks)
     members = first[order]
-    block = rank[block]
-    quotient = np.where(trans[members] >= 0, block[trans[members]], -1).astype(np.int32)
+    block = np.append(rank[block], -1).astype(np.int32)  # at index -1: dead stays dead
+    quotient = block[trans[members]]
     return quotient, accept[members].copy()
 
 
