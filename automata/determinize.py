@@ -161,7 +161,14 @@ def subset_construction(
                 (atom_id.setdefault(atom, len(atom_id)), edges) for atom, edges in _atom_plan(shape)
             ]
         for atom, edges in plan:
-            key = closure(tuple([edge_target[kernel[e]] for e in edges]))
+            if len(edges) > 1:
+                key = closure(tuple([edge_target[kernel[e]] for e in edges]))
+            else:
+                t = edge_target[kernel[edges[0]]]
+                if epsilon[t]:
+                    key = closure((t,))
+                else:
+                    key = ((t,), False) if masks[t] else ((), t == ACCEPT)
             j = index.get(key)
             if j is None:
                 if len(kernels) >= limit:
@@ -215,11 +222,22 @@ def _class_sets(masks: list[int], byte_to_class: np.ndarray) -> list[int]:
 def _atom_plan(shape: tuple[int, ...]) -> list[tuple[int, tuple[int, ...]]]:
     """(atom, edges) pairs for a kernel whose byte edges read the class bitsets `shape`: the
     atoms are the non-empty class bitsets that every edge reads whole or not at all, and
-    `edges` the positions in `shape` of the edges reading an atom."""
-    distinct = list(dict.fromkeys(shape))
+    `edges` the positions in `shape` of the edges reading an atom. When the distinct bitsets
+    are disjoint (a string's inside: plain characters, backslash, quote), they are the atoms."""
+    positions: dict[int, list[int]] = {}
     union = 0
-    for bits in distinct:
-        union |= bits
+    disjoint = True
+    for i, bits in enumerate(shape):
+        same = positions.get(bits)
+        if same is None:
+            disjoint = disjoint and not union & bits
+            union |= bits
+            positions[bits] = [i]
+        else:
+            same.append(i)
+    if disjoint:
+        return [(bits, tuple(same)) for bits, same in positions.items()]
+    distinct = list(positions)
     atoms = [union] if union else []  # an empty kernel (only ACCEPT) has no way on
     for bits in distinct:
         cut = []
