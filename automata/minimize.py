@@ -84,15 +84,16 @@ class _Partition:
 def moore_budget(trans: np.ndarray) -> int:
     """The Moore rounds `equivalence_blocks` tries before Hopcroft's refinement: about as many
     as cost the time Hopcroft's would take (past the budget, a partition pays both), from
-    timings of this code in CPython on JSONSchemaBench's DFAs: Hopcroft's 150 us plus 0.25 to
-    0.5 us per live edge and halving (m log2 n), a Moore round 20 us plus about 15 ns per state
-    and live edge. Between 8 (a small DFA settles in a few cheap rounds, where Hopcroft's
-    fixed cost is the larger) and 64."""
+    timings of this code in CPython on JSONSchemaBench's DFAs: Hopcroft's 150 us plus 0.3 to
+    0.8 us per live edge and halving (m log2 n; the more, the larger the DFA), a Moore round
+    20 us plus about 15 ns per state and live edge. Between 8 (a small DFA settles in a few
+    cheap rounds, where Hopcroft's fixed cost is the larger) and 1,024 (a large schema's DFA
+    may need a hundred rounds, still far cheaper than Hopcroft's refinement in Python)."""
     n = trans.shape[0]
     m = int(np.count_nonzero(trans >= 0))
-    hopcroft_us = 150 + 0.3 * m * np.log2(n + 1)
+    hopcroft_us = 150 + 0.5 * m * np.log2(n + 1)
     round_us = 20 + 0.015 * (n + m)
-    return int(min(64, max(8, hopcroft_us / round_us)))
+    return int(min(1024, max(8, hopcroft_us / round_us)))
 
 
 _WEIGHTS = np.random.default_rng(20261130).integers(1, 2**62, 257, dtype=np.int64) | 1
