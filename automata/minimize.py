@@ -335,14 +335,15 @@ def number_breadth_first(trans: np.ndarray, accept: np.ndarray, byte_to_class: n
         `Dfa` with trans int32 `[n_states, 256]` and accept bool `[n_states]`.
     """
     n = trans.shape[0]
-    # Each state's distinct successors in class order: the live edges (row-major, so by state
-    # then class) without the repeats of a (state, target) pair.
+    # Each state's successors in class order: the live edges (row-major, so by state then
+    # class), without an edge to the same target as the edge before it (a repeat changes
+    # nothing in the search; consecutive ones, a run of classes to one state, are most).
     sources, classes = np.nonzero(trans >= 0)
-    targets = trans[sources, classes].astype(np.int64)
-    _, firsts = np.unique(sources * n + targets, return_index=True)
-    firsts.sort()
-    successors = targets[firsts].tolist()
-    bounds = np.searchsorted(sources[firsts], np.arange(n + 1)).tolist()
+    targets = trans[sources, classes]
+    keep = np.ones(len(targets), bool)
+    keep[1:] = (targets[1:] != targets[:-1]) | (sources[1:] != sources[:-1])
+    successors = targets[keep].tolist()
+    bounds = np.searchsorted(sources[keep], np.arange(n + 1)).tolist()
     new_id = [-1] * n
     new_id[0] = 0
     order = [0]
