@@ -51,7 +51,9 @@ def subset_construction(
     whether the closure holds the accepting state. Each NFA byte edge reads a set of classes (an
     int bitset); per DFA state, the classes are cut into the atoms that every edge of the state
     reads whole or not at all (`_atom_plan`, memoized on the kernel's bitsets: the positions of
-    a length-bounded string share it), and each atom costs one closure (memoized). O(edges of
+    a length-bounded string share it), and each atom costs one closure (memoized). A kernel of
+    one NFA state, most of a schema's DFA, skips the plan (its one edge is its one atom), and
+    the closure of a target without epsilon edges is read off without a search. O(edges of
     the kernel x atoms) per DFA state; the table is written at the end, every (state, atom,
     target) edge at once in NumPy, so there is no Python work per class.
 
@@ -91,12 +93,7 @@ def subset_construction(
         cached = closures.get(states)
         if cached is None:
             if len(states) == 1:
-                state = states[0]
-                if not epsilon[state]:  # a byte-edge state, ACCEPT, or one with no way on
-                    cached = ((state,), False) if masks[state] else ((), state == ACCEPT)
-                    closures[states] = cached
-                    return cached
-                reached = state_closure(state)
+                reached = state_closure(states[0])
             else:
                 reached = set()
                 for state in states:
@@ -107,6 +104,13 @@ def subset_construction(
             cached = (tuple(sorted(reached - {ACCEPT})), ACCEPT in reached)
             closures[states] = cached
         return cached
+
+    def target_closure(state: int) -> tuple[tuple[int, ...], bool]:
+        """`closure((state,))`, read off without a search when `state` has no epsilon edge
+        (a byte-edge state, ACCEPT, or one with no way on: most targets of a schema's NFA)."""
+        if epsilon[state]:
+            return closure((state,))
+        return ((state,), False) if masks[state] else ((), state == ACCEPT)
 
     # A kernel of one NFA state (most of a schema's DFA: literal keys, scalars) has one atom,
     # its edge's classes, and one target: its step is memoized per NFA state.
@@ -124,6 +128,18 @@ def subset_construction(
     edge_atom: list[int] = []
     edge_to: list[int] = []
     limit = limits.max_dfa_states
+
+    def new_state(key: tuple[tuple[int, ...], bool]) -> int:
+        """Number a newly reached DFA state (checking the limit first)."""
+        if len(kernels) >= limit:
+            raise TooManyDfaStatesError(
+                "max_dfa_states", limit, "the pattern's DFA has too many states"
+            )
+        index[key] = len(kernels)
+        kernels.append(key[0])
+        accept.append(key[1])
+        return index[key]
+
     i = 0
     while i < len(kernels):
         kernel = kernels[i]
@@ -132,23 +148,11 @@ def subset_construction(
             if step is None:
                 s = kernel[0]
                 atom = atom_id.setdefault(class_sets[s], len(atom_id))
-                t = edge_target[s]
-                if epsilon[t]:
-                    step = (atom, closure((t,)))
-                else:  # a byte-edge state, ACCEPT, or one with no way on: its own closure
-                    step = (atom, ((t,), False) if masks[t] else ((), t == ACCEPT))
-                single_steps[s] = step
+                step = single_steps[s] = (atom, target_closure(edge_target[s]))
             atom, key = step
             j = index.get(key)
             if j is None:
-                if len(kernels) >= limit:
-                    raise TooManyDfaStatesError(
-                        "max_dfa_states", limit, "the pattern's DFA has too many states"
-                    )
-                j = len(kernels)
-                index[key] = j
-                kernels.append(key[0])
-                accept.append(key[1])
+                j = new_state(key)
             edge_state.append(i)
             edge_atom.append(atom)
             edge_to.append(j)
@@ -164,21 +168,10 @@ def subset_construction(
             if len(edges) > 1:
                 key = closure(tuple([edge_target[kernel[e]] for e in edges]))
             else:
-                t = edge_target[kernel[edges[0]]]
-                if epsilon[t]:
-                    key = closure((t,))
-                else:
-                    key = ((t,), False) if masks[t] else ((), t == ACCEPT)
+                key = target_closure(edge_target[kernel[edges[0]]])
             j = index.get(key)
             if j is None:
-                if len(kernels) >= limit:
-                    raise TooManyDfaStatesError(
-                        "max_dfa_states", limit, "the pattern's DFA has too many states"
-                    )
-                j = len(kernels)
-                index[key] = j
-                kernels.append(key[0])
-                accept.append(key[1])
+                j = new_state(key)
             edge_state.append(i)
             edge_atom.append(atom)
             edge_to.append(j)
