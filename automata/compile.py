@@ -1,6 +1,7 @@
 """The regex pipeline end to end (DESIGN.md section 2): pattern -> tree -> Thompson NFA -> byte
 classes -> subset construction -> dead-state removal (only when the NFA has states with no way
-on, `Nfa.trimmed`) -> minimization (Hopcroft) -> breadth-first numbering.
+on, `Nfa.trimmed`) -> minimization (Moore's rounds, then Hopcroft's refinement if they do not
+settle) -> breadth-first numbering.
 `bench/compile.py` prints the time of each stage.
 """
 

@@ -51,7 +51,9 @@ def subset_construction(
     whether the closure holds the accepting state. Each NFA byte edge reads a set of classes (an
     int bitset); per DFA state, the classes are cut into the atoms that every edge of the state
     reads whole or not at all (`_atom_plan`, memoized on the kernel's bitsets: the positions of
-    a length-bounded string share it), and each atom costs one closure (memoized). O(edges of
+    a length-bounded string share it), and each atom costs one closure (memoized). A kernel of
+    one NFA state, most of a schema's DFA, skips the plan (its one edge is its one atom), and
+    the closure of a target without epsilon edges is read off without a search. O(edges of
     the kernel x atoms) per DFA state; the table is written at the end, every (state, atom,
     target) edge at once in NumPy, so there is no Python work per class.
 
@@ -93,10 +95,26 @@ def subset_construction(
             if len(states) == 1:
                 reached = state_closure(states[0])
             else:
-                reached = frozenset().union(*(state_closure(s) for s in states))
+                reached = set()
+                for state in states:
+                    if epsilon[state]:
+                        reached |= state_closure(state)
+                    elif masks[state] or state == ACCEPT:
+                        reached.add(state)
             cached = (tuple(sorted(reached - {ACCEPT})), ACCEPT in reached)
             closures[states] = cached
         return cached
+
+    def target_closure(state: int) -> tuple[tuple[int, ...], bool]:
+        """`closure((state,))`, read off without a search when `state` has no epsilon edge
+        (a byte-edge state, ACCEPT, or one with no way on: most targets of a schema's NFA)."""
+        if epsilon[state]:
+            return closure((state,))
+        return ((state,), False) if masks[state] else ((), state == ACCEPT)
+
+    # A kernel of one NFA state (most of a schema's DFA: literal keys, scalars) has one atom,
+    # its edge's classes, and one target: its step is memoized per NFA state.
+    single_steps: dict[int, tuple[int, tuple[tuple[int, ...], bool]]] = {}
 
     plans: dict[tuple[int, ...], list[tuple[int, tuple[int, ...]]]] = {}  # by kernel shape
     atom_id: dict[int, int] = {}  # class bitset -> its row in the table of atoms (plans hold ids)
@@ -110,9 +128,36 @@ def subset_construction(
     edge_atom: list[int] = []
     edge_to: list[int] = []
     limit = limits.max_dfa_states
+
+    def new_state(key: tuple[tuple[int, ...], bool]) -> int:
+        """Number a newly reached DFA state (checking the limit first)."""
+        if len(kernels) >= limit:
+            raise TooManyDfaStatesError(
+                "max_dfa_states", limit, "the pattern's DFA has too many states"
+            )
+        index[key] = len(kernels)
+        kernels.append(key[0])
+        accept.append(key[1])
+        return index[key]
+
     i = 0
     while i < len(kernels):
         kernel = kernels[i]
+        if len(kernel) == 1:
+            step = single_steps.get(kernel[0])
+            if step is None:
+                s = kernel[0]
+                atom = atom_id.setdefault(class_sets[s], len(atom_id))
+                step = single_steps[s] = (atom, target_closure(edge_target[s]))
+            atom, key = step
+            j = index.get(key)
+            if j is None:
+                j = new_state(key)
+            edge_state.append(i)
+            edge_atom.append(atom)
+            edge_to.append(j)
+            i += 1
+            continue
         shape = tuple([class_sets[s] for s in kernel])
         plan = plans.get(shape)
         if plan is None:
@@ -120,17 +165,13 @@ def subset_construction(
                 (atom_id.setdefault(atom, len(atom_id)), edges) for atom, edges in _atom_plan(shape)
             ]
         for atom, edges in plan:
-            key = closure(tuple([edge_target[kernel[e]] for e in edges]))
+            if len(edges) > 1:
+                key = closure(tuple([edge_target[kernel[e]] for e in edges]))
+            else:
+                key = target_closure(edge_target[kernel[edges[0]]])
             j = index.get(key)
             if j is None:
-                if len(kernels) >= limit:
-                    raise TooManyDfaStatesError(
-                        "max_dfa_states", limit, "the pattern's DFA has too many states"
-                    )
-                j = len(kernels)
-                index[key] = j
-                kernels.append(key[0])
-                accept.append(key[1])
+                j = new_state(key)
             edge_state.append(i)
             edge_atom.append(atom)
             edge_to.append(j)
@@ -174,11 +215,22 @@ def _class_sets(masks: list[int], byte_to_class: np.ndarray) -> list[int]:
 def _atom_plan(shape: tuple[int, ...]) -> list[tuple[int, tuple[int, ...]]]:
     """(atom, edges) pairs for a kernel whose byte edges read the class bitsets `shape`: the
     atoms are the non-empty class bitsets that every edge reads whole or not at all, and
-    `edges` the positions in `shape` of the edges reading an atom."""
-    distinct = list(dict.fromkeys(shape))
+    `edges` the positions in `shape` of the edges reading an atom. When the distinct bitsets
+    are disjoint (a string's inside: plain characters, backslash, quote), they are the atoms."""
+    positions: dict[int, list[int]] = {}
     union = 0
-    for bits in distinct:
-        union |= bits
+    disjoint = True
+    for i, bits in enumerate(shape):
+        same = positions.get(bits)
+        if same is None:
+            disjoint = disjoint and not union & bits
+            union |= bits
+            positions[bits] = [i]
+        else:
+            same.append(i)
+    if disjoint:
+        return [(bits, tuple(same)) for bits, same in positions.items()]
+    distinct = list(positions)
     atoms = [union] if union else []  # an empty kernel (only ACCEPT) has no way on
     for bits in distinct:
         cut = []

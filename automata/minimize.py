@@ -2,13 +2,16 @@
 split blocks until every state of a block moves to the same block on every class) -> number
 breadth-first from the start state, taking bytes 0..255 in order").
 
-Minimization starts with Moore's refinement, one vectorized NumPy pass per round, which settles
-a schema's DFA in a few rounds; a partition still refining after `moore_budget` rounds is
-finished by Hopcroft's partition refinement in the form Valmari and Lehtinen give for
-partial DFAs (A. Valmari, "Fast brief practical DFA minimization", Information Processing
-Letters 112(6), 2012): two refinable partitions, the blocks of states and the "cords" of
-transitions (transitions with the same label, split by the block of their target), each set
-used as a splitter once, and a split set's smaller half only when the set was already used.
+Minimization starts from the states grouped by (accepting, fewest bytes to acceptance), a
+property of each state's language that already tells most states of a schema's DFA apart
+(`initial_blocks`), then refines by Moore's rounds, one vectorized NumPy pass per round (hashed
+signatures, checked once when stable), which settle a schema's DFA in a few rounds; a partition
+still refining after `moore_budget` rounds is finished by Hopcroft's partition refinement in the
+form Valmari and Lehtinen give for partial DFAs (A. Valmari, "Fast brief practical DFA
+minimization", Information Processing Letters 112(6), 2012): two refinable partitions, the
+blocks of states and the "cords" of transitions (transitions with the same label, split by the
+block of their target), each set used as a splitter once, and a split set's smaller half only
+when the set was already used.
 O(n_transitions * log n_states), against Moore's one round per state of a chain (a string with
 `maxLength: 100` is a chain of about 900 states).
 
@@ -22,6 +25,7 @@ from itertools import chain
 
 import numpy as np
 from corral.automata.dfa import Dfa
+from corral.automata.graph import distances_to, table_edges
 
 
 class _Partition:
@@ -80,20 +84,32 @@ class _Partition:
 def moore_budget(trans: np.ndarray) -> int:
     """The Moore rounds `equivalence_blocks` tries before Hopcroft's refinement: about as many
     as cost the time Hopcroft's would take (past the budget, a partition pays both), from
-    timings of this code in CPython on JSONSchemaBench's DFAs: Hopcroft's 150 us plus 0.25 to
-    0.5 us per live edge and halving (m log2 n), a Moore round 30 us plus about 15 ns per state
-    and live edge. At most 64; 0 (Hopcroft's alone) when that is below 8 rounds, where Moore's
-    rounds could save little."""
+    timings of this code in CPython on JSONSchemaBench's DFAs: Hopcroft's 150 us plus 0.3 to
+    0.8 us per live edge and halving (m log2 n; the more, the larger the DFA), a Moore round
+    20 us plus about 15 ns per state and live edge. Between 8 (a small DFA settles in a few
+    cheap rounds, where Hopcroft's fixed cost is the larger) and 1,024 (a large schema's DFA
+    may need a hundred rounds, still far cheaper than Hopcroft's refinement in Python)."""
     n = trans.shape[0]
     m = int(np.count_nonzero(trans >= 0))
-    hopcroft_us = 150 + 0.3 * m * np.log2(n + 1)
-    round_us = 30 + 0.015 * (n + m)
-    rounds = int(min(64, hopcroft_us / round_us))
-    return rounds if rounds >= 8 else 0
+    hopcroft_us = 150 + 0.5 * m * np.log2(n + 1)
+    round_us = 20 + 0.015 * (n + m)
+    return int(min(1024, max(8, hopcroft_us / round_us)))
 
 
 _WEIGHTS = np.random.default_rng(20261130).integers(1, 2**62, 257, dtype=np.int64) | 1
 """Fixed odd int64 weights of the signature hash (one per column; wraps modulo 2**64)."""
+
+
+def initial_blocks(trans: np.ndarray, accept: np.ndarray) -> np.ndarray:
+    """int64 `[n_states]`: states grouped by (accepting, fewest bytes to acceptance), labels
+    0... Both are properties of a state's language, so equivalent states share a group: the
+    refinements may start here instead of from {accepting, other}, and end at the same
+    partition in fewer rounds (the states of a key's literal chain are told apart at once).
+    A breadth-first search over reversed edges (`corral.automata.graph.distances_to`),
+    O(n_states + live edges)."""
+    sources, targets = table_edges(trans)
+    distance = distances_to(trans.shape[0], sources, targets, accept).astype(np.int64)
+    return _groups(2 * distance + accept)[0]
 
 
 def equivalence_blocks(
@@ -102,36 +118,51 @@ def equivalence_blocks(
     """int64 `[n_states]`: the block of each state under language equivalence (two states share
     a block exactly when they accept the same strings), blocks numbered arbitrarily.
 
-    First up to `moore_rounds` (None: `moore_budget`) of Moore's refinement, each round one
-    vectorized pass (`moore_refine`, O(n_states + live edges)); schemas' DFAs are mostly stable
-    after 5 to 20 rounds. A partition still refining then (a long chain, such as a counted
-    string, needs one round per link) is finished by Valmari-Lehtinen's Hopcroft refinement
-    (module docstring, `hopcroft_refine`, O(m log n) for m live edges), which starts from it.
-    Both compute the coarsest stable refinement, so the result does not depend on
-    `moore_rounds`."""
+    From `initial_blocks`, first up to `moore_rounds` (None: `moore_budget`) of Moore's
+    refinement, each round one vectorized pass (`moore_refine`, O(n_states + live edges));
+    schemas' DFAs are mostly stable after 3 to 15 rounds. A partition still refining then (a
+    long chain, such as a counted string, needs one round per link) is finished by
+    Valmari-Lehtinen's Hopcroft refinement (module docstring, `hopcroft_refine`, O(m log n)
+    for m live edges), which starts from it. Both compute the coarsest stable refinement, so
+    the result does not depend on `moore_rounds`."""
     if moore_rounds is None:
         moore_rounds = moore_budget(trans)
+    initial = initial_blocks(trans, accept)
     if moore_rounds == 0:
-        return hopcroft_refine(trans, accept.astype(np.int64))
-    block, stable = moore_refine(trans, accept, moore_rounds)
+        return hopcroft_refine(trans, initial)
+    block, stable = moore_refine(trans, accept, moore_rounds, initial)
     return block if stable else hopcroft_refine(trans, block)
 
 
-def moore_refine(trans: np.ndarray, accept: np.ndarray, max_rounds: int) -> tuple[np.ndarray, bool]:
+def moore_refine(
+    trans: np.ndarray, accept: np.ndarray, max_rounds: int, initial: np.ndarray | None = None
+) -> tuple[np.ndarray, bool]:
     """(block int64 `[n_states]`, stable) after at most `max_rounds` rounds of Moore's
-    refinement from {accepting, other}: a state's signature is its block and, per class, its
-    successor's block (or dead). Signatures are grouped by a hash over the live edges (a sum of
-    fixed per-class weights times the target's block, wrapping modulo 2**64), and the grouping
-    is checked against the signatures themselves; on a collision the round groups the full
-    rows exactly (`np.unique` over rows). `stable` is True when a round split nothing (the
-    partition is then language equivalence). It also stops, unstable, after three rounds when
-    the blocks grew so slowly that the rounds left at that pace (at most one per state not yet
-    separated) would pass `max_rounds`: a chain, which Hopcroft's refinement finishes faster.
-    O(n_states + live edges) per round."""
+    refinement from `initial` (int64 labels 0, 1, ... `[n_states]`, every label used, of a
+    partition that every two equivalent states share a block of and that separates accepting
+    from other states, such as `initial_blocks`; None: {accepting, other}): a state's
+    signature is its block and, per class, its successor's block (or dead). `stable` is True
+    when the returned partition is language equivalence; else it is a partition coarser than
+    or equal to it that still separates accepting states, which Hopcroft's refinement can
+    finish.
+
+    A round labels each state with a hash of its signature (its label times a fixed weight
+    plus, over its live edges, fixed per-class weights times the successor's label, wrapping
+    modulo 2**64); the labels are grouped (one sort) only every `MOORE_CHECK_EVERY` rounds,
+    the partition being stable when a group count repeats. A collision can only merge groups,
+    so every partition stays coarser than or equal to language equivalence, and the rounds
+    are not checked one by one: the final partition is checked to be a congruence (every
+    state has the signature of its group's first state, `_same_signatures`) that separates
+    accepting states. Passing, it is no finer than equivalence and a congruence separating
+    acceptance: equivalence itself. On a failed check the rounds go on grouping the full rows
+    exactly (`np.unique` over rows). The refinement also stops, unstable, at the first check
+    past three rounds when the blocks grew so slowly that the rounds left at that pace (at
+    most one per state not yet separated) would pass `max_rounds`: a chain, which Hopcroft's
+    refinement finishes faster. O(n_states + live edges) per round, plus a sort of n_states
+    labels per check."""
     n = trans.shape[0]
-    _, block = np.unique(accept, return_inverse=True)  # labels 0.. (one or two blocks)
-    block = block.reshape(-1).astype(np.int64)
-    n_blocks = initial = int(block.max()) + 1
+    block = _groups(accept.astype(np.int64))[0] if initial is None else initial
+    n_blocks = first_count = int(block.max()) + 1
     tails, classes = np.nonzero(trans >= 0)  # row-major: grouped by tail, classes ascending
     heads = trans[tails, classes].astype(np.int64)
     start = np.zeros(n + 1, np.int64)
@@ -140,27 +171,66 @@ def moore_refine(trans: np.ndarray, accept: np.ndarray, max_rounds: int) -> tupl
     busy = np.flatnonzero(degree)  # states with a live edge (reduceat needs non-empty runs)
     position = np.arange(len(tails)) - start[tails]  # an edge's rank among its tail's edges
     weight = _WEIGHTS[1:][classes]
+    label = block
     rounds = 0
     while rounds < max_rounds:
-        successor = block[heads]
         sums = np.zeros(n, np.int64)
         if len(busy):
-            sums[busy] = np.add.reduceat(weight * (successor + 2), start[busy])
-        hashed = block * _WEIGHTS[0] + sums
-        _, first, new = np.unique(hashed, return_index=True, return_inverse=True)
-        new = new.reshape(-1).astype(np.int64)
-        if not _same_signatures(
-            block, degree, classes, successor, start, tails, position, first[new]
-        ):
-            new = _exact_groups(trans, block)  # a hash collision
-        count = int(new.max()) + 1
-        if count == n_blocks:  # the new partition refines the old: equal counts, equal
-            return block, True
+            sums[busy] = np.add.reduceat(weight * (label[heads] + 2), start[busy])
+        label = label * _WEIGHTS[0] + sums
         rounds += 1
-        if rounds == 3 and 3 + 3 * (n - count) / (count - initial) > max_rounds:
-            return new, False  # growing like a chain: more rounds than allowed at this pace
+        if rounds % MOORE_CHECK_EVERY and rounds < max_rounds:
+            continue
+        new, first = _groups(label)
+        count = int(new.max()) + 1
+        if count == n_blocks:  # split nothing since the last check, if no hash collided
+            rep = first[new]
+            if _same_signatures(
+                new, degree, classes, new[heads], start, tails, position, rep
+            ) and np.array_equal(accept, accept[rep]):
+                return new, True
+            return _exact_refine(trans, _with_accept(new, accept), max_rounds - rounds)
+        if rounds >= 3 and rounds * (1 + (n - count) / max(count - first_count, 1)) > max_rounds:
+            return _with_accept(new, accept), False  # growing like a chain
+        block, n_blocks, label = new, count, new
+    return _with_accept(block, accept), False
+
+
+MOORE_CHECK_EVERY = 2
+"""Moore rounds between two groupings of the labels (`moore_refine`): a stable partition is
+then seen at most one round late, and the rounds in between cost no sort."""
+
+
+def _groups(label: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(group int64 `[n]` numbered 0.. in order of label value, first int64 `[n_groups]`: a
+    member of each group) of equal labels; one sort of int64 `[n]`."""
+    order = np.argsort(label)
+    ordered = label[order]
+    starts = np.empty(len(label), bool)
+    starts[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+    group = np.empty(len(label), np.int64)
+    group[order] = np.cumsum(starts) - 1
+    return group, order[starts]
+
+
+def _exact_refine(trans: np.ndarray, block: np.ndarray, max_rounds: int) -> tuple[np.ndarray, bool]:
+    """`moore_refine` without hashing, from `block` (a partition separating accepting states,
+    coarser than or equal to equivalence): rounds of `_exact_groups`, (block, stable)."""
+    n_blocks = int(block.max()) + 1
+    for _ in range(max(max_rounds, 1)):
+        new = _exact_groups(trans, block)
+        count = int(new.max()) + 1
+        if count == n_blocks:
+            return block, True
         block, n_blocks = new, count
     return block, False
+
+
+def _with_accept(block: np.ndarray, accept: np.ndarray) -> np.ndarray:
+    """int64 labels of the partition `block` with accepting states split from the others."""
+    _, labels = np.unique(2 * block + accept, return_inverse=True)
+    return labels.reshape(-1).astype(np.int64)
 
 
 def _same_signatures(block, degree, classes, successor, start, tails, position, rep) -> bool:
@@ -248,8 +318,8 @@ def minimize(trans: np.ndarray, accept: np.ndarray) -> tuple[np.ndarray, np.ndar
     rank = np.empty(n_blocks, dtype=np.int64)
     rank[order] = np.arange(n_blocks)
     members = first[order]
-    block = rank[block]
-    quotient = np.where(trans[members] >= 0, block[trans[members]], -1).astype(np.int32)
+    block = np.append(rank[block], -1).astype(np.int32)  # at index -1: dead stays dead
+    quotient = block[trans[members]]
     return quotient, accept[members].copy()
 
 
@@ -265,14 +335,15 @@ def number_breadth_first(trans: np.ndarray, accept: np.ndarray, byte_to_class: n
         `Dfa` with trans int32 `[n_states, 256]` and accept bool `[n_states]`.
     """
     n = trans.shape[0]
-    # Each state's distinct successors in class order: the live edges (row-major, so by state
-    # then class) without the repeats of a (state, target) pair.
+    # Each state's successors in class order: the live edges (row-major, so by state then
+    # class), without an edge to the same target as the edge before it (a repeat changes
+    # nothing in the search; consecutive ones, a run of classes to one state, are most).
     sources, classes = np.nonzero(trans >= 0)
-    targets = trans[sources, classes].astype(np.int64)
-    _, firsts = np.unique(sources * n + targets, return_index=True)
-    firsts.sort()
-    successors = targets[firsts].tolist()
-    bounds = np.searchsorted(sources[firsts], np.arange(n + 1)).tolist()
+    targets = trans[sources, classes]
+    keep = np.ones(len(targets), bool)
+    keep[1:] = (targets[1:] != targets[:-1]) | (sources[1:] != sources[:-1])
+    successors = targets[keep].tolist()
+    bounds = np.searchsorted(sources[keep], np.arange(n + 1)).tolist()
     new_id = [-1] * n
     new_id[0] = 0
     order = [0]
@@ -281,8 +352,9 @@ def number_breadth_first(trans: np.ndarray, accept: np.ndarray, byte_to_class: n
             if new_id[t] < 0:
                 new_id[t] = len(order)
                 order.append(t)
-    new_id = np.array(new_id, dtype=np.int64)
+    new_id.append(-1)  # at index -1: dead stays dead
+    new_id = np.array(new_id, dtype=np.int32)
     order_arr = np.array(order, dtype=np.int64)
-    renumbered = np.where(trans[order_arr] >= 0, new_id[trans[order_arr]], -1)
-    full = np.ascontiguousarray(renumbered[:, byte_to_class], dtype=np.int32)
+    renumbered = new_id[trans[order_arr]]  # int32 [n_states, n_classes]
+    full = np.take(renumbered, byte_to_class, axis=1)  # int32 [n_states, 256], C order
     return Dfa(full, accept[order_arr].astype(bool))

@@ -7,12 +7,13 @@ with the same continuation (a DAG with shared tails, as the schema compiler buil
 many optional members, DESIGN.md section 3) is instantiated once and the NFA stays linear in the
 size of the DAG, not of its unfolded tree.
 
-A state has epsilon edges (a list of targets) and at most one byte edge: a set of bytes (a 256-bit
-int mask) and its target. State 0 is the single accepting state and has no edges.
+A state has epsilon edges (a sequence of targets) and at most one byte edge: a set of bytes (a
+256-bit int mask) and its target. State 0 is the single accepting state and has no edges.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,7 +40,7 @@ class Nfa:
     """
 
     start: int
-    epsilon: list[list[int]]
+    epsilon: list[Sequence[int]]
     edge_mask: list[int]
     edge_target: list[int]
     trimmed: bool = False
@@ -66,7 +67,7 @@ def tree_to_nfa(node: Node, limits: Limits | None = None) -> Nfa:
 class _Builder:
     def __init__(self, limits: Limits):
         self.limit = limits.max_nfa_states
-        self.epsilon: list[list[int]] = []
+        self.epsilon: list[Sequence[int]] = []
         self.edge_mask: list[int] = []
         self.edge_target: list[int] = []
         self.memo: dict[tuple[int, int], int] = {}
@@ -74,13 +75,16 @@ class _Builder:
 
     def new_state(self) -> int:
         if len(self.epsilon) >= self.limit:
-            raise TooManyNfaStatesError(
-                "max_nfa_states", self.limit, "the pattern needs too many NFA states"
-            )
-        self.epsilon.append([])
+            raise self._too_many()
+        self.epsilon.append(())  # replaced, never appended to, when the state gets edges
         self.edge_mask.append(0)
         self.edge_target.append(-1)
         return len(self.epsilon) - 1
+
+    def _too_many(self) -> TooManyNfaStatesError:
+        return TooManyNfaStatesError(
+            "max_nfa_states", self.limit, "the pattern needs too many NFA states"
+        )
 
     def build(self, node: Node, next_state: int) -> int:
         """The start state of a fragment matching `node` then continuing to `next_state`."""
@@ -99,8 +103,22 @@ class _Builder:
             self.edge_target[s] = next_state
             return s
         if isinstance(node, Concat):
+            memo, epsilon, limit = self.memo, self.epsilon, self.limit
             for item in reversed(node.items):
-                next_state = self.build(item, next_state)
+                if type(item) is ByteSet:  # inlined `build` of a leaf: most nodes are these
+                    key = (id(item), next_state)
+                    start = memo.get(key)
+                    if start is None:
+                        if len(epsilon) >= limit:
+                            raise self._too_many()
+                        self.trimmed &= item.mask != 0
+                        start = memo[key] = len(epsilon)
+                        epsilon.append(())
+                        self.edge_mask.append(item.mask)
+                        self.edge_target.append(next_state)
+                    next_state = start
+                else:
+                    next_state = self.build(item, next_state)
             return next_state
         if isinstance(node, Alt):
             self.trimmed &= len(node.items) > 0

@@ -65,6 +65,11 @@ def byte_set(values) -> ByteSet:
     return ByteSet(mask)
 
 
+SINGLE_BYTES = tuple(ByteSet(1 << b) for b in range(256))
+"""One shared `ByteSet` per byte value. Sharing is safe (nodes are values; the NFA construction
+builds a shared node once per continuation) and saves making a node per literal byte."""
+
+
 def literal_bytes(data: bytes) -> Node:
-    """The tree matching exactly `data`."""
-    return Concat(tuple(ByteSet(1 << b) for b in data))
+    """The tree matching exactly `data` (its bytes are the shared `SINGLE_BYTES` nodes)."""
+    return Concat(tuple([SINGLE_BYTES[b] for b in data]))

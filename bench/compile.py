@@ -5,8 +5,9 @@ Run: `python bench/compile.py [--repeats N]`. Prints one line per grammar: the D
 and live edges, then the best time over the repeats (CPU time of this process, in ms) of each
 stage: `tree` (pattern parse or schema -> regex tree), `nfa` (Thompson construction), `classes`
 (byte classes), `subset` (subset construction), `dead` (dead-state removal), `minimize`
-(Hopcroft), `number` (canonical breadth-first numbering), and their total. Figures are
-meaningful only on an otherwise idle machine.
+(Moore's rounds, Hopcroft's refinement when they do not settle), `number` (canonical
+breadth-first numbering), and their total. Figures are meaningful only on an otherwise idle
+machine.
 """
 
 from __future__ import annotations

@@ -13,7 +13,13 @@ from corral.automata import ConstrainError, Limits, parse, regex_to_dfa, schema_
 from corral.automata.compile import deep_recursion
 from corral.automata.determinize import byte_classes, remove_dead_states, subset_construction
 from corral.automata.errors import EmptyLanguageError
-from corral.automata.minimize import equivalence_blocks, minimize, number_breadth_first
+from corral.automata.minimize import (
+    equivalence_blocks,
+    initial_blocks,
+    minimize,
+    moore_refine,
+    number_breadth_first,
+)
 from corral.automata.nfa import tree_to_nfa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -126,6 +132,42 @@ def test_any_number_of_moore_rounds_before_hopcroft_gives_the_same_partition(dfa
         return
     blocks = equivalence_blocks(trans, accept, moore_rounds=moore_rounds)
     assert same_partition(blocks, moore_blocks(trans, accept))
+
+
+@settings(max_examples=200, deadline=None)
+@given(dfa=random_dfas())
+def test_initial_blocks_never_separate_equivalent_states(dfa):
+    """(accepting, fewest bytes to acceptance) is a property of a state's language: the
+    equivalence partition refines it, and it separates accepting states."""
+    trans, accept = dfa
+    try:
+        trans, accept = remove_dead_states(trans, accept)
+    except EmptyLanguageError:
+        return
+    initial, oracle = initial_blocks(trans, accept), moore_blocks(trans, accept)
+    pairs = set(zip(oracle.tolist(), initial.tolist(), strict=True))
+    assert len(pairs) == len(set(oracle.tolist()))  # one initial block per equivalence class
+    assert all(len(set(accept[initial == b].tolist())) == 1 for b in set(initial.tolist()))
+
+
+@settings(max_examples=150, deadline=None)
+@given(dfa=random_dfas(), max_rounds=st.integers(1, 12))
+def test_moore_refine_is_equivalence_when_stable_and_coarser_otherwise(dfa, max_rounds):
+    """Stable: exactly equivalence. Not stable: coarser than equivalence and still separating
+    accepting states (what Hopcroft's refinement may start from)."""
+    trans, accept = dfa
+    try:
+        trans, accept = remove_dead_states(trans, accept)
+    except EmptyLanguageError:
+        return
+    oracle = moore_blocks(trans, accept)
+    block, stable = moore_refine(trans, accept, max_rounds, initial_blocks(trans, accept))
+    if stable:
+        assert same_partition(block, oracle)
+    else:
+        pairs = set(zip(oracle.tolist(), block.tolist(), strict=True))
+        assert len(pairs) == len(set(oracle.tolist()))
+        assert all(len(set(accept[block == b].tolist())) == 1 for b in set(block.tolist()))
 
 
 def test_hash_collisions_in_moore_rounds_are_caught(monkeypatch):
