@@ -22,6 +22,7 @@ from itertools import chain
 
 import numpy as np
 from corral.automata.dfa import Dfa
+from corral.automata.invariants import invariant_labels
 
 
 class _Partition:
@@ -105,29 +106,39 @@ def equivalence_blocks(
     First up to `moore_rounds` (None: `moore_budget`) of Moore's refinement, each round one
     vectorized pass (`moore_refine`, O(n_states + live edges)); schemas' DFAs are mostly stable
     after 5 to 20 rounds. A partition still refining then (a long chain, such as a counted
-    string, needs one round per link) is finished by Valmari-Lehtinen's Hopcroft refinement
-    (module docstring, `hopcroft_refine`, O(m log n) for m live edges), which starts from it.
-    Both compute the coarsest stable refinement, so the result does not depend on
-    `moore_rounds`."""
+    string, needs one round per link) is refined by language invariants
+    (`corral.automata.invariants`, which tell a chain's links apart in a few vectorized steps)
+    and given up to `moore_rounds` more rounds, without the chain stop; one still refining is
+    finished by Valmari-Lehtinen's Hopcroft refinement (module docstring, `hopcroft_refine`,
+    O(m log n) for m live edges), which starts from it. All compute the coarsest stable
+    refinement of a partition no finer than language equivalence, so the result does not
+    depend on `moore_rounds`."""
     if moore_rounds is None:
         moore_rounds = moore_budget(trans)
     if moore_rounds == 0:
         return hopcroft_refine(trans, accept.astype(np.int64))
     block, stable = moore_refine(trans, accept, moore_rounds)
+    if stable:
+        return block
+    block, stable = moore_refine(trans, invariant_labels(trans, block), moore_rounds, False)
     return block if stable else hopcroft_refine(trans, block)
 
 
-def moore_refine(trans: np.ndarray, accept: np.ndarray, max_rounds: int) -> tuple[np.ndarray, bool]:
+def moore_refine(
+    trans: np.ndarray, accept: np.ndarray, max_rounds: int, chain_stop: bool = True
+) -> tuple[np.ndarray, bool]:
     """(block int64 `[n_states]`, stable) after at most `max_rounds` rounds of Moore's
-    refinement from {accepting, other}: a state's signature is its block and, per class, its
+    refinement from {accepting, other} (`accept` bool), or from the partition of `accept`'s
+    labels when it holds int64 labels (one no finer than language equivalence that splits
+    accepting from other states): a state's signature is its block and, per class, its
     successor's block (or dead). Signatures are grouped by a hash over the live edges (a sum of
     fixed per-class weights times the target's block, wrapping modulo 2**64), and the grouping
     is checked against the signatures themselves; on a collision the round groups the full
     rows exactly (`np.unique` over rows). `stable` is True when a round split nothing (the
     partition is then language equivalence). It also stops, unstable, after three rounds when
     the blocks grew so slowly that the rounds left at that pace (at most one per state not yet
-    separated) would pass `max_rounds`: a chain, which Hopcroft's refinement finishes faster.
-    O(n_states + live edges) per round."""
+    separated) would pass `max_rounds`: a chain, which Hopcroft's refinement finishes faster
+    (unless `chain_stop` is False). O(n_states + live edges) per round."""
     n = trans.shape[0]
     _, block = np.unique(accept, return_inverse=True)  # labels 0.. (one or two blocks)
     block = block.reshape(-1).astype(np.int64)
@@ -157,7 +168,7 @@ def moore_refine(trans: np.ndarray, accept: np.ndarray, max_rounds: int) -> tupl
         if count == n_blocks:  # the new partition refines the old: equal counts, equal
             return block, True
         rounds += 1
-        if rounds == 3 and 3 + 3 * (n - count) / (count - initial) > max_rounds:
+        if chain_stop and rounds == 3 and 3 + 3 * (n - count) / (count - initial) > max_rounds:
             return new, False  # growing like a chain: more rounds than allowed at this pace
         block, n_blocks = new, count
     return block, False
