@@ -97,18 +97,23 @@ _WEIGHTS = np.random.default_rng(20261130).integers(1, 2**62, 257, dtype=np.int6
 """Fixed odd int64 weights of the signature hash (one per column; wraps modulo 2**64)."""
 
 
+FIRST_MOORE_ROUNDS = 8
+"""Moore's rounds from {accepting, other} before the language invariants are computed: most
+DFAs are stable by then, and one that is not usually holds a chain."""
+
+
 def equivalence_blocks(
     trans: np.ndarray, accept: np.ndarray, moore_rounds: int | None = None
 ) -> np.ndarray:
     """int64 `[n_states]`: the block of each state under language equivalence (two states share
     a block exactly when they accept the same strings), blocks numbered arbitrarily.
 
-    First up to `moore_rounds` (None: `moore_budget`) of Moore's refinement, each round one
-    vectorized pass (`moore_refine`, O(n_states + live edges)); schemas' DFAs are mostly stable
-    after 5 to 20 rounds. A partition still refining then (a long chain, such as a counted
-    string, needs one round per link) is refined by language invariants
-    (`corral.automata.invariants`, which tell a chain's links apart in a few vectorized steps)
-    and given up to `moore_rounds` more rounds, without the chain stop; one still refining is
+    First up to `FIRST_MOORE_ROUNDS` of the `moore_rounds` (None: `moore_budget`) rounds of
+    Moore's refinement, each round one vectorized pass (`moore_refine`, O(n_states + live
+    edges)). A partition still refining then (a long chain, such as a counted string, needs one
+    round per link) is refined by language invariants (`corral.automata.invariants`, which tell
+    a chain's links apart in a few vectorized steps) and given up to `moore_rounds` more
+    rounds, without the chain stop; one still refining is
     finished by Valmari-Lehtinen's Hopcroft refinement (module docstring, `hopcroft_refine`,
     O(m log n) for m live edges), which starts from it. All compute the coarsest stable
     refinement of a partition no finer than language equivalence, so the result does not
@@ -117,7 +122,7 @@ def equivalence_blocks(
         moore_rounds = moore_budget(trans)
     if moore_rounds == 0:
         return hopcroft_refine(trans, accept.astype(np.int64))
-    block, stable = moore_refine(trans, accept, moore_rounds)
+    block, stable = moore_refine(trans, accept, min(moore_rounds, FIRST_MOORE_ROUNDS))
     if stable:
         return block
     block, stable = moore_refine(trans, invariant_labels(trans, block), moore_rounds, False)
