@@ -32,6 +32,10 @@ a collision only merges labels, which keeps the partition coarser than equivalen
 _RULES = ((False, True), (True, False), (False, False), (True, True))
 """The canonical paths, as (largest class, only classes whose successor has another label)."""
 
+_MOST_WALKS = 12
+"""Most canonical paths walked (three turns of `_RULES`): each walk costs O(n log^2 n), and
+Moore's and Hopcroft's refinement finish whatever the walks leave."""
+
 
 def invariant_labels(trans: np.ndarray, block: np.ndarray) -> np.ndarray:
     """int64 `[n_states]`: labels that refine the partition `block` and never separate two
@@ -42,14 +46,15 @@ def invariant_labels(trans: np.ndarray, block: np.ndarray) -> np.ndarray:
         block: int64 `[n_states]`, a partition no finer than language equivalence that splits
             accepting from other states (for instance a few rounds of Moore's refinement).
 
-    The canonical paths of `_RULES` are walked in turn until a whole turn adds no label.
-    O(n_classes x n_states + n_states log^2 n_states) NumPy work per path.
+    The canonical paths of `_RULES` are walked in turn until a whole turn adds no label, at
+    most `_MOST_WALKS` of them. O(n_classes x n_states + n_states log^2 n_states) NumPy work
+    per path.
     """
     live = trans >= 0
     classes = _relabel(np.where(live, _WEIGHTS[: trans.shape[1]], 0).sum(axis=1))
     labels = _relabel(block * (_count(classes) + 1) + classes)
     count, idle, turn = _count(labels), 0, 0
-    while idle < len(_RULES):
+    while idle < len(_RULES) and turn < _MOST_WALKS:
         largest, leaving = _RULES[turn % len(_RULES)]
         labels = _along_path(labels, _canonical_successor(trans, labels, largest, leaving))
         idle = idle + 1 if _count(labels) == count else 0
