@@ -26,6 +26,7 @@ from itertools import chain
 import numpy as np
 from corral.automata.dfa import Dfa
 from corral.automata.graph import distances_to, table_edges
+from corral.automata.invariants import invariant_labels
 
 
 class _Partition:
@@ -112,30 +113,48 @@ def initial_blocks(trans: np.ndarray, accept: np.ndarray) -> np.ndarray:
     return _groups(2 * distance + accept)[0]
 
 
+FIRST_MOORE_ROUNDS = 8
+"""Moore's rounds from `initial_blocks` before the language invariants are computed: most
+DFAs are stable by then, and one that is not usually holds a chain."""
+
+
 def equivalence_blocks(
     trans: np.ndarray, accept: np.ndarray, moore_rounds: int | None = None
 ) -> np.ndarray:
     """int64 `[n_states]`: the block of each state under language equivalence (two states share
     a block exactly when they accept the same strings), blocks numbered arbitrarily.
 
-    From `initial_blocks`, first up to `moore_rounds` (None: `moore_budget`) of Moore's
-    refinement, each round one vectorized pass (`moore_refine`, O(n_states + live edges));
-    schemas' DFAs are mostly stable after 3 to 15 rounds. A partition still refining then (a
-    long chain, such as a counted string, needs one round per link) is finished by
-    Valmari-Lehtinen's Hopcroft refinement (module docstring, `hopcroft_refine`, O(m log n)
-    for m live edges), which starts from it. Both compute the coarsest stable refinement, so
-    the result does not depend on `moore_rounds`."""
+    From `initial_blocks`, first up to `FIRST_MOORE_ROUNDS` of the `moore_rounds` (None:
+    `moore_budget`) rounds of Moore's refinement, each round one vectorized pass
+    (`moore_refine`, O(n_states + live edges)); schemas' DFAs are mostly stable by then. A
+    partition still refining (a long chain, such as a counted string, needs one round per link)
+    is refined by language invariants (`corral.automata.invariants`, which tell a chain's links
+    apart in a few vectorized steps) and given up to `moore_rounds` more rounds without the
+    chain stop; one still refining is finished by Valmari-Lehtinen's Hopcroft refinement
+    (module docstring, `hopcroft_refine`, O(m log n) for m live edges), which starts from it.
+    All compute the coarsest stable refinement of a partition no finer than language
+    equivalence that separates accepting states, so the result does not depend on
+    `moore_rounds`."""
     if moore_rounds is None:
         moore_rounds = moore_budget(trans)
     initial = initial_blocks(trans, accept)
     if moore_rounds == 0:
         return hopcroft_refine(trans, initial)
-    block, stable = moore_refine(trans, accept, moore_rounds, initial)
+    block, stable = moore_refine(trans, accept, min(moore_rounds, FIRST_MOORE_ROUNDS), initial)
+    if stable:
+        return block
+    if moore_rounds > FIRST_MOORE_ROUNDS:
+        labels = _groups(invariant_labels(trans, block))[0]
+        block, stable = moore_refine(trans, accept, moore_rounds, labels, chain_stop=False)
     return block if stable else hopcroft_refine(trans, block)
 
 
 def moore_refine(
-    trans: np.ndarray, accept: np.ndarray, max_rounds: int, initial: np.ndarray | None = None
+    trans: np.ndarray,
+    accept: np.ndarray,
+    max_rounds: int,
+    initial: np.ndarray | None = None,
+    chain_stop: bool = True,
 ) -> tuple[np.ndarray, bool]:
     """(block int64 `[n_states]`, stable) after at most `max_rounds` rounds of Moore's
     refinement from `initial` (int64 labels 0, 1, ... `[n_states]`, every label used, of a
@@ -158,8 +177,8 @@ def moore_refine(
     exactly (`np.unique` over rows). The refinement also stops, unstable, at the first check
     past three rounds when the blocks grew so slowly that the rounds left at that pace (at
     most one per state not yet separated) would pass `max_rounds`: a chain, which Hopcroft's
-    refinement finishes faster. O(n_states + live edges) per round, plus a sort of n_states
-    labels per check."""
+    refinement finishes faster (unless `chain_stop` is False). O(n_states + live edges) per
+    round, plus a sort of n_states labels per check."""
     n = trans.shape[0]
     block = _groups(accept.astype(np.int64))[0] if initial is None else initial
     n_blocks = first_count = int(block.max()) + 1
@@ -190,7 +209,8 @@ def moore_refine(
             ) and np.array_equal(accept, accept[rep]):
                 return new, True
             return _exact_refine(trans, _with_accept(new, accept), max_rounds - rounds)
-        if rounds >= 3 and rounds * (1 + (n - count) / max(count - first_count, 1)) > max_rounds:
+        slow = rounds * (1 + (n - count) / max(count - first_count, 1)) > max_rounds
+        if chain_stop and rounds >= 3 and slow:
             return _with_accept(new, accept), False  # growing like a chain
         block, n_blocks, label = new, count, new
     return _with_accept(block, accept), False

@@ -7,12 +7,21 @@ One schema cannot hang the run: the regex limits are the library's (`corral.auto
 SIGALRM) counts a schema that runs past it as refused with reason "timeout".
 
     .venv/bin/python bench/schema_coverage.py [--data DIR] [--subset NAME ...] [--timeout 10]
+
+With `--ids FILE` (lines `subset id ...`, as the slowest-schemas lists are kept; other lines are
+skipped) it compiles only those schemas, in the file's order, and prints one line each: the CPU
+seconds of the compile (`time.process_time`, so other processes on the machine count less), the
+DFA's states and a SHA-256 prefix of its table bytes (trans then accept), to compare the
+language before and after a change:
+
+    .venv/bin/python bench/schema_coverage.py --ids slow.txt
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
 import json
 import re
 import signal
@@ -110,17 +119,47 @@ def run(data: Path, subsets: list[str], limits: Limits, timeout: float) -> int:
     return 0
 
 
+def run_ids(data: Path, ids_file: Path, limits: Limits) -> int:
+    """One line per schema listed in `ids_file`: CPU seconds, states, table digest."""
+    wanted = []
+    for line in ids_file.open(encoding="utf-8"):
+        parts = line.split()
+        if len(parts) >= 2 and (data / f"{parts[0]}.jsonl").is_file():
+            wanted.append((parts[0], parts[1]))
+    schemas = {}
+    for subset in sorted({subset for subset, _ in wanted}):
+        for line in (data / f"{subset}.jsonl").open(encoding="utf-8"):
+            record = json.loads(line)
+            schemas[(subset, str(record["id"]))] = record["schema"]
+    print("| schema | CPU s | states | table sha256 |")
+    print("|---|---|---|---|")
+    for key in wanted:
+        start = time.process_time()
+        try:
+            dfa = schema_to_dfa(schemas[key], limits)
+            digest = hashlib.sha256(dfa.trans.tobytes() + dfa.accept.tobytes()).hexdigest()[:16]
+            states = str(dfa.n_states)
+        except (ConstrainError, RecursionError) as error:
+            digest, states = reason_of(error), "-"
+        seconds = time.process_time() - start
+        print(f"| {key[0]}/{key[1]} | {seconds:.2f} | {states} | {digest} |", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--subset", action="append", default=[], help="only these subsets")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per schema")
+    parser.add_argument("--ids", type=Path, help="only these schemas, one line each (CPU s)")
     defaults = Limits()  # the library's own limits unless told otherwise
     parser.add_argument("--max-nfa-states", type=int, default=defaults.max_nfa_states)
     parser.add_argument("--max-dfa-states", type=int, default=defaults.max_dfa_states)
     args = parser.parse_args(argv)
     limits = Limits(max_nfa_states=args.max_nfa_states, max_dfa_states=args.max_dfa_states)
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 50_000))
+    if args.ids is not None:
+        return run_ids(args.data, args.ids, limits)
     return run(args.data, args.subset, limits, args.timeout)
 
 

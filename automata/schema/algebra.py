@@ -25,6 +25,9 @@ its states (`corral.automata.nfa`).
 
 from __future__ import annotations
 
+import json
+import math
+
 import numpy as np
 from corral.automata.compile import build_dfa
 from corral.automata.dfa import Dfa
@@ -69,6 +72,7 @@ class Algebra:
         self.compiler = compiler
         self.merger = compiler.merger
         self.exactness = Exactness(compiler.merger, compiler.schema_limits)
+        self.memo: dict[tuple, tuple[Dfa | None, float, bool]] = {}  # see `schema_dfa`
 
     # helpers ------------------------------------------------------------------------------
 
@@ -90,6 +94,33 @@ class Algebra:
                 return NOTHING
             raise
 
+    def schema_dfa(self, schema, pointer: str, depth: int) -> Dfa | None:
+        """`self.dfa(self.compile(schema, pointer, depth))`, memoized for this compile by the
+        schema's JSON text and the `$ref` targets being inlined (the language depends on
+        nothing else: the pointer only names errors, which are not memoized). A hit replays
+        what the compile told the compiler about `$ref` cycles (`Compiler.min_hit`,
+        `Compiler.recursive`). The `oneOf` and `not` of one document often merge the same
+        parts again."""
+        compiler = self.compiler
+        try:
+            key = (json.dumps(schema), tuple(compiler.stack))
+        except (TypeError, ValueError):  # not JSON text (a cycle of Python objects)
+            return self.dfa(self.compile(schema, pointer, depth))
+        hit = self.memo.get(key)
+        if hit is None:
+            outer_hit, compiler.min_hit = compiler.min_hit, math.inf
+            outer_recursive, compiler.recursive = compiler.recursive, False
+            try:
+                dfa = self.dfa(self.compile(schema, pointer, depth))
+                hit = self.memo[key] = (dfa, compiler.min_hit, compiler.recursive)
+            finally:
+                compiler.min_hit = min(outer_hit, compiler.min_hit)
+                compiler.recursive = outer_recursive or compiler.recursive
+            return hit[0]
+        compiler.min_hit = min(compiler.min_hit, hit[1])
+        compiler.recursive = compiler.recursive or hit[2]
+        return hit[0]
+
     def _product(self, operation, a: Dfa | None, b: Dfa | None) -> Dfa | None:
         if a is None:
             return None
@@ -109,7 +140,7 @@ class Algebra:
         """The form of the texts of `positive` valid against none of `negatives`:
         (L(P) ∩ U) minus the union of L(P ∧ N). SchemaError naming `keyword` unless every
         P ∧ N compiles exactly (`Exactness`)."""
-        pos = self.dfa(self.compile(positive, pointer, depth))
+        pos = self.schema_dfa(positive, pointer, depth)
         if pos is None:
             return NOTHING
         free = not self.exactness.exact(positive, pointer)
@@ -128,7 +159,7 @@ class Algebra:
                     f"its subschema{detail} is not compiled exactly, so it cannot be negated "
                     "(see docs/algebra.md)",
                 )
-            negative_dfas.append(self.dfa(self.compile(merged, pointer, depth)))
+            negative_dfas.append(self.schema_dfa(merged, pointer, depth))
         out = self._product(intersection, pos, universe_dfa())
         for neg in negative_dfas:
             out = self._product(difference, out, neg)
@@ -159,7 +190,7 @@ class Algebra:
         parts = [(part, where) for part, (_, where) in zip(typed, parts, strict=True)]
         out = None
         for i, (part, where) in enumerate(parts):
-            dfa = self.dfa(self.compile(part, where, depth))
+            dfa = self.schema_dfa(part, where, depth)
             out = dfa if i == 0 else self._product(intersection, out, dfa)
             if out is None:
                 return NOTHING

@@ -370,3 +370,43 @@ def test_negation_keeps_the_member_order_of_the_positive_branches():
     dfa = schema_to_dfa(schema)
     assert dfa.matches(b'{"y":1,"x":-5}')
     assert not dfa.matches(b'{"y":1,"x":5}')
+
+
+def _without_memo(monkeypatch):
+    """Algebra.schema_dfa compiling every time (the memo's oracle)."""
+    from corral.automata.schema.algebra import Algebra
+
+    monkeypatch.setattr(
+        Algebra, "schema_dfa", lambda self, s, p, d: self.dfa(self.compile(s, p, d))
+    )
+
+
+def _outcome(schema, limits=None):
+    """(trans bytes, accept bytes) of the schema's DFA, or the refusal's type and text."""
+    try:
+        dfa = schema_to_dfa(schema, limits)
+    except (ConstrainError, RecursionError) as error:
+        return type(error).__name__, str(error)
+    return dfa.trans.tobytes(), dfa.accept.tobytes()
+
+
+@settings(max_examples=60, deadline=None)
+@given(schemas)
+def test_memoized_parts_give_the_tables_of_compiling_each_part(schema):
+    limits = Limits(max_dfa_states=3000, max_nfa_states=60_000)
+    memoized = _outcome(schema, limits)
+    with pytest.MonkeyPatch.context() as patch:
+        _without_memo(patch)
+        assert _outcome(schema, limits) == memoized
+
+
+def test_memoized_parts_on_the_sample_schemas(sample_data, monkeypatch):
+    """The adversarial subsets (`not`, `allOf`, `oneOf` in combination) of the sample data."""
+    schemas = []
+    for name in ("Handwritten", "Synthesized"):
+        path = sample_data / "jsonschemabench" / f"{name}.jsonl"
+        schemas += [json.loads(line)["schema"] for line in path.open(encoding="utf-8")]
+    memoized = [_outcome(s) for s in schemas]
+    _without_memo(monkeypatch)
+    assert [_outcome(s) for s in schemas] == memoized
+    assert sum(isinstance(m[0], bytes) for m in memoized) >= 3
