@@ -11,7 +11,7 @@ breadth first (`number_breadth_first`), so equal languages give identical tables
 `tree_to_dfa` gives them.
 
 Limit: the product may make at most `Limits.max_dfa_states` pairs before minimization (the same
-limit subset construction obeys; default 30,000). Past it: `TooManyDfaStatesError`, raised as the
+limit subset construction obeys; default 40,000). Past it: `TooManyDfaStatesError`, raised as the
 pair past the limit is discovered, never after the memory is spent.
 """
 

@@ -314,7 +314,7 @@ def test_escape_writes_readable_patterns():
 def test_limits_defaults_are_documented_values():
     limits = Limits()
     assert (limits.max_pattern_length, limits.max_repetition) == (100_000, 1_000)
-    assert (limits.max_nfa_states, limits.max_dfa_states) == (250_000, 30_000)
+    assert (limits.max_nfa_states, limits.max_dfa_states) == (250_000, 40_000)
 
 
 byte_masks = st.one_of(

@@ -351,9 +351,9 @@ def test_a_grammar_past_a_size_limit_is_a_422_naming_its_param():
 
 
 def test_a_recursive_schema_past_the_dfa_limit_compiles_unrolled_less_deep():
-    # 12 recursive members: unrolled 3 deep, subset construction passes 30,000 states;
-    # 2 deep the DFA has about 2,300 (compile_dfa retries as schema_to_dfa does).
-    members = {f"p{i}": {"$ref": "#/$defs/n"} for i in range(12)}
+    # 16 recursive members: unrolled 3 deep, subset construction passes 40,000 states;
+    # 2 deep it fits (compile_dfa retries as schema_to_dfa does).
+    members = {f"p{i}": {"$ref": "#/$defs/n"} for i in range(16)}
     members["s"] = {"type": "string", "maxLength": 8}
     schema = {"$defs": {"n": {"type": "object", "properties": members}}, "$ref": "#/$defs/n"}
     shallower = schema_to_dfa(schema, schema_limits=SchemaLimits(max_recursion=2))
