@@ -49,22 +49,3 @@ def rope(x, cos, sin, out):  # pragma: no cover - compiled
                 out[t, h, i] = x1 * c - x2 * s
                 out[t, h, half + i] = x2 * c + x1 * s
     return out
-
-
-@numba.njit(cache=True)
-def swiglu(gate_up, out):  # pragma: no cover - compiled
-    """SwiGLU's gating, silu(gate) * up, in one pass.  O(N F).
-
-    gate_up float32 [N, 2F] (gate in columns :F, up in F:, any layout); out float32 [N, F]
-    (written): out = g/2 (1 + tanh(g/2)) up, silu(g) = g sigmoid(g) written with tanh, which
-    cannot overflow. Returns out.
-    """
-    n, width = out.shape
-    half = np.float32(0.5)
-    for i in range(n):
-        for j in range(width):
-            gate = gate_up[i, j]
-            out[i, j] = (
-                gate * half * (np.float32(1.0) + np.tanh(gate * half)) * gate_up[i, width + j]
-            )
-    return out
