@@ -219,6 +219,12 @@ class Generator:
         """True while some submitted request has not ended."""
         return bool(self._waiting or self._live)
 
+    @property
+    def prefix_cache(self) -> bool:
+        """True when the prefix cache is on: asked for, and the model's KV cache can copy a
+        prefix (`copy_prefix`)."""
+        return self._prefix
+
     def submit(self, request: GenerationRequest) -> int:
         """Queue `request`; it starts at a coming `step` when a slot is free. Returns its handle:
         0, 1, 2, ... in the order of submission.

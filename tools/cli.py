@@ -368,6 +368,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_len=args.max_len,
         max_waiting=args.max_waiting,
         api_key=args.api_key,
+        prefix_cache=not args.no_prefix_cache,
     )
     try:
         serve(args.model, args.host, args.port, config)
@@ -469,6 +470,11 @@ def main(argv: list[str] | None = None) -> int:
         "--max-waiting", type=int, default=64, help="queued requests before a 429 (64)"
     )
     serve.add_argument("--api-key", help="require Authorization: Bearer KEY on /v1/*")
+    serve.add_argument(
+        "--no-prefix-cache",
+        action="store_true",
+        help="prefill every prompt whole (default: reuse prompt prefixes already prefilled)",
+    )
     serve.set_defaults(run=_serve)
     args = parser.parse_args(argv)
     try:

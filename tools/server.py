@@ -75,6 +75,8 @@ class ServerConfig:
         model_name: the id `/v1/models` lists and answers carry when the request names none.
         default_max_tokens: max_tokens of a request that sets none (None: what `max_len`
             leaves, as the OpenAI API gives what the context leaves).
+        prefix_cache: reuse the keys and values of prompt prefixes already prefilled (on by
+            default, as vLLM's automatic prefix caching).
     """
 
     batch_size: int = 16
@@ -84,6 +86,7 @@ class ServerConfig:
     api_key: str | None = None
     model_name: str = "SmolLM2-135M-Instruct"
     default_max_tokens: int | None = None
+    prefix_cache: bool = True
 
 
 def error_response(
@@ -140,7 +143,12 @@ class Server:
         self.metrics = Metrics()
         self.metrics.watch_grammars(engine.compiler)
         self.thread = EngineThread(
-            engine.model, config.batch_size, config.max_len, config.max_waiting, self.metrics
+            engine.model,
+            config.batch_size,
+            config.max_len,
+            config.max_waiting,
+            self.metrics,
+            config.prefix_cache,
         )
         self.created = int(time.time())
 

@@ -129,15 +129,26 @@ class EngineThread:
         max_len: the most tokens a choice holds, prompt included.
         max_waiting: the most choices waiting for a slot before `admit` refuses.
         metrics: where to count tokens, latencies and queue lengths.
+        prefix_cache: reuse the keys and values of prompt prefixes already prefilled
+            (`Generator`'s prefix cache).
     """
 
-    def __init__(self, model, batch_size: int, max_len: int, max_waiting: int, metrics: Metrics):
+    def __init__(
+        self,
+        model,
+        batch_size: int,
+        max_len: int,
+        max_waiting: int,
+        metrics: Metrics,
+        prefix_cache: bool = True,
+    ):
         self.model = model
         self.batch_size = batch_size
         self.max_len = max_len
         self.max_waiting = max_waiting
         self.metrics = metrics
-        self.generator = Generator(model, batch_size, max_len)
+        self.prefix_cache = prefix_cache
+        self.generator = Generator(model, batch_size, max_len, prefix_cache=prefix_cache)
         self._inbox: queue.Queue = queue.Queue()
         self._lock = threading.Lock()
         self._load = 0  # choices submitted and not yet ended or cancelled
@@ -279,7 +290,9 @@ class EngineThread:
         for job in jobs.values():
             self._drop(job)
             job.post(("error", error))
-        self.generator = Generator(self.model, self.batch_size, self.max_len)
+        self.generator = Generator(
+            self.model, self.batch_size, self.max_len, prefix_cache=self.prefix_cache
+        )
 
 
 class ChoiceStream:

@@ -366,3 +366,21 @@ def test_no_prefix_cache_turns_the_cache_off(tmp_path, stand_in, capsys, flag):
     assert main(argv) == 0
     hits = int(re.search(r"prefix cache (\d+) hits", capsys.readouterr().err).group(1))
     assert (hits == 0) if flag else (hits == 2)
+
+
+@pytest.mark.parametrize(("flag", "expected"), [([], True), (["--no-prefix-cache"], False)])
+def test_serve_no_prefix_cache_reaches_the_engine_thread(monkeypatch, flag, expected):
+    """`corral serve --no-prefix-cache` turns the Generator's prefix cache off."""
+    import corral.tools.server as server
+
+    built = []
+
+    def fake_serve(model_path, host, port, config):  # what serve() builds, without uvicorn
+        built.append(server.Server(server.Engine(StandInModel()), config))
+
+    monkeypatch.setattr(server, "serve", fake_serve)
+    with socket.create_server(("127.0.0.1", 0)) as probe:  # a port free a moment ago
+        port = probe.getsockname()[1]
+    assert main(["serve", "--port", str(port), *flag]) == 0
+    thread = built[0].thread
+    assert thread.prefix_cache is expected and thread.generator.prefix_cache is expected
