@@ -9,8 +9,8 @@ quants, row by row), and finally lays each matrix out in the kernels' tiles (`Ti
 
     {"layers": [L x {"w_qkv", "w_o", "w_gate_up", "w_down": TiledMatrix}], "lm_head": TiledMatrix}
 
-`TiledMatrix.matmul` computes x W^T with the kernels (on x quantized by blocks to int8 where
-the CPU has AVX-512 VNNI, `INT8_ACTIVATIONS`; else on x in float32); the forward pass
+`TiledMatrix.matmul` computes x W^T with the kernels (on x in float32; on x quantized by
+blocks to int8 when `INT8_ACTIVATIONS` is set and the CPU has AVX-512 VNNI); the forward pass
 (`llama.linear`) calls it for passes of at most `QUANTIZED_MAX_ROWS` rows, where reading 4 to
 7 times fewer bytes than float32 wins, and leaves larger passes to float32 BLAS GEMMs. The
 weights are the float32 path's own (its weights are these blocks dequantized), so on float32
@@ -39,14 +39,20 @@ QUANTIZED_HEAD_MAX_ROWS = 8
 """The most rows the LM head computes from its blocks (a Q8_0 table of 49152 x 576, in groups
 of 4 rows); past it the float32 GEMM led on one thread (at 16 rows)."""
 
-INT8_ACTIVATIONS = True
+INT8_ACTIVATIONS = False
 """Whether `TiledMatrix.matmul` quantizes x by blocks to int8 and takes integer dot products
 (`kernels.quant_int8`: ggml's Q8_1 activations and the Q8_1 of what they leave over, AVX-512
 VNNI) where the matrix has word tiles (built where `quant_int8.available()`), rather than
-computing on x in float32 (`kernels.quant`). On by default: the accuracy bar of quantizing
-activations (greedy tokens and a text's mean log-likelihood against the float32 path) is
-measured in tests/model/test_int8_activations.py. Set it to False for the float32-activation
-kernels, whose logits match the float32 weights' within 1e-3."""
+computing on x in float32 (`kernels.quant`). It meets the accuracy bar of quantizing
+activations (greedy tokens and a text's mean log-likelihood against the float32 path,
+tests/model/test_int8_activations.py) and decodes about 12% faster at batch 1 and 8
+(bench/model.py prints both), but it is off by default: only passes of at most
+`QUANTIZED_MAX_ROWS` rows take it, so a token's logits would then depend on how its pass was
+made up (a prompt prefilled whole or after a prefix-cache hit, a batch of 8 rows or of 9, a
+jump-forward chunk), by about 1e-3, enough to change sampled tokens: the same request with the
+same seed would answer differently alone, in a batch, or sent to the server twice. On float32
+activations every pass agrees with every other to rounding. Set it to True to trade that for
+the speed."""
 
 ACTIVATION_PARTS = 2
 """The int8 parts x is quantized in for the layers' matrices: one part (Q8_1 alone, as
