@@ -207,6 +207,9 @@ def _fraction(lo: str | None, hi: str | None, nonzero: bool) -> tuple[bool, list
         return not nonzero, ["0*[1-9][0-9]*" if nonzero else "[0-9]+"]
     if hi == "":  # 0.F <= 0: only zeros
         return lo is None and not nonzero, ([] if lo is not None or nonzero else ["0+"])
+    zeros = _leading_zeros(lo, hi)
+    if zeros:  # a run of zeros in the bounds (5e-324 has 323) is one counted group, not nested
+        return _after_zeros(lo, hi, nonzero, zeros)
     first = int(lo[0]) if lo is not None else 0
     last = int(hi[0]) if hi is not None else 9
     out, free = [], []
@@ -224,6 +227,30 @@ def _fraction(lo: str | None, hi: str | None, nonzero: bool) -> tuple[bool, list
             out.append(str(digit))
     if free:
         out.append(_digit_class(str(free[0]), str(free[-1])) + "[0-9]*")
+    return lo is None and not nonzero, out
+
+
+def _leading_zeros(lo: str | None, hi: str | None) -> int:
+    """How many leading zeros `_after_zeros` takes at once: those the bounds share (both set),
+    or those of the one bound set; 0 for fewer than 2 (the digit recursion is as short)."""
+    count = [len(b) - len(b.lstrip("0")) for b in (lo, hi) if b is not None]
+    zeros = min(count) if count else 0
+    return zeros if zeros >= 2 else 0
+
+
+def _after_zeros(lo: str | None, hi: str | None, nonzero: bool, k: int) -> tuple[bool, list[str]]:
+    """`_fraction` when the bounds set start with k >= 2 zeros (each bound without trailing
+    zeros, so it holds a non-zero digit after them): F = 0^k G with G within the bounds' rest,
+    plus, with no lower bound, the F of fewer than k zeros (below any upper bound: F <= 0.0...),
+    or, with no upper bound, the F with a non-zero digit among the first k (above the lower)."""
+    empty, rest = _fraction(lo[k:] if lo else None, hi[k:] if hi else None, nonzero)
+    out = [f"0{{{k}}}(?:{'|'.join(rest)})" + ("?" if empty else "")] if rest else []
+    if not rest and empty:
+        out.append(f"0{{{k}}}")
+    if lo is None and not nonzero:
+        out.append(f"0{{1,{k - 1}}}")  # 0.0...0 (fewer than k zeros) <= 0.hi
+    if hi is None:
+        out.append(f"0{{0,{k - 1}}}[1-9][0-9]*")  # > 0.lo: a non-zero digit before lo's first
     return lo is None and not nonzero, out
 
 

@@ -213,6 +213,8 @@ def test_a_required_name_with_no_additional_members_is_the_empty_language():
 _BOUND = st.one_of(
     st.decimals(min_value=-1000, max_value=1000, places=3, allow_nan=False).map(float),
     st.sampled_from([0.1, 0.5, 0.3, 99999999999.99, -99999999999.99, 1e-06, 4.294967295]),
+    # bounds whose decimals start with long runs of zeros (an exclusive 0 is 5e-324 inclusive)
+    st.sampled_from([0.0, -0.0, 5e-324, -5e-324, 1e-300, -2e-300, 1.5e-200]),
 )
 _NUMBER_TEXT = st.builds(
     lambda sign, whole, frac: f"{sign}{whole}{frac}",
@@ -222,7 +224,7 @@ _NUMBER_TEXT = st.builds(
 )
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     lo=st.one_of(st.none(), _BOUND),
     hi=st.one_of(st.none(), _BOUND),
