@@ -184,7 +184,8 @@ def _first_bad_byte(text: str) -> tuple[int, int] | None:
 
 def read_line(text: str, number: int) -> tuple[str, dict]:
     """`(custom_id, body)` of one input line (from `input_lines`, or any str). Raises LineError
-    naming what is wrong: not UTF-8 (the byte and its offset), not JSON, not a request object."""
+    naming what is wrong: not UTF-8 (the byte and its offset), not JSON, not a request object
+    (a key other than the Batch API's custom_id, method, url and body included)."""
     bad = _first_bad_byte(text)
     if bad is not None:
         raise LineError(
@@ -201,6 +202,13 @@ def read_line(text: str, number: int) -> tuple[str, dict]:
     custom_id = item.get("custom_id")
     if not isinstance(custom_id, str) or not custom_id:
         raise LineError(None, f"line {number} has no custom_id string")
+    unknown = sorted(set(item) - {"custom_id", "method", "url", "body"})
+    if unknown:
+        raise LineError(
+            custom_id,
+            f"line {number}: unknown key {unknown[0]!r} (a Batch line holds custom_id, method, "
+            "url and body)",
+        )
     if item.get("method", "POST") != "POST" or item.get("url", URL) != URL:
         raise LineError(custom_id, f"line {number}: only POST {URL} is supported")
     if not isinstance(item.get("body"), dict):
@@ -221,26 +229,51 @@ def done_ids(output: Path) -> set[str]:
     return ids
 
 
+class NotBatchOutputError(ValueError):
+    """A file `--resume` was to go on with holds a line that corral does not write."""
+
+
+class OutputWriteError(OSError):
+    """The output file could not be written (a full disk, an I/O error): the lines written
+    before stay whole."""
+
+
+def _is_output_line(line: bytes) -> bool:
+    """True for a Batch output line (`output_line`): a JSON object with a `custom_id`."""
+    try:
+        item = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    return isinstance(item, dict) and isinstance(item.get("custom_id", 0), str | None)
+
+
 def drop_torn_tail(output: Path) -> int:
-    """Truncate `output` to the end of its last complete line, so that appending keeps it valid
-    JSONL: the bytes after the last newline (a line cut mid-write) go, and so does a last line
-    that is not a JSON object (a write cut just before its newline, or garbage a crash left).
-    Its request runs again, since its custom_id is then not in `done_ids`.
+    """Make `output` end at its last whole Batch output line, so that appending keeps it valid
+    JSONL: the bytes after the last newline (a line cut mid-write: `_Writer` writes a line and its
+    newline in one flushed call) go, and so do lines of NUL bytes at the end (what a crash can
+    leave in a file's last blocks). The request of a dropped line runs again, since its
+    custom_id is then not in `done_ids`.
+
+    Nothing else is ever dropped: when a whole line is not a Batch output line (a JSON object
+    with a `custom_id`), or the cut tail does not start as one (`{`), the file is not corral's
+    output and is left as it is.
 
     Returns the number of bytes dropped (0 when the file ends cleanly or does not exist).
-    Raises OSError when the file cannot be read or truncated."""
+    Raises NotBatchOutputError naming the first such line; OSError when the file cannot be read
+    or truncated."""
     if not output.exists():
         return 0
     data = output.read_bytes()
-    end = data.rfind(b"\n") + 1
-    if end > 0:
-        start = data.rfind(b"\n", 0, end - 1) + 1
-        try:
-            complete = isinstance(json.loads(data[start : end - 1].decode("utf-8")), dict)
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-            complete = False
-        if not complete:
-            end = start
+    *whole, tail = data.split(b"\n")
+    keep = len(whole)
+    while keep and not whole[keep - 1].strip(b"\x00"):
+        keep -= 1  # empty or NUL-only lines at the end
+    for number, line in enumerate(whole[:keep], 1):
+        if not _is_output_line(line):
+            raise NotBatchOutputError(f"{output}: line {number} is not a Batch output line")
+    if tail.strip(b"\x00") and not tail.startswith(b"{"):
+        raise NotBatchOutputError(f"{output}: line {len(whole) + 1} is not a Batch output line")
+    end = sum(len(line) + 1 for line in whole[:keep])
     if end < len(data):
         os.truncate(output, end)
     return len(data) - end
@@ -248,7 +281,8 @@ def drop_torn_tail(output: Path) -> int:
 
 @dataclass
 class BatchSummary:
-    """Counts of a batch run: lines answered, lines refused (error lines), lines skipped (their
+    """Counts of a batch run: lines answered and their answers (choices: `n` a line),
+    lines refused (error lines), lines skipped (their
     custom_id already in the output: `skip`), answers (choices)
     that are not valid for their request (must stay 0), answers cut by max_tokens (free text
     only: constrained answers end within their budget), tokens and seconds, the grammar
@@ -257,6 +291,7 @@ class BatchSummary:
     admitted, with the prompt tokens whose prefill they saved (`GenerationStats`)."""
 
     requests: int = 0
+    answers: int = 0
     errors: int = 0
     skipped: int = 0
     invalid: int = 0
@@ -274,7 +309,8 @@ class BatchSummary:
         lookups = self.grammar_hits + self.grammar_misses
         hit_rate = 100 * self.grammar_hits / lookups if lookups else 0.0
         return (
-            f"{self.requests} answered, {self.errors} refused, {self.invalid} invalid answers, "
+            f"{self.requests} lines answered ({self.answers} answers), {self.errors} refused, "
+            f"{self.invalid} invalid answers, "
             f"{self.cut} answers cut by max_tokens, {self.completion_tokens} completion tokens "
             f"in {self.seconds:.1f} s ({rate:.1f} tokens/s), grammar cache {self.grammar_hits} "
             f"hits / {self.grammar_misses} misses ({hit_rate:.0f}% hit rate)"
@@ -310,8 +346,12 @@ class _Writer:
         self.summary = summary
 
     def write(self, custom_id, status: int | None, body: dict | None, error: dict | None):
-        self.out.write(output_line(custom_id, status, body, error) + "\n")
-        self.out.flush()
+        """Write one line and flush it. Raises OutputWriteError when the stream cannot take it."""
+        try:
+            self.out.write(output_line(custom_id, status, body, error) + "\n")
+            self.out.flush()
+        except OSError as error:
+            raise OutputWriteError(error.errno, error.strerror) from error
         if status != 200:
             self.summary.errors += 1
 
@@ -489,6 +529,7 @@ def _finish(engine, line: _Line, writer: _Writer) -> None:
     summary = writer.summary
     body = engine.completion(line)
     summary.requests += 1
+    summary.answers += len(body["choices"])
     for choice in body["choices"]:
         if line.results[choice["index"]].finish_reason == "length":
             summary.cut += 1

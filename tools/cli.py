@@ -11,7 +11,9 @@ Decisions:
   symlink or a hard link to it); an existing non-empty output is refused unless `--resume` goes on
   with it; the output file is only appended to, a line at a time, each flushed, and nothing else
   in its folder is touched. `--resume` first drops a last line cut mid-write
-  (`corral.tools.batch.drop_torn_tail`), so that request runs again.
+  (`corral.tools.batch.drop_torn_tail`), so that request runs again, and refuses a file with a
+  line corral does not write. A run holds an exclusive `flock` on its output, so two runs never
+  answer into one file. A write the disk refuses stops the run: status 1, the whole lines kept.
 - The quick form prints each answer as it finishes (in the order they finish).
 - Ctrl-C (exit status 130) says truthfully what was kept: how many answers were printed, or how
   many complete lines the output file holds.
@@ -21,12 +23,18 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import contextlib
 import json
 import math
 import os
 import socket
 import sys
 from pathlib import Path
+
+try:
+    import fcntl  # POSIX: the output file's lock
+except ImportError:  # Windows: runs go unlocked
+    fcntl = None
 
 import numpy as np
 from corral.automata import (
@@ -43,6 +51,7 @@ from corral.model.generate import GenerationRequest, iter_generate
 from corral.tools.batch import (
     DEFAULT_MAX_TOKENS,
     Engine,
+    NotBatchOutputError,
     done_ids,
     drop_torn_tail,
     input_lines,
@@ -192,7 +201,8 @@ def check_output(source: Path, output: Path, resume: bool) -> None:
 
     Raises InputError: `output` is a folder, is in a folder that does not exist or cannot be
     written, is the input file itself (the same file through any path, symlink or hard link:
-    `os.path.samefile`), or exists, is not empty and `resume` is False."""
+    `os.path.samefile`), exists, is not empty and `resume` is False, or is not a regular file
+    (a device, a pipe) and `resume` is True."""
     if output.is_dir():
         raise InputError(f"{output}: is a folder; -o names the output file")
     folder = output.absolute().parent
@@ -201,6 +211,8 @@ def check_output(source: Path, output: Path, resume: bool) -> None:
     if output.exists():
         if os.path.samefile(source, output):
             raise InputError(f"{output}: is the input file itself; give another -o path")
+        if resume and not output.is_file():  # a device or a pipe: nothing to go on with
+            raise InputError(f"{output}: is not a regular file; --resume needs one")
         if output.stat().st_size > 0 and not resume:
             raise InputError(
                 f"{output}: already exists and is not empty; use --resume to go on with it, "
@@ -210,6 +222,36 @@ def check_output(source: Path, output: Path, resume: bool) -> None:
             raise InputError(f"{output}: cannot be written")
     elif not os.access(folder, os.W_OK):
         raise InputError(f"{output}: its folder cannot be written")
+
+
+def open_output(output: Path, resume: bool):
+    """Open `output` for appending (creating it) and lock it for this run: an exclusive,
+    non-blocking `flock` (POSIX advisory lock, released when the process ends), so that two
+    runs never write one output file at once (each would answer every line). Returns the open
+    text stream.
+
+    Raises InputError: the file cannot be opened for writing (naming the system's reason),
+    another run holds its lock, or it became non-empty after `check_output` and `resume` is
+    False (another run wrote it in between)."""
+    try:
+        out = output.open("a", encoding="utf-8")
+    except OSError as error:
+        raise InputError(f"{output}: cannot open it for writing: {error.strerror}") from None
+    try:
+        if fcntl is not None:
+            fcntl.flock(out.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        out.close()
+        raise InputError(
+            f"{output}: another corral run is writing it; wait for it to end or give another "
+            "-o path"
+        ) from None
+    except OSError:
+        pass  # a file system without locks (some network ones): the run goes unlocked
+    if not resume and output.stat().st_size > 0:
+        out.close()
+        raise InputError(f"{output}: was written by another run meanwhile; give another -o path")
+    return out
 
 
 def _quick_dfa(args: argparse.Namespace) -> Dfa:
@@ -226,6 +268,7 @@ def _generate(args: argparse.Namespace) -> int:
     if problem is not None:
         return _fail("generate", problem)
     quick = args.input is None
+    out = None
     try:
         if quick:
             dfa = _quick_dfa(args)
@@ -235,15 +278,45 @@ def _generate(args: argparse.Namespace) -> int:
             default = source.with_name(source.stem + ".output.jsonl")
             output = Path(args.output) if args.output else default
             check_output(source, output, args.resume)
+            created = not output.exists()
+            out = open_output(output, args.resume)
     except InputError as error:
         return _fail("generate", error)
     except ToolError as error:
         return _fail("generate", error.message)
     except RecursionError:
         return _fail("generate", _too_deep(args.schema))
+    if quick:
+        return _load_and_run(args, lambda model: _generate_quick(args, model, dfa))
+    try:
+        return _resume_and_run(args, lines, output, out)
+    finally:
+        with contextlib.suppress(OSError):  # what a refused write left in its buffer
+            out.close()
+        if created and output.exists() and output.stat().st_size == 0:
+            output.unlink()  # a run that wrote nothing leaves no file behind
+
+
+def _load_and_run(args: argparse.Namespace, run) -> int:
+    """`run(model)` with the model of `--model` loaded (None for a `--ray` batch: its workers
+    load their own). Exit status 2 when the model cannot load."""
+    try:
+        model = None if args.ray is not None and args.input else load_model(args.model)
+    except ConstrainError as error:
+        return _fail("generate", error)
+    return run(model)
+
+
+def _resume_and_run(args: argparse.Namespace, lines: list[str], output: Path, out) -> int:
+    """The Batch form, with `output` open (and locked) as `out`: for `--resume`, repair a torn
+    last line and skip the custom_ids already answered (exit 0 at once when that is all of
+    them), then load the model and run the rest."""
     skip = set()
-    if not quick and args.resume:
-        dropped = drop_torn_tail(output)
+    if args.resume:
+        try:
+            dropped = drop_torn_tail(output)
+        except NotBatchOutputError as error:
+            return _fail("generate", f"{error}; --resume goes on only with corral's own output")
         if dropped:
             print(f"corral generate: dropped a torn last line of {output} ({dropped} bytes); "
                   "its request runs again", file=sys.stderr)  # fmt: skip
@@ -253,13 +326,7 @@ def _generate(args: argparse.Namespace) -> int:
             print(f"corral generate: nothing to run: the {answered} lines of {args.input} are "
                   f"all answered in {output}", file=sys.stderr)  # fmt: skip
             return 0
-    try:
-        model = None if args.ray is not None and not quick else load_model(args.model)
-    except ConstrainError as error:
-        return _fail("generate", error)
-    if quick:
-        return _generate_quick(args, model, dfa)
-    return _generate_batch(args, model, lines, output, skip)
+    return _load_and_run(args, lambda model: _generate_batch(args, model, lines, output, out, skip))
 
 
 def _all_answered(lines: list[str], done: set[str]) -> int | None:
@@ -282,10 +349,11 @@ def _all_answered(lines: list[str], done: set[str]) -> int | None:
 
 
 def _generate_batch(
-    args: argparse.Namespace, model, lines: list[str], output: Path, skip: set[str]
+    args: argparse.Namespace, model, lines: list[str], output: Path, out, skip: set[str]
 ) -> int:
     """Run the input file's lines but those whose custom_id is in `skip`, appending to
-    `output`."""
+    `output` through its open stream `out`. Exit status 130 on Ctrl-C and 1 when the output
+    cannot be written (a full disk): both say how many whole lines the file holds."""
     max_tokens = args.max_tokens  # None: each line's own, else what the context leaves
     if args.ray is not None:  # Ray is imported only here (corral[ray])
         try:
@@ -293,22 +361,35 @@ def _generate_batch(
         except ImportError:
             return _fail("generate", "--ray needs Ray: pip install 'corral[ray]'")
     try:
-        with output.open("a", encoding="utf-8") as out:
-            if args.ray is not None:
-                summary = run_batch_ray(lines, out, skip, args.batch_size, max_tokens,
-                                        not args.quiet, args.model, args.ray or None)  # fmt: skip
-            else:
-                summary = run_batch(
-                    Engine(model), lines, out, skip, args.batch_size, max_tokens, not args.quiet,
-                    prefix_cache=not args.no_prefix_cache,
-                )  # fmt: skip
+        if args.ray is not None:
+            summary = run_batch_ray(lines, out, skip, args.batch_size, max_tokens,
+                                    not args.quiet, args.model, args.ray or None)  # fmt: skip
+        else:
+            summary = run_batch(
+                Engine(model), lines, out, skip, args.batch_size, max_tokens, not args.quiet,
+                prefix_cache=not args.no_prefix_cache,
+            )  # fmt: skip
     except KeyboardInterrupt:
-        held = output.read_bytes().count(b"\n") if output.exists() else 0
-        print(f"corral generate: interrupted; {output} holds {held} complete lines "
+        print(f"corral generate: interrupted; {_held(output)} "
               "(run the same command with --resume to go on)", file=sys.stderr)  # fmt: skip
         return INTERRUPTED
+    except OSError as error:  # the output stream refused a line (OutputWriteError, Ray's writes)
+        print(f"corral generate: cannot write {output}: {error.strerror}; {_held(output)} "
+              "(make room, then run the same command with --resume)", file=sys.stderr)  # fmt: skip
+        return 1
     print(f"corral generate: {summary.line()} -> {output}", file=sys.stderr)
     return 0
+
+
+def _held(output: Path) -> str:
+    """What `output` holds, for the messages of a run that stopped: its complete lines."""
+    if not output.is_file():  # a device (/dev/full reads as endless zeros), a pipe
+        return f"{output} is not a regular file"
+    try:
+        held = output.read_bytes().count(b"\n")
+    except OSError:
+        return f"{output} cannot be read back"
+    return f"{output} holds {held} complete lines"
 
 
 def _generate_quick(args: argparse.Namespace, model, dfa: Dfa) -> int:
@@ -476,12 +557,18 @@ def main(argv: list[str] | None = None) -> int:
         help="prefill every prompt whole (default: reuse prompt prefixes already prefilled)",
     )
     serve.set_defaults(run=_serve)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # named by the command they were given to, as its own parser names its errors
+        commands.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.run(args)
     except KeyboardInterrupt:
         print("corral: interrupted", file=sys.stderr)
         return INTERRUPTED
+    except BrokenPipeError:  # stdout closed early (`corral compile ... | head`): Python docs'
+        # recipe (signal module, "Note on SIGPIPE"): no traceback, no second error at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

@@ -15,15 +15,19 @@ from corral.automata import ConstrainError
 from corral.model.generate import generate
 from corral.tools.batch import (
     Engine,
+    LineError,
+    NotBatchOutputError,
+    OutputWriteError,
     done_ids,
     drop_torn_tail,
     input_lines,
+    read_line,
     run_batch,
     valid_choice,
 )
 from corral.tools.errors import ToolError
 from corral.tools.request import parse_tool_request
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from stand_in_model import StandInModel
 
@@ -371,6 +375,68 @@ def test_drop_torn_tail_leaves_the_complete_lines_whatever_the_cut(tmp_path):
     path.write_bytes(whole + b"\x00\x00\x00\n")  # a zero-filled last line a crash left
     assert drop_torn_tail(path) == 4 and path.read_bytes() == whole
     assert drop_torn_tail(tmp_path / "absent.jsonl") == 0
+
+
+FOREIGN = st.text(min_size=1, max_size=40).filter(lambda t: "\n" not in t and t.strip("\x00"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(foreign=FOREIGN, where=st.integers(0, 3), complete=st.booleans())
+def test_drop_torn_tail_never_drops_a_line_corral_did_not_write(tmp_path_factory, foreign, where,
+                                                                 complete):  # fmt: skip
+    """A whole line that is not a Batch output line, anywhere, or a last line without its
+    newline that does not start as one (`{`): the file is refused, byte for byte unchanged."""
+    items, _ = run([quick_line(f"id{i}", max_tokens=3) for i in range(3)])
+    lines = [json.dumps(item) + "\n" for item in items]
+    if complete:
+        assume(not _parses_as_output(foreign))  # such a line is kept as one of corral's
+        lines.insert(where, foreign + "\n")
+    else:
+        assume(not foreign.startswith("{"))  # a tail that starts as one is a torn write: dropped
+        lines.append(foreign)
+    data = "".join(lines).encode()
+    path = tmp_path_factory.mktemp("out") / "out.jsonl"
+    path.write_bytes(data)
+    with pytest.raises(NotBatchOutputError, match="is not a Batch output line"):
+        drop_torn_tail(path)
+    assert path.read_bytes() == data
+
+
+def _parses_as_output(text: str) -> bool:
+    try:
+        item = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(item, dict) and isinstance(item.get("custom_id", 0), str | None)
+
+
+@pytest.mark.parametrize("key", ["zzz", "model", "Body", "id"])
+def test_read_line_refuses_a_key_the_batch_api_has_not(key):
+    line = json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/chat/completions",
+                       "body": {}, key: 1})  # fmt: skip
+    with pytest.raises(LineError, match=f"unknown key '{key}'"):
+        read_line(line, 7)
+
+
+class _FullDisk(io.StringIO):
+    """A text stream that takes `room` lines, then fails as a full disk does."""
+
+    def __init__(self, room: int):
+        super().__init__()
+        self.room = room
+
+    def flush(self):
+        if self.getvalue().count("\n") > self.room:
+            raise OSError(28, "No space left on device")
+
+
+def test_a_full_disk_stops_the_run_with_the_lines_before_it_whole():
+    out = _FullDisk(room=1)
+    lines = [quick_line(f"id{i}", max_tokens=3) for i in range(4)]
+    with pytest.raises(OutputWriteError, match="No space left"):
+        run_batch(Engine(StandInModel()), lines, out, progress=False)
+    first, second = out.getvalue().split("\n")[:2]  # the line the disk took, the one it refused
+    assert json.loads(first)["custom_id"] in {f"id{i}" for i in range(4)} and second
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

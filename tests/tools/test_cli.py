@@ -162,6 +162,10 @@ def bad_command_lines(tmp: Path) -> dict[str, tuple[list[str], str]]:
             ["generate", f"{t}/in.jsonl", "-o", f"{t}/hard.jsonl"],
             "input",
         ),
+        "--resume on a device": (
+            ["generate", f"{t}/in.jsonl", "-o", "/dev/null", "--resume"],
+            "not a regular file",
+        ),
         "output exists, no --resume": (
             ["generate", f"{t}/in.jsonl", "-o", f"{t}/done.jsonl"],
             "--resume",
@@ -283,6 +287,84 @@ def test_batch_ctrl_c_says_how_many_lines_the_output_holds(tmp_path, stand_in, c
     stand_in.options = {}
     assert main([*argv, "--resume"]) == 0
     assert sorted(item["custom_id"] for item in read_jsonl(output)) == ids
+
+
+def test_two_runs_never_write_one_output_at_once(tmp_path, model_never_loads, capsys):
+    """While a run holds the output's lock, another run on it (with or without --resume) is
+    refused before the model loads, and the file is left as it was."""
+    fcntl = pytest.importorskip("fcntl")
+    source = write_input(tmp_path / "in.jsonl")
+    ours = json.dumps({"custom_id": "a"}).encode() + b"\n"
+    for existing, flags in ((b"", ([], ["--resume"])), (ours, (["--resume"],))):
+        output = tmp_path / "out.jsonl"
+        output.write_bytes(existing)
+        with output.open("a") as held:
+            fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+            for extra in flags:
+                assert main(["generate", str(source), "-o", str(output), *extra]) == 2
+                err = capsys.readouterr().err
+                assert "another corral run is writing it" in err and len(err.splitlines()) == 1
+                assert output.read_bytes() == existing
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_run_that_writes_nothing_leaves_no_output_file(tmp_path, monkeypatch, capsys, resume):
+    source = write_input(tmp_path / "in.jsonl")
+    output = tmp_path / "out.jsonl"
+
+    def fail(*args, **kwargs):
+        raise cli.ConstrainError("no model here")
+
+    monkeypatch.setattr(cli, "load_model", fail)
+    argv = ["generate", str(source), "-o", str(output), *(["--resume"] if resume else [])]
+    assert main(argv) == 2 and "no model here" in capsys.readouterr().err
+    assert not output.exists()
+
+
+def test_resume_refuses_a_file_corral_did_not_write(tmp_path, stand_in, capsys):
+    """--resume on a file with a line that is not a Batch output line (a whole line, or a last
+    line without its newline that does not start as one) refuses, and keeps every byte."""
+    source = write_input(tmp_path / "in.jsonl")
+    output = tmp_path / "out.jsonl"
+    assert main(["generate", str(source), "-o", str(output), "--quiet"]) == 0
+    ours = output.read_bytes()
+    for foreign in (b"my own note\n", b"my own note", b"[1, 2]\n", b'{"no": "custom_id"}\n'):
+        output.write_bytes(ours + foreign)
+        assert main(["generate", str(source), "-o", str(output), "--resume"]) == 2
+        assert "is not a Batch output line" in capsys.readouterr().err
+        assert output.read_bytes() == ours + foreign
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this system")
+def test_an_output_the_disk_refuses_is_one_line_and_status_1(tmp_path, stand_in, capsys):
+    source = write_input(tmp_path / "in.jsonl")
+    assert main(["generate", str(source), "-o", "/dev/full", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "cannot write /dev/full: No space left on device" in err
+    assert "Traceback" not in err and len(err.splitlines()) == 1
+
+
+def test_an_output_that_cannot_be_opened_is_refused_before_the_model_loads(
+    tmp_path, monkeypatch, model_never_loads, capsys
+):
+    source = write_input(tmp_path / "in.jsonl")
+    real_open = Path.open
+
+    def refuse(path, *args, **kwargs):
+        if path.name == "out.jsonl":
+            raise OSError(22, "Invalid argument")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", refuse)
+    assert main(["generate", str(source), "-o", str(tmp_path / "out.jsonl")]) == 2
+    assert "cannot open it for writing: Invalid argument" in capsys.readouterr().err
+
+
+def test_an_unknown_flag_is_named_by_its_command(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["generate", "in.jsonl", "--bogus"])
+    assert exit_.value.code == 2
+    assert "corral generate" in capsys.readouterr().err
 
 
 # --- corral serve: its input errors, before the model loads ---
