@@ -330,11 +330,14 @@ def minimize(trans: np.ndarray, accept: np.ndarray) -> tuple[np.ndarray, np.ndar
         trans: int32 `[n_states, n_classes]`, -1 dead; accept: bool `[n_states]`; start state
             0; every state reachable and live.
     Returns:
-        `(trans, accept)` of the minimal DFA, same dtypes; the start state's block is numbered
-        0, the others by their first member (`number_breadth_first` makes the form canonical).
+        `(trans, accept)` of the minimal DFA, same dtypes, new arrays; the start state's block
+        is numbered 0, the others by their first member (a DFA with no two equivalent states
+        comes back as it is; `number_breadth_first` makes the form canonical).
     """
     block = equivalence_blocks(trans, accept)
     n_blocks = int(block.max()) + 1
+    if n_blocks == trans.shape[0]:  # no two states equivalent (often so for a schema's DFA)
+        return trans.copy(), accept.copy()
     # Renumber blocks so the start's is 0, then build the quotient from one member per block.
     _, first = np.unique(block, return_index=True)
     order = np.argsort(first, kind="stable")  # blocks by their first member; state 0 is first
