@@ -5,6 +5,7 @@ random tables and the schemas of the sample data, and must give identical canoni
 from __future__ import annotations
 
 import json
+from unittest import mock
 
 import corral.automata.minimize as minimize_module
 import numpy as np
@@ -122,15 +123,23 @@ def test_hopcroft_and_moore_agree_on_random_tables(dfa):
 
 
 @settings(max_examples=150, deadline=None)
-@given(dfa=random_dfas(), moore_rounds=st.sampled_from([0, 1, 2, 3, 64]))
-def test_any_number_of_moore_rounds_before_hopcroft_gives_the_same_partition(dfa, moore_rounds):
-    """Moore's rounds hand any partition to Hopcroft's refinement: the result is the same."""
+@given(
+    dfa=random_dfas(),
+    moore_rounds=st.sampled_from([0, 1, 2, 3, 12, 64]),
+    first_rounds=st.sampled_from([1, 8, minimize_module.FIRST_MOORE_ROUNDS]),
+)
+def test_any_number_of_moore_rounds_before_hopcroft_gives_the_same_partition(
+    dfa, moore_rounds, first_rounds
+):
+    """Moore's rounds hand any partition to the invariants and Hopcroft's refinement: the
+    result is the same, however many rounds run before the invariants."""
     trans, accept = dfa
     try:
         trans, accept = remove_dead_states(trans, accept)
     except EmptyLanguageError:
         return
-    blocks = equivalence_blocks(trans, accept, moore_rounds=moore_rounds)
+    with mock.patch.object(minimize_module, "FIRST_MOORE_ROUNDS", first_rounds):
+        blocks = equivalence_blocks(trans, accept, moore_rounds=moore_rounds)
     assert same_partition(blocks, moore_blocks(trans, accept))
 
 
