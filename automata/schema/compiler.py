@@ -43,6 +43,7 @@ from corral.automata.schema.json_text import BOOLEAN_FORM, NULL_FORM, any_value
 from corral.automata.schema.keywords import (
     TYPE_OF_KEYWORD,
     TYPES,
+    bounds_above,
     check_keywords,
     child,
     is_constraint,
@@ -406,10 +407,13 @@ def compile_schema(
     unrolling of `$ref` cycles made shallower on a state limit: when the compile or `build`
     raises `TooManyNfaStatesError` or `TooManyDfaStatesError` and the compile unrolled a `$ref`
     cycle, the schema is compiled again at each depth of `shallower_recursion` in turn. When
-    every depth fails (or nothing recursed, or a shallower depth raises another error, such as
-    an empty language), the first error is raised. The extra cost falls
-    only on schemas that passed a limit: at most `max_recursion - 1` more compiles, each
-    smaller than the one before.
+    every depth passes a state limit, the first being the NFA limit (met before subset
+    construction has spent its time), and the schema bounds a string or an array above the
+    fallback lengths, it is compiled once more with those bounds lowered
+    (`SchemaLimits.narrowed`, a sub-language). When that fails too (or a retry raises another
+    error, such as an empty language), the first error is raised. The extra cost falls only on
+    schemas that passed a limit: at most `max_recursion` more compiles, each smaller than the
+    one before.
 
     Returns (result, recursive): `recursive` is True when the compile that gave `result`
     unrolled a `$ref` cycle (so a smaller `max_recursion` gives a smaller language).
@@ -417,20 +421,49 @@ def compile_schema(
     Raises: the errors of `schema_to_tree`, and those of `build`.
     """
     _check(schema)
+    schema_limits = schema_limits or DEFAULT_SCHEMA_LIMITS
     first = None
-    for depth_limits in shallower_recursion(schema_limits or DEFAULT_SCHEMA_LIMITS):
-        compiler = Compiler(schema, limits, depth_limits)
+    recursed = False
+    for depth_limits in shallower_recursion(schema_limits):
         try:
-            with deep_recursion():
-                tree = compiler.trees.build(_compile(schema, compiler))
-                return (tree if build is None else build(tree)), compiler.recursive
-        except ConstrainError as error:
-            if first is None and not isinstance(error, STATE_LIMIT_ERRORS):
-                raise
-            first = first or error  # a shallower depth's own error is not reported
-            if not (isinstance(error, STATE_LIMIT_ERRORS) and compiler.recursive):
+            return _attempt(schema, limits, depth_limits, build)
+        except _StateLimit as failed:
+            first = first or failed.error  # a shallower depth's own error is not reported
+            recursed = failed.recursive
+            if not recursed:
                 break
+        except ConstrainError:
+            if first is None:
+                raise
+            break
+    narrow = schema_limits.narrowed(recursed)
+    if isinstance(first, TooManyNfaStatesError) and bounds_above(
+        schema, narrow.max_string_length, narrow.max_array_length
+    ):
+        try:
+            return _attempt(schema, limits, narrow, build)
+        except (_StateLimit, ConstrainError):
+            pass
     raise first
+
+
+class _StateLimit(Exception):
+    """An attempt of `compile_schema` passed a state limit (`error`); `recursive`: it unrolled
+    a `$ref` cycle."""
+
+    def __init__(self, error: ConstrainError, recursive: bool):
+        self.error, self.recursive = error, recursive
+
+
+def _attempt(schema, limits: Limits | None, schema_limits: SchemaLimits, build):
+    """One compile of `compile_schema`: (result, recursive); `_StateLimit` on a state limit."""
+    compiler = Compiler(schema, limits, schema_limits)
+    try:
+        with deep_recursion():
+            tree = compiler.trees.build(_compile(schema, compiler))
+            return (tree if build is None else build(tree)), compiler.recursive
+    except STATE_LIMIT_ERRORS as error:
+        raise _StateLimit(error, compiler.recursive) from None
 
 
 def schema_to_tree(
