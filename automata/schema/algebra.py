@@ -227,11 +227,17 @@ class Algebra:
         rest = {k: v for k, v in schema.items() if k != "not"}
         return self.without(rest, [schema["not"]], pointer, depth, "not")
 
-    def one_of(self, branches: list, pointer: str, depth: int):
-        """Exactly one branch (each already merged with the keywords beside `oneOf`)."""
+    def one_of(self, branches: list, pointer: str, depth: int, excluded=None):
+        """Exactly one branch (each already merged with the keywords beside `oneOf`). Branch j
+        is not subtracted from branch i when `excluded(i, j)` proves that no text of branch
+        i's language is valid against branch j (nothing to remove, so no exactness needed)."""
         out = []
         for i, branch in enumerate(branches):
-            others = [b for j, b in enumerate(branches) if j != i]
+            others = [
+                b
+                for j, b in enumerate(branches)
+                if j != i and not (excluded is not None and excluded(i, j))
+            ]
             out.append(self.without(branch, others, child(pointer, "oneOf", i), depth, "oneOf"))
         return choice(out)
 

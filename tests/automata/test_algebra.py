@@ -454,3 +454,34 @@ def test_extra_members_of_a_pattern_matching_every_name_take_its_schema():
     for _ in range(100):
         text = dfa.sample(rng).decode("utf-8")
         assert check.is_valid(json.loads(text)), text
+
+
+def test_one_of_subtracts_only_the_branches_not_proved_disjoint():
+    """Branch 0 (an inexact `format`) is disjoint from the others by its `kind`: it is not
+    subtracted from them, nor they from it; branches 1 and 2 overlap and are subtracted."""
+    schema = {
+        "type": "object",
+        "oneOf": [
+            {
+                "properties": {"kind": {"enum": ["a"]}, "mail": {"format": "email"}},
+                "required": ["kind"],
+            },
+            {
+                "properties": {"kind": {"enum": ["b"]}, "n": {"type": "integer", "minimum": 0}},
+                "required": ["kind"],
+            },
+            {
+                "properties": {"kind": {"enum": ["b"]}, "n": {"type": "integer", "maximum": 5}},
+                "required": ["kind"],
+            },
+        ],
+    }
+    dfa = schema_to_dfa(schema)
+    assert dfa.matches(b'{"kind":"b","n":9}') and dfa.matches(b'{"kind":"b","n":-1}')
+    assert not dfa.matches(b'{"kind":"b","n":3}') and not dfa.matches(b'{"kind":"b"}')
+    assert dfa.matches(b'{"kind":"a"}')
+    check = validator(schema)
+    rng = np.random.default_rng(4)
+    for _ in range(100):
+        text = dfa.sample(rng).decode("utf-8")
+        assert check.is_valid(json.loads(text)), text
