@@ -25,6 +25,7 @@ its states (`corral.automata.nfa`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 
@@ -73,17 +74,36 @@ class Algebra:
         self.merger = compiler.merger
         self.exactness = Exactness(compiler.merger, compiler.schema_limits)
         self.memo: dict[tuple, tuple[Dfa | None, float, bool]] = {}  # see `schema_dfa`
+        self.interned: dict[bytes, Dfa] = {}  # table digest -> the first DFA with that table
+        self.products: dict[tuple, Dfa | None] = {}  # (operation, id(a), id(b)) -> result
+        self.collided: list[Dfa] = []
 
     # helpers ------------------------------------------------------------------------------
 
     def dfa(self, form) -> Dfa | None:
-        """The DFA of a form node, None for the empty language. Raises LimitError."""
+        """The DFA of a form node (`intern`ed), None for the empty language. Raises
+        LimitError."""
         if form is NOTHING:
             return None
         try:
-            return build_dfa(self.compiler.trees.build(form), self.compiler.trees.limits)
+            tree = self.compiler.trees.build(form)
+            return self.intern(build_dfa(tree, self.compiler.trees.limits))
         except EmptyLanguageError:
             return None
+
+    def intern(self, dfa: Dfa) -> Dfa:
+        """The one `Dfa` object of this compile with `dfa`'s tables: canonical tables are equal
+        exactly when the languages are (DESIGN.md section 2), so `_product` can memoize on the
+        operands' identity. A digest hit is confirmed by comparing the tables."""
+        digest = hashlib.blake2b(dfa.trans.tobytes(), digest_size=16)
+        digest.update(dfa.accept.tobytes())
+        kept = self.interned.setdefault(digest.digest(), dfa)
+        if kept is not dfa and not (
+            np.array_equal(kept.trans, dfa.trans) and np.array_equal(kept.accept, dfa.accept)
+        ):
+            self.collided.append(dfa)  # a digest collision (never met): kept apart, and alive
+            return dfa
+        return kept
 
     def compile(self, schema, pointer: str, depth: int):
         """The compiler's form of a merged part; NOTHING when its bounds contradict."""
@@ -122,14 +142,20 @@ class Algebra:
         return hit[0]
 
     def _product(self, operation, a: Dfa | None, b: Dfa | None) -> Dfa | None:
+        """`operation(a, b)` (an `intern`ed DFA, None for the empty language), memoized for
+        this compile: the branches of a `oneOf` and nested `not`s repeat the same products."""
         if a is None:
             return None
         if b is None:
             return a if operation is difference else None
-        try:
-            return operation(a, b, self.compiler.trees.limits)
-        except EmptyLanguageError:
-            return None
+        a, b = self.intern(a), self.intern(b)
+        key = (operation.__name__, id(a), id(b))  # interned operands stay alive: ids stay unique
+        if key not in self.products:
+            try:
+                self.products[key] = self.intern(operation(a, b, self.compiler.trees.limits))
+            except EmptyLanguageError:
+                self.products[key] = None
+        return self.products[key]
 
     @staticmethod
     def form_of(dfa: Dfa | None):
@@ -201,11 +227,17 @@ class Algebra:
         rest = {k: v for k, v in schema.items() if k != "not"}
         return self.without(rest, [schema["not"]], pointer, depth, "not")
 
-    def one_of(self, branches: list, pointer: str, depth: int):
-        """Exactly one branch (each already merged with the keywords beside `oneOf`)."""
+    def one_of(self, branches: list, pointer: str, depth: int, excluded=None):
+        """Exactly one branch (each already merged with the keywords beside `oneOf`). Branch j
+        is not subtracted from branch i when `excluded(i, j)` proves that no text of branch
+        i's language is valid against branch j (nothing to remove, so no exactness needed)."""
         out = []
         for i, branch in enumerate(branches):
-            others = [b for j, b in enumerate(branches) if j != i]
+            others = [
+                b
+                for j, b in enumerate(branches)
+                if j != i and not (excluded is not None and excluded(i, j))
+            ]
             out.append(self.without(branch, others, child(pointer, "oneOf", i), depth, "oneOf"))
         return choice(out)
 
@@ -257,19 +289,18 @@ class Algebra:
                 raise unsupported(pointer, "patternProperties", error.reason) from None
             names = self.dfa(Subtree(Concat((quote, content, quote))))
             patterns.append((self._product(intersection, names, ascii_names), sub, where))
-        options = []
+        options = [(i, *pattern) for i, pattern in enumerate(patterns)]
         additional = schema.get("additionalProperties", True)
         if additional is not False:
-            options.append((ascii_names, additional, child(pointer, "additionalProperties")))
-        options += patterns
+            where = child(pointer, "additionalProperties")
+            options.insert(0, (-1, ascii_names, additional, where))
         taken_dfa = None
         if taken:
             texts = sorted(dumps(name).encode("utf-8") for name in taken)
             taken_dfa = build_dfa(Alt(tuple(literal_bytes(t) for t in texts)), trees.limits)
-        for names, sub, where in options:
-            own = names
-            for other, _, _ in patterns:
-                if other is not own:
+        for own, names, sub, where in options:  # by position: equal DFAs are one object
+            for i, (other, _, _) in enumerate(patterns):
+                if i != own:
                     names = self._product(difference, names, other)
             names = self._product(difference, names, taken_dfa)
             if names is None:

@@ -19,7 +19,9 @@ string is a chain of up to 4 x maxLength tree levels.
 
 from __future__ import annotations
 
+import gc
 import math
+from contextlib import contextmanager
 from dataclasses import replace
 
 from corral.automata.compile import build_dfa, deep_recursion
@@ -43,6 +45,7 @@ from corral.automata.schema.json_text import BOOLEAN_FORM, NULL_FORM, any_value
 from corral.automata.schema.keywords import (
     TYPE_OF_KEYWORD,
     TYPES,
+    bounds_above,
     check_keywords,
     child,
     is_constraint,
@@ -78,6 +81,7 @@ class Compiler:
         self.min_hit = math.inf  # lowest stack position a cut or reuse inside depended on
         self.recursive = False  # a `$ref` target was met again on its own path (unrolled)
         self.any_cache: dict = {}
+        self.enum_cache: dict[int, tuple[dict, object]] = {}  # id -> (schema kept alive, form)
         self.algebra = Algebra(self)
 
     def compile(self, schema, pointer: str, depth: int):
@@ -213,7 +217,8 @@ class Compiler:
 
     def compile_one_of(self, schema: dict, pointer: str, depth: int):
         """As `anyOf` when the branches (merged with the siblings) are provably disjoint;
-        otherwise SchemaError naming `oneOf`."""
+        otherwise by the algebra (`Algebra.one_of`), which subtracts from each branch the
+        others not proved disjoint from it."""
         branches = self.branches(schema, "oneOf", pointer)
         rest = {k: v for k, v in schema.items() if k != "oneOf"}
         merged = [
@@ -226,14 +231,30 @@ class Compiler:
         for i, mi in enumerate(restricted):
             for j, mj in enumerate(merged):
                 if i != j and not excludes(mi, mj, self.merger, pointer):
-                    return self.algebra.one_of(merged, pointer, depth)
+                    return self.algebra.one_of(
+                        merged,
+                        pointer,
+                        depth,
+                        lambda i, j: excludes(merged[i], merged[j], self.merger, pointer),
+                    )
         return choice(
             self.compile(m, child(pointer, "oneOf", i), depth + 1) for i, m in enumerate(restricted)
         )
 
     def compile_enum(self, schema: dict, pointer: str, depth: int):
         """The alternation of the dumped `enum`/`const` values that satisfy the other keywords
-        (checked on the DFA of the rest of the schema)."""
+        (checked on the DFA of the rest of the schema). The form of a schema object with no
+        other keyword than `type` depends on nothing else: it is made once per compile (an
+        unrolled `$ref` cycle meets the same enums again and again)."""
+        hit = self.enum_cache.get(id(schema))
+        if hit is not None and hit[0] is schema:
+            return hit[1]
+        form = self._enum_form(schema, pointer, depth)
+        if not any(is_constraint(k) and k not in ("enum", "const", "type") for k in schema):
+            self.enum_cache[id(schema)] = (schema, form)
+        return form
+
+    def _enum_form(self, schema: dict, pointer: str, depth: int):
         if "enum" in schema:
             values = schema["enum"]
             if not isinstance(values, list):
@@ -406,10 +427,13 @@ def compile_schema(
     unrolling of `$ref` cycles made shallower on a state limit: when the compile or `build`
     raises `TooManyNfaStatesError` or `TooManyDfaStatesError` and the compile unrolled a `$ref`
     cycle, the schema is compiled again at each depth of `shallower_recursion` in turn. When
-    every depth fails (or nothing recursed, or a shallower depth raises another error, such as
-    an empty language), the first error is raised. The extra cost falls
-    only on schemas that passed a limit: at most `max_recursion - 1` more compiles, each
-    smaller than the one before.
+    every depth passes a state limit, the first being the NFA limit (met before subset
+    construction has spent its time), and the schema bounds a string or an array above the
+    fallback lengths, it is compiled once more with those bounds lowered
+    (`SchemaLimits.narrowed`, a sub-language). When that fails too (or a retry raises another
+    error, such as an empty language), the first error is raised. The extra cost falls only on
+    schemas that passed a limit: at most `max_recursion` more compiles, each smaller than the
+    one before.
 
     Returns (result, recursive): `recursive` is True when the compile that gave `result`
     unrolled a `$ref` cycle (so a smaller `max_recursion` gives a smaller language).
@@ -417,20 +441,72 @@ def compile_schema(
     Raises: the errors of `schema_to_tree`, and those of `build`.
     """
     _check(schema)
+    with paused_gc():
+        return _compile_schema(schema, limits, schema_limits or DEFAULT_SCHEMA_LIMITS, build)
+
+
+@contextmanager
+def paused_gc():
+    """Python's cyclic garbage collector off for the block (back on after it, if it was on).
+    A compile allocates millions of small objects (NFA states, tree and form nodes, memo keys)
+    that live until it ends; each allocation burst would run collections scanning all of them
+    again, a sizable share of a large compile's time. A compile's one cycle (the compiler and
+    its algebra) is cut when the compile ends (`_attempt`), so its memory is freed at once."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _compile_schema(schema, limits, schema_limits: SchemaLimits, build):
+    """`compile_schema` after the document check."""
     first = None
-    for depth_limits in shallower_recursion(schema_limits or DEFAULT_SCHEMA_LIMITS):
-        compiler = Compiler(schema, limits, depth_limits)
+    recursed = False
+    for depth_limits in shallower_recursion(schema_limits):
         try:
-            with deep_recursion():
-                tree = compiler.trees.build(_compile(schema, compiler))
-                return (tree if build is None else build(tree)), compiler.recursive
-        except ConstrainError as error:
-            if first is None and not isinstance(error, STATE_LIMIT_ERRORS):
-                raise
-            first = first or error  # a shallower depth's own error is not reported
-            if not (isinstance(error, STATE_LIMIT_ERRORS) and compiler.recursive):
+            return _attempt(schema, limits, depth_limits, build)
+        except _StateLimit as failed:
+            first = first or failed.error  # a shallower depth's own error is not reported
+            recursed = failed.recursive
+            if not recursed:
                 break
+        except ConstrainError:
+            if first is None:
+                raise
+            break
+    narrow = schema_limits.narrowed(recursed)
+    if isinstance(first, TooManyNfaStatesError) and bounds_above(
+        schema, narrow.max_string_length, narrow.max_array_length
+    ):
+        try:
+            return _attempt(schema, limits, narrow, build)
+        except (_StateLimit, ConstrainError):
+            pass
     raise first
+
+
+class _StateLimit(Exception):
+    """An attempt of `compile_schema` passed a state limit (`error`); `recursive`: it unrolled
+    a `$ref` cycle."""
+
+    def __init__(self, error: ConstrainError, recursive: bool):
+        self.error, self.recursive = error, recursive
+
+
+def _attempt(schema, limits: Limits | None, schema_limits: SchemaLimits, build):
+    """One compile of `compile_schema`: (result, recursive); `_StateLimit` on a state limit."""
+    compiler = Compiler(schema, limits, schema_limits)
+    try:
+        with deep_recursion():
+            tree = compiler.trees.build(_compile(schema, compiler))
+            return (tree if build is None else build(tree)), compiler.recursive
+    except STATE_LIMIT_ERRORS as error:
+        raise _StateLimit(error, compiler.recursive) from None
+    finally:
+        compiler.algebra = None  # the one reference cycle: freed now, not by the collector
 
 
 def schema_to_tree(

@@ -11,6 +11,8 @@ discriminator), or the branches' `enum`/`const` sets are disjoint. The proofs ar
 from __future__ import annotations
 
 from corral.automata.errors import SchemaError
+from corral.automata.schema.formats import INTEGER_FORMATS, NUMBER_FORMATS
+from corral.automata.schema.keywords import TYPE_OF_KEYWORD
 from corral.automata.schema.merge import Merger
 from corral.automata.schema.values import json_key, json_type
 
@@ -72,6 +74,30 @@ def possible_types(schema, merger: Merger, pointer: str, depth: int = 0) -> set[
     return out
 
 
+_DISPATCHED = frozenset(
+    {"$ref", "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas",
+     "dependencies", "propertyNames", "contains", "enum", "const", "type"}
+)  # fmt: skip
+"""Keywords after which the compiler does not lower a schema by the types its keywords imply."""
+
+
+def written_types(schema, merger: Merger, pointer: str) -> set[str]:
+    """A superset of the JSON types of the texts the compiler writes for `schema` ("integer"
+    folded into "number"): for an untyped schema lowered by its keywords alone (none of
+    `_DISPATCHED`), the types those keywords imply, as `Compiler.types_of` takes them
+    (`properties` alone writes objects only, though any non-object is valid against it);
+    otherwise `possible_types`."""
+    if not isinstance(schema, dict) or any(k in schema for k in _DISPATCHED):
+        return possible_types(schema, merger, pointer)
+    implied = {TYPE_OF_KEYWORD[k] for k in schema if k in TYPE_OF_KEYWORD}
+    fmt = schema.get("format")
+    if isinstance(fmt, str):
+        integral = fmt in INTEGER_FORMATS or fmt in NUMBER_FORMATS
+        implied.add("number" if integral else "string")
+    implied = {"number" if t == "integer" else t for t in implied}
+    return implied or possible_types(schema, merger, pointer)
+
+
 def enum_keys(schema) -> set | None:
     """The `json_key`s of the values `schema`'s `enum`/`const` allow, None when unbounded."""
     if not isinstance(schema, dict):
@@ -114,7 +140,7 @@ def written_names(schema: dict) -> set | None:
 def excludes(mi, mj, merger: Merger, pointer: str) -> bool:
     """True when no value of branch i's language (compiled from the merged branch `mi`, after
     `leave_out_others_required`) is valid against branch j (`mj`)."""
-    ti, tj = possible_types(mi, merger, pointer), possible_types(mj, merger, pointer)
+    ti, tj = written_types(mi, merger, pointer), possible_types(mj, merger, pointer)
     if not ti & tj:
         return True
     if not isinstance(mi, dict) or not isinstance(mj, dict):

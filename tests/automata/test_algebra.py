@@ -410,3 +410,78 @@ def test_memoized_parts_on_the_sample_schemas(sample_data, monkeypatch):
     _without_memo(monkeypatch)
     assert [_outcome(s) for s in schemas] == memoized
     assert sum(isinstance(m[0], bytes) for m in memoized) >= 3
+
+
+def test_one_of_of_untyped_branches_with_a_discriminator_compiles_as_any_of():
+    """Branches with object keywords and no `type` write only objects (the types their keywords
+    imply), so a required member with disjoint `enum`s proves them disjoint (Snowplow's
+    bad-row schemas), though non-objects are valid against both."""
+    schema = {
+        "type": "array",
+        "items": {
+            "oneOf": [
+                {
+                    "properties": {"type": {"enum": ["a"]}, "key": {"type": "string"}},
+                    "required": ["type", "key"],
+                    "additionalProperties": False,
+                },
+                {"properties": {"type": {"enum": ["b"]}}, "required": ["type"]},
+            ]
+        },
+    }
+    dfa = schema_to_dfa(schema)
+    assert dfa.matches(b'[{"type":"a","key":"k"},{"type":"b"}]')
+    assert not dfa.matches(b'[{"type":"a"}]') and not dfa.matches(b"[1]")
+    check = validator(schema)
+    rng = np.random.default_rng(5)
+    for _ in range(100):
+        text = dfa.sample(rng).decode("utf-8")
+        assert check.is_valid(json.loads(text)), text
+
+
+def test_extra_members_of_a_pattern_matching_every_name_take_its_schema():
+    """An unlisted member (for `minProperties`) whose name a pattern matches takes that
+    pattern's schema, also when the pattern matches every name (its names' DFA is then the
+    DFA of every name, one object in the algebra's memo)."""
+    schema = {
+        "type": "object",
+        "minProperties": 1,
+        "patternProperties": {"[a-z]*": {"type": "object", "maxProperties": 0}},
+    }
+    dfa = schema_to_dfa(schema)
+    check = validator(schema)
+    rng = np.random.default_rng(2)
+    for _ in range(100):
+        text = dfa.sample(rng).decode("utf-8")
+        assert check.is_valid(json.loads(text)), text
+
+
+def test_one_of_subtracts_only_the_branches_not_proved_disjoint():
+    """Branch 0 (an inexact `format`) is disjoint from the others by its `kind`: it is not
+    subtracted from them, nor they from it; branches 1 and 2 overlap and are subtracted."""
+    schema = {
+        "type": "object",
+        "oneOf": [
+            {
+                "properties": {"kind": {"enum": ["a"]}, "mail": {"format": "email"}},
+                "required": ["kind"],
+            },
+            {
+                "properties": {"kind": {"enum": ["b"]}, "n": {"type": "integer", "minimum": 0}},
+                "required": ["kind"],
+            },
+            {
+                "properties": {"kind": {"enum": ["b"]}, "n": {"type": "integer", "maximum": 5}},
+                "required": ["kind"],
+            },
+        ],
+    }
+    dfa = schema_to_dfa(schema)
+    assert dfa.matches(b'{"kind":"b","n":9}') and dfa.matches(b'{"kind":"b","n":-1}')
+    assert not dfa.matches(b'{"kind":"b","n":3}') and not dfa.matches(b'{"kind":"b"}')
+    assert dfa.matches(b'{"kind":"a"}')
+    check = validator(schema)
+    rng = np.random.default_rng(4)
+    for _ in range(100):
+        text = dfa.sample(rng).decode("utf-8")
+        assert check.is_valid(json.loads(text)), text
