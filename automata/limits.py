@@ -8,7 +8,7 @@ building 40,000 of them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,6 @@ class SchemaLimits:
         max_regex_length: longest regex text `json_schema_to_regex` renders (default 2,000,000
             characters).
         max_product_nodes: most nodes of a pattern x length product (default 200,000).
-        fallback_string_length, fallback_array_length: the caps of the last attempt after a
-            state limit (defaults 32 characters and 8 items; `narrowed`).
     """
 
     max_depth: int = 64
@@ -77,26 +75,6 @@ class SchemaLimits:
     max_properties: int = 5_000
     max_regex_length: int = 2_000_000
     max_product_nodes: int = 200_000
-    fallback_string_length: int = 32
-    fallback_array_length: int = 8
-
-    def narrowed(self, recursed: bool) -> SchemaLimits:
-        """The limits of a schema's last attempt when every compile passed a state limit, the
-        first the NFA's (`corral.automata.schema.compiler.compile_schema`): `max_string_length`
-        lowered to
-        `fallback_string_length` and `max_array_length` to `fallback_array_length`, and the
-        shallowest unrolling (`max_recursion` 1) when the compile `recursed` through a `$ref`
-        cycle. A counted string or array costs states per position (about 9 DFA states per
-        character of a string), so a schema with a hundred strings of `maxLength` 255 (Snowplow's
-        event schemas) needs more than 100,000 states; capped at 32 it fits. Every cap
-        gives a sub-language (sound, DESIGN.md section 3), and which schemas take it depends
-        only on the state limits, not on the machine."""
-        return replace(
-            self,
-            max_string_length=min(self.max_string_length, self.fallback_string_length),
-            max_array_length=min(self.max_array_length, self.fallback_array_length),
-            max_recursion=1 if recursed else self.max_recursion,
-        )
 
 
 DEFAULT_SCHEMA_LIMITS = SchemaLimits()

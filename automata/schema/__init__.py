@@ -58,9 +58,7 @@ Supported keywords (anything else that is a JSON Schema keyword of any draft is 
     one, a `\\u` surrogate pair too; `\\u` escapes are written only in strings with a
     `maxLength` up to 16, which keeps longer counted strings' DFAs small; a lone surrogate
     escape is never written, in any string; `maxLength` above `SchemaLimits.max_string_length`
-    is lowered to it, a larger `minLength` is refused; a schema whose compile passes the NFA
-    state limit is compiled once more with `maxLength` above 32 and `maxItems` above 8 lowered
-    to them, `SchemaLimits.narrowed`);
+    is lowered to it, a larger `minLength` is refused);
     `pattern` (a search, as JSON Schema says: unanchored ends get any characters; the pattern is
     read by `corral.automata.parse` and made sound inside a JSON string by removing `"`, `\\` and
     U+0000..U+001F from every byte set, so the JSON text of the string is its value; a pattern

@@ -45,7 +45,6 @@ from corral.automata.schema.json_text import BOOLEAN_FORM, NULL_FORM, any_value
 from corral.automata.schema.keywords import (
     TYPE_OF_KEYWORD,
     TYPES,
-    bounds_above,
     check_keywords,
     child,
     is_constraint,
@@ -427,11 +426,9 @@ def compile_schema(
     unrolling of `$ref` cycles made shallower on a state limit: when the compile or `build`
     raises `TooManyNfaStatesError` or `TooManyDfaStatesError` and the compile unrolled a `$ref`
     cycle, the schema is compiled again at each depth of `shallower_recursion` in turn. When
-    every depth passes a state limit, the first being the NFA limit (met before subset
-    construction has spent its time), and the schema bounds a string or an array above the
-    fallback lengths, it is compiled once more with those bounds lowered
-    (`SchemaLimits.narrowed`, a sub-language). When that fails too (or a retry raises another
-    error, such as an empty language), the first error is raised. The extra cost falls only on
+    every depth passes a state limit (or a retry raises another error, such as an empty
+    language), the first error is raised: a blow-up is refused past the documented limits,
+    never answered with a narrower language than the limits document. The extra cost falls only on
     schemas that passed a limit: at most `max_recursion` more compiles, each smaller than the
     one before.
 
@@ -464,27 +461,17 @@ def paused_gc():
 def _compile_schema(schema, limits, schema_limits: SchemaLimits, build):
     """`compile_schema` after the document check."""
     first = None
-    recursed = False
     for depth_limits in shallower_recursion(schema_limits):
         try:
             return _attempt(schema, limits, depth_limits, build)
         except _StateLimit as failed:
             first = first or failed.error  # a shallower depth's own error is not reported
-            recursed = failed.recursive
-            if not recursed:
+            if not failed.recursive:
                 break
         except ConstrainError:
             if first is None:
                 raise
             break
-    narrow = schema_limits.narrowed(recursed)
-    if isinstance(first, TooManyNfaStatesError) and bounds_above(
-        schema, narrow.max_string_length, narrow.max_array_length
-    ):
-        try:
-            return _attempt(schema, limits, narrow, build)
-        except (_StateLimit, ConstrainError):
-            pass
     raise first
 
 

@@ -112,21 +112,3 @@ def count(schema: dict, key: str, pointer: str) -> int | None:
     if not is_int(value) or value < 0:
         raise SchemaError(pointer, key, f"{key} must be a non-negative integer")
     return value
-
-
-def bounds_above(document, strings: int, items: int) -> bool:
-    """True when some object of the JSON `document` (a whole schema, walked as data) holds an
-    integer `maxLength` above `strings` or `maxItems` above `items`: the bounds a narrower
-    `SchemaLimits` would lower (`SchemaLimits.narrowed`). O(size of the document)."""
-    stack = [document]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            for key, limit in (("maxLength", strings), ("maxItems", items)):
-                value = node.get(key)
-                if is_int(value) and value > limit:
-                    return True
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    return False
