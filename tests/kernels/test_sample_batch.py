@@ -275,3 +275,26 @@ def test_disallowed_tokens_never_show_even_when_they_lead(density):
     assert len(ids) == n_allowed and set(ids.tolist()) == set(np.flatnonzero(allowed).tolist())
     assert np.isfinite(logprobs[: n_allowed - len(minus_inf)]).all()
     assert (logprobs[n_allowed - len(minus_inf) :] == -np.inf).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    v=st.integers(1, 3000),
+    density=st.sampled_from([0.01, 0.2, 0.3, 1.0]),
+    n=st.integers(0, 40),
+    seed=st.integers(0, 2**31),
+)
+def test_top_logprobs_agree_with_a_numpy_sort(v, density, n, seed):
+    """The top list against NumPy: the allowed tokens by logit, largest first, ties by id (a
+    stable sort), logprobs the float64 log-softmax over the allowed tokens; few distinct logit
+    values make ties common, in gathered rows and rows read in place alike."""
+    rng = np.random.default_rng(seed)
+    logits = rng.integers(-4, 5, v).astype(np.float32)
+    allowed = rng.random(v) < density
+    allowed[rng.integers(v)] = True
+    ids, logprobs = top_logprobs(logits, pack(allowed), n)
+    masked = np.where(allowed, logits.astype(np.float64), -np.inf)
+    expected = np.argsort(-masked, kind="stable")[: min(n, int(allowed.sum()))]
+    assert ids.tolist() == expected.tolist()
+    log_softmax = masked - masked.max() - np.log(np.exp(masked - masked.max()).sum())
+    np.testing.assert_allclose(logprobs, log_softmax[expected], atol=1e-5)
