@@ -9,7 +9,8 @@ ids are first gathered (in id order, O(V / 32 + n)) and read with a mask of ones
 positions:
 1. the peak (the largest allowed logit), one pass;
 2. float32 weights `exp((score - top) / temperature)`, never stored: one pass sums them per
-   block of `BLOCK` positions (one mask word) in float64; at temperature 1 on the raw logits
+   block of `BLOCK` positions (one mask word) in float32, the blocks in float64 (LLVM's
+   vectors hold 8 float32 and only 4 float64); at temperature 1 on the raw logits
    this gives `log_total`, and the logprob of position i is
    `float64(float32(values[i] - peak)) - log_total` (one formula for the chosen token and the
    top_logprobs list, so they agree bit for bit);
@@ -23,17 +24,17 @@ positions:
    O(n / BLOCK + BLOCK);
 5. the `n_top[b]` best allowed positions by value (ties: lower id first).
 
-Speed: the passes over the row are loops LLVM vectorizes (checked in `inspect_asm`): a mask word's
-bits are selects, not branches; the exp is Cephes' branch-free `expf`
-(`corral.kernels.expf.exp_nonpositive`; Numba's scalar `math.exp` is a call LLVM does not
-vectorize); the peak is kept in `BLOCK` lanes of elementwise maxima (a maximum in one
+Speed: the passes over the row are loops LLVM vectorizes (checked in `inspect_asm`): a mask word is
+a vector mask (a loop of constant trip count BLOCK over its bits), not branches; the exp is Cephes'
+branch-free `expf` (`corral.kernels.expf.exp_nonpositive`; Numba's scalar `math.exp` is a call LLVM
+does not vectorize); the peak is kept in `BLOCK` lanes of elementwise maxima (a maximum in one
 loop-carried variable is not vectorized without LLVM's no-NaN flag, which -inf and NaN logits
-forbid). Nothing of the vocabulary's size is allocated for a free or dense row without
-penalties. Top-k and top-p never sort the vocabulary: a histogram of the scores in buckets of one
-temperature (one e-fold of weight) finds the few candidates that can matter, and only those are
-sorted (one `np.sort`, the only generic NumPy routine compiled here). `sample_rows` runs the rows
-on one thread (the default of `sample_batch`); `sample_rows_parallel` is the same loop over
-Numba's threads (`prange`).
+forbid). Nothing of the vocabulary's size is allocated for a free or dense row without penalties.
+Top-k and top-p never sort the vocabulary: a histogram of the scores in buckets of one temperature
+(one e-fold of weight) finds the few candidates that can matter, and only those are sorted (one
+`np.sort`, the only generic NumPy routine compiled here). `sample_rows` runs the rows on one thread
+(the default of `sample_batch`); `sample_rows_parallel` is the same loop over Numba's threads
+(`prange`).
 """
 
 from __future__ import annotations

@@ -18,8 +18,9 @@ Decisions (what OpenAI, vLLM and Hugging Face users expect):
 
 - A draw is the inverse CDF at one uniform number from the caller's generator
   (`numpy.random.Generator.random()`, none when greedy), so a request's tokens depend on its own
-  seed only, alone or in any batch. Weights are float32, their sums float64; a token whose weight
-  `exp((score - top) / temperature)` is below float32's smallest normal (exp(-87)) weighs 0.
+  seed only, alone or in any batch. Weights are float32, summed in float32 per 32 tokens and in
+  float64 over those; a token whose weight `exp((score - top) / temperature)` is below
+  float32's smallest normal (exp(-87)) weighs 0.
 - min-p compares weights: it keeps the tokens whose weight is at least min_p times the largest.
 
 One implementation: `sample_batch` samples every row of a batch in one Numba call
