@@ -60,6 +60,7 @@ weight), the last one takes everything below."""
 # -inf, a caller's own masking) still compare as they should.
 _FAST = {"reassoc", "nsz", "arcp", "contract", "afn"}
 _ONE = np.uint32(1)
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 @numba.njit(cache=True, boundscheck=False)
@@ -173,7 +174,7 @@ def _sample_one(
     if p[TEMPERATURE] == 0.0:
         chosen = _first_at(scores, mask, n, top)
     else:
-        inverse = np.float32(1.0 / p[TEMPERATURE])
+        inverse = np.float32(min(1.0 / p[TEMPERATURE], _FLOAT32_MAX))  # finite: 0 * inverse is 0
         score_floor, weight_floor = _floors(scores, mask, n, allowed, top, inverse, p)
         if penalized or inverse != one or score_floor > no_floor or weight_floor > 0:
             _sums(scores, mask, n, top, inverse, score_floor, weight_floor, sums)
@@ -342,7 +343,7 @@ def _draw(x, mask, n, top, inverse, score_floor, weight_floor, sums, uniform):
             running += w
             if running > target:
                 return i
-    return last
+    return last if last >= 0 else _first_at(x, mask, n, np.float32(np.nan))
 
 
 @numba.njit(cache=True, boundscheck=False, fastmath=_FAST)

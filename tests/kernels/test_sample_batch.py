@@ -298,3 +298,16 @@ def test_top_logprobs_agree_with_a_numpy_sort(v, density, n, seed):
     assert ids.tolist() == expected.tolist()
     log_softmax = masked - masked.max() - np.log(np.exp(masked - masked.max()).sum())
     np.testing.assert_allclose(logprobs, log_softmax[expected], atol=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [1e-40, 1e-30, 1e-6])
+def test_a_tiny_temperature_takes_the_largest_logit(temperature):
+    """A temperature whose inverse overflows float32 still gives the peak weight 1 and every
+    other weight 0: the draw is the greedy choice, in rows read in place and gathered."""
+    rng = np.random.default_rng(3)
+    logits = rng.standard_normal((2, 3000)).astype(np.float32)
+    allowed = rng.random((2, 3000)) < np.array([[0.9], [0.05]])
+    params = [SamplingParams(temperature=temperature)] * 2
+    out = sample_batch(logits, [pack(allowed[0]), pack(allowed[1])], params, [0.99, 0.5])
+    expected = np.argmax(np.where(allowed, logits, -np.inf), axis=1)
+    assert out.tokens.tolist() == expected.tolist()
