@@ -451,9 +451,8 @@ def _floors(scores, mask, n, allowed, top, inverse, p):
     score_floor, weight_floor = np.float32(-np.inf), np.float32(0.0)
     if 0 < top_k < allowed:
         counts = np.zeros(N_BUCKETS, np.int64)
-        for i in range(n):
-            if _bit(mask, i):
-                counts[_bucket(scores[i], top, inverse)] += 1
+        for i in range(n):  # branch-free: a mask bit is unpredictable, a bucket index is not
+            counts[_bucket(scores[i], top, inverse)] += np.int64(_bit(mask, i))
         last, seen = 0, counts[0]
         while seen < top_k:
             last += 1
@@ -461,7 +460,7 @@ def _floors(scores, mask, n, allowed, top, inverse, p):
         candidates = np.empty(seen, np.float32)
         m = 0
         for i in range(n):
-            if _bit(mask, i) and _bucket(scores[i], top, inverse) <= last:
+            if _bucket(scores[i], top, inverse) <= last and _bit(mask, i):  # rarely past the first
                 candidates[m] = scores[i]
                 m += 1
         score_floor = np.sort(candidates)[m - top_k]
