@@ -4,7 +4,7 @@ Numba's `np.exp` on float32 is a call LLVM does not vectorize.
 
 S. L. Moshier, Cephes Math Library, `expf.c`: exp(x) = 2^n exp(r) with n = round(x / ln 2) and
 r = x - n ln 2 (ln 2 split in `LN2_HIGH` + `LN2_LOW` for exactness), |r| <= ln 2 / 2, where
-exp(r) is the degree-7 polynomial `exp_reduced(r)`; each caller forms 2^n from n's bits.
+exp(r) is the degree-7 polynomial `exp_reduced(r)`; 2^n is a float32 built from n's bits.
 """
 
 from __future__ import annotations
@@ -28,3 +28,17 @@ def exp_reduced(r):  # pragma: no cover - compiled
     p = p * r + np.float32(1.6666665459e-1)
     p = p * r + np.float32(5.0000001201e-1)
     return p * r * r + r + np.float32(1.0)
+
+
+@numba.njit(cache=True, inline="always")
+def exp_nonpositive(x):  # pragma: no cover - compiled
+    """exp(x) for float32 x <= 0 (or NaN), as float32: 0 below `EXP_MIN` (and for -inf, NaN),
+    else Cephes' `2^-k exp(r)`, relative error below 2e-7. Branch-free (selects), so a loop
+    of it vectorizes; 2^-k is the float32 with exponent bits 127 - k. O(1)."""
+    live = x >= EXP_MIN
+    v = x if live else EXP_MIN
+    k = np.int32(np.float32(0.5) - v * LOG2E)  # round(-v / ln 2), in [0, 126]
+    kf = np.float32(k)
+    power = np.int32((np.int32(127) - k) << np.int32(23)).view(np.float32)
+    weight = exp_reduced(v + kf * LN2_HIGH + kf * LN2_LOW) * power
+    return weight if live else np.float32(0.0)

@@ -2,34 +2,39 @@
 section 4). The semantics are documented in `corral.kernels.sampling`, whose `sample`,
 `top_logprobs` and `sample_batch` all call `sample_rows`: there is one implementation.
 
-Per row, with `n` the tokens its mask allows (the whole vocabulary for a free row, whose logits
-are read in place):
-1. gather the allowed logits and ids in id order, O(V / 32 + n) (a full mask word is one
-   32-value copy);
-2. the peak, then float32 weights `exp(value - peak)` and their float64 sums per block of
-   `BLOCK` values: `log_total` is the log of their sum; the logprob of position i is
-   `float64(float32(values[i] - peak)) - log_total`, one formula for the chosen token and the
-   top_logprobs list, so they agree bit for bit;
-3. penalties (repetition, then presence and frequency) on a copy, O(n + len(prompt) + len(output)
-   * log n);
-4. greedy: the first largest score; else weights `exp((score - top) / temperature)` (the weights
-   of step 2 when the temperature is 1 and no penalty applies), then top-k (ties kept), top-p
-   (ties kept) and min-p zero weights; the draw is the inverse CDF at the row's uniform: the block
-   sums locate the block, a float64 running sum inside it the position, O(n / BLOCK + BLOCK);
+A row's tokens are its positions 0..n-1 with one bit each in a packed uint32 mask (bit i % 32 of
+word i // 32). A free row is read in place with a mask of ones; a constrained row is read in place
+with its own mask when it allows at least V / `GATHER_BELOW` tokens, else its allowed logits and
+ids are first gathered (in id order, O(V / 32 + n)) and read with a mask of ones. Per row, with n
+positions:
+1. the peak (the largest allowed logit), one pass;
+2. float32 weights `exp((score - top) / temperature)`, never stored: one pass sums them per
+   block of `BLOCK` positions (one mask word) in float32, the blocks in float64 (LLVM's
+   vectors hold 8 float32 and only 4 float64); at temperature 1 on the raw logits
+   this gives `log_total`, and the logprob of position i is
+   `float64(float32(values[i] - peak)) - log_total` (one formula for the chosen token and the
+   top_logprobs list, so they agree bit for bit);
+3. penalties (repetition, then presence and frequency) on a copy, O(n + len(prompt) +
+   len(output) * log n);
+4. greedy: the first allowed position with the largest score; else truncation as two floors,
+   a score floor (top-k: the k-th largest score, ties kept) and a weight floor (the larger of
+   top-p's, ties kept, and min-p), a second sums pass when the temperature, a penalty or a
+   floor changes the weights, and the inverse CDF at the row's uniform: the block sums locate
+   the block, a float64 running sum of its recomputed weights the position,
+   O(n / BLOCK + BLOCK);
 5. the `n_top[b]` best allowed positions by value (ties: lower id first).
 
-Speed: every pass over the row is a loop LLVM vectorizes. Numba's scalar `math.exp` is not
-vectorized (about 10x slower than NumPy's SIMD exp), so `_weights` evaluates Cephes' `expf`
-(S. L. Moshier, Cephes Math Library, `expf.c`: `2^k * p(r)`, `r = x - k ln 2`, a degree-6
-polynomial, relative error below 2e-7) in branch-free float32 arithmetic. A maximum in a loop-
-carried variable is not vectorized either (Numba's functions lack LLVM's no-NaN attribute), so
-`_peak` keeps `BLOCK` lanes of elementwise maxima. Top-k and top-p never sort the vocabulary:
-a histogram of the scores in buckets of one temperature (one e-fold of weight) finds the few
-candidates that can matter, and only those are sorted (one `np.sort`, the only generic NumPy
-routine compiled here: the first call compiles the kernel, later processes load it from the
-`cache=True` cache). `sample_rows` runs the
-rows on one thread (the default of `sample_batch`); `sample_rows_parallel` is the same loop over
-Numba's threads (`prange`), which pays only on an otherwise idle machine.
+Speed: the passes over the row are loops LLVM vectorizes (checked in `inspect_asm`): a mask word is
+a vector mask (a loop of constant trip count BLOCK over its bits), not branches; the exp is Cephes'
+branch-free `expf` (`corral.kernels.expf.exp_nonpositive`; Numba's scalar `math.exp` is a call LLVM
+does not vectorize); the peak is kept in `BLOCK` lanes of elementwise maxima (a maximum in one
+loop-carried variable is not vectorized without LLVM's no-NaN flag, which -inf and NaN logits
+forbid). Nothing of the vocabulary's size is allocated for a free or dense row without penalties.
+Top-k and top-p never sort the vocabulary: a histogram of the scores in buckets of one temperature
+(one e-fold of weight) finds the few candidates that can matter, and only those are sorted (one
+`np.sort`, the only generic NumPy routine compiled here). `sample_rows` runs the rows on one thread
+(the default of `sample_batch`); `sample_rows_parallel` is the same loop over Numba's threads
+(`prange`).
 """
 
 from __future__ import annotations
@@ -38,13 +43,15 @@ import math
 
 import numba
 import numpy as np
-from corral.kernels.expf import LN2_HIGH, LN2_LOW, exp_reduced
+from corral.kernels.expf import exp_nonpositive
 
 TEMPERATURE, TOP_K, TOP_P, MIN_P, PRESENCE, FREQUENCY, REPETITION = range(7)
 """Columns of the float64 `params` table."""
 N_PARAMS = 7
-BLOCK = 64
-"""Values per block of the weights, their sums and the inverse CDF."""
+BLOCK = 32
+"""Positions per block of the weight sums and the inverse CDF: one mask word."""
+GATHER_BELOW = 4
+"""A constrained row allowing fewer than V / GATHER_BELOW tokens is gathered before sampling."""
 N_BUCKETS = 64
 """Buckets of the top-k / top-p histogram; each spans one temperature of score (an e-fold of
 weight), the last one takes everything below."""
@@ -52,7 +59,8 @@ weight), the last one takes everything below."""
 # Fast-math without nnan/ninf: reassociation lets LLVM vectorize sums, and -inf logits (a bias of
 # -inf, a caller's own masking) still compare as they should.
 _FAST = {"reassoc", "nsz", "arcp", "contract", "afn"}
-_EXP_FLOOR = np.float32(-87.0)  # exp below this is under float32's smallest normal: weight 0
+_ONE = np.uint32(1)
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 @numba.njit(cache=True, boundscheck=False)
@@ -92,16 +100,18 @@ def sample_rows(
         tokens, logprobs, top_ids, top_logprobs, top_counts: outputs: int64 `[B]`, float64
             `[B]`, int64 `[B, K]`, float64 `[B, K]`, int64 `[B]`.
 
-    O(B * (V / 32 + n_allowed)) plus each row's penalties, truncation and top list.
+    O(B * V) vectorized (O(B * (V / 32 + n_allowed)) for sparse masks) plus each row's
+    penalties, truncation and top list.
     """
     empty = _first_empty(masks, mask_rows)
     if empty >= 0:
         return empty
+    ones = np.full((logits.shape[1] + BLOCK - 1) // BLOCK, 0xFFFFFFFF, np.uint32)
     for b in range(rows.shape[0]):
         _sample_one(
             logits, rows, masks, mask_rows, params, uniforms, prompt_ids, prompt_start,
             output_ids, output_start, n_top, tokens, logprobs, top_ids, top_logprobs,
-            top_counts, b,
+            top_counts, b, ones,
         )  # fmt: skip
     return -1
 
@@ -115,11 +125,12 @@ def sample_rows_parallel(
     empty = _first_empty(masks, mask_rows)
     if empty >= 0:
         return empty
+    ones = np.full((logits.shape[1] + BLOCK - 1) // BLOCK, 0xFFFFFFFF, np.uint32)
     for b in numba.prange(rows.shape[0]):
         _sample_one(
             logits, rows, masks, mask_rows, params, uniforms, prompt_ids, prompt_start,
             output_ids, output_start, n_top, tokens, logprobs, top_ids, top_logprobs,
-            top_counts, b,
+            top_counts, b, ones,
         )  # fmt: skip
     return -1
 
@@ -127,65 +138,85 @@ def sample_rows_parallel(
 @numba.njit(cache=True, boundscheck=False, fastmath=_FAST)
 def _sample_one(
     logits, rows, masks, mask_rows, params, uniforms, prompt_ids, prompt_start, output_ids,
-    output_start, n_top, tokens, logprobs, top_ids, top_logprobs, top_counts, b,
+    output_start, n_top, tokens, logprobs, top_ids, top_logprobs, top_counts, b, ones,
 ):  # fmt: skip
-    """Row b of `sample_rows` (see the module docstring for the steps)."""
-    row = logits[rows[b]]
-    constrained = mask_rows[b] >= 0
-    if constrained:
+    """Row b of `sample_rows` (see the module docstring for the steps); `ones` is a mask of
+    ones at least `ceil(V / 32)` words long."""
+    values = logits[rows[b]]
+    n = values.shape[0]
+    mask = ones
+    allowed = n
+    gathered = False
+    ids = np.empty(0, np.int32)
+    if mask_rows[b] >= 0:
         mask = masks[mask_rows[b]]
-        values = np.empty(mask.shape[0] * 32, np.float32)
-        ids = np.empty(mask.shape[0] * 32, np.int32)
-        n = _gather(mask, row, values, ids)
-    else:
-        values = row
-        ids = np.empty(0, np.int32)
-        n = row.shape[0]
+        allowed = _count(mask)
+        if allowed * GATHER_BELOW < n:
+            ids = np.empty(allowed, np.int32)
+            values = np.empty(allowed, np.float32)
+            n = _gather(mask, logits[rows[b]], values, ids)
+            mask, gathered = ones, True
     p = params[b]
-    weights = np.empty(n, np.float32)
     sums = np.empty((n + BLOCK - 1) // BLOCK, np.float64)
-    bits = np.empty(BLOCK, np.int32)
-    powers = bits.view(np.float32)
-    peak, at = _peak(values, n)
+    peak = _peak(values, mask, n)
     if not peak > -np.inf:  # no allowed logit is finite (-inf or NaN): all equally likely
         values = np.zeros(n, np.float32)
-        peak, at = np.float32(0.0), 0
-    log_total = math.log(_weights(values, n, peak, np.float32(1.0), weights, sums, bits, powers))
+        peak = np.float32(0.0)
+    one, no_floor = np.float32(1.0), np.float32(-np.inf)
+    log_total = math.log(_sums(values, mask, n, peak, one, no_floor, np.float32(0.0), sums))
     prompt = prompt_ids[prompt_start[b] : prompt_start[b + 1]]
     output = output_ids[output_start[b] : output_start[b + 1]]
+    scores, top = values, peak
     penalized = _has_penalty(p, prompt, output)
-    scores = _penalized(values, n, ids, constrained, p, prompt, output) if penalized else values
+    if penalized:
+        scores = _penalized(values, mask, n, ids, gathered, p, prompt, output)
+        top = _peak(scores, mask, n)
     if p[TEMPERATURE] == 0.0:
-        chosen = _peak(scores, n)[1] if penalized else at
+        chosen = _first_at(scores, mask, n, top)
     else:
-        temperature = np.float32(p[TEMPERATURE])
-        if penalized or temperature != np.float32(1.0):
-            top = _peak(scores, n)[0]
-            _weights(scores, n, top, temperature, weights, sums, bits, powers)
-        if _truncate(scores, n, weights, temperature, p):
-            _block_sums(weights, n, sums)
-        chosen = _draw(weights, n, sums, uniforms[b])
-    tokens[b] = ids[chosen] if constrained else chosen
+        inverse = np.float32(min(1.0 / p[TEMPERATURE], _FLOAT32_MAX))  # finite: 0 * inverse is 0
+        score_floor, weight_floor = _floors(scores, mask, n, allowed, top, inverse, p)
+        if penalized or inverse != one or score_floor > no_floor or weight_floor > 0:
+            _sums(scores, mask, n, top, inverse, score_floor, weight_floor, sums)
+        chosen = _draw(scores, mask, n, top, inverse, score_floor, weight_floor, sums, uniforms[b])
+    tokens[b] = ids[chosen] if gathered else chosen
     logprobs[b] = np.float64(np.float32(values[chosen] - peak)) - log_total
-    k = min(n_top[b], n)
-    best = _best(values, n, k)
+    k = min(n_top[b], allowed)
+    best = _best(values, mask, n, k)
     for j in range(k):
-        top_ids[b, j] = ids[best[j]] if constrained else best[j]
+        top_ids[b, j] = ids[best[j]] if gathered else best[j]
         top_logprobs[b, j] = np.float64(np.float32(values[best[j]] - peak)) - log_total
     top_counts[b] = k
 
 
+@numba.njit(cache=True, inline="always")
+def _bit(mask, i):
+    """Whether position i is allowed: bit i % 32 of `mask[i // 32]`, as a bool. O(1)."""
+    return ((mask[i >> 5] >> np.uint32(i & 31)) & _ONE) != 0
+
+
+@numba.njit(cache=True, boundscheck=False)
+def _count(mask):
+    """How many bits of `mask` are set (a SWAR popcount per word, vectorized). O(len(mask))."""
+    total = 0
+    for w in range(mask.shape[0]):
+        x = np.int64(mask[w])
+        x = x - ((x >> 1) & 0x55555555)
+        x = (x & 0x33333333) + ((x >> 2) & 0x33333333)
+        x = (x + (x >> 4)) & 0x0F0F0F0F
+        total += ((x * 0x01010101) & 0xFFFFFFFF) >> 24
+    return total
+
+
 @numba.njit(cache=True, boundscheck=False)
 def _gather(mask, row, values, ids):
-    """Copy the logits and ids of the set bits of `mask` into `values` and `ids`, in id order;
-    return their number. O(len(mask) * 32) at most, O(len(mask)) for words all 0 or all 1.
-
-    `values` and `ids` hold `len(mask) * 32` entries. A word with some bits set is copied
-    without a branch per bit: every position is written at the next free place, which only
-    advances past it when its bit is set (a later write overwrites a dropped one; writes stay
-    below `base + 32`). A branch per bit mispredicted about half the time on the holes of a
-    string state's mask (tokens with a quote, a backslash or a control byte), costing
-    hundreds of microseconds a row."""
+    """Copy the logits and ids of the set bits of `mask` into `values` and `ids` (at least
+    n long), in id order; return their number n. O(len(mask) + n): a full word is one
+    32-value copy, another one step per set bit (the lowest set bit `word & -word`, whose
+    position is the exponent of its float64). Only sparse masks are gathered
+    (`GATHER_BELOW`), so a word holds few set bits and the loop's exit branch is the only
+    one mispredicted (a branch per bit was mispredicted about half the time on the holes of a
+    string state's mask, costing hundreds of microseconds a row)."""
     n = 0
     for w in range(mask.shape[0]):
         word = mask[w]
@@ -198,87 +229,102 @@ def _gather(mask, row, values, ids):
                 ids[n + j] = base + j
             n += 32
             continue
-        for j in range(32):
+        while word:  # each set bit: the lowest, its position from the exponent of its float
+            low = word & (np.uint32(0) - word)
+            j = (np.float64(low).view(np.int64) >> 52) - 1023
             values[n] = row[base + j]
             ids[n] = base + j
-            n += np.int64((word >> np.uint32(j)) & np.uint32(1))
+            n += 1
+            word ^= low
     return n
 
 
 @numba.njit(cache=True, boundscheck=False, fastmath=_FAST)
-def _peak(x, n):
-    """(the largest of `x[:n]`, its first position), n >= 1: elementwise maxima and their
-    positions in BLOCK lanes (vectorized), then over the lanes. O(n)."""
-    full = n // BLOCK * BLOCK
-    peak, at = x[0], 0
-    if full:
-        lanes = x[:BLOCK].copy()
-        where = np.arange(BLOCK)
-        for start in range(BLOCK, full, BLOCK):
-            for j in range(BLOCK):
-                v = x[start + j]
-                better = v > lanes[j]
-                lanes[j] = v if better else lanes[j]
-                where[j] = start + j if better else where[j]
+def _peak(x, mask, n):
+    """The largest allowed `x[:n]` (-inf when none is above -inf), n >= 1: elementwise maxima
+    in BLOCK lanes, a mask word a step (vectorized), then over the lanes. O(n)."""
+    full = n // BLOCK
+    lanes = np.full(BLOCK, -np.inf, np.float32)
+    for w in range(full):
+        word, base = mask[w], w * BLOCK
         for j in range(BLOCK):
-            if lanes[j] > peak or (lanes[j] == peak and where[j] < at):
-                peak, at = lanes[j], where[j]
-    for i in range(full, n):
-        if x[i] > peak:
-            peak, at = x[i], i
-    return peak, at
+            v = x[base + j]
+            keep = (((word >> np.uint32(j)) & _ONE) != 0) & (v > lanes[j])
+            lanes[j] = v if keep else lanes[j]
+    peak = np.float32(-np.inf)
+    for j in range(BLOCK):
+        peak = lanes[j] if lanes[j] > peak else peak
+    for i in range(full * BLOCK, n):
+        if _bit(mask, i) and x[i] > peak:
+            peak = x[i]
+    return peak
+
+
+@numba.njit(cache=True, inline="always")
+def _weight(score, allowed, top, inverse, score_floor, weight_floor):
+    """The float32 weight `exp((score - top) * inverse)` of an allowed position whose score is
+    at least `score_floor` and weight at least `weight_floor`, else 0. Branch-free. O(1)."""
+    w = exp_nonpositive((score - top) * inverse)
+    keep = allowed & (score >= score_floor) & (w >= weight_floor)
+    return w if keep else np.float32(0.0)
 
 
 @numba.njit(cache=True, boundscheck=False, fastmath=_FAST)
-def _weights(x, n, peak, temperature, weights, sums, bits, powers):
-    """`weights[:n] = exp((x[:n] - peak) / temperature)` in float32 (0 below exp(-87)), the
-    float64 sum of each BLOCK into `sums`; returns the total. `bits` (int32 `[BLOCK]`) and
-    `powers` (its float32 view) are scratch. Cephes' expf, vectorized. O(n)."""
+def _sums(x, mask, n, top, inverse, score_floor, weight_floor, sums):
+    """The sum of the `_weight`s of each BLOCK of positions into `sums` (float64
+    `[ceil(n / BLOCK)]`, each a float32 sum of at most 32 weights <= 1: relative error below
+    2e-6); returns their float64 total. Vectorized, nothing stored per position. O(n)."""
     total = 0.0
-    for block in range(sums.shape[0]):
-        start = block * BLOCK
-        length = min(BLOCK, n - start)
-        for j in range(length):
-            v = (x[start + j] - peak) / temperature
-            live = v >= _EXP_FLOOR
-            v = v if live else _EXP_FLOOR
-            k = np.int32(np.float32(0.5) - v * np.float32(1.4426950408889634))  # -round(v/ln 2)
-            kf = np.float32(k)
-            r = v + kf * LN2_HIGH + kf * LN2_LOW
-            weights[start + j] = exp_reduced(r) if live else np.float32(0.0)
-            bits[j] = (np.int32(127) - k) << 23  # the bits of the float32 2^-k
-        block_sum = 0.0
-        for j in range(length):
-            w = weights[start + j] * powers[j]
-            weights[start + j] = w
-            block_sum += w
+    full = n // BLOCK
+    plain = inverse == np.float32(1.0) and score_floor == -np.inf and weight_floor == 0.0
+    for block in range(full):  # a constant trip count: LLVM makes the word a vector mask
+        word, base = mask[block], block * BLOCK
+        block_sum = np.float32(0.0)
+        if plain:  # the same weights without the scaling and floors (a quarter of the work)
+            for j in range(BLOCK):
+                w = exp_nonpositive(x[base + j] - top)
+                block_sum += w if ((word >> np.uint32(j)) & _ONE) != 0 else np.float32(0.0)
+        else:
+            for j in range(BLOCK):
+                bit = ((word >> np.uint32(j)) & _ONE) != 0
+                block_sum += _weight(x[base + j], bit, top, inverse, score_floor, weight_floor)
         sums[block] = block_sum
-        total += block_sum
+        total += np.float64(block_sum)
+    if full < sums.shape[0]:
+        block_sum = np.float32(0.0)
+        for i in range(full * BLOCK, n):
+            block_sum += _weight(x[i], _bit(mask, i), top, inverse, score_floor, weight_floor)
+        sums[full] = block_sum
+        total += np.float64(block_sum)
     return total
 
 
 @numba.njit(cache=True, boundscheck=False, fastmath=_FAST)
-def _block_sums(weights, n, sums):
-    """The float64 sum of each BLOCK of `weights[:n]` into `sums`. O(n)."""
-    for block in range(sums.shape[0]):
-        start = block * BLOCK
-        length = min(BLOCK, n - start)
-        block_sum = 0.0
-        for j in range(length):
-            block_sum += weights[start + j]
-        sums[block] = block_sum
+def _weights(x, mask, n, top, inverse, score_floor):
+    """The `_weight` of every position (no weight floor), float32 `[n]` (a new array).
+    Vectorized. O(n)."""
+    weights = np.empty(n, np.float32)
+    no_floor = np.float32(0.0)
+    for w in range(n // BLOCK):
+        word, base = mask[w], w * BLOCK
+        for j in range(BLOCK):
+            bit = ((word >> np.uint32(j)) & _ONE) != 0
+            weights[base + j] = _weight(x[base + j], bit, top, inverse, score_floor, no_floor)
+    for i in range(n // BLOCK * BLOCK, n):
+        weights[i] = _weight(x[i], _bit(mask, i), top, inverse, score_floor, no_floor)
+    return weights
 
 
-@numba.njit(cache=True, boundscheck=False)
-def _draw(weights, n, sums, uniform):
-    """The position of the inverse CDF of `weights[:n]` (block sums `sums`) at `uniform`: the
-    first whose running sum exceeds `uniform` times the total, never a zero weight.
-    O(n / BLOCK + BLOCK)."""
+@numba.njit(cache=True, boundscheck=False, fastmath=_FAST)
+def _draw(x, mask, n, top, inverse, score_floor, weight_floor, sums, uniform):
+    """The position of the inverse CDF of the `_weight`s of `x[:n]` (block sums `sums`) at
+    `uniform`: the first whose running sum exceeds `uniform` times the total, never a zero
+    weight (the first allowed position when every weight is 0). O(n / BLOCK + BLOCK)."""
     total = 0.0
     for block in range(sums.shape[0]):
         total += sums[block]
-    if not total > 0.0:  # only when every weight is 0 (the peak itself weighs 1)
-        return 0
+    if not total > 0.0:  # every weight 0: only with infinite penalties
+        return _first_at(x, mask, n, np.float32(np.nan))
     target = uniform * total
     before = 0.0
     block = 0
@@ -291,12 +337,37 @@ def _draw(weights, n, sums, uniform):
     last = -1
     running = before
     for i in range(block * BLOCK, min(block * BLOCK + BLOCK, n)):
-        if weights[i] > 0.0:
+        w = _weight(x[i], _bit(mask, i), top, inverse, score_floor, weight_floor)
+        if w > 0.0:
             last = i
-            running += weights[i]
+            running += w
             if running > target:
                 return i
-    return max(last, block * BLOCK)
+    return last if last >= 0 else _first_at(x, mask, n, np.float32(np.nan))
+
+
+@numba.njit(cache=True, boundscheck=False, fastmath=_FAST)
+def _first_at(x, mask, n, top):
+    """The first allowed position whose `x` equals `top`, or the first allowed position when
+    none does: the first match in each of BLOCK lanes, a mask word a step (vectorized), then
+    the least over the lanes. O(n)."""
+    full = n // BLOCK
+    lanes = np.full(BLOCK, n, np.int64)
+    for w in range(full):
+        word, base = mask[w], w * BLOCK
+        for j in range(BLOCK):
+            match = (((word >> np.uint32(j)) & _ONE) != 0) & (x[base + j] == top)
+            lanes[j] = base + j if match & (lanes[j] == n) else lanes[j]
+    first = lanes.min()
+    if first < n:
+        return first
+    for i in range(full * BLOCK, n):
+        if _bit(mask, i) and x[i] == top:
+            return i
+    for i in range(n):
+        if _bit(mask, i):
+            return i
+    return 0
 
 
 @numba.njit(cache=True, boundscheck=False)
@@ -314,11 +385,11 @@ def _find(ids, n, token):
 
 
 @numba.njit(cache=True, boundscheck=False)
-def _position(ids, n, constrained, token):
-    """The position of `token` among the row's allowed tokens, -1 if not allowed."""
-    if constrained:
+def _position(ids, mask, n, gathered, token):
+    """The position of `token` among the row's positions, -1 if it is not an allowed one."""
+    if gathered:
         return _find(ids, n, token)
-    return token if 0 <= token < n else -1
+    return token if 0 <= token < n and _bit(mask, token) else -1
 
 
 @numba.njit(cache=True, boundscheck=False)
@@ -330,10 +401,10 @@ def _has_penalty(p, prompt, output):
 
 
 @numba.njit(cache=True, boundscheck=False)
-def _penalized(values, n, ids, constrained, p, prompt, output):
-    """A copy of the allowed logits `values[:n]` after the repetition penalty (each token of
-    prompt or output once), then the presence and frequency penalties (output tokens), float32
-    `[n]`. O(n + (len(prompt) + len(output)) * log n)."""
+def _penalized(values, mask, n, ids, gathered, p, prompt, output):
+    """A copy of the logits `values[:n]` after the repetition penalty (each allowed token of
+    prompt or output once), then the presence and frequency penalties (allowed output tokens),
+    float32 `[n]`. O(n + (len(prompt) + len(output)) * log n)."""
     repeat = p[REPETITION] != 1.0 and (len(prompt) > 0 or len(output) > 0)
     penalize = (p[PRESENCE] != 0.0 or p[FREQUENCY] != 0.0) and len(output) > 0
     scores = values[:n].copy()
@@ -341,7 +412,7 @@ def _penalized(values, n, ids, constrained, p, prompt, output):
         seen = np.zeros(n, np.bool_)
         for source in (prompt, output):
             for t in source:
-                at = _position(ids, n, constrained, t)
+                at = _position(ids, mask, n, gathered, t)
                 if at >= 0:
                     seen[at] = True
         penalty = np.float32(p[REPETITION])
@@ -351,7 +422,7 @@ def _penalized(values, n, ids, constrained, p, prompt, output):
     if penalize:
         counts = np.zeros(n, np.int32)
         for t in output:
-            at = _position(ids, n, constrained, t)
+            at = _position(ids, mask, n, gathered, t)
             if at >= 0:
                 counts[at] += 1
         presence, frequency = np.float32(p[PRESENCE]), np.float32(p[FREQUENCY])
@@ -362,28 +433,26 @@ def _penalized(values, n, ids, constrained, p, prompt, output):
 
 
 @numba.njit(cache=True, boundscheck=False)
-def _bucket(score, top, temperature):
+def _bucket(score, top, inverse):
     """The histogram bucket of `score`: how many temperatures below `top`, at most
     N_BUCKETS - 1."""
-    d = (top - score) / temperature
+    d = (top - score) * inverse
     return int(d) if d < N_BUCKETS - 1 else N_BUCKETS - 1
 
 
 @numba.njit(cache=True, boundscheck=False)
-def _truncate(scores, n, weights, temperature, p):
-    """Zero the weights top-k, top-p and min-p drop (Hugging Face's order; ties kept); return
-    whether any was on. Weights are `exp((score - top) / temperature)`, so the most likely
+def _floors(scores, mask, n, allowed, top, inverse, p):
+    """(score floor, weight floor): the allowed positions top-k, top-p and min-p keep (Hugging
+    Face's order; ties kept) are those whose score is at least the first and whose weight
+    `exp((score - top) * inverse)` at least the second (-inf and 0 when off). The most likely
     token weighs 1. O(n) plus a sort of the candidates in the buckets down to the one where the
     count (top-k) or the mass (top-p) is reached."""
     top_k, top_p, min_p = int(p[TOP_K]), p[TOP_P], p[MIN_P]
-    cut_k = 0 < top_k < n
-    if not (cut_k or top_p < 1.0 or min_p > 0.0):
-        return False
-    top = _peak(scores, n)[0]
-    if cut_k:
+    score_floor, weight_floor = np.float32(-np.inf), np.float32(0.0)
+    if 0 < top_k < allowed:
         counts = np.zeros(N_BUCKETS, np.int64)
-        for i in range(n):
-            counts[_bucket(scores[i], top, temperature)] += 1
+        for i in range(n):  # branch-free: a mask bit is unpredictable, a bucket index is not
+            counts[_bucket(scores[i], top, inverse)] += np.int64(_bit(mask, i))
         last, seen = 0, counts[0]
         while seen < top_k:
             last += 1
@@ -391,32 +460,29 @@ def _truncate(scores, n, weights, temperature, p):
         candidates = np.empty(seen, np.float32)
         m = 0
         for i in range(n):
-            if _bucket(scores[i], top, temperature) <= last:
+            if _bucket(scores[i], top, inverse) <= last and _bit(mask, i):  # rarely past the first
                 candidates[m] = scores[i]
                 m += 1
-        kth = np.sort(candidates)[m - top_k]
-        for i in range(n):
-            if scores[i] < kth:
-                weights[i] = 0.0
+        score_floor = np.sort(candidates)[m - top_k]
     if top_p < 1.0:
+        weights = _weights(scores, mask, n, top, inverse, score_floor)
         mass = np.zeros(N_BUCKETS, np.float64)
-        total = 0.0
+        total, m = 0.0, 0
         for i in range(n):
-            mass[_bucket(scores[i], top, temperature)] += weights[i]
-            total += weights[i]
+            if weights[i] > 0.0:
+                mass[_bucket(scores[i], top, inverse)] += weights[i]
+                total += weights[i]
         target = top_p * total
         last, reached = 0, mass[0]
         while reached < target and last < N_BUCKETS - 1:
             last += 1
             reached += mass[last]
-        m = 0
         for i in range(n):
-            if weights[i] > 0.0 and _bucket(scores[i], top, temperature) <= last:
-                m += 1
+            m += weights[i] > 0.0 and _bucket(scores[i], top, inverse) <= last
         candidates = np.empty(m, np.float32)
         m = 0
         for i in range(n):
-            if weights[i] > 0.0 and _bucket(scores[i], top, temperature) <= last:
+            if weights[i] > 0.0 and _bucket(scores[i], top, inverse) <= last:
                 candidates[m] = weights[i]
                 m += 1
         ordered = np.sort(candidates)[::-1]
@@ -426,27 +492,25 @@ def _truncate(scores, n, weights, temperature, p):
             if running >= target:
                 cut = j
                 break
-        floor = ordered[cut]
-        for i in range(n):
-            if weights[i] < floor:
-                weights[i] = 0.0
-    if min_p > 0.0:
-        floor = np.float32(min_p)  # times the largest weight, which is 1
-        for i in range(n):
-            if weights[i] < floor:
-                weights[i] = 0.0
-    return True
+        weight_floor = ordered[cut]
+    if min_p > 0.0:  # min_p times the largest weight, which is 1
+        weight_floor = max(weight_floor, np.float32(min_p))
+    return score_floor, weight_floor
 
 
 @numba.njit(cache=True, boundscheck=False)
-def _best(values, n, k):
-    """The `k` positions of the largest `values[:n]`, largest first, ties by position: an
-    insertion into a sorted list of k. O(n + inserts * k)."""
+def _best(values, mask, n, k):
+    """The `k` allowed positions of the largest `values[:n]`, largest first, ties by position:
+    an insertion into a sorted list of k. O(n + inserts * k)."""
     best = np.empty(k, np.int64)
+    if k == 0:
+        return best
     count = 0
     for i in range(n):
         v = values[i]
-        if count == k and not (k > 0 and v > values[best[k - 1]]):
+        if count == k and not v > values[best[k - 1]]:
+            continue
+        if not _bit(mask, i):
             continue
         j = count if count < k else k - 1
         while j > 0 and values[best[j - 1]] < v:

@@ -18,8 +18,9 @@ Decisions (what OpenAI, vLLM and Hugging Face users expect):
 
 - A draw is the inverse CDF at one uniform number from the caller's generator
   (`numpy.random.Generator.random()`, none when greedy), so a request's tokens depend on its own
-  seed only, alone or in any batch. Weights are float32, their sums float64; a token whose weight
-  `exp((score - top) / temperature)` is below float32's smallest normal (exp(-87)) weighs 0.
+  seed only, alone or in any batch. Weights are float32, summed in float32 per 32 tokens and in
+  float64 over those; a token whose weight `exp((score - top) / temperature)` is below
+  float32's smallest normal (exp(-87)) weighs 0.
 - min-p compares weights: it keeps the tokens whose weight is at least min_p times the largest.
 
 One implementation: `sample_batch` samples every row of a batch in one Numba call
@@ -196,6 +197,7 @@ def _param_row(params: SamplingParams) -> tuple[float, ...]:
 
 
 _NO_IDS = np.zeros(0, np.int64)
+N_COLUMNS = len(_param_row(GREEDY))
 
 
 def _ragged(ids: Sequence[Sequence[int] | np.ndarray] | None, rows: int, used: list[bool]):
@@ -256,27 +258,27 @@ def sample_batch(
     if logits.ndim != 2:
         raise ValueError(f"logits must be [N, V], not of shape {logits.shape}")
     b_rows = len(masks)
-    row_index = (
-        np.arange(b_rows, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
-    )
     if rows is None and logits.shape[0] != b_rows:
         raise ValueError(f"{logits.shape[0]} rows of logits for {b_rows} masks")
-    if len(row_index) != b_rows or len(params) != b_rows or len(uniforms) != b_rows:
+    rows = range(b_rows) if rows is None else rows
+    if len(rows) != b_rows or len(params) != b_rows or len(uniforms) != b_rows:
         raise ValueError(
-            f"{b_rows} masks, {len(row_index)} rows, {len(params)} params and "
+            f"{b_rows} masks, {len(rows)} rows, {len(params)} params and "
             f"{len(uniforms)} uniforms: one of each per row"
         )
-    if b_rows and not (row_index.min() >= 0 and row_index.max() < logits.shape[0]):
+    if b_rows and not (min(rows) >= 0 and max(rows) < logits.shape[0]):
         raise ValueError(f"a row index outside the {logits.shape[0]} rows of logits")
+    wanted = [0] * b_rows if n_top is None else n_top
+    if len(wanted) != b_rows or (b_rows and min(wanted) < 0):
+        raise ValueError(f"n_top must be {b_rows} counts >= 0")
     mask_block, mask_rows = _stack_masks(masks, logits.shape[1])
-    table = np.array([_param_row(p) for p in params], dtype=np.float64).reshape(b_rows, -1)
-    penalized = [p.penalized for p in params]
+    distinct = {id(p): p for p in params}  # a batch shares a few SamplingParams objects
+    table_rows = {key: _param_row(p) for key, p in distinct.items()}
+    penalties = {key: p.penalized for key, p in distinct.items()}
+    penalized = [penalties[id(p)] for p in params]
     prompt, prompt_start = _ragged(prompt_ids, b_rows, penalized)
     output, output_start = _ragged(output_ids, b_rows, penalized)
-    wanted = np.zeros(b_rows, np.int64) if n_top is None else np.asarray(n_top, dtype=np.int64)
-    if len(wanted) != b_rows or (b_rows and wanted.min() < 0):
-        raise ValueError(f"n_top must be {b_rows} counts >= 0")
-    k = int(wanted.max()) if b_rows else 0
+    k = int(max(wanted)) if b_rows else 0
     tokens = np.empty(b_rows, np.int64)
     logprobs = np.empty(b_rows, np.float64)
     top_ids = np.empty((b_rows, k), np.int64)
@@ -284,9 +286,10 @@ def sample_batch(
     top_counts = np.empty(b_rows, np.int64)
     run = kernel.sample_rows_parallel if parallel and b_rows > 1 else kernel.sample_rows
     empty = run(
-        logits, row_index, mask_block, mask_rows, table,
+        logits, np.asarray(rows, dtype=np.int64), mask_block, mask_rows,
+        np.array([table_rows[id(p)] for p in params], dtype=np.float64).reshape(b_rows, N_COLUMNS),
         np.asarray(uniforms, dtype=np.float64), prompt, prompt_start, output, output_start,
-        wanted, tokens, logprobs, top_ids, top_logprobs, top_counts,
+        np.asarray(wanted, dtype=np.int64), tokens, logprobs, top_ids, top_logprobs, top_counts,
     )  # fmt: skip
     if empty >= 0:
         raise NoTokenAllowedError(f"the mask of row {empty} allows no token")
@@ -298,10 +301,13 @@ def _stack_masks(masks: Sequence[np.ndarray | None], v: int) -> tuple[np.ndarray
     -1, int64 `[B]`)."""
     words = (v + 31) // 32
     given = [m for m in masks if m is not None]
-    mask_rows = np.full(len(masks), -1, np.int64)
     if not given:
-        return np.zeros((0, words), np.uint32), mask_rows
-    mask_rows[[b for b, m in enumerate(masks) if m is not None]] = np.arange(len(given))
+        return np.zeros((0, words), np.uint32), np.full(len(masks), -1, np.int64)
+    if len(given) == len(masks):
+        mask_rows = np.arange(len(masks), dtype=np.int64)
+    else:
+        count = iter(range(len(given)))
+        mask_rows = np.array([-1 if m is None else next(count) for m in masks], np.int64)
     block = np.ascontiguousarray(np.stack(given), dtype=np.uint32)
     if block.shape[1] != words:
         raise ValueError(f"a mask of {block.shape[1]} words does not fit {v} logits")

@@ -5,10 +5,12 @@ over the allowed tokens, penalties, temperature, top-k, top-p, min-p, the invers
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 import pytest
 from corral.kernels import NoTokenAllowedError, SamplingParams, sample, sample_batch, top_logprobs
 from corral.kernels import sample_rows as kernel
+from corral.kernels.expf import exp_nonpositive
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -190,24 +192,34 @@ def test_rows_of_minus_inf_allowed_logits_are_uniform():
         assert float(out.logprobs[0]) == pytest.approx(-np.log(3))
 
 
+@numba.njit
+def _exp_each(x):
+    out = np.empty_like(x)
+    for i in range(x.shape[0]):
+        out[i] = exp_nonpositive(x[i])
+    return out
+
+
 def test_the_vectorized_exp_matches_numpy():
-    """`_weights` (Cephes' expf) against np.exp: relative error below 1e-6 down to exp(-87),
-    0 below; block sums and the total in float64."""
-    x = np.concatenate([-np.geomspace(1e-8, 86.9, 3000), [0.0, -87.5, -100.0, -np.inf]])
+    """`exp_nonpositive` (Cephes' expf) against np.exp: relative error below 1e-6 down to
+    exp(-87), 0 below and for -inf and NaN; `_sums` adds the weights of each block of allowed
+    positions in float64."""
+    x = np.concatenate([-np.geomspace(1e-8, 86.9, 3000), [0.0, -87.5, -100.0, -np.inf, np.nan]])
     x = x.astype(np.float32)
-    n = len(x)
-    weights = np.empty(n, np.float32)
-    sums = np.empty((n + kernel.BLOCK - 1) // kernel.BLOCK, np.float64)
-    bits = np.empty(kernel.BLOCK, np.int32)
-    total = kernel._weights(
-        x, n, np.float32(0.0), np.float32(1.0), weights, sums, bits, bits.view(np.float32)
-    )
+    weights = _exp_each(x)
     expected = np.exp(x.astype(np.float64))
     live = x >= -87
     np.testing.assert_allclose(weights[live], expected[live], rtol=1e-6)
     assert (weights[~live] == 0).all()
-    assert total == pytest.approx(expected[live].sum(), rel=1e-6)
-    assert sums.sum() == pytest.approx(total, rel=1e-12)
+    n = len(x)
+    allowed = np.random.default_rng(0).random(n) < 0.7
+    sums = np.empty((n + kernel.BLOCK - 1) // kernel.BLOCK, np.float64)
+    no_floor, one = np.float32(-np.inf), np.float32(1.0)
+    total = kernel._sums(x, pack(allowed), n, np.float32(0), one, no_floor, np.float32(0), sums)
+    kept = np.where(allowed & live, expected, 0.0)
+    assert total == pytest.approx(kept.sum(), rel=1e-6)
+    per_block = np.add.reduceat(kept, np.arange(0, n, kernel.BLOCK))
+    np.testing.assert_allclose(sums, per_block, rtol=1e-6, atol=1e-300)
 
 
 def test_a_full_vocabulary_row_and_wide_truncation():
@@ -227,3 +239,75 @@ def test_a_full_vocabulary_row_and_wide_truncation():
             out = sample_batch(logits[b : b + 1], [None], [p], [uniform])
             if expected is not None:
                 assert int(out.tokens[0]) == expected
+
+
+@pytest.mark.parametrize("density", [0.05, 0.9])  # a gathered row and one read in place
+def test_disallowed_tokens_never_show_even_when_they_lead(density):
+    """Disallowed tokens with the largest logits and allowed ones of -inf: greedy takes the best
+    allowed token, every draw (with top-k, top-p, min-p and penalties) is allowed, and the top
+    list holds every allowed token, finite logits first, and nothing else."""
+    rng = np.random.default_rng(7)
+    v = 4000
+    allowed = rng.random(v) < density
+    logits = rng.standard_normal(v).astype(np.float32)
+    logits[~allowed] += 50.0
+    minus_inf = np.flatnonzero(allowed)[::7]
+    logits[minus_inf] = -np.inf
+    mask = pack(allowed)
+    out = sample_batch(logits[None], [mask], [SamplingParams(temperature=0)], [0.0])
+    finite = np.where(allowed, logits, -np.inf)
+    assert int(out.tokens[0]) == int(np.argmax(finite))
+    many = [
+        SamplingParams(top_k=3 * v),
+        SamplingParams(top_p=0.5, temperature=2.0),
+        SamplingParams(min_p=0.1, repetition_penalty=1.5, frequency_penalty=0.3),
+    ]
+    for params in many:
+        uniforms = rng.random(50)
+        outs = sample_batch(
+            np.repeat(logits[None], 50, 0), [mask] * 50, [params] * 50, uniforms,
+            output_ids=[rng.integers(0, v, 20)] * 50,
+        )  # fmt: skip
+        assert allowed[outs.tokens].all()
+        assert np.isfinite(logits[outs.tokens]).all()
+    n_allowed = int(allowed.sum())
+    ids, logprobs = top_logprobs(logits, mask, v)
+    assert len(ids) == n_allowed and set(ids.tolist()) == set(np.flatnonzero(allowed).tolist())
+    assert np.isfinite(logprobs[: n_allowed - len(minus_inf)]).all()
+    assert (logprobs[n_allowed - len(minus_inf) :] == -np.inf).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    v=st.integers(1, 3000),
+    density=st.sampled_from([0.01, 0.2, 0.3, 1.0]),
+    n=st.integers(0, 40),
+    seed=st.integers(0, 2**31),
+)
+def test_top_logprobs_agree_with_a_numpy_sort(v, density, n, seed):
+    """The top list against NumPy: the allowed tokens by logit, largest first, ties by id (a
+    stable sort), logprobs the float64 log-softmax over the allowed tokens; few distinct logit
+    values make ties common, in gathered rows and rows read in place alike."""
+    rng = np.random.default_rng(seed)
+    logits = rng.integers(-4, 5, v).astype(np.float32)
+    allowed = rng.random(v) < density
+    allowed[rng.integers(v)] = True
+    ids, logprobs = top_logprobs(logits, pack(allowed), n)
+    masked = np.where(allowed, logits.astype(np.float64), -np.inf)
+    expected = np.argsort(-masked, kind="stable")[: min(n, int(allowed.sum()))]
+    assert ids.tolist() == expected.tolist()
+    log_softmax = masked - masked.max() - np.log(np.exp(masked - masked.max()).sum())
+    np.testing.assert_allclose(logprobs, log_softmax[expected], atol=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [1e-40, 1e-30, 1e-6])
+def test_a_tiny_temperature_takes_the_largest_logit(temperature):
+    """A temperature whose inverse overflows float32 still gives the peak weight 1 and every
+    other weight 0: the draw is the greedy choice, in rows read in place and gathered."""
+    rng = np.random.default_rng(3)
+    logits = rng.standard_normal((2, 3000)).astype(np.float32)
+    allowed = rng.random((2, 3000)) < np.array([[0.9], [0.05]])
+    params = [SamplingParams(temperature=temperature)] * 2
+    out = sample_batch(logits, [pack(allowed[0]), pack(allowed[1])], params, [0.99, 0.5])
+    expected = np.argmax(np.where(allowed, logits, -np.inf), axis=1)
+    assert out.tokens.tolist() == expected.tolist()
