@@ -157,26 +157,26 @@ def sampler_share(model, request, batches, steps: int = 12) -> None:
     """Per decode step at each batch size: the forward pass (`Model.decode`), then masks +
     `sample_batch` + advances of B rows under `request`'s grammar on its logits, in ms, each
     part apart and their share of the step (medians over `steps` steps, after one warm-up
-    step). The steps run twice and the second run is timed, so that the masks of the states
-    the answers visit are built (a lazy index builds a state's mask at its first visit: that
-    is time to first mask, `bench/masks.py`). The sampler runs right after a forward pass, as
+    step). The steps run twice and both runs are printed: in the first, a lazy index builds a
+    state's mask at its first visit (as a request meets it); in the second ("again") every mask
+    the walks need is built, so the row shows masks and sampling alone. The sampler runs right after a forward pass, as
     in generation: its code and data come back into caches the forward pass evicted."""
     params = SamplingParams(temperature=1.0)
     prompt, index = list(request.prompt_ids), request.constraint.index
     print(
-        f"{'batch':>5} | {'forward ms':>10} | {'masks ms':>8} | {'sample ms':>9} | "
+        f"{'batch':>5} {'run':>5} | {'forward ms':>10} | {'masks ms':>8} | {'sample ms':>9} | "
         f"{'advance ms':>10} | {'masks+sample ms':>15} | {'share':>6}"
     )
     for batch in batches:
-        for _ in range(2):  # the same steps twice, timed the second time (warm masks)
+        for run in ("first", "again"):  # the same steps twice: masks built at first visit, warm
             parts = _sampler_steps(model, prompt, index, params, batch, steps)
-        ms = {name: 1e3 * np.median(times[1:]) for name, times in parts.items()}
-        total = ms["step"]
-        print(
-            f"{batch:>5} | {ms['forward']:>10.2f} | {ms['masks']:>8.3f} | {ms['sample']:>9.3f} | "
-            f"{ms['advance']:>10.3f} | {total:>15.3f} | "
-            f"{100 * total / (ms['forward'] + total):>5.2f}%"
-        )
+            ms = {name: 1e3 * np.median(times[1:]) for name, times in parts.items()}
+            total = ms["step"]
+            print(
+                f"{batch:>5} {run:>5} | {ms['forward']:>10.2f} | {ms['masks']:>8.3f} | "
+                f"{ms['sample']:>9.3f} | {ms['advance']:>10.3f} | {total:>15.3f} | "
+                f"{100 * total / (ms['forward'] + total):>5.2f}%"
+            )
 
 
 def _sampler_steps(model, prompt, index, params, batch, steps):
