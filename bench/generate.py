@@ -159,8 +159,9 @@ def sampler_share(model, request, batches, steps: int = 12) -> None:
     part apart and their share of the step (medians over `steps` steps, after one warm-up
     step). The steps run twice and both runs are printed: in the first, a lazy index builds a
     state's mask at its first visit (as a request meets it); in the second ("again") every mask
-    the walks need is built, so the row shows masks and sampling alone. The sampler runs right after a forward pass, as
-    in generation: its code and data come back into caches the forward pass evicted."""
+    the walks need is built, so the row shows masks and sampling alone. The sampler runs right
+    after a forward pass, as in generation: its code and data come back into caches the forward
+    pass evicted."""
     params = SamplingParams(temperature=1.0)
     prompt, index = list(request.prompt_ids), request.constraint.index
     print(
