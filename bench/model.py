@@ -20,7 +20,8 @@ Prints, in one run:
   - each block matrix's product alone at batch 1 and 8, int8 and float32 activations taking
     turns: microseconds and the bytes it reads per second;
   - where one decode step's time goes: the q/k/v and output projections, the MLP matmuls,
-    attention (cache writes and the kernel), the LM head, and the rest (RoPE, norms, Python);
+    attention (RoPE, cache writes and the kernel), the LM head, the rest (norms, SwiGLU,
+    Python);
   - side by side, when importable: transformers on torch (float32, loading corral's float32
     conversion of the same GGUF: no `accelerate` needed) and llama-cpp-python (the GGUF as is,
     Q4_1), with the same thread count, in a child process that runs with the OpenMP wait
@@ -110,10 +111,16 @@ def corral_speeds(model, batches: list[int], steps: int, quick: bool) -> dict[st
     return results
 
 
+ATTENTION_KERNELS = ("rope_store", "ragged_attention")
+"""The kernels a decode step's attention goes through (`corral.kernels.attention`)."""
+
+
 def step_breakdown(model, batch: int, steps: int) -> dict[str, float]:
     """Milliseconds per decode step in each part, timed around the forward pass's own functions
-    (`llama.linear`, `llama.attention_decode`, `llama.lm_head`, wrapped for the run): the
-    q/k/v/o and MLP products, attention (cache writes and the kernel), the LM head, the rest."""
+    (`llama.linear`, `llama.lm_head` and the attention kernels `rope_store` and
+    `ragged_attention`, wrapped for the run): the q/k/v/o and MLP products, attention (RoPE,
+    cache writes and the kernel), the LM head, the rest."""
+    from corral.kernels import attention as attention_kernels
     from corral.model import llama
 
     rng = np.random.default_rng(1)
@@ -124,7 +131,8 @@ def step_breakdown(model, batch: int, steps: int) -> dict[str, float]:
     slots, tokens = np.arange(batch), rng.integers(100, 40000, batch)
     parts = dict.fromkeys(["qkv+o matmuls", "MLP matmuls", "attention", "LM head", "rest"], 0.0)
     part_of = {"w_qkv": "qkv+o matmuls", "w_o": "qkv+o matmuls"}
-    originals = {name: getattr(llama, name) for name in ("linear", "attention_decode", "lm_head")}
+    originals = {name: getattr(llama, name) for name in ("linear", "lm_head")}
+    kernels = {name: getattr(attention_kernels, name) for name in ATTENTION_KERNELS}
 
     def timed(part, function):
         def wrapper(*args):
@@ -137,8 +145,9 @@ def step_breakdown(model, batch: int, steps: int) -> dict[str, float]:
         return wrapper
 
     llama.linear = timed(None, originals["linear"])
-    llama.attention_decode = timed("attention", originals["attention_decode"])
     llama.lm_head = timed("LM head", originals["lm_head"])
+    for name, function in kernels.items():
+        setattr(attention_kernels, name, timed("attention", function))
     try:
         model.decode(cache, slots, tokens)  # warm-up
         for key in parts:
@@ -151,6 +160,8 @@ def step_breakdown(model, batch: int, steps: int) -> dict[str, float]:
     finally:
         for name, function in originals.items():
             setattr(llama, name, function)
+        for name, function in kernels.items():
+            setattr(attention_kernels, name, function)
     parts["rest"] = total - sum(parts.values())
     return {key: value / steps * 1e3 for key, value in parts.items()}
 
