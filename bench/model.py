@@ -17,10 +17,13 @@ Prints, in one run:
     share of the GEMM rate reached at batch 32 and 64;
   - decode tokens/s at batch 1, 2, 4, 8, 16, 24 with the blocks forced on and off, to place
     `llama.QUANTIZED_MAX_ROWS`;
+  - decode tokens/s at batch 1 and 8 under several libgomp spin counts (`SPIN_COUNTS`, child
+    processes): how long Numba's idle worker thread should poll between parallel regions;
   - each block matrix's product alone at batch 1 and 8, int8 and float32 activations taking
     turns: microseconds and the bytes it reads per second;
   - where one decode step's time goes: the q/k/v and output projections, the MLP matmuls,
-    attention (cache writes and the kernel), the LM head, and the rest (RoPE, norms, Python);
+    attention (RoPE, cache writes and the kernel), the LM head, the rest (norms, SwiGLU,
+    Python);
   - side by side, when importable: transformers on torch (float32, loading corral's float32
     conversion of the same GGUF: no `accelerate` needed) and llama-cpp-python (the GGUF as is,
     Q4_1), with the same thread count, in a child process that runs with the OpenMP wait
@@ -110,10 +113,16 @@ def corral_speeds(model, batches: list[int], steps: int, quick: bool) -> dict[st
     return results
 
 
+ATTENTION_KERNELS = ("rope_store", "ragged_attention")
+"""The kernels a decode step's attention goes through (`corral.kernels.attention`)."""
+
+
 def step_breakdown(model, batch: int, steps: int) -> dict[str, float]:
     """Milliseconds per decode step in each part, timed around the forward pass's own functions
-    (`llama.linear`, `llama.attention_decode`, `llama.lm_head`, wrapped for the run): the
-    q/k/v/o and MLP products, attention (cache writes and the kernel), the LM head, the rest."""
+    (`llama.linear`, `llama.lm_head` and the attention kernels `rope_store` and
+    `ragged_attention`, wrapped for the run): the q/k/v/o and MLP products, attention (RoPE,
+    cache writes and the kernel), the LM head, the rest."""
+    from corral.kernels import attention as attention_kernels
     from corral.model import llama
 
     rng = np.random.default_rng(1)
@@ -124,7 +133,8 @@ def step_breakdown(model, batch: int, steps: int) -> dict[str, float]:
     slots, tokens = np.arange(batch), rng.integers(100, 40000, batch)
     parts = dict.fromkeys(["qkv+o matmuls", "MLP matmuls", "attention", "LM head", "rest"], 0.0)
     part_of = {"w_qkv": "qkv+o matmuls", "w_o": "qkv+o matmuls"}
-    originals = {name: getattr(llama, name) for name in ("linear", "attention_decode", "lm_head")}
+    originals = {name: getattr(llama, name) for name in ("linear", "lm_head")}
+    kernels = {name: getattr(attention_kernels, name) for name in ATTENTION_KERNELS}
 
     def timed(part, function):
         def wrapper(*args):
@@ -137,8 +147,9 @@ def step_breakdown(model, batch: int, steps: int) -> dict[str, float]:
         return wrapper
 
     llama.linear = timed(None, originals["linear"])
-    llama.attention_decode = timed("attention", originals["attention_decode"])
     llama.lm_head = timed("LM head", originals["lm_head"])
+    for name, function in kernels.items():
+        setattr(attention_kernels, name, timed("attention", function))
     try:
         model.decode(cache, slots, tokens)  # warm-up
         for key in parts:
@@ -151,6 +162,8 @@ def step_breakdown(model, batch: int, steps: int) -> dict[str, float]:
     finally:
         for name, function in originals.items():
             setattr(llama, name, function)
+        for name, function in kernels.items():
+            setattr(attention_kernels, name, function)
     parts["rest"] = total - sum(parts.values())
     return {key: value / steps * 1e3 for key, value in parts.items()}
 
@@ -239,6 +252,47 @@ def crossover(model, batches: list[int], steps: int) -> dict[int, tuple[float, f
     finally:
         llama.QUANTIZED_MAX_ROWS = saved
     return results
+
+
+SPIN_COUNTS = (None, 1000, 10000, 100000)
+"""libgomp's GOMP_SPINCOUNT values `spin_speeds` tries (None: the PASSIVE policy alone, as
+corral sets it): how long Numba's idle OpenMP worker polls before it sleeps. A decode step
+opens some 150 parallel regions (the products and attention of 30 layers, the LM head); under
+PASSIVE each one first wakes the sleeping worker, a longer spin keeps it awake between
+regions but takes a core from BLAS's threads and from other processes."""
+
+
+def spin_speeds(batches: list[int], steps: int, threads: int) -> dict:
+    """{spin count: {"decode_B": tokens/s}} of the default model, each measured in a child
+    process started with that GOMP_SPINCOUNT (libgomp reads it once, when Numba loads it)."""
+    results = {}
+    for count in SPIN_COUNTS:
+        env = dict(os.environ)
+        env.pop("GOMP_SPINCOUNT", None)
+        if count is not None:
+            env["GOMP_SPINCOUNT"] = str(count)
+        request = json.dumps([batches, steps, threads])
+        child = subprocess.run(
+            [sys.executable, __file__, "--spin-only", request],
+            env=env, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if child.returncode != 0:
+            print(f"spin count {count} failed: {child.stderr.strip()[-300:]}")
+            continue
+        results[count] = json.loads(child.stdout.strip().splitlines()[-1])
+    return results
+
+
+def _spin_only(request: str) -> None:
+    """The child of `spin_speeds`: decode speeds of the default model, one JSON line."""
+    import numba
+    from corral.model import load_model
+
+    batches, steps, threads = json.loads(request)
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    with threadpool_limits(limits=threads, user_api="blas"):
+        speeds = corral_speeds(load_model(progress=False), batches, steps, quick=True)
+    print(json.dumps({key: value for key, value in speeds.items() if key != "prefill"}))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -344,9 +398,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smoke run: few steps")
     parser.add_argument("--no-references", action="store_true", help="corral only")
     parser.add_argument("--references-only", help=argparse.SUPPRESS)  # the child's request
+    parser.add_argument("--spin-only", help=argparse.SUPPRESS)  # the spin-count child's
     args = parser.parse_args()
     if args.references_only:
         _references_only(args.references_only)
+        return
+    if args.spin_only:
+        _spin_only(args.spin_only)
         return
     batches = [1, 8] if args.quick else [1, 8, 32, 64]
     steps = 3 if args.quick else 16
@@ -375,6 +433,7 @@ def main() -> None:
                 breakdowns[name] = {b: step_breakdown(model, b, steps) for b in batches}
         switch = crossover(quantized, [1, 2, 4] if args.quick else [1, 2, 4, 8, 16, 24], steps)
         products = matrix_speeds(quantized, batches[:2], 2 if args.quick else 5)
+        spins = spin_speeds(batches[:2], steps, args.threads)
         if not args.no_references:
             import tempfile
 
@@ -422,6 +481,12 @@ def main() -> None:
             for kind in ("int8", "float32")
         )
         print(f"  b={batch:<3d} {name:10s} {speed['bytes']:6.2f} MB{cells}")
+
+    print("\ndecode tokens/s of the default model by libgomp's spin count (GOMP_SPINCOUNT)")
+    for count, speeds in spins.items():
+        label = "PASSIVE" if count is None else str(count)
+        cells = "".join(f"   b={key[7:]} {value:8.1f}" for key, value in speeds.items())
+        print(f"  {label:>8s}{cells}")
 
     for name, per_batch in breakdowns.items():
         print(f"\nms per decode step, {name}")

@@ -19,6 +19,10 @@ import os
 # sleep instead unless the user chose otherwise; libgomp reads this when Numba first loads it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+# Numba's vectorized loops in zmm registers where the CPU has AVX-512 (an import for its effect:
+# it sets NUMBA_CPU_FEATURES before Numba is first imported; see the module)
+import corral.kernels.vector_width  # noqa: E402, F401, I001
+
 from corral.kernels.constraint import Constraint  # noqa: E402
 from corral.kernels.errors import NoTokenAllowedError, TokenNotAllowedError, VocabularyError
 from corral.kernels.index import EAGER_LIMIT_BYTES, TokenIndex, choose_mode, unpack_ids

@@ -212,6 +212,44 @@ def store_rows(k, v, keys, values, slots, positions):  # pragma: no cover - comp
                 values[slot, head, position, d] = v[i, head, d]
 
 
+@numba.njit(cache=True)
+def rope_store(qkv, cos, sin, q_heads, scale, keys, values, slots, positions, q_out):
+    """From the fused q/k/v projection of N new tokens: RoPE on the queries and keys
+    (`kernels.layers.rope`'s rotation), the queries scaled for attention, the keys and values
+    written into one layer's cache (as `store_rows`), in one pass. O(N (Hq + Hkv) hd)
+
+    qkv float32 [N, (Hq + 2 Hkv) hd] (any strides: q's heads, then k's, then v's); cos, sin
+    float32 [P, hd/2], the angle tables (row positions[i] is token i's); q_heads Hq; scale the
+    queries' factor (hd^-1/2, as float32); keys, values float32 [S, Hkv, T, hd] (written at
+    slot slots[i], position positions[i]); slots, positions int64 [N] (not checked here: the
+    callers derive them from a checked cache); q_out float32 [N, Hq, hd] (written).
+    Returns q_out. The arithmetic is the separate steps' (`rope`, then q times scale), in the
+    same float32 operations, so the results are theirs bit for bit.
+    """
+    kv_heads, width = keys.shape[1], keys.shape[3]
+    half = width // 2
+    scale = np.float32(scale)
+    for t in range(qkv.shape[0]):
+        slot, position = slots[t], positions[t]
+        for h in range(q_heads + kv_heads):
+            base = h * width
+            for i in range(half):
+                x1, x2 = qkv[t, base + i], qkv[t, base + half + i]
+                c, s = cos[position, i], sin[position, i]
+                first, second = x1 * c - x2 * s, x2 * c + x1 * s
+                if h < q_heads:
+                    q_out[t, h, i] = first * scale
+                    q_out[t, h, half + i] = second * scale
+                else:
+                    keys[slot, h - q_heads, position, i] = first
+                    keys[slot, h - q_heads, position, half + i] = second
+        base = (q_heads + kv_heads) * width
+        for h in range(kv_heads):
+            for d in range(width):
+                values[slot, h, position, d] = qkv[t, base + h * width + d]
+    return q_out
+
+
 def ragged_attention(
     q: np.ndarray, keys: np.ndarray, values: np.ndarray, segments: np.ndarray, out: np.ndarray
 ) -> np.ndarray:

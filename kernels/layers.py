@@ -4,13 +4,20 @@ kernels (DESIGN.md section 6; the formulas are Hugging Face's `LlamaRMSNorm`,
 
 At batch 1 a decode step calls them 120 times on vectors of a few hundred values, where NumPy's
 per-operation overhead (an einsum, temporaries, broadcasting) costs more than the arithmetic;
-one compiled call per use does the same work in a single pass over the data.
+one compiled call per use does the same work in a single pass over the data. Where a layer
+follows a residual sum (`add_rms_norm`) or precedes the cache write (`rope_store` in
+`corral.kernels.attention`), the one call does both, with the same float32 operations as the
+separate steps (so the same results, bit for bit).
 """
 
 from __future__ import annotations
 
 import numba
 import numpy as np
+from corral.kernels.expf import EXP_MIN, LN2_HIGH, LN2_LOW, LOG2E, exp_reduced
+
+_FASTMATH = {"reassoc", "contract", "nsz"}  # SwiGLU's loops vectorize; no inf or NaN is formed
+_EXP_MAX = np.float32(88.0)  # exp(88) ~ 1.65e38 < float32's largest: 2^n needs n <= 127
 
 
 @numba.njit(cache=True)
@@ -29,6 +36,46 @@ def rms_norm(x, weight, eps, out):  # pragma: no cover - compiled
         factor = np.float32(1.0 / np.sqrt(total / d + eps))
         for j in range(d):
             out[i, j] = x[i, j] * factor * weight[j]
+    return out
+
+
+@numba.njit(cache=True)
+def add_rms_norm(x, delta, weight, eps, out):  # pragma: no cover - compiled
+    """x += delta (in place), then out = `rms_norm(x)`: a residual sum and the next layer's
+    RMSNorm in one pass.  O(N d).
+
+    x float32 [N, d] (updated); delta float32 [N, d] (any strides); weight float32 [d]; eps
+    float; out float32 [N, d] (written; may not be x). Returns out. The sums are float32 as
+    NumPy's `x += delta`, so x and out equal the two steps' results exactly.
+    """
+    n, d = x.shape
+    for i in range(n):
+        for j in range(d):
+            x[i, j] += delta[i, j]
+    return rms_norm(x, weight, eps, out)
+
+
+@numba.njit(cache=True, fastmath=_FASTMATH)
+def swiglu(gate_up, out):  # pragma: no cover - compiled
+    """SwiGLU's gating: out = silu(gate) * up = gate * up / (1 + exp(-gate)), for gate_up the
+    two halves [gate | up] of the fused projection.  O(N F), every loop vectorizable.
+
+    gate_up float32 [N, 2F] (any strides); out float32 [N, F] (written). Returns out.
+    exp is Cephes' polynomial (`kernels.expf`, relative error ~1e-7), its argument clamped to
+    [-87, 88]: past it silu(g) is g (g >= 87) or within 1e-36 of 0 (g <= -88) either way.
+    """
+    n, width = out.shape
+    scale_bits = np.empty(width, np.int32)  # the bits of 2^k per value, viewed as float32
+    scale = scale_bits.view(np.float32)
+    for i in range(n):
+        for j in range(width):  # out = exp(-gate) = 2^k p(r), p(r) here, 2^k's bits aside
+            x = min(max(-gate_up[i, j], EXP_MIN), _EXP_MAX)
+            k = np.floor(x * LOG2E + np.float32(0.5))
+            out[i, j] = exp_reduced(x - k * LN2_HIGH - k * LN2_LOW)
+            scale_bits[j] = (np.int32(k) + np.int32(127)) << np.int32(23)
+        for j in range(width):
+            gate = gate_up[i, j]
+            out[i, j] = gate * gate_up[i, width + j] / (np.float32(1.0) + out[i, j] * scale[j])
     return out
 
 

@@ -23,8 +23,9 @@ quantization blocks, which `linear` and `lm_head` read for passes of a few rows
         x += mlp(rms_norm(x, ...), ...)                         # [N, d] -> [N, d]
     rms_norm(x, norm)                                           # [N, d] -> [N, d]
 
-`attention_prefill` and `attention_decode` write the new keys and values into one layer's cache
-and attend over it; one slot's keys for a layer are a contiguous `[Hkv, T, hd]` block. Decode,
+`attention_prefill` (and `decode`, through `kernels.attention.rope_store`) writes the new keys
+and values into one layer's cache and attends over it; one slot's keys for a layer are a
+contiguous `[Hkv, T, hd]` block. Decode,
 and the short segments of a prefill pass (jump-forward chunks), run one Numba kernel over every
 query row's own context (`kernels.attention.ragged_attention`); a long prompt is attended as a
 batched matmul over its heads and tokens (`attention`), whose GEMMs reuse each key many times.
@@ -157,18 +158,14 @@ def linear(x: np.ndarray, layer: dict, name: str) -> np.ndarray:
 
 
 def mlp(x: np.ndarray, layer: dict) -> np.ndarray:
-    """SwiGLU: down(silu(gate(x)) * up(x)).  [N, d], layer weights ([2F, d], [d, F]) -> [N, d]"""
+    """SwiGLU: down(silu(gate(x)) * up(x)).  [N, d], layer weights ([2F, d], [d, F]) -> [N, d]
+
+    The gating is one compiled pass (`kernels.layers.swiglu`, a vectorized exp), for every
+    pass alike: a Numba loop over libm's tanh or exp would cost about 60 ms a batch-64 step.
+    """
     gate_up = linear(x, layer, "w_gate_up")  # [N, d] -> [N, 2F]
     width = layer["w_down"].shape[1]
-    gate, up = gate_up[:, :width], gate_up[:, width:]  # [N, 2F] -> [N, F] x 2
-    # NumPy's SIMD tanh: a Numba loop calls libm's tanh once per value (about 60 ms a batch-64
-    # step, 0.2 s a 256-token prefill); silu(g) = g/2 (1 + tanh(g/2)), which cannot overflow
-    hidden = np.multiply(gate, 0.5, dtype=np.float32)
-    np.tanh(hidden, out=hidden)
-    hidden += 1.0
-    hidden *= gate
-    hidden *= 0.5
-    hidden *= up
+    hidden = layer_kernels.swiglu(gate_up, np.empty((x.shape[0], width), np.float32))
     return linear(hidden, layer, "w_down")  # [N, F] -> [N, d]
 
 
@@ -323,32 +320,6 @@ def decode_segments(slots: np.ndarray, positions: np.ndarray) -> np.ndarray:
     return np.column_stack([slots, positions, np.arange(batch), np.ones(batch, np.int64)])
 
 
-def attention_decode(
-    q: np.ndarray,
-    k: np.ndarray,
-    v: np.ndarray,
-    layer_keys: np.ndarray,
-    layer_values: np.ndarray,
-    segments: np.ndarray,
-) -> np.ndarray:
-    """Self-attention of one new token per sequence over its own slot of one layer's cache,
-    after writing its key and value there: query b sees positions 0..positions[b] of slot
-    slots[b] (ragged contexts, one Numba kernel: `kernels.attention.ragged_attention`; the
-    writes: `kernels.attention.store_rows`).
-
-    q [B, Hq, hd], k [B, Hkv, hd], v [B, Hkv, hd]; layer_keys, layer_values [S, Hkv, T, hd]
-    (updated); segments int64 [B, 4] from `decode_segments(slots, positions)` (built once per
-    step, shared by the layers) -> [B, Hq hd]
-    """
-    batch, hd = q.shape[0], q.shape[2]
-    slots, positions = segments[:, 0], segments[:, 1]
-    attention_kernels.store_rows(k, v, layer_keys, layer_values, slots, positions)
-    scaled = q * np.float32(hd**-0.5)  # [B, Hq, hd]
-    out = np.empty(q.shape, np.float32)
-    attention_kernels.ragged_attention(scaled, layer_keys, layer_values, segments, out)
-    return out.reshape(batch, -1)  # [B, Hq hd]
-
-
 # ----------------------------------------------------------------------------------------------
 # Whole passes over the cache
 
@@ -404,20 +375,36 @@ def decode(
     keys, values [L, S, Hkv, T, hd] (updated); slots, positions, tokens int [B] (slots
     distinct); cos, sin [> max(positions), hd/2] -> final hidden states [B, d]
 
-    Each slot's positions up to its own are read, nothing else (`attention_decode`).
+    Each slot's positions up to its own are read, nothing else. The steps are `prefill`'s
+    with the small ones fused, for the few rows of decode, where each call's overhead is
+    comparable to its arithmetic: RoPE, the query scaling and the cache write are one call
+    (`kernels.attention.rope_store`, the same float32 operations as `project_qkv` then the
+    cache write and scaling of `attention_prefill`), each residual sum goes with the RMSNorm
+    after it
+    (`kernels.layers.add_rms_norm`); the results are the unfused steps' bit for bit.
     """
     slots = np.asarray(slots, dtype=np.int64)
     positions = np.asarray(positions, dtype=np.int64)
     segments = decode_segments(slots, positions)  # [B, 4]
+    hq, hd, eps = config.num_attention_heads, config.head_dim, config.rms_norm_eps
+    scale = np.float32(hd**-0.5)
     x = params["embed"][tokens]  # [B] -> [B, d]
-    cos, sin = cos[positions, None, :], sin[positions, None, :]  # [B, 1, hd/2]
-    for layer, layer_keys, layer_values in zip(params["layers"], keys, values, strict=True):
-        q, k, v = project_qkv(x, layer, config, cos, sin)  # [B, d] -> [B, Hq|Hkv, hd]
-        attended = attention_decode(q, k, v, layer_keys, layer_values, segments)
-        x += linear(attended, layer, "w_o")  # [B, Hq hd] -> [B, d]
-        h = rms_norm(x, layer["mlp_norm"], config.rms_norm_eps)  # [B, d] -> [B, d]
-        x += mlp(h, layer)  # [B, d] -> [B, d]
-    return rms_norm(x, params["norm"], config.rms_norm_eps)  # [B, d] -> [B, d]
+    h = rms_norm(x, params["layers"][0]["attn_norm"], eps)  # [B, d] -> [B, d]
+    norms = [layer["attn_norm"] for layer in params["layers"][1:]] + [params["norm"]]
+    for layer, layer_keys, layer_values, next_norm in zip(
+        params["layers"], keys, values, norms, strict=True
+    ):
+        qkv = linear(h, layer, "w_qkv")  # [B, d] -> [B, (Hq + 2 Hkv) hd]
+        q = np.empty((len(slots), hq, hd), np.float32)  # RoPE'd, scaled; k, v into the cache
+        attention_kernels.rope_store(
+            qkv, cos, sin, hq, scale, layer_keys, layer_values, slots, positions, q
+        )
+        attended = np.empty(q.shape, np.float32)
+        attention_kernels.ragged_attention(q, layer_keys, layer_values, segments, attended)
+        o = linear(attended.reshape(len(slots), -1), layer, "w_o")  # [B, Hq hd] -> [B, d]
+        h = layer_kernels.add_rms_norm(x, o, layer["mlp_norm"], eps, np.empty_like(x))
+        h = layer_kernels.add_rms_norm(x, mlp(h, layer), next_norm, eps, np.empty_like(x))
+    return h  # x after the last layer, through the final RMSNorm: [B, d]
 
 
 def lm_head(params: dict, hidden: np.ndarray) -> np.ndarray:

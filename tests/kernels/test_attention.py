@@ -175,3 +175,41 @@ def test_store_rows_writes_what_numpy_indexing_writes(seed, n_slots, kv_heads, s
     attention.store_rows(k, v, keys, values, slots, positions)
     np.testing.assert_array_equal(keys, expected_keys)
     np.testing.assert_array_equal(values, expected_values)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 5), st.booleans())
+def test_rope_store_equals_rope_then_scale_then_store_rows_bit_for_bit(seed, n_slots, strided):
+    """The fused call against the separate steps the forward pass took before (`layers.rope`,
+    q times hd^-1/2, `store_rows`), on a C-order projection or BLAS's transposed one."""
+    from corral.kernels import layers
+
+    rng = np.random.default_rng(seed)
+    q_heads, kv_heads, width, max_len = 6, 2, int(rng.choice([4, 64])), 12
+    cells = rng.permutation(n_slots * max_len)[: int(rng.integers(1, n_slots * max_len + 1))]
+    slots, positions = cells // max_len, cells % max_len
+    n = len(cells)
+    columns = (q_heads + 2 * kv_heads) * width
+    qkv = rng.standard_normal((n, columns) if not strided else (columns, n)).astype(np.float32)
+    qkv = qkv.T if strided else qkv
+    angles = rng.uniform(0, 50, (max_len, width // 2))
+    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    shape = (n_slots, kv_heads, max_len, width)
+    keys = rng.standard_normal(shape).astype(np.float32)
+    values = rng.standard_normal(shape).astype(np.float32)
+    expected_keys, expected_values = keys.copy(), values.copy()
+    heads = q_heads + kv_heads
+    rotated = layers.rope(
+        qkv[:, : heads * width].reshape(n, heads, width),
+        cos[positions],
+        sin[positions],
+        np.empty((n, heads, width), np.float32),
+    )
+    scale = np.float32(width**-0.5)
+    v = qkv[:, heads * width :].reshape(n, kv_heads, width)
+    attention.store_rows(rotated[:, q_heads:], v, expected_keys, expected_values, slots, positions)
+    q = np.full((n, q_heads, width), np.nan, np.float32)
+    attention.rope_store(qkv, cos, sin, q_heads, scale, keys, values, slots, positions, q)
+    np.testing.assert_array_equal(q, rotated[:, :q_heads] * scale)
+    np.testing.assert_array_equal(keys, expected_keys)
+    np.testing.assert_array_equal(values, expected_values)

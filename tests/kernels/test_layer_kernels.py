@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from corral.kernels import layers
+from scipy.special import expit
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -47,3 +48,29 @@ def test_rope_equals_rotate_half_also_on_a_strided_view(seed):
     x = wide[:, : heads * width].reshape(n, heads, width)  # a view, as project_qkv passes it
     got = layers.rope(x, cos, sin, np.empty(x.shape, np.float32))
     np.testing.assert_allclose(got, rotate_half_reference(x, cos, sin), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_add_rms_norm_is_the_residual_sum_then_rms_norm_bit_for_bit(seed):
+    rng = np.random.default_rng(seed)
+    n, d = int(rng.integers(1, 9)), int(rng.integers(1, 700))
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    delta = rng.standard_normal((d, n)).astype(np.float32).T  # a strided view, as BLAS's
+    weight = rng.standard_normal(d).astype(np.float32)
+    expected_x = x + delta
+    expected = layers.rms_norm(expected_x, weight, 1e-5, np.empty_like(x))
+    got = layers.add_rms_norm(x, delta, weight, 1e-5, np.empty_like(x))
+    np.testing.assert_array_equal(x, expected_x)
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_swiglu_equals_silu_of_gate_times_up_also_far_out(seed):
+    rng = np.random.default_rng(seed)
+    n, width = int(rng.integers(1, 9)), int(rng.integers(1, 300))
+    gate_up = (rng.standard_normal((n, 2 * width)) * rng.uniform(0.1, 60)).astype(np.float32)
+    gate_up[0, 0], gate_up[-1, width - 1] = -1000.0, 1000.0  # past exp's float32 range
+    got = layers.swiglu(gate_up, np.full((n, width), np.nan, np.float32))
+    g, up = gate_up[:, :width].astype(np.float64), gate_up[:, width:].astype(np.float64)
+    expected = g * expit(g) * up  # silu(g) = g sigmoid(g), with no overflow
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-30)
