@@ -18,7 +18,20 @@ which renders the prompts and compiles the grammars, with at most --tokens token
 - json: under the grammar, jump-forward off (every token sampled) and on (forced text appended in
   chunks); a constrained answer stops when its JSON is complete.
 tokens/s is completion tokens (forced tokens included, counted as the engine counts them) over the
-wall time of the whole run, prefill included. "forced" is the share of the jump-forward run's
+wall time of the whole run, prefill included. The free run does more work than the constrained
+ones: every free answer writes --tokens tokens while a constrained one stops when its JSON is
+complete, so free decoding amortizes the same prompts' prefill over more tokens and keeps its batch
+full to the end, while the constrained batch thins out as answers end (B requests, none waiting).
+So a second free run gives each free request the work of its jump-forward twin:
+- free=: the same free requests, each with max_tokens = the completion tokens of the same request
+  in the jump-forward run (EOS impossible, so it writes exactly that many): the same prompts, the
+  same answer lengths, the same tail. "jump/free=" compares the two; "free" and "jump/free" are
+  kept as they were. Neither side gets a discount: both are wall time of the whole run, prefill
+  included, and the free side is the engine's plain decoding with no mask and no sampler cut.
+- steps: decode passes (forward passes after prefill) of the jump-forward run / of the free= run,
+  a count, free of timing noise: jump-forward's gain is the passes it saves, at the price of
+  chunks (a pass with forced tokens has more rows).
+"forced" is the share of the jump-forward run's
 completion tokens written by jump-forward; "mask/step" its time in masks and sampling per step;
 "reused" the share of the jump-forward run's prompt tokens whose prefill the prefix cache saved
 (B requests over at most `N_BODIES` prompts; `--no-prefix-cache` turns the cache off in every run).
@@ -150,7 +163,11 @@ def run(model, requests, batch_size, prefix_cache=True):
     started = time.perf_counter()
     results = generate(model, requests, batch_size, stats, prefix_cache)
     wall = time.perf_counter() - started
-    return sum(r.completion_tokens for r in results), wall, stats
+    return results, wall, stats
+
+
+def completion_tokens(results) -> int:
+    return sum(r.completion_tokens for r in results)
 
 
 def sampler_share(model, request, batches, steps: int = 12) -> None:
@@ -221,8 +238,9 @@ def main() -> None:
     free_model = NoEos(model)
     print(f"up to {args.tokens} tokens per answer; temperature 1")
     header = (
-        f"{'workload':>15} {'batch':>5} | {'free tok/s':>10} | {'json tok/s':>10} "
-        f"{'+jump tok/s':>11} | {'jump/free':>9} {'forced':>6} | {'mask/step':>9} | reused"
+        f"{'workload':>15} {'batch':>5} | {'free tok/s':>10} {'free= tok/s':>11} | "
+        f"{'json tok/s':>10} {'+jump tok/s':>11} | {'jump/free':>9} {'jump/free=':>10} "
+        f"{'steps':>7} {'forced':>6} | {'mask/step':>9} | reused"
     )
     print(header)
     print("-" * len(header))
@@ -246,18 +264,32 @@ def main() -> None:
             free = [dataclasses.replace(r, constraint=None, trigger=None) for r in requests]
             off = [dataclasses.replace(r, jump_forward=False) for r in requests]
             prefix = not args.no_prefix_cache
-            f_tokens, f_wall, _ = run(free_model, free, batch, prefix)
-            o_tokens, o_wall, _ = run(model, off, batch, prefix)
-            j_tokens, j_wall, j_stats = run(model, requests, batch, prefix)
+            f_results, f_wall, _ = run(free_model, free, batch, prefix)
+            o_results, o_wall, _ = run(model, off, batch, prefix)
+            j_results, j_wall, j_stats = run(model, requests, batch, prefix)
+            matched = [
+                dataclasses.replace(r, max_tokens=j.completion_tokens)
+                for r, j in zip(free, j_results, strict=True)
+            ]
+            m_results, m_wall, m_stats = run(free_model, matched, batch, prefix)
+            j_tokens = completion_tokens(j_results)
+            assert completion_tokens(m_results) == j_tokens  # free= does the same work
             reused = 100 * j_stats.prefix_tokens / max(j_stats.prompt_tokens, 1)
-            f_rate, o_rate, j_rate = f_tokens / f_wall, o_tokens / o_wall, j_tokens / j_wall
+            f_rate = completion_tokens(f_results) / f_wall
+            m_rate, j_rate = j_tokens / m_wall, j_tokens / j_wall
+            o_rate = completion_tokens(o_results) / o_wall
             per_step = 1e3 * j_stats.mask_and_sample_seconds / max(j_stats.steps, 1)
             forced = 100 * j_stats.forced_tokens / max(j_tokens, 1)
+            steps = f"{j_stats.steps}/{m_stats.steps}"
             print(
-                f"{workload:>15} {batch:>5} | {f_rate:>10.1f} | {o_rate:>10.1f} {j_rate:>11.1f} | "
-                f"{j_rate / f_rate:>8.2f}x {forced:>5.0f}% | {per_step:>6.2f} ms | {reused:>5.0f}%"
+                f"{workload:>15} {batch:>5} | {f_rate:>10.1f} {m_rate:>11.1f} | "
+                f"{o_rate:>10.1f} {j_rate:>11.1f} | {j_rate / f_rate:>8.2f}x "
+                f"{j_rate / m_rate:>9.2f}x {steps:>7} {forced:>5.0f}% | {per_step:>6.2f} ms | "
+                f"{reused:>5.0f}%"
             )
     print("jump/free: constrained tokens/s with jump-forward over free tokens/s (goal: >= 1.3x);")
+    print("free=, jump/free=: free requests each writing as many tokens as its jump-forward twin;")
+    print("steps: decode passes of the jump-forward run / of the free= run;")
     print("forced: the share of those completion tokens that jump-forward wrote;")
     print("reused: the share of its prompt tokens whose prefill the prefix cache saved.")
     # the share table needs only a prompt and a grammar: any budget the profile answer fits in

@@ -169,6 +169,15 @@ class Constraint:
         cap = index.n_states if limit is None else min(limit, index.n_states)
         return forced_chain(trans, table, self.state, cap).tobytes()
 
+    def next_bytes(self) -> bytes:
+        """The bytes the grammar allows next, ascending (b"" when the constraint is done): each
+        begins some continuation toward a complete answer (the DFA keeps only live states).
+        O(256)."""
+        if self.done:
+            return b""
+        row = self.index.dfa.trans[self.state]
+        return np.flatnonzero(row >= 0).astype(np.uint8).tobytes()
+
     def is_complete(self) -> bool:
         """True when the text written so far is a complete answer (the state accepts)."""
         return self.done or self.index.is_accepting(self.state)

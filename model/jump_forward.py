@@ -11,7 +11,14 @@ Which tokens are final: a byte-level BPE tokenizer (GPT-2's and SmolLM2's) first
 pre-tokens by a regular expression, then merges bytes within each pre-token only. Appending text
 can change the last pre-token (`":` may grow to `":"`, a run of digits or letters may go on) but
 not the ones before it, whose matches end before it starts. So the tokens of every pre-token but
-the last are committed, and the last one's bytes are left to the masked sampler. Text that could
+the last are committed, and the last one's bytes are left to the masked sampler, unless the
+grammar says what may follow: when every byte it allows right after the forced text is ASCII and
+the pre-tokenizer, asked for the text followed by that character, starts a new pre-token there
+(`":` before a digit or `t` of `true`; `"` before a key's first letter; `}}` at the end of the
+answer, where nothing but EOS follows), the last pre-token is final as well and its tokens are
+committed too. Text ending in whitespace (whose pre-token rule looks two characters ahead), text
+cut before an added token or inside a character, and a tokenizer with a normalizer keep the rule
+above. Text that could
 begin one of the tokenizer's added tokens (`<|im_end|>`, ...) is left open too, since an added
 token is matched before pre-tokenization and could span the boundary; and the forced text is cut
 before an incomplete UTF-8 character at either end (a tokenizer reads text, not bytes). Whatever
@@ -51,12 +58,16 @@ class ForcedTokenizer:
         self._added = tuple(token.content for token in added if token.content)
         self._cached = functools.lru_cache(maxsize=CACHE_SIZE)(self._tokens)
 
-    def tokens(self, forced: bytes) -> tuple[int, ...]:
+    def tokens(self, forced: bytes, follow: bytes | None = None) -> tuple[int, ...]:
         """The token ids to commit for `forced` (the bytes a constraint forces next): the
         tokenizer's own tokens of a prefix of it whose boundaries no following byte can change,
-        possibly none. Their bytes concatenate to a prefix of `forced`. O(len(forced)) tokenizer
-        work, cached per instance (`CACHE_SIZE` texts)."""
-        return self._cached(bytes(forced))
+        possibly none. Their bytes concatenate to a prefix of `forced`. `follow`: the bytes
+        that may come right after `forced` (b"": none, the answer ends), or None (any); see the
+        module docstring for when it lets the last pre-token be committed. O(len(forced)) tokenizer
+        work plus one pre-tokenizer call per byte of `follow`, cached per instance
+        (`CACHE_SIZE` texts)."""
+        key = None if follow is None else bytes(sorted(set(follow)))
+        return self._cached(bytes(forced), key)
 
     def jump(
         self, constraint: Constraint, tokens_left: int, budget_aware: bool = True
@@ -65,9 +76,13 @@ class ForcedTokenizer:
         and the constraint after them (a new one; `constraint` itself when there are none). At
         most `tokens_left` tokens; when `budget_aware`, only as many as leave a complete answer
         within the tokens left after them (`Constraint.completes_within`, the engine's budget
-        rule). O(forced bytes)."""
+        rule). O(forced bytes), plus O(256) for the bytes allowed after them."""
         forced = constraint.forced_bytes() if tokens_left > 0 and not constraint.done else b""
-        ids = list(self.tokens(forced)[:tokens_left]) if forced else []
+        if not forced:
+            return [], constraint
+        end = constraint.copy()
+        end.advance_bytes(forced)
+        ids = list(self.tokens(forced, end.next_bytes())[:tokens_left])
         while ids:
             after = constraint.copy()
             after.advance_bytes(b"".join(self.vocabulary.tokens[t] for t in ids))
@@ -76,13 +91,17 @@ class ForcedTokenizer:
             ids.pop()
         return [], constraint
 
-    def _tokens(self, forced: bytes) -> tuple[int, ...]:
+    def _tokens(self, forced: bytes, follow: bytes | None) -> tuple[int, ...]:
         text = _complete_characters(forced)
         if not text:
             return ()
-        text = text[: self._open_added(text)]
+        cut = self._open_added(text)
+        whole = cut == len(text) and len(text.encode("utf-8")) == len(forced)
+        text = text[:cut]
         if self._backend is None:
             ids = list(self.tokenizer.encode(text))[:-1]
+        elif whole and follow is not None and self._ends_pre_token(text, follow):
+            ids = self._backend.encode(text, add_special_tokens=False).ids
         else:
             ids = self._before_last_pre_token(text)
         if not ids:
@@ -105,6 +124,21 @@ class ForcedTokenizer:
             while cut > 0 and words[cut - 1] == last:
                 cut -= 1
         return encoding.ids[:cut]
+
+    def _ends_pre_token(self, text: str, follow: bytes) -> bool:
+        """True when no byte of `follow` can extend `text`'s last pre-token: each is ASCII and
+        the pre-tokenizer keeps `text`'s pre-tokens and starts a new one after them."""
+        pre = self._backend.pre_tokenizer
+        if self._backend.normalizer is not None or text[-1].isspace():
+            return False
+        if pre is None or any(b >= 0x80 for b in follow):
+            return False
+        spans = [span for _, span in pre.pre_tokenize_str(text)]
+        for b in follow:
+            after = [span for _, span in pre.pre_tokenize_str(text + chr(b))]
+            if after[:-1] != spans or after[-1][0] != len(text):
+                return False
+        return True
 
     def _open_added(self, text: str) -> int:
         """Where the longest suffix of `text` that is a proper prefix of an added token starts

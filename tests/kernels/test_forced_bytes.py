@@ -1,10 +1,11 @@
-"""`Constraint.forced_bytes`: the text a grammar forces from a state (jump-forward), against a
-pure-Python walk of the DFA, on random DFAs and on a schema's worked example."""
+"""`Constraint.forced_bytes` and `next_bytes`: the text a grammar forces from a state and the bytes
+it allows next (jump-forward), against a pure-Python walk of the DFA and single-byte advances, on
+random DFAs and on a schema's worked example."""
 
 from __future__ import annotations
 
 from corral.automata import schema_to_dfa
-from corral.kernels import Constraint, TokenIndex, Vocabulary
+from corral.kernels import Constraint, TokenIndex, TokenNotAllowedError, Vocabulary
 from hypothesis import given
 from kernel_strategies import SETTINGS, random_dfas
 
@@ -48,3 +49,20 @@ def test_the_forced_text_of_an_object_is_its_keys_and_constants():
     assert constraint.forced_bytes() == b""  # more digits or `}`
     constraint.advance_bytes(b"}")
     assert constraint.done and constraint.forced_bytes() == b""
+
+
+@SETTINGS
+@given(dfa=random_dfas())
+def test_next_bytes_are_the_bytes_an_advance_takes(dfa):
+    index = TokenIndex(dfa, BYTES)
+    for state in range(dfa.n_states):
+        constraint = Constraint(index, state)
+        taken = bytearray()
+        for b in range(256):
+            walk = constraint.copy()
+            try:
+                walk.advance_bytes(bytes([b]))
+            except TokenNotAllowedError:
+                continue
+            taken.append(b)
+        assert constraint.next_bytes() == bytes(taken)

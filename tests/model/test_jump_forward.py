@@ -47,18 +47,49 @@ def forced_tokenizer(model) -> ForcedTokenizer:
     return ForcedTokenizer(model.tokenizer, model.vocabulary)
 
 
-def check_prefix_property(model, forced: str, rest: str) -> None:
-    committed = forced_tokenizer(model).tokens(forced.encode("utf-8"))
+def check_prefix_property(model, forced: str, rest: str, follow: bytes | None = None) -> None:
+    """The committed tokens of `forced` begin the tokenizer's own tokens of `forced + rest`
+    (`rest` starting with a byte of `follow`, or empty when `follow` is b"")."""
+    committed = forced_tokenizer(model).tokens(forced.encode("utf-8"), follow)
     spelled = model.vocabulary.decode(committed)
     assert forced.encode("utf-8").startswith(spelled)
     assert len(committed) == 0 or len(spelled) > 0
     assert list(model.tokenizer.encode(forced + rest)[: len(committed)]) == list(committed)
 
 
+# what the grammar allows after forced text: the first byte of what follows, and others
+follows = st.tuples(texts, st.lists(st.sampled_from(PIECES), max_size=4).map("".join))
+
+
+def follow_bytes(rest: str, others: str) -> bytes:
+    return (rest + others).encode("utf-8")[:1] + others.encode("utf-8") if rest else b""
+
+
 @settings(max_examples=300, deadline=None)
 @given(forced=texts, rest=texts)
 def test_committed_tokens_are_the_tokenizers_own_whatever_follows(tiny_model, forced, rest):
     check_prefix_property(tiny_model, forced, rest)
+
+
+@settings(max_examples=500, deadline=None)
+@given(forced=texts, follow=follows)
+def test_committed_tokens_are_the_tokenizers_own_whatever_the_grammar_lets_follow(
+    tiny_model, forced, follow
+):
+    rest, others = follow
+    check_prefix_property(tiny_model, forced, rest, follow_bytes(rest, others))
+
+
+def test_the_last_pre_token_is_final_when_nothing_allowed_next_extends_it(tiny_model):
+    tokens, vocabulary = forced_tokenizer(tiny_model), tiny_model.vocabulary
+    assert vocabulary.decode(tokens.tokens(b'":', b"tf")) == b'":'  # `":t` splits before t
+    assert vocabulary.decode(tokens.tokens(b'":', b"0123456789")) == b'":'  # digits: alone
+    assert tokens.tokens(b'":', b"-0123456789") == ()  # `":-` is one pre-token
+    assert vocabulary.decode(tokens.tokens(b'","hello":', b'"')) == b'","hello'  # `":"`
+    assert vocabulary.decode(tokens.tokens(b'"}}', b"")) == b'"}}'  # the answer ends
+    assert vocabulary.decode(tokens.tokens(b'"hello', b"\xc3")) == b'"'  # not ASCII: open
+    assert vocabulary.decode(tokens.tokens(b'":hello ', b"a")) == b'":hello'  # whitespace
+    assert vocabulary.decode(tokens.tokens(b"ab <|im_", b"e")) == b"ab"  # an added token
 
 
 def test_the_last_pre_token_and_a_possible_added_token_stay_open(tiny_model):
@@ -75,7 +106,7 @@ def test_a_jump_keeps_within_the_tokens_left(tiny_model):
     tokens = forced_tokenizer(tiny_model)
     start = Constraint(TokenIndex(schema_to_dfa(WEATHER), tiny_model.vocabulary))
     ids, after = tokens.jump(start, 1000)
-    assert tiny_model.vocabulary.decode(ids) == b'{"location'  # `":"` stays open
+    assert tiny_model.vocabulary.decode(ids) == b'{"location'  # `":"` stays open (`":""`)
     assert after.state != start.state and start.state == 0
     assert tokens.jump(start, 2, budget_aware=False)[0] == ids[:2]
     assert tokens.jump(start, 0) == ([], start)
@@ -126,9 +157,10 @@ def test_jump_forward_after_a_trigger_and_at_the_start(tiny_model):
     ]
     results, stats = run(model, requests)
     assert [r.text.encode("utf-8") for r in results] == targets
-    # the second answer's `{"name":"get_weather","arguments":{"city` went with its prompt
+    # the second answer's `{"name":"get_weather","arguments":{"city":"` went with its prompt
+    # (all of it: a letter, the only byte allowed next, starts a pre-token of its own)
     first = next(ids for ids in model.prefilled if ids[0] == 1)
-    assert tiny_model.vocabulary.decode(first[1:]) == b'{"name":"get_weather","arguments":{"city'
+    assert tiny_model.vocabulary.decode(first[1:]) == b'{"name":"get_weather","arguments":{"city":"'
     assert stats.forced_tokens >= 2 * len(first[1:])
 
 
@@ -209,6 +241,14 @@ def test_a_generator_on_a_model_without_a_tokenizer_never_jumps():
 @given(forced=texts, rest=texts)
 def test_committed_tokens_are_smollm2s_own_whatever_follows(model, forced, rest):
     check_prefix_property(model, forced, rest)
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None)
+@given(forced=texts, follow=follows)
+def test_committed_tokens_are_smollm2s_own_whatever_the_grammar_lets_follow(model, forced, follow):
+    rest, others = follow
+    check_prefix_property(model, forced, rest, follow_bytes(rest, others))
 
 
 def bench_targets(root, limit: int):

@@ -5,7 +5,7 @@ same computation). Why they differ: jump-forward writes the tokenizer's canonica
 forced text (`{"` + `name` + `":"`), where the model, sampling token by token, may have spelled
 the same bytes with other tokens; the model then conditions on other tokens, and the greedy
 choices after that may change (a chunked forward pass also rounds differently from one-token
-decode passes, by about 1e-5 in the logits). Seen once on the sample (12 answers): 10 differ in
+decode passes, by about 1e-5 in the logits). Seen once on the sample (12 answers): 11 differ in
 tokens, 4 of them in text (a number or an optional member more or less, a string's value)."""
 
 from __future__ import annotations
