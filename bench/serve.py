@@ -115,7 +115,7 @@ def main() -> None:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=600)
         for name, workload in WORKLOADS.items():
             bodies = [
-                {"model": "m", **workload, "max_tokens": args.tokens, "seed": i}
+                {"model": config.model_name, **workload, "max_tokens": args.tokens, "seed": i}
                 for i in range(args.requests)
             ]
             one(client, bodies[0])  # warm the grammar cache and the kernels

@@ -20,6 +20,11 @@ def check_messages(messages) -> list[dict]:
     each need `function.name` and `function.arguments`, a JSON text or an object. Raises ToolError:
     400 naming the message index (`messages[2].tool_calls[0].function.arguments`) for what is
     malformed, 422 for content parts that are not text.
+
+    A `tool` message answers a call of the assistant turn it follows (other tool messages may
+    come between, as OpenAI requires): its `tool_call_id` must be a string equal to the `id` of
+    one of that turn's `tool_calls`; otherwise a 400 naming `messages[i].tool_call_id` (or
+    `messages[i]` when no assistant turn with tool calls comes before it).
     """
     if not isinstance(messages, list) or not messages:
         raise invalid(
@@ -42,7 +47,40 @@ def check_messages(messages) -> list[dict]:
         message_text(message, i)
         if role == "assistant":
             message_calls(message, i)
+        elif role == "tool":
+            _check_answered_call(messages, i)
     return list(messages)
+
+
+def _check_answered_call(messages: list, i: int) -> None:
+    """Check that tool message `messages[i]` answers a call of the assistant turn it follows
+    (see `check_messages`). Raises ToolError 400."""
+    where = f"messages[{i}]"
+    j = i - 1
+    while j >= 0 and messages[j].get("role") == "tool":
+        j -= 1
+    answered = messages[j] if j >= 0 and messages[j].get("role") == "assistant" else {}
+    calls = answered.get("tool_calls")
+    if not calls:
+        raise invalid(
+            where,
+            f"'{where}' has role 'tool' but does not follow an assistant message with "
+            "'tool_calls': a tool message answers one of its calls.",
+        )
+    call_id = messages[i].get("tool_call_id")
+    if not isinstance(call_id, str):
+        raise invalid(
+            f"{where}.tool_call_id",
+            f"'{where}.tool_call_id' must be a string naming a call of messages[{j}].",
+            "missing_required_parameter" if call_id is None else "invalid_type",
+        )
+    ids = [call.get("id") for call in calls if isinstance(call, dict)]
+    if call_id not in ids:
+        raise invalid(
+            f"{where}.tool_call_id",
+            f"'{where}.tool_call_id' is {call_id!r}, which names no call in the "
+            f"'tool_calls' of messages[{j}].",
+        )
 
 
 def message_text(message: dict, i: int) -> str:

@@ -202,6 +202,9 @@ def document(model_name: str) -> dict:
     chat_ok = _json(COMPLETION, "a chat completion, or server-sent chunks when `stream` is true")
     chat_ok["content"]["text/event-stream"] = {"schema": {"type": "string"}}
     bearer = [{"bearer": []}]
+    # the served model's name, or none: another is a 404 model_not_found
+    model = {"type": "string", "enum": [model_name]}
+    request = {**REQUEST, "properties": {**REQUEST["properties"], "model": model}}
     return {
         "openapi": "3.0.3",
         "info": {
@@ -217,9 +220,12 @@ def document(model_name: str) -> dict:
                     "security": bearer,
                     "requestBody": {
                         "required": True,
-                        "content": {"application/json": {"schema": REQUEST}},
+                        "content": {"application/json": {"schema": request}},
                     },
-                    "responses": {"200": chat_ok, **_errors(400, 401, 413, 415, 422, 429, 500)},
+                    "responses": {
+                        "200": chat_ok,
+                        **_errors(400, 401, 404, 413, 415, 422, 429, 500),
+                    },
                 }
             },
             "/v1/models": {

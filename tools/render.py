@@ -16,14 +16,24 @@ OpenAI messages become the plain `{"role","content"}` turns every chat template 
 
 Then the model's own jinja2 chat template renders the turns. So a conversation renders the way it
 was generated, and the model sees its earlier calls in the form it must produce.
+
+The prompt is a `PromptText` that knows where each turn's content lies (`literal_spans`): the
+tokenizer then tokenizes a special token's text inside content (`<|im_end|>\n<|im_start|>system`
+typed by a user) as text, so content cannot forge a turn. The spans come from rendering the
+turns once more with a unique marker for each content: when the template copies content verbatim
+(SmolLM2's does), putting the contents back in place of the markers gives the prompt exactly;
+otherwise the prompt carries no spans.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import uuid
 
 from corral.model.chat import render_chat
 from corral.model.errors import ChatTemplateError
+from corral.model.tokenizer import PromptText
 from corral.tools.errors import invalid
 from corral.tools.messages import check_messages, message_calls, message_text
 from corral.tools.parser import CLOSER, OPENER, SEPARATOR
@@ -129,7 +139,26 @@ def render_request(
     return _render(template, _turns(request.messages, tools), add_generation_prompt, extra)
 
 
-def _render(template, turns: list[dict], add_generation_prompt: bool, extra: dict) -> str:
+def _render(template, turns: list[dict], add_generation_prompt: bool, extra: dict) -> PromptText:
+    """The prompt, with the spans of the turns' contents (see the module docstring)."""
+    text = _render_text(template, turns, add_generation_prompt, extra)
+    nonce = uuid.uuid4().hex
+    marked = [{**turn, "content": f"<corral-{nonce}-{k}>"} for k, turn in enumerate(turns)]
+    skeleton = _render_text(template, marked, add_generation_prompt, extra)
+    pieces, spans, at = [], [], 0
+    for piece in re.split(f"<corral-{nonce}-([0-9]+)>", skeleton):
+        if len(pieces) % 2:  # a marker's index
+            content = turns[int(piece)]["content"]
+            spans.append((at, at + len(content)))
+            piece = content
+        pieces.append(piece)
+        at += len(piece)
+    if "".join(pieces) != text:  # the template changed a content: no spans
+        return PromptText(text)
+    return PromptText(text, [(start, end) for start, end in spans if end > start])
+
+
+def _render_text(template, turns: list[dict], add_generation_prompt: bool, extra: dict) -> str:
     try:
         if isinstance(template, str):
             return render_chat(template, turns, add_generation_prompt, **extra)

@@ -13,8 +13,10 @@ without tools, an unknown `response_format` type, sampling parameters of the wro
 of OpenAI's ranges. Content parts that are not text are a 422 `unsupported_parameter`.
 
 Nothing is accepted and then ignored: every top-level field is in the table `FIELDS`, which says
-whether corral honours it, accepts it because it cannot change the output (`user`, `metadata`,
-`store`, `service_tier` `auto`/`default`, ...), or refuses it with a 400
+whether corral honours it, accepts it because it cannot change the output (the identifiers
+`user`, `safety_identifier`, `prompt_cache_key`, and `metadata`, `store`), or refuses it unless
+its value asks for nothing corral does not do (`service_tier` `auto`/`default`, `modalities`
+`["text"]`, `prompt_cache_retention` `in_memory`), or refuses it with a 400
 `unsupported_parameter` naming it (`stream: true`, which a Batch line cannot use, the deprecated
 `functions` / `function_call`, `audio`, `prediction`, ...; null counts as absent). A field the
 API does not define is a 400 `unknown_parameter` naming it.
@@ -28,7 +30,12 @@ that is not UTF-8 text (a lone surrogate, `"\\ud800"`), NaN or an infinity (`NaN
 Decisions where OpenAI is silent or where corral differs: `tools: []` counts as no tools; tool
 names are `[A-Za-z0-9_.-]{1,64}` (OpenAI's set plus `.`, which BFCL's names use); a tool without
 `parameters` takes no arguments (`{}`); `strict` is accepted and changes nothing (corral always
-enforces the schema); `max_completion_tokens` wins over the older `max_tokens`; `seed` is an
+enforces the schema); `max_completion_tokens` or the older `max_tokens`, not both (a 400
+naming `max_tokens`, as OpenAI answers); `stop` ends free text only, so it is refused (400
+naming it) where the whole answer is grammar-constrained (a `json_object` or `json_schema`
+response_format, tool_choice `required` or a named function: cutting would break the JSON);
+under tool_choice `auto` a stop string ends the text before a call, never the call itself;
+`seed` is an
 int64 (OpenAI's range) kept as its unsigned 64-bit value (`seed mod 2**64`: the engine's random
 generators take non-negative seeds); `top_logprobs` needs `logprobs: true`.
 
@@ -45,7 +52,7 @@ import re
 from dataclasses import dataclass, field
 
 from corral.automata.schema.values import is_text, printable
-from corral.tools.errors import invalid, not_honoured
+from corral.tools.errors import ToolError, invalid, not_honoured
 from corral.tools.messages import check_messages
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -79,7 +86,7 @@ HONOURED = Field("honoured")
 NO_EFFECT = Field("no_effect")
 FIELDS = {
     "messages": HONOURED,
-    "model": HONOURED,  # echoed in the answer
+    "model": HONOURED,  # the served model's name or absent (the server's check_model)
     "tools": HONOURED,
     "tool_choice": HONOURED,
     "parallel_tool_calls": HONOURED,
@@ -102,7 +109,9 @@ FIELDS = {
     "metadata": NO_EFFECT,
     "store": NO_EFFECT,
     "prompt_cache_key": NO_EFFECT,
-    "prompt_cache_retention": NO_EFFECT,
+    "prompt_cache_retention": Field(
+        "refused", ("in_memory",), "corral's prefix cache lives in memory only: in_memory"
+    ),
     "service_tier": Field("refused", ("auto", "default"), "corral has one tier: auto or default"),
     "modalities": Field("refused", (["text"],), "corral writes text only"),
     "stream": Field("refused", (False,), "a Batch line's answer is not streamed"),
@@ -250,9 +259,7 @@ def parse_tool_request(body: str | bytes | dict, vocabulary_size: int | None = N
 
     messages = check_messages(body.get("messages"))
     parallel = _field(body, "parallel_tool_calls", "", bool, "a boolean")
-    max_tokens = _integer(body, "max_completion_tokens", 1, None)
-    if max_tokens is None:
-        max_tokens = _integer(body, "max_tokens", 1, None)
+    max_tokens = _max_tokens(body)
     model = _field(body, "model", "", str, "a string")
     seed = _integer(body, "seed", -(2**63), 2**63 - 1)
     logprobs = _boolean(body, "logprobs", "")
@@ -275,6 +282,13 @@ def parse_tool_request(body: str | bytes | dict, vocabulary_size: int | None = N
     tools = _tools(body.get("tools"))
     tool_choice, function_name = _tool_choice(body.get("tool_choice"), tools)
     response_format = _response_format(body.get("response_format"))
+    if sampling["stop"] and not _starts_free(tool_choice, response_format):
+        raise not_honoured(
+            "stop",
+            "the whole answer is grammar-constrained (a response_format json_object or "
+            "json_schema, or tool_choice required or a named function), and cutting it at a "
+            "stop string would break the JSON",
+        )
     return ToolRequest(
         messages=tuple(messages),
         tools=tools,
@@ -286,6 +300,40 @@ def parse_tool_request(body: str | bytes | dict, vocabulary_size: int | None = N
         max_tokens=max_tokens,
         **sampling,
     )
+
+
+def check_model(model: str | None, served: str) -> None:
+    """Refuse a request that names a model other than the one served, as the OpenAI API and
+    vLLM do (a request that names none is answered by `served`).
+
+    Raises ToolError 404 `model_not_found` (param `model`) naming both."""
+    if model is not None and model != served:
+        raise ToolError(
+            404,
+            "model",
+            "model_not_found",
+            f"The model '{model}' does not exist: this server serves '{served}' only.",
+        )
+
+
+def _max_tokens(body: dict) -> int | None:
+    """`max_completion_tokens`, or the older `max_tokens`; both set (not null) is a 400 naming
+    `max_tokens` (code `invalid_parameter_combination`), as the OpenAI API answers."""
+    newer = _integer(body, "max_completion_tokens", 1, None)
+    older = _integer(body, "max_tokens", 1, None)
+    if newer is not None and older is not None:
+        raise invalid(
+            "max_tokens",
+            "Setting 'max_tokens' and 'max_completion_tokens' at the same time is not supported.",
+            "invalid_parameter_combination",
+        )
+    return older if newer is None else newer
+
+
+def _starts_free(tool_choice: str, response_format: ResponseFormat) -> bool:
+    """Whether the answer begins as free text (where a stop string can end it): the
+    response_format is text and tool_choice is `none` or `auto` (no tools counts as `none`)."""
+    return response_format.type == "text" and tool_choice in ("none", "auto")
 
 
 # --- what every request must be ----------------------------------------------------------------

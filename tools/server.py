@@ -17,11 +17,21 @@ Decisions:
   JSON, 429 when the batch is full and `max_waiting` choices already wait, 500 when the engine
   fails a request.
 - A prompt plus `max_tokens` past the model's context is a 400 `context_length_exceeded` naming
-  the figures; past this server's smaller `max_len`, a 400 naming `max_tokens` (or `messages`
-  when the prompt alone is too long); a request without `max_tokens` gets what `max_len` leaves
-  (the engine's `check_request`, run before the request is queued).
-- Streamed chunks carry no `logprobs` (null); a non-streamed answer is the body `corral
-  generate` writes (`corral.tools.shapes.completion_json`), logprobs and top_logprobs included.
+  the figures; a prompt that alone fills this server's smaller `max_len` is a 400
+  `context_length_exceeded` naming `messages`; a prompt that fits but leaves less than
+  `max_tokens` is a 400 naming `max_tokens`; a request without `max_tokens` gets what
+  `max_len` leaves (the engine's `check_request`, run before the request is queued).
+- `model` must be absent or the served model's name (`ServerConfig.model_name`): any other
+  is a 404 `model_not_found` naming both, as the OpenAI API and vLLM answer; answers carry the
+  served name.
+- A non-streamed answer is the body `corral generate` writes
+  (`corral.tools.shapes.completion_json`), logprobs and top_logprobs included. A streamed
+  request with `logprobs: true` gets them as the OpenAI API sends them: each chunk's
+  `choices[i].logprobs.content` holds the entries of the tokens whose bytes its delta carries
+  (a token whose bytes were held back, a tool-call marker or a stop string's possible start,
+  goes with the next chunk that carries text, or with the last one); such a choice's chunks are
+  sent when it ends, since the engine reports its tokens then. Without logprobs, chunks carry
+  `logprobs: null` and text is sent as it is generated.
 - A client that disconnects cancels its choices; their slots are free at the next decode step
   (a streamed request notices at once, a plain one within `DISCONNECT_POLL_SECONDS`).
 """
@@ -45,9 +55,15 @@ from corral.model.generate import check_request
 from corral.tools import openapi
 from corral.tools.batch import Engine
 from corral.tools.errors import ToolError, refused
-from corral.tools.request import ToolRequest, parse_tool_request, read_body, streaming_fields
+from corral.tools.request import (
+    ToolRequest,
+    check_model,
+    parse_tool_request,
+    read_body,
+    streaming_fields,
+)
 from corral.tools.serving import DEFAULT_MAX_WAITING, ChoiceStream, EngineThread, Job, Metrics
-from corral.tools.shapes import completion_json, delta_json, finish_reason
+from corral.tools.shapes import completion_json, delta_json, finish_reason, logprobs_json
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
@@ -246,6 +262,7 @@ class Server:
         try:
             body, stream, include_usage = streaming_fields(read_body(body))
             parsed = parse_tool_request(body, self.engine.vocabulary.size)
+            check_model(parsed.model, self.config.model_name)
             choices = await run_in_threadpool(self._engine_requests, parsed)
         except ToolError as error:
             return tool_error_response(error)
@@ -253,7 +270,8 @@ class Server:
             message = "The server is busy: the batch is full and the waiting queue too."
             return error_response(429, message, "rate_limit_error", None, "rate_limit_exceeded")
         loop = asyncio.get_running_loop()
-        job = Job(choices, stream, loop, asyncio.Queue())
+        # a streamed choice with logprobs is sent when it ends (see the module docstring)
+        job = Job(choices, stream and not parsed.logprobs, loop, asyncio.Queue())
         self.thread.submit(job)
         if stream:
             return EventSourceResponse(self._stream(parsed, job, include_usage), sep="\n")
@@ -282,10 +300,22 @@ class Server:
         (`refused`) for what the engine would refuse."""
         model = self.engine.model
         size = len(self.engine.vocabulary.tokens)
+        max_len = min(self.config.max_len, model.context_length)
+        choices = self.engine.requests(request, self.config.default_max_tokens)
+        for choice in choices:
+            prompt = len(choice.prompt_ids)
+            if prompt >= max_len:  # the prompt alone leaves no room for an answer
+                raise ToolError(
+                    400,
+                    "messages",
+                    "context_length_exceeded",
+                    f"This server holds at most {max_len} tokens per request, but the messages "
+                    f"take {prompt} tokens, leaving no room for an answer. Please shorten them.",
+                )
         try:
             return [
                 check_request(choice, model.context_length, size, self.config.max_len)
-                for choice in self.engine.requests(request, self.config.default_max_tokens)
+                for choice in choices
             ]
         except RequestError as error:
             raise refused(error) from None
@@ -307,7 +337,7 @@ class Server:
         """The server-sent events of a streamed request (see the module docstring)."""
         request_id = uuid.uuid4().hex[:12]
         created = int(time.time())
-        model = request.model or self.config.model_name
+        model = self.config.model_name
         n = len(job.choices)
         streams = []
         for i in range(n):
@@ -329,8 +359,25 @@ class Server:
             body.update(extra)
             return {"data": json.dumps(body, ensure_ascii=False)}
 
-        def choice(i: int, delta: dict, reason: str | None = None) -> dict:
-            return {"index": i, "delta": delta, "logprobs": None, "finish_reason": reason}
+        def choice(i: int, delta: dict, reason: str | None = None, logprobs=None) -> dict:
+            return {"index": i, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
+
+        def with_logprobs(i: int, result) -> list[dict]:
+            """A choice's delta chunks replayed from its result, each with the logprobs of the
+            tokens whose bytes it carries (`ChoiceStream.replay`)."""
+            top = result.top_logprobs
+            chunks = []
+            for item, positions in streams[i].replay(result, self.engine.vocabulary.tokens):
+                logprobs = logprobs_json(
+                    [result.token_ids[j] for j in positions],
+                    [result.logprobs[j] for j in positions],
+                    None if top is None else [top[j] for j in positions],
+                    self.engine.vocabulary,
+                    request.top_logprobs or 0,
+                )
+                delta = {} if item is None else delta_json(item)
+                chunks.append(chunk([choice(i, delta, None, logprobs)]))
+            return chunks
 
         prompt_tokens = completion_tokens = 0
         try:
@@ -352,8 +399,12 @@ class Server:
                 ended += 1
                 prompt_tokens = result.prompt_tokens
                 completion_tokens += result.completion_tokens
-                for item in streams[i].finish(result):
-                    yield chunk([choice(i, delta_json(item))])
+                if request.logprobs:
+                    for piece in with_logprobs(i, result):
+                        yield piece
+                else:
+                    for item in streams[i].finish(result):
+                        yield chunk([choice(i, delta_json(item))])
                 reason = finish_reason(streams[i].calls, result.finish_reason)
                 yield chunk([choice(i, {}, reason)])
             if usage:

@@ -19,7 +19,10 @@ batch is full and `max_waiting` choices already wait, which the server answers w
 
 `ChoiceStream` turns one streamed choice's bytes into tool-call events (the `ToolParser`'s, or
 plain `Content` when the request allows no calls), holding back the bytes a stop string could
-still remove. `Metrics` are the Prometheus series of `/metrics` (`prometheus_client`).
+still remove; `replay` does it token by token from a finished result, telling which tokens each
+event carries (a streamed request with logprobs).
+With the prefix cache off (`--no-prefix-cache`), no prompt is looked up, and `/metrics` counts
+no prefix-cache queries. `Metrics` are the Prometheus series of `/metrics` (`prometheus_client`).
 """
 
 from __future__ import annotations
@@ -253,8 +256,9 @@ class EngineThread:
             return
         metrics = self.metrics
         metrics.mask_seconds.inc(stats.mask_and_sample_seconds - mask_before)
-        metrics.prefix_queries.inc(stats.prompt_tokens - prompt_before)
-        metrics.prefix_hits.inc(stats.prefix_tokens - reused_before)
+        if self.prefix_cache:  # with the cache off, nothing is looked up
+            metrics.prefix_queries.inc(stats.prompt_tokens - prompt_before)
+            metrics.prefix_hits.inc(stats.prefix_tokens - reused_before)
         now = time.perf_counter()
         for handle, text in self.generator.partial_text().items():
             job = self._jobs[handle]
@@ -328,6 +332,40 @@ class ChoiceStream:
         """The last events, from the choice's final text (a stop string already cut off)."""
         rest = result.text.encode("utf-8")[self.released :]
         return self._events(self.decoder.decode(rest, final=True), last=True)
+
+    def replay(self, result: GenerationResult, token_bytes) -> list[tuple]:
+        """A whole choice streamed from its result, token by token: `(event, positions)` pairs,
+        `positions` the indexes in `result.token_ids` of the tokens whose bytes the event first
+        carries (a token's bytes held back, by a stop string's possible start or by the parser,
+        go with the next event; what is left at the end goes with the last one, or with a
+        final `(None, positions)` when the end yields no event). `token_bytes[id]` are a
+        token's bytes (None for a special token). For a streamed request with logprobs."""
+        text = result.text.encode("utf-8")
+        pairs: list[tuple] = []
+        pending: list[int] = []
+
+        def take(events: list[ToolEvent]) -> None:
+            nonlocal pending
+            for k, event in enumerate(events):
+                pairs.append((event, pending if k == 0 else []))
+            if events:
+                pending = []
+
+        written = 0
+        for j, token in enumerate(result.token_ids):
+            pending.append(j)
+            # the answer's text, cut where the tokens' bytes end (the same bytes, unless the
+            # text replaced bytes that are not UTF-8)
+            piece = text[written : written + len(token_bytes[token] or b"")]
+            written += len(piece)
+            take(self.feed(piece))
+        take(self.finish(result))
+        if pending:
+            if pairs and not pairs[-1][1]:
+                pairs[-1] = (pairs[-1][0], pending)
+            else:
+                pairs.append((None, pending))
+        return pairs
 
     def _events(self, text: str, last: bool) -> list[ToolEvent]:
         if self.parser is None:

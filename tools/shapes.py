@@ -173,10 +173,10 @@ def completion_json(request, results, request_id: str, model_name: str, vocabula
 
     When calls are allowed, each choice's text goes through the stream parser (call ids
     `call_<request_id>_<index>`, with `_<choice>` after the request id when n > 1); `logprobs`
-    is `logprobs_json` when the request asks for them, else null; `model` is the request's own
-    or `model_name`; `usage` sums the completion tokens of every choice. A result's
-    `top_logprobs` is read when present (`getattr`), so results without it answer with empty
-    `top_logprobs` lists.
+    is `logprobs_json` when the request asks for them, else null; `model` is `model_name`, the
+    model that wrote the answer (whatever name the request gave); `usage` sums the completion
+    tokens of every choice. A result's `top_logprobs` is read when present (`getattr`), so
+    results without it answer with empty `top_logprobs` lists.
     """
     from corral.tools.parser import ToolParser  # the parser imports this module's events
 
@@ -206,7 +206,7 @@ def completion_json(request, results, request_id: str, model_name: str, vocabula
         "id": f"chatcmpl-{request_id}",
         "object": "chat.completion",
         "created": int(time.time()),
-        "model": request.model or model_name,
+        "model": model_name,
         "choices": choices,
         "usage": {
             "prompt_tokens": prompt_tokens,

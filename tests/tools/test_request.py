@@ -5,8 +5,10 @@ import json
 
 import pytest
 from corral.tools import ToolError, parse_tool_request
-from corral.tools.request import FIELDS, MAX_NESTING
+from corral.tools.request import FIELDS, MAX_NESTING, check_model
 from example_schemas import WEATHER
+from hypothesis import given
+from hypothesis import strategies as st
 
 TIME = {
     "type": "function",
@@ -92,7 +94,6 @@ def test_a_tool_without_parameters_takes_an_empty_object():
 def test_sampling_fields():
     request = parse_tool_request(
         body(
-            max_tokens=10,
             max_completion_tokens=20,
             temperature=0,
             top_p=0.5,
@@ -107,7 +108,7 @@ def test_sampling_fields():
             logit_bias={"5": -100, "17": 2.5},
         )
     )
-    assert request.max_tokens == 20  # max_completion_tokens wins
+    assert request.max_tokens == 20
     assert (request.temperature, request.top_p, request.seed, request.stop) == (
         0.0,
         0.5,
@@ -456,3 +457,69 @@ def refused_with(request, vocabulary_size) -> ToolError:
     with pytest.raises(ToolError) as info:
         parse_tool_request(request, vocabulary_size)
     return info.value
+
+
+# --- fields that cannot be honoured together --------------------------------------------------
+
+
+@given(st.integers(1, 10**6), st.integers(1, 10**6))
+def test_max_tokens_and_max_completion_tokens_together_are_a_400_naming_max_tokens(a, b):
+    """As the OpenAI API answers, whether or not they agree: one of them wins silently
+    nowhere."""
+    error = refused(body(max_tokens=a, max_completion_tokens=b))
+    assert (error.status, error.param, error.code) == (
+        400,
+        "max_tokens",
+        "invalid_parameter_combination",
+    )
+    assert parse_tool_request(body(max_tokens=a, max_completion_tokens=None)).max_tokens == a
+    assert parse_tool_request(body(max_tokens=None, max_completion_tokens=b)).max_tokens == b
+
+
+CONSTRAINED = [
+    {"response_format": {"type": "json_object"}},
+    {"response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {}}}},
+    {"tools": [TIME], "tool_choice": "required"},
+    {"tools": [TIME], "tool_choice": {"type": "function", "function": {"name": "get_time"}}},
+    {"tools": [TIME], "tool_choice": "auto", "response_format": {"type": "json_object"}},
+    {"tools": [TIME], "tool_choice": "none", "response_format": {"type": "json_object"}},
+]
+FREE = [{}, {"tools": [TIME]}, {"tools": [TIME], "tool_choice": "none"}, {"response_format": None}]
+STOPS = st.one_of(
+    st.text(min_size=1, max_size=5),
+    st.lists(st.text(min_size=1, max_size=5), min_size=1, max_size=4),
+)
+
+
+@given(STOPS, st.sampled_from(CONSTRAINED))
+def test_stop_is_refused_where_the_whole_answer_is_grammar_constrained(stop, fields):
+    error = refused(body(stop=stop, **fields))
+    assert (error.status, error.param, error.code) == (400, "stop", "unsupported_parameter")
+    assert parse_tool_request(body(stop=None, **fields)).stop == ()
+    assert parse_tool_request(body(stop=[], **fields)).stop == ()
+
+
+@given(STOPS, st.sampled_from(FREE))
+def test_stop_is_honoured_where_the_answer_starts_as_free_text(stop, fields):
+    """Free text, or tool_choice auto: a stop string ends the text before a call."""
+    expected = (stop,) if isinstance(stop, str) else tuple(stop)
+    assert parse_tool_request(body(stop=stop, **fields)).stop == expected
+
+
+def test_prompt_cache_retention_is_accepted_only_in_memory():
+    assert parse_tool_request(body(prompt_cache_retention="in_memory")).n == 1
+    error = refused(body(prompt_cache_retention="24h"))
+    assert (error.param, error.code) == ("prompt_cache_retention", "unsupported_parameter")
+
+
+@given(st.text(max_size=30))
+def test_a_model_other_than_the_served_one_is_a_404_naming_both(name):
+    if name == "SmolLM2-135M-Instruct":
+        check_model(name, "SmolLM2-135M-Instruct")
+        return
+    with pytest.raises(ToolError) as info:
+        check_model(name, "SmolLM2-135M-Instruct")
+    error = info.value
+    assert (error.status, error.param, error.code) == (404, "model", "model_not_found")
+    assert f"'{name}'" in error.message and "SmolLM2-135M-Instruct" in error.message
+    check_model(None, "SmolLM2-135M-Instruct")  # a request that names none

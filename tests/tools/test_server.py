@@ -19,11 +19,14 @@ from corral.model.generate import GenerationResult
 from corral.tools.cli import main
 from corral.tools.server import ServerConfig, background_server
 from corral.tools.serving import ChoiceStream
-from corral.tools.shapes import Content, ToolCall, collect
+from corral.tools.shapes import CallStart, Content, ToolCall, collect
 from example_schemas import WEATHER
+from hypothesis import given
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 KEY = "sk-test"
+MODEL = "SmolLM2-135M-Instruct"  # the served model's name
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 FORCED = {"type": "function", "function": {"name": "get_weather"}}
 PERSON = {
@@ -57,7 +60,7 @@ def weather_arguments_valid(call) -> bool:
 
 
 def forced(**extra) -> dict:
-    body = {"model": "smollm2", "messages": ASK, "tools": [WEATHER], "tool_choice": FORCED}
+    body = {"model": MODEL, "messages": ASK, "tools": [WEATHER], "tool_choice": FORCED}
     return {"max_tokens": 60, "seed": 7, **body, **extra}
 
 
@@ -106,7 +109,7 @@ def test_stream_deltas_index_calls_and_report_usage(client):
 def test_streamed_free_text_with_n_and_stop_equals_the_plain_answer(client):
     """n choices stream under their own index; a stop string is cut from the streamed text as
     from the plain one (its first bytes were held back, never sent)."""
-    body = {"model": "m", "messages": DESCRIBE, "max_tokens": 24, "seed": 5, "n": 2}
+    body = {"model": MODEL, "messages": DESCRIBE, "max_tokens": 24, "seed": 5, "n": 2}
     plain = client.chat.completions.create(**body).choices
     stop = next(c.message.content for c in plain)[6:8]  # a piece the seeded answer contains
     plain = client.chat.completions.create(**body, stop=[stop]).choices
@@ -133,7 +136,7 @@ def test_tool_choice_none_calls_nothing(client):
 @pytest.mark.slow
 def test_json_schema_content_validates(client):
     answer = client.chat.completions.create(
-        model="smollm2", messages=DESCRIBE, response_format=PERSON_FORMAT, max_tokens=40, seed=3
+        model=MODEL, messages=DESCRIBE, response_format=PERSON_FORMAT, max_tokens=40, seed=3
     )
     choice = answer.choices[0]
     assert choice.finish_reason == "stop"
@@ -143,7 +146,7 @@ def test_json_schema_content_validates(client):
 @pytest.mark.slow
 def test_logprobs_come_back_in_the_api_shape(client):
     answer = client.chat.completions.create(
-        model="smollm2", messages=DESCRIBE, response_format=PERSON_FORMAT, max_tokens=40, seed=3,
+        model=MODEL, messages=DESCRIBE, response_format=PERSON_FORMAT, max_tokens=40, seed=3,
         logprobs=True,
     )  # fmt: skip
     choice = answer.choices[0]
@@ -154,24 +157,59 @@ def test_logprobs_come_back_in_the_api_shape(client):
     assert all(t.top_logprobs == [] for t in tokens)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"messages": ASK, "top_logprobs": 2},
+        {"messages": DESCRIBE, "n": 2, "top_logprobs": 0},
+        {"messages": DESCRIBE, "response_format": PERSON_FORMAT},
+        {"messages": ASK, "tools": [WEATHER], "tool_choice": FORCED, "top_logprobs": 1},
+    ],
+)
+def test_streamed_logprobs_are_those_of_the_plain_answer_chunk_by_chunk(client, extra):
+    """Each chunk's logprobs are the entries of the tokens whose text its delta carries: joined
+    in order they are the plain answer's, and their bytes are the text the deltas carried."""
+    body = {"model": MODEL, "max_tokens": 30, "seed": 11, "logprobs": True, **extra}
+    plain = client.chat.completions.create(**body).choices
+    chunks = [c for c in client.chat.completions.create(**body, stream=True) if c.choices]
+    for i, answer in enumerate(plain):
+        mine = [c.choices[0] for c in chunks if c.choices[0].index == i]
+        entries = [e for c in mine if c.logprobs is not None for e in c.logprobs.content]
+        # the same tokens; logprobs within float noise (a prefix-cached prefill or another
+        # batch shape moves logits by about 1e-5)
+        assert [e.token for e in entries] == [e.token for e in answer.logprobs.content]
+        assert [e.logprob for e in entries] == pytest.approx(
+            [e.logprob for e in answer.logprobs.content], abs=1e-3
+        )
+        assert [[t.token for t in e.top_logprobs] for e in entries] == [
+            [t.token for t in e.top_logprobs] for e in answer.logprobs.content
+        ]
+        if answer.message.tool_calls is None:  # content: the chunks' tokens spell their deltas
+            spelled = b"".join(bytes(e.bytes) for e in entries)
+            assert spelled.decode(errors="replace") == "".join(c.delta.content or "" for c in mine)
+            for c in mine:  # a chunk with text carries the tokens of that text
+                assert bool(c.delta.content) <= bool(c.logprobs and c.logprobs.content)
+
+
 def test_errors_arrive_as_the_clients_exceptions(client, server):
     with pytest.raises(openai.BadRequestError) as bad:
-        client.chat.completions.create(model="m", messages=[])
+        client.chat.completions.create(model=MODEL, messages=[])
     assert bad.value.param == "messages"
     with pytest.raises(openai.BadRequestError) as bad:
-        client.chat.completions.create(model="m", messages=ASK, temperature=5)
+        client.chat.completions.create(model=MODEL, messages=ASK, temperature=5)
     assert bad.value.param == "temperature"
     unsupported = {
         "type": "function",
         "function": {"name": "f", "parameters": {"not": {"format": "email"}}},
     }
     with pytest.raises(openai.UnprocessableEntityError) as refused:
-        client.chat.completions.create(model="m", messages=ASK, tools=[unsupported])
+        client.chat.completions.create(model=MODEL, messages=ASK, tools=[unsupported])
     assert refused.value.param == "tools[0].function.parameters"
     assert refused.value.code == "unsupported_parameter"
     wrong = openai.OpenAI(base_url=f"{server}/v1", api_key="sk-wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
-        wrong.chat.completions.create(model="m", messages=ASK)
+        wrong.chat.completions.create(model=MODEL, messages=ASK)
     with pytest.raises(openai.AuthenticationError):
         wrong.models.list()
 
@@ -209,6 +247,15 @@ def test_http_errors_keep_openais_shape(server):
         assert error_of(http.post(url, json=long_answer, headers=auth), 400)["param"] == (
             "max_tokens"
         )
+        long_prompt = [{"role": "user", "content": "word " * 600}]  # alone past max_len 512
+        for max_tokens in (5, None):
+            body = {"messages": long_prompt, "max_tokens": max_tokens}
+            error = error_of(http.post(url, json=body, headers=auth), 400)
+            assert (error["param"], error["code"]) == ("messages", "context_length_exceeded")
+        other = {"model": "gpt-4o", "messages": ASK, "max_tokens": 2}
+        error = error_of(http.post(url, json=other, headers=auth), 404)
+        assert (error["param"], error["code"]) == ("model", "model_not_found")
+        assert "gpt-4o" in error["message"] and MODEL in error["message"]
         past_context = {"messages": ASK, "max_tokens": 9000}  # past the model's 8192
         error = error_of(http.post(url, json=past_context, headers=auth), 400)
         assert error["code"] == "context_length_exceeded" and "8192" in error["message"]
@@ -227,7 +274,7 @@ def mixed_request(i: int) -> dict:
     if i % 2:
         body = forced(seed=100 + i, max_tokens=40)
     else:
-        body = {"model": "m", "messages": DESCRIBE, "response_format": PERSON_FORMAT}
+        body = {"model": MODEL, "messages": DESCRIBE, "response_format": PERSON_FORMAT}
         body.update(seed=100 + i, max_tokens=32)
     return {**body, "top_p": 0.8}
 
@@ -316,7 +363,7 @@ def test_metrics_count_what_was_served(server, client):
     before = counters(server)
     usage = [client.chat.completions.create(**forced(max_tokens=40)).usage for _ in range(2)]
     with pytest.raises(openai.BadRequestError):
-        client.chat.completions.create(model="m", messages=[])
+        client.chat.completions.create(model=MODEL, messages=[])
     after = counters(server)
 
     def grew(name: str, **labels) -> float:
@@ -338,6 +385,19 @@ def test_metrics_count_what_was_served(server, client):
     assert hits + grew("corral_grammar_cache_lookups_total", result="miss") == 2
     assert hits >= 1  # the second request's grammar is the first one's
     assert after[("corral_requests_running", ())] == 0
+
+
+@pytest.mark.slow
+def test_without_the_prefix_cache_metrics_count_no_prefix_queries(smollm2):
+    config = ServerConfig(batch_size=2, max_len=256, prefix_cache=False)
+    with background_server(smollm2, config) as (url, _):
+        plain = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=300)
+        for _ in range(2):
+            plain.chat.completions.create(**forced(max_tokens=40))
+        after = counters(url)
+    assert after[("corral_prompt_tokens_total", ())] > 0
+    assert after.get(("corral_prefix_cache_queries_total", ()), 0.0) == 0
+    assert after.get(("corral_prefix_cache_hits_total", ()), 0.0) == 0
 
 
 # --- 5. schemathesis against /openapi.json --------------------------------------------------
@@ -389,6 +449,35 @@ def test_choice_stream_decodes_utf8_split_between_steps_and_parses_calls():
     events += stream.finish(GenerationResult(text, (), (), "stop", 1, 9))
     assert collect(events) == ("é", [ToolCall("call_req_0", "f", '{"a":1}')])
     assert stream.calls == 1
+
+
+TOKEN_BYTES = [b"a", b"<", b"tool_call>", b'{"name":"f","arguments":{}}', b"</tool_call>",
+               b"\xc3", b"\xa9", b"EN", b"D", b" ", None]  # fmt: skip
+
+
+@given(
+    st.lists(st.integers(0, len(TOKEN_BYTES) - 1), max_size=20),
+    st.booleans(),
+    st.sampled_from([(), ("END",), ("a<",)]),
+)
+def test_a_replayed_choice_gives_the_streamed_events_and_every_token_once(tokens, calls, stop):
+    """`ChoiceStream.replay`: the events a choice streams, fed token by token, each with the
+    tokens whose bytes it first carries; every token goes with exactly one event, in order."""
+    raw = b"".join(TOKEN_BYTES[t] or b"" for t in tokens)
+    text = raw.decode(errors="replace")
+    for s in stop:  # the engine cuts at the first stop string
+        if s in text:
+            text = text[: text.index(s)]
+    result = GenerationResult(text, tuple(tokens), (0.0,) * len(tokens), "stop", 1, len(tokens))
+    call_id = "r" if calls else None
+    fed = ChoiceStream(call_id, stop)
+    whole = fed.feed(text.encode()) + fed.finish(result)
+    pairs = ChoiceStream(call_id, stop).replay(result, TOKEN_BYTES)
+    assert collect([e for e, _ in pairs if e is not None]) == collect(whole)
+    assert [j for _, positions in pairs for j in positions] == list(range(len(tokens)))
+    assert sum(isinstance(e, CallStart) for e, _ in pairs) == sum(
+        isinstance(e, CallStart) for e in whole
+    )
 
 
 def test_corral_serve_refuses_bad_arguments_before_loading_the_model(capsys):
