@@ -48,7 +48,7 @@ from corral.tools.errors import ToolError, refused
 from corral.tools.grammar import DEFAULT_MAX_GRAMMARS, GrammarCompiler, grammar
 from corral.tools.prompt_bound import PromptBound
 from corral.tools.render import render_request
-from corral.tools.request import ToolRequest, parse_tool_request
+from corral.tools.request import ToolRequest, check_model, parse_tool_request
 from corral.tools.shapes import completion_json
 from tqdm import tqdm
 
@@ -69,20 +69,34 @@ class _Line:
     failed: bool = False
 
 
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+
+
+def served_name(model_path: str | Path | None) -> str:
+    """The name a model is served under (the `model` of requests and answers, as vLLM's
+    `--served-model-name` defaults to the model's path): SmolLM2-135M-Instruct for the default
+    model (None), else the name of the `--model` folder, or of the GGUF file without `.gguf`."""
+    if model_path is None:
+        return DEFAULT_MODEL_NAME
+    path = Path(model_path)
+    return path.stem if path.suffix == ".gguf" else path.name
+
+
 class Engine:
     """A model, its vocabulary, and the `GrammarCompiler` whose bounded cache of token indexes
     every request shares.
 
     Args:
         model: a `corral.model.Model`.
-        model_name: the `model` of answers whose request names none.
+        model_name: the served model's name: answers carry it, and a request naming another
+            model is refused (`corral.tools.request.check_model`; `served_name`).
         max_grammars: how many token indexes the compiler keeps (`DEFAULT_MAX_GRAMMARS`).
     """
 
     def __init__(
         self,
         model,
-        model_name: str = "SmolLM2-135M-Instruct",
+        model_name: str = DEFAULT_MODEL_NAME,
         max_grammars: int = DEFAULT_MAX_GRAMMARS,
     ):
         self.model = model
@@ -471,6 +485,7 @@ def _prepare(
             line = _Line(custom_id, number, None, [])
             try:
                 line.request = parse_tool_request(body, engine.vocabulary.size)
+                check_model(line.request.model, engine.model_name)
                 line.choices = engine.requests(line.request, default_max_tokens)
             except Exception as error:  # any fault of one line is that line's error line
                 writer.failure(line, error)

@@ -56,6 +56,7 @@ from corral.tools.batch import (
     drop_torn_tail,
     input_lines,
     run_batch,
+    served_name,
 )
 from corral.tools.errors import ToolError
 from corral.tools.grammar import compile_dfa, regex_grammar, schema_grammar
@@ -366,7 +367,8 @@ def _generate_batch(
                                     not args.quiet, args.model, args.ray or None)  # fmt: skip
         else:
             summary = run_batch(
-                Engine(model), lines, out, skip, args.batch_size, max_tokens, not args.quiet,
+                Engine(model, served_name(args.model)), lines, out, skip, args.batch_size,
+                max_tokens, not args.quiet,
                 prefix_cache=not args.no_prefix_cache,
             )  # fmt: skip
     except KeyboardInterrupt:
@@ -450,6 +452,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_waiting=args.max_waiting,
         api_key=args.api_key,
         prefix_cache=not args.no_prefix_cache,
+        model_name=served_name(args.model),
     )
     try:
         serve(args.model, args.host, args.port, config)

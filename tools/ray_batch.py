@@ -33,7 +33,7 @@ import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import fields
 
-from corral.tools.batch import BatchSummary, LineError, read_line
+from corral.tools.batch import BatchSummary, LineError, read_line, served_name
 from tqdm import tqdm
 
 LINES_PER_SHARD = 64
@@ -83,7 +83,7 @@ class BatchActor:
         from corral.model import load_model
         from corral.tools.batch import Engine
 
-        self.engine = Engine(load_model(model, progress=False))
+        self.engine = Engine(load_model(model, progress=False), served_name(model))
         self.skip = set(skip)
         self.batch_size = batch_size
         self.default_max_tokens = default_max_tokens

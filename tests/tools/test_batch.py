@@ -23,6 +23,7 @@ from corral.tools.batch import (
     input_lines,
     read_line,
     run_batch,
+    served_name,
     valid_choice,
 )
 from corral.tools.errors import ToolError
@@ -488,3 +489,30 @@ def test_input_lines_of_utf8_text_are_its_lines(texts):
     data = "\n".join(texts).encode("utf-8")
     assert input_lines(data) == data.decode("utf-8-sig").split("\n")  # one leading BOM dropped
     assert input_lines(codecs.BOM_UTF8 + data) == data.decode("utf-8").split("\n")
+
+
+@settings(max_examples=20, deadline=None)
+@given(name=st.text(min_size=1, max_size=20))
+def test_a_line_naming_another_model_is_that_lines_404(name):
+    """As the server (`check_model`): a Batch line whose body names a model other than the one
+    served gets a 404 model_not_found error line; one naming it, or none, is answered, and every
+    answer carries the served name."""
+    served = "SmolLM2-135M-Instruct"
+    lines = [quick_line("other", model=name), quick_line("same", model=served), quick_line("none")]
+    items, _ = run(lines)
+    by_id = {item["custom_id"]: item for item in items}
+    if name == served:
+        assert status(by_id["other"]) == 200
+    else:
+        assert status(by_id["other"]) == 404
+        assert by_id["other"]["response"]["body"]["error"]["code"] == "model_not_found"
+    for custom_id in ("same", "none"):
+        assert by_id[custom_id]["response"]["body"]["model"] == served
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [(None, "SmolLM2-135M-Instruct"), ("/m/my-llama", "my-llama"), ("x/q4.gguf", "q4")],
+)
+def test_served_name(path, name):
+    assert served_name(path) == name
