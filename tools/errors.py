@@ -17,7 +17,7 @@ class ToolError(Exception):
     """An error to answer with instead of a completion.
 
     Attributes:
-        status: the HTTP status, 400 or 422.
+        status: the HTTP status: 400 or 422, or 404 for a model not served (`check_model`).
         param: the request field at fault, as OpenAI writes it (`tools[0].function.parameters`,
             `messages[2].tool_calls[0].function.arguments`), or None for the body as a whole.
         code: OpenAI's machine-readable code (`invalid_value`, `invalid_type`,
