@@ -156,7 +156,8 @@ class Engine:
 
 
 def output_line(custom_id, status: int | None, body: dict | None, error: dict | None) -> str:
-    """One line of the Batch API output file."""
+    """One line of the Batch API output file: compact JSON, non-ASCII text as is except the
+    Unicode line breaks `_LINE_BREAKS`, escaped."""
     response = None
     if status is not None:
         response = {"status_code": status, "request_id": uuid.uuid4().hex, "body": body}
@@ -166,7 +167,13 @@ def output_line(custom_id, status: int | None, body: dict | None, error: dict | 
         "response": response,
         "error": error,
     }
-    return json.dumps(line, ensure_ascii=False)
+    return json.dumps(line, ensure_ascii=False).translate(_LINE_BREAKS)
+
+
+_LINE_BREAKS = {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"}
+"""The characters outside JSON's escaped controls that Python's `str.splitlines` (and other
+Unicode-aware readers) break lines at: written as `\\u` escapes (the same JSON value), so an
+output line is one line to every reader, not only to those that split at "\\n"."""
 
 
 class LineError(ValueError):

@@ -21,6 +21,7 @@ from corral.tools.batch import (
     done_ids,
     drop_torn_tail,
     input_lines,
+    output_line,
     read_line,
     run_batch,
     served_name,
@@ -516,3 +517,14 @@ def test_a_line_naming_another_model_is_that_lines_404(name):
 )
 def test_served_name(path, name):
     assert served_name(path) == name
+
+
+@settings(max_examples=200, deadline=None)
+@given(custom_id=st.text(), text=st.text())
+def test_an_output_line_is_one_line_to_every_reader(custom_id, text):
+    """Whatever text a line carries (U+2028, U+0085 and the rest of what `str.splitlines`
+    breaks at included), its output line is one line and reads back as the same value."""
+    line = output_line(custom_id, 200, {"content": text}, None)
+    assert line.splitlines() == [line] and "\n" not in line
+    item = json.loads(line)
+    assert item["custom_id"] == custom_id and item["response"]["body"]["content"] == text
