@@ -62,6 +62,11 @@ _NO_DISTANCE = np.empty(0, np.int32)
 LAZY_CACHE_ROWS = 4096
 """The most mask rows a lazy index keeps (least recently used rows are dropped first)."""
 
+WITHIN_CACHE_ROWS = 1024
+"""Budget masks (`mask_within_tokens`) a `TokenIndex` keeps, least recently used first out
+(6 KiB a row for SmolLM2): the rows of a batch meet the same (state, budget) pairs step after
+step, each a trie walk otherwise."""
+
 
 def choose_mode(n_states: int, vocabulary_size: int) -> str:
     """`"visit"` when the all-states table `n_states * ceil(V / 32) * 4` bytes fits in
@@ -112,6 +117,8 @@ class TokenIndex:
         self._loops = loop_categories(self._trans)
         self._lock = threading.Lock()
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._within: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        self._saturated: dict[int, int] = {}  # state -> a budget whose mask is the plain mask
         self._rows: list[np.ndarray | None] | None = None  # eager, visit: one per state
         self._continues: list[bool | None] | None = None
         self._unique: dict[bytes, np.ndarray] = {}  # visit: each distinct row once
@@ -229,16 +236,40 @@ class TokenIndex:
     def mask_within_tokens(self, state: int, max_tokens: int) -> np.ndarray:
         """The packed mask of the tokens allowed in `state` after which an answer can be
         completed in at most `max_tokens` (>= 0) more tokens (`token_distance`), and EOS when
-        `state` accepts: uint32 `[ceil(V / 32)]`, a new array (not cached), one trie walk,
-        O(nodes visited). Never all-false when `token_distance[state] <= max_tokens + 1`, so an
-        engine that keeps that invariant always ends with a complete answer.
+        `state` accepts: uint32 `[ceil(V / 32)]`, read-only, possibly shared. Never all-false
+        when `token_distance[state] <= max_tokens + 1`, so an engine that keeps that invariant
+        always ends with a complete answer.
+
+        One trie walk, O(nodes visited), on a miss; kept for the next call with the same state
+        and budget (`WITHIN_CACHE_ROWS`, least recently used out). The set grows with the
+        budget up to the plain mask (`mask`): once a budget gives the plain mask, every larger
+        one returns it without a walk.
 
         Raises:
             ValueError: `max_tokens` is negative.
         """
         if max_tokens < 0:
             raise ValueError(f"max_tokens must be >= 0, not {max_tokens}")
-        return self._walk(state, self.token_distance, int(max_tokens))
+        limit = int(max_tokens)
+        saturated = self._saturated.get(state)
+        if saturated is not None and limit >= saturated:
+            return self.mask(state)
+        key = (state, limit)
+        with self._lock:
+            row = self._within.get(key)
+            if row is not None:
+                self._within.move_to_end(key)
+                return row
+        row = self._walk(state, self.token_distance, limit)
+        row.setflags(write=False)
+        plain = np.array_equal(row, self.mask(state))
+        with self._lock:
+            if plain:
+                self._saturated[state] = min(limit, self._saturated.get(state, limit))
+            self._within[key] = row
+            if len(self._within) > WITHIN_CACHE_ROWS:
+                self._within.popitem(last=False)
+        return row
 
     def _walk(self, state: int, distance: np.ndarray, limit: int) -> np.ndarray:
         """`one_mask` of `state`: uint32 `[ceil(V / 32)]`, a new array."""

@@ -33,7 +33,7 @@ def check_index(dfa, vocabulary, mode):
         for t, data in enumerate(vocabulary.tokens):
             walked = -1 if not data or t in vocabulary.eos_ids else dfa.step(state, data)
             assert index.next_state(state, t) == walked
-        for k in (0, 1, 3):
+        for k in (0, 1, 3, 50, 3, 1, 0, 60):  # again: the cache; above the plain mask's
             within = {
                 t
                 for t in expected - set(vocabulary.eos_ids)
