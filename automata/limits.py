@@ -64,6 +64,12 @@ class SchemaLimits:
         max_regex_length: longest regex text `json_schema_to_regex` renders (default 2,000,000
             characters).
         max_product_nodes: most nodes of a pattern x length product (default 200,000).
+        max_algebra_states: most DFA states the schema algebra (`not`, exact `oneOf`, `allOf`
+            intersections, `if`/`then`/`else`: `corral.automata.schema.algebra`) may build in
+            one compile, summed over its sub-schema automata and products (default 150,000):
+            past it the schema is refused, as a blow-up, rather than compiled for many
+            seconds (JSONSchemaBench's avro-avsc built 870,000 in 27 s over its three `$ref`
+            depths).
     """
 
     max_depth: int = 64
@@ -75,6 +81,7 @@ class SchemaLimits:
     max_properties: int = 5_000
     max_regex_length: int = 2_000_000
     max_product_nodes: int = 200_000
+    max_algebra_states: int = 150_000
 
 
 DEFAULT_SCHEMA_LIMITS = SchemaLimits()

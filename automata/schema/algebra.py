@@ -32,7 +32,7 @@ import math
 import numpy as np
 from corral.automata.compile import build_dfa
 from corral.automata.dfa import Dfa
-from corral.automata.errors import EmptyLanguageError, SchemaError
+from corral.automata.errors import EmptyLanguageError, LimitError, SchemaError
 from corral.automata.product import difference, intersection
 from corral.automata.schema.exact import Exactness, universe_dfa
 from corral.automata.schema.form import EMPTY, NOTHING, Lit, Subtree, choice, repeat, seq
@@ -77,6 +77,7 @@ class Algebra:
         self.interned: dict[bytes, Dfa] = {}  # table digest -> the first DFA with that table
         self.products: dict[tuple, Dfa | None] = {}  # (operation, id(a), id(b)) -> result
         self.collided: list[Dfa] = []
+        self.built_states = 0  # DFA states built by this compile's algebra (max_algebra_states)
 
     # helpers ------------------------------------------------------------------------------
 
@@ -87,9 +88,22 @@ class Algebra:
             return None
         try:
             tree = self.compiler.trees.build(form)
-            return self.intern(build_dfa(tree, self.compiler.trees.limits))
+            return self.intern(self._count(build_dfa(tree, self.compiler.trees.limits)))
         except EmptyLanguageError:
             return None
+
+    def _count(self, dfa: Dfa) -> Dfa:
+        """`dfa`, a DFA the algebra just built, counted against `max_algebra_states`. Raises
+        LimitError past it."""
+        self.built_states += dfa.n_states
+        limit = self.compiler.schema_limits.max_algebra_states
+        if self.built_states > limit:
+            raise LimitError(
+                "max_algebra_states",
+                limit,
+                f"the schema's not/oneOf/allOf/if algebra builds more than {limit} DFA states",
+            )
+        return dfa
 
     def intern(self, dfa: Dfa) -> Dfa:
         """The one `Dfa` object of this compile with `dfa`'s tables: canonical tables are equal
@@ -152,7 +166,8 @@ class Algebra:
         key = (operation.__name__, id(a), id(b))  # interned operands stay alive: ids stay unique
         if key not in self.products:
             try:
-                self.products[key] = self.intern(operation(a, b, self.compiler.trees.limits))
+                made = operation(a, b, self.compiler.trees.limits)
+                self.products[key] = self.intern(self._count(made))
             except EmptyLanguageError:
                 self.products[key] = None
         return self.products[key]

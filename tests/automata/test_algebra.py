@@ -21,6 +21,7 @@ import pytest
 from corral.automata import (
     ConstrainError,
     EmptyLanguageError,
+    LimitError,
     SchemaError,
     TooManyDfaStatesError,
     dumps,
@@ -485,3 +486,19 @@ def test_one_of_subtracts_only_the_branches_not_proved_disjoint():
     for _ in range(100):
         text = dfa.sample(rng).decode("utf-8")
         assert check.is_valid(json.loads(text)), text
+
+
+@given(limit=st.integers(1, 400))
+@settings(max_examples=25, deadline=None)
+def test_the_algebra_is_refused_past_max_algebra_states(limit):
+    """The states the algebra builds are counted (`SchemaLimits.max_algebra_states`): a schema
+    whose exact oneOf needs more is refused with LimitError naming the limit; within it, the
+    schema compiles to the same DFA as with no such limit."""
+    schema = {"oneOf": [{"type": "string", "maxLength": 6}, {"type": "string", "pattern": "^a"}]}
+    whole = schema_to_dfa(schema, schema_limits=SchemaLimits(max_algebra_states=10**9))
+    try:
+        dfa = schema_to_dfa(schema, schema_limits=SchemaLimits(max_algebra_states=limit))
+    except LimitError as error:
+        assert error.limit == "max_algebra_states" and error.value == limit
+    else:
+        assert np.array_equal(dfa.trans, whole.trans) and np.array_equal(dfa.accept, whole.accept)
