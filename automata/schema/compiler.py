@@ -19,9 +19,7 @@ string is a chain of up to 4 x maxLength tree levels.
 
 from __future__ import annotations
 
-import gc
 import math
-from contextlib import contextmanager
 from dataclasses import replace
 
 from corral.automata.compile import build_dfa, deep_recursion
@@ -438,24 +436,7 @@ def compile_schema(
     Raises: the errors of `schema_to_tree`, and those of `build`.
     """
     _check(schema)
-    with paused_gc():
-        return _compile_schema(schema, limits, schema_limits or DEFAULT_SCHEMA_LIMITS, build)
-
-
-@contextmanager
-def paused_gc():
-    """Python's cyclic garbage collector off for the block (back on after it, if it was on).
-    A compile allocates millions of small objects (NFA states, tree and form nodes, memo keys)
-    that live until it ends; each allocation burst would run collections scanning all of them
-    again, a sizable share of a large compile's time. A compile's one cycle (the compiler and
-    its algebra) is cut when the compile ends (`_attempt`), so its memory is freed at once."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
+    return _compile_schema(schema, limits, schema_limits or DEFAULT_SCHEMA_LIMITS, build)
 
 
 def _compile_schema(schema, limits, schema_limits: SchemaLimits, build):
