@@ -496,6 +496,8 @@ def test_the_algebra_is_refused_past_max_algebra_states(limit):
     schema compiles to the same DFA as with no such limit."""
     schema = {"oneOf": [{"type": "string", "maxLength": 6}, {"type": "string", "pattern": "^a"}]}
     whole = schema_to_dfa(schema, schema_limits=SchemaLimits(max_algebra_states=10**9))
+    with pytest.raises(LimitError):  # the branches' own automata have more than one state
+        schema_to_dfa(schema, schema_limits=SchemaLimits(max_algebra_states=1))
     try:
         dfa = schema_to_dfa(schema, schema_limits=SchemaLimits(max_algebra_states=limit))
     except LimitError as error:
