@@ -60,6 +60,16 @@ def validator(schema):
     return cls(schema, format_checker=cls.FORMAT_CHECKER)
 
 
+def assert_samples_valid(dfa, schema, seed: int, n: int) -> None:
+    """`n` texts sampled from `dfa` (generator seeded `seed`) all validate against `schema`
+    (`jsonschema`, the independent oracle)."""
+    check = validator(schema)
+    rng = np.random.default_rng(seed)
+    for _ in range(n):
+        text = dfa.sample(rng).decode("utf-8")
+        assert check.is_valid(json.loads(text)), text
+
+
 def members(dfa) -> set[bytes]:
     return {s for s in STRINGS if dfa is not None and dfa.matches(s)}
 
@@ -298,11 +308,7 @@ def test_one_of_with_unlisted_members_is_sound(branches):
         dfa = schema_to_dfa(schema)
     except ConstrainError:
         return  # refused (the branches overlap and are not exact): sound
-    check = validator(schema)
-    rng = np.random.default_rng(3)
-    for _ in range(60):
-        text = dfa.sample(rng).decode("utf-8")
-        assert check.is_valid(json.loads(text)), text
+    assert_samples_valid(dfa, schema, seed=3, n=60)
 
 
 def test_overlapping_one_of_is_exactly_one():
@@ -433,11 +439,7 @@ def test_one_of_of_untyped_branches_with_a_discriminator_compiles_as_any_of():
     dfa = schema_to_dfa(schema)
     assert dfa.matches(b'[{"type":"a","key":"k"},{"type":"b"}]')
     assert not dfa.matches(b'[{"type":"a"}]') and not dfa.matches(b"[1]")
-    check = validator(schema)
-    rng = np.random.default_rng(5)
-    for _ in range(100):
-        text = dfa.sample(rng).decode("utf-8")
-        assert check.is_valid(json.loads(text)), text
+    assert_samples_valid(dfa, schema, seed=5, n=100)
 
 
 def test_extra_members_of_a_pattern_matching_every_name_take_its_schema():
@@ -450,11 +452,7 @@ def test_extra_members_of_a_pattern_matching_every_name_take_its_schema():
         "patternProperties": {"[a-z]*": {"type": "object", "maxProperties": 0}},
     }
     dfa = schema_to_dfa(schema)
-    check = validator(schema)
-    rng = np.random.default_rng(2)
-    for _ in range(100):
-        text = dfa.sample(rng).decode("utf-8")
-        assert check.is_valid(json.loads(text)), text
+    assert_samples_valid(dfa, schema, seed=2, n=100)
 
 
 def test_one_of_subtracts_only_the_branches_not_proved_disjoint():
@@ -481,11 +479,7 @@ def test_one_of_subtracts_only_the_branches_not_proved_disjoint():
     assert dfa.matches(b'{"kind":"b","n":9}') and dfa.matches(b'{"kind":"b","n":-1}')
     assert not dfa.matches(b'{"kind":"b","n":3}') and not dfa.matches(b'{"kind":"b"}')
     assert dfa.matches(b'{"kind":"a"}')
-    check = validator(schema)
-    rng = np.random.default_rng(4)
-    for _ in range(100):
-        text = dfa.sample(rng).decode("utf-8")
-        assert check.is_valid(json.loads(text)), text
+    assert_samples_valid(dfa, schema, seed=4, n=100)
 
 
 @given(limit=st.integers(1, 400))
