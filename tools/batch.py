@@ -268,6 +268,10 @@ def _is_output_line(line: bytes) -> bool:
     return isinstance(item, dict) and isinstance(item.get("custom_id", 0), str | None)
 
 
+_LINE_START = b'{"id": "batch_req_'
+"""How every line `output_line` writes begins."""
+
+
 def drop_torn_tail(output: Path) -> int:
     """Make `output` end at its last whole Batch output line, so that appending keeps it valid
     JSONL: the bytes after the last newline (a line cut mid-write: `_Writer` writes a line and its
@@ -276,8 +280,9 @@ def drop_torn_tail(output: Path) -> int:
     custom_id is then not in `done_ids`.
 
     Nothing else is ever dropped: when a whole line is not a Batch output line (a JSON object
-    with a `custom_id`), or the cut tail does not start as one (`{`), the file is not corral's
-    output and is left as it is.
+    with a `custom_id`), or the cut tail does not start as `output_line` starts one
+    (`{"id": "batch_req_`, or a cut of that), the file is not corral's output and is left as
+    it is.
 
     Returns the number of bytes dropped (0 when the file ends cleanly or does not exist).
     Raises NotBatchOutputError naming the first such line; OSError when the file cannot be read
@@ -292,7 +297,8 @@ def drop_torn_tail(output: Path) -> int:
     for number, line in enumerate(whole[:keep], 1):
         if not _is_output_line(line):
             raise NotBatchOutputError(f"{output}: line {number} is not a Batch output line")
-    if tail.strip(b"\x00") and not tail.startswith(b"{"):
+    torn = tail.startswith(_LINE_START) or _LINE_START.startswith(tail)
+    if tail.strip(b"\x00") and not torn:
         raise NotBatchOutputError(f"{output}: line {len(whole) + 1} is not a Batch output line")
     end = sum(len(line) + 1 for line in whole[:keep])
     if end < len(data):
