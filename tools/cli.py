@@ -371,16 +371,25 @@ def _generate_batch(
                 max_tokens, not args.quiet,
                 prefix_cache=not args.no_prefix_cache,
             )  # fmt: skip
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemError) as error:
+        if not _interrupted(error):
+            raise
         print(f"corral generate: interrupted; {_held(output)} "
               "(run the same command with --resume to go on)", file=sys.stderr)  # fmt: skip
         return INTERRUPTED
     except OSError as error:  # the output stream refused a line (OutputWriteError, Ray's writes)
-        print(f"corral generate: cannot write {output}: {error.strerror}; {_held(output)} "
-              "(make room, then run the same command with --resume)", file=sys.stderr)  # fmt: skip
+        then = " (then run the same command with --resume)" if output.is_file() else ""
+        print(f"corral generate: cannot write {output}: {error.strerror}; {_held(output)}{then}",
+              file=sys.stderr)  # fmt: skip
         return 1
     print(f"corral generate: {summary.line()} -> {output}", file=sys.stderr)
     return 0
+
+
+def _interrupted(error: BaseException) -> bool:
+    """True for Ctrl-C: a KeyboardInterrupt, or the SystemError a compiled Numba function
+    raises when the interrupt arrives while it returns (its `__context__` is the interrupt)."""
+    return isinstance(error, KeyboardInterrupt) or isinstance(error.__context__, KeyboardInterrupt)
 
 
 def _held(output: Path) -> str:
@@ -565,7 +574,9 @@ def main(argv: list[str] | None = None) -> int:
         commands.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.run(args)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemError) as error:
+        if not _interrupted(error):
+            raise
         print("corral: interrupted", file=sys.stderr)
         return INTERRUPTED
     except BrokenPipeError:  # stdout closed early (`corral compile ... | head`): Python docs'

@@ -367,6 +367,31 @@ def test_an_unknown_flag_is_named_by_its_command(capsys):
     assert "corral generate" in capsys.readouterr().err
 
 
+def test_ctrl_c_inside_a_compiled_call_is_an_interruption(tmp_path, stand_in, capsys, monkeypatch):
+    """Ctrl-C while a Numba function returns surfaces as a SystemError whose context is the
+    KeyboardInterrupt: still status 130 and the lines held; any other SystemError propagates."""
+    source = write_input(tmp_path / "in.jsonl")
+    output = tmp_path / "out.jsonl"
+
+    def interrupted(self, *args, **kwargs):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise SystemError("CPUDispatcher returned a result with an exception set") from None
+
+    monkeypatch.setattr(StandInModel, "decode", interrupted)
+    monkeypatch.setattr(StandInModel, "prefill_batch", interrupted)
+    assert main(["generate", str(source), "-o", str(output), "--quiet"]) == 130
+    assert "interrupted" in capsys.readouterr().err
+
+    def broken(self, *args, **kwargs):
+        raise SystemError("a fault of its own")
+
+    monkeypatch.setattr(StandInModel, "prefill_batch", broken)
+    with pytest.raises(SystemError, match="a fault of its own"):
+        main(["generate", str(source), "-o", str(tmp_path / "other.jsonl"), "--quiet"])
+
+
 # --- corral serve: its input errors, before the model loads ---
 
 
