@@ -17,8 +17,8 @@ processes' noise over every variant alike):
     matrix-vector product over 1 GiB, as `bench/model.py`), and the kernel's multiple of it;
   - a jump-forward step at batch 32 (each row appends 1..8 tokens to a 256..512-token context)
     and one prompt of 16, 32, 64 and 256 tokens: `llama.attention_prefill` with every segment on
-    the kernel against every segment as its own masked batched matmul (what places
-    `llama.SHORT_SEGMENT`).
+    the kernel against every segment through `llama.attend_prompt` (blocks of queries, GEMMs
+    around a compiled causal softmax): what places `llama.SHORT_SEGMENT`.
 """
 
 from __future__ import annotations
@@ -46,9 +46,10 @@ def numpy_decode(q, keys, values, slots, lengths, out):
     bias = np.where(seen, 0.0, -np.inf).astype(np.float32)[:, None, None, :]  # [B, 1, 1, T]
     grouped = q.reshape(batch, KV_HEADS, Q_HEADS // KV_HEADS, WIDTH)  # [B, Hkv, G, hd]
     rows = slice(int(slots.min()), int(slots.max()) + 1)
-    out[:] = llama.attention(grouped, keys[rows, :, :total], values[rows, :, :total], bias).reshape(
-        out.shape
-    )
+    scores = grouped @ keys[rows, :, :total].swapaxes(-1, -2) + bias  # [B, Hkv, G, T]
+    scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    scores /= scores.sum(axis=-1, keepdims=True)
+    out[:] = (scores @ values[rows, :, :total]).reshape(out.shape)
     return out
 
 
@@ -158,11 +159,10 @@ def prefill_segments(name: str, segments: list[tuple[int, int, int]], repeat: in
     q = rng.standard_normal((n_tokens, Q_HEADS, WIDTH), dtype=np.float32)
     k = rng.standard_normal((n_tokens, KV_HEADS, WIDTH), dtype=np.float32)
     v = rng.standard_normal((n_tokens, KV_HEADS, WIDTH), dtype=np.float32)
-    group = Q_HEADS // KV_HEADS
     short, plans = llama.SHORT_SEGMENT, {}
     for variant, threshold in (("kernel", n_tokens), ("matmuls", 0)):
         llama.SHORT_SEGMENT = threshold  # every segment on the kernel; every one a matmul
-        plans[variant] = llama.plan_prefill(segments, group)
+        plans[variant] = llama.plan_prefill(segments)
     llama.SHORT_SEGMENT = short
 
     def run(plan):

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from corral.kernels.expf import EXP_MIN, LN2_HIGH, LN2_LOW, LOG2E, exp_reduced
+from corral.kernels.expf import exp_nonpositive
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -65,30 +65,64 @@ def prefetch(typingctx, array, index):  # pragma: no cover - compiled
     return types.void(array, index), codegen
 
 
-@numba.njit(cache=True, fastmath=_FASTMATH)
-def _softmax_(scores, scale_bits):  # pragma: no cover - compiled
-    """scores[:] = softmax(scores), in place.  O(n), every loop vectorizable.
+_LANES = 16  # the running maxima of `_softmax_` (one vector register of float32)
 
-    scores float32 [n], n >= 1; scale_bits int32 [>= n] (scratch: the bits of 2^n per score).
+
+@numba.njit(cache=True, fastmath=_FASTMATH)
+def _softmax_(scores, lanes):  # pragma: no cover - compiled
+    """scores[:] = softmax(scores), in place.  O(n), three passes, each vectorized: the maximum
+    as `_LANES` running maxima (a single running maximum is a chain of dependent compares, a
+    few cycles a score), the exponentials from `expf.exp_nonpositive` (branch-free), the
+    normalization.
+
+    scores float32 [n], n >= 1, finite; lanes float32 [_LANES] (scratch).
     """
-    n_scores = scores.shape[0]
+    n = scores.shape[0]
+    lanes[:] = scores[0]
+    t = 0
+    while t + _LANES <= n:
+        for lane in range(_LANES):
+            lanes[lane] = max(lanes[lane], scores[t + lane])
+        t += _LANES
     top = scores[0]
-    for t in range(n_scores):
-        top = max(top, scores[t])
-    scale = scale_bits.view(np.float32)
-    for t in range(n_scores):  # exp(x) = 2^n p(r), as Cephes' expf
-        x = max(scores[t] - top, EXP_MIN)
-        n = np.floor(x * LOG2E + np.float32(0.5))
-        scores[t] = exp_reduced(x - n * LN2_HIGH - n * LN2_LOW)
-        scale_bits[t] = (np.int32(n) + np.int32(127)) << np.int32(23)  # the float32 2^n
+    for lane in range(_LANES):
+        top = max(top, lanes[lane])
+    for u in range(t, n):
+        top = max(top, scores[u])
     norm = np.float32(0.0)
-    for t in range(n_scores):
-        weight = scores[t] * scale[t]
+    for t in range(n):
+        weight = exp_nonpositive(scores[t] - top)
         scores[t] = weight
         norm += weight
     inverse = np.float32(1.0) / norm
-    for t in range(n_scores):
+    for t in range(n):
         scores[t] *= inverse
+
+
+_SOFTMAX_ROWS = 16  # rows of `causal_softmax_` per parallel task
+
+
+@numba.njit(cache=True, parallel=True, fastmath=_FASTMATH)
+def causal_softmax_(scores, first, n):  # pragma: no cover - compiled
+    """The causal softmax of a prompt block's scores, in place: row r of each head is query
+    i = r % n, at position first + i, which sees positions 0..first + i; its scores there become
+    their softmax (`_softmax_`'s polynomial exp), the others 0. What the textbook writes as
+    `softmax(scores + causal bias)`, without forming the bias or any exp of -inf.
+    O(H R T), parallel over tasks of `_SOFTMAX_ROWS` rows.
+
+    scores float32 [H, R, T], C-contiguous, R a multiple of n (the G query heads of a key/value
+    head, n queries each, head-major: row g n + i), first + n <= T (not checked here: the
+    caller, `llama.attend_prompt`, sizes T to the block's last position).
+    """
+    heads, n_rows, width = scores.shape
+    flat = scores.reshape(heads * n_rows, width)
+    n_tasks = (heads * n_rows + _SOFTMAX_ROWS - 1) // _SOFTMAX_ROWS
+    for task in numba.prange(n_tasks):
+        lanes = np.empty(_LANES, np.float32)
+        for row in range(task * _SOFTMAX_ROWS, min((task + 1) * _SOFTMAX_ROWS, heads * n_rows)):
+            seen = first + row % n_rows % n + 1
+            _softmax_(flat[row, :seen], lanes)
+            flat[row, seen:] = 0.0
 
 
 @numba.njit(cache=True, inline="always")
@@ -162,10 +196,10 @@ def _attend(q, keys, values, slot, start, first, n, head, out):  # pragma: no co
                 for i in range(width):
                     total += query[i] * key[i]
                 scores[r, t] = total
-    scale_bits = np.empty(length, np.int32)
+    lanes = np.empty(_LANES, np.float32)
     for r in range(n_rows):
         seen = start + r // group + 1
-        _softmax_(scores[r, :seen], scale_bits)
+        _softmax_(scores[r, :seen], lanes)
         scores[r, seen:] = 0.0
     attended = np.zeros((n_rows, width), np.float32)  # local: no aliasing with `values`
     end = length * width
