@@ -95,7 +95,7 @@ def test_ragged_attention_equals_the_textbook_formula_row_by_row(case):
 @given(ragged_passes(most_rows=32))
 def test_ragged_attention_of_jump_forward_chunks_equals_the_textbook_formula(case):
     """Segments of up to 32 rows (`llama.SHORT_SEGMENT`): the kernel's causal triangle within a
-    segment, with contexts of any length (the two- and four-key steps' remainders)."""
+    segment, with contexts of any length (the four-key steps' remainders)."""
     q, keys, values, segments = case
     out = np.full(q.shape, np.nan, np.float32)
     attention.ragged_attention(q, keys, values, segments, out)
