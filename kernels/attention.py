@@ -11,15 +11,21 @@ The cache layout is `[S, Hkv, T, hd]` for one layer, so the keys that a (segment
 head) pair reads are one contiguous `[start + n, hd]` run. Each parallel task takes one pair and
 streams the run once for the n G query rows it serves (G = Hq / Hkv): scores, softmax,
 weighted sum of the values. Decode attention does few multiply-adds per float it loads (G),
-so the kernel is bound by memory: it asks for the keys and values a few rows ahead (`prefetch`)
-so that the loads overlap the arithmetic, keeps the arithmetic per key small (each query row
-passes over two keys at a time, each output row takes four values at a time: fewer horizontal
-sums and fewer loads and stores of the row), and takes its exponentials from a vectorizable
-polynomial (`_softmax_`) rather than one libm call per score. The tasks go to Numba's threads
+yet on one thread the kernel's arithmetic (each score a dot product and a horizontal sum)
+took longer than its loads, from memory or not: it asks for the keys and values a few rows
+ahead (`prefetch`) so that the loads overlap the arithmetic, and keeps the arithmetic per key
+small (each query row passes over four keys at a time, four independent chains the CPU
+overlaps; each output row takes four values at a time, one load and store of the row for
+them), and takes its exponentials from a vectorizable polynomial (`_softmax_`) rather than
+one libm call per score. The tasks go to Numba's threads
 in about `_CHUNKS` chunks as threads free up (dynamic scheduling, from 3 `_CHUNKS` tasks on;
 below, the chunks' own cost outweighs it): on a small machine another process, or BLAS's
 workers spinning after a GEMM, often holds one of the cores, and an even static split then
 waits for the slowest thread.
+
+A long prompt's attention is two GEMMs per block of queries (`llama.attend_prompt`, BLAS reuses
+each key for many queries); between them `causal_softmax_` takes the block's masked softmax in
+one compiled pass, the same `_softmax_` as the kernel's.
 
 A key-major layout (`[S, Hkv, hd, T]`, scores vectorized over positions with no horizontal
 sums) computed faster from cache but streamed no faster from memory, where decode at batch 8+
@@ -30,7 +36,7 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from corral.kernels.expf import EXP_MIN, LN2_HIGH, LN2_LOW, LOG2E, exp_reduced
+from corral.kernels.expf import exp_nonpositive
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -65,30 +71,64 @@ def prefetch(typingctx, array, index):  # pragma: no cover - compiled
     return types.void(array, index), codegen
 
 
-@numba.njit(cache=True, fastmath=_FASTMATH)
-def _softmax_(scores, scale_bits):  # pragma: no cover - compiled
-    """scores[:] = softmax(scores), in place.  O(n), every loop vectorizable.
+_LANES = 16  # the running maxima of `_softmax_` (one vector register of float32)
 
-    scores float32 [n], n >= 1; scale_bits int32 [>= n] (scratch: the bits of 2^n per score).
+
+@numba.njit(cache=True, fastmath=_FASTMATH)
+def _softmax_(scores, lanes):  # pragma: no cover - compiled
+    """scores[:] = softmax(scores), in place.  O(n), three passes, each vectorized: the maximum
+    as `_LANES` running maxima (a single running maximum is a chain of dependent compares, a
+    few cycles a score), the exponentials from `expf.exp_nonpositive` (branch-free), the
+    normalization.
+
+    scores float32 [n], n >= 1, finite; lanes float32 [_LANES] (scratch).
     """
-    n_scores = scores.shape[0]
+    n = scores.shape[0]
+    lanes[:] = scores[0]
+    t = 0
+    while t + _LANES <= n:
+        for lane in range(_LANES):
+            lanes[lane] = max(lanes[lane], scores[t + lane])
+        t += _LANES
     top = scores[0]
-    for t in range(n_scores):
-        top = max(top, scores[t])
-    scale = scale_bits.view(np.float32)
-    for t in range(n_scores):  # exp(x) = 2^n p(r), as Cephes' expf
-        x = max(scores[t] - top, EXP_MIN)
-        n = np.floor(x * LOG2E + np.float32(0.5))
-        scores[t] = exp_reduced(x - n * LN2_HIGH - n * LN2_LOW)
-        scale_bits[t] = (np.int32(n) + np.int32(127)) << np.int32(23)  # the float32 2^n
+    for lane in range(_LANES):
+        top = max(top, lanes[lane])
+    for u in range(t, n):
+        top = max(top, scores[u])
     norm = np.float32(0.0)
-    for t in range(n_scores):
-        weight = scores[t] * scale[t]
+    for t in range(n):
+        weight = exp_nonpositive(scores[t] - top)
         scores[t] = weight
         norm += weight
     inverse = np.float32(1.0) / norm
-    for t in range(n_scores):
+    for t in range(n):
         scores[t] *= inverse
+
+
+_SOFTMAX_ROWS = 16  # rows of `causal_softmax_` per parallel task
+
+
+@numba.njit(cache=True, parallel=True, fastmath=_FASTMATH)
+def causal_softmax_(scores, first, n):  # pragma: no cover - compiled
+    """The causal softmax of a prompt block's scores, in place: row r of each head is query
+    i = r % n, at position first + i, which sees positions 0..first + i; its scores there become
+    their softmax (`_softmax_`'s polynomial exp), the others 0. What the textbook writes as
+    `softmax(scores + causal bias)`, without forming the bias or any exp of -inf.
+    O(H R T), parallel over tasks of `_SOFTMAX_ROWS` rows.
+
+    scores float32 [H, R, T], C-contiguous, R a multiple of n (the G query heads of a key/value
+    head, n queries each, head-major: row g n + i), first + n <= T (not checked here: the
+    caller, `llama.attend_prompt`, sizes T to the block's last position).
+    """
+    heads, n_rows, width = scores.shape
+    flat = scores.reshape(heads * n_rows, width)
+    n_tasks = (heads * n_rows + _SOFTMAX_ROWS - 1) // _SOFTMAX_ROWS
+    for task in numba.prange(n_tasks):
+        lanes = np.empty(_LANES, np.float32)
+        for row in range(task * _SOFTMAX_ROWS, min((task + 1) * _SOFTMAX_ROWS, heads * n_rows)):
+            seen = first + row % n_rows % n + 1
+            _softmax_(flat[row, :seen], lanes)
+            flat[row, seen:] = 0.0
 
 
 @numba.njit(cache=True, inline="always")
@@ -104,15 +144,19 @@ def _prefetch_row(key_run, value_run, row, length, width):  # pragma: no cover -
 
 
 @numba.njit(cache=True, fastmath=_FASTMATH, inline="always")
-def _dot2(query, key, next_key, width):  # pragma: no cover - compiled
-    """(query . key, query . next_key) over the first `width` floats, float32 [>= width] each.
-    Inlined: called with the literal 64, LLVM unrolls the loop whole (no remainder, no loop
-    set-up per key), as it does not for a width known only at run time. O(width)"""
-    total, next_total = np.float32(0.0), np.float32(0.0)
+def _dot4(query, k0, k1, k2, k3, width):  # pragma: no cover - compiled
+    """(query . k0, query . k1, query . k2, query . k3) over the first `width` floats, float32
+    [>= width] each: four independent chains of FMAs and horizontal sums, which the CPU
+    overlaps. Inlined: called with the literal 64, LLVM unrolls the loop whole (no remainder,
+    no loop set-up per key), as it does not for a width known only at run time. O(width)"""
+    a0 = a1 = a2 = a3 = np.float32(0.0)
     for i in range(width):
-        total += query[i] * key[i]
-        next_total += query[i] * next_key[i]
-    return total, next_total
+        x = query[i]
+        a0 += x * k0[i]
+        a1 += x * k1[i]
+        a2 += x * k2[i]
+        a3 += x * k3[i]
+    return a0, a1, a2, a3
 
 
 @numba.njit(cache=True, fastmath=_FASTMATH)
@@ -122,7 +166,7 @@ def _attend(q, keys, values, slot, start, first, n, head, out):  # pragma: no co
     O(G n (start + n) hd)
 
     The task's R = G n query rows are copied into one `[R, hd]` block; row r = j G + g is query
-    head g of row j. Scores take two keys at a time (one pass over each query row for both),
+    head g of row j. Scores take four keys at a time (one pass over each query row for them),
     the weighted sum four values at a time (one load and store of the output row for four FMAs
     per float), each loop vectorized over hd (the dot products unrolled whole for SmolLM2's
     hd = 64); the rows that see none of the keys at hand are skipped, and scores past a row's
@@ -141,31 +185,33 @@ def _attend(q, keys, values, slot, start, first, n, head, out):  # pragma: no co
     key_run = key_rows.reshape(-1)  # [T hd], for the prefetches
     value_run = value_rows.reshape(-1)
     scores = np.empty((n_rows, length), np.float32)
-    for t in range(0, length, 2):  # keys t and t + 1, each read once for every row that sees t
-        _prefetch_row(key_run, value_run, t + _PREFETCH_ROWS, length, width)
-        _prefetch_row(key_run, value_run, t + 1 + _PREFETCH_ROWS, length, width)
-        seen_from = max(0, t - start) * group  # rows j >= t - start see position t
-        if t + 1 < length:
-            key, next_key = key_rows[t], key_rows[t + 1]
-            for r in range(seen_from, n_rows):
-                if width == 64:
-                    total, next_total = _dot2(queries[r], key, next_key, 64)
-                else:
-                    total, next_total = _dot2(queries[r], key, next_key, width)
-                scores[r, t] = total
-                scores[r, t + 1] = next_total  # past row r's position when t = start + j
-        else:
-            key = key_rows[t]
-            for r in range(seen_from, n_rows):
-                query = queries[r]
-                total = np.float32(0.0)
-                for i in range(width):
-                    total += query[i] * key[i]
-                scores[r, t] = total
-    scale_bits = np.empty(length, np.int32)
+    t = 0
+    while t + 4 <= length:  # keys t..t+3, each read once for every row that sees t
+        for u in range(t, t + 4):
+            _prefetch_row(key_run, value_run, u + _PREFETCH_ROWS, length, width)
+        k0, k1, k2, k3 = key_rows[t], key_rows[t + 1], key_rows[t + 2], key_rows[t + 3]
+        for r in range(max(0, t - start) * group, n_rows):  # rows j >= t - start see t
+            if width == 64:
+                a0, a1, a2, a3 = _dot4(queries[r], k0, k1, k2, k3, 64)
+            else:
+                a0, a1, a2, a3 = _dot4(queries[r], k0, k1, k2, k3, width)
+            scores[r, t] = a0  # t + 1.. may lie past row r's position: zeroed below
+            scores[r, t + 1] = a1
+            scores[r, t + 2] = a2
+            scores[r, t + 3] = a3
+        t += 4
+    for u in range(t, length):  # the last 0..3 keys (in cache already: fetched ahead)
+        key = key_rows[u]
+        for r in range(max(0, u - start) * group, n_rows):
+            query = queries[r]
+            total = np.float32(0.0)
+            for i in range(width):
+                total += query[i] * key[i]
+            scores[r, u] = total
+    lanes = np.empty(_LANES, np.float32)
     for r in range(n_rows):
         seen = start + r // group + 1
-        _softmax_(scores[r, :seen], scale_bits)
+        _softmax_(scores[r, :seen], lanes)
         scores[r, seen:] = 0.0
     attended = np.zeros((n_rows, width), np.float32)  # local: no aliasing with `values`
     end = length * width

@@ -27,8 +27,9 @@ quantization blocks, which `linear` and `lm_head` read for passes of a few rows
 and values into one layer's cache and attends over it; one slot's keys for a layer are a
 contiguous `[Hkv, T, hd]` block. Decode,
 and the short segments of a prefill pass (jump-forward chunks), run one Numba kernel over every
-query row's own context (`kernels.attention.ragged_attention`); a long prompt is attended as a
-batched matmul over its heads and tokens (`attention`), whose GEMMs reuse each key many times.
+query row's own context (`kernels.attention.ragged_attention`); a long prompt is attended in
+blocks of queries, each as two batched GEMMs over its heads and tokens around a compiled causal
+softmax (`attend_prompt`): the GEMMs reuse each key many times.
 """
 
 from __future__ import annotations
@@ -133,14 +134,6 @@ def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     return layer_kernels.rope(x, cos.reshape(n, -1), sin.reshape(n, -1), out)
 
 
-def softmax_(scores: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis, in place.  [..., T] -> [..., T]"""
-    scores -= scores.max(axis=-1, keepdims=True)
-    np.exp(scores, out=scores)
-    scores /= scores.sum(axis=-1, keepdims=True)
-    return scores
-
-
 def linear(x: np.ndarray, layer: dict, name: str) -> np.ndarray:
     """x W^T for the layer's matrix `name` ("w_qkv", "w_o", "w_gate_up", "w_down", W [out, in]).
     [N, in] -> [N, out] float32 (C order from the blocks; from BLAS the transpose of a C-order
@@ -189,31 +182,10 @@ def project_qkv(
 # Attention over one layer's cache
 
 
-def attention(q: np.ndarray, keys: np.ndarray, values: np.ndarray, bias: np.ndarray) -> np.ndarray:
-    """Scaled dot-product attention of grouped queries over keys and values.
-
-    q [..., Hkv, m, hd] (already scaled by hd^-1/2: m queries per key/value head),
-    keys [..., Hkv, T, hd], values [..., Hkv, T, hd], bias [..., 1 or Hkv, m, T] (0, or -inf
-    where a key must not be seen) -> [..., Hkv, m, hd]
-    """
-    scores = q @ keys.swapaxes(-1, -2)  # [..., Hkv, m, hd] -> [..., Hkv, m, T]
-    scores += bias
-    return softmax_(scores) @ values  # [..., Hkv, m, T] -> [..., Hkv, m, hd]
-
-
-def causal_bias(start: int, n: int, group: int = 1) -> np.ndarray:
-    """Additive mask of n queries at positions start..start+n-1 over keys 0..start+n-1, repeated
-    for `group` query heads.  -> float32 [group n, start + n]: row g n + i is query i's, 0 where
-    the key is not in its future, else -inf
-    """
-    future = np.arange(start + n)[None, :] > (start + np.arange(n))[:, None]  # [n, start + n]
-    return np.tile(np.where(future, -np.inf, 0.0).astype(np.float32), (group, 1))
-
-
 SHORT_SEGMENT = 32
 """Segments of a prefill pass with at most this many new tokens (a decode step's token, a
 jump-forward chunk) are attended by the ragged kernel, all of them in one call per layer;
-longer ones (prompts) one at a time as a batched matmul, whose GEMMs reuse each key for many
+longer ones (prompts) one at a time by `attend_prompt`, whose GEMMs reuse each key for many
 queries."""
 
 
@@ -225,13 +197,11 @@ class Segment:
         slot: its cache slot.
         start: the position of its first new token (the tokens the slot already holds).
         rows: slice of the pass's N tokens that are this sequence's n new tokens.
-        bias: float32 [G n, start + n], `causal_bias(start, n, G)`.
     """
 
     slot: int
     start: int
     rows: slice
-    bias: np.ndarray
 
 
 @dataclass(frozen=True, eq=False)
@@ -251,8 +221,8 @@ class PrefillPlan:
     long: tuple[Segment, ...]
 
 
-def plan_prefill(segments: list[tuple[int, int, int]], group: int) -> PrefillPlan:
-    """Plan a prefill pass.  segments [(slot, start, n)] in token order, G -> `PrefillPlan`"""
+def plan_prefill(segments: list[tuple[int, int, int]]) -> PrefillPlan:
+    """Plan a prefill pass.  segments [(slot, start, n)] in token order -> `PrefillPlan`"""
     table = np.array(segments, np.int64).reshape(-1, 3)  # [M, 3]: slot, start, n
     sizes = table[:, 2]
     first = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
@@ -261,7 +231,7 @@ def plan_prefill(segments: list[tuple[int, int, int]], group: int) -> PrefillPla
     is_short = sizes <= SHORT_SEGMENT
     rows = np.column_stack([table[:, :2], first, sizes])  # [M, 4]: slot, start, first, n
     long = tuple(
-        Segment(slot, start, slice(row, row + n), causal_bias(start, n, group))
+        Segment(slot, start, slice(row, row + n))
         for slot, start, row, n in rows[~is_short].tolist()
     )
     return PrefillPlan(slots, positions, np.ascontiguousarray(rows[is_short]), long)
@@ -280,14 +250,12 @@ def attention_prefill(
     0..plan.positions[i] of slot plan.slots[i].
 
     The tokens of short segments go through one ragged kernel call
-    (`kernels.attention.ragged_attention`); each long segment is one batched matmul over its
-    heads (`attention` with `causal_bias`).
+    (`kernels.attention.ragged_attention`); each long segment is attended by `attend_prompt`.
 
     q [N, Hq, hd], k [N, Hkv, hd], v [N, Hkv, hd]; layer_keys, layer_values [S, Hkv, T, hd]
     (updated); plan from `plan_prefill` -> [N, Hq hd]
     """
     n_tokens, hkv, hd = k.shape
-    group = q.shape[1] // hkv
     attention_kernels.store_rows(k, v, layer_keys, layer_values, plan.slots, plan.positions)
     scaled = q * np.float32(hd**-0.5)  # [N, Hq, hd]
     out = np.empty(q.shape, np.float32)  # [N, Hq, hd]
@@ -295,19 +263,46 @@ def attention_prefill(
         attention_kernels.ragged_attention(scaled, layer_keys, layer_values, plan.short, out)
     for segment in plan.long:
         slot, rows = segment.slot, segment.rows
-        n = rows.stop - rows.start
-        end = segment.start + n
-        q_seq = scaled[rows].reshape(n, hkv, group, hd).transpose(1, 2, 0, 3)
-        # [n, Hq, hd] -> [Hkv, G, n, hd]
-        attended = attention(
-            q_seq.reshape(hkv, group * n, hd),  # [Hkv, G n, hd]
-            layer_keys[slot, :, :end],  # [Hkv, start + n, hd]
-            layer_values[slot, :, :end],
-            segment.bias,  # [G n, start + n]
-        )  # -> [Hkv, G n, hd]
-        out[rows] = attended.reshape(hkv, group, n, hd).transpose(2, 0, 1, 3).reshape(n, -1, hd)
-        # [Hkv, G n, hd] -> [n, Hq, hd]
+        out[rows] = attend_prompt(
+            scaled[rows], layer_keys[slot], layer_values[slot], segment.start
+        )  # [n, Hq, hd]
     return out.reshape(n_tokens, -1)  # [N, Hq hd]
+
+
+PROMPT_BLOCK = 64
+"""`attend_prompt` takes a long segment's queries this many tokens at a time, each block over
+the keys up to its own last position: the GEMMs skip most of the causal mask's future half
+(5/8 of the full products for 256 tokens), and each block's scores stay small."""
+
+
+def attend_prompt(q: np.ndarray, keys: np.ndarray, values: np.ndarray, start: int) -> np.ndarray:
+    """Causal attention of one sequence's n new tokens at positions start..start+n-1 over its
+    cache slot (written up to start + n): token i sees positions 0..start+i.
+
+    For each block of `PROMPT_BLOCK` queries, the query heads of a key/value head stacked:
+    scores one batched GEMM over the key/value heads, the causal softmax one compiled pass
+    (`kernels.attention.causal_softmax_`, the masked entries set to 0), the values another GEMM.
+
+    q [n, Hq, hd] (already scaled by hd^-1/2); keys, values [Hkv, >= start + n, hd]
+    -> [n, Hq, hd] (a new array)
+    """
+    n, hq, hd = q.shape
+    hkv = keys.shape[0]
+    group = hq // hkv
+    out = np.empty(q.shape, np.float32)
+    for first in range(0, n, PROMPT_BLOCK):
+        m = min(PROMPT_BLOCK, n - first)
+        end = start + first + m
+        block = q[first : first + m].reshape(m, hkv, group, hd).transpose(1, 2, 0, 3)
+        # [m, Hq, hd] -> [Hkv, G, m, hd]
+        scores = block.reshape(hkv, group * m, hd) @ keys[:, :end].swapaxes(-1, -2)
+        # [Hkv, G m, hd] x [Hkv, hd, end] -> [Hkv, G m, end]
+        attention_kernels.causal_softmax_(scores, start + first, m)
+        attended = scores @ values[:, :end]  # [Hkv, G m, end] x [Hkv, end, hd] -> [Hkv, G m, hd]
+        out[first : first + m] = (
+            attended.reshape(hkv, group, m, hd).transpose(2, 0, 1, 3).reshape(m, hq, hd)
+        )  # [Hkv, G, m, hd] -> [m, Hq, hd]
+    return out
 
 
 def decode_segments(slots: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -347,7 +342,7 @@ def prefill(
     (decode-like steps, jump-forward chunks) and a batched matmul per long one
     (`attention_prefill`).
     """
-    plan = plan_prefill(segments, config.num_attention_heads // config.num_key_value_heads)
+    plan = plan_prefill(segments)
     x = params["embed"][tokens]  # [N] -> [N, d]
     cos, sin = cos[plan.positions, None, :], sin[plan.positions, None, :]  # [N, 1, hd/2]
     for layer, layer_keys, layer_values in zip(params["layers"], keys, values, strict=True):

@@ -95,7 +95,7 @@ def test_ragged_attention_equals_the_textbook_formula_row_by_row(case):
 @given(ragged_passes(most_rows=32))
 def test_ragged_attention_of_jump_forward_chunks_equals_the_textbook_formula(case):
     """Segments of up to 32 rows (`llama.SHORT_SEGMENT`): the kernel's causal triangle within a
-    segment, with contexts of any length (the two- and four-key steps' remainders)."""
+    segment, with contexts of any length (the four-key steps' remainders)."""
     q, keys, values, segments = case
     out = np.full(q.shape, np.nan, np.float32)
     attention.ragged_attention(q, keys, values, segments, out)
@@ -172,7 +172,7 @@ def test_softmax_with_the_polynomial_exponential_equals_numpy(scores):
     expected = np.exp(scores.astype(np.float64) - scores.max())
     expected /= expected.sum()
     got = scores.copy()
-    attention._softmax_(got, np.empty(len(got), np.int32))
+    attention._softmax_(got, np.empty(attention._LANES, np.float32))
     np.testing.assert_allclose(got, expected, rtol=2e-6, atol=1e-12)
 
 
@@ -241,3 +241,30 @@ def test_rope_store_equals_rope_then_scale_then_store_rows_bit_for_bit(seed, n_s
     np.testing.assert_array_equal(q, rotated[:, :q_heads] * scale)
     np.testing.assert_array_equal(keys, expected_keys)
     np.testing.assert_array_equal(values, expected_values)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(1, 3),
+    st.integers(1, 4),
+    st.integers(1, 40),
+    st.integers(0, 30),
+    st.sampled_from([0.1, 1.0, 30.0]),
+)
+def test_causal_softmax_equals_numpy_softmax_of_the_masked_scores(
+    seed, heads, group, n, first, spread
+):
+    """Row g n + i of each head (query i at position first + i) becomes the softmax of its
+    scores at positions 0..first + i, and 0 past them, whatever they held (here NaN)."""
+    rng = np.random.default_rng(seed)
+    width = first + n + int(rng.integers(0, 3))  # a block may be narrower than the scores
+    scores = (spread * rng.standard_normal((heads, group * n, width))).astype(np.float32)
+    future = np.arange(width)[None, :] > first + np.arange(group * n)[:, None] % n  # [G n, T]
+    scores[:, future] = np.nan
+    expected = np.where(future, -np.inf, scores.astype(np.float64))
+    expected = np.exp(expected - expected.max(axis=-1, keepdims=True))
+    expected /= expected.sum(axis=-1, keepdims=True)
+    attention.causal_softmax_(scores, first, n)
+    np.testing.assert_allclose(scores, expected, rtol=1e-5, atol=1e-7)
+    assert (scores[:, future] == 0).all()

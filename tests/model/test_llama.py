@@ -1,6 +1,6 @@
-"""The forward pass's pieces against their textbook formulas (DESIGN.md section 6): attention of
-grouped queries is softmax(q k^T + mask) v per query head with its key/value head repeated, and
-the causal bias hides exactly the future."""
+"""The forward pass's pieces against their textbook formulas (DESIGN.md section 6): a prefill
+pass's attention of grouped queries is softmax(q k^T) v per query head over its key/value head's
+positions up to its own, whichever route a segment takes."""
 
 from __future__ import annotations
 
@@ -9,49 +9,29 @@ import pytest
 from corral.model import llama
 
 
-def test_causal_bias_hides_exactly_the_future_of_each_query():
-    bias = llama.causal_bias(start=2, n=3, group=2)  # queries at positions 2, 3, 4
-    assert bias.shape == (6, 5) and bias.dtype == np.float32
-    seen = bias == 0
-    expected = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], bool)
-    np.testing.assert_array_equal(seen, np.vstack([expected, expected]))
-
-
-def test_grouped_attention_equals_one_head_at_a_time():
-    rng = np.random.default_rng(0)
-    kv_heads, group, n, total, hd = 2, 3, 4, 6, 8
-    q = rng.standard_normal((kv_heads, group * n, hd)).astype(np.float32)
-    keys = rng.standard_normal((kv_heads, total, hd)).astype(np.float32)
-    values = rng.standard_normal((kv_heads, total, hd)).astype(np.float32)
-    bias = llama.causal_bias(total - n, n, group)
-    out = llama.attention(q.copy(), keys, values, bias)
-    assert out.shape == (kv_heads, group * n, hd)
-    for h in range(kv_heads):
-        scores = q[h].astype(np.float64) @ keys[h].T + bias  # [G n, T]
-        weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
-        weights /= weights.sum(axis=-1, keepdims=True)
-        np.testing.assert_allclose(out[h], weights @ values[h], rtol=1e-5, atol=1e-5)
-
-
 def test_plan_prefill_places_each_token_and_splits_short_from_long_segments(monkeypatch):
     monkeypatch.setattr(llama, "SHORT_SEGMENT", 3)
-    plan = llama.plan_prefill([(4, 0, 2), (1, 5, 4), (0, 7, 1)], group=3)
+    plan = llama.plan_prefill([(4, 0, 2), (1, 5, 4), (0, 7, 1)])
     assert plan.slots.tolist() == [4, 4, 1, 1, 1, 1, 0]
     assert plan.positions.tolist() == [0, 1, 5, 6, 7, 8, 7]
     assert plan.short.tolist() == [[4, 0, 0, 2], [0, 7, 6, 1]]  # (slot, start, first, n)
     (long,) = plan.long
     assert (long.slot, long.start, long.rows) == (1, 5, slice(2, 6))
-    np.testing.assert_array_equal(long.bias, llama.causal_bias(5, 4, 3))
 
 
-@pytest.mark.parametrize("short_segment", [0, 3, 1000])  # all long, mixed, all short
+@pytest.mark.parametrize(
+    ("short_segment", "prompt_block"),
+    [(0, 64), (0, 3), (0, 1), (3, 2), (1000, 64)],  # all long (one block, blocks), mixed, all short
+)
 def test_prefill_attention_of_ragged_segments_equals_the_textbook_formula(
-    monkeypatch, short_segment
+    monkeypatch, short_segment, prompt_block
 ):
     """Each new token sees its slot's earlier cache and the segment's tokens up to itself, by
-    either route (one ragged kernel call, or a batched matmul per segment)."""
+    either route (one ragged kernel call, or blocks of queries of a segment, each over the keys
+    up to its own last position)."""
     monkeypatch.setattr(llama, "SHORT_SEGMENT", short_segment)
-    rng = np.random.default_rng(short_segment)
+    monkeypatch.setattr(llama, "PROMPT_BLOCK", prompt_block)
+    rng = np.random.default_rng(short_segment + prompt_block)
     kv_heads, group, hd, n_slots, max_len = 2, 3, 16, 4, 30
     segments = [(2, 5, 4), (0, 0, 7), (3, 12, 1), (1, 20, 2)]  # (slot, start, n)
     n_tokens = sum(n for *_, n in segments)
@@ -61,7 +41,7 @@ def test_prefill_attention_of_ragged_segments_equals_the_textbook_formula(
     q = rng.standard_normal((n_tokens, kv_heads * group, hd)).astype(np.float32)
     k = rng.standard_normal((n_tokens, kv_heads, hd)).astype(np.float32)
     v = rng.standard_normal((n_tokens, kv_heads, hd)).astype(np.float32)
-    plan = llama.plan_prefill(segments, group)
+    plan = llama.plan_prefill(segments)
     out = llama.attention_prefill(q, k, v, layer_keys, layer_values, plan)
     assert out.shape == (n_tokens, kv_heads * group * hd)
     row = 0
