@@ -198,10 +198,23 @@ class TokenIndex:
 
     @functools.cached_property
     def _budget(self) -> BudgetMasks:
-        """The token distances and budget masks (`corral.kernels.budget`), built on first use."""
-        return BudgetMasks(
-            self._trans, self._accept, self._loops, self._trie, self._eos, self._n_words
-        )
+        """The token distances and budget masks (`corral.kernels.budget`), built on first use.
+        In visit mode the same walk gives every state's plain mask (`graph_and_masks`), kept
+        for the states not visited yet: a budget is asked for during generation, where a walk
+        per newly met state costs more than the whole table made alongside the token graph."""
+        with_masks = self._rows is not None and self.mode == "visit"
+        budget = BudgetMasks(
+            self._trans, self._accept, self._loops, self._trie, self._eos, self._n_words,
+            with_masks,
+        )  # fmt: skip
+        if budget.masks is not None:
+            table, budget.masks = budget.masks, None
+            first, inverse = unique_rows(table)
+            unique = [self._store(state, table[state].copy()) for state in first.tolist()]
+            for state, u in enumerate(inverse.tolist()):
+                if self._rows[state] is None:
+                    self._rows[state] = unique[u]
+        return budget
 
     @property
     def token_distance(self) -> np.ndarray:
@@ -257,8 +270,7 @@ class TokenIndex:
         The plain mask (`mask`) from the state's saturation budget on (known from the token
         graph, O(1)); below it a row of the state's budget table (`corral.kernels.budget`): one
         trie walk on the state's first budget below saturation, kept in a bounded LRU, then
-        O(log distinct distances). In visit mode that walk also stores the plain mask of a
-        state not yet visited when its last row is that mask.
+        O(log distinct distances).
 
         Raises:
             ValueError: `max_tokens` is negative.
@@ -274,16 +286,7 @@ class TokenIndex:
         row = budget.row(state, max_tokens)
         if row is None:
             return self._eos_row if self._accepting[state] else None
-        if self._rows is not None and self._rows[state] is None:
-            self._keep_plain(state, budget)
         return row
-
-    def _keep_plain(self, state: int, budget: BudgetMasks) -> None:
-        """Visit mode: store the last budget row of `state` as its plain mask when it is one
-        (every end state can reach acceptance): the walk `mask` would make, saved."""
-        levels, rows = budget.rows(state)
-        if levels and budget.saturation[state] == levels[-1]:
-            self._store(state, rows[-1].copy())
 
     @functools.cached_property
     def _eos_row(self) -> np.ndarray:

@@ -121,3 +121,40 @@ def test_budget_masks_of_sample_schemas_over_smollm2_equal_the_walk(smollm2, sam
             if sat != budget.NEVER:
                 near |= {sat - 2, sat - 1, sat, sat + 1}
             check_state(index, state, sorted(k for k in near if k >= 0))
+
+
+@SETTINGS
+@given(dfa=random_dfas(), vocabulary=random_vocabularies())
+def test_graph_and_masks_equal_the_token_graph_and_the_all_states_masks(dfa, vocabulary):
+    from corral.kernels.distance import token_graph
+    from corral.kernels.index import all_masks_serial
+
+    index = TokenIndex(dfa, vocabulary, mode="eager")
+    t = vocabulary.trie
+    args = (index._trans, index._loops, index._accept, index._trie_arrays, index._eos)
+    masks, start, targets = budget.graph_and_masks(*args, vocabulary.n_words, t.max_depth)
+    np.testing.assert_array_equal(masks, all_masks_serial(*args, vocabulary.n_words, t.max_depth))
+    arrays = (t.byte, t.depth, t.end, t.categories, t.token_start)
+    start2, targets2 = token_graph(index._trans, index._loops, arrays, t.max_depth)
+    for s in range(dfa.n_states):
+        ends = targets[start[s] : start[s + 1]].tolist()
+        assert len(ends) == len(set(ends))
+        assert set(ends) == set(targets2[start2[s] : start2[s + 1]].tolist())
+
+
+@SETTINGS
+@given(dfa=random_dfas(), vocabulary=random_vocabularies(), first=st.integers(0, 5))
+def test_a_visit_index_keeps_every_mask_once_the_token_distances_are_known(dfa, vocabulary, first):
+    """Visit mode takes the plain masks from the token-graph walk: one state visited before,
+    the rest filled in; the same rows as eager, identical rows one shared array."""
+    eager = TokenIndex(dfa, vocabulary, mode="eager")
+    visit = TokenIndex(dfa, vocabulary, mode="visit")
+    visit.mask(first % dfa.n_states)
+    assert visit.token_distance.tolist() == eager.token_distance.tolist()
+    assert all(row is not None for row in visit._rows)
+    assert visit.n_unique_masks == eager.n_unique_masks
+    for s in range(dfa.n_states):
+        np.testing.assert_array_equal(visit.mask(s), eager.mask(s))
+        for t in range(dfa.n_states):
+            same = eager.mask(s).tobytes() == eager.mask(t).tobytes()
+            assert (visit.mask(s) is visit.mask(t)) == same
