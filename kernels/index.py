@@ -19,7 +19,8 @@ Three modes:
 - visit: each state's mask walked on its first request and kept for the index's life, identical
   rows stored once; lookups after the first are as cheap as eager ones. The first mask of a
   fresh grammar costs one walk instead of the whole table (time to first mask), and states a
-  generation never visits cost nothing.
+  generation never visits cost nothing. Once the token distances are needed (a tight budget),
+  their walk fills in every state's mask as well (`corral.kernels.budget.graph_and_masks`).
 - lazy: one state at a time on first request, cached in a bounded LRU, for DFAs whose full table
   would be large.
 `"auto"` (the default) is visit when `n_states * ceil(V / 32) * 4` bytes fits in
