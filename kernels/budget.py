@@ -51,18 +51,14 @@ class BudgetMasks:
         eos: int32 `[n_eos]`, the EOS ids (set in the rows of accepting states).
         n_words: `ceil(V / 32)`.
 
-        with_masks: take every state's plain mask from the same walk (`graph_and_masks`).
-
     Building it is the token-graph walk (one trie walk per state, `token_graph`) and a BFS.
 
     Attributes:
         distance: int32 `[n_states]`, the fewest text tokens to acceptance (-1: never).
         saturation: int32 `[n_states]` (see the module docstring).
-        masks: with `with_masks`, uint32 `[n_states, n_words]`, every state's plain mask (the
-            caller takes it and drops it); else None.
     """
 
-    def __init__(self, trans, accept, loops, trie, eos, n_words: int, with_masks: bool = False):
+    def __init__(self, trans, accept, loops, trie, eos, n_words: int):
         self._trans, self._accept, self._loops = trans, accept, loops
         self._trie = trie
         self._trie_arrays = (
@@ -70,14 +66,8 @@ class BudgetMasks:
         )  # fmt: skip
         self._eos, self._n_words = eos, n_words
         n_states = trans.shape[0]
-        self.masks: np.ndarray | None = None
-        if with_masks:
-            self.masks, self._start, targets = graph_and_masks(
-                trans, loops, accept, self._trie_arrays, eos, n_words, trie.max_depth
-            )
-        else:
-            graph_trie = self._trie_arrays[:5]
-            self._start, targets = token_graph(trans, loops, graph_trie, trie.max_depth)
+        graph_trie = self._trie_arrays[:5]
+        self._start, targets = token_graph(trans, loops, graph_trie, trie.max_depth)
         sources = np.repeat(np.arange(n_states, dtype=np.int32), np.diff(self._start))
         self.distance = distances_to(n_states, sources, targets, np.asarray(accept, dtype=bool))
         self.distance.setflags(write=False)
@@ -121,6 +111,12 @@ class BudgetMasks:
         j = bisect.bisect_right(levels, max_tokens) - 1
         return rows[j] if j >= 0 else None
 
+    def rows(self, state: int) -> tuple[list[int], np.ndarray]:
+        """(levels, rows) of `state` (`level_rows`), from the LRU or walked now."""
+        with self._lock:
+            entry = self._cache.get(state)
+        return entry if entry is not None else self._build(state)
+
     def _build(self, state: int) -> tuple[list[int], np.ndarray]:
         ends = self._ends[self._start[state] : self._start[state + 1]]
         levels = np.unique(ends[ends >= 0]).astype(np.int32)
@@ -143,61 +139,6 @@ class BudgetMasks:
 @numba.njit(cache=True, inline="always")
 def _set_bit(row, t):
     row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
-
-
-@numba.njit(cache=True)
-def graph_and_masks(trans, loops, accept, trie, eos, n_words, max_depth):
-    """(masks uint32 `[n_states, n_words]`, start int64 `[n_states + 1]`, targets int32
-    `[n_edges]`): every state's plain mask (as `corral.kernels.index.all_masks`) and the token
-    graph in CSR form (as `corral.kernels.distance.token_graph`), from one trie walk per state
-    on the calling thread: the walk that finds a token's end state also sets its bit, so the
-    masks cost little more than the graph. O(sum over states of nodes visited + allowed
-    tokens + edges)."""
-    byte, depth, end, categories, token_start, token_ids = trie
-    n_states = trans.shape[0]
-    masks = np.zeros((n_states, n_words), np.uint32)
-    start = np.zeros(n_states + 1, np.int64)
-    targets = np.empty(max(16, 4 * n_states), np.int32)
-    stack = np.empty(max_depth + 1, np.int32)
-    seen = np.zeros(n_states, np.bool_)
-    n_nodes = byte.shape[0]
-    n = 0  # edges so far
-    for state in range(n_states):
-        row = masks[state]
-        stack[0] = state
-        i = 1
-        while i < n_nodes:
-            d = depth[i]
-            parent = stack[d - 1]
-            if categories[i] & ~loops[parent] == 0:
-                ends_at, first, stop = parent, token_start[i], token_start[end[i]]
-                i = end[i]
-            else:
-                ends_at = trans[parent, byte[i]]
-                if ends_at < 0:
-                    i = end[i]
-                    continue
-                stack[d] = ends_at
-                first, stop = token_start[i], token_start[i + 1]
-                i += 1
-            if first < stop:
-                for k in range(first, stop):
-                    _set_bit(row, token_ids[k])
-                if not seen[ends_at]:
-                    seen[ends_at] = True
-                    if n == targets.shape[0]:
-                        grown = np.empty(2 * n, np.int32)
-                        grown[:n] = targets
-                        targets = grown
-                    targets[n] = ends_at
-                    n += 1
-        for k in range(start[state], n):
-            seen[targets[k]] = False
-        start[state + 1] = n
-        if accept[state]:
-            for t in eos:
-                _set_bit(row, t)
-    return masks, start, targets[:n].copy()
 
 
 @numba.njit(cache=True)

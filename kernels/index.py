@@ -19,8 +19,7 @@ Three modes:
 - visit: each state's mask walked on its first request and kept for the index's life, identical
   rows stored once; lookups after the first are as cheap as eager ones. The first mask of a
   fresh grammar costs one walk instead of the whole table (time to first mask), and states a
-  generation never visits cost nothing. Once the token distances are needed (a tight budget),
-  their walk fills in every state's mask as well (`corral.kernels.budget.graph_and_masks`).
+  generation never visits cost nothing.
 - lazy: one state at a time on first request, cached in a bounded LRU, for DFAs whose full table
   would be large.
 `"auto"` (the default) is visit when `n_states * ceil(V / 32) * 4` bytes fits in
@@ -199,23 +198,10 @@ class TokenIndex:
 
     @functools.cached_property
     def _budget(self) -> BudgetMasks:
-        """The token distances and budget masks (`corral.kernels.budget`), built on first use.
-        In visit mode the same walk gives every state's plain mask (`graph_and_masks`), kept
-        for the states not visited yet: a budget is asked for during generation, where a walk
-        per newly met state costs more than the whole table made alongside the token graph."""
-        with_masks = self._rows is not None and self.mode == "visit"
-        budget = BudgetMasks(
-            self._trans, self._accept, self._loops, self._trie, self._eos, self._n_words,
-            with_masks,
-        )  # fmt: skip
-        if budget.masks is not None:
-            table, budget.masks = budget.masks, None
-            first, inverse = unique_rows(table)
-            unique = [self._store(state, table[state].copy()) for state in first.tolist()]
-            for state, u in enumerate(inverse.tolist()):
-                if self._rows[state] is None:
-                    self._rows[state] = unique[u]
-        return budget
+        """The token distances and budget masks (`corral.kernels.budget`), built on first use."""
+        return BudgetMasks(
+            self._trans, self._accept, self._loops, self._trie, self._eos, self._n_words
+        )
 
     @property
     def token_distance(self) -> np.ndarray:
@@ -271,7 +257,8 @@ class TokenIndex:
         The plain mask (`mask`) from the state's saturation budget on (known from the token
         graph, O(1)); below it a row of the state's budget table (`corral.kernels.budget`): one
         trie walk on the state's first budget below saturation, kept in a bounded LRU, then
-        O(log distinct distances).
+        O(log distinct distances). In visit mode that walk also stores the plain mask of a
+        state not yet visited when its last row is that mask.
 
         Raises:
             ValueError: `max_tokens` is negative.
@@ -287,7 +274,16 @@ class TokenIndex:
         row = budget.row(state, max_tokens)
         if row is None:
             return self._eos_row if self._accepting[state] else None
+        if self._rows is not None and self._rows[state] is None:
+            self._keep_plain(state, budget)
         return row
+
+    def _keep_plain(self, state: int, budget: BudgetMasks) -> None:
+        """Visit mode: store the last budget row of `state` as its plain mask when it is one
+        (every end state can reach acceptance): the walk `mask` would make, saved."""
+        levels, rows = budget.rows(state)
+        if levels and budget.saturation[state] == levels[-1]:
+            self._store(state, rows[-1].copy())
 
     @functools.cached_property
     def _eos_row(self) -> np.ndarray:
