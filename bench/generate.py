@@ -37,8 +37,9 @@ completion tokens written by jump-forward; "mask/step" its time in masks and sam
 (B requests over at most `N_BODIES` prompts; `--no-prefix-cache` turns the cache off in every run).
 
 A second table (`sampler_share`) times one decode step's parts apart at each batch size: the
-forward pass, and the masks, sampling (one `sample_batch` call) and constraint advances of its
-rows, with their share of the step (goal: at most 2% at batch 1, 1% at batch 32).
+forward pass, and the masks (under each row's budget of --tokens, as the engine takes them),
+sampling (one `sample_batch` call) and constraint advances of its rows, with their share of the
+step (goal: at most 2% at batch 1, 1% at batch 32), on a fresh index (first visits) and again.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from corral.kernels import Constraint, SamplingParams, sample_batch
+from corral.kernels import Constraint, SamplingParams, TokenIndex, sample_batch
 from corral.model import load_model
 from corral.model.generate import GenerationRequest, GenerationStats, generate
 from corral.model.generation_request import BudgetTooSmallError, check_budget
@@ -170,25 +171,33 @@ def completion_tokens(results) -> int:
     return sum(r.completion_tokens for r in results)
 
 
-def sampler_share(model, request, batches, steps: int = 12) -> None:
+def sampler_share(model, request, batches, tokens: int) -> None:
     """Per decode step at each batch size: the forward pass (`Model.decode`), then masks +
     `sample_batch` + advances of B rows under `request`'s grammar on its logits, in ms, each
-    part apart and their share of the step (medians over `steps` steps, after one warm-up
-    step). The steps run twice and both runs are printed: in the first, a lazy index builds a
-    state's mask at its first visit (as a request meets it); in the second ("again") every mask
-    the walks need is built, so the row shows masks and sampling alone. The sampler runs right
-    after a forward pass, as in generation: its code and data come back into caches the forward
-    pass evicted."""
+    part apart and their share of the step (means over `tokens` steps, after one warm-up step:
+    whole answers, budget included). Each row has a budget of `tokens` tokens per answer,
+    counted down, and takes its mask as the engine does (`Constraint.mask(tokens_left)`: budget
+    masks once some state is too far for the tokens left, which with a tight budget is the
+    answer's last part); a row whose answer ends starts a new one. The steps run
+    twice on a fresh index of the grammar (its token distances computed first, as the engine's
+    budget check at submit does) and both runs are printed: in the first, each state's mask and
+    budget rows are built at its first visit (as a request meets it); in the second ("again")
+    every one the steps need is built, so the row shows masks and sampling alone. The sampler
+    runs right after a forward pass, as in generation: its code and data come back into caches
+    the forward pass evicted."""
     params = SamplingParams(temperature=1.0)
-    prompt, index = list(request.prompt_ids), request.constraint.index
+    prompt, grammar = list(request.prompt_ids), request.constraint.index
+    print(f"{tokens} tokens per answer (budget masks once a state is too far)")
     print(
         f"{'batch':>5} {'run':>5} | {'forward ms':>10} | {'masks ms':>8} | {'sample ms':>9} | "
         f"{'advance ms':>10} | {'masks+sample ms':>15} | {'share':>6}"
     )
     for batch in batches:
+        index = TokenIndex(grammar.dfa, grammar.vocabulary)  # fresh: masks built at first visit
+        _ = index.token_distance
         for run in ("first", "again"):  # the same steps twice: masks built at first visit, warm
-            parts = _sampler_steps(model, prompt, index, params, batch, steps)
-            ms = {name: 1e3 * np.median(times[1:]) for name, times in parts.items()}
+            parts = _sampler_steps(model, prompt, index, params, batch, tokens, tokens)
+            ms = {name: 1e3 * np.mean(times[1:]) for name, times in parts.items()}
             total = ms["step"]
             print(
                 f"{batch:>5} {run:>5} | {ms['forward']:>10.2f} | {ms['masks']:>8.3f} | "
@@ -197,27 +206,31 @@ def sampler_share(model, request, batches, steps: int = 12) -> None:
             )
 
 
-def _sampler_steps(model, prompt, index, params, batch, steps):
-    """`steps + 1` decode steps of `sampler_share` at one batch size; the seconds of each part
-    of each step, by name."""
+def _sampler_steps(model, prompt, index, params, batch, steps, tokens):
+    """`steps + 1` decode steps of `sampler_share` at one batch size, each row with `tokens`
+    tokens per answer; the seconds of each part of each step, by name."""
     cache = model.new_cache(batch, len(prompt) + steps + 2)
     slots = list(range(batch))
     logits = model.prefill_batch(cache, slots, [prompt] * batch)
     walks = [Constraint(index) for _ in slots]
+    left = [tokens] * batch
     rng = np.random.default_rng(0)
     parts = {"forward": [], "masks": [], "sample": [], "advance": [], "step": []}
     for _ in range(steps + 1):
-        walks = [Constraint(index) if c.done else c for c in walks]
+        for b, c in enumerate(walks):
+            if c.done or left[b] == 0:
+                walks[b], left[b] = Constraint(index), tokens
         started = time.perf_counter()
-        masks = [c.mask() for c in walks]
+        masks = [c.mask(n) for c, n in zip(walks, left, strict=True)]
         masked = time.perf_counter()
         out = sample_batch(logits, masks, [params] * batch, rng.random(batch))
-        tokens = out.tokens.tolist()
+        tokens_out = out.tokens.tolist()
         sampled = time.perf_counter()
-        for c, token in zip(walks, tokens, strict=True):
+        for c, token in zip(walks, tokens_out, strict=True):
             c.advance(token)
         middle = time.perf_counter()
-        logits = model.decode(cache, slots, tokens)
+        left = [n - 1 for n in left]
+        logits = model.decode(cache, slots, tokens_out)
         parts["forward"].append(time.perf_counter() - middle)
         parts["masks"].append(masked - started)
         parts["sample"].append(sampled - masked)
@@ -294,7 +307,7 @@ def main() -> None:
     print("reused: the share of its prompt tokens whose prefill the prefix cache saved.")
     # the share table needs only a prompt and a grammar: any budget the profile answer fits in
     profile = engine_requests(engine, WORKLOADS["profile"](), max(args.tokens, 256))[0]
-    sampler_share(model, profile, [int(b) for b in args.batches.split(",")])
+    sampler_share(model, profile, [int(b) for b in args.batches.split(",")], args.tokens)
 
 
 if __name__ == "__main__":

@@ -63,7 +63,7 @@ class Constraint:
                 for no budget. When given and some state of the grammar is more than
                 `tokens_left - 1` tokens from acceptance, only the tokens after which a complete
                 answer still fits in `tokens_left - 1` further tokens are allowed
-                (`TokenIndex.mask_within_tokens`, EOS included when the state accepts). Where no
+                (`TokenIndex.budget_mask`, EOS included when the state accepts). Where no
                 token fits (the budget was already too small, e.g. a lazy trigger fired late),
                 the plain mask is returned and the answer will be cut by the budget.
 
@@ -83,8 +83,8 @@ class Constraint:
             or index.max_token_distance <= tokens_left - 1
         ):
             return index.mask(self.state)  # every allowed token keeps an answer within reach
-        within = index.mask_within_tokens(self.state, tokens_left - 1)
-        return within if within.any() else index.mask(self.state)
+        within = index.budget_mask(self.state, tokens_left - 1)
+        return within if within is not None else index.mask(self.state)
 
     def tokens_to_complete(self) -> int:
         """The fewest tokens (EOS not counted) from here to a complete answer: 0 when complete,

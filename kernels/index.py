@@ -29,7 +29,8 @@ gives the same masks.
 Budget-aware ending (`Constraint.mask(tokens_left)`, used by the generation engine):
 `token_distance[s]` is the fewest text tokens from s to acceptance (`corral.kernels.distance`), and
 `mask_within_tokens(s, k)` allows only the tokens that end in a state at token distance <= k (plus
-EOS in accepting states): the same trie walk, skipping the tokens that end too far.
+EOS in accepting states): the plain mask from a per-state saturation budget on, below it one row
+of a per-state table that one trie walk fills for every budget at once (`corral.kernels.budget`).
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ from collections import OrderedDict
 import numba
 import numpy as np
 from corral.automata.dfa import Dfa
-from corral.kernels.distance import byte_distance, token_distance
-from corral.kernels.trie import BYTE_CATEGORY
+from corral.kernels.budget import BudgetMasks
+from corral.kernels.distance import byte_distance
+from corral.kernels.trie import loop_categories
 from corral.kernels.vocabulary import Vocabulary
 
 EAGER_LIMIT_BYTES = 32 << 20
@@ -61,11 +63,6 @@ _NO_DISTANCE = np.empty(0, np.int32)
 
 LAZY_CACHE_ROWS = 4096
 """The most mask rows a lazy index keeps (least recently used rows are dropped first)."""
-
-WITHIN_CACHE_ROWS = 1024
-"""Budget masks (`mask_within_tokens`) a `TokenIndex` keeps, least recently used first out
-(6 KiB a row for SmolLM2): the rows of a batch meet the same (state, budget) pairs step after
-step, each a trie walk otherwise."""
 
 
 def choose_mode(n_states: int, vocabulary_size: int) -> str:
@@ -117,8 +114,6 @@ class TokenIndex:
         self._loops = loop_categories(self._trans)
         self._lock = threading.Lock()
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
-        self._within: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
-        self._saturated: dict[int, int] = {}  # state -> a budget whose mask is the plain mask
         self._rows: list[np.ndarray | None] | None = None  # eager, visit: one per state
         self._continues: list[bool | None] | None = None
         self._unique: dict[bytes, np.ndarray] = {}  # visit: each distinct row once
@@ -188,7 +183,11 @@ class TokenIndex:
 
     def _visit(self, state: int) -> np.ndarray:
         """Walk `state` (visit mode), store its row (once per distinct content), return it."""
-        row = self._walk(state, _NO_DISTANCE, -1)
+        return self._store(state, self._walk(state, _NO_DISTANCE, -1))
+
+    def _store(self, state: int, row: np.ndarray) -> np.ndarray:
+        """Keep `row` as the visit-mode mask of `state` (once per distinct content); return the
+        row kept."""
         row.setflags(write=False)
         key = row.tobytes()
         with self._lock:
@@ -198,13 +197,19 @@ class TokenIndex:
         return row
 
     @functools.cached_property
+    def _budget(self) -> BudgetMasks:
+        """The token distances and budget masks (`corral.kernels.budget`), built on first use."""
+        return BudgetMasks(
+            self._trans, self._accept, self._loops, self._trie, self._eos, self._n_words
+        )
+
+    @property
     def token_distance(self) -> np.ndarray:
         """int32 `[n_states]`: the fewest text tokens from each state to acceptance (0 in
-        accepting states, -1 where no token sequence reaches it). Computed on first use
-        (`corral.kernels.distance`, about two all-states trie walks), then cached."""
-        distance = token_distance(self._trans, self._accept, self._trie, self._loops)
-        distance.setflags(write=False)
-        return distance
+        accepting states, -1 where no token sequence reaches it), read-only. Computed on first
+        use (`corral.kernels.distance.token_graph`, about an all-states trie walk, and a BFS),
+        then kept."""
+        return self._budget.distance
 
     @functools.cached_property
     def max_token_distance(self) -> int:
@@ -238,41 +243,68 @@ class TokenIndex:
         completed in at most `max_tokens` (>= 0) more tokens (`token_distance`), and EOS when
         `state` accepts: uint32 `[ceil(V / 32)]`, read-only, possibly shared. Never all-false
         when `token_distance[state] <= max_tokens + 1`, so an engine that keeps that invariant
-        always ends with a complete answer.
-
-        One trie walk, O(nodes visited), on a miss; kept for the next call with the same state
-        and budget (`WITHIN_CACHE_ROWS`, least recently used out). The set grows with the
-        budget up to the plain mask (`mask`): once a budget gives the plain mask, every larger
-        one returns it without a walk.
+        always ends with a complete answer. See `budget_mask` for the cost.
 
         Raises:
             ValueError: `max_tokens` is negative.
         """
+        row = self.budget_mask(state, max_tokens)
+        return row if row is not None else self._nothing
+
+    def budget_mask(self, state: int, max_tokens: int) -> np.ndarray | None:
+        """`mask_within_tokens(state, max_tokens)`, or None when that mask is all-false.
+
+        The plain mask (`mask`) from the state's saturation budget on (known from the token
+        graph, O(1)); below it a row of the state's budget table (`corral.kernels.budget`): one
+        trie walk on the state's first budget below saturation, kept in a bounded LRU, then
+        O(log distinct distances). In visit mode that walk also stores the plain mask of a
+        state not yet visited when its last row is that mask.
+
+        Raises:
+            ValueError: `max_tokens` is negative.
+            IndexError: `state` is not a state of the DFA.
+        """
         if max_tokens < 0:
             raise ValueError(f"max_tokens must be >= 0, not {max_tokens}")
-        limit = int(max_tokens)
-        saturated = self._saturated.get(state)
-        if saturated is not None and limit >= saturated:
-            return self.mask(state)
-        key = (state, limit)
-        with self._lock:
-            row = self._within.get(key)
-            if row is not None:
-                self._within.move_to_end(key)
-                return row
-        row = self._walk(state, self.token_distance, limit)
+        if not 0 <= state < self.n_states:
+            raise IndexError(f"state {state} out of range")
+        budget = self._budget
+        if budget.saturated(state, max_tokens):
+            return self.mask(state) if self._accepting[state] or budget.has_ends(state) else None
+        row = budget.row(state, max_tokens)
+        if row is None:
+            return self._eos_row if self._accepting[state] else None
+        if self._rows is not None and self._rows[state] is None:
+            self._keep_plain(state, budget)
+        return row
+
+    def _keep_plain(self, state: int, budget: BudgetMasks) -> None:
+        """Visit mode: store the last budget row of `state` as its plain mask when it is one
+        (every end state can reach acceptance): the walk `mask` would make, saved."""
+        levels, rows = budget.rows(state)
+        if levels and budget.saturation[state] == levels[-1]:
+            self._store(state, rows[-1].copy())
+
+    @functools.cached_property
+    def _eos_row(self) -> np.ndarray:
+        """The mask holding only the EOS ids (read-only)."""
+        row = np.zeros(self._n_words, np.uint32)
+        for e in self._eos.tolist():
+            row[e >> 5] |= np.uint32(1 << (e & 31))
         row.setflags(write=False)
-        plain = np.array_equal(row, self.mask(state))
-        with self._lock:
-            if plain:
-                self._saturated[state] = min(limit, self._saturated.get(state, limit))
-            self._within[key] = row
-            if len(self._within) > WITHIN_CACHE_ROWS:
-                self._within.popitem(last=False)
+        return row
+
+    @functools.cached_property
+    def _nothing(self) -> np.ndarray:
+        """The all-false mask (read-only)."""
+        row = np.zeros(self._n_words, np.uint32)
+        row.setflags(write=False)
         return row
 
     def _walk(self, state: int, distance: np.ndarray, limit: int) -> np.ndarray:
-        """`one_mask` of `state`: uint32 `[ceil(V / 32)]`, a new array."""
+        """`one_mask` of `state`: uint32 `[ceil(V / 32)]`, a new array. With a `limit` >= 0 it
+        is the budget mask walked for that one budget (the reference `budget_mask` is tested
+        against)."""
         return one_mask(
             self._trans, self._loops, self._accept, self._trie_arrays, self._eos, self._n_words,
             self._trie.max_depth, state, distance, limit,
@@ -469,23 +501,3 @@ def _rows_match(table, first, inverse):
                 if table[i, j] != table[r, j]:
                     return False
     return True
-
-
-def loop_categories(trans: np.ndarray) -> np.ndarray:
-    """uint16 `[n_states]`: bit c set when state s moves to itself on every byte of category c
-    (`corral.kernels.trie.BYTE_CATEGORY`)."""
-    return _loop_categories(np.ascontiguousarray(trans, dtype=np.int32), BYTE_CATEGORY)
-
-
-@numba.njit(cache=True)
-def _loop_categories(trans, byte_category):
-    """O(n_states * 256): start from all categories, drop those with a byte that leaves."""
-    n = trans.shape[0]
-    loops = np.empty(n, np.uint16)
-    for s in range(n):
-        keep = np.uint16(0xFFFF)
-        for b in range(256):
-            if trans[s, b] != s:
-                keep &= ~byte_category[b]
-        loops[s] = keep
-    return loops

@@ -14,7 +14,8 @@ Each node also records which byte categories (`BYTE_CATEGORY`: lowercase, upperc
 space, other printable ASCII, `"`, `\\`, controls, DEL, UTF-8 continuation and lead bytes) occur
 anywhere in its subtree, `categories[i]`. A walk in a DFA state that loops to itself on every byte
 of those categories (the inside of a JSON string, `.*`) allows the whole subtree at once: its
-tokens are `token_ids[token_start[i]:token_start[end[i]]]`, set without visiting the nodes.
+tokens are `token_ids[token_start[i]:token_start[end[i]]]`, set without visiting the nodes
+(`loop_categories`: the categories on which each DFA state loops).
 """
 
 from __future__ import annotations
@@ -173,3 +174,23 @@ def _subtree_categories(byte, depth, byte_category):
         out[i] = acc
         below[d] |= acc
     return out
+
+
+def loop_categories(trans: np.ndarray) -> np.ndarray:
+    """uint16 `[n_states]`: bit c set when state s moves to itself on every byte of category c
+    (`BYTE_CATEGORY`)."""
+    return _loop_categories(np.ascontiguousarray(trans, dtype=np.int32), BYTE_CATEGORY)
+
+
+@numba.njit(cache=True)
+def _loop_categories(trans, byte_category):
+    """O(n_states * 256): start from all categories, drop those with a byte that leaves."""
+    n = trans.shape[0]
+    loops = np.empty(n, np.uint16)
+    for s in range(n):
+        keep = np.uint16(0xFFFF)
+        for b in range(256):
+            if trans[s, b] != s:
+                keep &= ~byte_category[b]
+        loops[s] = keep
+    return loops
