@@ -2,15 +2,16 @@
 weight unpacked once in registers for a group of rows whose sums stay in registers
 (DESIGN.md section 6; the block formats are ggml's, `ggml-common.h`, as in `kernels.quant`).
 
-`kernels.quant`'s grouped kernels vectorize over a tile's output rows and keep each row of x's
-partial sums in memory: every multiply-add of a weight vector by a row of x loads and stores
-its partial sums, so a pass of 8 rows costs about as many loads and stores as multiply-adds.
-Here one call of `_make_block_product`'s intrinsic takes one block (32 columns) of 16 output
-rows and a group of up to 8 rows of x, as a register-blocked GEMM micro-kernel does: it loads
-the block's quants once, unpacks each column into a vector of 16 floats (a shift, a mask and a
-conversion), and multiplies it by each row's x value (a broadcast) into that row's accumulator,
-a vector register; only at the block's end is each row's sum scaled and added to its total,
-with the same float32 formulas as `kernels.quant`:
+A kernel that vectorizes over a tile's output rows and keeps each row of x's partial sums in
+memory (as `kernels.quant`'s one-row kernels do, and its kernels of 4 and 8 rows did) loads and
+stores a row's partial sums at every multiply-add of a weight vector by that row, and unpacks
+the weights again for every group. Here one call of `_make_block_product`'s intrinsic takes one
+block (32 columns) of 16 output rows and a group of up to 16 rows of x, as a register-blocked
+GEMM micro-kernel does: it loads the block's quants once, unpacks each column into a vector of
+16 floats (a shift, a mask and a conversion), and multiplies it by each row's x value (a
+broadcast) into that row's accumulator, a vector register (a loop of `WORDS_PER_TURN` words a
+turn); only at the block's end is each row's sum scaled and added to its total, with the same
+float32 formulas as `kernels.quant`:
 
     Q4_1: total += scale * sum_j q_j x_j + minimum * sum_j x_j
     Q8_0: total += scale * sum_j q_j x_j
@@ -18,9 +19,9 @@ with the same float32 formulas as `kernels.quant`:
 The quants are read from `kernels.quant_int8`'s word tiles (`quant_int8.word_tiles`: per
 tile, block and 16 output rows, 64-byte words holding 4 consecutive bytes of each of the 16
 rows, Q8_0 stored as q + 128), whose byte b of every int32 lane is column 4 w + b of word w.
-The intrinsic is plain LLVM vector IR (fma, shifts, masks, conversions): it runs on any x86-64
-CPU, in 512-bit registers where there are AVX-512 (`kernels.vector_width`), in pairs of 256-bit
-ones elsewhere.
+The intrinsic is plain LLVM vector IR (fma, shifts, masks, conversions), no x86 intrinsic: in
+512-bit registers where there is AVX-512 (`kernels.vector_width`); elsewhere LLVM splits its
+16-lane vectors.
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ from numba.extending import intrinsic
 
 BLOCK = 32
 """Weights per quantization block (Q4_1 and Q8_0)."""
+
+WORDS_PER_TURN = 2
+"""The 64-byte words of quants one turn of an intrinsic's loop unpacks (Q4_1 has 4 a block, Q8_0
+8): a longer turn computes faster, but LLVM compiled a fully unrolled block of 16 rows (512
+multiply-adds) in over a minute."""
 
 LANES = 16
 """Output rows one call serves (16 float32 lanes of a 512-bit vector)."""
@@ -138,30 +144,55 @@ def _make_block_product(nibbles: bool, group: int):
             fma = cgutils.get_or_insert_function(
                 builder.module, ir.FunctionType(fvec, [fvec] * 3), "llvm.fma.v16f32"
             )
-            accs = [[ir.Constant(fvec, [0.0] * LANES)] * splits for _ in range(group)]
-            step = 0
-            for index in range(n_words):
-                word = load(words_p, builder.add(w_start, i64(64 * index)), vec, 1)
-                columns = []  # (int32 vector of one column's quants, the column)
-                if nibbles:  # byte b: low nibble column 4 index + b, high nibble 16 more
+            # one loop turn a word (a real loop, not unrolled: LLVM's time to compile a block
+            # of 512 multiply-adds grew past a minute), the sums carried in phi nodes
+            entry = builder.block
+            loop = builder.append_basic_block("words")
+            done = builder.append_basic_block("words_done")
+            builder.branch(loop)
+            builder.position_at_end(loop)
+            index = builder.phi(i64)
+            index.add_incoming(i64(0), entry)
+            zero = ir.Constant(fvec, [0.0] * LANES)
+            phis = [[builder.phi(fvec) for _ in range(splits)] for _ in range(group)]
+            for row in phis:
+                for phi in row:
+                    phi.add_incoming(zero, entry)
+            accs = [list(row) for row in phis]
+            first_word = builder.mul(index, i64(WORDS_PER_TURN))
+            columns = []  # (int32 vector of one column's quants, the column in the block)
+            for turn_word in range(WORDS_PER_TURN):
+                at = builder.mul(builder.add(first_word, i64(turn_word)), i64(64))
+                word = load(words_p, builder.add(w_start, at), vec, 1)
+                first_column = builder.mul(builder.add(first_word, i64(turn_word)), i64(4))
+                if nibbles:  # byte b: low nibble column 4 word + b, high nibble 16 more
                     for b in range(4):
                         low = builder.lshr(word, lanes(8 * b)) if b else word
-                        columns.append((builder.and_(low, lanes(15)), 4 * index + b))
+                        low_column = builder.add(first_column, i64(b))
+                        columns.append((builder.and_(low, lanes(15)), low_column))
                         high = builder.lshr(word, lanes(8 * b + 4))
                         high = builder.and_(high, lanes(15)) if b < 3 else high
-                        columns.append((high, BLOCK // 2 + 4 * index + b))
+                        columns.append((high, builder.add(low_column, i64(BLOCK // 2))))
                 else:  # byte b holds q + 128: flip the sign bit back, then sign-extend
                     signed = builder.xor(word, lanes(-0x7F7F7F80))  # 0x80808080
                     for b in range(4):
                         shifted = builder.shl(signed, lanes(24 - 8 * b)) if b < 3 else signed
-                        columns.append((builder.ashr(shifted, lanes(24)), 4 * index + b))
-                for quants, column in columns:
-                    weights = builder.sitofp(quants, fvec)
-                    for i in range(group):
-                        x_value = splat(load(x_rows[i], i64(column), f32, 4))
-                        slot = step % splits
-                        accs[i][slot] = builder.call(fma, [weights, x_value, accs[i][slot]])
-                    step += 1
+                        column = builder.add(first_column, i64(b))
+                        columns.append((builder.ashr(shifted, lanes(24)), column))
+            for step, (quants, column) in enumerate(columns):
+                weights = builder.sitofp(quants, fvec)
+                for i in range(group):
+                    x_value = splat(load(x_rows[i], column, f32, 4))
+                    slot = step % splits
+                    accs[i][slot] = builder.call(fma, [weights, x_value, accs[i][slot]])
+            following = builder.add(index, i64(1))
+            index.add_incoming(following, builder.block)
+            for row, values in zip(phis, accs, strict=True):
+                for phi, value in zip(row, values, strict=True):
+                    phi.add_incoming(value, builder.block)
+            turns = n_words // WORDS_PER_TURN
+            builder.cbranch(builder.icmp_unsigned("<", following, i64(turns)), loop, done)
+            builder.position_at_end(done)
             scale = load(scales_p, sc_start, fvec, 4)
             minimum = load(minimums_p, sc_start, fvec, 4) if nibbles else None
             for i in range(group):
