@@ -15,7 +15,7 @@ Prints, in one run:
     sequence holding a 256-token context, so attention is part of the cost);
   - bytes read per token at batch 1 and the share of the measured bandwidth they reach; the
     share of the GEMM rate reached at batch 32 and 64;
-  - decode tokens/s at batch 1, 2, 4, 8, 16, 24 with the blocks forced on and off, to place
+  - decode tokens/s at batch 1 to 64 with the blocks forced on and off, to place
     `llama.QUANTIZED_MAX_ROWS`;
   - decode tokens/s at batch 1 and 8 under several libgomp spin counts (`SPIN_COUNTS`, child
     processes): how long Numba's idle worker thread should poll between parallel regions;
@@ -226,7 +226,7 @@ def matrix_speeds(model, batches: list[int], repeat: int) -> dict[tuple[int, str
 
 
 def crossover(model, batches: list[int], steps: int) -> dict[int, tuple[float, float]]:
-    """Decode tokens/s at small batches with the quantization blocks forced on and off
+    """Decode tokens/s by batch with the quantization blocks forced on and off
     (`llama.QUANTIZED_MAX_ROWS`), to place the switch from blocks to float32 GEMMs."""
     from corral.model import llama
 
@@ -431,7 +431,7 @@ def main() -> None:
             with activations(int8):
                 table[name] = corral_speeds(model, batches, steps, args.quick)
                 breakdowns[name] = {b: step_breakdown(model, b, steps) for b in batches}
-        switch = crossover(quantized, [1, 2, 4] if args.quick else [1, 2, 4, 8, 16, 24], steps)
+        switch = crossover(quantized, [1, 2, 4] if args.quick else [1, 2, 4, 8, 16, 32, 64], steps)
         products = matrix_speeds(quantized, batches[:2], 2 if args.quick else 5)
         spins = spin_speeds(batches[:2], steps, args.threads)
         if not args.no_references:
@@ -470,7 +470,7 @@ def main() -> None:
             share = rate / facts["gemm_gflop_s"]
             print(f"{name:32s} b={batch:<3d} {rate:6.1f} GFLOP/s, {share:4.0%} of the GEMM rate")
 
-    print("\nblocks or float32 GEMMs at small batches (decode tokens/s; llama.QUANTIZED_MAX_ROWS)")
+    print("\nblocks or float32 GEMMs by batch (decode tokens/s; llama.QUANTIZED_MAX_ROWS)")
     for batch, (blocks, float32) in switch.items():
         print(f"  b={batch:<3d} blocks {blocks:8.1f}   float32 {float32:8.1f}")
 

@@ -13,8 +13,9 @@ BLAS GEMM `W @ x^T`, whose large operand (the weights) comes first and whose res
 read through its transpose `[N, out]` (a view, no copy). For the skinny products of decode
 (N = 2 to 64 rows) OpenBLAS ran this orientation faster than `x @ W` with W [in, out], and
 prefill's N = 256 no slower. A model loaded from a GGUF also keeps each matrix in its
-quantization blocks, which `linear` and `lm_head` read for passes of a few rows
-(`quant.QUANTIZED_MAX_ROWS`). A pass is the textbook loop, one layer at a time:
+quantization blocks, which `linear` and `lm_head` read for passes of up to
+`quant.QUANTIZED_MAX_ROWS` rows (decode, jump-forward chunks). A pass is the textbook loop,
+one layer at a time:
 
     x = embed[tokens]                                           # [N] -> [N, d]
     for layer, layer_keys, layer_values in zip(layers, keys, values):
@@ -42,7 +43,6 @@ from corral.kernels import layers as layer_kernels
 from corral.model.config import LlamaConfig
 from corral.model.quant import (
     HEAD_ACTIVATION_PARTS,
-    QUANTIZED_HEAD_MAX_ROWS,
     QUANTIZED_MAX_ROWS,
 )
 
@@ -405,13 +405,13 @@ def decode(
 def lm_head(params: dict, hidden: np.ndarray) -> np.ndarray:
     """Logits of the tied (or separate) LM head.  [N, d] -> [N, V] float32
 
-    At most `QUANTIZED_HEAD_MAX_ROWS` rows (and no more than `QUANTIZED_MAX_ROWS`) read the
-    head's quantization blocks when there are any; else one row uses the [V, d] table as a
-    matrix-vector product, more rows one [N, d] x [d, V] GEMM. With int8 activations the head
-    quantizes its input in `HEAD_ACTIVATION_PARTS` parts (the logits are the output).
+    At most `QUANTIZED_MAX_ROWS` rows read the head's quantization blocks when there are any;
+    else one row uses the [V, d] table as a matrix-vector product, more rows one [N, d] x
+    [d, V] GEMM. With int8 activations the head quantizes its input in
+    `HEAD_ACTIVATION_PARTS` parts (the logits are the output).
     """
     blocks = params.get("lm_head_blocks")
-    if blocks is not None and hidden.shape[0] <= min(QUANTIZED_MAX_ROWS, QUANTIZED_HEAD_MAX_ROWS):
+    if blocks is not None and hidden.shape[0] <= QUANTIZED_MAX_ROWS:
         return blocks.matmul(hidden, HEAD_ACTIVATION_PARTS)
     if hidden.shape[0] == 1:
         return (params["lm_head_rows"] @ hidden[0])[None, :]  # [V, d] x [d] -> [1, V]

@@ -1,5 +1,6 @@
 """Weights kept in a GGUF's own quantization blocks, for decoding at small batches (DESIGN.md
-section 6; the block formats are ggml's, computed on by `corral.kernels.quant`).
+section 6; the block formats are ggml's, computed on by `corral.kernels.quant` and
+`corral.kernels.quant_rows`).
 
 A Llama GGUF stores most matrices as Q4_1 or Q8_0 blocks of 32 weights along the input axis.
 `quantized_layers` reads them as they are (no re-quantization), undoes llama.cpp's q/k row
@@ -23,27 +24,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from corral.kernels import quant, quant_int8
+from corral.kernels import quant, quant_int8, quant_rows
 from corral.model.config import LlamaConfig
 from corral.model.errors import ModelLoadError
 
-QUANTIZED_MAX_ROWS = 8
-"""The most rows of x (tokens in a pass) computed from the blocks; more go to float32 BLAS.
-The block kernels are compute-bound and their cost grows with every row of x, while a float32
-GEMM of a few rows costs about one read (and one packing) of its 4 to 5 times larger weights;
-bench/model.py prints both at batch 1 to 24 to place this switch (with 2 threads the blocks
-led at batch 8 and trailed float32 from 16 on; on one thread they led up to 16). The LM head
-has its own bound (`QUANTIZED_HEAD_MAX_ROWS`)."""
-
-QUANTIZED_HEAD_MAX_ROWS = 8
-"""The most rows the LM head computes from its blocks (a Q8_0 table of 49152 x 576, in groups
-of 4 rows); past it the float32 GEMM led on one thread (at 16 rows)."""
+QUANTIZED_MAX_ROWS = 64
+"""The most rows of x (tokens in a pass) computed from the blocks, the LM head's included;
+more go to float32 BLAS GEMMs. Passes of several rows unpack each weight once for up to 16
+rows and keep the sums in registers (`kernels.quant_rows`), which on one thread multiplied at
+about the rate of OpenBLAS's float32 GEMM on weights in cache from 32 to 64 rows, and ahead of
+it below 32 (where the GEMM is bound by reading its 4 to 7 times larger weights); a decode step
+at batch 16 to 64 and jump-forward chunks of 9 to 64 tokens were as fast or faster from the
+blocks. Past 64 rows the GEMM's rate keeps growing (prefill), so it takes them. bench/model.py
+prints decode with the blocks forced on and off at batch 1 to 64 to place this switch."""
 
 INT8_ACTIVATIONS = False
 """Whether `TiledMatrix.matmul` quantizes x by blocks to int8 and takes integer dot products
 (`kernels.quant_int8`: ggml's Q8_1 activations and the Q8_1 of what they leave over, AVX-512
-VNNI) where the matrix has word tiles (built where `quant_int8.available()`), rather than
-computing on x in float32 (`kernels.quant`). It meets the accuracy bar of quantizing
+VNNI) where `quant_int8.available()`, rather than computing on x in float32 (`kernels.quant`
+and `kernels.quant_rows`). It meets the accuracy bar of quantizing
 activations (greedy tokens and a text's mean log-likelihood against the float32 path,
 tests/model/test_int8_activations.py) and decodes about 12% faster at batch 1 and 8
 (bench/model.py prints both), but it is off by default: only passes of at most
@@ -103,9 +102,7 @@ class BlockMatrix:
         minimums = None
         if self.minimums is not None:
             minimums = quant.tile_rows(self.minimums, n_tiles, tile)
-        words = None
-        if quant_int8.available():
-            words = quant_int8.word_tiles(self.quants, self.kind, n_tiles, tile)
+        words = quant_int8.word_tiles(self.quants, self.kind, n_tiles, tile)
         return TiledMatrix(
             self.kind,
             n_out,
@@ -182,7 +179,8 @@ class TiledMatrix:
         minimums: float32 [n_tiles, k/32, tile] for Q4_1; None for Q8_0.
         quants: uint8 [n_tiles, k/2, tile] (Q4_1) or int8 [n_tiles, k, tile] (Q8_0).
         words: the same quants in `kernels.quant_int8`'s word tiles (uint8 [n_tiles, k/32,
-            tile/16, W, 16, 4]) for its int8-activation kernels; None where the CPU lacks them.
+            tile/16, W, 16, 4]) for the kernels of passes of several rows (`kernels.quant_rows`)
+            and the int8-activation kernels.
     """
 
     kind: str
@@ -191,7 +189,7 @@ class TiledMatrix:
     scales: np.ndarray
     minimums: np.ndarray | None
     quants: np.ndarray
-    words: np.ndarray | None = None
+    words: np.ndarray
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -207,13 +205,12 @@ class TiledMatrix:
     def matmul(self, x: np.ndarray, parts: int = ACTIVATION_PARTS) -> np.ndarray:
         """x W^T.  float32 [B, k] -> float32 [B, n_out] (float32 accumulation).
 
-        With `INT8_ACTIVATIONS` (and word tiles), each row of x is quantized by blocks of 32
-        in `parts` int8 parts (ggml's Q8_1, then the Q8_1 of what it leaves over) and
-        multiplies the weights in integer SIMD (`kernels.quant_int8.int8_matmul`). Otherwise x
-        stays float32: one row goes to the one-row kernel, 2 to 4 rows to the grouped kernels
-        (groups of 4); Q4_1 passes of more rows go 8 at a time to `q4_1_matmul_grouped8`, whose
-        wider group unpacks each nibble once for 8 rows (Q8_0's conversion is cheap: it keeps
-        groups of 4).
+        With `INT8_ACTIVATIONS` (where `quant_int8.available()`), each row of x is quantized
+        by blocks of 32 in `parts` int8 parts (ggml's Q8_1, then the Q8_1 of what it leaves
+        over) and multiplies the weights in integer SIMD (`kernels.quant_int8.int8_matmul`).
+        Otherwise x stays float32: one row goes to the one-row kernels (`kernels.quant`, which
+        stream the weights from memory), several rows to `kernels.quant_rows.float_matmul`
+        (each weight unpacked once for a group of up to 16 rows).
 
         Raises:
             ValueError: x is not two-dimensional with k columns, or parts < 1.
@@ -223,26 +220,22 @@ class TiledMatrix:
             raise ValueError(f"x must be [B, {self.k}], got shape {x.shape}")
         if parts < 1:
             raise ValueError(f"x is quantized in at least one part, got parts={parts}")
-        n_tiles, _, tile = self.scales.shape
         rows = x.shape[0]
-        if INT8_ACTIVATIONS and self.words is not None:
-            coefs = self.minimums if self.kind == "Q4_1" else self.scales
+        coefs = self.minimums if self.kind == "Q4_1" else self.scales
+        if INT8_ACTIVATIONS and quant_int8.available():
             out = np.empty((rows, self.n_out), np.float32)
             return quant_int8.int8_matmul(x, parts, self.scales, coefs, self.words, out)
-        wide = self.kind == "Q4_1" and rows > quant.GROUP
-        if rows > 1:  # the grouped kernels: x padded with zero rows to whole groups
-            group = quant.WIDE_GROUP if wide else quant.GROUP
-            x = np.concatenate([x, np.zeros((-rows % group, self.k), np.float32)])
-        out = np.empty((x.shape[0], n_tiles * tile), np.float32)
+        if rows > 1:
+            out = np.empty((rows, self.n_out), np.float32)
+            return quant_rows.float_matmul(x, self.scales, coefs, self.words, out)
+        n_tiles, _, tile = self.scales.shape
+        out = np.empty((rows, n_tiles * tile), np.float32)
         if self.kind == "Q4_1":
             sums = quant.block_sums(x)
-            kernel = quant.q4_1_matmul if rows == 1 else quant.q4_1_matmul_grouped
-            kernel = quant.q4_1_matmul_grouped8 if wide else kernel
-            kernel(x, sums, self.scales, self.minimums, self.quants, out)
+            quant.q4_1_matmul(x, sums, self.scales, self.minimums, self.quants, out)
         else:
-            kernel = quant.q8_0_matmul if rows == 1 else quant.q8_0_matmul_grouped
-            kernel(x, self.scales, self.quants, out)
-        return np.ascontiguousarray(out[:rows, : self.n_out])
+            quant.q8_0_matmul(x, self.scales, self.quants, out)
+        return np.ascontiguousarray(out[:, : self.n_out])
 
 
 def unpermute_order(n_rows: int, n_heads: int) -> np.ndarray:

@@ -1,7 +1,7 @@
 """The block-quantized matrix products against NumPy on the dequantized weights, the block
 unpacking against gguf's own dequantizer (ggml's Q4_1 and Q8_0 formats) (DESIGN.md section 6).
 Attention over ragged contexts is tested in test_attention.py, the int8-activation kernels in
-test_int8_kernels.py."""
+test_int8_kernels.py, the kernels of several rows in test_row_kernels.py."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_unpacked_blocks_dequantize_as_gguf_does(kind, seed):
 def test_block_matmul_equals_numpy_on_the_dequantized_weights(kind, seed):
     rng = np.random.default_rng(seed)
     n_out, k = int(rng.integers(1, 100)), 32 * int(rng.integers(1, 20))
-    batch = int(rng.integers(1, 11))  # one row, or groups of 4 with a padded last one
+    batch = int(rng.integers(1, 40))  # one row (`kernels.quant`), or several (`quant_rows`)
     matrix = BlockMatrix.from_blocks(kind, random_blocks(rng, kind, n_out, k))
     x = rng.standard_normal((batch, k)).astype(np.float32)
     got = matrix.tiled().matmul(x)
@@ -61,34 +61,13 @@ def test_block_matmul_equals_numpy_on_the_dequantized_weights(kind, seed):
 
 @pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
 @pytest.mark.parametrize("n_out", [quant.MAX_TILE - 1, quant.MAX_TILE + 1, 3 * quant.MAX_TILE])
-@pytest.mark.parametrize("rows", [1, 5])
+@pytest.mark.parametrize("rows", [1, 5, 21])
 def test_block_matmul_over_several_tiles_and_a_padded_last_one(kind, n_out, rows):
     rng = np.random.default_rng(n_out)
     matrix = BlockMatrix.from_blocks(kind, random_blocks(rng, kind, n_out, 64))
     x = rng.standard_normal((rows, 64)).astype(np.float32)
     expected = x.astype(np.float64) @ matrix.dequantize().astype(np.float64).T
     np.testing.assert_allclose(matrix.tiled().matmul(x), expected, rtol=1e-4, atol=1e-4)
-
-
-@pytest.mark.parametrize("rows", [2, 4, 5, 8, 9, 13, 16])
-def test_q4_1_groups_of_4_and_of_8_equal_numpy_at_every_batch_size(rows):
-    # 2 to 4 rows go to the group-of-4 kernel, more go 8 at a time (a padded last group)
-    rng = np.random.default_rng(rows)
-    matrix = BlockMatrix.from_blocks("Q4_1", random_blocks(rng, "Q4_1", 70, 96))
-    x = rng.standard_normal((rows, 96)).astype(np.float32)
-    expected = x.astype(np.float64) @ matrix.dequantize().astype(np.float64).T
-    np.testing.assert_allclose(matrix.tiled().matmul(x), expected, rtol=1e-4, atol=1e-4)
-
-
-def test_the_group_of_8_kernel_equals_the_group_of_4_kernel_row_for_row():
-    rng = np.random.default_rng(7)
-    tiled = BlockMatrix.from_blocks("Q4_1", random_blocks(rng, "Q4_1", 600, 128)).tiled()
-    x = rng.standard_normal((8, 128)).astype(np.float32)
-    width = tiled.scales.shape[0] * tiled.scales.shape[2]
-    args = (x, quant.block_sums(x), tiled.scales, tiled.minimums, tiled.quants)
-    four = quant.q4_1_matmul_grouped(*args, np.empty((8, width), np.float32))
-    eight = quant.q4_1_matmul_grouped8(*args, np.empty((8, width), np.float32))
-    np.testing.assert_allclose(eight, four, rtol=1e-6, atol=1e-5)
 
 
 @pytest.mark.parametrize("n_out", [1, 15, 16, 17, 511, 512, 513, 576, 960, 3072, 49152])
@@ -137,16 +116,16 @@ def test_unknown_block_types_and_partial_blocks_are_refused():
         BlockMatrix.from_blocks("Q4_1", np.zeros((2, 30), np.uint8))
 
 
-def test_without_the_int8_kernels_matrices_have_no_word_tiles_and_compute_in_float(monkeypatch):
+def test_without_the_int8_kernels_products_stay_in_float_when_int8_is_asked(monkeypatch):
     # a CPU without AVX-512 VNNI (or an llvmlite that cannot build the kernels)
-    from corral.kernels import quant_int8
+    from corral.kernels import quant_int8, quant_rows
 
     monkeypatch.setattr(quant_int8, "available", lambda: False)
     monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", True)
     rng = np.random.default_rng(5)
-    matrix = BlockMatrix.from_blocks("Q4_1", random_blocks(rng, "Q4_1", 20, 64))
-    tiled = matrix.tiled()
-    assert tiled.words is None
+    tiled = BlockMatrix.from_blocks("Q4_1", random_blocks(rng, "Q4_1", 20, 64)).tiled()
     x = rng.standard_normal((2, 64)).astype(np.float32)
-    expected = x.astype(np.float64) @ matrix.dequantize().astype(np.float64).T
-    np.testing.assert_allclose(tiled.matmul(x), expected, rtol=1e-4, atol=1e-4)
+    floats = quant_rows.float_matmul(
+        x, tiled.scales, tiled.minimums, tiled.words, np.empty((2, 20), np.float32)
+    )
+    np.testing.assert_array_equal(tiled.matmul(x), floats)

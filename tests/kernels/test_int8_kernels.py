@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from corral.kernels import quant, quant_int8
+from corral.kernels import quant_int8, quant_rows
 from corral.model import quant as model_quant
 from corral.model.quant import BlockMatrix
 from test_block_kernels import random_blocks
@@ -134,15 +134,11 @@ def test_tiled_matrix_matmul_takes_the_int8_kernels_when_switched_on(monkeypatch
     monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", True)
     np.testing.assert_array_equal(matrix.tiled().matmul(x), int8_product(matrix, x))
     monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", False)
-    floats = matrix.tiled().matmul(x)
-    width = matrix.tiled().scales.shape[0] * matrix.tiled().scales.shape[2]
-    expected = quant.q8_0_matmul_grouped(
-        np.vstack([x, np.zeros((1, 96), np.float32)]),
-        matrix.tiled().scales,
-        matrix.tiled().quants,
-        np.empty((4, width), np.float32),
+    tiled = matrix.tiled()
+    expected = quant_rows.float_matmul(
+        x, tiled.scales, tiled.scales, tiled.words, np.empty((3, 70), np.float32)
     )
-    np.testing.assert_array_equal(floats, expected[:3, :70])
+    np.testing.assert_array_equal(tiled.matmul(x), expected)
 
 
 def test_a_product_in_no_parts_is_refused():

@@ -1,0 +1,292 @@
+"""Matrix products of block-quantized weights with several rows of float32 activations, each
+weight unpacked once in registers for a group of rows whose sums stay in registers
+(DESIGN.md section 6; the block formats are ggml's, `ggml-common.h`, as in `kernels.quant`).
+
+A kernel that vectorizes over a tile's output rows and keeps each row of x's partial sums in
+memory (as `kernels.quant`'s one-row kernels do, and its kernels of 4 and 8 rows did) loads and
+stores a row's partial sums at every multiply-add of a weight vector by that row, and unpacks
+the weights again for every group. Here one call of `_make_block_product`'s intrinsic takes one
+block (32 columns) of 16 output rows and a group of up to 16 rows of x, as a register-blocked
+GEMM micro-kernel does: it loads the block's quants once, unpacks each column into a vector of
+16 floats (a shift, a mask and a conversion), and multiplies it by each row's x value (a
+broadcast) into that row's accumulator, a vector register (a loop of `WORDS_PER_TURN` words a
+turn); only at the block's end is each row's sum scaled and added to its total, with the same
+float32 formulas as `kernels.quant`:
+
+    Q4_1: total += scale * sum_j q_j x_j + minimum * sum_j x_j
+    Q8_0: total += scale * sum_j q_j x_j
+
+The quants are read from `kernels.quant_int8`'s word tiles (`quant_int8.word_tiles`: per
+tile, block and 16 output rows, 64-byte words holding 4 consecutive bytes of each of the 16
+rows, Q8_0 stored as q + 128), whose byte b of every int32 lane is column 4 w + b of word w.
+The intrinsic is plain LLVM vector IR (fma, shifts, masks, conversions), no x86 intrinsic: in
+512-bit registers where there is AVX-512 (`kernels.vector_width`); elsewhere LLVM splits its
+16-lane vectors.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from corral.kernels.quant import block_sums
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+BLOCK = 32
+"""Weights per quantization block (Q4_1 and Q8_0)."""
+
+WORDS_PER_TURN = 2
+"""The 64-byte words of quants one turn of an intrinsic's loop unpacks (Q4_1 has 4 a block, Q8_0
+8): a longer turn computes faster, but LLVM compiled a fully unrolled block of 16 rows (512
+multiply-adds) in over a minute."""
+
+LANES = 16
+"""Output rows one call serves (16 float32 lanes of a 512-bit vector)."""
+
+GROUPS = (1, 2, 4, 8, 16)
+"""The rows of x one intrinsic call takes (each a power of 2, the last the largest): 16 sums
+and 2 unpacked columns fill 18 of the 32 vector registers of AVX-512."""
+
+
+def _make_block_product(nibbles: bool, group: int):
+    """An intrinsic adding one block of 16 weight rows times `group` rows of x to float totals:
+
+        block_product(words, w_start, x, x_start, x_stride, x_sums, xs_start, xs_stride,
+                      scales, minimums, sc_start, total, total_start, total_stride)
+
+    adds, for row i < group of x and lane r < 16,
+
+        total[total_start + i total_stride + r] += scales[sc_start + r] sum_j(q[r, j] x[i, j])
+                                                   + minimums[sc_start + r] x_sums[i]
+
+    (the second term for Q4_1 only, `nibbles`), the sum running over the block's 32 columns in
+    float32: the 16 rows' quants start at byte w_start of words (4 words of nibbles for Q4_1,
+    8 of bytes stored as q + 128 for Q8_0), row i's block of x at x[x_start + i x_stride], its
+    block sum at x_sums[xs_start + i xs_stride]. Flat offsets into C-contiguous arrays; nothing
+    is bounds-checked (the caller's loops stay in range).
+    """
+    i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
+    vec, fvec = ir.VectorType(i32, LANES), ir.VectorType(f32, LANES)
+    n_words = BLOCK // 8 if nibbles else BLOCK // 4
+    splits = max(1, 8 // group)  # independent sums a row: an fma's latency is 4 cycles
+
+    @intrinsic
+    def block_product(
+        typingctx,
+        words,
+        w_start,
+        x,
+        x_start,
+        x_stride,
+        x_sums,
+        xs_start,
+        xs_stride,
+        scales,
+        minimums,
+        sc_start,
+        total,
+        total_start,
+        total_stride,
+    ):
+        arrays = (words, x, x_sums, scales, minimums, total)
+        wanted = (types.uint8,) + (types.float32,) * 5
+        if any(
+            not isinstance(a, types.Array) or a.dtype != d or a.layout != "C"
+            for a, d in zip(arrays, wanted, strict=True)
+        ):
+            return None  # a typing error: C-contiguous arrays of these dtypes only
+        sig = types.void(
+            words,
+            w_start,
+            x,
+            x_start,
+            x_stride,
+            x_sums,
+            xs_start,
+            xs_stride,
+            scales,
+            minimums,
+            sc_start,
+            total,
+            total_start,
+            total_stride,
+        )
+
+        def codegen(context, builder, signature, args):
+            def pointer(index, element):  # the data of array argument `index`
+                array = context.make_array(signature.args[index])(context, builder, args[index])
+                return builder.bitcast(array.data, element.as_pointer())
+
+            def load(base, offset, element, align):  # element (scalar or vector) at base[offset]
+                address = builder.bitcast(builder.gep(base, [offset]), element.as_pointer())
+                return builder.load(address, align=align, typ=element)
+
+            def offset(start, stride, i, extra=0):  # start + stride i + extra
+                step = builder.mul(stride, ir.Constant(i64, i))
+                return builder.add(builder.add(start, step), ir.Constant(i64, extra))
+
+            def splat(value):  # a float in every lane
+                single = builder.insert_element(ir.Constant(fvec, None), value, i32(0))
+                return builder.shuffle_vector(single, ir.Constant(fvec, None), vec([0] * LANES))
+
+            def lanes(value):  # an int32 constant in every lane
+                return vec([value] * LANES)
+
+            words_p, x_p, x_sums_p = pointer(0, ir.IntType(8)), pointer(2, f32), pointer(5, f32)
+            scales_p, minimums_p, total_p = pointer(8, f32), pointer(9, f32), pointer(11, f32)
+            w_start, x_start, x_stride, xs_start, xs_stride = (args[i] for i in (1, 3, 4, 6, 7))
+            sc_start, total_start, total_stride = args[10], args[12], args[13]
+            x_rows = [
+                builder.gep(x_p, [offset(x_start, x_stride, i)]) for i in range(group)
+            ]  # row i's block of x
+            fma = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(fvec, [fvec] * 3), "llvm.fma.v16f32"
+            )
+            # one loop turn a word (a real loop, not unrolled: LLVM's time to compile a block
+            # of 512 multiply-adds grew past a minute), the sums carried in phi nodes
+            entry = builder.block
+            loop = builder.append_basic_block("words")
+            done = builder.append_basic_block("words_done")
+            builder.branch(loop)
+            builder.position_at_end(loop)
+            index = builder.phi(i64)
+            index.add_incoming(i64(0), entry)
+            zero = ir.Constant(fvec, [0.0] * LANES)
+            phis = [[builder.phi(fvec) for _ in range(splits)] for _ in range(group)]
+            for row in phis:
+                for phi in row:
+                    phi.add_incoming(zero, entry)
+            accs = [list(row) for row in phis]
+            first_word = builder.mul(index, i64(WORDS_PER_TURN))
+            columns = []  # (int32 vector of one column's quants, the column in the block)
+            for turn_word in range(WORDS_PER_TURN):
+                at = builder.mul(builder.add(first_word, i64(turn_word)), i64(64))
+                word = load(words_p, builder.add(w_start, at), vec, 1)
+                first_column = builder.mul(builder.add(first_word, i64(turn_word)), i64(4))
+                if nibbles:  # byte b: low nibble column 4 word + b, high nibble 16 more
+                    for b in range(4):
+                        low = builder.lshr(word, lanes(8 * b)) if b else word
+                        low_column = builder.add(first_column, i64(b))
+                        columns.append((builder.and_(low, lanes(15)), low_column))
+                        high = builder.lshr(word, lanes(8 * b + 4))
+                        high = builder.and_(high, lanes(15)) if b < 3 else high
+                        columns.append((high, builder.add(low_column, i64(BLOCK // 2))))
+                else:  # byte b holds q + 128: flip the sign bit back, then sign-extend
+                    signed = builder.xor(word, lanes(-0x7F7F7F80))  # 0x80808080
+                    for b in range(4):
+                        shifted = builder.shl(signed, lanes(24 - 8 * b)) if b < 3 else signed
+                        column = builder.add(first_column, i64(b))
+                        columns.append((builder.ashr(shifted, lanes(24)), column))
+            for step, (quants, column) in enumerate(columns):
+                weights = builder.sitofp(quants, fvec)
+                for i in range(group):
+                    x_value = splat(load(x_rows[i], column, f32, 4))
+                    slot = step % splits
+                    accs[i][slot] = builder.call(fma, [weights, x_value, accs[i][slot]])
+            following = builder.add(index, i64(1))
+            index.add_incoming(following, builder.block)
+            for row, values in zip(phis, accs, strict=True):
+                for phi, value in zip(row, values, strict=True):
+                    phi.add_incoming(value, builder.block)
+            turns = n_words // WORDS_PER_TURN
+            builder.cbranch(builder.icmp_unsigned("<", following, i64(turns)), loop, done)
+            builder.position_at_end(done)
+            scale = load(scales_p, sc_start, fvec, 4)
+            minimum = load(minimums_p, sc_start, fvec, 4) if nibbles else None
+            for i in range(group):
+                acc = accs[i][0]
+                for other in accs[i][1:]:
+                    acc = builder.fadd(acc, other)
+                address = builder.gep(total_p, [offset(total_start, total_stride, i)])
+                address = builder.bitcast(address, fvec.as_pointer())
+                value = builder.load(address, align=4, typ=fvec)
+                value = builder.fadd(value, builder.fmul(scale, acc))
+                if nibbles:
+                    x_sum = splat(load(x_sums_p, offset(xs_start, xs_stride, i), f32, 4))
+                    value = builder.fadd(value, builder.fmul(minimum, x_sum))
+                builder.store(value, address, align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return block_product
+
+
+_q4_1_1, _q4_1_2, _q4_1_4, _q4_1_8, _q4_1_16 = (_make_block_product(True, g) for g in GROUPS)
+_q8_0_1, _q8_0_2, _q8_0_4, _q8_0_8, _q8_0_16 = (_make_block_product(False, g) for g in GROUPS)
+
+
+@numba.njit(cache=True)
+def _tile_products(x, x_sums, scales, minimums, words, t, first, total):  # pragma: no cover
+    """total [G, tile] = rows first..first+G-1 of x times tile t of W (`float_matmul`'s
+    arguments), G = total.shape[0] in `GROUPS`.  O(G tile k)."""
+    k = x.shape[1]
+    _, n_blocks, tile = scales.shape
+    group = total.shape[0]
+    lane_groups = tile // LANES
+    chunk = words.shape[3] * LANES * 4  # bytes of one block of 16 rows
+    nibbles = words.shape[3] == 4
+    total[:] = 0.0
+    for block in range(n_blocks):  # the words in memory order
+        x_start, xs_start = first * k + block * BLOCK, first * n_blocks + block
+        for g in range(lane_groups):
+            start = ((t * n_blocks + block) * lane_groups + g) * chunk
+            at = (t * n_blocks + block) * tile + g * LANES
+            args = (words, start, x, x_start, k, x_sums, xs_start, n_blocks)
+            rest = (scales, minimums, at, total, g * LANES, tile)
+            if nibbles:
+                if group == 16:
+                    _q4_1_16(*args, *rest)
+                elif group == 8:
+                    _q4_1_8(*args, *rest)
+                elif group == 4:
+                    _q4_1_4(*args, *rest)
+                elif group == 2:
+                    _q4_1_2(*args, *rest)
+                else:
+                    _q4_1_1(*args, *rest)
+            elif group == 16:
+                _q8_0_16(*args, *rest)
+            elif group == 8:
+                _q8_0_8(*args, *rest)
+            elif group == 4:
+                _q8_0_4(*args, *rest)
+            elif group == 2:
+                _q8_0_2(*args, *rest)
+            else:
+                _q8_0_1(*args, *rest)
+
+
+@numba.njit(cache=True, parallel=True)
+def float_matmul(x, scales, minimums, words, out):  # pragma: no cover - compiled
+    """out = x W^T for W in word tiles and x in float32.  O(B n_out k) float multiply-adds;
+    W's bytes read once per group of rows of x (from cache after the first).
+
+    x float32 [B, k] (C-contiguous, k a multiple of 32); scales float32 [n_tiles, k/32, tile];
+    minimums float32 [n_tiles, k/32, tile] (Q4_1; for Q8_0 any array of that shape, unread);
+    words uint8 [n_tiles, k/32, tile/16, W, 16, 4] (`quant_int8.word_tiles`: W = 4 for Q4_1,
+    8 for Q8_0); out float32 [B, n_out] (written, n_out <= n_tiles tile). Returns out.
+
+    The rows go in groups of 16, the rest in one group each of 8, 4, 2 and 1 where its bits
+    say (13 rows: 8 + 4 + 1), so no row is computed for nothing.
+    """
+    batch = x.shape[0]
+    n_out = out.shape[1]
+    n_tiles, _, tile = scales.shape
+    sums = block_sums(x)
+    for t in numba.prange(n_tiles):
+        totals = np.empty((GROUPS[-1], tile), np.float32)
+        start, end = t * tile, min((t + 1) * tile, n_out)
+        first = 0
+        while first < batch:
+            group = GROUPS[-1]
+            while group > batch - first:
+                group //= 2
+            total = totals[:group]
+            _tile_products(x, sums, scales, minimums, words, t, first, total)
+            for i in range(group):
+                out[first + i, start:end] = total[i, : end - start]
+            first += group
+    return out

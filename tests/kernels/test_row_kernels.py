@@ -1,0 +1,80 @@
+"""The block kernels of several rows of float32 activations (`corral.kernels.quant_rows`)
+against NumPy in float64 on the dequantized weights, on random shapes and odd row counts, and
+each row of a pass against its product alone (DESIGN.md section 6)."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+from corral.kernels import quant, quant_rows
+from corral.model.quant import BlockMatrix
+from test_block_kernels import random_blocks
+
+
+def float_product(matrix: BlockMatrix, x: np.ndarray) -> np.ndarray:
+    """`float_matmul` on the matrix's tiles.  float32 [B, k] -> float32 [B, n_out]"""
+    tiled = matrix.tiled()
+    coefs = tiled.minimums if tiled.kind == "Q4_1" else tiled.scales
+    out = np.full((x.shape[0], tiled.n_out), np.nan, np.float32)
+    return quant_rows.float_matmul(x, tiled.scales, coefs, tiled.words, out)
+
+
+def numpy_product(matrix: BlockMatrix, x: np.ndarray) -> np.ndarray:
+    """x W^T in float64 on the dequantized weights.  [B, k] -> float64 [B, n_out]"""
+    return x.astype(np.float64) @ matrix.dequantize().astype(np.float64).T
+
+
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
+@pytest.mark.parametrize("seed", range(8))
+def test_float_matmul_equals_numpy_on_random_shapes_and_row_counts(kind, seed):
+    rng = np.random.default_rng(seed)
+    n_out, k = int(rng.integers(1, 1200)), 32 * int(rng.integers(1, 24))
+    rows = int(rng.integers(1, 70))  # groups of 16, then 8, 4, 2, 1 as the count's bits say
+    matrix = BlockMatrix.from_blocks(kind, random_blocks(rng, kind, n_out, k))
+    x = rng.standard_normal((rows, k)).astype(np.float32)
+    got = float_product(matrix, x)
+    assert got.shape == (rows, n_out) and got.dtype == np.float32
+    np.testing.assert_allclose(got, numpy_product(matrix, x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
+@pytest.mark.parametrize("rows", [1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 64])
+def test_every_group_size_and_remainder_equals_numpy(kind, rows):
+    rng = np.random.default_rng(rows)
+    matrix = BlockMatrix.from_blocks(kind, random_blocks(rng, kind, quant.MAX_TILE + 40, 96))
+    x = rng.standard_normal((rows, 96)).astype(np.float32)
+    np.testing.assert_allclose(
+        float_product(matrix, x), numpy_product(matrix, x), rtol=1e-4, atol=1e-4
+    )
+
+
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
+@pytest.mark.parametrize("rows", [2, 9, 17, 40])
+def test_each_row_of_a_pass_equals_its_product_alone_to_rounding(kind, rows):
+    # a row meets the same weights whatever its group; only the order of the float32
+    # additions may differ (the independent sums a row keeps depend on the group's size)
+    rng = np.random.default_rng(100 + rows)
+    matrix = BlockMatrix.from_blocks(kind, random_blocks(rng, kind, 600, 128))
+    x = rng.standard_normal((rows, 128)).astype(np.float32)
+    alone = np.vstack([float_product(matrix, x[i : i + 1]) for i in range(rows)])
+    together = float_product(matrix, x)
+    scale = np.abs(alone).max()
+    np.testing.assert_allclose(together, alone, rtol=0, atol=4e-7 * scale)
+
+
+def test_the_tiled_matrix_sends_several_rows_to_float_matmul():
+    rng = np.random.default_rng(11)
+    matrix = BlockMatrix.from_blocks("Q4_1", random_blocks(rng, "Q4_1", 70, 64))
+    x = rng.standard_normal((5, 64)).astype(np.float32)
+    np.testing.assert_array_equal(matrix.tiled().matmul(x), float_product(matrix, x))
+
+
+def test_activations_not_c_contiguous_are_refused():
+    rng = np.random.default_rng(12)
+    tiled = BlockMatrix.from_blocks("Q8_0", random_blocks(rng, "Q8_0", 16, 64)).tiled()
+    x = np.asfortranarray(rng.standard_normal((3, 64)).astype(np.float32))
+    with pytest.raises(numba.core.errors.TypingError):
+        quant_rows.float_matmul(
+            x, tiled.scales, tiled.scales, tiled.words, np.empty((3, 16), np.float32)
+        )
