@@ -180,8 +180,9 @@ def moore_refine(
     exactly (`np.unique` over rows). The refinement also stops, unstable, at the first check
     past three rounds when the blocks grew so slowly that the rounds left at that pace (at
     most one per state not yet separated) would pass `max_rounds`: a chain, which Hopcroft's
-    refinement finishes faster (unless `chain_stop` is False). O(n_states + live edges) per
-    round, plus a sort of n_states labels per check."""
+    refinement finishes faster (unless `chain_stop` is False). O(n_states + runs) per round
+    (a run: a row's consecutive classes to one target, summed once), plus a sort of n_states
+    labels per check."""
     n = trans.shape[0]
     block = _groups(accept.astype(np.int64))[0] if initial is None else initial
     n_blocks = first_count = int(block.max()) + 1
@@ -192,13 +193,21 @@ def moore_refine(
     degree = np.diff(start)
     busy = np.flatnonzero(degree)  # states with a live edge (reduceat needs non-empty runs)
     position = np.arange(len(tails)) - start[tails]  # an edge's rank among its tail's edges
+    # A run of a row's classes to one target (most of a string state's edges) adds
+    # (sum of the run's weights) x (the target's label + 2): the same sum, one term a run.
+    run = np.ones(len(heads), bool)
+    run[1:] = (heads[1:] != heads[:-1]) | (tails[1:] != tails[:-1])
+    run_first = np.flatnonzero(run)
     weight = _WEIGHTS[1:][classes]
+    run_weight = np.add.reduceat(weight, run_first) if len(run_first) else weight
+    run_heads = heads[run_first]
+    run_start = np.searchsorted(run_first, start[busy])  # each busy state's first run
     label = block
     rounds = 0
     while rounds < max_rounds:
         sums = np.zeros(n, np.int64)
         if len(busy):
-            sums[busy] = np.add.reduceat(weight * (label[heads] + 2), start[busy])
+            sums[busy] = np.add.reduceat(run_weight * (label[run_heads] + 2), run_start)
         label = label * _WEIGHTS[0] + sums
         rounds += 1
         if rounds % MOORE_CHECK_EVERY and rounds < max_rounds:
