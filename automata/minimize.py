@@ -113,10 +113,18 @@ def initial_blocks(trans: np.ndarray, accept: np.ndarray) -> np.ndarray:
     return _groups(2 * distance + accept)[0]
 
 
+PLAIN_MOORE_ROUNDS = 24
+"""Moore's rounds from {accepting, other} before `initial_blocks` is computed. Its search
+(a table scan and a breadth-first search in Python) costs about a dozen rounds, and most
+schema DFAs settle in fewer rounds without it (the 12-property schema of `bench/masks.py` in
+about 20, tool calls in fewer); a chain leaves at the first check past three rounds
+(`moore_refine`'s chain stop). A DFA still refining after them (a few slowly splitting ones)
+pays these rounds on top. The result does not depend on this number."""
+
 FIRST_MOORE_ROUNDS = 32
-"""Moore's rounds from `initial_blocks` before the language invariants are computed. Most
-schema DFAs of JSONSchemaBench settle in 2 to 20 rounds (the 12-property schema of
-`bench/masks.py` in 16), each far cheaper than the invariants; a chain (a counted string) is
+"""Moore's rounds from `initial_blocks` (intersected with the partition the plain rounds
+left) before the language invariants are computed. Most schema DFAs of JSONSchemaBench settle
+in 2 to 20 rounds from it, each far cheaper than the invariants; a chain (a counted string) is
 still sent to them after a few rounds by `moore_refine`'s chain stop, which projects the rounds
 left from the pace of the splits."""
 
@@ -127,9 +135,11 @@ def equivalence_blocks(
     """int64 `[n_states]`: the block of each state under language equivalence (two states share
     a block exactly when they accept the same strings), blocks numbered arbitrarily.
 
-    From `initial_blocks`, first up to `FIRST_MOORE_ROUNDS` of the `moore_rounds` (None:
-    `moore_budget`) rounds of Moore's refinement, each round one vectorized pass
-    (`moore_refine`, O(n_states + live edges)); schemas' DFAs are mostly stable by then. A
+    First up to `PLAIN_MOORE_ROUNDS` rounds of Moore's refinement from {accepting, other}
+    (most schema DFAs are stable by then); a partition still refining is intersected with
+    `initial_blocks` and given up to `FIRST_MOORE_ROUNDS` of the `moore_rounds` (None:
+    `moore_budget`) rounds, each round one vectorized pass (`moore_refine`, O(n_states + live
+    edges)). A
     partition still refining (a long chain, such as a counted string, needs one round per link)
     is refined by language invariants (`corral.automata.invariants`, which tell a chain's links
     apart in a few vectorized steps) and given up to `moore_rounds` more rounds without the
@@ -140,9 +150,12 @@ def equivalence_blocks(
     `moore_rounds`."""
     if moore_rounds is None:
         moore_rounds = moore_budget(trans)
-    initial = initial_blocks(trans, accept)
     if moore_rounds == 0:
-        return hopcroft_refine(trans, initial)
+        return hopcroft_refine(trans, initial_blocks(trans, accept))
+    block, stable = moore_refine(trans, accept, min(moore_rounds, PLAIN_MOORE_ROUNDS))
+    if stable:
+        return block
+    initial = _groups(block * trans.shape[0] + initial_blocks(trans, accept))[0]
     block, stable = moore_refine(trans, accept, min(moore_rounds, FIRST_MOORE_ROUNDS), initial)
     if stable:
         return block
