@@ -2,13 +2,14 @@
 split blocks until every state of a block moves to the same block on every class) -> number
 breadth-first from the start state, taking bytes 0..255 in order").
 
-Minimization starts from the states grouped by (accepting, fewest bytes to acceptance), a
-property of each state's language that already tells most states of a schema's DFA apart
-(`initial_blocks`), then refines by Moore's rounds, one vectorized NumPy pass per round (hashed
-signatures, checked once when stable), which settle a schema's DFA in a few rounds; a partition
-still refining after `moore_budget` rounds is finished by Hopcroft's partition refinement in the
-form Valmari and Lehtinen give for partial DFAs (A. Valmari, "Fast brief practical DFA
-minimization", Information Processing Letters 112(6), 2012): two refinable partitions, the
+Minimization refines by Moore's rounds, one vectorized NumPy pass per round (hashed
+signatures, checked once when stable), from {accepting, other}: most schema DFAs settle in a
+few rounds. A partition still refining is intersected with the states grouped by (accepting,
+fewest bytes to acceptance), a property of each state's language (`initial_blocks`), and
+refined further; a partition still refining after `moore_budget` rounds is finished by
+Hopcroft's partition refinement in the form Valmari and Lehtinen give for partial DFAs
+(A. Valmari, "Fast brief practical DFA minimization", Information Processing Letters 112(6),
+2012): two refinable partitions, the
 blocks of states and the "cords" of transitions (transitions with the same label, split by the
 block of their target), each set used as a splitter once, and a split set's smaller half only
 when the set was already used.
@@ -117,7 +118,7 @@ PLAIN_MOORE_ROUNDS = 24
 """Moore's rounds from {accepting, other} before `initial_blocks` is computed. Its search
 (a table scan and a breadth-first search in Python) costs about a dozen rounds, and most
 schema DFAs settle in fewer rounds without it (the 12-property schema of `bench/masks.py` in
-about 20, tool calls in fewer); a chain leaves at the first check past three rounds
+18, the tool-call and city schemas in 6); a chain leaves at the first check past three rounds
 (`moore_refine`'s chain stop). A DFA still refining after them (a few slowly splitting ones)
 pays these rounds on top. The result does not depend on this number."""
 
