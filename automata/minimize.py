@@ -122,6 +122,12 @@ schema DFAs settle in fewer rounds without it (the 12-property schema of `bench/
 (`moore_refine`'s chain stop). A DFA still refining after them (a few slowly splitting ones)
 pays these rounds on top. The result does not depend on this number."""
 
+PLAIN_MOORE_MAX_STATES = 1000
+"""DFAs with more states start from `initial_blocks` at once. A chain (a counted string or
+array, the largest DFAs) pays the plain rounds before the chain stop on top of the rest; past
+this size that was measured to cost more than the plain rounds save (`bench/compile.py`'s
+counted strings, JSONSchemaBench DFAs of 1,500 to 3,200 states)."""
+
 FIRST_MOORE_ROUNDS = 32
 """Moore's rounds from `initial_blocks` (intersected with the partition the plain rounds
 left) before the language invariants are computed. Most schema DFAs of JSONSchemaBench settle
@@ -137,12 +143,12 @@ def equivalence_blocks(
     a block exactly when they accept the same strings), blocks numbered arbitrarily.
 
     First up to `PLAIN_MOORE_ROUNDS` rounds of Moore's refinement from {accepting, other}
-    (most schema DFAs are stable by then); a partition still refining is intersected with
-    `initial_blocks` and given up to `FIRST_MOORE_ROUNDS` of the `moore_rounds` (None:
-    `moore_budget`) rounds, each round one vectorized pass (`moore_refine`, O(n_states + live
-    edges)). A
-    partition still refining (a long chain, such as a counted string, needs one round per link)
-    is refined by language invariants (`corral.automata.invariants`, which tell a chain's links
+    (most schema DFAs are stable by then; a DFA of more than `PLAIN_MOORE_MAX_STATES` states
+    skips them); a partition still refining is intersected with `initial_blocks` and given up
+    to `FIRST_MOORE_ROUNDS` of the `moore_rounds` (None: `moore_budget`) rounds, each round
+    one vectorized pass (`moore_refine`, O(n_states + live edges)). A partition still refining
+    (a long chain, such as a counted string, needs one round per link) is refined by language
+    invariants (`corral.automata.invariants`, which tell a chain's links
     apart in a few vectorized steps) and given up to `moore_rounds` more rounds without the
     chain stop; one still refining is finished by Valmari-Lehtinen's Hopcroft refinement
     (module docstring, `hopcroft_refine`, O(m log n) for m live edges), which starts from it.
@@ -153,10 +159,12 @@ def equivalence_blocks(
         moore_rounds = moore_budget(trans)
     if moore_rounds == 0:
         return hopcroft_refine(trans, initial_blocks(trans, accept))
-    block, stable = moore_refine(trans, accept, min(moore_rounds, PLAIN_MOORE_ROUNDS))
-    if stable:
-        return block
-    initial = _groups(block * trans.shape[0] + initial_blocks(trans, accept))[0]
+    initial = initial_blocks(trans, accept) if trans.shape[0] > PLAIN_MOORE_MAX_STATES else None
+    if initial is None:
+        block, stable = moore_refine(trans, accept, min(moore_rounds, PLAIN_MOORE_ROUNDS))
+        if stable:
+            return block
+        initial = _groups(block * trans.shape[0] + initial_blocks(trans, accept))[0]
     block, stable = moore_refine(trans, accept, min(moore_rounds, FIRST_MOORE_ROUNDS), initial)
     if stable:
         return block
