@@ -21,21 +21,29 @@ from corral.automata.graph import distances_to, table_edges
 from corral.automata.limits import DEFAULT_LIMITS, Limits
 from corral.automata.nfa import ACCEPT, Nfa
 
+_POWERS = np.left_shift(np.int64(1), np.arange(63, dtype=np.int64))
+"""2**0 .. 2**62: a column of up to 63 mask bits read as one int64, exactly."""
+
 
 def byte_classes(masks: list[int]) -> np.ndarray:
     """int32 `[256]`: the class of each byte, for the coarsest partition of 0..255 in which every
     mask in `masks` is a union of classes. Classes are numbered 0, 1, ... in order of their
     smallest byte. Two bytes share a class when every mask holds both or neither: the classes
-    are the distinct columns of the masks' bit matrix, found by one `np.unique`,
-    O(distinct masks x 256) vectorized."""
+    are the distinct columns of the masks' bit matrix, each column read as int64 keys (63 masks
+    a key, exactly) and grouped by one `np.unique`, O(distinct masks x 256) vectorized."""
     distinct = list(dict.fromkeys(masks))
     if not distinct:
         return np.zeros(256, dtype=np.int32)
     packed = b"".join(m.to_bytes(32, "little") for m in distinct)
-    member = np.unpackbits(np.frombuffer(packed, np.uint8), bitorder="little")
-    columns = np.packbits(member.reshape(len(distinct), 256).T, axis=1)  # [256, bytes]
-    keys = np.ascontiguousarray(columns).view(np.dtype((np.void, columns.shape[1]))).ravel()
-    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    member = np.unpackbits(np.frombuffer(packed, np.uint8), bitorder="little").reshape(-1, 256)
+    if len(distinct) <= len(_POWERS):
+        keys = _POWERS[: len(distinct)] @ member  # int64 [256]: each byte's column
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    else:
+        pad = -len(distinct) % len(_POWERS)
+        member = np.concatenate([member, np.zeros((pad, 256), np.uint8)])
+        keys = _POWERS @ member.reshape(-1, len(_POWERS), 256)  # int64 [chunks, 256]
+        _, first, inverse = np.unique(keys.T, axis=0, return_index=True, return_inverse=True)
     rank = np.empty(len(first), dtype=np.int32)
     rank[np.argsort(first)] = np.arange(len(first), dtype=np.int32)  # by smallest byte
     return rank[inverse.reshape(-1)]
@@ -112,10 +120,6 @@ def subset_construction(
             return closure((state,))
         return ((state,), False) if masks[state] else ((), state == ACCEPT)
 
-    # A kernel of one NFA state (most of a schema's DFA: literal keys, scalars) has one atom,
-    # its edge's classes, and one target: its step is memoized per NFA state.
-    single_steps: dict[int, tuple[int, tuple[tuple[int, ...], bool]]] = {}
-
     plans: dict[tuple[int, ...], list[tuple[int, tuple[int, ...]]]] = {}  # by kernel shape
     atom_id: dict[int, int] = {}  # class bitset -> its row in the table of atoms (plans hold ids)
     start = closure((nfa.start,))
@@ -144,15 +148,25 @@ def subset_construction(
     while i < len(kernels):
         kernel = kernels[i]
         if len(kernel) == 1:
-            step = single_steps.get(kernel[0])
-            if step is None:
-                s = kernel[0]
-                atom = atom_id.setdefault(class_sets[s], len(atom_id))
-                step = single_steps[s] = (atom, target_closure(edge_target[s]))
-            atom, key = step
+            # A kernel of one NFA state (most of a schema's DFA: literal keys, scalars) has one
+            # atom, its edge's classes, and one target; inlined, as is `new_state`.
+            s = kernel[0]
+            atom = atom_id.setdefault(class_sets[s], len(atom_id))
+            t = edge_target[s]
+            if epsilon[t]:
+                key = closure((t,))
+            elif masks[t]:
+                key = ((t,), False)
+            else:
+                key = ((), t == ACCEPT)
             j = index.get(key)
             if j is None:
-                j = new_state(key)
+                j = len(kernels)
+                if j >= limit:
+                    new_state(key)  # raises
+                index[key] = j
+                kernels.append(key[0])
+                accept.append(key[1])
             edge_state.append(i)
             edge_atom.append(atom)
             edge_to.append(j)

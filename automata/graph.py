@@ -83,6 +83,11 @@ def reachable_from(
 
 def table_edges(trans: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The live edges of a transition table int `[n_states, n_symbols]` (-1 dead) as
-    `(sources, targets)`, int32 arrays."""
+    `(sources, targets)`, int32 arrays, sorted by source, without an edge that repeats the one
+    before it (a run of symbols of a row to one target, most of a byte table's edges, is one
+    edge: the searches here count an edge once). O(n_states x n_symbols) vectorized."""
     sources, symbols = np.nonzero(trans >= 0)
-    return sources.astype(np.int32), trans[sources, symbols].astype(np.int32)
+    targets = trans[sources, symbols]
+    keep = np.ones(len(targets), bool)
+    keep[1:] = (targets[1:] != targets[:-1]) | (sources[1:] != sources[:-1])
+    return sources[keep].astype(np.int32), targets[keep].astype(np.int32)

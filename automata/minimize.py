@@ -2,13 +2,14 @@
 split blocks until every state of a block moves to the same block on every class) -> number
 breadth-first from the start state, taking bytes 0..255 in order").
 
-Minimization starts from the states grouped by (accepting, fewest bytes to acceptance), a
-property of each state's language that already tells most states of a schema's DFA apart
-(`initial_blocks`), then refines by Moore's rounds, one vectorized NumPy pass per round (hashed
-signatures, checked once when stable), which settle a schema's DFA in a few rounds; a partition
-still refining after `moore_budget` rounds is finished by Hopcroft's partition refinement in the
-form Valmari and Lehtinen give for partial DFAs (A. Valmari, "Fast brief practical DFA
-minimization", Information Processing Letters 112(6), 2012): two refinable partitions, the
+Minimization refines by Moore's rounds, one vectorized NumPy pass per round (hashed
+signatures, checked once when stable), from {accepting, other}: most schema DFAs settle in a
+few rounds. A partition still refining is intersected with the states grouped by (accepting,
+fewest bytes to acceptance), a property of each state's language (`initial_blocks`), and
+refined further; a partition still refining after `moore_budget` rounds is finished by
+Hopcroft's partition refinement in the form Valmari and Lehtinen give for partial DFAs
+(A. Valmari, "Fast brief practical DFA minimization", Information Processing Letters 112(6),
+2012): two refinable partitions, the
 blocks of states and the "cords" of transitions (transitions with the same label, split by the
 block of their target), each set used as a splitter once, and a split set's smaller half only
 when the set was already used.
@@ -113,10 +114,24 @@ def initial_blocks(trans: np.ndarray, accept: np.ndarray) -> np.ndarray:
     return _groups(2 * distance + accept)[0]
 
 
+PLAIN_MOORE_ROUNDS = 24
+"""Moore's rounds from {accepting, other} before `initial_blocks` is computed. Its search
+(a table scan and a breadth-first search in Python) costs about a dozen rounds, and most
+schema DFAs settle in fewer rounds without it (the 12-property schema of `bench/masks.py` in
+18, the tool-call and city schemas in 6); a chain leaves at the first check past three rounds
+(`moore_refine`'s chain stop). A DFA still refining after them (a few slowly splitting ones)
+pays these rounds on top. The result does not depend on this number."""
+
+PLAIN_MOORE_MAX_STATES = 1000
+"""DFAs with more states start from `initial_blocks` at once. A chain (a counted string or
+array, the largest DFAs) pays the plain rounds before the chain stop on top of the rest; past
+this size that was measured to cost more than the plain rounds save (`bench/compile.py`'s
+counted strings, JSONSchemaBench DFAs of 1,500 to 3,200 states)."""
+
 FIRST_MOORE_ROUNDS = 32
-"""Moore's rounds from `initial_blocks` before the language invariants are computed. Most
-schema DFAs of JSONSchemaBench settle in 2 to 20 rounds (the 12-property schema of
-`bench/masks.py` in 16), each far cheaper than the invariants; a chain (a counted string) is
+"""Moore's rounds from `initial_blocks` (intersected with the partition the plain rounds
+left) before the language invariants are computed. Most schema DFAs of JSONSchemaBench settle
+in 2 to 20 rounds from it, each far cheaper than the invariants; a chain (a counted string) is
 still sent to them after a few rounds by `moore_refine`'s chain stop, which projects the rounds
 left from the pace of the splits."""
 
@@ -127,11 +142,13 @@ def equivalence_blocks(
     """int64 `[n_states]`: the block of each state under language equivalence (two states share
     a block exactly when they accept the same strings), blocks numbered arbitrarily.
 
-    From `initial_blocks`, first up to `FIRST_MOORE_ROUNDS` of the `moore_rounds` (None:
-    `moore_budget`) rounds of Moore's refinement, each round one vectorized pass
-    (`moore_refine`, O(n_states + live edges)); schemas' DFAs are mostly stable by then. A
-    partition still refining (a long chain, such as a counted string, needs one round per link)
-    is refined by language invariants (`corral.automata.invariants`, which tell a chain's links
+    First up to `PLAIN_MOORE_ROUNDS` rounds of Moore's refinement from {accepting, other}
+    (most schema DFAs are stable by then; a DFA of more than `PLAIN_MOORE_MAX_STATES` states
+    skips them); a partition still refining is intersected with `initial_blocks` and given up
+    to `FIRST_MOORE_ROUNDS` of the `moore_rounds` (None: `moore_budget`) rounds, each round
+    one vectorized pass (`moore_refine`, O(n_states + live edges)). A partition still refining
+    (a long chain, such as a counted string, needs one round per link) is refined by language
+    invariants (`corral.automata.invariants`, which tell a chain's links
     apart in a few vectorized steps) and given up to `moore_rounds` more rounds without the
     chain stop; one still refining is finished by Valmari-Lehtinen's Hopcroft refinement
     (module docstring, `hopcroft_refine`, O(m log n) for m live edges), which starts from it.
@@ -140,9 +157,14 @@ def equivalence_blocks(
     `moore_rounds`."""
     if moore_rounds is None:
         moore_rounds = moore_budget(trans)
-    initial = initial_blocks(trans, accept)
     if moore_rounds == 0:
-        return hopcroft_refine(trans, initial)
+        return hopcroft_refine(trans, initial_blocks(trans, accept))
+    initial = initial_blocks(trans, accept) if trans.shape[0] > PLAIN_MOORE_MAX_STATES else None
+    if initial is None:
+        block, stable = moore_refine(trans, accept, min(moore_rounds, PLAIN_MOORE_ROUNDS))
+        if stable:
+            return block
+        initial = _groups(block * trans.shape[0] + initial_blocks(trans, accept))[0]
     block, stable = moore_refine(trans, accept, min(moore_rounds, FIRST_MOORE_ROUNDS), initial)
     if stable:
         return block
@@ -180,8 +202,9 @@ def moore_refine(
     exactly (`np.unique` over rows). The refinement also stops, unstable, at the first check
     past three rounds when the blocks grew so slowly that the rounds left at that pace (at
     most one per state not yet separated) would pass `max_rounds`: a chain, which Hopcroft's
-    refinement finishes faster (unless `chain_stop` is False). O(n_states + live edges) per
-    round, plus a sort of n_states labels per check."""
+    refinement finishes faster (unless `chain_stop` is False). O(n_states + runs) per round
+    (a run: a row's consecutive classes to one target, summed once), plus a sort of n_states
+    labels per check."""
     n = trans.shape[0]
     block = _groups(accept.astype(np.int64))[0] if initial is None else initial
     n_blocks = first_count = int(block.max()) + 1
@@ -192,13 +215,21 @@ def moore_refine(
     degree = np.diff(start)
     busy = np.flatnonzero(degree)  # states with a live edge (reduceat needs non-empty runs)
     position = np.arange(len(tails)) - start[tails]  # an edge's rank among its tail's edges
+    # A run of a row's classes to one target (most of a string state's edges) adds
+    # (sum of the run's weights) x (the target's label + 2): the same sum, one term a run.
+    run = np.ones(len(heads), bool)
+    run[1:] = (heads[1:] != heads[:-1]) | (tails[1:] != tails[:-1])
+    run_first = np.flatnonzero(run)
     weight = _WEIGHTS[1:][classes]
+    run_weight = np.add.reduceat(weight, run_first) if len(run_first) else weight
+    run_heads = heads[run_first]
+    run_start = np.searchsorted(run_first, start[busy])  # each busy state's first run
     label = block
     rounds = 0
     while rounds < max_rounds:
         sums = np.zeros(n, np.int64)
         if len(busy):
-            sums[busy] = np.add.reduceat(weight * (label[heads] + 2), start[busy])
+            sums[busy] = np.add.reduceat(run_weight * (label[run_heads] + 2), run_start)
         label = label * _WEIGHTS[0] + sums
         rounds += 1
         if rounds % MOORE_CHECK_EVERY and rounds < max_rounds:
