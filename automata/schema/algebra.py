@@ -33,9 +33,9 @@ import numpy as np
 from corral.automata.compile import build_dfa
 from corral.automata.dfa import Dfa
 from corral.automata.errors import EmptyLanguageError, LimitError, SchemaError
-from corral.automata.product import difference, intersection
+from corral.automata.product import difference, intersection, union
 from corral.automata.schema.exact import Exactness, universe_dfa
-from corral.automata.schema.form import EMPTY, NOTHING, Lit, Subtree, choice, repeat, seq
+from corral.automata.schema.form import EMPTY, NOTHING, Choice, Lit, Subtree, choice, repeat, seq
 from corral.automata.schema.keywords import child, count, is_constraint, unsupported
 from corral.automata.schema.merge import typed_parts
 from corral.automata.schema.strings import pattern_tree
@@ -58,6 +58,27 @@ EMPTY_RANGE_REASONS = frozenset(
 )
 """Reasons of the `SchemaError`s the lowering raises for contradictory bounds: where a merge
 made them (a branch of a conditional, a negated part), the language is simply empty."""
+
+
+def _is_automaton(form) -> bool:
+    """True when the form is a finished DFA (`Algebra.form_of`)."""
+    return isinstance(form, Subtree) and isinstance(form.node, Automaton)
+
+
+def _union_of_automata(form) -> list[Dfa] | None:
+    """The DFAs of a `Choice` (nested or not) of finished DFAs; None for any other form."""
+    if not isinstance(form, Choice):
+        return None
+    out = []
+    for item in form.items:
+        if _is_automaton(item):
+            out.append(item.node.dfa)
+        else:
+            inner = _union_of_automata(item)
+            if inner is None:
+                return None
+            out += inner
+    return out
 
 
 def is_empty_range(error: SchemaError) -> bool:
@@ -86,6 +107,14 @@ class Algebra:
         LimitError."""
         if form is NOTHING:
             return None
+        if _is_automaton(form):
+            return self.intern(form.node.dfa)  # a product's result: canonical already
+        dfas = _union_of_automata(form)
+        if dfas:  # a union of products: by products, not by splicing them into one NFA again
+            out = self.intern(dfas[0])
+            for dfa in dfas[1:]:
+                out = self._product(union, out, dfa)
+            return out
         try:
             tree = self.compiler.trees.build(form)
             return self.intern(self._count(build_dfa(tree, self.compiler.trees.limits)))
@@ -158,9 +187,9 @@ class Algebra:
     def _product(self, operation, a: Dfa | None, b: Dfa | None) -> Dfa | None:
         """`operation(a, b)` (an `intern`ed DFA, None for the empty language), memoized for
         this compile: the branches of a `oneOf` and nested `not`s repeat the same products."""
-        if a is None:
-            return None
-        if b is None:
+        if a is None or b is None:
+            if operation is union:
+                return b if a is None else a
             return a if operation is difference else None
         a, b = self.intern(a), self.intern(b)
         key = (operation.__name__, id(a), id(b))  # interned operands stay alive: ids stay unique
@@ -202,7 +231,8 @@ class Algebra:
                 )
             negative_dfas.append(self.schema_dfa(merged, pointer, depth))
         out = self._product(intersection, pos, universe_dfa())
-        for neg in negative_dfas:
+        distinct = {id(neg): neg for neg in negative_dfas if neg is not None}  # interned
+        for neg in distinct.values():  # A - B - B = A - B: one product less
             out = self._product(difference, out, neg)
         return self.form_of(out)
 
