@@ -11,7 +11,9 @@
   language (members in any order), and P ∧ S must be exact even then (`free`).
 - `oneOf` whose branches may overlap: the union over i of (L(B_i) ∩ U) minus the union over
   j != i of L(B_i ∧ B_j), each B_i merged with the keywords beside `oneOf`; refused unless
-  every B_i ∧ B_j compiles exactly.
+  every B_i ∧ B_j compiles exactly, or does once its `format`s are dropped
+  (`corral.automata.schema.exact.without_formats`: a superset of its valid values, sound to
+  subtract).
 - `propertyNames`: listed members whose name the names' language does not accept are left out
   (made `false`: a required one empties the object). A sub-language, always sound.
 - `contains` with `minContains` (default 1) and `maxContains`: arrays with that many items of
@@ -34,7 +36,7 @@ from corral.automata.compile import build_dfa
 from corral.automata.dfa import Dfa
 from corral.automata.errors import EmptyLanguageError, LimitError, SchemaError
 from corral.automata.product import difference, intersection, union
-from corral.automata.schema.exact import Exactness, universe_dfa
+from corral.automata.schema.exact import Exactness, universe_dfa, without_formats
 from corral.automata.schema.form import EMPTY, NOTHING, Choice, Lit, Subtree, choice, repeat, seq
 from corral.automata.schema.keywords import child, count, is_constraint, unsupported
 from corral.automata.schema.merge import typed_parts
@@ -221,6 +223,9 @@ class Algebra:
             merged = self.merger.merge_or_conjoin([positive, neg], pointer)
             if merged is False:
                 continue
+            if not self.exactness.exact(merged, pointer, free) and keyword == "oneOf":
+                merged = without_formats(merged)  # a superset of its valid values: sound to
+                # subtract, at the cost of the texts of a format it does not match
             if not self.exactness.exact(merged, pointer, free):
                 detail = "" if len(negatives) == 1 else f" (branch {i})"
                 raise unsupported(

@@ -36,7 +36,11 @@ from corral.automata.errors import (
 from corral.automata.limits import DEFAULT_SCHEMA_LIMITS, Limits, SchemaLimits
 from corral.automata.schema.algebra import Algebra, is_empty_range
 from corral.automata.schema.containers import lower_array, lower_object
-from corral.automata.schema.disjoint import excludes, leave_out_others_required
+from corral.automata.schema.disjoint import (
+    excludes,
+    leave_out_others_required,
+    without_shared_types,
+)
 from corral.automata.schema.form import NOTHING, Lit, TreeBuilder, choice
 from corral.automata.schema.formats import INTEGER_FORMATS, NUMBER_FORMATS
 from corral.automata.schema.json_text import BOOLEAN_FORM, NULL_FORM, any_value
@@ -225,6 +229,7 @@ class Compiler:
         ]
         if len(merged) == 1:
             return self.compile(merged[0], child(pointer, "oneOf", 0), depth + 1)
+        merged = without_shared_types(merged, self.merger, pointer)
         restricted = leave_out_others_required(merged)
         for i, mi in enumerate(restricted):
             for j, mj in enumerate(merged):
