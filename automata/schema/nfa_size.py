@@ -3,13 +3,14 @@ construction (`corral.automata.nfa`) would make for `TreeBuilder.build(form)` (D
 section 2, "Limits"; section 3, "shared tails").
 
 `nfa_states(form, trees, most)` replays the NFA builder's memo, keyed on (form node,
-continuation), over the form rather than the regex tree: a leaf (`Lit`, `Regex`, `Subtree`)
-counts the states of its tree built alone, in one step, and sequences, choices, repeats and
+continuation), over the form rather than the regex tree: a `Regex` or `Subtree` leaf counts
+the states of its tree built alone, in one step, and sequences, choices, repeats and
 objects (`{` members with shared tails `}`, as `TreeBuilder._object` writes them) make their
-states and continuations as the builder does. The count is an upper bound of the builder's: the
-builder also shares the states of equal byte suffixes of two leaves with the same continuation
-(`"a"` and `"b"` in one choice end in one `"` state), which the count does not see; on
-JSONSchemaBench's recursive schemas it is within a few percent.
+states and continuations as the builder does; a literal is counted byte by byte, as the
+builder's shared one-byte nodes are. The count is an upper bound of the builder's: the builder
+also shares states between the trees of two different leaves that end alike with the same
+continuation, which the count does not see. On JSONSchemaBench's slowest recursive schemas it
+equals the builder's count.
 
 `compile_schema` uses it to go straight past the `$ref` unrollings whose NFA cannot fit:
 counting costs a small fraction of building (a leaf is one step, not one per state), and it
@@ -86,8 +87,17 @@ class _Counter:
         return self.states - 1
 
     def build(self, node, cont: int) -> int:
-        """The start of `node` built to continue at `cont` (memoized as the builder is)."""
-        memo_key = (id(node), cont)
+        """The start of `node` built to continue at `cont` (memoized as the builder is: a
+        literal's bytes are the builder's shared one-byte nodes, a regex leaf its parsed tree,
+        one per text)."""
+        kind = type(node)
+        if kind is Lit:
+            for byte in reversed(node.text.encode("utf-8")):
+                key = (-1 - byte, cont)  # never an id()
+                start = self.memo.get(key)
+                cont = self.memo[key] = self.new() if start is None else start
+            return cont
+        memo_key = (id(self.trees.build(node)) if kind is Regex else id(node), cont)
         start = self.memo.get(memo_key)
         if start is None:
             start = self.memo[memo_key] = self._build(node, cont)
@@ -108,7 +118,7 @@ class _Counter:
             return self._repeat(node.item, node.min, node.max, cont)
         if kind is Object:
             return self._object(node, cont)
-        if kind is Lit or kind is Regex or kind is Subtree:
+        if kind is Regex or kind is Subtree:
             size = self._leaf_size(node)
             return cont if size == 0 else self.new(size)
         raise TypeError(f"not a schema form node: {node!r}")
@@ -173,10 +183,7 @@ class _Counter:
         """States of a leaf's regex tree built alone."""
         hit = self.leaf_sizes.get(id(leaf))
         if hit is None:
-            if type(leaf) is Lit:
-                size = len(leaf.text.encode("utf-8"))
-            else:
-                size = tree_states(self.trees.build(leaf))
+            size = tree_states(self.trees.build(leaf))
             hit = self.leaf_sizes[id(leaf)] = (leaf, size)
         return hit[1]
 
