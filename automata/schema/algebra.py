@@ -101,6 +101,7 @@ class Algebra:
         self.products: dict[tuple, Dfa | None] = {}  # (operation, id(a), id(b)) -> result
         self.collided: list[Dfa] = []
         self.built_states = 0  # DFA states built by this compile's algebra (max_algebra_states)
+        self.widened: list[SchemaError] = []  # refusals avoided by `without_formats`
 
     # helpers ------------------------------------------------------------------------------
 
@@ -211,7 +212,8 @@ class Algebra:
     def without(self, positive, negatives: list, pointer: str, depth: int, keyword: str):
         """The form of the texts of `positive` valid against none of `negatives`:
         (L(P) ∩ U) minus the union of L(P ∧ N). SchemaError naming `keyword` unless every
-        P ∧ N compiles exactly (`Exactness`)."""
+        P ∧ N compiles exactly (`Exactness`), or, for `oneOf`, does without its `format`s
+        (`without_formats`, recorded in `widened`)."""
         pos = self.schema_dfa(positive, pointer, depth)
         if pos is None:
             return NOTHING
@@ -223,17 +225,21 @@ class Algebra:
             merged = self.merger.merge_or_conjoin([positive, neg], pointer)
             if merged is False:
                 continue
-            if not self.exactness.exact(merged, pointer, free) and keyword == "oneOf":
-                merged = without_formats(merged)  # a superset of its valid values: sound to
-                # subtract, at the cost of the texts of a format it does not match
             if not self.exactness.exact(merged, pointer, free):
                 detail = "" if len(negatives) == 1 else f" (branch {i})"
-                raise unsupported(
+                refusal = unsupported(
                     pointer,
                     keyword,
                     f"its subschema{detail} is not compiled exactly, so it cannot be negated "
                     "(see docs/algebra.md)",
                 )
+                if keyword != "oneOf":
+                    raise refusal
+                merged = without_formats(merged)  # a superset of its valid values: sound to
+                # subtract, at the cost of the texts of a format it does not match
+                if not self.exactness.exact(merged, pointer, free):
+                    raise refusal
+                self.widened.append(refusal)
             negative_dfas.append(self.schema_dfa(merged, pointer, depth))
         out = self._product(intersection, pos, universe_dfa())
         distinct = {id(neg): neg for neg in negative_dfas if neg is not None}  # interned
@@ -280,8 +286,11 @@ class Algebra:
     def one_of(self, branches: list, pointer: str, depth: int, excluded=None):
         """Exactly one branch (each already merged with the keywords beside `oneOf`). Branch j
         is not subtracted from branch i when `excluded(i, j)` proves that no text of branch
-        i's language is valid against branch j (nothing to remove, so no exactness needed)."""
+        i's language is valid against branch j (nothing to remove, so no exactness needed).
+        When negatives taken without their `format`s empty every branch, the `oneOf` is refused
+        as before (its language is not empty: the formats are what the compile cannot tell)."""
         out = []
+        widened = len(self.widened)
         for i, branch in enumerate(branches):
             others = [
                 b
@@ -289,6 +298,8 @@ class Algebra:
                 if j != i and not (excluded is not None and excluded(i, j))
             ]
             out.append(self.without(branch, others, child(pointer, "oneOf", i), depth, "oneOf"))
+        if all(form is NOTHING for form in out) and len(self.widened) > widened:
+            raise self.widened[widened]  # emptied by negatives without their formats: refused
         return choice(out)
 
     def property_names(self, schema: dict, pointer: str, depth: int):
