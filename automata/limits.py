@@ -54,6 +54,8 @@ class SchemaLimits:
             When a compile that unrolled a `$ref` cycle passes `Limits.max_nfa_states` or
             `max_dfa_states`, the schema is compiled again with it lowered to 2, then 1 (a
             smaller language, still sound); if every depth fails, the first error is raised.
+            A depth whose NFA is counted past the limit before it is built
+            (`corral.automata.schema.nfa_size`) fails at once, without building it.
         any_value_depth: container nesting of the "any JSON value" language used for `{}`,
             `true` and untyped schemas (default 3; 0 refuses such schemas).
         max_string_length: `maxLength` above it is lowered to it, `minLength` above it refused

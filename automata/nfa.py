@@ -133,21 +133,27 @@ class _Builder:
 
     def _automaton(self, dfa, next_state: int) -> int:
         """Splice a `Dfa`: one epsilon hub per DFA state, one byte-edge state per (state, target)
-        pair; an accepting hub also leads to `next_state`. O(n_states * 256)."""
-        hubs = [self.new_state() for _ in range(dfa.n_states)]
-        for s, row in enumerate(dfa.trans):
-            targets = row[row >= 0]
-            out = []
-            for t in np.unique(targets).tolist():
-                e = self.new_state()
-                self.edge_mask[e] = int.from_bytes(
-                    np.packbits(row == t, bitorder="little").tobytes(), "little"
-                )
-                self.edge_target[e] = hubs[t]
-                out.append(e)
-            if dfa.accept[s]:
-                out.append(next_state)
-            self.epsilon[hubs[s]] = out
+        pair (in state then target order); an accepting hub also leads to `next_state`. The
+        pairs and their byte masks are found with NumPy, O(n_states * 256)."""
+        n = dfa.n_states
+        hubs = [self.new_state() for _ in range(n)]
+        states, byte_values = np.nonzero(dfa.trans >= 0)
+        pairs, pair_of_edge = np.unique(
+            states.astype(np.int64) * n + dfa.trans[states, byte_values], return_inverse=True
+        )
+        bits = np.zeros((len(pairs), 256), dtype=bool)
+        bits[pair_of_edge, byte_values] = True
+        masks = np.packbits(bits, axis=1, bitorder="little").tobytes()  # 32 bytes a pair
+        out: list[list[int]] = [[] for _ in range(n)]
+        for k, (s, t) in enumerate(zip((pairs // n).tolist(), (pairs % n).tolist(), strict=True)):
+            e = self.new_state()
+            self.edge_mask[e] = int.from_bytes(masks[32 * k : 32 * k + 32], "little")
+            self.edge_target[e] = hubs[t]
+            out[s].append(e)
+        for s in np.flatnonzero(dfa.accept).tolist():
+            out[s].append(next_state)
+        for s in range(n):
+            self.epsilon[hubs[s]] = out[s]
         return hubs[0]
 
     def _repeat(self, node: Repeat, next_state: int) -> int:

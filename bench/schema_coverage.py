@@ -7,6 +7,10 @@ One schema cannot hang the run: the regex limits are the library's (`corral.auto
 SIGALRM) counts a schema that runs past it as refused with reason "timeout".
 
     .venv/bin/python bench/schema_coverage.py [--data DIR] [--subset NAME ...] [--timeout 10]
+        [--slowest 20]
+
+`--slowest N` ends with the N slowest compiles, by CPU seconds, as `subset id seconds` lines:
+the file `--ids` reads.
 
 With `--ids FILE` (lines `subset id ...`, as the slowest-schemas lists are kept; other lines are
 skipped) it compiles only those schemas, in the file's order, and prints one line each: the CPU
@@ -58,8 +62,9 @@ def reason_of(error: Exception) -> str:
     return type(error).__name__
 
 
-def run(data: Path, subsets: list[str], limits: Limits, timeout: float) -> int:
+def run(data: Path, subsets: list[str], limits: Limits, timeout: float, slowest: int = 0) -> int:
     signal.signal(signal.SIGALRM, _on_alarm)
+    cpu_times: list[tuple[float, str, str]] = []  # (CPU s, subset, id) of every compiled schema
     files = sorted(data.glob("*.jsonl"))
     if subsets:
         files = [f for f in files if f.stem in subsets]
@@ -72,7 +77,7 @@ def run(data: Path, subsets: list[str], limits: Limits, timeout: float) -> int:
         times: list[float] = []
         for line in path.open(encoding="utf-8"):
             record = json.loads(line)
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             try:  # the one-shot alarm may fire anywhere inside, the inner finally included
                 try:
                     signal.setitimer(signal.ITIMER_REAL, timeout)
@@ -84,6 +89,7 @@ def run(data: Path, subsets: list[str], limits: Limits, timeout: float) -> int:
                 ok, error = False, caught
             elapsed = time.perf_counter() - start
             if ok:
+                cpu_times.append((time.process_time() - cpu_start, path.stem, str(record["id"])))
                 compiled += 1
                 times.append(elapsed)
                 if elapsed > worst[0]:
@@ -116,6 +122,11 @@ def run(data: Path, subsets: list[str], limits: Limits, timeout: float) -> int:
     print("Ten most common refusal reasons:")
     for reason, count in all_reasons.most_common(10):
         print(f"{count:6}  {reason}")
+    if slowest:
+        print()
+        print(f"The {slowest} slowest compiles (subset id CPU-seconds; a file for --ids):")
+        for seconds, subset, ident in sorted(cpu_times, reverse=True)[:slowest]:
+            print(f"{subset} {ident} {seconds:.2f}")
     return 0
 
 
@@ -152,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--subset", action="append", default=[], help="only these subsets")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per schema")
     parser.add_argument("--ids", type=Path, help="only these schemas, one line each (CPU s)")
+    parser.add_argument(
+        "--slowest", type=int, default=0, help="list the N slowest compiles (CPU s) at the end"
+    )
     defaults = Limits()  # the library's own limits unless told otherwise
     parser.add_argument("--max-nfa-states", type=int, default=defaults.max_nfa_states)
     parser.add_argument("--max-dfa-states", type=int, default=defaults.max_dfa_states)
@@ -160,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 50_000))
     if args.ids is not None:
         return run_ids(args.data, args.ids, limits)
-    return run(args.data, args.subset, limits, args.timeout)
+    return run(args.data, args.subset, limits, args.timeout, args.slowest)
 
 
 if __name__ == "__main__":

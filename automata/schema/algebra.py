@@ -11,7 +11,9 @@
   language (members in any order), and P ∧ S must be exact even then (`free`).
 - `oneOf` whose branches may overlap: the union over i of (L(B_i) ∩ U) minus the union over
   j != i of L(B_i ∧ B_j), each B_i merged with the keywords beside `oneOf`; refused unless
-  every B_i ∧ B_j compiles exactly.
+  every B_i ∧ B_j compiles exactly, or does once its `format`s are dropped
+  (`corral.automata.schema.exact.without_formats`: a superset of its valid values, sound to
+  subtract).
 - `propertyNames`: listed members whose name the names' language does not accept are left out
   (made `false`: a required one empties the object). A sub-language, always sound.
 - `contains` with `minContains` (default 1) and `maxContains`: arrays with that many items of
@@ -33,9 +35,9 @@ import numpy as np
 from corral.automata.compile import build_dfa
 from corral.automata.dfa import Dfa
 from corral.automata.errors import EmptyLanguageError, LimitError, SchemaError
-from corral.automata.product import difference, intersection
-from corral.automata.schema.exact import Exactness, universe_dfa
-from corral.automata.schema.form import EMPTY, NOTHING, Lit, Subtree, choice, repeat, seq
+from corral.automata.product import difference, intersection, union
+from corral.automata.schema.exact import Exactness, universe_dfa, without_formats
+from corral.automata.schema.form import EMPTY, NOTHING, Choice, Lit, Subtree, choice, repeat, seq
 from corral.automata.schema.keywords import child, count, is_constraint, unsupported
 from corral.automata.schema.merge import typed_parts
 from corral.automata.schema.strings import pattern_tree
@@ -60,6 +62,27 @@ EMPTY_RANGE_REASONS = frozenset(
 made them (a branch of a conditional, a negated part), the language is simply empty."""
 
 
+def _is_automaton(form) -> bool:
+    """True when the form is a finished DFA (`Algebra.form_of`)."""
+    return isinstance(form, Subtree) and isinstance(form.node, Automaton)
+
+
+def _union_of_automata(form) -> list[Dfa] | None:
+    """The DFAs of a `Choice` (nested or not) of finished DFAs; None for any other form."""
+    if not isinstance(form, Choice):
+        return None
+    out = []
+    for item in form.items:
+        if _is_automaton(item):
+            out.append(item.node.dfa)
+        else:
+            inner = _union_of_automata(item)
+            if inner is None:
+                return None
+            out += inner
+    return out
+
+
 def is_empty_range(error: SchemaError) -> bool:
     """True when `error` says that bounds leave no value (see `EMPTY_RANGE_REASONS`)."""
     return error.reason in EMPTY_RANGE_REASONS
@@ -78,6 +101,7 @@ class Algebra:
         self.products: dict[tuple, Dfa | None] = {}  # (operation, id(a), id(b)) -> result
         self.collided: list[Dfa] = []
         self.built_states = 0  # DFA states built by this compile's algebra (max_algebra_states)
+        self.widened: list[SchemaError] = []  # refusals avoided by `without_formats`
 
     # helpers ------------------------------------------------------------------------------
 
@@ -86,6 +110,14 @@ class Algebra:
         LimitError."""
         if form is NOTHING:
             return None
+        if _is_automaton(form):
+            return self.intern(form.node.dfa)  # a product's result: canonical already
+        dfas = _union_of_automata(form)
+        if dfas:  # a union of products: by products, not by splicing them into one NFA again
+            out = self.intern(dfas[0])
+            for dfa in dfas[1:]:
+                out = self._product(union, out, dfa)
+            return out
         try:
             tree = self.compiler.trees.build(form)
             return self.intern(self._count(build_dfa(tree, self.compiler.trees.limits)))
@@ -158,9 +190,9 @@ class Algebra:
     def _product(self, operation, a: Dfa | None, b: Dfa | None) -> Dfa | None:
         """`operation(a, b)` (an `intern`ed DFA, None for the empty language), memoized for
         this compile: the branches of a `oneOf` and nested `not`s repeat the same products."""
-        if a is None:
-            return None
-        if b is None:
+        if a is None or b is None:
+            if operation is union:
+                return b if a is None else a
             return a if operation is difference else None
         a, b = self.intern(a), self.intern(b)
         key = (operation.__name__, id(a), id(b))  # interned operands stay alive: ids stay unique
@@ -180,7 +212,8 @@ class Algebra:
     def without(self, positive, negatives: list, pointer: str, depth: int, keyword: str):
         """The form of the texts of `positive` valid against none of `negatives`:
         (L(P) ∩ U) minus the union of L(P ∧ N). SchemaError naming `keyword` unless every
-        P ∧ N compiles exactly (`Exactness`)."""
+        P ∧ N compiles exactly (`Exactness`), or, for `oneOf`, does without its `format`s
+        (`without_formats`, recorded in `widened`)."""
         pos = self.schema_dfa(positive, pointer, depth)
         if pos is None:
             return NOTHING
@@ -194,15 +227,23 @@ class Algebra:
                 continue
             if not self.exactness.exact(merged, pointer, free):
                 detail = "" if len(negatives) == 1 else f" (branch {i})"
-                raise unsupported(
+                refusal = unsupported(
                     pointer,
                     keyword,
                     f"its subschema{detail} is not compiled exactly, so it cannot be negated "
                     "(see docs/algebra.md)",
                 )
+                if keyword != "oneOf":
+                    raise refusal
+                merged = without_formats(merged)  # a superset of its valid values: sound to
+                # subtract, at the cost of the texts of a format it does not match
+                if not self.exactness.exact(merged, pointer, free):
+                    raise refusal
+                self.widened.append(refusal)
             negative_dfas.append(self.schema_dfa(merged, pointer, depth))
         out = self._product(intersection, pos, universe_dfa())
-        for neg in negative_dfas:
+        distinct = {id(neg): neg for neg in negative_dfas if neg is not None}  # interned
+        for neg in distinct.values():  # A - B - B = A - B: one product less
             out = self._product(difference, out, neg)
         return self.form_of(out)
 
@@ -245,8 +286,11 @@ class Algebra:
     def one_of(self, branches: list, pointer: str, depth: int, excluded=None):
         """Exactly one branch (each already merged with the keywords beside `oneOf`). Branch j
         is not subtracted from branch i when `excluded(i, j)` proves that no text of branch
-        i's language is valid against branch j (nothing to remove, so no exactness needed)."""
+        i's language is valid against branch j (nothing to remove, so no exactness needed).
+        When negatives taken without their `format`s empty every branch, the `oneOf` is refused
+        as before (its language is not empty: the formats are what the compile cannot tell)."""
         out = []
+        widened = len(self.widened)
         for i, branch in enumerate(branches):
             others = [
                 b
@@ -254,6 +298,8 @@ class Algebra:
                 if j != i and not (excluded is not None and excluded(i, j))
             ]
             out.append(self.without(branch, others, child(pointer, "oneOf", i), depth, "oneOf"))
+        if all(form is NOTHING for form in out) and len(self.widened) > widened:
+            raise self.widened[widened]  # emptied by negatives without their formats: refused
         return choice(out)
 
     def property_names(self, schema: dict, pointer: str, depth: int):

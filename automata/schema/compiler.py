@@ -36,7 +36,11 @@ from corral.automata.errors import (
 from corral.automata.limits import DEFAULT_SCHEMA_LIMITS, Limits, SchemaLimits
 from corral.automata.schema.algebra import Algebra, is_empty_range
 from corral.automata.schema.containers import lower_array, lower_object
-from corral.automata.schema.disjoint import excludes, leave_out_others_required
+from corral.automata.schema.disjoint import (
+    excludes,
+    leave_out_others_required,
+    without_shared_types,
+)
 from corral.automata.schema.form import NOTHING, Lit, TreeBuilder, choice
 from corral.automata.schema.formats import INTEGER_FORMATS, NUMBER_FORMATS
 from corral.automata.schema.json_text import BOOLEAN_FORM, NULL_FORM, any_value
@@ -48,6 +52,7 @@ from corral.automata.schema.keywords import (
     is_constraint,
 )
 from corral.automata.schema.merge import Merger, desugar
+from corral.automata.schema.nfa_size import check_nfa_states
 from corral.automata.schema.numbers import lower_integer, lower_number
 from corral.automata.schema.refs import RefResolver, has_own_id, ref_siblings
 from corral.automata.schema.strings import lower_string
@@ -224,6 +229,7 @@ class Compiler:
         ]
         if len(merged) == 1:
             return self.compile(merged[0], child(pointer, "oneOf", 0), depth + 1)
+        merged = without_shared_types(merged, self.merger, pointer)
         restricted = leave_out_others_required(merged)
         for i, mi in enumerate(restricted):
             for j, mj in enumerate(merged):
@@ -442,11 +448,13 @@ def compile_schema(
 def _compile_schema(schema, limits, schema_limits: SchemaLimits, build):
     """`compile_schema` after the document check."""
     first = None
-    for depth_limits in shallower_recursion(schema_limits):
+    depths = shallower_recursion(schema_limits)
+    for i, depth_limits in enumerate(depths):
         try:
-            return _attempt(schema, limits, depth_limits, build)
+            return _attempt(schema, limits, depth_limits, build, i + 1 < len(depths))
         except _StateLimit as failed:
-            first = first or failed.error  # a shallower depth's own error is not reported
+            if first is None:  # a shallower depth's own error is not reported; the failed
+                first = failed.error.with_traceback(None)  # attempt's frames are freed now
             if not failed.recursive:
                 break
         except ConstrainError:
@@ -464,12 +472,18 @@ class _StateLimit(Exception):
         self.error, self.recursive = error, recursive
 
 
-def _attempt(schema, limits: Limits | None, schema_limits: SchemaLimits, build):
-    """One compile of `compile_schema`: (result, recursive); `_StateLimit` on a state limit."""
+def _attempt(schema, limits: Limits | None, schema_limits: SchemaLimits, build, shallower: bool):
+    """One compile of `compile_schema`: (result, recursive); `_StateLimit` on a state limit.
+    With `build` and a `shallower` depth left, a compile that unrolled a `$ref` cycle and whose
+    NFA is counted past the limit (`corral.automata.schema.nfa_size.check_nfa_states`) fails at
+    once with the builder's `TooManyNfaStatesError`, before the tree and the NFA are made."""
     compiler = Compiler(schema, limits, schema_limits)
     try:
         with deep_recursion():
-            tree = compiler.trees.build(_compile(schema, compiler))
+            form = _compile(schema, compiler)
+            if build is not None and shallower and compiler.recursive:
+                check_nfa_states(form, compiler.trees)
+            tree = compiler.trees.build(form)
             return (tree if build is None else build(tree)), compiler.recursive
     except STATE_LIMIT_ERRORS as error:
         raise _StateLimit(error, compiler.recursive) from None

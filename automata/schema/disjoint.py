@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from corral.automata.errors import SchemaError
 from corral.automata.schema.formats import INTEGER_FORMATS, NUMBER_FORMATS
-from corral.automata.schema.keywords import TYPE_OF_KEYWORD
+from corral.automata.schema.keywords import TYPE_OF_KEYWORD, TYPES, is_constraint
 from corral.automata.schema.merge import Merger
 from corral.automata.schema.values import json_key, json_type
 
@@ -36,6 +36,62 @@ def leave_out_others_required(branches: list) -> list:
                     k: v for k, v in branch["properties"].items() if k not in drop
                 }
         out.append(branch)
+    return out
+
+
+def accepted_types(schema) -> set[str]:
+    """The JSON types ("integer" not counted apart: "number" means every number) of which
+    `schema` accepts every value: those it allows (its `type`, else all) that none of its
+    keywords constrains. A keyword of one type (`TYPE_OF_KEYWORD`; `format`: strings, numbers
+    for the numeric formats) constrains that type only; `type` and annotations nothing; any
+    other (`enum`, `$ref`, `allOf`, `not`, ...) every type. Conservative: a subset of the
+    truth."""
+    if schema is True:
+        return set(_EVERY_TYPE)
+    if not isinstance(schema, dict):
+        return set()
+    if "type" in schema:
+        t = schema["type"]
+        names = {t} if isinstance(t, str) else set(t) if isinstance(t, list) else set()
+        out = names & _EVERY_TYPE  # "integer" alone does not allow every number
+    else:
+        out = set(_EVERY_TYPE)
+    for key in schema:
+        if key == "type" or not is_constraint(key):
+            continue
+        if key == "format":
+            fmt = schema[key]
+            numeric = fmt in INTEGER_FORMATS or fmt in NUMBER_FORMATS
+            out.discard("number" if numeric else "string")
+        elif key in TYPE_OF_KEYWORD:
+            out.discard(TYPE_OF_KEYWORD[key])
+        else:
+            return set()
+    return out
+
+
+def without_shared_types(branches: list, merger: Merger, pointer: str) -> list:
+    """The merged `oneOf` branches without the types that two or more of them accept whole
+    (`accepted_types`): a value of such a type is valid against two branches, so against no
+    `oneOf`. Exact (the valid values are the same), and it leaves the algebra the types where
+    the branches differ (docs/algebra.md). A branch left with no type is False."""
+    counts: dict[str, int] = {}
+    for branch in branches:
+        for t in accepted_types(branch):
+            counts[t] = counts.get(t, 0) + 1
+    shared = {t for t, n in counts.items() if n >= 2}
+    if not shared:
+        return branches
+    keep = [t for t in TYPES if ("number" if t == "integer" else t) not in shared]
+    out = []
+    for branch in branches:
+        if branch is False or not keep:
+            out.append(False)
+            continue
+        merged = merger.merge_or_conjoin([branch, {"type": keep}], pointer)
+        if isinstance(merged, dict) and merged.get("type") == []:
+            merged = False
+        out.append(merged)
     return out
 
 

@@ -1,0 +1,237 @@
+"""The NFA size of a schema form, counted without building it: how many states the Thompson
+construction (`corral.automata.nfa`) would make for `TreeBuilder.build(form)` (DESIGN.md
+section 2, "Limits"; section 3, "shared tails").
+
+`nfa_states(form, trees, most)` replays the NFA builder's memo, keyed on (form node,
+continuation), over the form rather than the regex tree: a `Regex` or `Subtree` leaf counts
+the states of its tree built alone, in one step, and sequences, choices, repeats and
+objects (`{` members with shared tails `}`, as `TreeBuilder._object` writes them) make their
+states and continuations as the builder does; a literal is counted byte by byte, as the
+builder's shared one-byte nodes are. The count is an upper bound of the builder's: the builder
+also shares states between the trees of two different leaves that end alike with the same
+continuation, which the count does not see. On JSONSchemaBench's slowest recursive schemas it
+equals the builder's count.
+
+`compile_schema` uses it to go straight past the `$ref` unrollings whose NFA cannot fit:
+counting costs a small fraction of building (a leaf is one step, not one per state), and it
+stops at `most`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from corral.automata.errors import TooManyNfaStatesError
+from corral.automata.limits import DEFAULT_LIMITS
+from corral.automata.schema.form import (
+    Choice,
+    Lit,
+    Object,
+    Regex,
+    Repeat,
+    Seq,
+    Subtree,
+    TreeBuilder,
+)
+from corral.automata.tree import Alt, Automaton, ByteSet, Concat
+from corral.automata.tree import Repeat as TreeRepeat
+
+MARGIN = 1.1
+"""`check_nfa_states` refuses a form whose count passes `max_nfa_states` by this factor: a count
+just above the limit (the count may be a few percent high) is left to the builder to decide."""
+
+
+def check_nfa_states(form, trees: TreeBuilder) -> None:
+    """Raise TooManyNfaStatesError, as the NFA builder would, when `form`'s NFA is counted
+    (`nfa_states`) past `max_nfa_states` (of `trees.limits`) times `MARGIN`; else nothing."""
+    limit = (trees.limits or DEFAULT_LIMITS).max_nfa_states
+    try:
+        nfa_states(form, trees, int(limit * MARGIN))
+    except TooLarge:
+        raise TooManyNfaStatesError(
+            "max_nfa_states", limit, "the pattern needs too many NFA states"
+        ) from None
+
+
+class TooLarge(Exception):
+    """The count passed `most` (`nfa_states`)."""
+
+
+def nfa_states(form, trees: TreeBuilder, most: int) -> int:
+    """An upper bound of the number of NFA states (accepting state included) of
+    `trees.build(form)` (see the module docstring).
+
+    Raises:
+        TooLarge: the count passed `most` (counting stops there).
+        TypeError: `form` holds a node that is no schema form node.
+    """
+    return _Counter(trees, most).count(form)
+
+
+class _Counter:
+    def __init__(self, trees: TreeBuilder, most: int):
+        self.trees = trees
+        self.most = most
+        self.states = 1  # the accepting state, continuation 0
+        self.memo: dict[tuple, int] = {}  # (node key, continuation) -> start state
+        self.leaf_sizes: dict[int, tuple[object, int]] = {}  # id -> (leaf kept alive, states)
+
+    def count(self, form) -> int:
+        self.build(form, 0)
+        return self.states
+
+    def new(self, n: int = 1) -> int:
+        """Count `n` new states; the last one stands for the fragment's start."""
+        self.states += n
+        if self.states > self.most:
+            raise TooLarge()
+        return self.states - 1
+
+    def build(self, node, cont: int) -> int:
+        """The start of `node` built to continue at `cont` (memoized as the builder is: a
+        literal's bytes are the builder's shared one-byte nodes, a regex leaf its parsed tree,
+        one per text)."""
+        kind = type(node)
+        if kind is Lit:
+            for byte in reversed(node.text.encode("utf-8")):
+                key = (-1 - byte, cont)  # never an id()
+                start = self.memo.get(key)
+                cont = self.memo[key] = self.new() if start is None else start
+            return cont
+        memo_key = (id(self.trees.build(node)) if kind is Regex else id(node), cont)
+        start = self.memo.get(memo_key)
+        if start is None:
+            start = self.memo[memo_key] = self._build(node, cont)
+        return start
+
+    def _build(self, node, cont: int) -> int:
+        kind = type(node)
+        if kind is Seq:
+            for item in reversed(node.items):
+                cont = self.build(item, cont)
+            return cont
+        if kind is Choice:
+            start = self.new()
+            for item in node.items:
+                self.build(item, cont)
+            return start
+        if kind is Repeat:
+            return self._repeat(node.item, node.min, node.max, cont)
+        if kind is Object:
+            return self._object(node, cont)
+        if kind is Regex or kind is Subtree:
+            size = self._leaf_size(node)
+            return cont if size == 0 else self.new(size)
+        raise TypeError(f"not a schema form node: {node!r}")
+
+    def _repeat(self, item, lo: int, hi: int | None, cont: int) -> int:
+        """As `corral.automata.nfa._Builder._repeat`."""
+        if hi is None:
+            loop = self.new()
+            body = self.build(item, loop)
+            cur = body if lo > 0 else loop
+            for _ in range(max(lo - 1, 0)):
+                cur = self.build(item, cur)
+            return cur
+        cur = cont
+        for _ in range(hi - lo):
+            start = self.new()
+            self.build(item, cur)
+            cur = start
+        for _ in range(lo):
+            cur = self.build(item, cur)
+        return cur
+
+    def _object(self, node: Object, cont: int) -> int:
+        """As `TreeBuilder._object` then the builder: `{` Alt_j(m_j o_{j+1} ... o_{n-1}) `}`,
+        o_i = `,m_i` or `(,m_i)?`, every o_i a shared node."""
+        close = self.new()  # `}`
+        members = node.members
+        firsts = []
+        for j, (_, required) in enumerate(members):
+            firsts.append(j)
+            if required:
+                break
+        else:
+            firsts.append(None)  # the empty body
+        body_start = self.new() if len(firsts) > 1 else None
+        for j in firsts:
+            cur = close
+            if j is not None:
+                for i in range(len(members) - 1, j, -1):
+                    cur = self._tail(node, i, cur)
+                cur = self.build(members[j][0], cur)
+            if body_start is None:
+                body_start = cur
+        self.new()  # `{`
+        return self.states - 1
+
+    def _tail(self, node: Object, i: int, cont: int) -> int:
+        """o_i of `node` built to continue at `cont`."""
+        member, required = node.members[i]
+        key = ("tail", id(node), i)
+        start = self.memo.get((key, cont))
+        if start is None:
+            piece = self.build(member, cont)
+            comma = (("comma", id(node), i), piece)
+            if comma not in self.memo:
+                self.memo[comma] = self.new()
+            start = self.memo[comma] if required else self.new()
+            self.memo[(key, cont)] = start
+        return start
+
+    def _leaf_size(self, leaf) -> int:
+        """States of a leaf's regex tree built alone."""
+        hit = self.leaf_sizes.get(id(leaf))
+        if hit is None:
+            size = tree_states(self.trees.build(leaf))
+            hit = self.leaf_sizes[id(leaf)] = (leaf, size)
+        return hit[1]
+
+
+def tree_states(node) -> int:
+    """The NFA states (accepting state not included) of a small regex tree built alone: the
+    builder's count when no two leaves of different branches share a state except through a
+    common suffix of one alternation's items (exact on the parser's trees)."""
+    memo: dict[int, tuple[object, int]] = {}
+
+    def flat(n, out: list) -> list:
+        if type(n) is Concat:
+            for item in n.items:
+                flat(item, out)
+        else:
+            out.append(n)
+        return out
+
+    def size(n) -> int:
+        hit = memo.get(id(n))
+        if hit is not None:
+            return hit[1]
+        kind = type(n)
+        if kind is ByteSet:
+            out = 1
+        elif kind is Concat:
+            out = sum(size(item) for item in n.items)
+        elif kind is Alt:
+            out, seen = 1, set()
+            for item in n.items:  # items end at one continuation: equal suffixes are shared
+                suffix = None
+                for element in reversed(flat(item, [])):
+                    suffix = (id(element), suffix)
+                    if suffix not in seen:
+                        seen.add(suffix)
+                        out += size(element)
+        elif kind is TreeRepeat:
+            k = size(n.item)
+            low, high = n.min, n.max
+            out = 1 + k * max(low, 1) if high is None else (high - low) * (1 + k) + low * k
+        elif kind is Automaton:
+            rows = np.sort(n.dfa.trans, axis=1)  # per state: one byte-edge state per target
+            fresh = np.ones(rows.shape, dtype=bool)
+            fresh[:, 1:] = rows[:, 1:] != rows[:, :-1]
+            out = rows.shape[0] + int(np.count_nonzero(fresh & (rows >= 0)))
+        else:
+            raise TypeError(f"not a regex tree node: {n!r}")
+        memo[id(n)] = (n, out)
+        return out
+
+    return size(node)
