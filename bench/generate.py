@@ -8,12 +8,14 @@ Run alone (two BLAS threads slow down up to 10x when another process computes):
 Workloads (`--workloads`, comma-separated):
 - `profile`: one json_schema (a six-field profile), the same prompt with B seeds.
 - `tool_call`: BFCL simple questions (tests/data/bfcl), each forcing a call of its one function
-  (tool_choice names it), B requests over the questions in turn.
+  (tool_choice names it), R requests over the questions in turn.
 - `jsonschemabench`: JSONSchemaBench schemas that compile (tests/data/jsonschemabench), as
-  json_schema response formats, B requests over the schemas in turn.
+  json_schema response formats, R requests over the schemas in turn.
 
-Each row runs B requests at temperature 1 (seeds 0..B-1) through `corral.tools.batch.Engine`,
-which renders the prompts and compiles the grammars, with at most --tokens tokens per answer:
+Each row runs R = max(B, the workload's distinct prompts) requests on B slots (so a batch-1 row
+answers every prompt of its workload in turn, not one) at temperature 1 (seeds 0..R-1) through
+`corral.tools.batch.Engine`, which renders the prompts and compiles the grammars, with at most
+--tokens tokens per answer:
 - free: the same prompts without a grammar, EOS made impossible, so every answer writes --tokens;
 - json: under the grammar, jump-forward off (every token sampled) and on (forced text appended in
   chunks); a constrained answer stops when its JSON is complete.
@@ -21,7 +23,8 @@ tokens/s is completion tokens (forced tokens included, counted as the engine cou
 wall time of the whole run, prefill included. The free run does more work than the constrained
 ones: every free answer writes --tokens tokens while a constrained one stops when its JSON is
 complete, so free decoding amortizes the same prompts' prefill over more tokens and keeps its batch
-full to the end, while the constrained batch thins out as answers end (B requests, none waiting).
+full to the end, while the constrained batch thins out as answers end (at batch 32, R = B: none
+waiting).
 So a second free run gives each free request the work of its jump-forward twin:
 - free=: the same free requests, each with max_tokens = the completion tokens of the same request
   in the jump-forward run (EOS impossible, so it writes exactly that many): the same prompts, the
@@ -31,10 +34,13 @@ So a second free run gives each free request the work of its jump-forward twin:
 - steps: decode passes (forward passes after prefill) of the jump-forward run / of the free= run,
   a count, free of timing noise: jump-forward's gain is the passes it saves, at the price of
   chunks (a pass with forced tokens has more rows).
+- decoding: jump/free= over the wall time less the prompts' prefill (`GenerationStats.
+  prefill_seconds`; the same prompts on both sides): the decoding alone, jump-forward's chunks
+  included, as llama.cpp reports its eval rate apart from its prompt rate.
 "forced" is the share of the jump-forward run's
 completion tokens written by jump-forward; "mask/step" its time in masks and sampling per step;
 "reused" the share of the jump-forward run's prompt tokens whose prefill the prefix cache saved
-(B requests over at most `N_BODIES` prompts; `--no-prefix-cache` turns the cache off in every run).
+(R requests over at most `N_BODIES` prompts; `--no-prefix-cache` turns the cache off in every run).
 
 A second table (`sampler_share`) times one decode step's parts apart at each batch size: the
 forward pass, and the masks (under each row's budget of --tokens, as the engine takes them),
@@ -253,6 +259,7 @@ def main() -> None:
     header = (
         f"{'workload':>15} {'batch':>5} | {'free tok/s':>10} {'free= tok/s':>11} | "
         f"{'json tok/s':>10} {'+jump tok/s':>11} | {'jump/free':>9} {'jump/free=':>10} "
+        f"{'decoding':>10} "
         f"{'steps':>7} {'forced':>6} | {'mask/step':>9} | reused"
     )
     print(header)
@@ -264,7 +271,12 @@ def main() -> None:
             continue
         # warm-up: BLAS, the free sampler, every grammar's token distances, the masks and the
         # budgeted walk (a budget this tight takes it from the first token), chunked prefill
-        generate(free_model, [dataclasses.replace(base[0], constraint=None, max_tokens=4)])
+        # (three prompts on two slots: multi-row decode passes and prefix-cache remainders,
+        # whose row counts take the block kernels, compile here and not in a timed run)
+        warm = [base[i % len(base)] for i in range(3)]
+        generate(
+            free_model, [dataclasses.replace(r, constraint=None, max_tokens=4) for r in warm], 2
+        )
         for request in base:
             _ = request.constraint.index.token_distance
         tight = base[0].constraint.tokens_to_complete() + 2
@@ -272,7 +284,7 @@ def main() -> None:
         for batch in (int(b) for b in args.batches.split(",")):
             requests = [
                 dataclasses.replace(base[i % len(base)], seed=i, max_tokens=args.tokens)
-                for i in range(batch)
+                for i in range(max(batch, len(base)))
             ]
             free = [dataclasses.replace(r, constraint=None, trigger=None) for r in requests]
             off = [dataclasses.replace(r, jump_forward=False) for r in requests]
@@ -290,6 +302,7 @@ def main() -> None:
             reused = 100 * j_stats.prefix_tokens / max(j_stats.prompt_tokens, 1)
             f_rate = completion_tokens(f_results) / f_wall
             m_rate, j_rate = j_tokens / m_wall, j_tokens / j_wall
+            decode = (m_wall - m_stats.prefill_seconds) / (j_wall - j_stats.prefill_seconds)
             o_rate = completion_tokens(o_results) / o_wall
             per_step = 1e3 * j_stats.mask_and_sample_seconds / max(j_stats.steps, 1)
             forced = 100 * j_stats.forced_tokens / max(j_tokens, 1)
@@ -297,11 +310,13 @@ def main() -> None:
             print(
                 f"{workload:>15} {batch:>5} | {f_rate:>10.1f} {m_rate:>11.1f} | "
                 f"{o_rate:>10.1f} {j_rate:>11.1f} | {j_rate / f_rate:>8.2f}x "
-                f"{j_rate / m_rate:>9.2f}x {steps:>7} {forced:>5.0f}% | {per_step:>6.2f} ms | "
+                f"{j_rate / m_rate:>9.2f}x {decode:>9.2f}x {steps:>7} {forced:>5.0f}% | "
+                f"{per_step:>6.2f} ms | "
                 f"{reused:>5.0f}%"
             )
     print("jump/free: constrained tokens/s with jump-forward over free tokens/s (goal: >= 1.3x);")
     print("free=, jump/free=: free requests each writing as many tokens as its jump-forward twin;")
+    print("decoding: jump/free= over the wall time less the prompts' prefill (same prompts, both);")
     print("steps: decode passes of the jump-forward run / of the free= run;")
     print("forced: the share of those completion tokens that jump-forward wrote;")
     print("reused: the share of its prompt tokens whose prefill the prefix cache saved.")
