@@ -5,7 +5,8 @@ ending (`corral.model.generate`).
 Bytes would be the wrong unit: `"celsius"` is 9 bytes and 3 tokens, and the engine must refuse
 only budgets that truly cannot hold an answer and steer only when it must. The token graph has an
 edge s -> e when some text token's bytes lead from s to e; the token distance is a breadth-first
-search over it towards the accepting states (`corral.automata.graph.distances_to`).
+search over it towards the accepting states (`corral.automata.graph.distances_to`, run by
+`corral.kernels.budget.BudgetMasks`, which keeps the graph for the budget masks).
 
 The edges come from the same trie walk as the masks (`corral.kernels.index`): a walk from s visits
 every token that stays live, and the state on the walk's stack at a node holding tokens is where
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from corral.automata.graph import distances_to
 
 _CHUNKS = 64
 """Chunks of states in the token-graph walk: each allocates O(n_states) scratch once."""
@@ -103,27 +103,6 @@ def token_graph(trans, loops, trie, max_depth):
             _ends(trans, loops, s, trie, stack, seen, out)
             targets[start[s] : start[s] + n] = out[:n]
     return start, targets
-
-
-def token_distance(trans: np.ndarray, accept: np.ndarray, trie, loops: np.ndarray) -> np.ndarray:
-    """int32 `[n_states]`: the fewest text tokens leading from each state to an accepting state
-    (0 in accepting states, -1 where no token sequence reaches one).
-
-    Args:
-        trans: int32 `[n_states, 256]`, the DFA table; accept: bool `[n_states]`.
-        trie: the vocabulary's `corral.kernels.Trie`.
-        loops: uint16 `[n_states]`, `corral.kernels.index.loop_categories(trans)`.
-
-    Cost: one trie walk per state (two for a state with more than `_ENDS_WIDTH` end states)
-    plus a BFS, about an all-states mask build.
-    """
-    trans = np.ascontiguousarray(trans, dtype=np.int32)
-    t = trie
-    arrays = (t.byte, t.depth, t.end, t.categories, t.token_start)
-    start, targets = token_graph(trans, loops, arrays, t.max_depth)
-    n_states = trans.shape[0]
-    sources = np.repeat(np.arange(n_states, dtype=np.int32), np.diff(start))
-    return distances_to(n_states, sources, targets, np.asarray(accept, dtype=bool))
 
 
 @numba.njit(cache=True)
