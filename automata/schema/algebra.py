@@ -11,9 +11,8 @@
   language (members in any order), and P ∧ S must be exact even then (`free`).
 - `oneOf` whose branches may overlap: the union over i of (L(B_i) ∩ U) minus the union over
   j != i of L(B_i ∧ B_j), each B_i merged with the keywords beside `oneOf`; refused unless
-  every B_i ∧ B_j compiles exactly, or does once its `format`s are dropped
-  (`corral.automata.schema.exact.without_formats`: a superset of its valid values, sound to
-  subtract).
+  every B_i ∧ B_j compiles exactly (an inexact `format` is refused, never dropped: dropping it
+  would subtract a superset and lose a whole branch's texts without a word).
 - `propertyNames`: listed members whose name the names' language does not accept are left out
   (made `false`: a required one empties the object). A sub-language, always sound.
 - `contains` with `minContains` (default 1) and `maxContains`: arrays with that many items of
@@ -36,7 +35,7 @@ from corral.automata.compile import build_dfa
 from corral.automata.dfa import Dfa
 from corral.automata.errors import EmptyLanguageError, LimitError, SchemaError
 from corral.automata.product import difference, intersection, union
-from corral.automata.schema.exact import Exactness, universe_dfa, without_formats
+from corral.automata.schema.exact import Exactness, universe_dfa
 from corral.automata.schema.form import EMPTY, NOTHING, Choice, Lit, Subtree, choice, repeat, seq
 from corral.automata.schema.keywords import child, count, is_constraint, unsupported
 from corral.automata.schema.merge import typed_parts
@@ -101,7 +100,6 @@ class Algebra:
         self.products: dict[tuple, Dfa | None] = {}  # (operation, id(a), id(b)) -> result
         self.collided: list[Dfa] = []
         self.built_states = 0  # DFA states built by this compile's algebra (max_algebra_states)
-        self.widened: list[SchemaError] = []  # refusals avoided by `without_formats`
 
     # helpers ------------------------------------------------------------------------------
 
@@ -212,8 +210,7 @@ class Algebra:
     def without(self, positive, negatives: list, pointer: str, depth: int, keyword: str):
         """The form of the texts of `positive` valid against none of `negatives`:
         (L(P) ∩ U) minus the union of L(P ∧ N). SchemaError naming `keyword` unless every
-        P ∧ N compiles exactly (`Exactness`), or, for `oneOf`, does without its `format`s
-        (`without_formats`, recorded in `widened`)."""
+        P ∧ N compiles exactly (`Exactness`)."""
         pos = self.schema_dfa(positive, pointer, depth)
         if pos is None:
             return NOTHING
@@ -227,19 +224,12 @@ class Algebra:
                 continue
             if not self.exactness.exact(merged, pointer, free):
                 detail = "" if len(negatives) == 1 else f" (branch {i})"
-                refusal = unsupported(
+                raise unsupported(
                     pointer,
                     keyword,
                     f"its subschema{detail} is not compiled exactly, so it cannot be negated "
                     "(see docs/algebra.md)",
                 )
-                if keyword != "oneOf":
-                    raise refusal
-                merged = without_formats(merged)  # a superset of its valid values: sound to
-                # subtract, at the cost of the texts of a format it does not match
-                if not self.exactness.exact(merged, pointer, free):
-                    raise refusal
-                self.widened.append(refusal)
             negative_dfas.append(self.schema_dfa(merged, pointer, depth))
         out = self._product(intersection, pos, universe_dfa())
         distinct = {id(neg): neg for neg in negative_dfas if neg is not None}  # interned
@@ -286,11 +276,8 @@ class Algebra:
     def one_of(self, branches: list, pointer: str, depth: int, excluded=None):
         """Exactly one branch (each already merged with the keywords beside `oneOf`). Branch j
         is not subtracted from branch i when `excluded(i, j)` proves that no text of branch
-        i's language is valid against branch j (nothing to remove, so no exactness needed).
-        When negatives taken without their `format`s empty every branch, the `oneOf` is refused
-        as before (its language is not empty: the formats are what the compile cannot tell)."""
+        i's language is valid against branch j (nothing to remove, so no exactness needed)."""
         out = []
-        widened = len(self.widened)
         for i, branch in enumerate(branches):
             others = [
                 b
@@ -298,8 +285,6 @@ class Algebra:
                 if j != i and not (excluded is not None and excluded(i, j))
             ]
             out.append(self.without(branch, others, child(pointer, "oneOf", i), depth, "oneOf"))
-        if all(form is NOTHING for form in out) and len(self.widened) > widened:
-            raise self.widened[widened]  # emptied by negatives without their formats: refused
         return choice(out)
 
     def property_names(self, schema: dict, pointer: str, depth: int):

@@ -57,31 +57,6 @@ _MAX_DEPTH = 24
 _MAX_CALLS = 20_000
 
 
-_WIDENED_CHILDREN = ("items", "additionalProperties")
-"""Keywords whose one subschema constrains values positively (a wider part, a wider whole)."""
-
-
-def without_formats(schema):
-    """`schema` with every `format` in a positive position dropped: at the top, in `properties`
-    values, in `items` / `additionalProperties` and in `allOf` / `anyOf` parts (never under
-    `not`, `oneOf` or a conditional, where a wider part can make a narrower whole). Every value
-    valid against `schema` is valid against the result, so the result may stand for `schema`
-    where a superset of its valid values is what is needed (the negatives of `oneOf`,
-    docs/algebra.md). The same object when nothing is dropped."""
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: v for k, v in schema.items() if k != "format"}
-    if isinstance(out.get("properties"), dict):
-        out["properties"] = {k: without_formats(v) for k, v in out["properties"].items()}
-    for key in _WIDENED_CHILDREN:
-        if key in out:
-            out[key] = without_formats(out[key])
-    for key in ("allOf", "anyOf"):
-        if isinstance(out.get(key), list):
-            out[key] = [without_formats(part) for part in out[key]]
-    return schema if out == schema else out
-
-
 @functools.lru_cache(maxsize=1)
 def universe_dfa() -> Dfa:
     """The canonical DFA of `UNIVERSE` (built once per process)."""

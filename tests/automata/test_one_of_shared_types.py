@@ -16,9 +16,8 @@ import json
 import jsonschema
 import numpy as np
 import pytest
-from corral.automata import ConstrainError, dumps, schema_to_dfa
+from corral.automata import ConstrainError, SchemaError, dumps, schema_to_dfa
 from corral.automata.schema.disjoint import accepted_types
-from corral.automata.schema.exact import without_formats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema.validators import validator_for
@@ -155,16 +154,6 @@ instances = st.recursive(
 )
 
 
-@settings(max_examples=200, deadline=None)
-@given(formatted, st.lists(instances, min_size=5, max_size=5))
-def test_without_formats_is_valid_for_every_value_the_schema_is(schema, values):
-    wide = validator(without_formats(schema))
-    check = validator(schema)
-    for value in values:
-        if check.is_valid(value):
-            assert wide.is_valid(value), (schema, value)
-
-
 @settings(max_examples=80, deadline=None)
 @given(st.lists(formatted, min_size=2, max_size=3), st.lists(instances, min_size=8, max_size=8))
 def test_one_ofs_with_formats_are_sound(branches, values):
@@ -182,12 +171,12 @@ def test_one_ofs_with_formats_are_sound(branches, values):
             assert check.is_valid(value), (schema, value)
 
 
-def test_a_format_branch_beside_a_pattern_branch_compiles():
-    schema = {"oneOf": [{"format": "uuid"}, {"pattern": "^\\$[A-Z0-9-_]+"}]}  # Snowplow sp_209
-    dfa = schema_to_dfa(schema)  # refused as an inexact oneOf before
-    check = validator(schema)
-    rng = np.random.default_rng(1)
-    for _ in range(50):
-        assert check.is_valid(json.loads(dfa.sample(rng)))
-    assert dfa.matches(b'"12345678-1234-1234-1234-123456789abc"')
-    assert not dfa.matches(b"null")  # valid against both branches
+def test_a_format_branch_beside_a_pattern_branch_is_refused_not_narrowed():
+    """Snowplow sp_209: the shared types leave strings only, where uuid ∧ pattern is inexact
+    (the format's checker accepts more spellings than its regex): refused, naming oneOf. A
+    narrower compile (subtracting the pattern branch without the format) would lose every
+    `$...` string without a word (found by a new-user trial)."""
+    schema = {"oneOf": [{"format": "uuid"}, {"pattern": "^\\$[A-Z0-9-_]+"}]}
+    with pytest.raises(SchemaError) as caught:
+        schema_to_dfa(schema)
+    assert caught.value.keyword == "oneOf"
