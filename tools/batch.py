@@ -336,15 +336,25 @@ class BatchSummary:
         lookups = self.grammar_hits + self.grammar_misses
         hit_rate = 100 * self.grammar_hits / lookups if lookups else 0.0
         return (
-            f"{self.requests} lines answered ({self.answers} answers), {self.errors} refused, "
-            f"{self.invalid} invalid answers, "
-            f"{self.cut} answers cut by max_tokens, {self.completion_tokens} completion tokens "
-            f"in {self.seconds:.1f} s ({rate:.1f} tokens/s), grammar cache {self.grammar_hits} "
-            f"hits / {self.grammar_misses} misses ({hit_rate:.0f}% hit rate)"
-            f", prefix cache {self.prefix_hits} hits, {self.prefix_tokens} of "
-            f"{self.prompt_tokens} prompt tokens reused"
-            + (f", {self.skipped} lines skipped (already in the output)" if self.skipped else "")
+            f"{_count(self.requests, 'line')} answered ({_count(self.answers, 'answer')}), "
+            f"{self.errors} refused, {_count(self.invalid, 'invalid answer')}, "
+            f"{_count(self.cut, 'answer')} cut by max_tokens, "
+            f"{_count(self.completion_tokens, 'completion token')} in {self.seconds:.1f} s "
+            f"({rate:.1f} tokens/s), grammar cache {_count(self.grammar_hits, 'hit')} / "
+            f"{_count(self.grammar_misses, 'miss', 'misses')} ({hit_rate:.0f}% hit rate)"
+            f", prefix cache {_count(self.prefix_hits, 'hit')}, {self.prefix_tokens} of "
+            f"{_count(self.prompt_tokens, 'prompt token')} reused"
+            + (
+                f", {_count(self.skipped, 'line')} skipped (already in the output)"
+                if self.skipped
+                else ""
+            )
         )
+
+
+def _count(n: int, noun: str, plural: str | None = None) -> str:
+    """`n` and the noun, singular for 1: "1 line", "2 lines", "0 misses"."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 def error_body(error: Exception) -> tuple[int, dict]:

@@ -10,7 +10,7 @@ import json
 import subprocess
 import sys
 
-from corral.tools.batch import Engine, run_batch
+from corral.tools.batch import BatchSummary, Engine, run_batch
 from corral.tools.render import render_request
 from corral.tools.request import parse_tool_request
 from hypothesis import given, settings
@@ -96,3 +96,20 @@ def test_no_token_of_the_real_tokenizer_stands_for_more_bytes_than_the_bound(smo
     except UnicodeError:  # a lone surrogate: the tokenizer refuses it (an error line)
         return
     assert len(tokens) >= bound.at_least(text)
+
+
+@given(st.integers(0, 3), st.integers(0, 3), st.integers(0, 3), st.integers(0, 3))
+def test_the_summary_line_says_one_in_the_singular_and_every_other_count_in_the_plural(
+    requests, answers, misses, skipped
+):
+    summary = BatchSummary(
+        requests=requests, answers=answers, grammar_misses=misses, skipped=skipped
+    )
+    line = summary.line()
+    line_word = "line" if requests == 1 else "lines"
+    assert (
+        f"{requests} {line_word} answered ({answers} answer{'' if answers == 1 else 's'})" in line
+    )
+    assert f"{misses} miss{'' if misses == 1 else 'es'} (" in line
+    if skipped:
+        assert f", {skipped} line{'' if skipped == 1 else 's'} skipped" in line
