@@ -26,6 +26,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from corral.kernels import layers, quant_rows
+from corral.kernels.jit_cache import is_cached
 from corral.model import llama
 from corral.model.config import LlamaConfig
 from corral.model.errors import ModelLoadError
@@ -77,7 +79,22 @@ def load_model(
         gguf = None
     if weights == "quantized" and gguf is None:
         raise ModelLoadError(folder, "quantized weights need a GGUF file; a folder is float32")
-    return load_folder(folder, gguf, required=weights == "quantized")
+    model = load_folder(folder, gguf, required=weights == "quantized")
+    if progress and not kernels_cached(model):
+        print("corral: compiling the model's Numba kernels: this first run on the machine waits "
+              "about a minute before its first tokens (later runs load them from Numba's cache)",
+              file=sys.stderr)  # fmt: skip
+    return model
+
+
+def kernels_cached(model: Model) -> bool:
+    """True when Numba's on-disk cache already holds the kernels `model`'s forward pass calls
+    first (the per-token layers, and the block products when it reads quantization blocks):
+    False on a machine's first run, which compiles them (`corral.kernels.jit_cache`)."""
+    kernels = [layers.rms_norm]
+    if model.weights == "quantized":
+        kernels.append(quant_rows.float_matmul)
+    return all(is_cached(kernel) for kernel in kernels)
 
 
 def load_folder(folder: str | Path, gguf: Path | None = None, required: bool = False) -> Model:
