@@ -17,7 +17,8 @@ except `"` and `\\`, or one of the escapes ..."; beyond the subset: `minLength`,
   JSON Schema draft defines constrains nothing (validators ignore it).
 - Length bounds next to a pattern or format are kept when the pattern implies them, or applied
   by a product with a character counter (`corral.automata.schema.lengths`) when `maxLength` is
-  given; `minLength` alone next to a pattern that does not imply it is refused.
+  given, or by an intersection with the strings of at least `minLength` characters
+  (`corral.automata.product`) when it is not.
 """
 
 from __future__ import annotations
@@ -26,12 +27,13 @@ from corral.automata.compile import build_dfa
 from corral.automata.errors import EmptyLanguageError, LimitError, PatternError, SchemaError
 from corral.automata.limits import SchemaLimits
 from corral.automata.parse import parse_branches
+from corral.automata.product import intersection
 from corral.automata.schema.form import NOTHING, Regex, Subtree, TreeBuilder, repeat, seq
 from corral.automata.schema.formats import string_format
 from corral.automata.schema.json_text import QUOTE, UNICODE_ESCAPE
 from corral.automata.schema.keywords import count, unsupported
 from corral.automata.schema.lengths import char_length_bounds, length_product
-from corral.automata.tree import EMPTY, Alt, ByteSet, Concat, Node, Repeat
+from corral.automata.tree import EMPTY, Alt, Automaton, ByteSet, Concat, Node, Repeat
 from corral.automata.utf8 import ranges_to_tree
 
 COUNTED_CHAR = Regex(r'[^"\\\x00-\x1f]|\\["\\/bfnrt]', 1)
@@ -119,8 +121,13 @@ def lower_string(schema: dict, pointer: str, trees: TreeBuilder, schema_limits: 
     fewest, most = char_length_bounds(dfa)
     if fewest >= min_len and (max_len is None or most <= max_len):
         return seq(QUOTE, content_form, QUOTE)
-    if max_len is None:
-        raise unsupported(pointer, "minLength", "minLength together with pattern or format")
+    if max_len is None:  # at least min_len characters: an intersection, the length unbounded
+        raw_char = ranges_to_tree(_RAW_CHARS)
+        at_least = build_dfa(Repeat(raw_char, min_len, None), trees.limits)
+        try:
+            return seq(QUOTE, Subtree(Automaton(intersection(dfa, at_least, trees.limits))), QUOTE)
+        except EmptyLanguageError:
+            return NOTHING
     product = length_product(dfa, min_len, min(max_len, cap), schema_limits.max_product_nodes)
     return seq(QUOTE, Subtree(product), QUOTE)
 
