@@ -13,15 +13,15 @@ streams the run once for the n G query rows it serves (G = Hq / Hkv): scores, so
 weighted sum of the values. Decode attention does few multiply-adds per float it loads (G),
 yet on one thread the kernel's arithmetic (each score a dot product and a horizontal sum)
 took longer than its loads, from memory or not: it asks for the keys and values a few rows
-ahead (`prefetch`) so that the loads overlap the arithmetic, and keeps the arithmetic per key
-small (each query row passes over four keys at a time, four independent chains the CPU
-overlaps; each output row takes four values at a time, one load and store of the row for
-them), and takes its exponentials from a vectorizable polynomial (`_softmax_`) rather than
-one libm call per score. The tasks go to Numba's threads
-in about `_CHUNKS` chunks as threads free up (dynamic scheduling, from 3 `_CHUNKS` tasks on;
-below, the chunks' own cost outweighs it): on a small machine another process, or BLAS's
-workers spinning after a GEMM, often holds one of the cores, and an even static split then
-waits for the slowest thread.
+ahead (`prefetch`, into L2) so that the loads overlap the arithmetic, and keeps the
+arithmetic per key small (each query row passes over four keys at a time, four independent
+chains the CPU overlaps; each output row takes four values at a time, one load and store of
+the row for them; no array views inside the loops), and takes its exponentials from a
+vectorizable polynomial (`_softmax_`) rather than one libm call per score. The tasks go to
+Numba's threads in about `_CHUNKS` chunks as threads free up (dynamic scheduling, from 3
+`_CHUNKS` tasks on; below, the chunks' own cost outweighs it): on a small machine another
+process, or BLAS's workers spinning after a GEMM, often holds one of the cores, and an even
+static split then waits for the slowest thread.
 
 A long prompt's attention is two GEMMs per block of queries (`llama.attend_prompt`, BLAS reuses
 each key for many queries); between them `causal_softmax_` takes the block's masked softmax in
@@ -50,8 +50,11 @@ _PREFETCH_ROWS = 32  # keys/values fetched this many rows ahead (32 x 64 floats 
 @intrinsic
 def prefetch(typingctx, array, index):  # pragma: no cover - compiled
     """Hint the CPU to load the cache line of array[index] (a 1-D contiguous array) for reading:
-    LLVM's `llvm.prefetch` (read, high locality, data cache). No effect on results; an index
-    past the end is harmless for the hardware, but callers keep it in bounds."""
+    LLVM's `llvm.prefetch` (read, locality 2, data cache: x86's `prefetcht1`, into L2; on the
+    2-core machine of bench/attention.py, one thread's decode attention from memory took about
+    5% less than with `prefetcht0`, into L1).
+    No effect on results; an index past the end is harmless for the hardware, but callers keep
+    it in bounds."""
 
     def codegen(context, builder, signature, args):
         data = context.make_array(signature.args[0])(context, builder, args[0]).data
@@ -64,7 +67,7 @@ def prefetch(typingctx, array, index):  # pragma: no cover - compiled
         )
         address = builder.bitcast(builder.gep(data, [args[1]]), byte_pointer)
         builder.call(
-            function, [address, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)]
+            function, [address, ir.Constant(i32, 0), ir.Constant(i32, 2), ir.Constant(i32, 1)]
         )
         return context.get_dummy_value()
 
@@ -144,19 +147,32 @@ def _prefetch_row(key_run, value_run, row, length, width):  # pragma: no cover -
 
 
 @numba.njit(cache=True, fastmath=_FASTMATH, inline="always")
-def _dot4(query, k0, k1, k2, k3, width):  # pragma: no cover - compiled
-    """(query . k0, query . k1, query . k2, query . k3) over the first `width` floats, float32
-    [>= width] each: four independent chains of FMAs and horizontal sums, which the CPU
-    overlaps. Inlined: called with the literal 64, LLVM unrolls the loop whole (no remainder,
-    no loop set-up per key), as it does not for a width known only at run time. O(width)"""
+def _dot4(queries, r, rows, t, width):  # pragma: no cover - compiled
+    """(queries[r] . rows[t], ..., queries[r] . rows[t + 3]) over the first `width` floats
+    (float32 [., >= width] each): four independent chains of FMAs and horizontal sums, which
+    the CPU overlaps. Indexed in place, with no row views: a view made in the loop costs an
+    atomic reference count increment and decrement, per key. Inlined: called with the literal
+    64, LLVM unrolls the loop whole (no remainder, no loop set-up per key), as it does not for
+    a width known only at run time. O(width)"""
     a0 = a1 = a2 = a3 = np.float32(0.0)
     for i in range(width):
-        x = query[i]
-        a0 += x * k0[i]
-        a1 += x * k1[i]
-        a2 += x * k2[i]
-        a3 += x * k3[i]
+        x = queries[r, i]
+        a0 += x * rows[t, i]
+        a1 += x * rows[t + 1, i]
+        a2 += x * rows[t + 2, i]
+        a3 += x * rows[t + 3, i]
     return a0, a1, a2, a3
+
+
+@numba.njit(cache=True, fastmath=_FASTMATH, inline="always")
+def _axpy4(acc, r, rows, t, w0, w1, w2, w3, width):  # pragma: no cover - compiled
+    """acc[r] += w0 rows[t] + w1 rows[t + 1] + w2 rows[t + 2] + w3 rows[t + 3] over the first
+    `width` floats (float32 [., >= width]): one load and store of acc[r] for four FMAs per
+    float, in place as `_dot4`. O(width)"""
+    for i in range(width):
+        acc[r, i] += (
+            w0 * rows[t, i] + w1 * rows[t + 1, i] + w2 * rows[t + 2, i] + w3 * rows[t + 3, i]
+        )
 
 
 @numba.njit(cache=True, fastmath=_FASTMATH)
@@ -166,53 +182,58 @@ def _attend(q, keys, values, slot, start, first, n, head, out):  # pragma: no co
     O(G n (start + n) hd)
 
     The task's R = G n query rows are copied into one `[R, hd]` block; row r = j G + g is query
-    head g of row j. Scores take four keys at a time (one pass over each query row for them),
-    the weighted sum four values at a time (one load and store of the output row for four FMAs
-    per float), each loop vectorized over hd (the dot products unrolled whole for SmolLM2's
-    hd = 64); the rows that see none of the keys at hand are skipped, and scores past a row's
-    own position are zeroed after the softmax, so a row's output depends on no key past its
-    position (the values there, the segment's own new tokens, are multiplied by zero). The
-    stream (keys, then values) is fetched `_PREFETCH_ROWS` rows ahead.
+    head g of row j. Scores take four keys at a time (each key read once for all R rows, one
+    pass over each query row for four keys), the weighted sum four values at a time (one load
+    and store of the output row for four FMAs per float), each loop vectorized over hd (the
+    dot products unrolled whole for SmolLM2's hd = 64); the rows that see none of the keys at
+    hand are skipped, and scores past a row's own position are zeroed after the softmax, so a
+    row's output depends on no key past its position (the values there, the segment's own new
+    tokens, are multiplied by zero). The stream (keys, then values) is fetched into L2
+    `_PREFETCH_ROWS` rows ahead. Arrays are indexed in place, never sliced inside the loops
+    (a view costs two atomic reference count updates).
     """
     group = q.shape[1] // keys.shape[1]
     width = q.shape[2]
     first_head = head * group
     length = start + n
     n_rows = n * group
-    queries = q[first : first + n, first_head : first_head + group].copy().reshape(n_rows, width)
+    queries = np.empty((n_rows, width), np.float32)
+    for j in range(n):
+        for g in range(group):
+            for i in range(width):
+                queries[j * group + g, i] = q[first + j, first_head + g, i]
     key_rows = keys[slot, head]  # [T, hd], in place
     value_rows = values[slot, head]
     key_run = key_rows.reshape(-1)  # [T hd], for the prefetches
     value_run = value_rows.reshape(-1)
-    scores = np.empty((n_rows, length), np.float32)
+    scores = np.empty(n_rows * length, np.float32)  # row r's at r length ..
     t = 0
     while t + 4 <= length:  # keys t..t+3, each read once for every row that sees t
         for u in range(t, t + 4):
             _prefetch_row(key_run, value_run, u + _PREFETCH_ROWS, length, width)
-        k0, k1, k2, k3 = key_rows[t], key_rows[t + 1], key_rows[t + 2], key_rows[t + 3]
         for r in range(max(0, t - start) * group, n_rows):  # rows j >= t - start see t
             if width == 64:
-                a0, a1, a2, a3 = _dot4(queries[r], k0, k1, k2, k3, 64)
+                a0, a1, a2, a3 = _dot4(queries, r, key_rows, t, 64)
             else:
-                a0, a1, a2, a3 = _dot4(queries[r], k0, k1, k2, k3, width)
-            scores[r, t] = a0  # t + 1.. may lie past row r's position: zeroed below
-            scores[r, t + 1] = a1
-            scores[r, t + 2] = a2
-            scores[r, t + 3] = a3
+                a0, a1, a2, a3 = _dot4(queries, r, key_rows, t, width)
+            base = r * length + t
+            scores[base] = a0  # t + 1.. may lie past row r's position: zeroed below
+            scores[base + 1] = a1
+            scores[base + 2] = a2
+            scores[base + 3] = a3
         t += 4
     for u in range(t, length):  # the last 0..3 keys (in cache already: fetched ahead)
-        key = key_rows[u]
         for r in range(max(0, u - start) * group, n_rows):
-            query = queries[r]
             total = np.float32(0.0)
             for i in range(width):
-                total += query[i] * key[i]
-            scores[r, u] = total
+                total += queries[r, i] * key_rows[u, i]
+            scores[r * length + u] = total
     lanes = np.empty(_LANES, np.float32)
     for r in range(n_rows):
         seen = start + r // group + 1
-        _softmax_(scores[r, :seen], lanes)
-        scores[r, seen:] = 0.0
+        row = scores[r * length : (r + 1) * length]
+        _softmax_(row[:seen], lanes)
+        row[seen:] = 0.0
     attended = np.zeros((n_rows, width), np.float32)  # local: no aliasing with `values`
     end = length * width
     t = 0
@@ -221,22 +242,23 @@ def _attend(q, keys, values, slot, start, first, n, head, out):  # pragma: no co
         if ahead + 4 * width <= end:
             for i in range(0, 4 * width, 16):
                 prefetch(value_run, ahead + i)
-        v0, v1, v2, v3 = value_rows[t], value_rows[t + 1], value_rows[t + 2], value_rows[t + 3]
         for r in range(max(0, t - start) * group, n_rows):
-            w0, w1, w2, w3 = scores[r, t], scores[r, t + 1], scores[r, t + 2], scores[r, t + 3]
-            row = attended[r]
-            for i in range(width):
-                row[i] += w0 * v0[i] + w1 * v1[i] + w2 * v2[i] + w3 * v3[i]
+            base = r * length + t
+            w0, w1, w2, w3 = scores[base], scores[base + 1], scores[base + 2], scores[base + 3]
+            if width == 64:
+                _axpy4(attended, r, value_rows, t, w0, w1, w2, w3, 64)
+            else:
+                _axpy4(attended, r, value_rows, t, w0, w1, w2, w3, width)
         t += 4
     for u in range(t, length):
-        value = value_rows[u]
         for r in range(max(0, u - start) * group, n_rows):
-            weight = scores[r, u]
-            row = attended[r]
+            weight = scores[r * length + u]
             for i in range(width):
-                row[i] += weight * value[i]
+                attended[r, i] += weight * value_rows[u, i]
     for j in range(n):
-        out[first + j, first_head : first_head + group] = attended[j * group : (j + 1) * group]
+        for g in range(group):
+            for i in range(width):
+                out[first + j, first_head + g, i] = attended[j * group + g, i]
 
 
 @numba.njit(cache=True)

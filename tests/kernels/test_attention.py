@@ -268,3 +268,42 @@ def test_causal_softmax_equals_numpy_softmax_of_the_masked_scores(
     attention.causal_softmax_(scores, first, n)
     np.testing.assert_allclose(scores, expected, rtol=1e-5, atol=1e-7)
     assert (scores[:, future] == 0).all()
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(0, 60))
+def test_decode_rows_of_context_one_and_of_the_whole_cache_equal_numpy(seed, n_other):
+    """Decode rows (n = 1) on SmolLM2's head shapes (G = 3 query heads per key/value head,
+    hd = 64): a context of one position, one of the cache's whole length T, and others of any
+    length (every remainder of the four-key steps), in a batch large enough, from n_other = 13
+    on, for the dynamic schedule."""
+    rng = np.random.default_rng(seed)
+    max_len, batch = int(rng.integers(1, 80)), n_other + 2
+    keys = rng.standard_normal((batch, 3, max_len, 64)).astype(np.float32)
+    values = rng.standard_normal((batch, 3, max_len, 64)).astype(np.float32)
+    lengths = np.concatenate([[1, max_len], rng.integers(1, max_len + 1, n_other)])
+    slots = rng.permutation(batch)
+    segments = np.column_stack([slots, lengths - 1, np.arange(batch), np.ones(batch, np.int64)])
+    q = (0.3 * rng.standard_normal((batch, 9, 64))).astype(np.float32)
+    out = attention.ragged_attention(q, keys, values, segments, np.empty_like(q))
+    assert_matches_reference(out, q, keys, values, segments)
+
+
+@settings(max_examples=30, deadline=None)
+@given(ragged_passes(most_rows=8), st.integers(0, 2**32 - 1))
+def test_a_segment_attends_alike_alone_and_in_any_batch(case, seed):
+    """Determinism: a segment's output is the same bit for bit whether its pass holds it alone
+    or with other segments (a larger batch, in another order, on the dynamic schedule)."""
+    q, keys, values, segments = case
+    together = attention.ragged_attention(q, keys, values, segments, np.zeros_like(q))
+    rng = np.random.default_rng(seed)
+    copies = 20  # 20 copies of every segment, each writing its own rows: >= 3 _CHUNKS pairs
+    crowd = np.concatenate([segments + [0, 0, k * len(q), 0] for k in range(copies)])
+    crowd = crowd[rng.permutation(len(crowd))]
+    queries = np.concatenate([q] * copies)
+    crowded = attention.ragged_attention(queries, keys, values, crowd, np.zeros_like(queries))
+    np.testing.assert_array_equal(crowded, np.concatenate([together] * copies))
+    for segment in segments:
+        alone = attention.ragged_attention(q, keys, values, segment[None], np.zeros_like(q))
+        _, _, first, n = segment
+        np.testing.assert_array_equal(alone[first : first + n], together[first : first + n])
