@@ -5,6 +5,7 @@ they were, and no read past a row's own context."""
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 from corral.kernels import attention
 from hypothesis import given, settings
@@ -307,3 +308,28 @@ def test_a_segment_attends_alike_alone_and_in_any_batch(case, seed):
         alone = attention.ragged_attention(q, keys, values, segment[None], np.zeros_like(q))
         _, _, first, n = segment
         np.testing.assert_array_equal(alone[first : first + n], together[first : first + n])
+
+
+@numba.njit  # no cache: it would outlive a change to the intrinsics it inlines
+def _blocks16(queries, q_start, rows, r_start, weights, w_start, scores, out):
+    attention._scores16(queries, q_start, rows, r_start, scores, 0)
+    attention._weighted16(out, 0, weights, w_start, rows, r_start)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_the_16_row_intrinsics_equal_numpy_at_any_offset(seed):
+    """`_scores16`: 16 dot products of one query row of width 64 with 16 rows, key l's in lane
+    l; `_weighted16`: an output row plus the 16 rows weighted; both at arbitrary flat offsets."""
+    rng = np.random.default_rng(seed)
+    rows = rng.standard_normal((int(rng.integers(16, 40)), 64)).astype(np.float32)
+    t = int(rng.integers(0, len(rows) - 15))
+    queries = rng.standard_normal((3, 64)).astype(np.float32)
+    r = int(rng.integers(0, 3))
+    weights = rng.random(40).astype(np.float32)
+    w = int(rng.integers(0, 25))
+    scores, out = np.full(16, np.nan, np.float32), rng.standard_normal(64).astype(np.float32)
+    expected_out = out.astype(np.float64) + weights[w : w + 16] @ rows[t : t + 16].astype(float)
+    _blocks16(queries, r * 64, rows, t * 64, weights, w, scores, out)
+    np.testing.assert_allclose(scores, rows[t : t + 16] @ queries[r].astype(float), atol=1e-4)
+    np.testing.assert_allclose(out, expected_out, rtol=1e-5, atol=1e-5)
