@@ -49,17 +49,16 @@ from numba.extending import intrinsic
 
 _FASTMATH = {"reassoc", "contract", "nsz"}  # no -inf or NaN is ever formed: lengths bound loops
 _CHUNKS = 16  # the parallel loop's tasks go out in about this many chunks, as threads free up
-_PREFETCH_ROWS = 32  # keys/values fetched this many rows ahead (32 x 64 floats = 8 KB)
+_PREFETCH_ROWS = 32  # the four-key path fetches keys/values this many rows ahead
 
 
 @intrinsic
 def prefetch(typingctx, array, index):  # pragma: no cover - compiled
     """Hint the CPU to load the cache line of array[index] (a 1-D contiguous array) for reading:
     LLVM's `llvm.prefetch` (read, locality 2, data cache: x86's `prefetcht1`, into L2; on the
-    2-core machine of bench/attention.py, one thread's decode attention from memory took about
-    5% less than with `prefetcht0`, into L1).
-    No effect on results; an index past the end is harmless for the hardware, but callers keep
-    it in bounds."""
+    2-core machine of bench/attention.py, one thread's decode attention from memory on the
+    four-key path took about 5% less than with `prefetcht0`, into L1). No effect on results;
+    an index past the end is harmless for the hardware, but callers keep it in bounds."""
 
     def codegen(context, builder, signature, args):
         data = context.make_array(signature.args[0])(context, builder, args[0]).data
