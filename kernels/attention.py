@@ -9,19 +9,24 @@ mask, no padding to the longest context and no Python loop over sequences.
 
 The cache layout is `[S, Hkv, T, hd]` for one layer, so the keys that a (segment, key/value
 head) pair reads are one contiguous `[start + n, hd]` run. Each parallel task takes one pair and
-streams the run once for the n G query rows it serves (G = Hq / Hkv): scores, softmax,
-weighted sum of the values. Decode attention does few multiply-adds per float it loads (G),
-yet on one thread the kernel's arithmetic (each score a dot product and a horizontal sum)
-took longer than its loads, from memory or not: it asks for the keys and values a few rows
-ahead (`prefetch`) so that the loads overlap the arithmetic, and keeps the arithmetic per key
-small (each query row passes over four keys at a time, four independent chains the CPU
-overlaps; each output row takes four values at a time, one load and store of the row for
-them), and takes its exponentials from a vectorizable polynomial (`_softmax_`) rather than
-one libm call per score. The tasks go to Numba's threads
-in about `_CHUNKS` chunks as threads free up (dynamic scheduling, from 3 `_CHUNKS` tasks on;
-below, the chunks' own cost outweighs it): on a small machine another process, or BLAS's
-workers spinning after a GEMM, often holds one of the cores, and an even static split then
-waits for the slowest thread.
+streams the run once for the n G query rows it serves (G = Hq / Hkv): scores, softmax, weighted
+sum of the values. Decode attention does few multiply-adds per float it loads (G), yet on one
+thread the kernel's arithmetic took longer than its loads, from memory or not, so the arithmetic
+per key is kept small. For SmolLM2's head width 64, two intrinsics of plain LLVM vector IR take
+16 keys or values at a time: `_scores16` sums one query row's 16 dot products across their
+vector lanes together (a tree of shuffles, half those of a horizontal sum per key) and
+`_weighted16` keeps an output row in registers over 16 values; the hardware prefetchers then
+keep up with the two streams (asking for lines ahead in software, as the general path does, cost
+more than it saved: a step's 30 layers at batch 64 on one thread, keys and values from memory,
+took 62 ms without against 72 ms with, on the shared 2-core machine). Other widths take four
+keys at a time (`_dot4`, four independent chains of FMAs and horizontal sums) and four values
+(`_axpy4`), fetched `_PREFETCH_ROWS` rows ahead (`prefetch`, into L2). No array view is made
+inside the loops (each costs two atomic reference count updates), and the exponentials come from
+a vectorizable polynomial (`_softmax_`), not one libm call per score. The tasks go to Numba's
+threads in about `_CHUNKS` chunks as threads free up (dynamic scheduling, from 3 `_CHUNKS` tasks
+on; below, the chunks' own cost outweighs it): on a small machine another process, or BLAS's
+workers spinning after a GEMM, often holds one of the cores, and an even static split then waits
+for the slowest thread.
 
 A long prompt's attention is two GEMMs per block of queries (`llama.attend_prompt`, BLAS reuses
 each key for many queries); between them `causal_softmax_` takes the block's masked softmax in
@@ -44,14 +49,16 @@ from numba.extending import intrinsic
 
 _FASTMATH = {"reassoc", "contract", "nsz"}  # no -inf or NaN is ever formed: lengths bound loops
 _CHUNKS = 16  # the parallel loop's tasks go out in about this many chunks, as threads free up
-_PREFETCH_ROWS = 32  # keys/values fetched this many rows ahead (32 x 64 floats = 8 KB)
+_PREFETCH_ROWS = 32  # the four-key path fetches keys/values this many rows ahead
 
 
 @intrinsic
 def prefetch(typingctx, array, index):  # pragma: no cover - compiled
     """Hint the CPU to load the cache line of array[index] (a 1-D contiguous array) for reading:
-    LLVM's `llvm.prefetch` (read, high locality, data cache). No effect on results; an index
-    past the end is harmless for the hardware, but callers keep it in bounds."""
+    LLVM's `llvm.prefetch` (read, locality 2, data cache: x86's `prefetcht1`, into L2; on the
+    2-core machine of bench/attention.py, one thread's decode attention from memory on the
+    four-key path took about 5% less than with `prefetcht0`, into L1). No effect on results;
+    an index past the end is harmless for the hardware, but callers keep it in bounds."""
 
     def codegen(context, builder, signature, args):
         data = context.make_array(signature.args[0])(context, builder, args[0]).data
@@ -64,7 +71,7 @@ def prefetch(typingctx, array, index):  # pragma: no cover - compiled
         )
         address = builder.bitcast(builder.gep(data, [args[1]]), byte_pointer)
         builder.call(
-            function, [address, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)]
+            function, [address, ir.Constant(i32, 0), ir.Constant(i32, 2), ir.Constant(i32, 1)]
         )
         return context.get_dummy_value()
 
@@ -131,6 +138,112 @@ def causal_softmax_(scores, first, n):  # pragma: no cover - compiled
             flat[row, seen:] = 0.0
 
 
+_BLOCK = 16  # keys or values of one `_scores16` / `_weighted16` call: one vector of float32
+_F32 = ir.FloatType()
+_VECTOR = ir.VectorType(_F32, _BLOCK)
+
+
+def _vector_codegen_helpers(context, builder, signature, args):
+    """The pieces `_scores16` and `_weighted16` build their IR from: a float pointer to the
+    data of array argument i, vector and scalar loads at a flat offset, the fma of LLVM."""
+    i64 = ir.IntType(64)
+
+    def pointer(index):
+        array = context.make_array(signature.args[index])(context, builder, args[index])
+        return builder.bitcast(array.data, _F32.as_pointer())
+
+    def address(base, offset, extra=0):
+        return builder.gep(base, [builder.add(offset, ir.Constant(i64, extra))])
+
+    def load_vector(base, offset, extra=0):
+        where = builder.bitcast(address(base, offset, extra), _VECTOR.as_pointer())
+        return builder.load(where, align=4)
+
+    fma = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(_VECTOR, [_VECTOR] * 3), "llvm.fma.v16f32"
+    )
+    return pointer, address, load_vector, fma
+
+
+def _float_arrays(*arrays) -> bool:
+    """Whether every Numba type given is a C-contiguous float32 array (the intrinsics' typing)."""
+    return all(
+        isinstance(a, types.Array) and a.dtype == types.float32 and a.layout == "C" for a in arrays
+    )
+
+
+@intrinsic
+def _scores16(typingctx, queries, q_start, keys, k_start, scores, s_start):  # pragma: no cover
+    """scores[s_start + l] = queries[q_start: +64] . keys[k_start + 64 l: +64] for l < 16:
+    one query row against 16 keys of width 64 (flat offsets into C-contiguous float32 arrays,
+    not bounds-checked). Each key's 64 products go into one vector of 16 partial sums (four
+    fmas); the 16 vectors are then summed across their lanes together, a tree of 15 pairwise
+    steps (two shuffles and an add each) that leaves key l's sum in lane l: half the shuffles
+    of one horizontal sum per key. Plain LLVM vector IR. O(16 64)"""
+    if not _float_arrays(queries, keys, scores):
+        return None
+
+    def codegen(context, builder, signature, args):
+        pointer, _, load_vector, fma = _vector_codegen_helpers(context, builder, signature, args)
+        q_p, k_p, s_p = pointer(0), pointer(2), pointer(4)
+        q = [load_vector(q_p, args[1], 16 * c) for c in range(4)]
+        partial = []
+        for key in range(_BLOCK):
+            chunks = [load_vector(k_p, args[3], 64 * key + 16 * c) for c in range(4)]
+            total = builder.fmul(q[0], chunks[0])
+            for c in range(1, 4):
+                total = builder.call(fma, [q[c], chunks[c], total])
+            partial.append(total)
+        even = ir.Constant(ir.VectorType(ir.IntType(32), _BLOCK), list(range(0, 32, 2)))
+        odd = ir.Constant(ir.VectorType(ir.IntType(32), _BLOCK), list(range(1, 32, 2)))
+        while len(partial) > 1:  # lanes 0..7: pairs of a's lanes, 8..15: pairs of b's
+            partial = [
+                builder.fadd(builder.shuffle_vector(a, b, even), builder.shuffle_vector(a, b, odd))
+                for a, b in zip(partial[0::2], partial[1::2], strict=True)
+            ]
+        where = builder.bitcast(builder.gep(s_p, [args[5]]), _VECTOR.as_pointer())
+        builder.store(partial[0], where, align=4)
+        return context.get_dummy_value()
+
+    return types.void(queries, q_start, keys, k_start, scores, s_start), codegen
+
+
+@intrinsic
+def _weighted16(typingctx, out, o_start, weights, w_start, values, v_start):  # pragma: no cover
+    """out[o_start: +64] += sum over l < 16 of weights[w_start + l] values[v_start + 64 l: +64]:
+    16 value rows of width 64 weighted into one output row held in registers (four vectors,
+    two sets of them so that no fma waits on the one before), loaded and stored once (flat
+    offsets into C-contiguous float32 arrays, not bounds-checked). Plain LLVM vector IR.
+    O(16 64)"""
+    if not _float_arrays(out, weights, values):
+        return None
+
+    def codegen(context, builder, signature, args):
+        pointer, address, load_vector, fma = _vector_codegen_helpers(
+            context, builder, signature, args
+        )
+        o_p, w_p, v_p = pointer(0), pointer(2), pointer(4)
+        sums = [[load_vector(o_p, args[1], 16 * c) for c in range(4)]]
+        sums.append([ir.Constant(_VECTOR, [0.0] * _BLOCK)] * 4)
+        lane0 = ir.Constant(ir.VectorType(ir.IntType(32), _BLOCK), [0] * _BLOCK)
+        for row in range(_BLOCK):
+            weight = builder.load(address(w_p, args[3], row), align=4)
+            single = builder.insert_element(
+                ir.Constant(_VECTOR, None), weight, ir.Constant(ir.IntType(32), 0)
+            )
+            splat = builder.shuffle_vector(single, ir.Constant(_VECTOR, None), lane0)
+            part = sums[row % 2]
+            for c in range(4):
+                chunk = load_vector(v_p, args[5], 64 * row + 16 * c)
+                part[c] = builder.call(fma, [splat, chunk, part[c]])
+        for c in range(4):
+            where = builder.bitcast(address(o_p, args[1], 16 * c), _VECTOR.as_pointer())
+            builder.store(builder.fadd(sums[0][c], sums[1][c]), where, align=4)
+        return context.get_dummy_value()
+
+    return types.void(out, o_start, weights, w_start, values, v_start), codegen
+
+
 @numba.njit(cache=True, inline="always")
 def _prefetch_row(key_run, value_run, row, length, width):  # pragma: no cover - compiled
     """Prefetch row `row` of the task's stream: keys 0..length-1, then values 0..length-1
@@ -144,19 +257,32 @@ def _prefetch_row(key_run, value_run, row, length, width):  # pragma: no cover -
 
 
 @numba.njit(cache=True, fastmath=_FASTMATH, inline="always")
-def _dot4(query, k0, k1, k2, k3, width):  # pragma: no cover - compiled
-    """(query . k0, query . k1, query . k2, query . k3) over the first `width` floats, float32
-    [>= width] each: four independent chains of FMAs and horizontal sums, which the CPU
-    overlaps. Inlined: called with the literal 64, LLVM unrolls the loop whole (no remainder,
-    no loop set-up per key), as it does not for a width known only at run time. O(width)"""
+def _dot4(queries, r, rows, t, width):  # pragma: no cover - compiled
+    """(queries[r] . rows[t], ..., queries[r] . rows[t + 3]) over the first `width` floats
+    (float32 [., >= width] each): four independent chains of FMAs and horizontal sums, which
+    the CPU overlaps. Indexed in place, with no row views: a view made in the loop costs an
+    atomic reference count increment and decrement, per key. Inlined: called with the literal
+    64, LLVM unrolls the loop whole (no remainder, no loop set-up per key), as it does not for
+    a width known only at run time. O(width)"""
     a0 = a1 = a2 = a3 = np.float32(0.0)
     for i in range(width):
-        x = query[i]
-        a0 += x * k0[i]
-        a1 += x * k1[i]
-        a2 += x * k2[i]
-        a3 += x * k3[i]
+        x = queries[r, i]
+        a0 += x * rows[t, i]
+        a1 += x * rows[t + 1, i]
+        a2 += x * rows[t + 2, i]
+        a3 += x * rows[t + 3, i]
     return a0, a1, a2, a3
+
+
+@numba.njit(cache=True, fastmath=_FASTMATH, inline="always")
+def _axpy4(acc, r, rows, t, w0, w1, w2, w3, width):  # pragma: no cover - compiled
+    """acc[r] += w0 rows[t] + w1 rows[t + 1] + w2 rows[t + 2] + w3 rows[t + 3] over the first
+    `width` floats (float32 [., >= width]): one load and store of acc[r] for four FMAs per
+    float, in place as `_dot4`. O(width)"""
+    for i in range(width):
+        acc[r, i] += (
+            w0 * rows[t, i] + w1 * rows[t + 1, i] + w2 * rows[t + 2, i] + w3 * rows[t + 3, i]
+        )
 
 
 @numba.njit(cache=True, fastmath=_FASTMATH)
@@ -166,77 +292,91 @@ def _attend(q, keys, values, slot, start, first, n, head, out):  # pragma: no co
     O(G n (start + n) hd)
 
     The task's R = G n query rows are copied into one `[R, hd]` block; row r = j G + g is query
-    head g of row j. Scores take four keys at a time (one pass over each query row for them),
-    the weighted sum four values at a time (one load and store of the output row for four FMAs
-    per float), each loop vectorized over hd (the dot products unrolled whole for SmolLM2's
-    hd = 64); the rows that see none of the keys at hand are skipped, and scores past a row's
-    own position are zeroed after the softmax, so a row's output depends on no key past its
-    position (the values there, the segment's own new tokens, are multiplied by zero). The
-    stream (keys, then values) is fetched `_PREFETCH_ROWS` rows ahead.
+    head g of row j. With hd = 64, scores take 16 keys at a time (`_scores16`), the weighted
+    sum 16 values at a time (`_weighted16`), each block read once for all R rows (from L1
+    after the first); the last 0..15, and every key of other widths, go four at a time
+    (`_dot4`, `_axpy4`, vectorized over hd), then one at a time, the stream fetched
+    `_PREFETCH_ROWS` rows ahead. The rows that see none of the keys at hand are skipped, and
+    scores past a row's own position are zeroed after the softmax, so a row's output depends
+    on no key past its position (the values there, the segment's own new tokens, are
+    multiplied by zero). The sums run in the same order whatever the other tasks of the call:
+    a row's output does not depend on how its batch is made up.
     """
     group = q.shape[1] // keys.shape[1]
     width = q.shape[2]
     first_head = head * group
     length = start + n
     n_rows = n * group
-    queries = q[first : first + n, first_head : first_head + group].copy().reshape(n_rows, width)
+    queries = np.empty((n_rows, width), np.float32)
+    for j in range(n):
+        for g in range(group):
+            for i in range(width):
+                queries[j * group + g, i] = q[first + j, first_head + g, i]
     key_rows = keys[slot, head]  # [T, hd], in place
     value_rows = values[slot, head]
     key_run = key_rows.reshape(-1)  # [T hd], for the prefetches
     value_run = value_rows.reshape(-1)
-    scores = np.empty((n_rows, length), np.float32)
+    scores = np.empty(n_rows * length, np.float32)  # row r's at r length ..
     t = 0
+    while width == 64 and t + _BLOCK <= length:  # keys t..t+15, for every row that sees t
+        for r in range(max(0, t - start) * group, n_rows):
+            _scores16(queries, r * 64, key_run, t * 64, scores, r * length + t)
+        t += _BLOCK
     while t + 4 <= length:  # keys t..t+3, each read once for every row that sees t
         for u in range(t, t + 4):
             _prefetch_row(key_run, value_run, u + _PREFETCH_ROWS, length, width)
-        k0, k1, k2, k3 = key_rows[t], key_rows[t + 1], key_rows[t + 2], key_rows[t + 3]
         for r in range(max(0, t - start) * group, n_rows):  # rows j >= t - start see t
             if width == 64:
-                a0, a1, a2, a3 = _dot4(queries[r], k0, k1, k2, k3, 64)
+                a0, a1, a2, a3 = _dot4(queries, r, key_rows, t, 64)
             else:
-                a0, a1, a2, a3 = _dot4(queries[r], k0, k1, k2, k3, width)
-            scores[r, t] = a0  # t + 1.. may lie past row r's position: zeroed below
-            scores[r, t + 1] = a1
-            scores[r, t + 2] = a2
-            scores[r, t + 3] = a3
+                a0, a1, a2, a3 = _dot4(queries, r, key_rows, t, width)
+            base = r * length + t
+            scores[base] = a0  # t + 1.. may lie past row r's position: zeroed below
+            scores[base + 1] = a1
+            scores[base + 2] = a2
+            scores[base + 3] = a3
         t += 4
     for u in range(t, length):  # the last 0..3 keys (in cache already: fetched ahead)
-        key = key_rows[u]
         for r in range(max(0, u - start) * group, n_rows):
-            query = queries[r]
             total = np.float32(0.0)
             for i in range(width):
-                total += query[i] * key[i]
-            scores[r, u] = total
+                total += queries[r, i] * key_rows[u, i]
+            scores[r * length + u] = total
     lanes = np.empty(_LANES, np.float32)
     for r in range(n_rows):
         seen = start + r // group + 1
-        _softmax_(scores[r, :seen], lanes)
-        scores[r, seen:] = 0.0
+        row = scores[r * length : (r + 1) * length]
+        _softmax_(row[:seen], lanes)
+        row[seen:] = 0.0
     attended = np.zeros((n_rows, width), np.float32)  # local: no aliasing with `values`
     end = length * width
     t = 0
+    while width == 64 and t + _BLOCK <= length:  # values t..t+15, for every row that sees t
+        for r in range(max(0, t - start) * group, n_rows):
+            _weighted16(attended, r * 64, scores, r * length + t, value_run, t * 64)
+        t += _BLOCK
     while t + 4 <= length:  # values t..t+3, each read once for every row that sees t
         ahead = (t + _PREFETCH_ROWS) * width
         if ahead + 4 * width <= end:
             for i in range(0, 4 * width, 16):
                 prefetch(value_run, ahead + i)
-        v0, v1, v2, v3 = value_rows[t], value_rows[t + 1], value_rows[t + 2], value_rows[t + 3]
         for r in range(max(0, t - start) * group, n_rows):
-            w0, w1, w2, w3 = scores[r, t], scores[r, t + 1], scores[r, t + 2], scores[r, t + 3]
-            row = attended[r]
-            for i in range(width):
-                row[i] += w0 * v0[i] + w1 * v1[i] + w2 * v2[i] + w3 * v3[i]
+            base = r * length + t
+            w0, w1, w2, w3 = scores[base], scores[base + 1], scores[base + 2], scores[base + 3]
+            if width == 64:
+                _axpy4(attended, r, value_rows, t, w0, w1, w2, w3, 64)
+            else:
+                _axpy4(attended, r, value_rows, t, w0, w1, w2, w3, width)
         t += 4
     for u in range(t, length):
-        value = value_rows[u]
         for r in range(max(0, u - start) * group, n_rows):
-            weight = scores[r, u]
-            row = attended[r]
+            weight = scores[r * length + u]
             for i in range(width):
-                row[i] += weight * value[i]
+                attended[r, i] += weight * value_rows[u, i]
     for j in range(n):
-        out[first + j, first_head : first_head + group] = attended[j * group : (j + 1) * group]
+        for g in range(group):
+            for i in range(width):
+                out[first + j, first_head + g, i] = attended[j * group + g, i]
 
 
 @numba.njit(cache=True)

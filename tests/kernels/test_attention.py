@@ -5,6 +5,7 @@ they were, and no read past a row's own context."""
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 from corral.kernels import attention
 from hypothesis import given, settings
@@ -268,3 +269,67 @@ def test_causal_softmax_equals_numpy_softmax_of_the_masked_scores(
     attention.causal_softmax_(scores, first, n)
     np.testing.assert_allclose(scores, expected, rtol=1e-5, atol=1e-7)
     assert (scores[:, future] == 0).all()
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(0, 60))
+def test_decode_rows_of_context_one_and_of_the_whole_cache_equal_numpy(seed, n_other):
+    """Decode rows (n = 1) on SmolLM2's head shapes (G = 3 query heads per key/value head,
+    hd = 64): a context of one position, one of the cache's whole length T, and others of any
+    length (every remainder of the four-key steps), in a batch large enough, from n_other = 13
+    on, for the dynamic schedule."""
+    rng = np.random.default_rng(seed)
+    max_len, batch = int(rng.integers(1, 80)), n_other + 2
+    keys = rng.standard_normal((batch, 3, max_len, 64)).astype(np.float32)
+    values = rng.standard_normal((batch, 3, max_len, 64)).astype(np.float32)
+    lengths = np.concatenate([[1, max_len], rng.integers(1, max_len + 1, n_other)])
+    slots = rng.permutation(batch)
+    segments = np.column_stack([slots, lengths - 1, np.arange(batch), np.ones(batch, np.int64)])
+    q = (0.3 * rng.standard_normal((batch, 9, 64))).astype(np.float32)
+    out = attention.ragged_attention(q, keys, values, segments, np.empty_like(q))
+    assert_matches_reference(out, q, keys, values, segments)
+
+
+@settings(max_examples=30, deadline=None)
+@given(ragged_passes(most_rows=8), st.integers(0, 2**32 - 1))
+def test_a_segment_attends_alike_alone_and_in_any_batch(case, seed):
+    """Determinism: a segment's output is the same bit for bit whether its pass holds it alone
+    or with other segments (a larger batch, in another order, on the dynamic schedule)."""
+    q, keys, values, segments = case
+    together = attention.ragged_attention(q, keys, values, segments, np.zeros_like(q))
+    rng = np.random.default_rng(seed)
+    copies = 20  # 20 copies of every segment, each writing its own rows: >= 3 _CHUNKS pairs
+    crowd = np.concatenate([segments + [0, 0, k * len(q), 0] for k in range(copies)])
+    crowd = crowd[rng.permutation(len(crowd))]
+    queries = np.concatenate([q] * copies)
+    crowded = attention.ragged_attention(queries, keys, values, crowd, np.zeros_like(queries))
+    np.testing.assert_array_equal(crowded, np.concatenate([together] * copies))
+    for segment in segments:
+        alone = attention.ragged_attention(q, keys, values, segment[None], np.zeros_like(q))
+        _, _, first, n = segment
+        np.testing.assert_array_equal(alone[first : first + n], together[first : first + n])
+
+
+@numba.njit  # no cache: it would outlive a change to the intrinsics it inlines
+def _blocks16(queries, q_start, rows, r_start, weights, w_start, scores, out):
+    attention._scores16(queries, q_start, rows, r_start, scores, 0)
+    attention._weighted16(out, 0, weights, w_start, rows, r_start)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_the_16_row_intrinsics_equal_numpy_at_any_offset(seed):
+    """`_scores16`: 16 dot products of one query row of width 64 with 16 rows, key l's in lane
+    l; `_weighted16`: an output row plus the 16 rows weighted; both at arbitrary flat offsets."""
+    rng = np.random.default_rng(seed)
+    rows = rng.standard_normal((int(rng.integers(16, 40)), 64)).astype(np.float32)
+    t = int(rng.integers(0, len(rows) - 15))
+    queries = rng.standard_normal((3, 64)).astype(np.float32)
+    r = int(rng.integers(0, 3))
+    weights = rng.random(40).astype(np.float32)
+    w = int(rng.integers(0, 25))
+    scores, out = np.full(16, np.nan, np.float32), rng.standard_normal(64).astype(np.float32)
+    expected_out = out.astype(np.float64) + weights[w : w + 16] @ rows[t : t + 16].astype(float)
+    _blocks16(queries, r * 64, rows, t * 64, weights, w, scores, out)
+    np.testing.assert_allclose(scores, rows[t : t + 16] @ queries[r].astype(float), atol=1e-4)
+    np.testing.assert_allclose(out, expected_out, rtol=1e-5, atol=1e-5)
