@@ -16,7 +16,8 @@ positions:
    top_logprobs list, so they agree bit for bit);
 3. penalties (repetition, then presence and frequency) on a copy, O(n + len(prompt) +
    len(output) * log n);
-4. greedy: the first allowed position with the largest score; else truncation as two floors,
+4. greedy: the first allowed position with the largest score (the words before it only);
+   else truncation as two floors,
    a score floor (top-k: the k-th largest score, ties kept) and a weight floor (the larger of
    top-p's, ties kept, and min-p), a second sums pass when the temperature, a penalty or a
    floor changes the weights, and the inverse CDF at the row's uniform: the block sums locate
@@ -27,9 +28,15 @@ positions:
 Speed: the passes over the row are loops LLVM vectorizes (checked in `inspect_asm`): a mask word is
 a vector mask (a loop of constant trip count BLOCK over its bits), not branches; the exp is Cephes'
 branch-free `expf` (`corral.kernels.expf.exp_nonpositive`; Numba's scalar `math.exp` is a call LLVM
-does not vectorize); the peak is kept in `BLOCK` lanes of elementwise maxima (a maximum in one
-loop-carried variable is not vectorized without LLVM's no-NaN flag, which -inf and NaN logits
-forbid). Nothing of the vocabulary's size is allocated for a free or dense row without penalties.
+does not vectorize); the peak is kept in `LANE_SETS` sets of `BLOCK` lanes of elementwise maxima
+(a maximum in one loop-carried variable is not vectorized without LLVM's no-NaN flag, which -inf
+and NaN logits forbid; one set made every word wait for the previous word's stores, and the peak
+pass took 7 us of a 49,152-token row where four sets take 4). Nothing of the vocabulary's size is
+allocated for a free or dense row without penalties. A row's first pass over its mask words (the
+sums, or the gather of a sparse row) prefetches the next row's logits when that row is read in
+place (`corral.kernels.prefetch`): the sums are bound by arithmetic, the next row's peak pass by
+memory (the forward pass has just written the logits and they have left the core's caches), so
+one row's memory traffic overlaps the other's exp. Prefetches change no value.
 Top-k and top-p never sort the vocabulary: a histogram of the scores in buckets of one temperature
 (one e-fold of weight) finds the few candidates that can matter, and only those are sorted (one
 `np.sort`, the only generic NumPy routine compiled here). `sample_rows` runs the rows on one thread
@@ -44,12 +51,15 @@ import math
 import numba
 import numpy as np
 from corral.kernels.expf import exp_nonpositive
+from corral.kernels.prefetch import prefetch
 
 TEMPERATURE, TOP_K, TOP_P, MIN_P, PRESENCE, FREQUENCY, REPETITION = range(7)
 """Columns of the float64 `params` table."""
 N_PARAMS = 7
 BLOCK = 32
 """Positions per block of the weight sums and the inverse CDF: one mask word."""
+LANE_SETS = 4
+"""Independent sets of BLOCK lanes the peak is kept in, words taken in turn."""
 GATHER_BELOW = 4
 """A constrained row allowing fewer than V / GATHER_BELOW tokens is gathered before sampling."""
 N_BUCKETS = 64
@@ -64,18 +74,20 @@ _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 @numba.njit(cache=True, boundscheck=False)
-def _first_empty(masks, mask_rows):
-    """The first b whose mask row `masks[mask_rows[b]]` has no bit set, else -1. O(B * W) worst,
-    one nonzero word per row usually."""
+def _allowed_counts(masks, mask_rows, v):
+    """How many tokens each row allows: int64 `[B]`, v for a free row (`mask_rows[b]` < 0),
+    else the set bits of its mask. O(B * W)."""
+    counts = np.empty(mask_rows.shape[0], np.int64)
     for b in range(mask_rows.shape[0]):
-        if mask_rows[b] < 0:
-            continue
-        empty = True
-        for word in masks[mask_rows[b]]:
-            if word != 0:
-                empty = False
-                break
-        if empty:
+        counts[b] = v if mask_rows[b] < 0 else _count(masks[mask_rows[b]])
+    return counts
+
+
+@numba.njit(cache=True, boundscheck=False)
+def _first_empty(counts):
+    """The first b whose count is 0, else -1. O(B)."""
+    for b in range(counts.shape[0]):
+        if counts[b] == 0:
             return b
     return -1
 
@@ -103,7 +115,8 @@ def sample_rows(
     O(B * V) vectorized (O(B * (V / 32 + n_allowed)) for sparse masks) plus each row's
     penalties, truncation and top list.
     """
-    empty = _first_empty(masks, mask_rows)
+    counts = _allowed_counts(masks, mask_rows, logits.shape[1])
+    empty = _first_empty(counts)
     if empty >= 0:
         return empty
     ones = np.full((logits.shape[1] + BLOCK - 1) // BLOCK, 0xFFFFFFFF, np.uint32)
@@ -111,7 +124,7 @@ def sample_rows(
         _sample_one(
             logits, rows, masks, mask_rows, params, uniforms, prompt_ids, prompt_start,
             output_ids, output_start, n_top, tokens, logprobs, top_ids, top_logprobs,
-            top_counts, b, ones,
+            top_counts, b, ones, counts, True,
         )  # fmt: skip
     return -1
 
@@ -122,7 +135,8 @@ def sample_rows_parallel(
     output_start, n_top, tokens, logprobs, top_ids, top_logprobs, top_counts,
 ):  # fmt: skip
     """`sample_rows` with the rows spread over Numba's threads (`prange`); the same results."""
-    empty = _first_empty(masks, mask_rows)
+    counts = _allowed_counts(masks, mask_rows, logits.shape[1])
+    empty = _first_empty(counts)
     if empty >= 0:
         return empty
     ones = np.full((logits.shape[1] + BLOCK - 1) // BLOCK, 0xFFFFFFFF, np.uint32)
@@ -130,7 +144,7 @@ def sample_rows_parallel(
         _sample_one(
             logits, rows, masks, mask_rows, params, uniforms, prompt_ids, prompt_start,
             output_ids, output_start, n_top, tokens, logprobs, top_ids, top_logprobs,
-            top_counts, b, ones,
+            top_counts, b, ones, counts, False,
         )  # fmt: skip
     return -1
 
@@ -138,24 +152,28 @@ def sample_rows_parallel(
 @numba.njit(cache=True, boundscheck=False, fastmath=_FAST)
 def _sample_one(
     logits, rows, masks, mask_rows, params, uniforms, prompt_ids, prompt_start, output_ids,
-    output_start, n_top, tokens, logprobs, top_ids, top_logprobs, top_counts, b, ones,
+    output_start, n_top, tokens, logprobs, top_ids, top_logprobs, top_counts, b, ones, counts,
+    ahead,
 ):  # fmt: skip
     """Row b of `sample_rows` (see the module docstring for the steps); `ones` is a mask of
-    ones at least `ceil(V / 32)` words long."""
+    ones at least `ceil(V / 32)` words long, `counts` the tokens each row allows. When `ahead`
+    and row b + 1 is read in place (free or dense), the first pass over the row's mask words
+    (the gather or the sums) prefetches row b + 1's logits."""
     values = logits[rows[b]]
     n = values.shape[0]
+    fetch = ahead and b + 1 < rows.shape[0] and counts[b + 1] * GATHER_BELOW >= n
+    next_values = logits[rows[b + 1]] if fetch else values
     mask = ones
-    allowed = n
+    allowed = counts[b]
     gathered = False
     ids = np.empty(0, np.int32)
     if mask_rows[b] >= 0:
         mask = masks[mask_rows[b]]
-        allowed = _count(mask)
         if allowed * GATHER_BELOW < n:
             ids = np.empty(allowed, np.int32)
             values = np.empty(allowed, np.float32)
-            n = _gather(mask, logits[rows[b]], values, ids)
-            mask, gathered = ones, True
+            n = _gather(mask, logits[rows[b]], values, ids, next_values, fetch)
+            mask, gathered, fetch = ones, True, False
     p = params[b]
     sums = np.empty((n + BLOCK - 1) // BLOCK, np.float64)
     peak = _peak(values, mask, n)
@@ -163,7 +181,9 @@ def _sample_one(
         values = np.zeros(n, np.float32)
         peak = np.float32(0.0)
     one, no_floor = np.float32(1.0), np.float32(-np.inf)
-    log_total = math.log(_sums(values, mask, n, peak, one, no_floor, np.float32(0.0), sums))
+    log_total = math.log(
+        _sums(values, mask, n, peak, one, no_floor, np.float32(0.0), sums, next_values, fetch)
+    )
     prompt = prompt_ids[prompt_start[b] : prompt_start[b + 1]]
     output = output_ids[output_start[b] : output_start[b + 1]]
     scores, top = values, peak
@@ -177,7 +197,7 @@ def _sample_one(
         inverse = np.float32(min(1.0 / p[TEMPERATURE], _FLOAT32_MAX))  # finite: 0 * inverse is 0
         score_floor, weight_floor = _floors(scores, mask, n, allowed, top, inverse, p)
         if penalized or inverse != one or score_floor > no_floor or weight_floor > 0:
-            _sums(scores, mask, n, top, inverse, score_floor, weight_floor, sums)
+            _sums(scores, mask, n, top, inverse, score_floor, weight_floor, sums, scores, False)
         chosen = _draw(scores, mask, n, top, inverse, score_floor, weight_floor, sums, uniforms[b])
     tokens[b] = ids[chosen] if gathered else chosen
     logprobs[b] = np.float64(np.float32(values[chosen] - peak)) - log_total
@@ -209,14 +229,18 @@ def _count(mask):
 
 
 @numba.njit(cache=True, boundscheck=False)
-def _gather(mask, row, values, ids):
+def _gather(mask, row, values, ids, ahead, fetch):
     """Copy the logits and ids of the set bits of `mask` into `values` and `ids` (at least
-    n long), in id order; return their number n. O(len(mask) + n): a full word is one
+    n long), in id order; return their number n. When `fetch`, prefetch the row `ahead` first,
+    one 64-byte line a step. O(len(mask) + n): a full word is one
     32-value copy, another one step per set bit (the lowest set bit `word & -word`, whose
     position is the exponent of its float64). Only sparse masks are gathered
     (`GATHER_BELOW`), so a word holds few set bits and the loop's exit branch is the only
     one mispredicted (a branch per bit was mispredicted about half the time on the holes of a
     string state's mask, costing hundreds of microseconds a row)."""
+    if fetch:  # the next row's lines, ahead of its first pass (this row's work is short)
+        for i in range(0, ahead.shape[0], 16):
+            prefetch(ahead, i)
     n = 0
     for w in range(mask.shape[0]):
         word = mask[w]
@@ -242,18 +266,22 @@ def _gather(mask, row, values, ids):
 @numba.njit(cache=True, boundscheck=False, fastmath=_FAST)
 def _peak(x, mask, n):
     """The largest allowed `x[:n]` (-inf when none is above -inf), n >= 1: elementwise maxima
-    in BLOCK lanes, a mask word a step (vectorized), then over the lanes. O(n)."""
+    in `LANE_SETS` sets of BLOCK lanes, a mask word a step into the set of its index modulo
+    `LANE_SETS` (vectorized; a word's maxima wait on the set's previous word only, so the
+    latency of a lane's load, compare and store is paid once per `LANE_SETS` words), then over
+    the lanes. O(n)."""
     full = n // BLOCK
-    lanes = np.full(BLOCK, -np.inf, np.float32)
-    for w in range(full):
-        word, base = mask[w], w * BLOCK
-        for j in range(BLOCK):
-            v = x[base + j]
-            keep = (((word >> np.uint32(j)) & _ONE) != 0) & (v > lanes[j])
-            lanes[j] = v if keep else lanes[j]
     peak = np.float32(-np.inf)
-    for j in range(BLOCK):
-        peak = lanes[j] if lanes[j] > peak else peak
+    if full > 0:  # a short row (a gathered one of a few tokens) needs no lanes
+        lanes = np.full(LANE_SETS * BLOCK, -np.inf, np.float32)
+        for w in range(full):
+            word, base, lane = mask[w], w * BLOCK, (w % LANE_SETS) * BLOCK
+            for j in range(BLOCK):
+                v = x[base + j]
+                keep = (((word >> np.uint32(j)) & _ONE) != 0) & (v > lanes[lane + j])
+                lanes[lane + j] = v if keep else lanes[lane + j]
+        for j in range(LANE_SETS * BLOCK):
+            peak = lanes[j] if lanes[j] > peak else peak
     for i in range(full * BLOCK, n):
         if _bit(mask, i) and x[i] > peak:
             peak = x[i]
@@ -270,14 +298,18 @@ def _weight(score, allowed, top, inverse, score_floor, weight_floor):
 
 
 @numba.njit(cache=True, boundscheck=False, fastmath=_FAST)
-def _sums(x, mask, n, top, inverse, score_floor, weight_floor, sums):
+def _sums(x, mask, n, top, inverse, score_floor, weight_floor, sums, ahead, fetch):
     """The sum of the `_weight`s of each BLOCK of positions into `sums` (float64
     `[ceil(n / BLOCK)]`, each a float32 sum of at most 32 weights <= 1: relative error below
-    2e-6); returns their float64 total. Vectorized, nothing stored per position. O(n)."""
+    2e-6); returns their float64 total. When `fetch`, block i also prefetches the logits
+    `ahead[32 i : 32 i + 32]` (the next row's). Vectorized, nothing stored per position. O(n)."""
     total = 0.0
     full = n // BLOCK
     plain = inverse == np.float32(1.0) and score_floor == -np.inf and weight_floor == 0.0
     for block in range(full):  # a constant trip count: LLVM makes the word a vector mask
+        if fetch:  # the next row's two lines under this block
+            prefetch(ahead, block * BLOCK)
+            prefetch(ahead, block * BLOCK + 16)
         word, base = mask[block], block * BLOCK
         block_sum = np.float32(0.0)
         if plain:  # the same weights without the scaling and floors (a quarter of the work)
@@ -349,18 +381,19 @@ def _draw(x, mask, n, top, inverse, score_floor, weight_floor, sums, uniform):
 @numba.njit(cache=True, boundscheck=False, fastmath=_FAST)
 def _first_at(x, mask, n, top):
     """The first allowed position whose `x` equals `top`, or the first allowed position when
-    none does: the first match in each of BLOCK lanes, a mask word a step (vectorized), then
-    the least over the lanes. O(n)."""
+    none does: a mask word a step, whether any of its allowed positions matches (an or over
+    BLOCK lanes, vectorized), stopping at the first word that has one. O(n) worst, O(i) for a
+    first match at i."""
     full = n // BLOCK
-    lanes = np.full(BLOCK, n, np.int64)
     for w in range(full):
         word, base = mask[w], w * BLOCK
+        hit = False
         for j in range(BLOCK):
-            match = (((word >> np.uint32(j)) & _ONE) != 0) & (x[base + j] == top)
-            lanes[j] = base + j if match & (lanes[j] == n) else lanes[j]
-    first = lanes.min()
-    if first < n:
-        return first
+            hit |= (((word >> np.uint32(j)) & _ONE) != 0) & (x[base + j] == top)
+        if hit:
+            for j in range(BLOCK):
+                if ((word >> np.uint32(j)) & _ONE) != 0 and x[base + j] == top:
+                    return base + j
     for i in range(full * BLOCK, n):
         if _bit(mask, i) and x[i] == top:
             return i

@@ -308,9 +308,17 @@ def _stack_masks(masks: Sequence[np.ndarray | None], v: int) -> tuple[np.ndarray
     else:
         count = iter(range(len(given)))
         mask_rows = np.array([-1 if m is None else next(count) for m in masks], np.int64)
-    block = np.ascontiguousarray(np.stack(given), dtype=np.uint32)
-    if block.shape[1] != words:
-        raise ValueError(f"a mask of {block.shape[1]} words does not fit {v} logits")
+    for m in given:
+        if np.shape(m) != (words,):
+            raise ValueError(
+                f"a mask of shape {np.shape(m)}, not ({words},) words, does not fit {v} logits"
+            )
+    if len(given) == 1:  # a view, no copy
+        block = np.ascontiguousarray(given[0], dtype=np.uint32)[None]
+    else:  # row copies into one block (np.stack's Python steps cost tens of us with cold caches)
+        block = np.empty((len(given), words), np.uint32)
+        for i, m in enumerate(given):
+            block[i] = m
     if v % 32 and (block[:, -1] >> np.uint32(v % 32)).any():
         raise ValueError(f"a mask allows a token at or beyond the vocabulary's {v}")
     return block, mask_rows

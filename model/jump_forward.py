@@ -33,11 +33,15 @@ merges, and the rule to replace for any other.
 from __future__ import annotations
 
 import functools
+import weakref
 
-from corral.kernels import Constraint, Vocabulary
+from corral.kernels import Constraint, TokenIndex, Vocabulary
 
 CACHE_SIZE = 4096
 """How many forced texts a `ForcedTokenizer` remembers (the same keys recur in every answer)."""
+STATE_CACHE_SIZE = 4096
+"""How many states of one index a `ForcedTokenizer` remembers the jump of (`jump`); past it the
+index's entries are dropped and rebuilt as they are met again."""
 
 
 class ForcedTokenizer:
@@ -57,6 +61,10 @@ class ForcedTokenizer:
         added = backend.get_added_tokens_decoder().values() if backend is not None else ()
         self._added = tuple(token.content for token in added if token.content)
         self._cached = functools.lru_cache(maxsize=CACHE_SIZE)(self._tokens)
+        # per index, per state: (the committed ids, the (state, done) after each prefix of them)
+        self._jumps: weakref.WeakKeyDictionary[
+            TokenIndex, dict[int, tuple[tuple[int, ...], tuple[tuple[int, bool], ...]]]
+        ] = weakref.WeakKeyDictionary()
 
     def tokens(self, forced: bytes, follow: bytes | None = None) -> tuple[int, ...]:
         """The token ids to commit for `forced` (the bytes a constraint forces next): the
@@ -76,20 +84,43 @@ class ForcedTokenizer:
         and the constraint after them (a new one; `constraint` itself when there are none). At
         most `tokens_left` tokens; when `budget_aware`, only as many as leave a complete answer
         within the tokens left after them (`Constraint.completes_within`, the engine's budget
-        rule). O(forced bytes), plus O(256) for the bytes allowed after them."""
-        forced = constraint.forced_bytes() if tokens_left > 0 and not constraint.done else b""
-        if not forced:
+        rule). The tokens of a state and the states after each prefix of them depend on the
+        index and the state only: they are computed at a state's first jump (O(forced bytes),
+        plus O(256) for the bytes allowed after them) and remembered per index and state
+        (`STATE_CACHE_SIZE`), so a later jump from the same state, in any answer, costs
+        O(tokens) for the budget."""
+        if tokens_left <= 0 or constraint.done:
             return [], constraint
-        end = constraint.copy()
-        end.advance_bytes(forced)
-        ids = list(self.tokens(forced, end.next_bytes())[:tokens_left])
-        while ids:
-            after = constraint.copy()
-            after.advance_bytes(b"".join(self.vocabulary.tokens[t] for t in ids))
-            if not budget_aware or after.completes_within(tokens_left - len(ids)):
-                return ids, after
-            ids.pop()
+        ids, afters = self._jump_of(constraint)
+        for count in range(min(len(ids), tokens_left), 0, -1):
+            state, done = afters[count - 1]
+            after = Constraint(constraint.index, state, done)
+            if not budget_aware or after.completes_within(tokens_left - count):
+                return list(ids[:count]), after
         return [], constraint
+
+    def _jump_of(self, constraint: Constraint):
+        """(the ids `tokens` commits for `constraint`'s forced bytes, the (state, done) of the
+        constraint after each prefix of them), remembered per index and state."""
+        states = self._jumps.setdefault(constraint.index, {})
+        known = states.get(constraint.state)
+        if known is not None:
+            return known
+        forced = constraint.forced_bytes()
+        ids: tuple[int, ...] = ()
+        afters: list[tuple[int, bool]] = []
+        if forced:
+            end = constraint.copy()
+            end.advance_bytes(forced)
+            ids = self.tokens(forced, end.next_bytes())
+            after = constraint.copy()
+            for token in ids:  # inside forced text no state accepts: none is done before the end
+                after.advance_bytes(self.vocabulary.tokens[token])
+                afters.append((after.state, after.done))
+        if len(states) >= STATE_CACHE_SIZE:
+            states.clear()
+        states[constraint.state] = (ids, tuple(afters))
+        return states[constraint.state]
 
     def _tokens(self, forced: bytes, follow: bytes | None) -> tuple[int, ...]:
         text = _complete_characters(forced)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import jsonschema
+import numpy as np
 import pytest
 from corral.automata import regex_to_dfa, schema_to_dfa
 from corral.kernels import GREEDY, Constraint, SamplingParams, TokenIndex
@@ -36,6 +37,10 @@ TEXTS = [
     b'{"location":"","unit":"fahrenheit","days":0,"hello":"hello, well"}',
 ]
 CALL = r'\{"name":"get_weather","arguments":\{"city":"[a-z]+","days":[0-9]\}\}</tool_call>'
+CALLS = [
+    b'{"name":"get_weather","arguments":{"city":"hello","days":3}}</tool_call>',
+    b'{"name":"get_weather","arguments":{"city":"lille","days":0}}</tool_call>',
+]
 
 # text made of what JSON and tool calls are made of, digits and words the merges touch
 PIECES = ["h", "e", "l", "o", "hello", " ", "  ", '"', "{", "}", ":", ",", "[", "]", "1", "23",
@@ -114,6 +119,53 @@ def test_a_jump_keeps_within_the_tokens_left(tiny_model):
     for left in range(least, least + 12):
         ids, after = tokens.jump(start, left)
         assert after.tokens_to_complete() <= left - len(ids)
+
+
+def reference_jump(tokens: ForcedTokenizer, constraint: Constraint, left: int, budget_aware: bool):
+    """`ForcedTokenizer.jump` without its per-state cache: the forced bytes' committed tokens
+    from `tokens.tokens`, the longest prefix within `left` tokens whose end still completes in
+    the tokens left after it (any prefix when not `budget_aware`)."""
+    forced = constraint.forced_bytes() if left > 0 and not constraint.done else b""
+    if not forced:
+        return [], (constraint.state, constraint.done)
+    end = constraint.copy()
+    end.advance_bytes(forced)
+    ids = list(tokens.tokens(forced, end.next_bytes())[:left])
+    while ids:
+        after = constraint.copy()
+        after.advance_bytes(tokens.vocabulary.decode(ids))
+        if not budget_aware or after.completes_within(left - len(ids)):
+            return ids, (after.state, after.done)
+        ids.pop()
+    return [], (constraint.state, constraint.done)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**31))
+def test_a_jump_from_a_remembered_state_is_the_jump_computed_afresh(tiny_model, seed):
+    """The per-state cache of `jump` changes nothing: from every state on the way through
+    valid answers (tool calls and schema objects), under random budgets, in a random order (so
+    most jumps hit a state remembered under another budget), one shared `ForcedTokenizer`
+    gives the reference's tokens and end state."""
+    rng = np.random.default_rng(seed)
+    tokens = forced_tokenizer(tiny_model)
+    queries = []
+    for pattern, texts in ((CALL, CALLS), (None, TEXTS)):
+        dfa = regex_to_dfa(pattern) if pattern else schema_to_dfa(WEATHER)
+        index = TokenIndex(dfa, tiny_model.vocabulary)
+        for text in texts:
+            for cut in range(len(text) + 1):
+                at = Constraint(index)
+                at.advance_bytes(text[:cut])
+                queries.append(at)
+    for q in rng.permutation(len(queries)):
+        constraint = queries[q]
+        left, budget_aware = int(rng.integers(0, 30)), bool(rng.random() < 0.7)
+        ids, after = tokens.jump(constraint, left, budget_aware)
+        assert (ids, (after.state, after.done)) == reference_jump(
+            tokens, constraint, left, budget_aware
+        )
+        assert after is constraint or after.index is constraint.index
 
 
 def run(model, requests, batch_size=4) -> tuple[list, GenerationStats]:
