@@ -33,8 +33,9 @@ Decisions (the specification says "the rest of one call"):
 
 A grammar is written once, as a small expression (`Text`, `Schema`, `Arguments`, `JsonObject`,
 `Regex`, `Seq`, `Alt`, `Repeat`). From it come the regex tree the DFA is built from (each schema
-through `schema_to_tree`, so a large schema never goes through its possibly quadratic text), the
-cache key (the expression as compact JSON) and, only on demand, the regex text
+through `corral.automata.schema.compiler.unrolled_tree`, so a large schema never goes through
+its possibly quadratic text, and a recursive one skips the `$ref` unrollings `schema_to_dfa`
+skips), the cache key (the expression as compact JSON) and, only on demand, the regex text
 (`Grammar.pattern`, for display and tests).
 
 `GrammarCompiler(vocabulary)` turns grammars into token indexes, keeping the most recently used
