@@ -33,8 +33,9 @@ Decisions (the specification says "the rest of one call"):
 
 A grammar is written once, as a small expression (`Text`, `Schema`, `Arguments`, `JsonObject`,
 `Regex`, `Seq`, `Alt`, `Repeat`). From it come the regex tree the DFA is built from (each schema
-through `schema_to_tree`, so a large schema never goes through its possibly quadratic text), the
-cache key (the expression as compact JSON) and, only on demand, the regex text
+through `corral.automata.schema.compiler.unrolled_tree`, so a large schema never goes through
+its possibly quadratic text, and a recursive one skips the `$ref` unrollings `schema_to_dfa`
+skips), the cache key (the expression as compact JSON) and, only on demand, the regex text
 (`Grammar.pattern`, for display and tests).
 
 `GrammarCompiler(vocabulary)` turns grammars into token indexes, keeping the most recently used
@@ -47,7 +48,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -56,7 +57,7 @@ from corral.automata import ConstrainError, Dfa, EmptyLanguageError
 from corral.automata import tree as regex_tree
 from corral.automata.limits import DEFAULT_SCHEMA_LIMITS
 from corral.automata.product import intersection
-from corral.automata.schema.compiler import STATE_LIMIT_ERRORS, compile_schema, shallower_recursion
+from corral.automata.schema.compiler import STATE_LIMIT_ERRORS, Unrolling, unrolled_tree
 from corral.automata.schema.values import check_document
 from corral.kernels import TokenIndex, Vocabulary
 from corral.tools.errors import ToolError, unsupported
@@ -153,25 +154,26 @@ def _alt(options: list):
     return options[0] if len(options) == 1 else Alt(tuple(options))
 
 
-def _tree(e, schema_limits=None, recursive: list | None = None) -> regex_tree.Node:
+def _tree(e, schema_limits=None, unrollings: list | None = None) -> regex_tree.Node:
     """The regex tree of an expression, its schemas compiled under `schema_limits` (None: the
-    defaults). Appends to `recursive` (when given) whether each schema compile unrolled a
-    `$ref` cycle. Raises ToolError 422 naming the field of a schema or regex that the subset
-    refuses."""
+    defaults) by `unrolled_tree`: a `$ref` unrolling whose NFA is counted past the limit is
+    skipped for a shallower one, as `schema_to_dfa` skips it. Appends each schema's
+    `Unrolling` to `unrollings` (when given). Raises ToolError 422 naming the field of a
+    schema or regex that the subset refuses."""
     if isinstance(e, Text):
         return regex_tree.literal_bytes(e.text.encode("utf-8"))
     if isinstance(e, (Schema, Regex)):
         try:
             if isinstance(e, Schema):
-                tree, unrolled = compile_schema(e.schema, schema_limits=schema_limits)
-                if recursive is not None:
-                    recursive.append(unrolled)
-                return tree
+                unrolling = unrolled_tree(e.schema, schema_limits=schema_limits)
+                if unrollings is not None:
+                    unrollings.append(unrolling)
+                return unrolling.tree
             return automata.parse(e.pattern)
         except ConstrainError as error:
             raise unsupported(e.param, error) from None
     if isinstance(e, Arguments):
-        objects = _objects(_tree(Schema(e.schema, e.param), schema_limits, recursive))
+        objects = _objects(_tree(Schema(e.schema, e.param), schema_limits, unrollings))
         if _is_empty(objects, {}):
             raise ToolError(
                 422,
@@ -183,10 +185,10 @@ def _tree(e, schema_limits=None, recursive: list | None = None) -> regex_tree.No
     if isinstance(e, JsonObject):
         return automata.json_object_tree(e.depth)
     if isinstance(e, Seq):
-        return regex_tree.Concat(tuple(_tree(p, schema_limits, recursive) for p in e.parts))
+        return regex_tree.Concat(tuple(_tree(p, schema_limits, unrollings) for p in e.parts))
     if isinstance(e, Alt):
-        return regex_tree.Alt(tuple(_tree(o, schema_limits, recursive) for o in e.options))
-    return regex_tree.Repeat(_tree(e.part, schema_limits, recursive), e.low, e.high)
+        return regex_tree.Alt(tuple(_tree(o, schema_limits, unrollings) for o in e.options))
+    return regex_tree.Repeat(_tree(e.part, schema_limits, unrollings), e.low, e.high)
 
 
 def _key(e):
@@ -334,7 +336,9 @@ class Grammar:
             text (`<tool_call>`) after which the constraint starts: the output is free until it
             ends with the trigger, and from the byte after it (a token may carry bytes past the
             trigger: they are the first bytes under the constraint) it must match the grammar.
-        tree: the regex tree (`corral.automata.tree`) of the constrained text.
+        tree: the regex tree (`corral.automata.tree`) of the constrained text, each schema at
+            the deepest `$ref` unrolling whose NFA is not counted past the limit
+            (`corral.automata.schema.compiler.unrolled_tree`).
         key: the grammar's expression as compact JSON, schema key order kept (property order is
             part of the language). Equal keys, equal languages: the cache key of token indexes.
         param: the request field named when the whole grammar is refused (its DFA passes a size
@@ -343,7 +347,9 @@ class Grammar:
         expression: what the tree and the key were built from (`Text`, `Schema`, ...).
         recursive: True when a schema's compile unrolled a `$ref` cycle: `compile_dfa` may then
             build the DFA from a shallower unrolling than `tree` when `tree` passes a state
-            limit (a sub-language of `tree`'s; `pattern` renders `tree`'s).
+            limit (a sub-language of `tree`'s; `pattern` renders the schemas unrolled
+            `SchemaLimits.max_recursion` deep).
+        unrollings: the `Unrolling` of each schema in `tree`, in expression order.
     """
 
     trigger: str | None
@@ -352,6 +358,7 @@ class Grammar:
     param: str
     expression: object = field(repr=False)
     recursive: bool = False
+    unrollings: tuple[Unrolling, ...] = field(default=(), repr=False)
 
     @cached_property
     def pattern(self) -> str:
@@ -364,9 +371,10 @@ class Grammar:
 
 def _grammar(expression, trigger: str | None, param: str) -> Grammar:
     key = json.dumps(_key(expression), ensure_ascii=False, separators=(",", ":"))
-    recursive: list[bool] = []
-    tree = _tree(expression, None, recursive)
-    return Grammar(trigger, tree, key, param, expression, any(recursive))
+    unrollings: list[Unrolling] = []
+    tree = _tree(expression, None, unrollings)
+    recursive = any(u.recursive for u in unrollings)
+    return Grammar(trigger, tree, key, param, expression, recursive, tuple(unrollings))
 
 
 def grammar(request: ToolRequest) -> Grammar | None:
@@ -446,28 +454,35 @@ def _content(request: ToolRequest) -> tuple[object | None, str]:
 def compile_dfa(grammar: Grammar) -> Dfa:
     """The canonical DFA of a grammar (`corral.automata.tree_to_dfa`), built anew. When the
     automaton passes an NFA or DFA state limit and a schema of the grammar unrolled a `$ref`
-    cycle, the grammar's tree is built again with the unrolling made shallower one step at a
-    time (`corral.automata.schema.compiler.shallower_recursion`), as `schema_to_dfa` does, so a
-    schema compiles here whenever it compiles alone. Raises ToolError 422
-    `unsupported_parameter` naming `grammar.param` when every depth passes a limit (with the
-    first error) or the language is empty."""
-    try:
-        return automata.tree_to_dfa(grammar.tree)
-    except STATE_LIMIT_ERRORS as error:
-        first = error
-        if grammar.recursive:
-            for schema_limits in shallower_recursion(DEFAULT_SCHEMA_LIMITS)[1:]:
-                recursive: list[bool] = []
-                try:
-                    return automata.tree_to_dfa(_tree(grammar.expression, schema_limits, recursive))
-                except STATE_LIMIT_ERRORS:
-                    if not any(recursive):
-                        break
-                except (ConstrainError, ToolError):  # a shallower depth's own error
-                    break
-        raise unsupported(grammar.param, first) from None
-    except ConstrainError as error:
-        raise unsupported(grammar.param, error) from None
+    cycle, the grammar's tree is built again with `max_recursion` one below the deepest
+    unrolling it used, and so on down to 1 (`corral.automata.schema.compiler.unrolled_tree`
+    skips, in each schema, the unrollings whose NFA is counted past the limit), as
+    `schema_to_dfa` does: a schema alone compiles here to the same DFA as there, trying the
+    same depths. Raises ToolError 422 `unsupported_parameter` naming `grammar.param` when
+    every depth passes a limit (with the first error: a skipped unrolling's, else the first
+    build's) or the language is empty."""
+    tree, unrollings = grammar.tree, grammar.unrollings
+    first = next((u.skipped for u in unrollings if u.skipped is not None), None)
+    while True:
+        try:
+            return automata.tree_to_dfa(tree)
+        except STATE_LIMIT_ERRORS as error:
+            first = first or error
+            deepest = max((u.max_recursion for u in unrollings if u.recursive), default=1)
+            if deepest <= 1:
+                break
+            schema_limits = replace(DEFAULT_SCHEMA_LIMITS, max_recursion=deepest - 1)
+            unrollings_now: list[Unrolling] = []
+            try:
+                tree = _tree(grammar.expression, schema_limits, unrollings_now)
+            except ToolError:  # a shallower depth's own error: the first one is reported
+                break
+            unrollings = tuple(unrollings_now)
+        except ConstrainError as error:
+            if first is None:
+                raise unsupported(grammar.param, error) from None
+            break  # a shallower depth's own error: the first one is reported
+    raise unsupported(grammar.param, first) from None
 
 
 class GrammarCompiler:

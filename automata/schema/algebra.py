@@ -99,6 +99,7 @@ class Algebra:
         self.interned: dict[bytes, Dfa] = {}  # table digest -> the first DFA with that table
         self.products: dict[tuple, Dfa | None] = {}  # (operation, id(a), id(b)) -> result
         self.collided: list[Dfa] = []
+        self.kept: dict[int, Dfa] = {}  # id -> a DFA `intern` returned (alive: ids stay unique)
         self.built_states = 0  # DFA states built by this compile's algebra (max_algebra_states)
 
     # helpers ------------------------------------------------------------------------------
@@ -138,7 +139,11 @@ class Algebra:
     def intern(self, dfa: Dfa) -> Dfa:
         """The one `Dfa` object of this compile with `dfa`'s tables: canonical tables are equal
         exactly when the languages are (DESIGN.md section 2), so `_product` can memoize on the
-        operands' identity. A digest hit is confirmed by comparing the tables."""
+        operands' identity. A digest hit is confirmed by comparing the tables. A DFA this
+        method returned before is returned at once (its table is not hashed again: `_product`
+        interns both operands of every product, most of them interned already)."""
+        if self.kept.get(id(dfa)) is dfa:
+            return dfa
         digest = hashlib.blake2b(dfa.trans.tobytes(), digest_size=16)
         digest.update(dfa.accept.tobytes())
         kept = self.interned.setdefault(digest.digest(), dfa)
@@ -146,7 +151,8 @@ class Algebra:
             np.array_equal(kept.trans, dfa.trans) and np.array_equal(kept.accept, dfa.accept)
         ):
             self.collided.append(dfa)  # a digest collision (never met): kept apart, and alive
-            return dfa
+            kept = dfa
+        self.kept[id(kept)] = kept
         return kept
 
     def compile(self, schema, pointer: str, depth: int):

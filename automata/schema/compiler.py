@@ -20,7 +20,7 @@ string is a chain of up to 4 x maxLength tree levels.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from corral.automata.compile import build_dfa, deep_recursion
 from corral.automata.dfa import Dfa
@@ -442,16 +442,62 @@ def compile_schema(
     Raises: the errors of `schema_to_tree`, and those of `build`.
     """
     _check(schema)
-    return _compile_schema(schema, limits, schema_limits or DEFAULT_SCHEMA_LIMITS, build)
+    result, recursive, _, _ = _compile_schema(
+        schema, limits, schema_limits or DEFAULT_SCHEMA_LIMITS, build
+    )
+    return result, recursive
+
+
+@dataclass(frozen=True)
+class Unrolling:
+    """The tree `unrolled_tree` compiled.
+
+    Attributes:
+        tree: the schema's regex tree.
+        recursive: True when its compile unrolled a `$ref` cycle.
+        max_recursion: the `SchemaLimits.max_recursion` it was compiled with.
+        skipped: None, or the error of the first deeper unrolling that passed a state limit
+            before its tree was made (its NFA counted past the limit, or the algebra's
+            products): the error `schema_to_dfa` raises when no depth fits.
+    """
+
+    tree: Node
+    recursive: bool
+    max_recursion: int
+    skipped: ConstrainError | None
+
+
+def unrolled_tree(
+    schema, limits: Limits | None = None, schema_limits: SchemaLimits | None = None
+) -> Unrolling:
+    """The regex tree of `schema` at the deepest `$ref` unrolling of `shallower_recursion` whose
+    NFA is not counted past `limits.max_nfa_states` (the unrollings `schema_to_dfa` skips
+    without building them, `corral.automata.schema.nfa_size`), for a caller that builds the
+    DFA of a larger tree around it and retries with a smaller `max_recursion` when that passes
+    a state limit (`corral.tools.grammar.compile_dfa`): the schema then goes through the depths
+    `schema_to_dfa` tries, in its order, and skips the same ones.
+
+    Raises: the errors of `schema_to_tree`.
+    """
+    _check(schema)
+    schema_limits = schema_limits or DEFAULT_SCHEMA_LIMITS
+    tree, recursive, depth, skipped = _compile_schema(schema, limits, schema_limits, _same)
+    return Unrolling(tree, recursive, depth, skipped)
+
+
+def _same(tree: Node) -> Node:
+    return tree
 
 
 def _compile_schema(schema, limits, schema_limits: SchemaLimits, build):
-    """`compile_schema` after the document check."""
+    """`compile_schema` after the document check: (result, recursive, the `max_recursion` of
+    the attempt that gave it, the first failed attempt's error or None)."""
     first = None
     depths = shallower_recursion(schema_limits)
     for i, depth_limits in enumerate(depths):
         try:
-            return _attempt(schema, limits, depth_limits, build, i + 1 < len(depths))
+            result, recursive = _attempt(schema, limits, depth_limits, build, i + 1 < len(depths))
+            return result, recursive, depth_limits.max_recursion, first
         except _StateLimit as failed:
             if first is None:  # a shallower depth's own error is not reported; the failed
                 first = failed.error.with_traceback(None)  # attempt's frames are freed now

@@ -498,3 +498,23 @@ def test_the_algebra_is_refused_past_max_algebra_states(limit):
         assert error.limit == "max_algebra_states" and error.value == limit
     else:
         assert np.array_equal(dfa.trans, whole.trans) and np.array_equal(dfa.accept, whole.accept)
+
+
+def test_intern_keeps_one_dfa_per_table_and_hashes_each_object_once(monkeypatch):
+    from corral.automata.limits import DEFAULT_SCHEMA_LIMITS
+    from corral.automata.schema import algebra
+    from corral.automata.schema.compiler import Compiler
+
+    hashed = []
+    real = algebra.hashlib.blake2b
+    monkeypatch.setattr(
+        algebra.hashlib, "blake2b", lambda data, **kw: hashed.append(1) or real(data, **kw)
+    )
+    interned = Compiler({}, None, DEFAULT_SCHEMA_LIMITS).algebra
+    a, same, other = regex_to_dfa("ab|c"), regex_to_dfa("c|ab"), regex_to_dfa("abc")
+    assert interned.intern(a) is a and interned.intern(same) is a  # equal tables: one object
+    assert interned.intern(other) is other and len(hashed) == 3
+    for dfa in (a, other, a):
+        assert interned.intern(dfa) is dfa
+    assert len(hashed) == 3  # a DFA intern returned is not hashed again
+    assert interned.intern(same) is a and len(hashed) == 4  # not returned before: hashed

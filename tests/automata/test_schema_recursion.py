@@ -14,10 +14,11 @@ from corral.automata import (
     TooManyDfaStatesError,
     TooManyNfaStatesError,
     schema_to_dfa,
+    tree_to_dfa,
 )
 from corral.automata.product import difference
 from corral.automata.schema import compiler
-from corral.automata.schema.compiler import compile_schema, shallower_recursion
+from corral.automata.schema.compiler import compile_schema, shallower_recursion, unrolled_tree
 
 TREE = {
     "$defs": {
@@ -117,3 +118,20 @@ def test_shallower_recursion_lowers_max_recursion_down_to_one():
     assert shallower_recursion(SchemaLimits(max_recursion=1)) == [SchemaLimits(max_recursion=1)]
     lowered = shallower_recursion(SchemaLimits(max_depth=9, max_recursion=2))
     assert [(s.max_depth, s.max_recursion) for s in lowered] == [(9, 2), (9, 1)]
+
+
+def test_unrolled_tree_skips_the_unrollings_whose_nfa_is_counted_past_the_limit():
+    # 3 deep, TREE's NFA has 206 states: past 150 (and the count's margin), it is skipped
+    # without a build, and the tree is the one schema_to_dfa builds its DFA from, 2 deep.
+    limits = Limits(max_nfa_states=150)
+    unrolling = unrolled_tree(TREE, limits)
+    assert (unrolling.max_recursion, unrolling.recursive) == (2, True)
+    assert isinstance(unrolling.skipped, TooManyNfaStatesError)
+    dfa, expected = tree_to_dfa(unrolling.tree, limits), schema_to_dfa(TREE, limits)
+    assert np.array_equal(dfa.trans, expected.trans)
+    assert np.array_equal(dfa.trans, unrolled(2).trans)
+    deepest = unrolled_tree(TREE)
+    assert (deepest.max_recursion, deepest.recursive, deepest.skipped) == (3, True, None)
+    assert np.array_equal(tree_to_dfa(deepest.tree).trans, unrolled(3).trans)
+    flat = unrolled_tree({"type": "null"})
+    assert (flat.max_recursion, flat.recursive, flat.skipped) == (3, False, None)

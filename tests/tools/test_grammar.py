@@ -371,3 +371,55 @@ def test_a_recursive_schema_past_the_dfa_limit_compiles_unrolled_less_deep():
                 value = json.loads(text.split("\n")[0][len("<tool_call>") : -len("</tool_call>")])
                 value = value["arguments"]
             jsonschema.validate(value, schema)
+
+
+def _recursive_schema(n_refs: int, n_strings: int, max_length: int) -> dict:
+    """An object of `n_refs` members holding the object again and `n_strings` strings."""
+    members = {f"p{i}": {"$ref": "#/$defs/n"} for i in range(n_refs)}
+    for j in range(n_strings):
+        members[f"s{j}"] = {"type": "string", "maxLength": max_length}
+    return {"$defs": {"n": {"type": "object", "properties": members}}, "$ref": "#/$defs/n"}
+
+
+def _nfa_builds(monkeypatch) -> list:
+    """The outcome of every Thompson construction from now on: its states, or its error."""
+    import corral.automata.compile as pipeline
+
+    builds, real = [], pipeline.tree_to_nfa
+
+    def recorded(tree, limits=None):
+        try:
+            nfa = real(tree, limits)
+        except Exception as error:
+            builds.append(type(error).__name__)
+            raise
+        builds.append(nfa.n_states)
+        return nfa
+
+    monkeypatch.setattr(pipeline, "tree_to_nfa", recorded)
+    return builds
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        _recursive_schema(16, 1, 8),  # 3 deep: the DFA passes the limit; 2 deep fits
+        _recursive_schema(8, 1, 220),  # 3 deep: the NFA is counted past the limit; 2 fits
+        _recursive_schema(16, 2, 150),  # counted past at 3, the DFA passes at 2, 1 fits
+    ],
+)
+def test_a_recursive_schema_compiles_as_schema_to_dfa_compiles_it(schema, monkeypatch):
+    # The server and batch path (compile_dfa) builds the NFAs schema_to_dfa builds, in the
+    # same order, skips the unrollings it skips without building them, and ends with the
+    # same table; one forced call around the schema tries the same depths.
+    builds = _nfa_builds(monkeypatch)
+    alone = schema_to_dfa(schema)
+    expected, builds[:] = list(builds), []
+    dfa = compile_dfa(schema_grammar(schema))
+    assert builds == expected
+    assert np.array_equal(dfa.trans, alone.trans) and np.array_equal(dfa.accept, alone.accept)
+    builds.clear()
+    tools = [{"type": "function", "function": {"name": "f", "parameters": schema}}]
+    named = {"type": "function", "function": {"name": "f"}}
+    compile_dfa(grammar_for(tools=tools, tool_choice=named))
+    assert [type(b) for b in builds] == [type(b) for b in expected]
