@@ -32,6 +32,13 @@ A long prompt's attention is two GEMMs per block of queries (`llama.attend_promp
 each key for many queries); between them `causal_softmax_` takes the block's masked softmax in
 one compiled pass, the same `_softmax_` as the kernel's.
 
+The cache may hold float16 (`KVCache(..., dtype=np.float16)`): half the bytes that decode, bound
+by memory, streams. Numba has no float16 type on the CPU, so the kernels take such a cache as its
+uint16 bits (`cache_bits`), widen each element or 16-element vector to float32 in registers
+(LLVM's `fpext`, F16C's `vcvtph2ps`) and compute in float32 as for a float32 cache, with the
+same results bit for bit as over the same numbers stored in float32; writes round to nearest
+(`fptrunc`, as NumPy's `astype`).
+
 A key-major layout (`[S, Hkv, hd, T]`, scores vectorized over positions with no horizontal
 sums) computed faster from cache but streamed no faster from memory, where decode at batch 8+
 is bound, so the cache keeps one layout for keys and values.
@@ -239,7 +246,10 @@ def _scores16(typingctx, queries, q_start, keys, k_start, scores, s_start):  # p
     not bounds-checked). Each key's 64 products go into one vector of 16 partial sums (four
     fmas); the 16 vectors are then summed across their lanes together, a tree of 15 pairwise
     steps (two shuffles and an add each) that leaves key l's sum in lane l: half the shuffles
-    of one horizontal sum per key. Plain LLVM vector IR. O(16 64)"""
+    of one horizontal sum per key. Plain LLVM vector IR. O(16 64)
+
+    keys may be float16 bits (uint16, `cache_bits`): each 16-element chunk is loaded as half
+    and widened to float32 in registers."""
     if not _float_arrays(queries, scores, cache=keys):
         return None
 
@@ -273,8 +283,8 @@ def _weighted16(typingctx, out, o_start, weights, w_start, values, v_start):  # 
     """out[o_start: +64] += sum over l < 16 of weights[w_start + l] values[v_start + 64 l: +64]:
     16 value rows of width 64 weighted into one output row held in registers (four vectors,
     two sets of them so that no fma waits on the one before), loaded and stored once (flat
-    offsets into C-contiguous float32 arrays, not bounds-checked). Plain LLVM vector IR.
-    O(16 64)"""
+    offsets into C-contiguous float32 arrays, not bounds-checked; values may be float16 bits,
+    uint16, widened in registers as in `_scores16`). Plain LLVM vector IR. O(16 64)"""
     if not _float_arrays(out, weights, cache=values):
         return None
 
