@@ -35,9 +35,9 @@ one compiled pass, the same `_softmax_` as the kernel's.
 The cache may hold float16 (`KVCache(..., dtype=np.float16)`): half the bytes that decode, bound
 by memory, streams. Numba has no float16 type on the CPU, so the kernels take such a cache as its
 uint16 bits (`cache_bits`), widen each element or 16-element vector to float32 in registers
-(LLVM's `fpext`, F16C's `vcvtph2ps`) and compute in float32 as for a float32 cache, with the
-same results bit for bit as over the same numbers stored in float32; writes round to nearest
-(`fptrunc`, as NumPy's `astype`).
+(LLVM's `fpext`, F16C's `vcvtph2ps`) and compute in float32 as for a float32 cache: the results
+are those over the same numbers stored in float32, up to the order LLVM gives the sums of each
+compiled version (about a float32 ulp); writes round to nearest (`fptrunc`, as NumPy's `astype`).
 
 A key-major layout (`[S, Hkv, hd, T]`, scores vectorized over positions with no horizontal
 sums) computed faster from cache but streamed no faster from memory, where decode at batch 8+

@@ -345,17 +345,23 @@ def float16_twins(keys, values):
     return keys16, values16, keys16.astype(np.float32), values16.astype(np.float32)
 
 
+TWIN_TOLERANCE = {"rtol": 1e-6, "atol": 1e-7}
+"""A float16 cache's output against its float32 twin's: the same float32 arithmetic on the same
+numbers, but LLVM may vectorize (and so order, under fast-math reassociation) the two compiled
+versions' sums apart: a float32 ulp or so was seen."""
+
+
 @settings(max_examples=100, deadline=None)
 @given(ragged_passes(most_rows=12))
-def test_ragged_attention_over_a_float16_cache_is_its_float32_twin_bit_for_bit(case):
+def test_ragged_attention_over_a_float16_cache_is_its_float32_twins(case):
     """A float16 cache is read widened to float32 (exact) and computed in float32: the output is
-    the kernel's over the same numbers stored as float32, bit for bit, and the textbook
+    the kernel's over the same numbers stored as float32 (to about an ulp) and the textbook
     formula's (float64) over them; decode rows and jump-forward chunks, every head width's path."""
     q, keys, values, segments = case
     keys16, values16, keys32, values32 = float16_twins(keys, values)
     out16 = attention.ragged_attention(q, keys16, values16, segments, np.full_like(q, np.nan))
     out32 = attention.ragged_attention(q, keys32, values32, segments, np.full_like(q, np.nan))
-    np.testing.assert_array_equal(out16, out32)
+    np.testing.assert_allclose(out16, out32, **TWIN_TOLERANCE)  # NaN where no segment wrote
     assert_matches_reference(out16, q, keys16, values16, segments)
 
 
@@ -374,7 +380,7 @@ def test_ragged_attention_of_a_large_batch_over_a_long_float16_cache_equals_nump
     q = (0.3 * rng.standard_normal((sum(sizes), 9, 64))).astype(np.float32)
     out16 = attention.ragged_attention(q, keys16, values16, segments, np.empty_like(q))
     out32 = attention.ragged_attention(q, keys32, values32, segments, np.empty_like(q))
-    np.testing.assert_array_equal(out16, out32)
+    np.testing.assert_allclose(out16, out32, **TWIN_TOLERANCE)
     expected = reference_attention(q, keys16, values16, segments)
     np.testing.assert_allclose(out16, expected, rtol=1e-5, atol=1e-5)
 
