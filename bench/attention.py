@@ -20,7 +20,9 @@ processes' noise over every variant alike):
     between two layers' attention) rather than from a last-level cache that can hold the
     bench's whole cache (151 MB at batch 32); and "by layer", the kernel and the baseline timed
     one layer's call at a time (`best_layer_ms`: 30 x the best call, the layers in turn), the
-    figure to read on a shared machine, where whole steps often lose a time slice;
+    figure to read on a shared machine, where whole steps often lose a time slice; and the
+    kernel over the same cache in float16 (`KVCache(..., dtype=np.float16)`, half the bytes):
+    warm, cold and by layer, interleaved with the float32 runs;
   - a jump-forward step at batch 32 (each row appends 1..8 tokens to a 256..512-token context)
     and one prompt of 16, 32, 64 and 256 tokens: `llama.attention_prefill` with every segment on
     the kernel against every segment through `llama.attend_prompt` (blocks of queries, GEMMs
@@ -81,14 +83,15 @@ def race(variants: dict, repeat: int, cold: tuple[str, ...] = ()) -> dict[str, f
     return best
 
 
-def best_layer_ms(kernels: dict, keys, values, segments, q, out, repeat: int) -> dict[str, float]:
-    """30 times the best milliseconds of one layer's call of each kernel: each runs over the 30
-    layers in turn (keys and values from memory once they outgrow the last-level cache),
-    `repeat` rounds. One call takes well under a scheduler's time slice, so another process
-    on the machine disturbs this figure less than a whole step's."""
+def best_layer_ms(kernels: dict, segments, q, out, repeat: int) -> dict[str, float]:
+    """30 times the best milliseconds of one layer's call of each kernel, name -> (kernel, keys,
+    values): each runs over the 30 layers in turn (keys and values from memory once they
+    outgrow the last-level cache), `repeat` rounds. One call takes well under a scheduler's
+    time slice, so another process on the machine disturbs this figure less than a whole
+    step's."""
     best = dict.fromkeys(kernels, np.inf)
     for _ in range(repeat):
-        for name, kernel in kernels.items():
+        for name, (kernel, keys, values) in kernels.items():
             for layer in range(LAYERS):
                 start = time.perf_counter()
                 kernel(q, keys[layer], values[layer], segments, out)
@@ -146,9 +149,13 @@ def decode_rows(batches: list[int], context: int, baseline: str, repeat: int) ->
     if previous is None:
         print(f"(no baseline: git revision {baseline!r} not found)")
     header = f"{'batch':>5} {'floor':>8} {'kernel':>8} {baseline[:10]:>10} {'numpy':>8}"
-    print(header + f" {'kernel/floor':>13} {'cold':>8} {'was cold':>9} {'by layer':>9} {'was':>7}")
+    print(
+        header + f" {'kernel/floor':>13} {'cold':>8} {'was cold':>9} {'by layer':>9} {'was':>7}"
+        f" {'f16':>7} {'f16 cold':>8} {'f16 layer':>9}"
+    )
     for batch in batches:
         keys, values = cache(rng, batch, context)
+        keys16, values16 = keys.astype(np.float16), values.astype(np.float16)
         slots = np.arange(batch, dtype=np.int64)
         lengths = np.full(batch, context, np.int64)
         q = (0.3 * rng.standard_normal((batch, Q_HEADS, WIDTH))).astype(np.float32)
@@ -169,11 +176,14 @@ def decode_rows(batches: list[int], context: int, baseline: str, repeat: int) ->
 
         variants = {"kernel": run(ragged_attention), "numpy": numpy}
         variants["kernel cold"] = variants["kernel"]
+        variants["float16"] = variants["float16 cold"] = run(ragged_attention, keys16, values16)
         if previous is not None:
             variants["baseline"] = variants["baseline cold"] = run(previous)
-        best = race(variants, repeat, cold=("kernel cold", "baseline cold"))
-        kernels = {"kernel": ragged_attention} | ({"was": previous} if previous else {})
-        by_layer = best_layer_ms(kernels, keys, values, segments, q, out, repeat)
+        best = race(variants, repeat, cold=("kernel cold", "baseline cold", "float16 cold"))
+        kernels = {"kernel": (ragged_attention, keys, values)}
+        kernels |= {"was": (previous, keys, values)} if previous else {}
+        kernels["float16"] = (ragged_attention, keys16, values16)
+        by_layer = best_layer_ms(kernels, segments, q, out, repeat)
         was_by_layer = f"{by_layer['was']:>7.2f}" if "was" in by_layer else f"{'-':>7}"
         floor = keys.nbytes * 2 / bandwidth / 1e6  # every key and value of the step, once
         was = f"{best['baseline']:>10.2f}" if "baseline" in best else f"{'-':>10}"
@@ -181,10 +191,11 @@ def decode_rows(batches: list[int], context: int, baseline: str, repeat: int) ->
         print(
             f"{batch:>5} {floor:>8.2f} {best['kernel']:>8.2f} {was} {best['numpy']:>8.2f}"
             f" {best['kernel'] / floor:>13.2f} {best['kernel cold']:>8.2f} {was_cold}"
-            f" {by_layer['kernel']:>9.2f} {was_by_layer}",
+            f" {by_layer['kernel']:>9.2f} {was_by_layer} {best['float16']:>7.2f}"
+            f" {best['float16 cold']:>8.2f} {by_layer['float16']:>9.2f}",
             flush=True,
         )
-        del keys, values
+        del keys, values, keys16, values16
 
 
 def prefill_segments(name: str, segments: list[tuple[int, int, int]], repeat: int) -> None:

@@ -32,6 +32,13 @@ A long prompt's attention is two GEMMs per block of queries (`llama.attend_promp
 each key for many queries); between them `causal_softmax_` takes the block's masked softmax in
 one compiled pass, the same `_softmax_` as the kernel's.
 
+The cache may hold float16 (`KVCache(..., dtype=np.float16)`): half the bytes that decode, bound
+by memory, streams. Numba has no float16 type on the CPU, so the kernels take such a cache as its
+uint16 bits (`cache_bits`), widen each element or 16-element vector to float32 in registers
+(LLVM's `fpext`, F16C's `vcvtph2ps`) and compute in float32 as for a float32 cache: the results
+are those over the same numbers stored in float32, up to the order LLVM gives the sums of each
+compiled version (about a float32 ulp); writes round to nearest (`fptrunc`, as NumPy's `astype`).
+
 A key-major layout (`[S, Hkv, hd, T]`, scores vectorized over positions with no horizontal
 sums) computed faster from cache but streamed no faster from memory, where decode at batch 8+
 is bound, so the cache keeps one layout for keys and values.
@@ -140,24 +147,79 @@ def causal_softmax_(scores, first, n):  # pragma: no cover - compiled
 
 _BLOCK = 16  # keys or values of one `_scores16` / `_weighted16` call: one vector of float32
 _F32 = ir.FloatType()
+_F16 = ir.HalfType()
 _VECTOR = ir.VectorType(_F32, _BLOCK)
 
 
+def cache_bits(cache: np.ndarray) -> np.ndarray:
+    """A KV cache array as the compiled kernels take it: float32 as it is, float16 as a uint16
+    view of its bits (no copy). Numba has no float16 type on the CPU, so the kernels read such a
+    cache as integers and convert each element with `_widen` (LLVM's `fpext` from half: F16C's
+    `vcvtph2ps`) and write it with `_narrow` (`fptrunc`, round to nearest even, as NumPy's
+    `astype(np.float16)`). Any other dtype is returned as it is (the kernels then refuse it)."""
+    return cache.view(np.uint16) if cache.dtype == np.float16 else cache
+
+
+def _is_bits(numba_type) -> bool:
+    """Whether a Numba scalar or array type holds float16 bits (uint16: see `cache_bits`)."""
+    dtype = numba_type.dtype if isinstance(numba_type, types.Array) else numba_type
+    return dtype == types.uint16
+
+
+@intrinsic
+def _widen(typingctx, x):  # pragma: no cover - compiled
+    """One cache element as float32: a float32 as it is, uint16 bits as the float16 they hold
+    (exact: every float16 is a float32). O(1)"""
+    if x not in (types.float32, types.uint16):
+        return None
+
+    def codegen(context, builder, signature, args):
+        if not _is_bits(signature.args[0]):
+            return args[0]
+        return builder.fpext(builder.bitcast(args[0], _F16), _F32)
+
+    return types.float32(x), codegen
+
+
+@intrinsic
+def _narrow(typingctx, cache, x):  # pragma: no cover - compiled
+    """The float x as an element of array `cache`: float32 for a float32 cache, the bits of the
+    nearest float16 (ties to even) for a uint16 one (see `cache_bits`). O(1)"""
+    if not isinstance(cache, types.Array) or cache.dtype not in (types.float32, types.uint16):
+        return None
+    if not isinstance(x, types.Float):
+        return None
+
+    def codegen(context, builder, signature, args):
+        value = context.cast(builder, args[1], signature.args[1], types.float32)
+        if not _is_bits(signature.args[0]):
+            return value
+        return builder.bitcast(builder.fptrunc(value, _F16), ir.IntType(16))
+
+    return cache.dtype(cache, x), codegen
+
+
 def _vector_codegen_helpers(context, builder, signature, args):
-    """The pieces `_scores16` and `_weighted16` build their IR from: a float pointer to the
-    data of array argument i, vector and scalar loads at a flat offset, the fma of LLVM."""
+    """The pieces `_scores16` and `_weighted16` build their IR from: a pointer to the data of
+    array argument i (float, or half for uint16 bits), vector loads at a flat offset (half
+    vectors widened to float32 in registers: `fpext`, F16C's `vcvtph2ps`), scalar addresses,
+    the fma of LLVM."""
     i64 = ir.IntType(64)
 
     def pointer(index):
         array = context.make_array(signature.args[index])(context, builder, args[index])
-        return builder.bitcast(array.data, _F32.as_pointer())
+        element = _F16 if _is_bits(signature.args[index]) else _F32
+        return builder.bitcast(array.data, element.as_pointer())
 
     def address(base, offset, extra=0):
         return builder.gep(base, [builder.add(offset, ir.Constant(i64, extra))])
 
     def load_vector(base, offset, extra=0):
-        where = builder.bitcast(address(base, offset, extra), _VECTOR.as_pointer())
-        return builder.load(where, align=4)
+        element = base.type.pointee
+        kind = ir.VectorType(element, _BLOCK)
+        where = builder.bitcast(address(base, offset, extra), kind.as_pointer())
+        vector = builder.load(where, align=2 if element == _F16 else 4)
+        return vector if element == _F32 else builder.fpext(vector, _VECTOR)
 
     fma = cgutils.get_or_insert_function(
         builder.module, ir.FunctionType(_VECTOR, [_VECTOR] * 3), "llvm.fma.v16f32"
@@ -165,10 +227,15 @@ def _vector_codegen_helpers(context, builder, signature, args):
     return pointer, address, load_vector, fma
 
 
-def _float_arrays(*arrays) -> bool:
-    """Whether every Numba type given is a C-contiguous float32 array (the intrinsics' typing)."""
+def _float_arrays(*arrays, cache) -> bool:
+    """Whether every Numba type given is a C-contiguous float32 array, and `cache` (the keys or
+    values) one of float32 or of float16 bits (uint16): the intrinsics' typing."""
     return all(
         isinstance(a, types.Array) and a.dtype == types.float32 and a.layout == "C" for a in arrays
+    ) and (
+        isinstance(cache, types.Array)
+        and cache.dtype in (types.float32, types.uint16)
+        and cache.layout == "C"
     )
 
 
@@ -179,8 +246,11 @@ def _scores16(typingctx, queries, q_start, keys, k_start, scores, s_start):  # p
     not bounds-checked). Each key's 64 products go into one vector of 16 partial sums (four
     fmas); the 16 vectors are then summed across their lanes together, a tree of 15 pairwise
     steps (two shuffles and an add each) that leaves key l's sum in lane l: half the shuffles
-    of one horizontal sum per key. Plain LLVM vector IR. O(16 64)"""
-    if not _float_arrays(queries, keys, scores):
+    of one horizontal sum per key. Plain LLVM vector IR. O(16 64)
+
+    keys may be float16 bits (uint16, `cache_bits`): each 16-element chunk is loaded as half
+    and widened to float32 in registers."""
+    if not _float_arrays(queries, scores, cache=keys):
         return None
 
     def codegen(context, builder, signature, args):
@@ -213,9 +283,9 @@ def _weighted16(typingctx, out, o_start, weights, w_start, values, v_start):  # 
     """out[o_start: +64] += sum over l < 16 of weights[w_start + l] values[v_start + 64 l: +64]:
     16 value rows of width 64 weighted into one output row held in registers (four vectors,
     two sets of them so that no fma waits on the one before), loaded and stored once (flat
-    offsets into C-contiguous float32 arrays, not bounds-checked). Plain LLVM vector IR.
-    O(16 64)"""
-    if not _float_arrays(out, weights, values):
+    offsets into C-contiguous float32 arrays, not bounds-checked; values may be float16 bits,
+    uint16, widened in registers as in `_scores16`). Plain LLVM vector IR. O(16 64)"""
+    if not _float_arrays(out, weights, cache=values):
         return None
 
     def codegen(context, builder, signature, args):
@@ -267,10 +337,10 @@ def _dot4(queries, r, rows, t, width):  # pragma: no cover - compiled
     a0 = a1 = a2 = a3 = np.float32(0.0)
     for i in range(width):
         x = queries[r, i]
-        a0 += x * rows[t, i]
-        a1 += x * rows[t + 1, i]
-        a2 += x * rows[t + 2, i]
-        a3 += x * rows[t + 3, i]
+        a0 += x * _widen(rows[t, i])
+        a1 += x * _widen(rows[t + 1, i])
+        a2 += x * _widen(rows[t + 2, i])
+        a3 += x * _widen(rows[t + 3, i])
     return a0, a1, a2, a3
 
 
@@ -281,7 +351,10 @@ def _axpy4(acc, r, rows, t, w0, w1, w2, w3, width):  # pragma: no cover - compil
     float, in place as `_dot4`. O(width)"""
     for i in range(width):
         acc[r, i] += (
-            w0 * rows[t, i] + w1 * rows[t + 1, i] + w2 * rows[t + 2, i] + w3 * rows[t + 3, i]
+            w0 * _widen(rows[t, i])
+            + w1 * _widen(rows[t + 1, i])
+            + w2 * _widen(rows[t + 2, i])
+            + w3 * _widen(rows[t + 3, i])
         )
 
 
@@ -340,7 +413,7 @@ def _attend(q, keys, values, slot, start, first, n, head, out):  # pragma: no co
         for r in range(max(0, u - start) * group, n_rows):
             total = np.float32(0.0)
             for i in range(width):
-                total += queries[r, i] * key_rows[u, i]
+                total += queries[r, i] * _widen(key_rows[u, i])
             scores[r * length + u] = total
     lanes = np.empty(_LANES, np.float32)
     for r in range(n_rows):
@@ -372,33 +445,37 @@ def _attend(q, keys, values, slot, start, first, n, head, out):  # pragma: no co
         for r in range(max(0, u - start) * group, n_rows):
             weight = scores[r * length + u]
             for i in range(width):
-                attended[r, i] += weight * value_rows[u, i]
+                attended[r, i] += weight * _widen(value_rows[u, i])
     for j in range(n):
         for g in range(group):
             for i in range(width):
                 out[first + j, first_head + g, i] = attended[j * group + g, i]
 
 
-@numba.njit(cache=True)
-def store_rows(k, v, keys, values, slots, positions):  # pragma: no cover - compiled
+def store_rows(k, v, keys, values, slots, positions) -> None:
     """Write the keys and values of N new tokens into one layer's cache: token i's go to slot
     slots[i] at position positions[i], for every key/value head: NumPy's
     `keys[slots, :, positions] = k`, without the cost of its advanced indexing, which a
     decode step pays twice per layer. O(N Hkv hd)
 
-    k, v float32 [N, Hkv, hd] (any strides); keys, values float32 [S, Hkv, T, hd] (written);
-    slots, positions int64 [N] within 0..S-1 and 0..T-1 (not checked here: the callers derive
-    them from a checked cache).
+    k, v float32 [N, Hkv, hd] (any strides); keys, values float32 or float16 [S, Hkv, T, hd]
+    (written; float16 rounds to nearest even, as NumPy's `astype`); slots, positions int64 [N]
+    within 0..S-1 and 0..T-1 (not checked here: the callers derive them from a checked cache).
     """
+    _store_rows(k, v, cache_bits(keys), cache_bits(values), slots, positions)
+
+
+@numba.njit(cache=True)
+def _store_rows(k, v, keys, values, slots, positions):  # pragma: no cover - compiled
+    """`store_rows` on a cache of float32 or of float16 bits (`cache_bits`)."""
     for i in range(k.shape[0]):
         slot, position = slots[i], positions[i]
         for head in range(k.shape[1]):
             for d in range(k.shape[2]):
-                keys[slot, head, position, d] = k[i, head, d]
-                values[slot, head, position, d] = v[i, head, d]
+                keys[slot, head, position, d] = _narrow(keys, k[i, head, d])
+                values[slot, head, position, d] = _narrow(values, v[i, head, d])
 
 
-@numba.njit(cache=True)
 def rope_store(qkv, cos, sin, q_heads, scale, keys, values, slots, positions, q_out):
     """From the fused q/k/v projection of N new tokens: RoPE on the queries and keys
     (`kernels.layers.rope`'s rotation), the queries scaled for attention, the keys and values
@@ -406,12 +483,21 @@ def rope_store(qkv, cos, sin, q_heads, scale, keys, values, slots, positions, q_
 
     qkv float32 [N, (Hq + 2 Hkv) hd] (any strides: q's heads, then k's, then v's); cos, sin
     float32 [P, hd/2], the angle tables (row positions[i] is token i's); q_heads Hq; scale the
-    queries' factor (hd^-1/2, as float32); keys, values float32 [S, Hkv, T, hd] (written at
-    slot slots[i], position positions[i]); slots, positions int64 [N] (not checked here: the
-    callers derive them from a checked cache); q_out float32 [N, Hq, hd] (written).
+    queries' factor (hd^-1/2, as float32); keys, values float32 or float16 [S, Hkv, T, hd]
+    (written at slot slots[i], position positions[i], as `store_rows`); slots, positions int64
+    [N] (not checked here: the callers derive them from a checked cache); q_out float32
+    [N, Hq, hd] (written).
     Returns q_out. The arithmetic is the separate steps' (`rope`, then q times scale), in the
     same float32 operations, so the results are theirs bit for bit.
     """
+    return _rope_store(
+        qkv, cos, sin, q_heads, scale, cache_bits(keys), cache_bits(values), slots, positions, q_out
+    )
+
+
+@numba.njit(cache=True)
+def _rope_store(qkv, cos, sin, q_heads, scale, keys, values, slots, positions, q_out):
+    """`rope_store` on a cache of float32 or of float16 bits (`cache_bits`)."""
     kv_heads, width = keys.shape[1], keys.shape[3]
     half = width // 2
     scale = np.float32(scale)
@@ -427,12 +513,12 @@ def rope_store(qkv, cos, sin, q_heads, scale, keys, values, slots, positions, q_
                     q_out[t, h, i] = first * scale
                     q_out[t, h, half + i] = second * scale
                 else:
-                    keys[slot, h - q_heads, position, i] = first
-                    keys[slot, h - q_heads, position, half + i] = second
+                    keys[slot, h - q_heads, position, i] = _narrow(keys, first)
+                    keys[slot, h - q_heads, position, half + i] = _narrow(keys, second)
         base = (q_heads + kv_heads) * width
         for h in range(kv_heads):
             for d in range(width):
-                values[slot, h, position, d] = qkv[t, base + h * width + d]
+                values[slot, h, position, d] = _narrow(values, qkv[t, base + h * width + d])
     return q_out
 
 
@@ -450,14 +536,16 @@ def ragged_attention(
     with another process, e.g. BLAS's spinning workers, takes fewer; below 3 `_CHUNKS` pairs,
     an even static split); each pair reads its keys and values once.
 
-    q float32 [N, Hq, hd] (already scaled by hd^-1/2); keys, values float32 [S, Hkv, T, hd]
-    (one layer's cache, C-contiguous; Hq a multiple of Hkv);
+    q float32 [N, Hq, hd] (already scaled by hd^-1/2); keys, values float32 or float16
+    [S, Hkv, T, hd] (one layer's cache, C-contiguous; Hq a multiple of Hkv; float16 is read
+    widened to float32 in registers, and the arithmetic is float32 either way);
     segments int64 [M, 4] rows (slot, start, first, n), n >= 1, start + n <= T, slots in
     0..S-1 and row ranges within 0..N-1 (not checked here: the callers,
     `llama.attention_decode` and `llama.attention_prefill`, derive them from a checked cache);
     the values at positions start..start+n-1 finite (a segment's own new tokens: a row weighs
     those past its position by zero); out float32 [N, Hq, hd] (written). Returns out.
     """
+    keys, values = cache_bits(keys), cache_bits(values)
     n_tasks = segments.shape[0] * keys.shape[1]
     if n_tasks < 3 * _CHUNKS:  # a few tasks: Numba's even static split, with no chunk overhead
         return _ragged_attention(q, keys, values, segments, out)

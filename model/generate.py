@@ -195,9 +195,12 @@ class Generator:
         context = model.context_length
         self.max_len = context if max_len is None else min(max_len, context)
         available = kv_cache.available_memory()
-        fit = kv_cache.slots_that_fit(model.config, batch_size, self.max_len, available)
+        dtype = getattr(model, "kv_dtype", np.float32)
+        fit = kv_cache.slots_that_fit(
+            model.config, batch_size, self.max_len, available, dtype=dtype
+        )
         if fit < batch_size:
-            needed = kv_cache.KVCache.bytes_needed(model.config, batch_size, self.max_len)
+            needed = kv_cache.KVCache.bytes_needed(model.config, batch_size, self.max_len, dtype)
             warnings.warn(
                 f"a KV cache of {batch_size} slots of {self.max_len} tokens needs "
                 f"{kv_cache.format_bytes(needed)}, more than {kv_cache.MEMORY_SHARE:.0%} of the "

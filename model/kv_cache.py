@@ -8,8 +8,14 @@ slot holds; the forward pass (`Model.prefill`, `Model.decode`) writes keys and v
 advances it, and this class only does the bookkeeping between requests: reset, truncate, copy a
 prefix.
 
-Memory: a cache takes `KVCache.bytes_needed(config, n_slots, max_len)` bytes (46 KB a token for
-SmolLM2-135M, so 377 MB a slot of its 8,192-token context). Before the engine allocates one it asks
+The keys and values are float32 by default; `KVCache(..., dtype=np.float16)` stores them as
+float16, half the bytes that decode attention streams (the kernels widen them to float32 in
+registers and compute in float32; tests/model/test_float16_cache.py holds it to the float32
+cache's greedy tokens and log-likelihood).
+
+Memory: a cache takes `KVCache.bytes_needed(config, n_slots, max_len, dtype)` bytes (46 KB a token
+for SmolLM2-135M in float32, 23 KB in float16, so 377 MB or 189 MB a slot of its 8,192-token
+context). Before the engine allocates one it asks
 `slots_that_fit` how many slots fit in `MEMORY_SHARE` (half) of the memory available now
 (`available_memory`: /proc/meminfo's MemAvailable, else `os.sysconf`); the other half is left to
 the activations, the token indexes and the rest of the machine. The pages are zeros until written,
@@ -25,20 +31,30 @@ import numpy as np
 from corral.model.config import LlamaConfig
 from corral.model.errors import CacheError
 
+DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
+"""The dtypes a KV cache may hold."""
+
 
 class KVCache:
     """Keys and values of up to `n_slots` sequences of up to `max_len` tokens each.
 
     Attributes:
-        keys, values: float32 [L, n_slots, Hkv, max_len, hd]. Allocated with np.zeros, so pages
-            are only committed as they are written: 46 KB per cached token for SmolLM2-135M.
+        keys, values: `dtype` [L, n_slots, Hkv, max_len, hd]. Allocated with np.zeros, so pages
+            are only committed as they are written: 46 KB per cached token for SmolLM2-135M in
+            float32, 23 KB in float16.
         lengths: int64 [n_slots], tokens cached per slot (the next token's position).
+
+    Args:
+        dtype: np.float32 (the default) or np.float16, the keys' and values' storage.
 
     Raises:
         CacheError: n_slots or max_len below 1.
+        ValueError: dtype is neither float32 nor float16.
     """
 
-    def __init__(self, config: LlamaConfig, n_slots: int, max_len: int):
+    def __init__(self, config: LlamaConfig, n_slots: int, max_len: int, dtype=np.float32):
+        if np.dtype(dtype) not in DTYPES:
+            raise ValueError(f"a KV cache holds float32 or float16, not {np.dtype(dtype)}")
         if n_slots < 1 or max_len < 1:
             raise CacheError(
                 f"a KV cache needs n_slots >= 1 and max_len >= 1, got {n_slots}, {max_len}"
@@ -51,10 +67,10 @@ class KVCache:
             config.head_dim,
         )
         try:
-            self.keys = np.zeros(shape, np.float32)
-            self.values = np.zeros(shape, np.float32)
+            self.keys = np.zeros(shape, dtype)
+            self.values = np.zeros(shape, dtype)
         except MemoryError:
-            needed = self.bytes_needed(config, n_slots, max_len)
+            needed = self.bytes_needed(config, n_slots, max_len, dtype)
             raise CacheError(
                 f"a KV cache of {n_slots} slots of {max_len} tokens needs {format_bytes(needed)}, "
                 "more than this machine can allocate"
@@ -62,10 +78,12 @@ class KVCache:
         self.lengths = np.zeros(n_slots, np.int64)
 
     @staticmethod
-    def bytes_needed(config: LlamaConfig, n_slots: int, max_len: int) -> int:
+    def bytes_needed(config: LlamaConfig, n_slots: int, max_len: int, dtype=np.float32) -> int:
         """Bytes of the keys and values of a cache of `n_slots` slots of `max_len` tokens:
-        layers x slots x KV heads x max_len x head_dim x 2 (keys, values) x 4 (float32)."""
-        per_token = config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 8
+        layers x slots x KV heads x max_len x head_dim x 2 (keys, values) x 4 (float32) or 2
+        (float16)."""
+        width = 2 * np.dtype(dtype).itemsize
+        per_token = config.num_hidden_layers * config.num_key_value_heads * config.head_dim * width
         return per_token * n_slots * max_len
 
     @property
@@ -165,9 +183,11 @@ def slots_that_fit(
     max_len: int,
     available: int | None,
     share: float = MEMORY_SHARE,
+    dtype=np.float32,
 ) -> int:
-    """How many of `n_slots` slots of `max_len` tokens fit in `share` of `available` bytes:
-    `n_slots` itself when they all fit or `available` is None (unknown), else fewer, at least 1.
+    """How many of `n_slots` slots of `max_len` tokens (of `dtype`, float32 or float16) fit in
+    `share` of `available` bytes: `n_slots` itself when they all fit or `available` is None
+    (unknown), else fewer, at least 1.
 
     Raises:
         CacheError: not even one slot fits; the message gives the figures and the longest
@@ -176,11 +196,11 @@ def slots_that_fit(
     if available is None:
         return n_slots
     budget = int(available * share)
-    per_slot = KVCache.bytes_needed(config, 1, max_len)
+    per_slot = KVCache.bytes_needed(config, 1, max_len, dtype)
     fit = budget // per_slot
     if fit >= 1:
         return min(n_slots, fit)
-    per_token = KVCache.bytes_needed(config, 1, 1)
+    per_token = KVCache.bytes_needed(config, 1, 1, dtype)
     raise CacheError(
         f"one KV cache slot of {max_len} tokens needs {format_bytes(per_slot)}, more than the "
         f"{format_bytes(budget)} allowed ({share:.0%} of the {format_bytes(available)} "

@@ -283,11 +283,15 @@ def attend_prompt(q: np.ndarray, keys: np.ndarray, values: np.ndarray, start: in
     scores one batched GEMM over the key/value heads, the causal softmax one compiled pass
     (`kernels.attention.causal_softmax_`, the masked entries set to 0), the values another GEMM.
 
-    q [n, Hq, hd] (already scaled by hd^-1/2); keys, values [Hkv, >= start + n, hd]
+    q [n, Hq, hd] (already scaled by hd^-1/2); keys, values float32 or float16
+    [Hkv, >= start + n, hd] (float16 is converted to float32 once, for the GEMMs)
     -> [n, Hq, hd] (a new array)
     """
     n, hq, hd = q.shape
     hkv = keys.shape[0]
+    if keys.dtype != np.float32:  # a float16 cache: its first start + n positions, in float32
+        keys = keys[:, : start + n].astype(np.float32)
+        values = values[:, : start + n].astype(np.float32)
     group = hq // hkv
     out = np.empty(q.shape, np.float32)
     for first in range(0, n, PROMPT_BLOCK):

@@ -47,9 +47,14 @@ class Model:
         path: the Hugging Face folder the model was loaded from.
         prefill_chunk: prompts longer than this are prefilled in chunks of this many tokens,
             to bound the attention scores' memory (Hq x chunk x length floats).
+        kv_dtype: the dtype of the caches `new_cache` makes: np.float32 (the default) or
+            np.float16 (half the memory and the bytes decode attention reads; see
+            `corral.model.kv_cache`). Set it on the instance before making a cache or a
+            `Generator`.
     """
 
     prefill_chunk = 1024
+    kv_dtype = np.float32
 
     def __init__(self, config, params, tokenizer, chat_template, special_tokens, path):
         self.config = config
@@ -107,8 +112,9 @@ class Model:
     # Forward passes
 
     def new_cache(self, n_slots: int, max_len: int) -> KVCache:
-        """A KV cache of `n_slots` empty slots of `max_len` tokens each (see `KVCache`)."""
-        return KVCache(self.config, n_slots, max_len)
+        """A KV cache of `n_slots` empty slots of `max_len` tokens each, of `kv_dtype` (see
+        `KVCache`)."""
+        return KVCache(self.config, n_slots, max_len, self.kv_dtype)
 
     def prefill(self, cache: KVCache, slot: int, ids) -> np.ndarray:
         """Append `ids` to slot `slot` in one pass; return the next-token logits.

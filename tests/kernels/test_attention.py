@@ -333,3 +333,99 @@ def test_the_16_row_intrinsics_equal_numpy_at_any_offset(seed):
     _blocks16(queries, r * 64, rows, t * 64, weights, w, scores, out)
     np.testing.assert_allclose(scores, rows[t : t + 16] @ queries[r].astype(float), atol=1e-4)
     np.testing.assert_allclose(out, expected_out, rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------
+# A float16 cache (`KVCache(..., dtype=np.float16)`): read widened to float32, written rounded
+
+
+def float16_twins(keys, values):
+    """The keys and values rounded to float16, and the same numbers in float32."""
+    keys16, values16 = keys.astype(np.float16), values.astype(np.float16)
+    return keys16, values16, keys16.astype(np.float32), values16.astype(np.float32)
+
+
+TWIN_TOLERANCE = {"rtol": 1e-6, "atol": 1e-7}
+"""A float16 cache's output against its float32 twin's: the same float32 arithmetic on the same
+numbers, but LLVM may vectorize (and so order, under fast-math reassociation) the two compiled
+versions' sums apart: a float32 ulp or so was seen."""
+
+
+@settings(max_examples=100, deadline=None)
+@given(ragged_passes(most_rows=12))
+def test_ragged_attention_over_a_float16_cache_is_its_float32_twins(case):
+    """A float16 cache is read widened to float32 (exact) and computed in float32: the output is
+    the kernel's over the same numbers stored as float32 (to about an ulp) and the textbook
+    formula's (float64) over them; decode rows and jump-forward chunks, every head width's path."""
+    q, keys, values, segments = case
+    keys16, values16, keys32, values32 = float16_twins(keys, values)
+    out16 = attention.ragged_attention(q, keys16, values16, segments, np.full_like(q, np.nan))
+    out32 = attention.ragged_attention(q, keys32, values32, segments, np.full_like(q, np.nan))
+    np.testing.assert_allclose(out16, out32, **TWIN_TOLERANCE)  # NaN where no segment wrote
+    assert_matches_reference(out16, q, keys16, values16, segments)
+
+
+def test_ragged_attention_of_a_large_batch_over_a_long_float16_cache_equals_numpy():
+    """SmolLM2's shapes, 48 decode rows and two chunks over contexts of up to 300 positions:
+    the 16-key intrinsics on half vectors, the dynamic chunks (`attention._CHUNKS`)."""
+    rng = np.random.default_rng(7)
+    keys16, values16, keys32, values32 = float16_twins(
+        rng.standard_normal((50, 3, 300, 64)), rng.standard_normal((50, 3, 300, 64))
+    )
+    sizes = [1] * 48 + [9, 4]
+    starts = rng.integers(0, 300 - np.array(sizes) + 1)
+    firsts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    segments = np.column_stack([rng.permutation(50), starts, firsts, sizes]).astype(np.int64)
+    assert len(segments) * 3 >= 3 * attention._CHUNKS
+    q = (0.3 * rng.standard_normal((sum(sizes), 9, 64))).astype(np.float32)
+    out16 = attention.ragged_attention(q, keys16, values16, segments, np.empty_like(q))
+    out32 = attention.ragged_attention(q, keys32, values32, segments, np.empty_like(q))
+    np.testing.assert_allclose(out16, out32, **TWIN_TOLERANCE)
+    expected = reference_attention(q, keys16, values16, segments)
+    np.testing.assert_allclose(out16, expected, rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 5), st.booleans())
+def test_rope_store_and_store_rows_round_into_a_float16_cache_as_numpy(seed, n_slots, strided):
+    """Written into a float16 cache, the new keys and values are the float32 cache's rounded as
+    NumPy's `astype(np.float16)` rounds (to nearest, ties to even), bit for bit; the queries and
+    the cache's other entries are as with a float32 cache. Values up to 10^5 reach float16's
+    overflow (65504 -> inf, as NumPy's)."""
+    rng = np.random.default_rng(seed)
+    q_heads, kv_heads, width, max_len = 6, 2, int(rng.choice([4, 64])), 12
+    cells = rng.permutation(n_slots * max_len)[: int(rng.integers(1, n_slots * max_len + 1))]
+    slots, positions = cells // max_len, cells % max_len
+    n = len(cells)
+    columns = (q_heads + 2 * kv_heads) * width
+    scale_of = 10.0 ** rng.uniform(-8, 5, (n, columns) if not strided else (columns, n))
+    qkv = (scale_of * rng.standard_normal(scale_of.shape)).astype(np.float32)
+    qkv = qkv.T if strided else qkv
+    angles = rng.uniform(0, 50, (max_len, width // 2))
+    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    shape = (n_slots, kv_heads, max_len, width)
+    keys16, values16, keys32, values32 = float16_twins(
+        rng.standard_normal(shape), rng.standard_normal(shape)
+    )
+    q16, q32 = (np.full((n, q_heads, width), np.nan, np.float32) for _ in range(2))
+    scale = np.float32(width**-0.5)
+    with np.errstate(over="ignore"):
+        attention.rope_store(qkv, cos, sin, q_heads, scale, keys32, values32, slots, positions, q32)
+        attention.rope_store(qkv, cos, sin, q_heads, scale, keys16, values16, slots, positions, q16)
+        np.testing.assert_array_equal(q16, q32)
+        np.testing.assert_array_equal(
+            keys16.view(np.uint16), keys32.astype(np.float16).view(np.uint16)
+        )
+        np.testing.assert_array_equal(
+            values16.view(np.uint16), values32.astype(np.float16).view(np.uint16)
+        )
+        k = qkv[:, : kv_heads * width].reshape(n, kv_heads, width)
+        v = qkv[:, kv_heads * width : 2 * kv_heads * width].reshape(n, kv_heads, width)
+        attention.store_rows(k, v, keys32, values32, slots, positions)
+        attention.store_rows(k, v, keys16, values16, slots, positions)
+        np.testing.assert_array_equal(
+            keys16.view(np.uint16), keys32.astype(np.float16).view(np.uint16)
+        )
+        np.testing.assert_array_equal(
+            values16.view(np.uint16), values32.astype(np.float16).view(np.uint16)
+        )
