@@ -20,7 +20,7 @@ keep up with the two streams (asking for lines ahead in software, as the general
 more than it saved: a step's 30 layers at batch 64 on one thread, keys and values from memory,
 took 62 ms without against 72 ms with, on the shared 2-core machine). Other widths take four
 keys at a time (`_dot4`, four independent chains of FMAs and horizontal sums) and four values
-(`_axpy4`), fetched `_PREFETCH_ROWS` rows ahead (`prefetch`, into L2). No array view is made
+(`_axpy4`), fetched `_PREFETCH_ROWS` rows ahead (`prefetch_l2`, into L2). No array view is made
 inside the loops (each costs two atomic reference count updates), and the exponentials come from
 a vectorizable polynomial (`_softmax_`), not one libm call per score. The tasks go to Numba's
 threads in about `_CHUNKS` chunks as threads free up (dynamic scheduling, from 3 `_CHUNKS` tasks
@@ -49,6 +49,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 from corral.kernels.expf import exp_nonpositive
+from corral.kernels.prefetch import prefetch_l2
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -57,33 +58,6 @@ from numba.extending import intrinsic
 _FASTMATH = {"reassoc", "contract", "nsz"}  # no -inf or NaN is ever formed: lengths bound loops
 _CHUNKS = 16  # the parallel loop's tasks go out in about this many chunks, as threads free up
 _PREFETCH_ROWS = 32  # the four-key path fetches keys/values this many rows ahead
-
-
-@intrinsic
-def prefetch(typingctx, array, index):  # pragma: no cover - compiled
-    """Hint the CPU to load the cache line of array[index] (a 1-D contiguous array) for reading:
-    LLVM's `llvm.prefetch` (read, locality 2, data cache: x86's `prefetcht1`, into L2; on the
-    2-core machine of bench/attention.py, one thread's decode attention from memory on the
-    four-key path took about 5% less than with `prefetcht0`, into L1). No effect on results;
-    an index past the end is harmless for the hardware, but callers keep it in bounds."""
-
-    def codegen(context, builder, signature, args):
-        data = context.make_array(signature.args[0])(context, builder, args[0]).data
-        byte_pointer = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        function = cgutils.get_or_insert_function(
-            builder.module,
-            ir.FunctionType(ir.VoidType(), [byte_pointer, i32, i32, i32]),
-            "llvm.prefetch.p0i8",
-        )
-        address = builder.bitcast(builder.gep(data, [args[1]]), byte_pointer)
-        builder.call(
-            function, [address, ir.Constant(i32, 0), ir.Constant(i32, 2), ir.Constant(i32, 1)]
-        )
-        return context.get_dummy_value()
-
-    return types.void(array, index), codegen
-
 
 _LANES = 16  # the running maxima of `_softmax_` (one vector register of float32)
 
@@ -320,10 +294,10 @@ def _prefetch_row(key_run, value_run, row, length, width):  # pragma: no cover -
     (key_run, value_run: the flat `[T hd]` runs). Rows past both runs are skipped. O(hd)"""
     if row < length:
         for i in range(0, width, 16):  # one 64-byte cache line per 16 floats
-            prefetch(key_run, row * width + i)
+            prefetch_l2(key_run, row * width + i)
     elif row < 2 * length:
         for i in range(0, width, 16):
-            prefetch(value_run, (row - length) * width + i)
+            prefetch_l2(value_run, (row - length) * width + i)
 
 
 @numba.njit(cache=True, fastmath=_FASTMATH, inline="always")
@@ -432,7 +406,7 @@ def _attend(q, keys, values, slot, start, first, n, head, out):  # pragma: no co
         ahead = (t + _PREFETCH_ROWS) * width
         if ahead + 4 * width <= end:
             for i in range(0, 4 * width, 16):
-                prefetch(value_run, ahead + i)
+                prefetch_l2(value_run, ahead + i)
         for r in range(max(0, t - start) * group, n_rows):
             base = r * length + t
             w0, w1, w2, w3 = scores[base], scores[base + 1], scores[base + 2], scores[base + 3]
