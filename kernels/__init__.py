@@ -23,9 +23,10 @@ import os
 #   (GOMP_SPINCOUNT 1000 to 100000 with PASSIVE) mostly won at batch 1 and 8 in two runs of
 #   bench/model.py's spin table on a machine alone (by 9-61%; once lost 18%), but not on a
 #   shared one: with other work on the 2 cores (load 4-10), `bench/threads.py --environments
-#   P:4 1000:4 P:-` gave spin 1000 0.82-1.01 times PASSIVE's tokens/s (prefill, batch 1 to 64,
-#   both with the OpenBLAS timeout below), and an earlier form of that script gave spin 10000
-#   0.24-0.80 and spin 100000 0.09-0.46 times. So no spin count is set.
+#   P:4 1000:4 P:-` and `bench/threads.py --rounds 5 --environments P:4 1000:4 10000:4` gave
+#   spin 1000 0.41-1.01 and spin 10000 0.30-0.89 times PASSIVE's tokens/s (prefill, batch 1 to
+#   64, all with the OpenBLAS timeout below), an earlier form of that script spin 100000
+#   0.09-0.46 times. So no spin count is set.
 # - OpenBLAS's idle threads poll for about 2^28 cycles after each call; at
 #   OPENBLAS_THREAD_TIMEOUT=4 they sleep at once, unless the user set it. With other work on the
 #   2 cores, `bench/threads.py --weights float32 --rounds 3` (BLAS does the float32 path's
