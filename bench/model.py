@@ -18,7 +18,7 @@ Prints, in one run:
   - decode tokens/s at batch 1 to 64 with the blocks forced on and off, to place
     `llama.QUANTIZED_MAX_ROWS`;
   - prefill and decode tokens/s (batch 1 to 64) of the default model under the PASSIVE policy
-    alone (corral's default) and under a few libgomp spin counts (`SPIN_COUNTS`, child
+    alone and under a few libgomp spin counts (`SPIN_COUNTS`, child
     processes, taking turns): how long Numba's idle worker thread should poll between parallel
     regions; above it, the thread variables the main tables ran with, the user's or corral's;
   - each block matrix's product alone at batch 1 and 8, int8 and float32 activations taking
@@ -52,12 +52,15 @@ THREAD_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPENBLAS_THREAD_TIMEOU
 """The environment variables that decide how idle OpenMP (Numba's) and OpenBLAS threads wait."""
 
 USER_THREAD_ENVIRONMENT = {name: os.environ.get(name) for name in THREAD_VARIABLES}
-"""Those variables before corral is imported (`corral.kernels` sets OMP_WAIT_POLICY=PASSIVE and
-OPENBLAS_THREAD_TIMEOUT=4 where the user did not set them)."""
+"""Those variables before corral is imported (`corral.kernels` sets OMP_WAIT_POLICY=PASSIVE with
+GOMP_SPINCOUNT=1000 and OPENBLAS_THREAD_TIMEOUT=4 where the user did not set them)."""
 
 if "--references-only" not in sys.argv:  # the references' child keeps the user's variables
     # corral's thread variables before NumPy loads OpenBLAS, as the `corral` command has them
     import corral.kernels  # noqa: F401
+
+CORRAL_SPIN_COUNT = "1000"
+"""The GOMP_SPINCOUNT `corral.kernels` sets when the user set no OpenMP wait variable."""
 
 import numpy as np  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
@@ -279,8 +282,8 @@ def crossover(model, batches: list[int], steps: int) -> dict[int, tuple[float, f
 
 
 SPIN_COUNTS = (None, 1000, 10000)
-"""libgomp's GOMP_SPINCOUNT values `spin_speeds` tries beside the PASSIVE policy alone (None,
-corral's default: `corral.kernels`): how long Numba's idle OpenMP worker polls before it
+"""libgomp's GOMP_SPINCOUNT values `spin_speeds` tries beside the PASSIVE policy alone (None;
+1000 is corral's default, `corral.kernels`): how long Numba's idle OpenMP worker polls before it
 sleeps. A decode step opens some 150 parallel regions (the products and attention of 30
 layers, the LM head); under PASSIVE each one first wakes the sleeping worker, a longer spin
 keeps it awake between regions but takes a core from BLAS's threads and from other
@@ -532,7 +535,8 @@ def main() -> None:
     print(f"  the tables above ran with {thread_environment()}")
     print(f"{'':18s}" + "".join(f"{c.replace('_', ' b='):>12s}" for c in columns))
     for count, speeds in spins.items():
-        label = "PASSIVE (corral)" if count is None else f"spin {count}"
+        label = "PASSIVE, no spin" if count is None else f"spin {count}"
+        label += " (corral)" if str(count) == CORRAL_SPIN_COUNT else ""
         cells = "".join(f"{speeds[c]:12.1f}" if c in speeds else f"{'-':>12s}" for c in columns)
         print(f"  {label:16s}{cells}")
 

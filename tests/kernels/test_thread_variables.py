@@ -45,7 +45,7 @@ def test_set_before_numpy_loads(module):
     seen = variables_when_numpy_loads(module)
     assert seen == {
         "OMP_WAIT_POLICY": "PASSIVE",
-        "GOMP_SPINCOUNT": None,
+        "GOMP_SPINCOUNT": "1000",
         "OPENBLAS_THREAD_TIMEOUT": "4",
     }
 
@@ -53,3 +53,10 @@ def test_set_before_numpy_loads(module):
 def test_the_users_values_are_kept():
     user = {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": "500", "OPENBLAS_THREAD_TIMEOUT": "9"}
     assert variables_when_numpy_loads("corral.tools.cli", **user) == user
+
+
+@pytest.mark.parametrize("name", ["OMP_WAIT_POLICY", "GOMP_SPINCOUNT"])
+def test_either_openmp_variable_of_the_users_leaves_the_other_unset(name):
+    seen = variables_when_numpy_loads("corral.tools.cli", **{name: "7"})
+    other = "GOMP_SPINCOUNT" if name == "OMP_WAIT_POLICY" else "OMP_WAIT_POLICY"
+    assert (seen[name], seen[other]) == ("7", None)
