@@ -533,12 +533,12 @@ def main() -> None:
         f"OMP_WAIT_POLICY=PASSIVE and GOMP_SPINCOUNT as shown, the best of {rounds})"
     )
     print(f"  the tables above ran with {thread_environment()}")
-    print(f"{'':18s}" + "".join(f"{c.replace('_', ' b='):>12s}" for c in columns))
+    print(f"{'':22s}" + "".join(f"{c.replace('_', ' b='):>12s}" for c in columns))
     for count, speeds in spins.items():
         label = "PASSIVE, no spin" if count is None else f"spin {count}"
         label += " (corral)" if str(count) == CORRAL_SPIN_COUNT else ""
         cells = "".join(f"{speeds[c]:12.1f}" if c in speeds else f"{'-':>12s}" for c in columns)
-        print(f"  {label:16s}{cells}")
+        print(f"  {label:20s}{cells}")
 
     for name, per_batch in breakdowns.items():
         print(f"\nms per decode step, {name}")
