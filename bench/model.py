@@ -17,8 +17,10 @@ Prints, in one run:
     share of the GEMM rate reached at batch 32 and 64;
   - decode tokens/s at batch 1 to 64 with the blocks forced on and off, to place
     `llama.QUANTIZED_MAX_ROWS`;
-  - decode tokens/s at batch 1 and 8 under several libgomp spin counts (`SPIN_COUNTS`, child
-    processes): how long Numba's idle worker thread should poll between parallel regions;
+  - prefill and decode tokens/s (batch 1 to 64) of the default model under the PASSIVE policy
+    alone and under a few libgomp spin counts (`SPIN_COUNTS`, child
+    processes, taking turns): how long Numba's idle worker thread should poll between parallel
+    regions; above it, the thread variables the main tables ran with, the user's or corral's;
   - each block matrix's product alone at batch 1 and 8, int8 and float32 activations taking
     turns: microseconds and the bytes it reads per second;
   - where one decode step's time goes: the q/k/v and output projections, the MLP matmuls,
@@ -26,9 +28,9 @@ Prints, in one run:
     Python);
   - side by side, when importable: transformers on torch (float32, loading corral's float32
     conversion of the same GGUF: no `accelerate` needed) and llama-cpp-python (the GGUF as is,
-    Q4_1), with the same thread count, in a child process that runs with the OpenMP wait
-    policy the user set (importing `corral.kernels` makes it PASSIVE, which would slow torch's
-    own OpenMP threads: each parallel region would wake them from sleep).
+    Q4_1), with the same thread count, in a child process that runs with the thread
+    variables the user set (importing `corral.kernels` makes OpenMP's wait PASSIVE, which would
+    slow torch's own OpenMP threads: each parallel region would wake them from sleep).
 
 Two BLAS or Numba threads collapse when another process computes at the same time (Numba's
 parallel loops wait for both threads at every call): run it alone.
@@ -46,11 +48,36 @@ import time
 import zipfile
 from pathlib import Path
 
-import numpy as np
-from threadpoolctl import threadpool_limits
+THREAD_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPENBLAS_THREAD_TIMEOUT")
+"""The environment variables that decide how idle OpenMP (Numba's) and OpenBLAS threads wait."""
 
-USER_OMP_WAIT_POLICY = os.environ.get("OMP_WAIT_POLICY")
-"""The OpenMP wait policy before corral is imported (it sets PASSIVE for Numba's threads)."""
+USER_THREAD_ENVIRONMENT = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+"""Those variables before corral is imported (`corral.kernels` sets OMP_WAIT_POLICY=PASSIVE with
+GOMP_SPINCOUNT=1000 and OPENBLAS_THREAD_TIMEOUT=4 where the user did not set them)."""
+
+if "--references-only" not in sys.argv:  # the references' child keeps the user's variables
+    # corral's thread variables before NumPy loads OpenBLAS, as the `corral` command has them
+    import corral.kernels  # noqa: F401
+
+CORRAL_SPIN_COUNT = "1000"
+"""The GOMP_SPINCOUNT `corral.kernels` sets when the user set no OpenMP wait variable."""
+
+import numpy as np  # noqa: E402
+from threadpoolctl import threadpool_limits  # noqa: E402
+
+
+def thread_environment() -> str:
+    """The thread variables of this process, each marked as the user's or corral's."""
+    cells = []
+    for name in THREAD_VARIABLES:
+        value = os.environ.get(name)
+        if value is None:
+            cells.append(f"{name} unset")
+        else:
+            who = "yours" if USER_THREAD_ENVIRONMENT[name] == value else "corral's"
+            cells.append(f"{name}={value} ({who})")
+    return ", ".join(cells)
+
 
 PROMPT_TOKENS = 256
 
@@ -254,45 +281,62 @@ def crossover(model, batches: list[int], steps: int) -> dict[int, tuple[float, f
     return results
 
 
-SPIN_COUNTS = (None, 1000, 10000, 100000)
-"""libgomp's GOMP_SPINCOUNT values `spin_speeds` tries (None: the PASSIVE policy alone, as
-corral sets it): how long Numba's idle OpenMP worker polls before it sleeps. A decode step
-opens some 150 parallel regions (the products and attention of 30 layers, the LM head); under
-PASSIVE each one first wakes the sleeping worker, a longer spin keeps it awake between
-regions but takes a core from BLAS's threads and from other processes."""
+SPIN_COUNTS = (None, 1000, 10000)
+"""libgomp's GOMP_SPINCOUNT values `spin_speeds` tries beside the PASSIVE policy alone (None;
+1000 is corral's default, `corral.kernels`): how long Numba's idle OpenMP worker polls before it
+sleeps. A decode step opens some 150 parallel regions (the products and attention of 30
+layers, the LM head); under PASSIVE each one first wakes the sleeping worker, a longer spin
+keeps it awake between regions but takes a core from BLAS's threads and from other
+processes."""
+
+SPIN_ROUNDS = 2
+"""`spin_speeds` starts the children of every spin count in turn this many times and keeps
+each figure's best, so that a burst of other load does not fall on one spin count alone."""
 
 
-def spin_speeds(batches: list[int], steps: int, threads: int) -> dict:
-    """{spin count: {"decode_B": tokens/s}} of the default model, each measured in a child
-    process started with that GOMP_SPINCOUNT (libgomp reads it once, when Numba loads it)."""
+def spin_environment(count: int | None) -> dict[str, str]:
+    """The environment of a `spin_speeds` child: this process's, with OMP_WAIT_POLICY=PASSIVE
+    and GOMP_SPINCOUNT=count (unset for None) whatever the user set."""
+    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+    env.pop("GOMP_SPINCOUNT", None)
+    if count is not None:
+        env["GOMP_SPINCOUNT"] = str(count)
+    return env
+
+
+def spin_speeds(batches: list[int], steps: int, threads: int, quick: bool) -> dict:
+    """{spin count: {"prefill" | "decode_B": tokens/s}} of the default model, each measured in
+    a child process started with that GOMP_SPINCOUNT (libgomp reads it once, when Numba loads
+    it), the best of `SPIN_ROUNDS` children per spin count (one if `quick`), the spin counts
+    taking turns."""
     results = {}
-    for count in SPIN_COUNTS:
-        env = dict(os.environ)
-        env.pop("GOMP_SPINCOUNT", None)
-        if count is not None:
-            env["GOMP_SPINCOUNT"] = str(count)
-        request = json.dumps([batches, steps, threads])
-        child = subprocess.run(
-            [sys.executable, __file__, "--spin-only", request],
-            env=env, capture_output=True, text=True, check=False,
-        )  # fmt: skip
-        if child.returncode != 0:
-            print(f"spin count {count} failed: {child.stderr.strip()[-300:]}")
-            continue
-        results[count] = json.loads(child.stdout.strip().splitlines()[-1])
+    for _ in range(1 if quick else SPIN_ROUNDS):
+        for count in SPIN_COUNTS:
+            request = json.dumps([batches, steps, threads, quick])
+            child = subprocess.run(
+                [sys.executable, __file__, "--spin-only", request],
+                env=spin_environment(count), capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            if child.returncode != 0:
+                print(f"spin count {count} failed: {child.stderr.strip()[-300:]}")
+                continue
+            speeds = json.loads(child.stdout.strip().splitlines()[-1])
+            best = results.setdefault(count, speeds)
+            for key, value in speeds.items():
+                best[key] = max(best[key], value)
     return results
 
 
 def _spin_only(request: str) -> None:
-    """The child of `spin_speeds`: decode speeds of the default model, one JSON line."""
+    """The child of `spin_speeds`: prefill and decode speeds of the default model, one JSON
+    line. request: JSON [batches, steps, threads, quick]"""
     import numba
     from corral.model import load_model
 
-    batches, steps, threads = json.loads(request)
+    batches, steps, threads, quick = json.loads(request)
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     with threadpool_limits(limits=threads, user_api="blas"):
-        speeds = corral_speeds(load_model(progress=False), batches, steps, quick=True)
-    print(json.dumps({key: value for key, value in speeds.items() if key != "prefill"}))
+        print(json.dumps(corral_speeds(load_model(progress=False), batches, steps, quick)))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -361,10 +405,11 @@ def reference_speeds(folder: Path, gguf: Path, batches: list[int], steps: int, t
     """{name: speeds} of transformers and llama-cpp-python (those importable), measured in a
     child process whose environment has the user's OpenMP wait policy (see the docstring)."""
     env = dict(os.environ)
-    if USER_OMP_WAIT_POLICY is None:
-        env.pop("OMP_WAIT_POLICY", None)
-    else:
-        env["OMP_WAIT_POLICY"] = USER_OMP_WAIT_POLICY
+    for name, value in USER_THREAD_ENVIRONMENT.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     request = json.dumps([str(folder), str(gguf), batches, steps, threads])
     child = subprocess.run(
         [sys.executable, __file__, "--references-only", request],
@@ -433,7 +478,7 @@ def main() -> None:
                 breakdowns[name] = {b: step_breakdown(model, b, steps) for b in batches}
         switch = crossover(quantized, [1, 2, 4] if args.quick else [1, 2, 4, 8, 16, 32, 64], steps)
         products = matrix_speeds(quantized, batches[:2], 2 if args.quick else 5)
-        spins = spin_speeds(batches[:2], steps, args.threads)
+        spins = spin_speeds(batches, steps, args.threads, args.quick)
         if not args.no_references:
             import tempfile
 
@@ -482,11 +527,18 @@ def main() -> None:
         )
         print(f"  b={batch:<3d} {name:10s} {speed['bytes']:6.2f} MB{cells}")
 
-    print("\ndecode tokens/s of the default model by libgomp's spin count (GOMP_SPINCOUNT)")
+    rounds = 1 if args.quick else SPIN_ROUNDS
+    print(
+        f"\ntokens/s of the default model by libgomp's spin count (child processes, "
+        f"OMP_WAIT_POLICY=PASSIVE and GOMP_SPINCOUNT as shown, the best of {rounds})"
+    )
+    print(f"  the tables above ran with {thread_environment()}")
+    print(f"{'':22s}" + "".join(f"{c.replace('_', ' b='):>12s}" for c in columns))
     for count, speeds in spins.items():
-        label = "PASSIVE" if count is None else str(count)
-        cells = "".join(f"   b={key[7:]} {value:8.1f}" for key, value in speeds.items())
-        print(f"  {label:>8s}{cells}")
+        label = "PASSIVE, no spin" if count is None else f"spin {count}"
+        label += " (corral)" if str(count) == CORRAL_SPIN_COUNT else ""
+        cells = "".join(f"{speeds[c]:12.1f}" if c in speeds else f"{'-':>12s}" for c in columns)
+        print(f"  {label:20s}{cells}")
 
     for name, per_batch in breakdowns.items():
         print(f"\nms per decode step, {name}")

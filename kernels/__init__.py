@@ -13,11 +13,36 @@ sampler (DESIGN.md section 4).
 
 import os
 
-# Numba's parallel kernels (OpenMP threading layer) and BLAS alternate inside every forward pass.
-# libgomp's default lets idle workers spin, which starves BLAS's threads on a small machine
-# (bench/model.py, 2 cores: float32 decode at batch 1 fell from 28 to 4 tokens/s). Workers
-# sleep instead unless the user chose otherwise; libgomp reads this when Numba first loads it.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Numba's parallel kernels (OpenMP threading layer) and BLAS alternate inside every forward pass,
+# and other processes may share the cores: an idle thread that keeps polling takes a core from
+# the threads that have work. Both libraries read their variable once, when they load.
+# - libgomp's default lets Numba's idle worker spin for long, which starves BLAS's threads on
+#   a small machine (bench/model.py, 2 cores: float32 decode at batch 1 fell from 28 to 4
+#   tokens/s). Unless the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT, workers sleep (PASSIVE)
+#   after a bounded spin of GOMP_SPINCOUNT=1000 polls (libgomp: an explicit count overrides the
+#   policy's). Alone on the 2 cores, `bench/threads.py --rounds 3 --environments P:4 1000:4
+#   10000:4` gave, as times PASSIVE's tokens/s (prefill, batch 1, 8, 32, 64): spin 1000 0.99,
+#   1.79, 1.09, 1.03, 1.03; spin 10000 0.97, 2.23, 1.46, 1.14, 1.08. With other work on the
+#   cores (load 4-10) the same script (`--environments P:4 1000:4 P:-`, `--rounds 5
+#   --environments P:4 1000:4 10000:4`) gave spin 1000 0.41-1.01 and spin 10000 0.30-0.89
+#   times, an earlier form of it spin 100000 0.09-0.46: 1000 keeps most of the gain alone and
+#   loses least when shared. On float32 weights (the starvation case; `bench/threads.py
+#   --weights float32 --rounds 3`, shared) spin 1000 against none, both with the timeout below:
+#   prefill 49.0 / 28.3, batch 1 10.2 / 12.8, 8 17.1 / 23.9, 32 59.2 / 32.7, 64 64.3 / 74.2.
+# - OpenBLAS's idle threads poll for about 2^28 cycles after each call; at
+#   OPENBLAS_THREAD_TIMEOUT=4 they sleep at once, unless the user set it. With other work on the
+#   2 cores, `bench/threads.py --weights float32 --rounds 3` (BLAS does the float32 path's
+#   decode) ran 1.9-7.5x faster with it (prefill 1.94, batch 1 7.54, 8 4.18, 32 2.87, 64 1.94
+#   times without it); the default blocks path, whose prefill is its one BLAS work, prefilled
+#   1.8x faster (`bench/threads.py --environments P:4 1000:4 P:-`) and decoded as fast (0.99-1.02).
+#   OpenBLAS reads it when NumPy loads it, so this only takes effect when corral.kernels is
+#   imported before NumPy: the `corral` command does so (corral.tools imports it first); a
+#   library user sets OPENBLAS_THREAD_TIMEOUT=4 in the environment (or imports corral.kernels
+#   first). tests/conftest.py runs OpenBLAS on one thread, which has no idle threads.
+if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    os.environ["GOMP_SPINCOUNT"] = "1000"
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 # Numba's vectorized loops in zmm registers where the CPU has AVX-512 (an import for its effect:
 # it sets NUMBA_CPU_FEATURES before Numba is first imported; see the module)

@@ -56,11 +56,12 @@ def add_rms_norm(x, delta, weight, eps, out):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, fastmath=_FASTMATH)
-def swiglu(gate_up, out):  # pragma: no cover - compiled
-    """SwiGLU's gating: out = silu(gate) * up = gate * up / (1 + exp(-gate)), for gate_up the
-    two halves [gate | up] of the fused projection.  O(N F), every loop vectorizable.
+def swiglu(gate, up, out):  # pragma: no cover - compiled
+    """SwiGLU's gating: out = silu(gate) * up = gate * up / (1 + exp(-gate)), gate and up the
+    two halves of the fused projection.  O(N F), every loop vectorizable.
 
-    gate_up float32 [N, 2F] (any strides); out float32 [N, F] (written). Returns out.
+    gate, up float32 [N, F] (any strides: row by row, the inner loop along the last axis, so
+    pass the layout whose last axis is contiguous); out float32 [N, F] (written). Returns out.
     exp is Cephes' polynomial (`kernels.expf`, relative error ~1e-7), its argument clamped to
     [-87, 88]: past it silu(g) is g (g >= 87) or within 1e-36 of 0 (g <= -88) either way.
     """
@@ -69,13 +70,12 @@ def swiglu(gate_up, out):  # pragma: no cover - compiled
     scale = scale_bits.view(np.float32)
     for i in range(n):
         for j in range(width):  # out = exp(-gate) = 2^k p(r), p(r) here, 2^k's bits aside
-            x = min(max(-gate_up[i, j], EXP_MIN), _EXP_MAX)
+            x = min(max(-gate[i, j], EXP_MIN), _EXP_MAX)
             k = np.floor(x * LOG2E + np.float32(0.5))
             out[i, j] = exp_reduced(x - k * LN2_HIGH - k * LN2_LOW)
             scale_bits[j] = (np.int32(k) + np.int32(127)) << np.int32(23)
         for j in range(width):
-            gate = gate_up[i, j]
-            out[i, j] = gate * gate_up[i, width + j] / (np.float32(1.0) + out[i, j] * scale[j])
+            out[i, j] = gate[i, j] * up[i, j] / (np.float32(1.0) + out[i, j] * scale[j])
     return out
 
 

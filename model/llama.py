@@ -155,10 +155,20 @@ def mlp(x: np.ndarray, layer: dict) -> np.ndarray:
 
     The gating is one compiled pass (`kernels.layers.swiglu`, a vectorized exp), for every
     pass alike: a Numba loop over libm's tanh or exp would cost about 60 ms a batch-64 step.
+    It runs along the contiguous axis: BLAS's [N, 2F] result is the transpose of a C-order
+    [2F, N] one, so there the gating computes [F, N] from its two halves and w_down reads that
+    as its x^T, no copy (row by row over the [N, 2F] view, every read is a cache line of its
+    own: that took about a third of a 256-token prefill).
     """
     gate_up = linear(x, layer, "w_gate_up")  # [N, d] -> [N, 2F]
-    width = layer["w_down"].shape[1]
-    hidden = layer_kernels.swiglu(gate_up, np.empty((x.shape[0], width), np.float32))
+    n, width = x.shape[0], layer["w_down"].shape[1]
+    if gate_up.flags.c_contiguous:  # the blocks' result
+        gate, up, out = gate_up[:, :width], gate_up[:, width:], np.empty((n, width), np.float32)
+        hidden = layer_kernels.swiglu(gate, up, out)  # [N, F]
+    else:  # BLAS's: gate_up.T is C-order [2F, N]
+        gate_up_t = gate_up.T
+        out = np.empty((width, n), np.float32)
+        hidden = layer_kernels.swiglu(gate_up_t[:width], gate_up_t[width:], out).T  # [N, F]
     return linear(hidden, layer, "w_down")  # [N, F] -> [N, d]
 
 

@@ -8,6 +8,10 @@ cache of token indexes), `render`, `parser` (ToolParser), `shapes` (events,
 message, delta, logprobs and chat.completion JSON), `bfcl` (BFCL schemas to JSON Schema).
 """
 
+# First, for its effect: corral.kernels sets the thread variables before NumPy loads OpenBLAS
+# (the `corral` command's first import is this package)
+import corral.kernels  # noqa: F401, I001
+
 from corral.tools.bfcl import bfcl_to_json_schema, bfcl_tools
 from corral.tools.errors import ToolError
 from corral.tools.grammar import (

@@ -64,13 +64,20 @@ def test_add_rms_norm_is_the_residual_sum_then_rms_norm_bit_for_bit(seed):
     np.testing.assert_array_equal(got, expected)
 
 
+@pytest.mark.parametrize("transposed", [False, True])
 @pytest.mark.parametrize("seed", range(5))
-def test_swiglu_equals_silu_of_gate_times_up_also_far_out(seed):
+def test_swiglu_equals_silu_of_gate_times_up_also_far_out(seed, transposed):
     rng = np.random.default_rng(seed)
     n, width = int(rng.integers(1, 9)), int(rng.integers(1, 300))
     gate_up = (rng.standard_normal((n, 2 * width)) * rng.uniform(0.1, 60)).astype(np.float32)
     gate_up[0, 0], gate_up[-1, width - 1] = -1000.0, 1000.0  # past exp's float32 range
-    got = layers.swiglu(gate_up, np.full((n, width), np.nan, np.float32))
+    if transposed:  # as `llama.mlp` on BLAS's result: the halves of C-order [2F, N], out [F, N]
+        gate_up_t = np.ascontiguousarray(gate_up.T)
+        out = np.full((width, n), np.nan, np.float32)
+        got = layers.swiglu(gate_up_t[:width], gate_up_t[width:], out).T
+    else:
+        out = np.full((n, width), np.nan, np.float32)
+        got = layers.swiglu(gate_up[:, :width], gate_up[:, width:], out)
     g, up = gate_up[:, :width].astype(np.float64), gate_up[:, width:].astype(np.float64)
     expected = g * expit(g) * up  # silu(g) = g sigmoid(g), with no overflow
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-30)
