@@ -8,7 +8,8 @@ changes no value.
   the weights of the current one: its exp pass is bound by arithmetic, the next row's first pass
   by memory (a forward pass has just written the logits, 196 KB a row, and evicted them from the
   core's own caches), so the two overlap.
-- Decode attention's four-key path (`corral.kernels.attention`) fetches keys and values rows
+- The one-row block products (`corral.kernels.quant`) fetch the columns of a tile ahead, and
+  decode attention's four-key path (`corral.kernels.attention`) fetches keys and values rows
   ahead into L2: on the 2-core machine of bench/attention.py one thread's decode attention from
   memory took about 5% less than with `prefetcht0`.
 """

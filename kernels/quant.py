@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from corral.kernels.attention import prefetch
+from corral.kernels.prefetch import prefetch_l2
 
 BLOCK = 32
 """Weights per quantization block (Q4_1 and Q8_0)."""
@@ -52,7 +52,7 @@ def _prefetch_column(flat, column, n_columns, tile):  # pragma: no cover - compi
     cache line per 64 bytes; nothing past the tile's end. O(tile / 64)"""
     if column < n_columns:
         for i in range(0, tile, 64):
-            prefetch(flat, column * tile + i)
+            prefetch_l2(flat, column * tile + i)
 
 
 def tile_shape(n_out: int) -> tuple[int, int]:
