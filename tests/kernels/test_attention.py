@@ -123,6 +123,19 @@ def test_a_row_is_blind_to_the_keys_and_values_past_its_position(case, seed):
         np.testing.assert_array_equal(after[first : first + j + 1], before[first : first + j + 1])
 
 
+def crowded_segments(rng, sizes, length):
+    """Segments `[slot, start, first, n]` (int64) of rows of `sizes` (decode rows of 1 and a
+    few jump-forward chunks), one slot each in a random order, at random starts within caches
+    of `length` positions: enough (segment, head) pairs for 3 KV heads that the tasks go to
+    the threads in dynamic chunks (`attention._CHUNKS`)."""
+    starts = rng.integers(0, length - np.array(sizes) + 1)
+    firsts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    slots = rng.permutation(len(sizes))
+    segments = np.column_stack([slots, starts, firsts, sizes]).astype(np.int64)
+    assert len(segments) * 3 >= 3 * attention._CHUNKS
+    return segments
+
+
 def test_ragged_attention_over_long_contexts_equals_numpy():
     """SmolLM2's shapes (9 query heads over 3 key/value heads of width 64) at decode contexts of
     a few hundred positions, where the prefetch runs ahead of the keys and values read."""
@@ -142,11 +155,8 @@ def test_ragged_attention_of_a_large_batch_equals_numpy():
     rng = np.random.default_rng(5)
     keys = rng.standard_normal((44, 3, 40, 16)).astype(np.float32)
     values = rng.standard_normal((44, 3, 40, 16)).astype(np.float32)
-    sizes = [1] * 40 + [5, 2, 7, 3]
-    starts = rng.integers(0, 40 - np.array(sizes) + 1)
-    firsts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    segments = np.column_stack([rng.permutation(44), starts, firsts, sizes]).astype(np.int64)
-    assert len(segments) * 3 >= 3 * attention._CHUNKS
+    segments = crowded_segments(rng, [1] * 40 + [5, 2, 7, 3], 40)
+    sizes = segments[:, 3]
     q = (0.5 * rng.standard_normal((sum(sizes), 9, 16))).astype(np.float32)
     out = attention.ragged_attention(q, keys, values, segments, np.empty_like(q))
     expected = reference_attention(q, keys, values, segments)
@@ -372,11 +382,8 @@ def test_ragged_attention_of_a_large_batch_over_a_long_float16_cache_equals_nump
     keys16, values16, keys32, values32 = float16_twins(
         rng.standard_normal((50, 3, 300, 64)), rng.standard_normal((50, 3, 300, 64))
     )
-    sizes = [1] * 48 + [9, 4]
-    starts = rng.integers(0, 300 - np.array(sizes) + 1)
-    firsts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    segments = np.column_stack([rng.permutation(50), starts, firsts, sizes]).astype(np.int64)
-    assert len(segments) * 3 >= 3 * attention._CHUNKS
+    segments = crowded_segments(rng, [1] * 48 + [9, 4], 300)
+    sizes = segments[:, 3]
     q = (0.3 * rng.standard_normal((sum(sizes), 9, 64))).astype(np.float32)
     out16 = attention.ragged_attention(q, keys16, values16, segments, np.empty_like(q))
     out32 = attention.ragged_attention(q, keys32, values32, segments, np.empty_like(q))
