@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import codecs
 import contextlib
+import importlib.util
 import json
 import math
 import os
@@ -129,21 +130,21 @@ def _fail(command: str, message: object) -> int:
 
 
 def _compile(args: argparse.Namespace) -> int:
+    """`corral compile`: a pattern's or a schema's DFA (a schema's regex text and samples too),
+    as lines of text, or with `--json` as one JSON object on stdout (the same facts: `regex`
+    null where the schema has no regex text, `trans` and `accept` the whole table)."""
     if (args.pattern is None) == (args.schema is None):
         return _fail("compile", "give a pattern or --schema FILE")
     if args.samples < 0:
         return _fail("compile", f"--samples must be at least 0, not {args.samples}")
+    regex = None
     try:
         if args.schema is not None:
             schema = read_json(args.schema)
             dfa = schema_to_dfa(schema)
-            try:
+            # the text may be refused where the tree is not: regex stays None
+            with contextlib.suppress(ConstrainError):
                 regex = json_schema_to_regex(schema)
-            except ConstrainError as error:  # the text may be refused where the tree is not
-                regex = f"(no regex text: {error})"
-            if len(regex) > 2000:
-                regex = f"{regex[:2000]}... ({len(regex)} characters)"
-            print(regex)
         else:
             dfa = regex_to_dfa(args.pattern)
     except (ConstrainError, InputError) as error:
@@ -151,16 +152,30 @@ def _compile(args: argparse.Namespace) -> int:
     except RecursionError:
         return _fail("compile", _too_deep(args.schema or "the pattern"))
     accepting = np.flatnonzero(dfa.accept).tolist()
+    rng = np.random.default_rng(0)
+    samples = (
+        []
+        if args.schema is None
+        else [dfa.sample(rng).decode("utf-8") for _ in range(args.samples)]
+    )
+    if args.json:
+        facts = {"states": dfa.n_states, "live_edges": dfa.n_live_edges, "accepting": accepting}
+        if args.schema is not None:
+            facts |= {"regex": regex, "samples": samples}
+        print(json.dumps(facts | {"trans": dfa.trans.tolist(), "accept": dfa.accept.tolist()}))
+        return 0
     if args.schema is not None:
-        n_accepting = len(accepting)
-        print(f"states: {dfa.n_states}  live edges: {dfa.n_live_edges}  accepting: {n_accepting}")
-        rng = np.random.default_rng(0)
-        for _ in range(args.samples):
-            print(dfa.sample(rng).decode("utf-8"))
+        if regex is None:
+            print("(this schema has no regex text; its DFA follows)")
+        else:
+            print(regex if len(regex) <= 2000 else f"{regex[:2000]}... ({len(regex)} characters)")
+        print(
+            f"states: {dfa.n_states}  live edges: {dfa.n_live_edges}  accepting: {len(accepting)}"
+        )
+        for sample in samples:
+            print(sample)
     else:
         print(f"states: {dfa.n_states}  live edges: {dfa.n_live_edges}  accepting: {accepting}")
-    if args.json:
-        print(json.dumps({"trans": dfa.trans.tolist(), "accept": dfa.accept.tolist()}))
     return 0
 
 
@@ -194,6 +209,8 @@ def _generate_problem(args: argparse.Namespace) -> str | None:
         return "--ray runs an input file, not the quick form"
     if args.ray is not None and args.no_prefix_cache:
         return "--no-prefix-cache is not supported with --ray (its workers keep the cache on)"
+    if args.ray is not None and importlib.util.find_spec("ray") is None:
+        return "--ray needs Ray, which is not installed: pip install 'corral[ray]'"
     return None
 
 
@@ -356,11 +373,8 @@ def _generate_batch(
     `output` through its open stream `out`. Exit status 130 on Ctrl-C and 1 when the output
     cannot be written (a full disk): both say how many whole lines the file holds."""
     max_tokens = args.max_tokens  # None: each line's own, else what the context leaves
-    if args.ray is not None:  # Ray is imported only here (corral[ray])
-        try:
-            from corral.tools.ray_batch import run_batch_ray
-        except ImportError:
-            return _fail("generate", "--ray needs Ray: pip install 'corral[ray]'")
+    if args.ray is not None:  # Ray is imported only here (corral[ray]; checked installed before)
+        from corral.tools.ray_batch import run_batch_ray
     try:
         if args.ray is not None:
             summary = run_batch_ray(lines, out, skip, args.batch_size, max_tokens,

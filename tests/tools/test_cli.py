@@ -6,6 +6,7 @@ are in test_batch.py)."""
 from __future__ import annotations
 
 import codecs
+import importlib.util
 import json
 import os
 import re
@@ -27,7 +28,8 @@ def test_compile_prints_the_worked_example(capsys):
 
 def test_compile_json_prints_the_whole_table(capsys):
     assert main(["compile", "ab?", "--json"]) == 0
-    table = json.loads(capsys.readouterr().out.splitlines()[-1])
+    table = json.loads(capsys.readouterr().out)  # stdout is one JSON document
+    assert table["states"] == 3 and table["accepting"] == [1, 2]
     assert table["accept"] == [False, True, True]
     assert table["trans"][0][ord("a")] == 1 and table["trans"][1][ord("b")] == 2
     assert sum(t >= 0 for row in table["trans"] for t in row) == 2
@@ -435,6 +437,22 @@ def test_ray_before_the_input_file_says_it_took_the_file_as_its_address(
     err = capsys.readouterr().err
     assert f"--ray took {str(source)!r} as its ADDRESS" in err and "--ray=ADDRESS" in err
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_ray_without_ray_installed_is_one_line_before_the_model_loads(
+    tmp_path, capsys, monkeypatch, model_never_loads
+):
+    real_find_spec = importlib.util.find_spec
+
+    def find_spec(name, *args):  # as if Ray were not installed
+        return None if name == "ray" else real_find_spec(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    source = write_input(tmp_path / "in.jsonl")
+    assert main(["generate", str(source), "-o", str(tmp_path / "out.jsonl"), "--ray"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "pip install 'corral[ray]'" in err
+    assert "Traceback" not in err and not (tmp_path / "out.jsonl").exists()
 
 
 def test_resume_with_every_line_answered_runs_nothing_and_loads_no_model(
