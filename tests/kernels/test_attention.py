@@ -216,6 +216,14 @@ def test_store_rows_writes_what_numpy_indexing_writes(seed, n_slots, kv_heads, s
     np.testing.assert_array_equal(values, expected_values)
 
 
+def decode_cells(rng, n_slots):
+    """A decode step's shapes for `rope_store`: 6 query and 2 KV heads of width 4 or 64, caches
+    of 12 positions, and the distinct (slot, position) cells of its rows in a random order."""
+    q_heads, kv_heads, width, max_len = 6, 2, int(rng.choice([4, 64])), 12
+    cells = rng.permutation(n_slots * max_len)[: int(rng.integers(1, n_slots * max_len + 1))]
+    return q_heads, kv_heads, width, max_len, cells // max_len, cells % max_len
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.integers(1, 5), st.booleans())
 def test_rope_store_equals_rope_then_scale_then_store_rows_bit_for_bit(seed, n_slots, strided):
@@ -224,11 +232,8 @@ def test_rope_store_equals_rope_then_scale_then_store_rows_bit_for_bit(seed, n_s
     from corral.kernels import layers
 
     rng = np.random.default_rng(seed)
-    q_heads, kv_heads, width, max_len = 6, 2, int(rng.choice([4, 64])), 12
-    cells = rng.permutation(n_slots * max_len)[: int(rng.integers(1, n_slots * max_len + 1))]
-    slots, positions = cells // max_len, cells % max_len
-    n = len(cells)
-    columns = (q_heads + 2 * kv_heads) * width
+    q_heads, kv_heads, width, max_len, slots, positions = decode_cells(rng, n_slots)
+    n, columns = len(slots), (q_heads + 2 * kv_heads) * width
     qkv = rng.standard_normal((n, columns) if not strided else (columns, n)).astype(np.float32)
     qkv = qkv.T if strided else qkv
     angles = rng.uniform(0, 50, (max_len, width // 2))
@@ -400,11 +405,8 @@ def test_rope_store_and_store_rows_round_into_a_float16_cache_as_numpy(seed, n_s
     the cache's other entries are as with a float32 cache. Values up to 10^5 reach float16's
     overflow (65504 -> inf, as NumPy's)."""
     rng = np.random.default_rng(seed)
-    q_heads, kv_heads, width, max_len = 6, 2, int(rng.choice([4, 64])), 12
-    cells = rng.permutation(n_slots * max_len)[: int(rng.integers(1, n_slots * max_len + 1))]
-    slots, positions = cells // max_len, cells % max_len
-    n = len(cells)
-    columns = (q_heads + 2 * kv_heads) * width
+    q_heads, kv_heads, width, max_len, slots, positions = decode_cells(rng, n_slots)
+    n, columns = len(slots), (q_heads + 2 * kv_heads) * width
     scale_of = 10.0 ** rng.uniform(-8, 5, (n, columns) if not strided else (columns, n))
     qkv = (scale_of * rng.standard_normal(scale_of.shape)).astype(np.float32)
     qkv = qkv.T if strided else qkv
