@@ -71,7 +71,6 @@ _A1, _A2, _B = 4, 5, 6  # tile registers: two activation parts, the weights (C: 
 _B_SCRATCH = 4096  # byte offset of the unpacked Q4_1 weights in `_group_product`'s scratch
 SCRATCH = (_B_SCRATCH + 2 * 512) // 4
 """int32 elements of `_group_product`'s scratch: two slots of two 16 x 16 sums, two of B."""
-_FASTMATH = {"reassoc", "contract", "nsz"}  # the quantizer's maxima vectorize
 
 
 def _declare(builder, name: str, arguments: list) -> ir.Function:
@@ -184,8 +183,9 @@ def _make_group_product(rows: int):
                           x_scales, x_terms, xs_start, xs_stride, scales, coefs, sc_start,
                           sc_step, scratch, totals)
 
-        For block j < n_blocks: A1 = the rows' 32 bytes at x_q[a_start + 32 j + i a_stride],
-        A2 the same part_offset bytes on; B = 512 bytes at b[b_start + j b_step]; two
+        For block j < n_blocks: A1 = the rows' 32 bytes at x_q[a_start + 2 j part_offset + i
+        a_stride], A2 the same part_offset bytes on (`quantize_rows`'s layout); B = 512 bytes
+        at b[b_start + j b_step]; two
         `tdpbsud` give S_1 = A1 B and S_2 = A2 B (stored to scratch, int32 [`SCRATCH`], in two
         alternating slots, so that block j's tiles compute while block j - 1's sums are
         scaled); then for row i and lane r, with S = 254 S_1 + S_2 (int32),
@@ -266,7 +266,8 @@ def _make_group_product(rows: int):
 
             def issue(j, slot):  # block j's tile products, stored to the sums of `slot` (0 or 1)
                 c1, c2 = 2 * slot, 2 * slot + 1
-                a1 = builder.gep(x_q_p, [builder.add(a_start, builder.mul(j, i64(BLOCK)))])
+                block_step = builder.mul(part_offset, i64(2))
+                a1 = builder.gep(x_q_p, [builder.add(a_start, builder.mul(j, block_step))])
                 b_here = builder.gep(b_p, [builder.add(b_start, builder.mul(j, b_step))])
                 builder.call(zero, [i8(c1)])
                 builder.call(zero, [i8(c2)])
@@ -517,39 +518,103 @@ def available() -> bool:
     return bool(np.allclose(out, weights.sum(axis=1)[None, :], rtol=1e-6))
 
 
-@numba.njit(cache=True, fastmath=_FASTMATH)
+@intrinsic
+def _quantize_block(
+    typingctx, x, x_at, tiles, t_at, x_scales, x_sums, x_terms, s_at
+):  # pragma: no cover - compiled
+    """One block of 32 values of x (float32, from x[x_at]) as its two int8 parts, in vector
+    registers: d = max |v| / (127 254), d_1 = 254 d; part 0 = round(v / d_1) (half away from
+    zero, C's roundf, as ggml's quantizers) to tiles[t_at:t_at + 32], part 1 = round((v - d_1
+    part 0) / d) clipped to -127..127 to tiles[t_at + 512:]; x_scales[s_at] = d, x_sums[s_at]
+    = sum(254 part 0 + part 1) (int32, exact), x_terms[s_at] = d x_sums. Flat offsets; not
+    bounds-checked."""
+    arrays = (x, tiles, x_scales, x_sums, x_terms)
+    wanted = (types.float32, types.int8, types.float32, types.int32, types.float32)
+    if any(
+        not isinstance(a, types.Array) or a.dtype != d for a, d in zip(arrays, wanted, strict=True)
+    ):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i8, i32, f32 = ir.IntType(8), ir.IntType(32), ir.FloatType()
+        fvec, ivec, bvec = (ir.VectorType(t, ROWS) for t in (f32, i32, i8))
+
+        def function(name, result, arguments):
+            kind = ir.FunctionType(result, arguments)
+            return cgutils.get_or_insert_function(builder.module, kind, name)
+
+        def splat(value):
+            single = builder.insert_element(ir.Constant(fvec, None), value, i32(0))
+            return builder.shuffle_vector(single, ir.Constant(fvec, None), ivec([0] * ROWS))
+
+        def store(value, base, offset, element):
+            address = builder.gep(_data(context, builder, signature, args, base, element), [offset])
+            builder.store(value, address, align=4)
+
+        fabs = function("llvm.fabs.v16f32", fvec, [fvec])
+        maximum = function("llvm.maxnum.v16f32", fvec, [fvec, fvec])
+        minimum = function("llvm.minnum.v16f32", fvec, [fvec, fvec])
+        reduce_max = function("llvm.vector.reduce.fmax.v16f32", f32, [fvec])
+        reduce_add = function("llvm.vector.reduce.add.v16i32", i32, [ivec])
+        round_half_away = function("llvm.round.v16f32", fvec, [fvec])
+        x_p = builder.gep(_data(context, builder, signature, args, 0, f32), [args[1]])
+        tiles_p = builder.gep(_data(context, builder, signature, args, 2), [args[3]])
+        halves = []
+        for h in range(2):
+            address = builder.bitcast(builder.gep(x_p, [i32(ROWS * h)]), fvec.as_pointer())
+            halves.append(builder.load(address, align=4))
+        magnitudes = builder.call(maximum, [builder.call(fabs, [v]) for v in halves])
+        d = builder.fdiv(builder.call(reduce_max, [magnitudes]), f32(127.0 * PART_RATIO))
+        d1 = builder.fmul(d, f32(PART_RATIO))
+        positive = builder.fcmp_ordered(">", d, f32(0.0))
+        inverse1 = builder.select(positive, builder.fdiv(f32(1.0), d1), f32(0.0))
+        inverse = builder.select(positive, builder.fdiv(f32(1.0), d), f32(0.0))
+        low, high = splat(f32(-127.0)), splat(f32(127.0))
+        total = ivec([0] * ROWS)
+        for h, values in enumerate(halves):
+            q1 = builder.call(round_half_away, [builder.fmul(values, splat(inverse1))])
+            left = builder.fsub(values, builder.fmul(splat(d1), q1))
+            q2 = builder.call(round_half_away, [builder.fmul(left, splat(inverse))])
+            q2 = builder.call(minimum, [builder.call(maximum, [q2, low]), high])
+            for part, q in enumerate((q1, q2)):
+                at = builder.gep(tiles_p, [i32(ROWS * BLOCK * part + ROWS * h)])
+                at = builder.bitcast(at, bvec.as_pointer())
+                builder.store(builder.fptosi(q, bvec), at, align=1)
+            first = builder.mul(builder.fptosi(q1, ivec), ivec([PART_RATIO] * ROWS))
+            total = builder.add(total, builder.add(first, builder.fptosi(q2, ivec)))
+        total = builder.call(reduce_add, [total])
+        store(d, 4, args[7], f32)
+        store(total, 5, args[7], i32)
+        store(builder.fmul(d, builder.sitofp(total, f32)), 6, args[7], f32)
+        return context.get_dummy_value()
+
+    return types.void(x, x_at, tiles, t_at, x_scales, x_sums, x_terms, s_at), codegen
+
+
+@numba.njit(cache=True)
 def quantize_rows(x, x_q, x_scales, x_sums, x_terms):  # pragma: no cover - compiled
     """Quantize each row of x by blocks of 32 in two int8 parts on one scale (the module
-    docstring).  O(B k).
+    docstring; `_quantize_block`), laid out for the tile loads.  O(B k).
 
-    x float32 [B, k]; x_q int8 [2, R, k] (part, row), x_scales float32 [R, k/32], x_sums int32
-    [R, k/32] and x_terms float32 [R, k/32], R >= B, are written for rows b < B: d = max |v| /
-    (127 254) (0 for a block of zeros), x_q[0] = round(v / d_1), d_1 = 254 d, x_q[1] = the
-    leftover's round(. / d) clipped to -127..127, x_sums = sum(254 x_q[0] + x_q[1]) and x_terms
-    = d x_sums.
+    x float32 [B, k] (C-contiguous); x_q int8 [G, k/32, 2, 16, 32] (group of 16 rows, block,
+    part, row in the group, column: an A tile, 16 rows of a block of one part, is 512
+    contiguous bytes, and a group's blocks follow one another); x_scales float32 [R, k/32],
+    x_sums int32 [R, k/32] and x_terms float32 [R, k/32], R >= B, G >= B / 16, are written
+    for rows b < B: d = max |v| / (127 254) (0 for a block of zeros), part 0 round(v / d_1),
+    d_1 = 254 d (rounding half away from zero), part 1 the leftover's round(. / d) clipped to
+    -127..127, x_sums = sum(254 x_1 + x_2) and x_terms = d x_sums.
     """
     batch, k = x.shape
+    n_blocks = k // BLOCK
+    flat_x, tiles = x.reshape(-1), x_q.reshape(-1)
+    scales, sums, terms = x_scales.reshape(-1), x_sums.reshape(-1), x_terms.reshape(-1)
     for row in range(batch):
-        for block in range(k // BLOCK):
-            first = block * BLOCK
-            largest = np.float32(0.0)
-            for j in range(first, first + BLOCK):
-                largest = max(largest, abs(x[row, j]))
-            d = largest / np.float32(127 * PART_RATIO)
-            d1 = d * np.float32(PART_RATIO)
-            inverse1 = np.float32(1.0) / d1 if d1 > 0 else np.float32(0.0)
-            inverse = np.float32(1.0) / d if d > 0 else np.float32(0.0)
-            total = 0
-            for j in range(first, first + BLOCK):
-                q1 = np.rint(x[row, j] * inverse1)
-                q2 = np.rint((x[row, j] - d1 * q1) * inverse)
-                q2 = min(max(q2, np.float32(-127.0)), np.float32(127.0))
-                x_q[0, row, j] = np.int8(q1)
-                x_q[1, row, j] = np.int8(q2)
-                total += PART_RATIO * np.int32(q1) + np.int32(q2)
-            x_scales[row, block] = d
-            x_sums[row, block] = total
-            x_terms[row, block] = d * np.float32(total)
+        group, lane = row // ROWS, row % ROWS
+        for block in range(n_blocks):
+            at = ((group * n_blocks + block) * 2 * ROWS + lane) * BLOCK  # part 0's 32 bytes
+            where = row * x_scales.shape[1] + block
+            x_at = row * k + block * BLOCK
+            _quantize_block(flat_x, x_at, tiles, at, scales, sums, terms, where)
 
 
 @numba.njit(cache=True)
@@ -583,7 +648,7 @@ def amx_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
     n_tiles, n_blocks, tile = scales.shape
     lane_groups = tile // ROWS
     rows = batch + (-batch) % ROWS  # zero rows pad the last group of x
-    x_q = np.zeros((2, rows, k), np.int8)
+    x_q = np.zeros((rows // ROWS, n_blocks, 2, ROWS, BLOCK), np.int8)
     x_scales = np.zeros((rows, n_blocks), np.float32)
     x_sums = np.zeros((rows, n_blocks), np.int32)
     x_terms = np.zeros((rows, n_blocks), np.float32)
@@ -621,7 +686,8 @@ def amx_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
                 if group != configured:  # ldtilecfg costs: only when the shape changes
                     _load_config(_config(group))
                     configured = group
-                a_args = (x_q, first * k, k, rows * k, b, b_start, b_step, n_blocks, x_scales)
+                a_start = first * k * 2  # group first // 16
+                a_args = (x_q, a_start, BLOCK, ROWS * BLOCK, b, b_start, b_step, n_blocks, x_scales)
                 w_args = (first * n_blocks, n_blocks, scales, coefs, sc_start + g * ROWS, tile)
                 if nibbles:
                     _products(group, a_args, x_terms, w_args, scratch, totals)
@@ -640,11 +706,10 @@ def row_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
     quantization, integer sums and float operations in the same order, so the same results
     bit for bit, without AMX's 16-row tiles (15 of whose rows one row would waste).
     O(n_out k) integer multiply-adds; W read once. Arguments as `amx_matmul`'s (x [1, k])."""
-    k = x.shape[1]
     n_tiles, n_blocks, tile = scales.shape
     lane_groups = tile // ROWS
     n_out = out.shape[1]
-    x_q = np.zeros((2, 1, k), np.int8)
+    x_q = np.zeros((1, n_blocks, 2, ROWS, BLOCK), np.int8)  # row 0 of a group
     x_scales = np.zeros((1, n_blocks), np.float32)
     x_sums = np.zeros((1, n_blocks), np.int32)
     x_terms = np.zeros((1, n_blocks), np.float32)
@@ -659,7 +724,7 @@ def row_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
             for g in range(lane_groups):
                 w_start = ((t * n_blocks + block) * lane_groups + g) * chunk
                 sc_start = (t * n_blocks + block) * tile + g * ROWS
-                x_args = (flat_x, block * BLOCK, k, x_scales)
+                x_args = (flat_x, block * 2 * ROWS * BLOCK, ROWS * BLOCK, x_scales)
                 if nibbles:
                     w_args = (x_terms, block, scales, coefs, sc_start, total, g * ROWS)
                     _row_q4_1(flat_words, w_start, *x_args, *w_args)

@@ -21,13 +21,16 @@ pytestmark = pytest.mark.skipif(
 
 
 def quantize(x: np.ndarray):
-    """`quantize_rows` into fresh arrays.  -> (x_q [2, B, k], d [B, k/32], sums, terms)"""
+    """`quantize_rows` into fresh arrays.  -> (x_q [2, B, k] (part, row), d [B, k/32], sums,
+    terms)"""
     batch, k = x.shape
-    x_q = np.zeros((2, batch, k), np.int8)
+    groups = -(-batch // 16)
+    tiles = np.zeros((groups, k // 32, 2, 16, 32), np.int8)
     d = np.zeros((batch, k // 32), np.float32)
     sums = np.zeros((batch, k // 32), np.int32)
     terms = np.zeros((batch, k // 32), np.float32)
-    quant_amx.quantize_rows(x, x_q, d, sums, terms)
+    quant_amx.quantize_rows(x, tiles, d, sums, terms)
+    x_q = tiles.transpose(2, 0, 3, 1, 4).reshape(2, groups * 16, k)[:, :batch]
     return x_q, d, sums, terms
 
 
