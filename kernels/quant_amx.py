@@ -489,19 +489,25 @@ _row_q4_1, _row_q8_0 = _make_row_product(4), _make_row_product(8)
 
 
 @functools.cache
-def available() -> bool:
-    """Whether the kernels run here: the host CPU has AMX-TILE and AMX-INT8, Linux grants the
-    process the tile data state, and a small product comes out equal to the same product in
-    NumPy. The first call compiles `amx_matmul` unless Numba's cache holds it."""
+def granted() -> bool:
+    """Whether this process may use AMX: the host CPU has AMX-TILE and AMX-INT8 (and AVX-512
+    for the vector code) and Linux grants the tile data state (asked for here, once)."""
     features = llvm.get_host_cpu_features()
     if not (features.get("amx-int8") and features.get("amx-tile") and features.get("avx512f")):
         return False
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        granted = libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA)
+        return libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA) == 0
     except (OSError, AttributeError):
         return False
-    if granted != 0:
+
+
+@functools.cache
+def available() -> bool:
+    """Whether the kernels run here: `granted()`, and a small product comes out equal to the
+    same product in NumPy (False, say, under an llvmlite whose LLVM lacks the intrinsics). The
+    first call compiles `amx_matmul` unless Numba's cache holds it."""
+    if not granted():
         return False
     # x = 1 quantizes exactly (x_1 = 127, x_2 = 0); W's quants 0..15 (Q4_1, scale 1, minimum 0)
     quants = (np.arange(ROWS * BLOCK // 2) % 256).astype(np.uint8).reshape(ROWS, BLOCK // 2)

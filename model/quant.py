@@ -10,10 +10,11 @@ quants, row by row), and finally lays each matrix out in the kernels' tiles (`Ti
 
     {"layers": [L x {"w_qkv", "w_o", "w_gate_up", "w_down": TiledMatrix}], "lm_head": TiledMatrix}
 
-`TiledMatrix.matmul` computes x W^T with the kernels (on x in float32; on x quantized by
-blocks to int8 when `INT8_ACTIVATIONS` is set and the CPU has AVX-512 VNNI); the forward pass
-(`llama.linear`) calls it for passes of at most `QUANTIZED_MAX_ROWS` rows, where reading 4 to
-7 times fewer bytes than float32 wins, and leaves larger passes to float32 BLAS GEMMs. The
+`TiledMatrix.matmul` computes x W^T with the kernels: on x quantized by blocks to int8 on AMX
+tiles where the CPU has them (the default, `INT8_ACTIVATIONS`; `kernels.quant_amx`), for
+passes of every size (`every_pass`); elsewhere on x in float32 (or int8 on AVX-512 VNNI, when
+`INT8_ACTIVATIONS` is True), for passes of at most `QUANTIZED_MAX_ROWS` rows, where reading 4
+to 7 times fewer bytes than float32 wins, larger passes going to float32 BLAS GEMMs. The
 weights are the float32 path's own (its weights are these blocks dequantized), so on float32
 activations the two differ only in rounding order.
 """
@@ -51,9 +52,10 @@ rather than computing on x in float32 (`kernels.quant` and `kernels.quant_rows`)
 
 Both int8 kernels meet the accuracy bar of quantizing activations (greedy tokens and a text's
 mean log-likelihood against the float32 path, tests/model/test_int8_activations.py). On AMX
-every pass takes the same kernel, whose result for a row depends on that row alone, so a
-token's logits are the same however its pass is made up (a prompt prefilled whole or after a
-prefix-cache hit, a batch of 8 rows or of 9, a jump-forward chunk). The VNNI kernel serves
+every pass takes the same products, whose result for a row depends on that row alone, so a
+token's logits agree to float32 rounding however its pass is made up (a prompt prefilled whole
+or after a prefix-cache hit, a batch of 8 rows or of 9, a jump-forward chunk), as with float32
+activations. The VNNI kernel serves
 only small passes (larger ones go to float32 BLAS GEMMs), so there a token's logits would
 depend on its pass by about 1e-3, enough to change sampled tokens (the same request with the
 same seed answering differently alone, in a batch, or sent to the server twice): that is why

@@ -16,8 +16,13 @@ from hypothesis import strategies as st
 from test_block_kernels import random_blocks
 
 pytestmark = pytest.mark.skipif(
-    not quant_amx.available(), reason="the AMX kernels need AMX-INT8 (and Linux's permission)"
+    not quant_amx.granted(), reason="the AMX kernels need AMX-INT8 (and Linux's permission)"
 )
+
+
+def test_the_kernels_pass_their_own_check_where_the_cpu_has_amx():
+    # where this fails, corral would fall back to float32 activations without a word
+    assert quant_amx.available()
 
 
 def quantize(x: np.ndarray):
