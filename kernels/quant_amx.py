@@ -699,8 +699,9 @@ def amx_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
                     _products(group, a_args, x_terms, w_args, scratch, totals)
                 else:
                     _products(group, a_args, x_offsets, w_args, scratch, totals)
-                for i in range(min(group, batch - first)):
-                    out[first + i, column : column + width] = totals[i, :width]
+                for i in range(min(group, batch - first)):  # no views: each one costs
+                    for r in range(width):  # two atomic reference-count updates
+                        out[first + i, column + r] = totals[i, r]
                 first += group
         _release()
     return out
