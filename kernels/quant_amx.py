@@ -48,6 +48,7 @@ import functools
 import llvmlite.binding as llvm
 import numba
 import numpy as np
+from corral.kernels.prefetch import prefetch_l2
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -62,6 +63,12 @@ ROWS = 16
 PART_RATIO = 254
 """The ratio of a block's first-part scale to its second's (d_1 = 254 d): the leftover of the
 first part, at most half its step, is at most 127 steps of the second."""
+
+PREFETCH_BYTES = 4096
+"""How far ahead in the word tiles `row_matmul` asks for the weights (into L2): one row of x
+streams the weights from memory, and the hardware prefetchers lose the stream when other
+processes share the caches (the float32-activation kernels prefetch likewise,
+`kernels.quant.PREFETCH_COLUMNS`)."""
 
 _ARCH_REQ_XCOMP_PERM = 0x1023  # arch/x86/include/uapi/asm/prctl.h
 _XFEATURE_XTILEDATA = 18
@@ -724,12 +731,17 @@ def row_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
     x_offsets = x_sums * np.int32(128)  # Q8_0's stored q + 128
     nibbles = words.shape[3] == 4
     flat_words, flat_x = words.reshape(-1), x_q.reshape(-1)
+    last_word = flat_words.shape[0]
     chunk = ROWS * 4 * words.shape[3]  # bytes of one block of 16 output rows
     for t in numba.prange(n_tiles):
         total = np.zeros(tile, np.float32)
         for block in range(n_blocks):
             for g in range(lane_groups):
                 w_start = ((t * n_blocks + block) * lane_groups + g) * chunk
+                ahead = w_start + PREFETCH_BYTES  # the stream, in memory order, fetched ahead
+                if ahead + chunk <= last_word:
+                    for line in range(0, chunk, 64):
+                        prefetch_l2(flat_words, ahead + line)
                 sc_start = (t * n_blocks + block) * tile + g * ROWS
                 x_args = (flat_x, block * 2 * ROWS * BLOCK, ROWS * BLOCK, x_scales)
                 if nibbles:
