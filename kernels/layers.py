@@ -79,6 +79,31 @@ def swiglu(gate, up, out):  # pragma: no cover - compiled
     return out
 
 
+@numba.njit(cache=True, fastmath=_FASTMATH)
+def swiglu_halves(gate_up, out):  # pragma: no cover - compiled
+    """`swiglu` of the two halves of each row of one C-contiguous array: out[i] =
+    silu(gate_up[i, :F]) * gate_up[i, F:].  O(N F), every loop vectorizable.
+
+    gate_up float32 [N, 2F] (C-contiguous: the halves of a row as slices would be arrays of
+    any layout, whose loops Numba compiles with run-time strides, unvectorized: 3 ns a value
+    against a fraction of one here); out float32 [N, F] (written). Returns out. The same
+    float32 operations as `swiglu`, so the same results bit for bit.
+    """
+    n, width = out.shape
+    scale_bits = np.empty(width, np.int32)
+    scale = scale_bits.view(np.float32)
+    for i in range(n):
+        for j in range(width):
+            x = min(max(-gate_up[i, j], EXP_MIN), _EXP_MAX)
+            k = np.floor(x * LOG2E + np.float32(0.5))
+            out[i, j] = exp_reduced(x - k * LN2_HIGH - k * LN2_LOW)
+            scale_bits[j] = (np.int32(k) + np.int32(127)) << np.int32(23)
+        for j in range(width):
+            gate = gate_up[i, j]
+            out[i, j] = gate * gate_up[i, width + j] / (np.float32(1.0) + out[i, j] * scale[j])
+    return out
+
+
 @numba.njit(cache=True)
 def rope(x, cos, sin, out):  # pragma: no cover - compiled
     """Rotate each head's two halves by its token's angles (`rotate_half`).  O(N h hd).

@@ -78,6 +78,9 @@ def test_swiglu_equals_silu_of_gate_times_up_also_far_out(seed, transposed):
     else:
         out = np.full((n, width), np.nan, np.float32)
         got = layers.swiglu(gate_up[:, :width], gate_up[:, width:], out)
+        # as `llama.mlp` on the blocks' C-contiguous result: the same operations, bit for bit
+        halves = layers.swiglu_halves(gate_up, np.full((n, width), np.nan, np.float32))
+        np.testing.assert_array_equal(halves, got)
     g, up = gate_up[:, :width].astype(np.float64), gate_up[:, width:].astype(np.float64)
     expected = g * expit(g) * up  # silu(g) = g sigmoid(g), with no overflow
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-30)

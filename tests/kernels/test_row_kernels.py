@@ -8,6 +8,7 @@ import numba
 import numpy as np
 import pytest
 from corral.kernels import quant, quant_rows
+from corral.model import quant as model_quant
 from corral.model.quant import BlockMatrix
 from test_block_kernels import random_blocks
 
@@ -63,7 +64,8 @@ def test_each_row_of_a_pass_equals_its_product_alone_to_rounding(kind, rows):
     np.testing.assert_allclose(together, alone, rtol=0, atol=4e-7 * scale)
 
 
-def test_the_tiled_matrix_sends_several_rows_to_float_matmul():
+def test_the_tiled_matrix_sends_several_rows_to_float_matmul(monkeypatch):
+    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", False)  # float32 activations
     rng = np.random.default_rng(11)
     matrix = BlockMatrix.from_blocks("Q4_1", random_blocks(rng, "Q4_1", 70, 64))
     x = rng.standard_normal((5, 64)).astype(np.float32)
