@@ -8,11 +8,11 @@ Prints, in one run:
   - the machine: memory bandwidth as BLAS reads it (a 1 GiB float32 matrix-vector product) and
     the float32 GEMM rate (a 2048 x 2048 x 2048 product), with the same thread count;
   - corral, three times: the default model decoding from its GGUF's Q4_1/Q8_0 blocks with its
-    activations quantized to int8 (`quant.INT8_ACTIVATIONS`: on AMX tiles, for passes of every
-    size, where the CPU has AMX, the default there; else on AVX-512 VNNI for passes of at most
+    activations quantized to int8 (`quant.INT8_ACTIVATIONS = True`: on AMX tiles, for passes
+    of every size, where the CPU has AMX; else on AVX-512 VNNI for passes of at most
     `QUANTIZED_MAX_ROWS` tokens, larger ones on float32 GEMMs) and with them in float32 (the
-    default without AMX; blocks up to `QUANTIZED_MAX_ROWS` tokens), and on float32 weights
-    alone (`weights="float32"`); the label says which kernel and which is the default:
+    default; blocks up to `QUANTIZED_MAX_ROWS` tokens), and on float32 weights alone
+    (`weights="float32"`); the label says which int8 kernel and which row is the default:
     prefill tokens/s for a 256-token prompt; decode tokens/s at batch 1, 8, 32 and 64 (every
     sequence holding a 256-token context, so attention is part of the cost);
   - bytes read per token at batch 1 and the share of the measured bandwidth they reach; the
@@ -213,8 +213,8 @@ def bytes_per_token(model) -> dict[str, float]:
 
 
 @contextlib.contextmanager
-def activations(int8: bool | None):
-    """`quant.INT8_ACTIVATIONS` set to `int8` (True, False or None: the default) inside the
+def activations(int8: bool):
+    """`quant.INT8_ACTIVATIONS` set to `int8` (True or False) inside the
     block (where the CPU lacks AMX and AVX-512 VNNI, the float32-activation kernels serve
     either way)."""
     from corral.model import quant
@@ -228,25 +228,18 @@ def activations(int8: bool | None):
 
 
 def int8_label() -> str:
-    """The int8-activation row's name: the kernel that serves it here, and whether it is the
-    default (`quant.int8_kernel`)."""
+    """The int8-activation row's name: the kernel that serves it here (`quant.int8_kernel`)."""
     from corral.model import quant
 
     with activations(True):
         kernel = quant.int8_kernel()
-    with activations(None):
-        default = quant.int8_kernel() is not None
     kind = {"amx": "AMX", "vnni": "VNNI"}.get(kernel, "none: float32")
-    return f"corral (Q4_1, int8 x {kind}){' *' if default else ''}"
+    return f"corral (Q4_1, int8 x {kind})"
 
 
 def float32_label() -> str:
-    """The float32-activation row's name, starred when it is the default."""
-    from corral.model import quant
-
-    with activations(None):
-        default = quant.int8_kernel() is None
-    return f"corral (Q4_1, float32 x){' *' if default else ''}"
+    """The float32-activation row's name (the default)."""
+    return "corral (Q4_1, float32 x) *"
 
 
 def matrix_speeds(model, batches: list[int], repeat: int) -> dict[tuple[int, str], dict]:
