@@ -8,12 +8,13 @@ slot holds; the forward pass (`Model.prefill`, `Model.decode`) writes keys and v
 advances it, and this class only does the bookkeeping between requests: reset, truncate, copy a
 prefix.
 
-The keys and values are float16 by default (`DEFAULT_DTYPE`, as llama.cpp's default cache): half
-the memory of float32 and half the bytes that decode attention streams. The kernels widen them
-to float32 in registers and compute in float32, so a float16 cache computes what float32 arithmetic
-over the rounded keys and values computes; tests/model/test_float16_cache.py holds it to the
-float32 cache's greedy tokens and log-likelihood (the bar of issue 15 for storing anything in
-fewer bits). `KVCache(..., dtype=np.float32)` keeps them in float32, the reference path that
+The keys and values are float16 by default (`DEFAULT_DTYPE`, as llama.cpp's default cache; float32
+on a CPU whose float16 conversions the kernels lack, an x86 without F16C): half the memory of
+float32 and half the bytes that decode attention streams. The kernels widen them to float32 in
+registers and compute in float32, so a float16 cache computes what float32 arithmetic over the
+rounded keys and values computes; tests/model/test_float16_cache.py holds it to the float32
+cache's greedy tokens and log-likelihood (the bar of issue 15 for storing anything in fewer
+bits). `KVCache(..., dtype=np.float32)` keeps them in float32, the reference path that
 tests/model/test_reference.py compares with transformers at 1e-3.
 
 Memory: a cache takes `KVCache.bytes_needed(config, n_slots, max_len, dtype)` bytes (23 KB a token
@@ -31,15 +32,17 @@ from __future__ import annotations
 import os
 
 import numpy as np
+from corral.kernels.attention import float16_supported
 from corral.model.config import LlamaConfig
 from corral.model.errors import CacheError
 
 DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 """The dtypes a KV cache may hold."""
 
-DEFAULT_DTYPE = np.float16
+DEFAULT_DTYPE = np.float16 if float16_supported() else np.float32
 """The dtype of a KV cache when none is given (`KVCache`, `Model.kv_dtype`, the engine's memory
-check): float16 (see the module docstring)."""
+check): float16 (see the module docstring), except where the kernels cannot convert float16 in
+registers (`kernels.attention.float16_supported`: an x86 CPU without F16C), where float32."""
 
 
 class KVCache:
@@ -57,12 +60,18 @@ class KVCache:
 
     Raises:
         CacheError: n_slots or max_len below 1.
-        ValueError: dtype is neither float32 nor float16.
+        ValueError: dtype is neither float32 nor float16, or float16 where the kernels cannot
+            take it (`kernels.attention.float16_supported`).
     """
 
     def __init__(self, config: LlamaConfig, n_slots: int, max_len: int, dtype=DEFAULT_DTYPE):
         if np.dtype(dtype) not in DTYPES:
             raise ValueError(f"a KV cache holds float32 or float16, not {np.dtype(dtype)}")
+        if np.dtype(dtype) == np.float16 and not float16_supported():
+            raise ValueError(
+                "a float16 KV cache needs float16 conversions in registers (x86: F16C), which "
+                "Numba's target CPU lacks here; use dtype=np.float32"
+            )
         if n_slots < 1 or max_len < 1:
             raise CacheError(
                 f"a KV cache needs n_slots >= 1 and max_len >= 1, got {n_slots}, {max_len}"

@@ -11,6 +11,13 @@ float32 one:
 
 from __future__ import annotations
 
+import os
+import platform
+import subprocess
+import sys
+
+import llvmlite.binding as llvm
+import numba
 import numpy as np
 import pytest
 from corral.kernels import attention as attention_kernels
@@ -20,12 +27,59 @@ from corral.model.llama import SHORT_SEGMENT
 from corral.model.model import Model
 from test_int8_activations import TEXT, mean_log_likelihood
 
+pytestmark = pytest.mark.skipif(
+    not attention_kernels.float16_supported(), reason="the kernels take no float16 cache here"
+)
+
 STEPS = 20  # greedy tokens compared per prompt
 LIKELIHOOD_TOLERANCE = 0.01  # relative, of the mean log-likelihood (issue 15)
 
 
+WITHOUT_F16C = """
+from types import SimpleNamespace
+import numpy as np
+from corral.kernels import attention
+from corral.model import kv_cache
+assert not attention.float16_supported()
+assert kv_cache.DEFAULT_DTYPE is np.float32
+shape = SimpleNamespace(num_hidden_layers=2, num_key_value_heads=2, head_dim=8)
+assert kv_cache.KVCache(shape, 1, 2).keys.dtype == np.float32
+for refused in (
+    lambda: attention.cache_bits(np.zeros(4, np.float16)),
+    lambda: kv_cache.KVCache(shape, 1, 2, np.float16),
+):
+    try:
+        refused()
+    except ValueError as error:
+        assert "F16C" in str(error), error
+    else:
+        raise SystemExit("a float16 cache was not refused")
+print("refused")
+"""
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="an x86 target")
+def test_without_f16c_a_float16_cache_is_refused_and_the_default_is_float32(tmp_path):
+    """Numba compiling for x86-64 without F16C (NUMBA_CPU_NAME=x86-64, no extra features), in a
+    fresh interpreter: LLVM would lower the conversions to compiler-rt calls that Numba's JIT
+    cannot resolve, and the first kernel call on a float16 cache would abort the process
+    ("LLVM ERROR: Symbol not found: __extendhfsf2", seen before this check). Instead the probe
+    says so, a float16 cache is refused with a ValueError, and caches default to float32."""
+    env = dict(os.environ, NUMBA_CPU_NAME="x86-64", NUMBA_CPU_FEATURES="")
+    env["NUMBA_CACHE_DIR"] = str(tmp_path)  # nothing compiled for that target lands in ours
+    child = subprocess.run(
+        [sys.executable, "-c", WITHOUT_F16C], env=env, capture_output=True, text=True
+    )
+    assert child.returncode == 0 and child.stdout.strip() == "refused", child.stderr
+
+
+@pytest.mark.skipif(
+    not llvm.get_host_cpu_features().get("f16c") or numba.config.CPU_NAME is not None,
+    reason="Numba compiles for a CPU without F16C",
+)
 def test_the_default_cache_is_float16_and_float32_is_chosen_at_load(tiny, tmp_path):
     folder = tiny.write(tmp_path / "model")
+    assert attention_kernels.float16_supported()
     assert DEFAULT_DTYPE is np.float16 and Model.kv_dtype is np.float16
     assert load_model(folder).new_cache(1, 2).keys.dtype == np.float16
     reference = load_model(folder, kv_dtype=np.float32)
