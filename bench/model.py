@@ -7,17 +7,19 @@ asserted.
 Prints, in one run:
   - the machine: memory bandwidth as BLAS reads it (a 1 GiB float32 matrix-vector product) and
     the float32 GEMM rate (a 2048 x 2048 x 2048 product), with the same thread count;
-  - corral, three times: the default model decoding from its GGUF's Q4_1/Q8_0 blocks (passes
-    of at most `QUANTIZED_MAX_ROWS` tokens; larger ones use float32 GEMMs) with its activations
-    quantized to int8 (`quant.INT8_ACTIVATIONS`, where the CPU has AVX-512 VNNI) and with them
-    in float32 (these two over the default float16 KV cache), and the float32 reference path
-    (`weights="float32"`, `kv_dtype=np.float32`): prefill tokens/s for a 256-token prompt;
-    decode tokens/s at batch 1, 8, 32 and 64 (every sequence holding a 256-token context, so
-    attention is part of the cost);
+  - corral, three times: the default model decoding from its GGUF's Q4_1/Q8_0 blocks with its
+    activations quantized to int8 (`quant.INT8_ACTIVATIONS`: on AMX tiles, for passes of every
+    size, where the CPU has AMX, the default there; else on AVX-512 VNNI for passes of at most
+    `QUANTIZED_MAX_ROWS` tokens, larger ones on float32 GEMMs) and with them in float32 (the
+    default without AMX; blocks up to `QUANTIZED_MAX_ROWS` tokens), these two over the default
+    float16 KV cache, and the float32 reference path (`weights="float32"`,
+    `kv_dtype=np.float32`); the label says which kernel and which is the default:
+    prefill tokens/s for a 256-token prompt; decode tokens/s at batch 1, 8, 32 and 64 (every
+    sequence holding a 256-token context, so attention is part of the cost);
   - bytes read per token at batch 1 and the share of the measured bandwidth they reach; the
     share of the GEMM rate reached at batch 32 and 64;
-  - decode tokens/s at batch 1 to 64 with the blocks forced on and off, to place
-    `llama.QUANTIZED_MAX_ROWS`;
+  - decode tokens/s at batch 1 to 64 with the blocks forced on and off, float32 activations, to
+    place `llama.QUANTIZED_MAX_ROWS`;
   - prefill and decode tokens/s (batch 1 to 64) of the default model under the PASSIVE policy
     alone and under a few libgomp spin counts (`SPIN_COUNTS`, child
     processes, taking turns): how long Numba's idle worker thread should poll between parallel
@@ -214,9 +216,10 @@ def bytes_per_token(model) -> dict[str, float]:
 
 
 @contextlib.contextmanager
-def activations(int8: bool):
-    """`quant.INT8_ACTIVATIONS` set to int8 inside the block (where the CPU lacks AVX-512
-    VNNI, the float32-activation kernels serve either way)."""
+def activations(int8: bool | None):
+    """`quant.INT8_ACTIVATIONS` set to `int8` (True, False or None: the default) inside the
+    block (where the CPU lacks AMX and AVX-512 VNNI, the float32-activation kernels serve
+    either way)."""
     from corral.model import quant
 
     saved = quant.INT8_ACTIVATIONS
@@ -225,6 +228,28 @@ def activations(int8: bool):
         yield
     finally:
         quant.INT8_ACTIVATIONS = saved
+
+
+def int8_label() -> str:
+    """The int8-activation row's name: the kernel that serves it here, and whether it is the
+    default (`quant.int8_kernel`)."""
+    from corral.model import quant
+
+    with activations(True):
+        kernel = quant.int8_kernel()
+    with activations(None):
+        default = quant.int8_kernel() is not None
+    kind = {"amx": "AMX", "vnni": "VNNI"}.get(kernel, "none: float32")
+    return f"corral (Q4_1, int8 x {kind}){' *' if default else ''}"
+
+
+def float32_label() -> str:
+    """The float32-activation row's name, starred when it is the default."""
+    from corral.model import quant
+
+    with activations(None):
+        default = quant.int8_kernel() is None
+    return f"corral (Q4_1, float32 x){' *' if default else ''}"
 
 
 def matrix_speeds(model, batches: list[int], repeat: int) -> dict[tuple[int, str], dict]:
@@ -470,8 +495,8 @@ def main() -> None:
         )
         quantized = load_model(progress=False)
         models = {  # name: (model, int8 activations)
-            "corral (Q4_1 blocks, int8 x)": (quantized, True),
-            "corral (Q4_1 blocks, float32 x)": (quantized, False),
+            int8_label(): (quantized, True),
+            float32_label(): (quantized, False),
             "corral (NumPy float32)": (  # the reference path: float32 weights and KV cache
                 load_model(progress=False, weights="float32", kv_dtype=np.float32),
                 False,
@@ -482,7 +507,10 @@ def main() -> None:
             with activations(int8):
                 table[name] = corral_speeds(model, batches, steps, args.quick)
                 breakdowns[name] = {b: step_breakdown(model, b, steps) for b in batches}
-        switch = crossover(quantized, [1, 2, 4] if args.quick else [1, 2, 4, 8, 16, 32, 64], steps)
+        with activations(False):
+            switch = crossover(
+                quantized, [1, 2, 4] if args.quick else [1, 2, 4, 8, 16, 32, 64], steps
+            )
         products = matrix_speeds(quantized, batches[:2], 2 if args.quick else 5)
         spins = spin_speeds(batches, steps, args.threads, args.quick)
         if not args.no_references:
@@ -495,7 +523,9 @@ def main() -> None:
                     table.update(reference_speeds(folder, gguf, batches[:2], steps, args.threads))
 
     columns = ["prefill"] + [f"decode_{b}" for b in batches]
-    print(f"\ntokens/s, {PROMPT_TOKENS}-token prompt / context, {args.threads} threads")
+    print(
+        f"\ntokens/s, {PROMPT_TOKENS}-token prompt / context, {args.threads} threads; * the default"
+    )
     print(f"{'':32s}" + "".join(f"{c.replace('_', ' b='):>12s}" for c in columns))
     for name, speeds in table.items():
         cells = "".join(f"{speeds[c]:12.1f}" if c in speeds else f"{'-':>12s}" for c in columns)
@@ -511,7 +541,7 @@ def main() -> None:
             f" = {rate:5.1f} GB/s, {rate / facts['bandwidth_gb_s']:4.0%} of the bandwidth"
         )
     names = ("w_qkv", "w_o", "w_gate_up", "w_down")
-    layers = models["corral (NumPy float32)"][0].params["layers"]
+    layers = models["corral (NumPy float32)"][0].params["layers"]  # the float32 weights
     flops = 2 * sum(layer[name].size for layer in layers for name in names)
     flops += 2 * quantized.params["embed"].size  # the LM head
     print("\nbatch 32+: share of the measured float32 GEMM rate (weight products only)")
@@ -521,7 +551,10 @@ def main() -> None:
             share = rate / facts["gemm_gflop_s"]
             print(f"{name:32s} b={batch:<3d} {rate:6.1f} GFLOP/s, {share:4.0%} of the GEMM rate")
 
-    print("\nblocks or float32 GEMMs by batch (decode tokens/s; llama.QUANTIZED_MAX_ROWS)")
+    print(
+        "\nblocks or float32 GEMMs by batch, float32 activations (decode tokens/s; "
+        "llama.QUANTIZED_MAX_ROWS)"
+    )
     for batch, (blocks, float32) in switch.items():
         print(f"  b={batch:<3d} blocks {blocks:8.1f}   float32 {float32:8.1f}")
 

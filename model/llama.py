@@ -14,7 +14,8 @@ read through its transpose `[N, out]` (a view, no copy). For the skinny products
 (N = 2 to 64 rows) OpenBLAS ran this orientation faster than `x @ W` with W [in, out], and
 prefill's N = 256 no slower. A model loaded from a GGUF also keeps each matrix in its
 quantization blocks, which `linear` and `lm_head` read for passes of up to
-`quant.QUANTIZED_MAX_ROWS` rows (decode, jump-forward chunks). A pass is the textbook loop,
+`quant.QUANTIZED_MAX_ROWS` rows (decode, jump-forward chunks), passes of every size where the
+CPU has AMX (`quant.every_pass`). A pass is the textbook loop,
 one layer at a time:
 
     x = embed[tokens]                                           # [N] -> [N, d]
@@ -41,10 +42,7 @@ import numpy as np
 from corral.kernels import attention as attention_kernels
 from corral.kernels import layers as layer_kernels
 from corral.model.config import LlamaConfig
-from corral.model.quant import (
-    HEAD_ACTIVATION_PARTS,
-    QUANTIZED_MAX_ROWS,
-)
+from corral.model.quant import HEAD_ACTIVATION_PARTS, QUANTIZED_MAX_ROWS, every_pass
 
 # ----------------------------------------------------------------------------------------------
 # Weights
@@ -139,13 +137,14 @@ def linear(x: np.ndarray, layer: dict, name: str) -> np.ndarray:
     [N, in] -> [N, out] float32 (C order from the blocks; from BLAS the transpose of a C-order
     [out, N] result, i.e. Fortran order: callers treat it as any [N, out] array)
 
-    A pass of at most `QUANTIZED_MAX_ROWS` rows reads the matrix's quantization blocks when the
-    layer has them (`quant.TiledMatrix.matmul`); otherwise one float32 BLAS GEMM W x^T, the
+    A pass of at most `QUANTIZED_MAX_ROWS` rows, or of any size on AMX (`quant.every_pass`),
+    reads the matrix's quantization blocks when the layer has them
+    (`quant.TiledMatrix.matmul`); otherwise one float32 BLAS GEMM W x^T, the
     weights as the left operand (x^T is a view: for x in Fortran order, as `linear` returns, it
     is C-contiguous).
     """
     blocks = layer.get("blocks")
-    if blocks is not None and x.shape[0] <= QUANTIZED_MAX_ROWS:
+    if blocks is not None and (x.shape[0] <= QUANTIZED_MAX_ROWS or every_pass()):
         return blocks[name].matmul(x)
     return (layer[name] @ x.T).T  # [out, in] x [in, N] -> [out, N] -> [N, out]
 
@@ -419,13 +418,14 @@ def decode(
 def lm_head(params: dict, hidden: np.ndarray) -> np.ndarray:
     """Logits of the tied (or separate) LM head.  [N, d] -> [N, V] float32
 
-    At most `QUANTIZED_MAX_ROWS` rows read the head's quantization blocks when there are any;
+    At most `QUANTIZED_MAX_ROWS` rows (any number on AMX, `quant.every_pass`) read the head's
+    quantization blocks when there are any;
     else one row uses the [V, d] table as a matrix-vector product, more rows one [N, d] x
     [d, V] GEMM. With int8 activations the head quantizes its input in
     `HEAD_ACTIVATION_PARTS` parts (the logits are the output).
     """
     blocks = params.get("lm_head_blocks")
-    if blocks is not None and hidden.shape[0] <= QUANTIZED_MAX_ROWS:
+    if blocks is not None and (hidden.shape[0] <= QUANTIZED_MAX_ROWS or every_pass()):
         return blocks.matmul(hidden, HEAD_ACTIVATION_PARTS)
     if hidden.shape[0] == 1:
         return (params["lm_head_rows"] @ hidden[0])[None, :]  # [V, d] x [d] -> [1, V]

@@ -10,10 +10,11 @@ quants, row by row), and finally lays each matrix out in the kernels' tiles (`Ti
 
     {"layers": [L x {"w_qkv", "w_o", "w_gate_up", "w_down": TiledMatrix}], "lm_head": TiledMatrix}
 
-`TiledMatrix.matmul` computes x W^T with the kernels (on x in float32; on x quantized by
-blocks to int8 when `INT8_ACTIVATIONS` is set and the CPU has AVX-512 VNNI); the forward pass
-(`llama.linear`) calls it for passes of at most `QUANTIZED_MAX_ROWS` rows, where reading 4 to
-7 times fewer bytes than float32 wins, and leaves larger passes to float32 BLAS GEMMs. The
+`TiledMatrix.matmul` computes x W^T with the kernels: on x quantized by blocks to int8 on AMX
+tiles where the CPU has them (the default, `INT8_ACTIVATIONS`; `kernels.quant_amx`), for
+passes of every size (`every_pass`); elsewhere on x in float32 (or int8 on AVX-512 VNNI, when
+`INT8_ACTIVATIONS` is True), for passes of at most `QUANTIZED_MAX_ROWS` rows, where reading 4
+to 7 times fewer bytes than float32 wins, larger passes going to float32 BLAS GEMMs. The
 weights are the float32 path's own (its weights are these blocks dequantized), so on float32
 activations the two differ only in rounding order.
 """
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from corral.kernels import quant, quant_int8, quant_rows
+from corral.kernels import quant, quant_amx, quant_int8, quant_rows
 from corral.model.config import LlamaConfig
 from corral.model.errors import ModelLoadError
 
@@ -38,20 +39,46 @@ at batch 16 to 64 and jump-forward chunks of 9 to 64 tokens were as fast or fast
 blocks. Past 64 rows the GEMM's rate keeps growing (prefill), so it takes them. bench/model.py
 prints decode with the blocks forced on and off at batch 1 to 64 to place this switch."""
 
-INT8_ACTIVATIONS = False
+INT8_ACTIVATIONS: bool | None = None
 """Whether `TiledMatrix.matmul` quantizes x by blocks to int8 and takes integer dot products
-(`kernels.quant_int8`: ggml's Q8_1 activations and the Q8_1 of what they leave over, AVX-512
-VNNI) where `quant_int8.available()`, rather than computing on x in float32 (`kernels.quant`
-and `kernels.quant_rows`). It meets the accuracy bar of quantizing
-activations (greedy tokens and a text's mean log-likelihood against the float32 path,
-tests/model/test_int8_activations.py) and decodes about 12% faster at batch 1 and 8
-(bench/model.py prints both), but it is off by default: only passes of at most
-`QUANTIZED_MAX_ROWS` rows take it, so a token's logits would then depend on how its pass was
-made up (a prompt prefilled whole or after a prefix-cache hit, a batch of 8 rows or of 9, a
-jump-forward chunk), by about 1e-3, enough to change sampled tokens: the same request with the
-same seed would answer differently alone, in a batch, or sent to the server twice. On float32
-activations every pass agrees with every other to rounding. Set it to True to trade that for
-the speed."""
+rather than computing on x in float32 (`kernels.quant` and `kernels.quant_rows`):
+
+- None (the default): int8 where the CPU has AMX (`kernels.quant_amx.available()`, Intel Xeon
+  from Sapphire Rapids on), for passes of every size, the prompts' included (`every_pass`);
+  float32 elsewhere.
+- True: int8 on AMX, else on AVX-512 VNNI (`kernels.quant_int8`, where `available()`) for
+  passes of at most `QUANTIZED_MAX_ROWS` rows only.
+- False: float32 activations (the path whose logits are within 1e-3 of the float32 weights').
+
+Both int8 kernels meet the accuracy bar of quantizing activations (greedy tokens and a text's
+mean log-likelihood against the float32 path, tests/model/test_int8_activations.py). On AMX
+every pass takes the same products, whose result for a row depends on that row alone, so a
+token's logits agree to float32 rounding however its pass is made up (a prompt prefilled whole
+or after a prefix-cache hit, a batch of 8 rows or of 9, a jump-forward chunk), as with float32
+activations. The VNNI kernel serves
+only small passes (larger ones go to float32 BLAS GEMMs), so there a token's logits would
+depend on its pass by about 1e-3, enough to change sampled tokens (the same request with the
+same seed answering differently alone, in a batch, or sent to the server twice): that is why
+it is not the default. bench/model.py prints the float32 and the int8 paths side by side."""
+
+
+def int8_kernel() -> str | None:
+    """The int8-activation kernel `TiledMatrix.matmul` uses under `INT8_ACTIVATIONS`: "amx",
+    "vnni", or None (float32 activations)."""
+    if INT8_ACTIVATIONS is False:
+        return None
+    if quant_amx.available():
+        return "amx"
+    if INT8_ACTIVATIONS and quant_int8.available():
+        return "vnni"
+    return None
+
+
+def every_pass() -> bool:
+    """Whether passes of every size take the blocks (`llama.linear`, `llama.lm_head`), not only
+    those of at most `QUANTIZED_MAX_ROWS` rows: when the AMX kernel serves (`int8_kernel`)."""
+    return int8_kernel() == "amx"
+
 
 ACTIVATION_PARTS = 2
 """The int8 parts x is quantized in for the layers' matrices: one part (Q8_1 alone, as
@@ -205,12 +232,14 @@ class TiledMatrix:
     def matmul(self, x: np.ndarray, parts: int = ACTIVATION_PARTS) -> np.ndarray:
         """x W^T.  float32 [B, k] -> float32 [B, n_out] (float32 accumulation).
 
-        With `INT8_ACTIVATIONS` (where `quant_int8.available()`), each row of x is quantized
-        by blocks of 32 in `parts` int8 parts (ggml's Q8_1, then the Q8_1 of what it leaves
-        over) and multiplies the weights in integer SIMD (`kernels.quant_int8.int8_matmul`).
-        Otherwise x stays float32: one row goes to the one-row kernels (`kernels.quant`, which
-        stream the weights from memory), several rows to `kernels.quant_rows.float_matmul`
-        (each weight unpacked once for a group of up to 16 rows).
+        Under `INT8_ACTIVATIONS` (`int8_kernel()`), each row of x is quantized by blocks of 32
+        to two int8 parts and multiplies the weights in integer arithmetic: on AMX tiles
+        (`kernels.quant_amx.amx_matmul`, the two parts on one scale, `parts` unused) or in
+        AVX-512 VNNI (`kernels.quant_int8.int8_matmul`: ggml's Q8_1, then the Q8_1 of what it
+        leaves over, `parts` parts). Otherwise x stays float32: one row goes to the one-row
+        kernels (`kernels.quant`, which stream the weights from memory), several rows to
+        `kernels.quant_rows.float_matmul` (each weight unpacked once for a group of up to 16
+        rows).
 
         Raises:
             ValueError: x is not two-dimensional with k columns, or parts < 1.
@@ -222,7 +251,12 @@ class TiledMatrix:
             raise ValueError(f"x is quantized in at least one part, got parts={parts}")
         rows = x.shape[0]
         coefs = self.minimums if self.kind == "Q4_1" else self.scales
-        if INT8_ACTIVATIONS and quant_int8.available():
+        kernel = int8_kernel()
+        if kernel == "amx":  # one row: the same sums in VNNI, without 16-row tiles
+            out = np.empty((rows, self.n_out), np.float32)
+            product = quant_amx.row_matmul if rows == 1 else quant_amx.amx_matmul
+            return product(x, self.scales, coefs, self.words, out)
+        if kernel == "vnni":
             out = np.empty((rows, self.n_out), np.float32)
             return quant_int8.int8_matmul(x, parts, self.scales, coefs, self.words, out)
         if rows > 1:

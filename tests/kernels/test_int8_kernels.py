@@ -127,13 +127,18 @@ def test_each_row_of_a_batch_equals_its_product_alone(rows):
     np.testing.assert_allclose(int8_product(matrix, x), alone, rtol=1e-6, atol=1e-5)
 
 
-def test_tiled_matrix_matmul_takes_the_int8_kernels_when_switched_on(monkeypatch):
+def test_tiled_matrix_matmul_takes_the_vnni_kernels_when_switched_on_without_amx(monkeypatch):
+    from corral.kernels import quant_amx
+
     rng = np.random.default_rng(3)
     matrix = BlockMatrix.from_blocks("Q8_0", random_blocks(rng, "Q8_0", 70, 96))
     x = rng.standard_normal((3, 96)).astype(np.float32)
+    monkeypatch.setattr(quant_amx, "available", lambda: False)
     monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", True)
+    assert model_quant.int8_kernel() == "vnni" and not model_quant.every_pass()
     np.testing.assert_array_equal(matrix.tiled().matmul(x), int8_product(matrix, x))
-    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", False)
+    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", None)  # the default: AMX or float32
+    assert model_quant.int8_kernel() is None
     tiled = matrix.tiled()
     expected = quant_rows.float_matmul(
         x, tiled.scales, tiled.scales, tiled.words, np.empty((3, 70), np.float32)

@@ -1,5 +1,6 @@
-"""The int8-activation path (`quant.INT8_ACTIVATIONS`: activations quantized by blocks to two
-int8 parts, `kernels.quant_int8`) against the float32 path on the same weights, at the bar of
+"""The int8-activation paths (`quant.INT8_ACTIVATIONS`: activations quantized by blocks to two
+int8 parts, on AMX tiles, `kernels.quant_amx`, the default where the CPU has AMX, and on AVX-512
+VNNI, `kernels.quant_int8`) against the float32 path on the same weights, at the bar of
 anything that quantizes further than the model's own blocks (DESIGN.md section 6): greedy
 tokens identical on the reference prompts for 20 tokens, and the mean log-likelihood of a
 fixed text within 1%."""
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from corral.kernels import quant_int8
+from corral.kernels import quant_amx, quant_int8
 from corral.model import load_model
 from corral.model import quant as model_quant
 from test_quantized_weights import decode_last
@@ -30,9 +31,15 @@ def float32_model():
     return load_model(progress=False, weights="float32")
 
 
-@pytest.fixture(autouse=True)
-def int8_activations(monkeypatch):
+@pytest.fixture(autouse=True, params=["amx", "vnni"])
+def int8_activations(request, monkeypatch):
+    """Each int8 kernel in turn: AMX where the CPU has it, VNNI with AMX switched off."""
+    if request.param == "amx" and not quant_amx.granted():
+        pytest.skip("the AMX kernels need AMX-INT8 (and Linux's permission)")
+    if request.param == "vnni":
+        monkeypatch.setattr(quant_amx, "available", lambda: False)
     monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", True)
+    assert model_quant.int8_kernel() == request.param
 
 
 def mean_log_likelihood(model, ids: list[int]) -> float:

@@ -1,0 +1,743 @@
+"""Matrix products of block-quantized weights with int8-quantized activations on Intel AMX
+tiles (DESIGN.md section 6; Intel's Architecture Instruction Set Extensions Programming
+Reference, chapter 3, "Intel AMX"; the weight blocks are ggml's, as in `kernels.quant_int8`).
+
+AMX adds eight tile registers of up to 16 rows of 64 bytes and `tdpbsud`, which adds to each
+int32 element of a 16 x 16 tile C the dot products of a row of A (signed bytes) with a column of
+B (unsigned bytes, four consecutive k per 32-bit element), 8,192 multiply-adds in one
+instruction:
+
+    C[i][r] += sum_k A[i][k] B[k / 4][4 r + k % 4]
+
+**Activations** (`quantize_rows`). Each block of 32 values v of a row of x is stored as two int8
+parts on one scale: d_1 = max |v| / 127, x_1 = round(v / d_1) (ggml's Q8_1), and
+x_2 = round((v - d_1 x_1) / d), d = d_1 / 254 (the leftover is at most d_1 / 2 = 127 d, so x_2
+lies in -127..127), so that v = d (254 x_1 + x_2) to half a step d: the error of
+`quant_int8`'s two parts, with one scale per block.
+
+**Weights.** The word tiles of `quant_int8.word_tiles` hold, per block and group of 16 output
+rows, 4 consecutive bytes of each of the 16 rows in every 64-byte word: a Q8_0 block's 8 words
+(stored q + 128, unsigned) are B as they lie; a Q4_1 block's 4 words of nibbles become B's 8 rows
+with a mask (low nibbles: k 0..15) and a shift (high nibbles: k 16..31), once per call
+(`_unpack_nibbles`).
+
+**One block of 16 rows of x by 16 output rows** (`_group_product`): two tile products give the
+exact integer sums S_1 = sum(q x_1), S_2 = sum(q x_2); S = 254 S_1 + S_2 is exact in int32 and in
+float32 (|S| < 2^24), and one float multiply-add per row adds the block to its sum kept in a
+vector register over all the blocks of k:
+
+    total += float(S) (d s) + c term      (Q4_1: c = m, term = d sum(254 x_1 + x_2);
+                                           Q8_0: c = s, term = -128 d sum(254 x_1 + x_2),
+                                           which takes off the stored quants' offset)
+
+A row's result depends on that row alone, whatever rows share its tiles: a token's logits are
+the same in any pass (prefill whole or in pieces, any batch).
+
+Linux hands AMX's tile data state to a process only on request (`arch_prctl(ARCH_REQ_XCOMP_PERM,
+XFEATURE_XTILEDATA)`, the kernel's Documentation/arch/x86/xstate.rst): `available()` makes the
+request, once per process, before any tile instruction runs; every thread of the process may then
+use the tiles. Each parallel task loads the tile configuration (`ldtilecfg`, per-thread state)
+itself and releases the tiles at its end.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import llvmlite.binding as llvm
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+BLOCK = 32
+"""Values per activation and weight block."""
+
+ROWS = 16
+"""Rows of x (and output rows) one tile product serves."""
+
+PART_RATIO = 254
+"""The ratio of a block's first-part scale to its second's (d_1 = 254 d): the leftover of the
+first part, at most half its step, is at most 127 steps of the second."""
+
+_ARCH_REQ_XCOMP_PERM = 0x1023  # arch/x86/include/uapi/asm/prctl.h
+_XFEATURE_XTILEDATA = 18
+_SYS_ARCH_PRCTL = 158  # x86-64
+
+_A1, _A2, _B = 4, 5, 6  # tile registers: two activation parts, the weights (C: 0..3)
+_B_SCRATCH = 4096  # byte offset of the unpacked Q4_1 weights in `_group_product`'s scratch
+SCRATCH = (_B_SCRATCH + 2 * 512) // 4
+"""int32 elements of `_group_product`'s scratch: two slots of two 16 x 16 sums, two of B."""
+
+
+def _declare(builder, name: str, arguments: list) -> ir.Function:
+    return cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(ir.VoidType(), arguments), name
+    )
+
+
+def _data(context, builder, signature, args, index, element=None):
+    """The data pointer of array argument `index` (as bytes, or as `element`s)."""
+    array = context.make_array(signature.args[index])(context, builder, args[index])
+    return builder.bitcast(array.data, (element or ir.IntType(8)).as_pointer())
+
+
+@intrinsic
+def _load_config(typingctx, config):  # pragma: no cover - compiled
+    """`ldtilecfg` from a uint8 [64] array."""
+
+    def codegen(context, builder, signature, args):
+        load = _declare(builder, "llvm.x86.ldtilecfg", [ir.IntType(8).as_pointer()])
+        builder.call(load, [_data(context, builder, signature, args, 0)])
+        return context.get_dummy_value()
+
+    return types.void(config), codegen
+
+
+@intrinsic
+def _release(typingctx):  # pragma: no cover - compiled
+    """`tilerelease`: the tiles back to their initial state."""
+
+    def codegen(context, builder, signature, args):
+        builder.call(_declare(builder, "llvm.x86.tilerelease", []), [])
+        return context.get_dummy_value()
+
+    return types.void(), codegen
+
+
+@numba.njit(cache=True)
+def _config(rows):  # pragma: no cover - compiled
+    """The 64-byte tile configuration (palette 1) of `_group_product` for `rows` rows of x
+    (1..16): tiles 0..3 (two sets of the two parts' sums) `rows` rows of 16 int32; 4, 5 (A1,
+    A2) `rows` rows of one block of x; 6 (B) 8 rows of 16 x 4 bytes.  -> uint8 [64]"""
+    config = np.zeros(64, np.uint8)
+    config[0] = 1
+    for tile in range(7):  # bytes a row (a uint16, < 256 here), rows
+        if tile < 4:  # sums
+            config[16 + 2 * tile], config[48 + tile] = 64, rows
+        elif tile < 6:  # activations
+            config[16 + 2 * tile], config[48 + tile] = BLOCK, rows
+        else:  # weights
+            config[16 + 2 * tile], config[48 + tile] = 64, BLOCK // 4
+    return config
+
+
+@intrinsic
+def _unpack_block(typingctx, words, source, b, target):  # pragma: no cover - compiled
+    """One Q4_1 block of 16 output rows as B's 8 rows: the 4 words of nibbles at
+    words[source:] -> b[target:target + 512] (rows 0..3 the low nibbles, k 0..15; rows 4..7
+    the high ones, k 16..31), in 64-byte vectors. Flat byte offsets; not bounds-checked."""
+    if not all(isinstance(a, types.Array) and a.dtype == types.uint8 for a in (words, b)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        vec = ir.VectorType(i32, ROWS)
+        words_p = builder.gep(_data(context, builder, signature, args, 0), [args[1]])
+        b_p = builder.gep(_data(context, builder, signature, args, 2), [args[3]])
+        nibble = vec([0x0F0F0F0F] * ROWS)
+        for w in range(4):
+            address = builder.bitcast(builder.gep(words_p, [i64(64 * w)]), vec.as_pointer())
+            word = builder.load(address, align=1)
+            low = builder.and_(word, nibble)
+            high = builder.and_(builder.lshr(word, vec([4] * ROWS)), nibble)
+            for row, value in ((w, low), (4 + w, high)):
+                address = builder.bitcast(builder.gep(b_p, [i64(64 * row)]), vec.as_pointer())
+                builder.store(value, address, align=1)
+        return context.get_dummy_value()
+
+    return types.void(words, source, b, target), codegen
+
+
+def _make_group_product(rows: int):
+    """`_group_product` for `rows` rows of x (the tile configuration's, `_config(rows)`)."""
+
+    @intrinsic
+    def group_product(
+        typingctx,
+        x_q,
+        a_start,
+        a_stride,
+        part_offset,
+        b,
+        b_start,
+        b_step,
+        n_blocks,
+        x_scales,
+        x_terms,
+        xs_start,
+        xs_stride,
+        scales,
+        coefs,
+        sc_start,
+        sc_step,
+        sums,
+        totals,
+    ):  # pragma: no cover - compiled
+        """totals = `rows` rows of x times 16 output rows of W over n_blocks blocks:
+
+            group_product(x_q, a_start, a_stride, part_offset, b, b_start, b_step, n_blocks,
+                          x_scales, x_terms, xs_start, xs_stride, scales, coefs, sc_start,
+                          sc_step, scratch, totals)
+
+        For block j < n_blocks: A1 = the rows' 32 bytes at x_q[a_start + 2 j part_offset + i
+        a_stride], A2 the same part_offset bytes on (`quantize_rows`'s layout); B = 512 bytes
+        at b[b_start + j b_step]; two
+        `tdpbsud` give S_1 = A1 B and S_2 = A2 B (stored to scratch, int32 [`SCRATCH`], in two
+        alternating slots, so that block j's tiles compute while block j - 1's sums are
+        scaled); then for row i and lane r, with S = 254 S_1 + S_2 (int32),
+
+            Q4_1 (x_terms float32): total[i][r] = fma(c_r, term_i, fma(float(S), d_i s_r, total))
+            Q8_0 (x_terms int32):   total[i][r] = fma(float(S - term_i), d_i s_r, total)
+
+        with d_i, term_i = x_scales, x_terms[xs_start + i xs_stride + j] and s_r, c_r =
+        scales, coefs[sc_start + j sc_step + r]; the totals start at 0, stay in vector
+        registers and are written to totals float32 [16, 16] (rows 0..rows-1) at the end. The
+        tile configuration must be `_config(rows)`'s. Flat offsets into C-contiguous arrays;
+        nothing is bounds-checked.
+        """
+        rest = (
+            x_scales,
+            x_terms,
+            xs_start,
+            xs_stride,
+            scales,
+            coefs,
+            sc_start,
+            sc_step,
+            sums,
+            totals,
+        )
+        arrays = (x_q, b, x_scales, x_terms, scales, coefs, sums, totals)
+        offsets = isinstance(x_terms, types.Array) and x_terms.dtype == types.int32  # Q8_0
+        term_type = types.int32 if offsets else types.float32
+        wanted = (types.int8, types.uint8, types.float32, term_type) + (types.float32,) * 2
+        wanted += (types.int32, types.float32)
+        if any(
+            not isinstance(a, types.Array) or a.dtype != d
+            for a, d in zip(arrays, wanted, strict=True)
+        ):
+            return None
+        sig = types.void(x_q, a_start, a_stride, part_offset, b, b_start, b_step, n_blocks, *rest)
+
+        def codegen(context, builder, signature, args):
+            i8, i32, i64, f32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
+            vec, fvec = ir.VectorType(i32, ROWS), ir.VectorType(f32, ROWS)
+            pointer = i8.as_pointer()
+            zero = _declare(builder, "llvm.x86.tilezero", [i8])
+            load = _declare(builder, "llvm.x86.tileloadd64", [i8, pointer, i64])
+            product = _declare(builder, "llvm.x86.tdpbsud", [i8, i8, i8])
+            store = _declare(builder, "llvm.x86.tilestored64", [i8, pointer, i64])
+            fma = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(fvec, [fvec] * 3), "llvm.fma.v16f32"
+            )
+            a_start, a_stride, part_offset, b_start, b_step, n_blocks = (
+                args[i] for i in (1, 2, 3, 5, 6, 7)
+            )
+            xs_start, xs_stride, sc_start, sc_step = (args[i] for i in (10, 11, 14, 15))
+            x_q_p = _data(context, builder, signature, args, 0)
+            b_p = _data(context, builder, signature, args, 4)
+            x_scales_p = _data(context, builder, signature, args, 8, f32)
+            x_terms_p = _data(context, builder, signature, args, 9, i32 if offsets else f32)
+            scales_p = _data(context, builder, signature, args, 12, f32)
+            coefs_p = _data(context, builder, signature, args, 13, f32)
+            scratch_p = _data(context, builder, signature, args, 16)
+            totals_v = builder.bitcast(
+                _data(context, builder, signature, args, 17), fvec.as_pointer()
+            )
+
+            def ratio(value):  # 254 value = 256 value - 2 value, in int32
+                times_256 = builder.shl(value, vec([8] * ROWS))
+                return builder.sub(times_256, builder.shl(value, vec([1] * ROWS)))
+
+            def splat(value, vector=fvec):  # value in every lane
+                single = builder.insert_element(ir.Constant(vector, None), value, i32(0))
+                return builder.shuffle_vector(single, ir.Constant(vector, None), vec([0] * ROWS))
+
+            def scalar(base, offset):
+                return builder.load(builder.gep(base, [offset]), align=4)
+
+            def vector(base, offset, kind=fvec):
+                address = builder.bitcast(builder.gep(base, [offset]), kind.as_pointer())
+                return builder.load(address, align=4)
+
+            def issue(j, slot):  # block j's tile products, stored to the sums of `slot` (0 or 1)
+                c1, c2 = 2 * slot, 2 * slot + 1
+                block_step = builder.mul(part_offset, i64(2))
+                a1 = builder.gep(x_q_p, [builder.add(a_start, builder.mul(j, block_step))])
+                b_here = builder.gep(b_p, [builder.add(b_start, builder.mul(j, b_step))])
+                builder.call(zero, [i8(c1)])
+                builder.call(zero, [i8(c2)])
+                builder.call(load, [i8(_A1), a1, a_stride])
+                builder.call(load, [i8(_A2), builder.gep(a1, [part_offset]), a_stride])
+                builder.call(load, [i8(_B), b_here, i64(64)])
+                builder.call(product, [i8(c1), i8(_A1), i8(_B)])
+                builder.call(product, [i8(c2), i8(_A2), i8(_B)])
+                sums = builder.gep(scratch_p, [i64(2048 * slot)])  # rows of 64 bytes
+                builder.call(store, [i8(c1), sums, i64(64)])
+                builder.call(store, [i8(c2), builder.gep(sums, [i64(1024)]), i64(64)])
+
+            def post(j, totals):  # block j's sums (stored by `issue`) into the totals
+                sums = builder.gep(scratch_p, [builder.mul(builder.and_(j, i64(1)), i64(2048))])
+                at = builder.add(sc_start, builder.mul(j, sc_step))
+                s, c = vector(scales_p, at), vector(coefs_p, at)
+                following = []
+                for i, total in enumerate(totals[:rows]):
+                    first = vector(sums, i64(64 * i), vec)
+                    second = vector(sums, i64(1024 + 64 * i), vec)
+                    combined = builder.add(ratio(first), second)
+                    where = builder.add(builder.add(xs_start, builder.mul(xs_stride, i64(i))), j)
+                    if offsets:  # Q8_0: take off 128 sum(254 x_1 + x_2), in int32
+                        combined = builder.sub(combined, splat(scalar(x_terms_p, where), vec))
+                    ds = builder.fmul(splat(scalar(x_scales_p, where)), s)
+                    total = builder.call(fma, [builder.sitofp(combined, fvec), ds, total])
+                    if not offsets:  # Q4_1: the minimums times the block's sum of x
+                        total = builder.call(fma, [c, splat(scalar(x_terms_p, where)), total])
+                    following.append(total)
+                return following + totals[rows:]
+
+            # block j's tile products go out before block j - 1's sums are scaled (two sets of C
+            # tiles, alternating), so that the tiles compute while the vector units scale
+            entry = builder.block
+            loop = builder.append_basic_block("blocks")
+            odd = builder.append_basic_block("issue_odd")
+            even = builder.append_basic_block("issue_even")
+            scale = builder.append_basic_block("scale")
+            done = builder.append_basic_block("blocks_done")
+            issue(i64(0), 0)
+            builder.branch(loop)
+            builder.position_at_end(loop)
+            j = builder.phi(i64)  # the block to issue; j - 1 is scaled
+            j.add_incoming(i64(1), entry)
+            phis = [builder.phi(fvec) for _ in range(ROWS)]
+            for phi in phis:
+                phi.add_incoming(ir.Constant(fvec, [0.0] * ROWS), entry)
+            more = builder.icmp_signed("<", j, n_blocks)
+            dispatch = builder.append_basic_block("issue")
+            builder.cbranch(more, dispatch, scale)
+            builder.position_at_end(dispatch)
+            builder.cbranch(builder.icmp_unsigned("!=", builder.and_(j, i64(1)), i64(0)), odd, even)
+            for block, slot in ((odd, 1), (even, 0)):
+                builder.position_at_end(block)
+                issue(j, slot)
+                builder.branch(scale)
+            builder.position_at_end(scale)
+            following = post(builder.sub(j, i64(1)), phis)
+            j_next = builder.add(j, i64(1))
+            j.add_incoming(j_next, builder.block)
+            for phi, total in zip(phis, following, strict=True):
+                phi.add_incoming(total, builder.block)
+            builder.cbranch(builder.icmp_signed("<=", j_next, n_blocks), loop, done)
+            builder.position_at_end(done)
+            for i, value in enumerate(following[:rows]):
+                builder.store(value, builder.gep(totals_v, [i32(i)]), align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return group_product
+
+
+_GROUP_ROWS = (1, 2, 4, 8, 16)
+"""Rows of x a `_group_product` call serves: a pass's rows go in groups of 16, the rest in one
+group of the next power of 2 (zero rows pad it)."""
+_group_1, _group_2, _group_4, _group_8, _group_16 = (_make_group_product(r) for r in _GROUP_ROWS)
+
+
+def _make_row_product(words_per_block: int):
+    """An intrinsic adding one block of 16 output rows times one row of x (its two parts) to
+    float totals, in AVX-512 VNNI, with `_group_product`'s integer sums and float formula:
+
+        row_product(words, w_start, x_q, x_start, part_offset, x_scales, x_terms, xs_at,
+                    scales, coefs, sc_start, total, total_start)
+
+    The 16 rows' quants start at byte w_start of words (word tiles: 4 words of nibbles for
+    Q4_1, 8 of bytes q + 128 for Q8_0, by `words_per_block`), the row's block of x_1 at byte
+    x_start of x_q and of x_2 part_offset bytes on; `vpdpbusd` gives S_1, S_2 exactly, then
+
+        total[total_start + r] = fma(float(254 S_1 + S_2 [- x_terms[xs_at]]), d s_r, total)
+                                 [then fma(c_r, x_terms[xs_at], .) for Q4_1]
+
+    with d = x_scales[xs_at], s_r, c_r = scales, coefs[sc_start + r]; x_terms int32 (Q8_0's
+    offsets, subtracted) or float32 (Q4_1's terms). Flat offsets; nothing is bounds-checked.
+    """
+    nibbles = words_per_block == 4
+
+    @intrinsic
+    def row_product(
+        typingctx,
+        words,
+        w_start,
+        x_q,
+        x_start,
+        part_offset,
+        x_scales,
+        x_terms,
+        xs_at,
+        scales,
+        coefs,
+        sc_start,
+        total,
+        total_start,
+    ):  # pragma: no cover - compiled
+        term_type = types.float32 if nibbles else types.int32
+        arrays = (words, x_q, x_scales, x_terms, scales, coefs, total)
+        wanted = (types.uint8, types.int8, types.float32, term_type) + (types.float32,) * 3
+        if any(
+            not isinstance(a, types.Array) or a.dtype != d
+            for a, d in zip(arrays, wanted, strict=True)
+        ):
+            return None
+        sig = types.void(
+            words,
+            w_start,
+            x_q,
+            x_start,
+            part_offset,
+            x_scales,
+            x_terms,
+            xs_at,
+            scales,
+            coefs,
+            sc_start,
+            total,
+            total_start,
+        )
+
+        def codegen(context, builder, signature, args):
+            i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
+            vec, fvec = ir.VectorType(i32, ROWS), ir.VectorType(f32, ROWS)
+            w_start, x_start, part_offset, xs_at, sc_start, total_start = (
+                args[i] for i in (1, 3, 4, 7, 10, 12)
+            )
+            words_p = _data(context, builder, signature, args, 0)
+            x_p = _data(context, builder, signature, args, 2)
+            x_scales_p = _data(context, builder, signature, args, 5, f32)
+            x_terms_p = _data(context, builder, signature, args, 6, f32 if nibbles else i32)
+            scales_p = _data(context, builder, signature, args, 8, f32)
+            coefs_p = _data(context, builder, signature, args, 9, f32)
+            total_p = _data(context, builder, signature, args, 11, f32)
+            dpbusd = cgutils.get_or_insert_function(
+                builder.module,
+                ir.FunctionType(vec, [vec, vec, vec]),
+                "llvm.x86.avx512.vpdpbusd.512",
+            )
+            fma = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(fvec, [fvec] * 3), "llvm.fma.v16f32"
+            )
+
+            def load(base, offset, kind):
+                address = builder.bitcast(builder.gep(base, [offset]), kind.as_pointer())
+                return builder.load(address, align=1)
+
+            def ratio(value):  # 254 value = 256 value - 2 value, in int32
+                times_256 = builder.shl(value, vec([8] * ROWS))
+                return builder.sub(times_256, builder.shl(value, vec([1] * ROWS)))
+
+            def splat(value, vector):
+                single = builder.insert_element(ir.Constant(vector, None), value, i32(0))
+                return builder.shuffle_vector(single, ir.Constant(vector, None), vec([0] * ROWS))
+
+            splits = 4  # independent sums a part: vpdpbusd's latency is 5 cycles
+            sums = [[vec([0] * ROWS)] * splits for _ in range(2)]
+            step = 0
+            for index in range(words_per_block):
+                word = load(words_p, builder.add(w_start, i64(64 * index)), vec)
+                operands = [(word, 4 * index)]
+                if nibbles:  # low nibbles: elements j; high nibbles: elements j + 16
+                    nibble = vec([0x0F0F0F0F] * ROWS)
+                    low = builder.and_(word, nibble)
+                    high = builder.and_(builder.lshr(word, vec([4] * ROWS)), nibble)
+                    operands = [(low, 4 * index), (high, BLOCK // 2 + 4 * index)]
+                for operand, column in operands:
+                    for part in range(2):
+                        at = builder.add(x_start, i64(column))
+                        if part:
+                            at = builder.add(at, part_offset)
+                        x_word = splat(load(x_p, at, i32), vec)
+                        slot = step % splits
+                        sums[part][slot] = builder.call(dpbusd, [sums[part][slot], operand, x_word])
+                    step += 1
+            first, second = sums[0][0], sums[1][0]
+            for slot in range(1, splits):
+                first = builder.add(first, sums[0][slot])
+                second = builder.add(second, sums[1][slot])
+            combined = builder.add(ratio(first), second)
+            term = builder.load(builder.gep(x_terms_p, [xs_at]), align=4)
+            if not nibbles:  # Q8_0: take off 128 sum(254 x_1 + x_2), in int32
+                combined = builder.sub(combined, splat(term, vec))
+            s = load(scales_p, sc_start, fvec)
+            d = builder.load(builder.gep(x_scales_p, [xs_at]), align=4)
+            ds = builder.fmul(splat(d, fvec), s)
+            address = builder.bitcast(builder.gep(total_p, [total_start]), fvec.as_pointer())
+            value = builder.load(address, align=4)
+            value = builder.call(fma, [builder.sitofp(combined, fvec), ds, value])
+            if nibbles:  # Q4_1: the minimums times the block's sum of x
+                value = builder.call(fma, [load(coefs_p, sc_start, fvec), splat(term, fvec), value])
+            builder.store(value, address, align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return row_product
+
+
+_row_q4_1, _row_q8_0 = _make_row_product(4), _make_row_product(8)
+
+
+@functools.cache
+def granted() -> bool:
+    """Whether this process may use AMX: the host CPU has AMX-TILE and AMX-INT8 (and AVX-512
+    for the vector code) and Linux grants the tile data state (asked for here, once)."""
+    features = llvm.get_host_cpu_features()
+    if not (features.get("amx-int8") and features.get("amx-tile") and features.get("avx512f")):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+@functools.cache
+def available() -> bool:
+    """Whether the kernels run here: `granted()`, and a small product comes out equal to the
+    same product in NumPy (False, say, under an llvmlite whose LLVM lacks the intrinsics). The
+    first call compiles `amx_matmul` unless Numba's cache holds it."""
+    if not granted():
+        return False
+    # x = 1 quantizes exactly (x_1 = 127, x_2 = 0); W's quants 0..15 (Q4_1, scale 1, minimum 0)
+    quants = (np.arange(ROWS * BLOCK // 2) % 256).astype(np.uint8).reshape(ROWS, BLOCK // 2)
+    weights = np.concatenate([quants & 15, quants >> 4], axis=1).astype(np.float64)
+    scales, minimums = np.ones((1, 1, ROWS), np.float32), np.zeros((1, 1, ROWS), np.float32)
+    from corral.kernels.quant_int8 import word_tiles  # the weights' layout
+
+    try:
+        words = word_tiles(quants, "Q4_1", 1, ROWS)
+        x = np.ones((3, BLOCK), np.float32)
+        out = amx_matmul(x, scales, minimums, words, np.empty((3, ROWS), np.float32))
+    except Exception:  # any failure to compile or run: the other kernels serve
+        return False
+    return bool(np.allclose(out, weights.sum(axis=1)[None, :], rtol=1e-6))
+
+
+@intrinsic
+def _quantize_block(
+    typingctx, x, x_at, tiles, t_at, x_scales, x_sums, x_terms, s_at
+):  # pragma: no cover - compiled
+    """One block of 32 values of x (float32, from x[x_at]) as its two int8 parts, in vector
+    registers: d = max |v| / (127 254), d_1 = 254 d; part 0 = round(v / d_1) (half away from
+    zero, C's roundf, as ggml's quantizers) to tiles[t_at:t_at + 32], part 1 = round((v - d_1
+    part 0) / d) clipped to -127..127 to tiles[t_at + 512:]; x_scales[s_at] = d, x_sums[s_at]
+    = sum(254 part 0 + part 1) (int32, exact), x_terms[s_at] = d x_sums. Flat offsets; not
+    bounds-checked."""
+    arrays = (x, tiles, x_scales, x_sums, x_terms)
+    wanted = (types.float32, types.int8, types.float32, types.int32, types.float32)
+    if any(
+        not isinstance(a, types.Array) or a.dtype != d for a, d in zip(arrays, wanted, strict=True)
+    ):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i8, i32, f32 = ir.IntType(8), ir.IntType(32), ir.FloatType()
+        fvec, ivec, bvec = (ir.VectorType(t, ROWS) for t in (f32, i32, i8))
+
+        def function(name, result, arguments):
+            kind = ir.FunctionType(result, arguments)
+            return cgutils.get_or_insert_function(builder.module, kind, name)
+
+        def splat(value):
+            single = builder.insert_element(ir.Constant(fvec, None), value, i32(0))
+            return builder.shuffle_vector(single, ir.Constant(fvec, None), ivec([0] * ROWS))
+
+        def store(value, base, offset, element):
+            address = builder.gep(_data(context, builder, signature, args, base, element), [offset])
+            builder.store(value, address, align=4)
+
+        fabs = function("llvm.fabs.v16f32", fvec, [fvec])
+        maximum = function("llvm.maxnum.v16f32", fvec, [fvec, fvec])
+        minimum = function("llvm.minnum.v16f32", fvec, [fvec, fvec])
+        reduce_max = function("llvm.vector.reduce.fmax.v16f32", f32, [fvec])
+        reduce_add = function("llvm.vector.reduce.add.v16i32", i32, [ivec])
+        round_half_away = function("llvm.round.v16f32", fvec, [fvec])
+        x_p = builder.gep(_data(context, builder, signature, args, 0, f32), [args[1]])
+        tiles_p = builder.gep(_data(context, builder, signature, args, 2), [args[3]])
+        halves = []
+        for h in range(2):
+            address = builder.bitcast(builder.gep(x_p, [i32(ROWS * h)]), fvec.as_pointer())
+            halves.append(builder.load(address, align=4))
+        magnitudes = builder.call(maximum, [builder.call(fabs, [v]) for v in halves])
+        d = builder.fdiv(builder.call(reduce_max, [magnitudes]), f32(127.0 * PART_RATIO))
+        d1 = builder.fmul(d, f32(PART_RATIO))
+        positive = builder.fcmp_ordered(">", d, f32(0.0))
+        inverse1 = builder.select(positive, builder.fdiv(f32(1.0), d1), f32(0.0))
+        inverse = builder.select(positive, builder.fdiv(f32(1.0), d), f32(0.0))
+        low, high = splat(f32(-127.0)), splat(f32(127.0))
+        total = ivec([0] * ROWS)
+        for h, values in enumerate(halves):
+            q1 = builder.call(round_half_away, [builder.fmul(values, splat(inverse1))])
+            left = builder.fsub(values, builder.fmul(splat(d1), q1))
+            q2 = builder.call(round_half_away, [builder.fmul(left, splat(inverse))])
+            q2 = builder.call(minimum, [builder.call(maximum, [q2, low]), high])
+            for part, q in enumerate((q1, q2)):
+                at = builder.gep(tiles_p, [i32(ROWS * BLOCK * part + ROWS * h)])
+                at = builder.bitcast(at, bvec.as_pointer())
+                builder.store(builder.fptosi(q, bvec), at, align=1)
+            first = builder.mul(builder.fptosi(q1, ivec), ivec([PART_RATIO] * ROWS))
+            total = builder.add(total, builder.add(first, builder.fptosi(q2, ivec)))
+        total = builder.call(reduce_add, [total])
+        store(d, 4, args[7], f32)
+        store(total, 5, args[7], i32)
+        store(builder.fmul(d, builder.sitofp(total, f32)), 6, args[7], f32)
+        return context.get_dummy_value()
+
+    return types.void(x, x_at, tiles, t_at, x_scales, x_sums, x_terms, s_at), codegen
+
+
+@numba.njit(cache=True)
+def quantize_rows(x, x_q, x_scales, x_sums, x_terms):  # pragma: no cover - compiled
+    """Quantize each row of x by blocks of 32 in two int8 parts on one scale (the module
+    docstring; `_quantize_block`), laid out for the tile loads.  O(B k).
+
+    x float32 [B, k] (C-contiguous); x_q int8 [G, k/32, 2, 16, 32] (group of 16 rows, block,
+    part, row in the group, column: an A tile, 16 rows of a block of one part, is 512
+    contiguous bytes, and a group's blocks follow one another); x_scales float32 [R, k/32],
+    x_sums int32 [R, k/32] and x_terms float32 [R, k/32], R >= B, G >= B / 16, are written
+    for rows b < B: d = max |v| / (127 254) (0 for a block of zeros), part 0 round(v / d_1),
+    d_1 = 254 d (rounding half away from zero), part 1 the leftover's round(. / d) clipped to
+    -127..127, x_sums = sum(254 x_1 + x_2) and x_terms = d x_sums.
+    """
+    batch, k = x.shape
+    n_blocks = k // BLOCK
+    flat_x, tiles = x.reshape(-1), x_q.reshape(-1)
+    scales, sums, terms = x_scales.reshape(-1), x_sums.reshape(-1), x_terms.reshape(-1)
+    for row in range(batch):
+        group, lane = row // ROWS, row % ROWS
+        for block in range(n_blocks):
+            at = ((group * n_blocks + block) * 2 * ROWS + lane) * BLOCK  # part 0's 32 bytes
+            where = row * x_scales.shape[1] + block
+            x_at = row * k + block * BLOCK
+            _quantize_block(flat_x, x_at, tiles, at, scales, sums, terms, where)
+
+
+@numba.njit(cache=True)
+def _products(group, a_args, terms, w_args, scratch, totals):  # pragma: no cover - compiled
+    """`_group_product` for `group` rows (one of `_GROUP_ROWS`)."""
+    if group == 16:
+        _group_16(*a_args, terms, *w_args, scratch, totals)
+    elif group == 8:
+        _group_8(*a_args, terms, *w_args, scratch, totals)
+    elif group == 4:
+        _group_4(*a_args, terms, *w_args, scratch, totals)
+    elif group == 2:
+        _group_2(*a_args, terms, *w_args, scratch, totals)
+    else:
+        _group_1(*a_args, terms, *w_args, scratch, totals)
+
+
+@numba.njit(cache=True, parallel=True)
+def amx_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
+    """x W^T for W in word tiles, x quantized in two int8 parts (`quantize_rows`), the
+    integer sums made by AMX tile products (`_group_product`).  O(B n_out k) multiply-adds in
+    16 x 16 x 32 tile products (two each, one a part; x's rows padded to a multiple of 16),
+    O(B n_out k / 32) float ones; W is read once per call.
+
+    x float32 [B, k] (k a multiple of 32); scales float32 [n_tiles, k/32, tile]; coefs: the
+    minimums (Q4_1, float32 [n_tiles, k/32, tile]) or the scales again (Q8_0, stored q + 128);
+    words uint8 [n_tiles, k/32, tile/16, W, 16, 4] (W = 4: Q4_1 nibbles; W = 8: Q8_0 bytes);
+    out float32 [B, n_out] (written, n_out <= n_tiles tile). Returns out. Needs `available()`.
+    """
+    batch, k = x.shape
+    n_tiles, n_blocks, tile = scales.shape
+    lane_groups = tile // ROWS
+    rows = batch + (-batch) % ROWS  # zero rows pad the last group of x
+    x_q = np.zeros((rows // ROWS, n_blocks, 2, ROWS, BLOCK), np.int8)
+    x_scales = np.zeros((rows, n_blocks), np.float32)
+    x_sums = np.zeros((rows, n_blocks), np.int32)
+    x_terms = np.zeros((rows, n_blocks), np.float32)
+    quantize_rows(x, x_q, x_scales, x_sums, x_terms)
+    nibbles = words.shape[3] == 4
+    x_offsets = x_sums * np.int32(128)  # Q8_0's stored q + 128
+    n_out = out.shape[1]
+    flat_words = words.reshape(-1)
+    chunk = ROWS * 4 * words.shape[3]  # bytes of one block of 16 output rows
+    block_bytes = lane_groups * chunk  # bytes of one block of the whole tile
+    full = batch // ROWS * ROWS  # rows in groups of 16; the rest in one smaller group
+    last = 1
+    while last < batch - full:
+        last *= 2
+    for t in numba.prange(n_tiles):
+        scratch = np.empty(SCRATCH, np.int32)
+        unpacked = np.empty(n_blocks * 512, np.uint8)
+        totals = np.empty((ROWS, ROWS), np.float32)
+        sc_start = t * n_blocks * tile
+        configured = 0
+        for g in range(lane_groups):  # 16 output rows at a time
+            column = t * tile + g * ROWS
+            width = min(ROWS, n_out - column)
+            if width <= 0:
+                break
+            b_start = (t * n_blocks * lane_groups + g) * chunk  # their block 0
+            b, b_step = flat_words, block_bytes
+            if nibbles:  # B's bytes, block after block
+                for block in range(n_blocks):
+                    _unpack_block(flat_words, b_start + block * block_bytes, unpacked, 512 * block)
+                b, b_start, b_step = unpacked, 0, 512
+            first = 0
+            while first < batch:
+                group = ROWS if first < full else last
+                if group != configured:  # ldtilecfg costs: only when the shape changes
+                    _load_config(_config(group))
+                    configured = group
+                a_start = first * k * 2  # group first // 16
+                a_args = (x_q, a_start, BLOCK, ROWS * BLOCK, b, b_start, b_step, n_blocks, x_scales)
+                w_args = (first * n_blocks, n_blocks, scales, coefs, sc_start + g * ROWS, tile)
+                if nibbles:
+                    _products(group, a_args, x_terms, w_args, scratch, totals)
+                else:
+                    _products(group, a_args, x_offsets, w_args, scratch, totals)
+                for i in range(min(group, batch - first)):  # no views: each one costs
+                    for r in range(width):  # two atomic reference-count updates
+                        out[first + i, column + r] = totals[i, r]
+                first += group
+        _release()
+    return out
+
+
+@numba.njit(cache=True, parallel=True)
+def row_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
+    """`amx_matmul` for x of one row, in AVX-512 VNNI (`_make_row_product`): the same
+    quantization, integer sums and float operations in the same order, so the same results
+    bit for bit, without AMX's 16-row tiles (15 of whose rows one row would waste).
+    O(n_out k) integer multiply-adds; W read once. Arguments as `amx_matmul`'s (x [1, k])."""
+    n_tiles, n_blocks, tile = scales.shape
+    lane_groups = tile // ROWS
+    n_out = out.shape[1]
+    x_q = np.zeros((1, n_blocks, 2, ROWS, BLOCK), np.int8)  # row 0 of a group
+    x_scales = np.zeros((1, n_blocks), np.float32)
+    x_sums = np.zeros((1, n_blocks), np.int32)
+    x_terms = np.zeros((1, n_blocks), np.float32)
+    quantize_rows(x, x_q, x_scales, x_sums, x_terms)
+    x_offsets = x_sums * np.int32(128)  # Q8_0's stored q + 128
+    nibbles = words.shape[3] == 4
+    flat_words, flat_x = words.reshape(-1), x_q.reshape(-1)
+    chunk = ROWS * 4 * words.shape[3]  # bytes of one block of 16 output rows
+    for t in numba.prange(n_tiles):
+        total = np.zeros(tile, np.float32)
+        for block in range(n_blocks):
+            for g in range(lane_groups):
+                w_start = ((t * n_blocks + block) * lane_groups + g) * chunk
+                sc_start = (t * n_blocks + block) * tile + g * ROWS
+                x_args = (flat_x, block * 2 * ROWS * BLOCK, ROWS * BLOCK, x_scales)
+                if nibbles:
+                    w_args = (x_terms, block, scales, coefs, sc_start, total, g * ROWS)
+                    _row_q4_1(flat_words, w_start, *x_args, *w_args)
+                else:
+                    w_args = (x_offsets, block, scales, coefs, sc_start, total, g * ROWS)
+                    _row_q8_0(flat_words, w_start, *x_args, *w_args)
+        start, end = t * tile, min((t + 1) * tile, n_out)
+        out[0, start:end] = total[: end - start]
+    return out
