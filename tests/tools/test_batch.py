@@ -248,9 +248,10 @@ def test_same_request_same_output_alone_or_in_a_batch(engine, monkeypatch, kv_dt
 
     Sampled requests are held to it over a float32 KV cache. Over the float16 default a key
     computed a float32 ulp apart is sometimes stored a float16 ulp apart, logits move by up to
-    a few 1e-3, and a draw near a boundary may fall the other way (5 of 30 sampled requests
-    parted: bench/results/2026-12-01-s9-kv16d/batch-invariance.txt): there the same requests
-    are held to it greedily."""
+    a few 1e-3, and a draw near a boundary may fall the other way (these seeds do; 5 of 30
+    sampled requests parted with float32 activations, 2 of 30 with AMX's int8 ones, as many as
+    over float32: bench/results/2026-12-01-s9-kv16d/batch-invariance.txt): there the same
+    requests are held to it greedily."""
     monkeypatch.setattr(engine.model, "kv_dtype", getattr(np, kv_dtype))
     sampling = {"float32": {}, "float16": {"temperature": 0}}[kv_dtype]
     bodies = [
