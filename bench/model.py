@@ -11,8 +11,9 @@ Prints, in one run:
     activations quantized to int8 (`quant.INT8_ACTIVATIONS = True`: on AMX tiles, for passes
     of every size, where the CPU has AMX; else on AVX-512 VNNI for passes of at most
     `QUANTIZED_MAX_ROWS` tokens, larger ones on float32 GEMMs) and with them in float32 (the
-    default; blocks up to `QUANTIZED_MAX_ROWS` tokens), and on float32 weights alone
-    (`weights="float32"`); the label says which int8 kernel and which row is the default:
+    default; blocks up to `QUANTIZED_MAX_ROWS` tokens), these two over the default KV cache
+    (`kv_cache.DEFAULT_DTYPE`), and the float32 reference path (`weights="float32"`,
+    `kv_dtype=np.float32`); the label says which int8 kernel and which row is the default:
     prefill tokens/s for a 256-token prompt; decode tokens/s at batch 1, 8, 32 and 64 (every
     sequence holding a 256-token context, so attention is part of the cost);
   - bytes read per token at batch 1 and the share of the measured bandwidth they reach; the
@@ -199,7 +200,9 @@ def step_breakdown(model, batch: int, steps: int) -> dict[str, float]:
 
 def bytes_per_token(model) -> dict[str, float]:
     """MB one batch-1 decode step reads: the weights it multiplies (blocks or float32) and the
-    keys and values of a PROMPT_TOKENS-token context."""
+    keys and values of a PROMPT_TOKENS-token context (of the model's `kv_dtype`)."""
+    from corral.model.kv_cache import KVCache
+
     params, config = model.params, model.config
     if model.weights == "quantized":
         weights = sum(m.nbytes for layer in params["layers"] for m in layer["blocks"].values())
@@ -208,8 +211,8 @@ def bytes_per_token(model) -> dict[str, float]:
         names = ("w_qkv", "w_o", "w_gate_up", "w_down")
         weights = sum(layer[name].nbytes for layer in params["layers"] for name in names)
         weights += params["lm_head_rows"].nbytes
-    kv = config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 2 * 4
-    return {"weights": weights / 1e6, "kv": kv * PROMPT_TOKENS / 1e6}
+    kv = KVCache.bytes_needed(config, 1, PROMPT_TOKENS, model.kv_dtype)
+    return {"weights": weights / 1e6, "kv": kv / 1e6}
 
 
 @contextlib.contextmanager
@@ -487,7 +490,10 @@ def main() -> None:
         models = {  # name: (model, int8 activations)
             int8_label(): (quantized, True),
             float32_label(): (quantized, False),
-            "corral (NumPy float32)": (load_model(progress=False, weights="float32"), False),
+            "corral (NumPy float32)": (  # the reference path: float32 weights and KV cache
+                load_model(progress=False, weights="float32", kv_dtype=np.float32),
+                False,
+            ),
         }
         table, breakdowns = {}, {}
         for name, (model, int8) in models.items():

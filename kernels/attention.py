@@ -32,12 +32,16 @@ A long prompt's attention is two GEMMs per block of queries (`llama.attend_promp
 each key for many queries); between them `causal_softmax_` takes the block's masked softmax in
 one compiled pass, the same `_softmax_` as the kernel's.
 
-The cache may hold float16 (`KVCache(..., dtype=np.float16)`): half the bytes that decode, bound
-by memory, streams. Numba has no float16 type on the CPU, so the kernels take such a cache as its
-uint16 bits (`cache_bits`), widen each element or 16-element vector to float32 in registers
-(LLVM's `fpext`, F16C's `vcvtph2ps`) and compute in float32 as for a float32 cache: the results
-are those over the same numbers stored in float32, up to the order LLVM gives the sums of each
-compiled version (about a float32 ulp); writes round to nearest (`fptrunc`, as NumPy's `astype`).
+The cache may hold float16 (corral.model's default, `KVCache(..., dtype=np.float16)`) or float32:
+float16 is half the bytes that decode, bound by memory, streams. Numba has no float16 type on
+the CPU, so the kernels take such a cache as its uint16 bits (`cache_bits`), widen each element
+or 16-element vector to float32 in registers (LLVM's `fpext`, F16C's `vcvtph2ps`) and compute in
+float32 as for a float32 cache: the results are those over the same numbers stored in float32,
+up to the order LLVM gives the sums of each compiled version (about a float32 ulp); writes round
+to nearest (`fptrunc`, as NumPy's `astype`). Where the target has no such conversion in
+registers (x86 without F16C), LLVM would call a runtime function Numba does not link and the
+process would abort: `float16_supported` tells beforehand, and `cache_bits` refuses a float16
+cache there (corral.model then defaults to float32).
 
 A key-major layout (`[S, Hkv, hd, T]`, scores vectorized over positions with no horizontal
 sums) computed faster from cache but streamed no faster from memory, where decode at batch 8+
@@ -45,6 +49,8 @@ is bound, so the cache keeps one layout for keys and values.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numba
 import numpy as np
@@ -125,13 +131,62 @@ _F16 = ir.HalfType()
 _VECTOR = ir.VectorType(_F32, _BLOCK)
 
 
+_HALF_LIBCALLS = ("__extendhfsf2", "__truncsfhf2", "__gnu_h2f_ieee", "__gnu_f2h_ieee")
+_HALF_PROBE = """
+define <16 x float> @widen(<16 x half>* %p) {
+  %v = load <16 x half>, <16 x half>* %p, align 2
+  %f = fpext <16 x half> %v to <16 x float>
+  ret <16 x float> %f
+}
+define i16 @narrow(float %x) {
+  %h = fptrunc float %x to half
+  %b = bitcast half %h to i16
+  ret i16 %b
+}
+"""
+
+
+@functools.cache
+def float16_supported() -> bool:
+    """Whether the kernels can take a float16 cache here: the machine code LLVM makes of the
+    conversions between half and float, for the CPU and features Numba compiles for (its
+    NUMBA_CPU_NAME and NUMBA_CPU_FEATURES, else the host's), calls no runtime library function
+    (on x86 it is F16C's `vcvtph2ps` / `vcvtps2ph`, on AArch64 `fcvt`). A target without them
+    (an x86 CPU without F16C, NUMBA_CPU_NAME=generic) has LLVM call compiler-rt's
+    `__extendhfsf2` and `__truncsfhf2`, which Numba's JIT does not link: the first kernel call
+    on a float16 cache would abort the process ("LLVM ERROR: Symbol not found"). False too
+    when the probe itself fails. O(1), once per process (a few milliseconds)."""
+    try:
+        import llvmlite.binding as llvm
+        from numba.core.registry import cpu_target
+
+        machine = cpu_target.target_context.codegen()._tm  # the target Numba compiles for
+        module = llvm.parse_assembly(_HALF_PROBE)
+        module.triple, module.data_layout = machine.triple, str(machine.target_data)
+        code = machine.emit_assembly(module)
+    except Exception:  # noqa: BLE001 - any failure: no float16 cache, never an abort
+        return False
+    return not any(name in code for name in _HALF_LIBCALLS)
+
+
 def cache_bits(cache: np.ndarray) -> np.ndarray:
     """A KV cache array as the compiled kernels take it: float32 as it is, float16 as a uint16
     view of its bits (no copy). Numba has no float16 type on the CPU, so the kernels read such a
     cache as integers and convert each element with `_widen` (LLVM's `fpext` from half: F16C's
     `vcvtph2ps`) and write it with `_narrow` (`fptrunc`, round to nearest even, as NumPy's
-    `astype(np.float16)`). Any other dtype is returned as it is (the kernels then refuse it)."""
-    return cache.view(np.uint16) if cache.dtype == np.float16 else cache
+    `astype(np.float16)`). Any other dtype is returned as it is (the kernels then refuse it).
+
+    Raises:
+        ValueError: a float16 cache where `float16_supported()` is False (names the remedy).
+    """
+    if cache.dtype != np.float16:
+        return cache
+    if not float16_supported():
+        raise ValueError(
+            "a float16 KV cache needs float16 conversions in registers (x86: F16C), which "
+            "Numba's target CPU lacks here; use a float32 cache (dtype=np.float32)"
+        )
+    return cache.view(np.uint16)
 
 
 def _is_bits(numba_type) -> bool:

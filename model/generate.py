@@ -195,7 +195,7 @@ class Generator:
         context = model.context_length
         self.max_len = context if max_len is None else min(max_len, context)
         available = kv_cache.available_memory()
-        dtype = getattr(model, "kv_dtype", np.float32)
+        dtype = getattr(model, "kv_dtype", kv_cache.DEFAULT_DTYPE)
         fit = kv_cache.slots_that_fit(
             model.config, batch_size, self.max_len, available, dtype=dtype
         )

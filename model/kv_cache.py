@@ -8,14 +8,18 @@ slot holds; the forward pass (`Model.prefill`, `Model.decode`) writes keys and v
 advances it, and this class only does the bookkeeping between requests: reset, truncate, copy a
 prefix.
 
-The keys and values are float32 by default; `KVCache(..., dtype=np.float16)` stores them as
-float16, half the bytes that decode attention streams (the kernels widen them to float32 in
-registers and compute in float32; tests/model/test_float16_cache.py holds it to the float32
-cache's greedy tokens and log-likelihood).
+The keys and values are float16 by default (`DEFAULT_DTYPE`, as llama.cpp's default cache; float32
+on a CPU whose float16 conversions the kernels lack, an x86 without F16C): half the memory of
+float32 and half the bytes that decode attention streams. The kernels widen them to float32 in
+registers and compute in float32, so a float16 cache computes what float32 arithmetic over the
+rounded keys and values computes; tests/model/test_float16_cache.py holds it to the float32
+cache's greedy tokens and log-likelihood (the bar of issue 15 for storing anything in fewer
+bits). `KVCache(..., dtype=np.float32)` keeps them in float32, the reference path that
+tests/model/test_reference.py compares with transformers at 1e-3.
 
-Memory: a cache takes `KVCache.bytes_needed(config, n_slots, max_len, dtype)` bytes (46 KB a token
-for SmolLM2-135M in float32, 23 KB in float16, so 377 MB or 189 MB a slot of its 8,192-token
-context). Before the engine allocates one it asks
+Memory: a cache takes `KVCache.bytes_needed(config, n_slots, max_len, dtype)` bytes (23 KB a token
+for SmolLM2-135M in float16, the default, 46 KB in float32, so 189 MB or 377 MB a slot of its
+8,192-token context). Before the engine allocates one it asks
 `slots_that_fit` how many slots fit in `MEMORY_SHARE` (half) of the memory available now
 (`available_memory`: /proc/meminfo's MemAvailable, else `os.sysconf`); the other half is left to
 the activations, the token indexes and the rest of the machine. The pages are zeros until written,
@@ -28,11 +32,17 @@ from __future__ import annotations
 import os
 
 import numpy as np
+from corral.kernels.attention import float16_supported
 from corral.model.config import LlamaConfig
 from corral.model.errors import CacheError
 
 DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 """The dtypes a KV cache may hold."""
+
+DEFAULT_DTYPE = np.float16 if float16_supported() else np.float32
+"""The dtype of a KV cache when none is given (`KVCache`, `Model.kv_dtype`, the engine's memory
+check): float16 (see the module docstring), except where the kernels cannot convert float16 in
+registers (`kernels.attention.float16_supported`: an x86 CPU without F16C), where float32."""
 
 
 class KVCache:
@@ -40,21 +50,28 @@ class KVCache:
 
     Attributes:
         keys, values: `dtype` [L, n_slots, Hkv, max_len, hd]. Allocated with np.zeros, so pages
-            are only committed as they are written: 46 KB per cached token for SmolLM2-135M in
-            float32, 23 KB in float16.
+            are only committed as they are written: 23 KB per cached token for SmolLM2-135M in
+            float16, 46 KB in float32.
         lengths: int64 [n_slots], tokens cached per slot (the next token's position).
 
     Args:
-        dtype: np.float32 (the default) or np.float16, the keys' and values' storage.
+        dtype: np.float16 (the default, `DEFAULT_DTYPE`) or np.float32, the keys' and values'
+            storage.
 
     Raises:
         CacheError: n_slots or max_len below 1.
-        ValueError: dtype is neither float32 nor float16.
+        ValueError: dtype is neither float32 nor float16, or float16 where the kernels cannot
+            take it (`kernels.attention.float16_supported`).
     """
 
-    def __init__(self, config: LlamaConfig, n_slots: int, max_len: int, dtype=np.float32):
+    def __init__(self, config: LlamaConfig, n_slots: int, max_len: int, dtype=DEFAULT_DTYPE):
         if np.dtype(dtype) not in DTYPES:
             raise ValueError(f"a KV cache holds float32 or float16, not {np.dtype(dtype)}")
+        if np.dtype(dtype) == np.float16 and not float16_supported():
+            raise ValueError(
+                "a float16 KV cache needs float16 conversions in registers (x86: F16C), which "
+                "Numba's target CPU lacks here; use dtype=np.float32"
+            )
         if n_slots < 1 or max_len < 1:
             raise CacheError(
                 f"a KV cache needs n_slots >= 1 and max_len >= 1, got {n_slots}, {max_len}"
@@ -78,10 +95,10 @@ class KVCache:
         self.lengths = np.zeros(n_slots, np.int64)
 
     @staticmethod
-    def bytes_needed(config: LlamaConfig, n_slots: int, max_len: int, dtype=np.float32) -> int:
+    def bytes_needed(config: LlamaConfig, n_slots: int, max_len: int, dtype=DEFAULT_DTYPE) -> int:
         """Bytes of the keys and values of a cache of `n_slots` slots of `max_len` tokens:
-        layers x slots x KV heads x max_len x head_dim x 2 (keys, values) x 4 (float32) or 2
-        (float16)."""
+        layers x slots x KV heads x max_len x head_dim x 2 (keys, values) x 2 (float16) or 4
+        (float32)."""
         width = 2 * np.dtype(dtype).itemsize
         per_token = config.num_hidden_layers * config.num_key_value_heads * config.head_dim * width
         return per_token * n_slots * max_len
@@ -183,9 +200,9 @@ def slots_that_fit(
     max_len: int,
     available: int | None,
     share: float = MEMORY_SHARE,
-    dtype=np.float32,
+    dtype=DEFAULT_DTYPE,
 ) -> int:
-    """How many of `n_slots` slots of `max_len` tokens (of `dtype`, float32 or float16) fit in
+    """How many of `n_slots` slots of `max_len` tokens (of `dtype`, float16 or float32) fit in
     `share` of `available` bytes: `n_slots` itself when they all fit or `available` is None
     (unknown), else fewer, at least 1.
 

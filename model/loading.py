@@ -10,7 +10,9 @@ downloaded once (DESIGN.md section 6).
 beside the float32 copy (`corral.model.quant`; small passes read the blocks, large ones the
 float32 GEMM), "float32" the float32 copy alone (the reference path), "auto" (the default) the
 blocks when the model came from a GGUF whose matrices are all in supported block types. The
-default model keeps its GGUF beside the converted folder (`default_gguf`).
+default model keeps its GGUF beside the converted folder (`default_gguf`). `kv_dtype` chooses the KV
+cache's storage (`Model.kv_dtype`): float16 by default, np.float32 for the reference path
+(`corral.model.kv_cache`).
 
 Every file is read and checked here or in `weights`, `config` and `tokenizer`: a missing or
 malformed file raises `ModelLoadError` naming it.
@@ -26,11 +28,13 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+import numpy as np
 from corral.kernels import layers, quant_rows
 from corral.kernels.jit_cache import is_cached
 from corral.model import llama
 from corral.model.config import LlamaConfig
 from corral.model.errors import ModelLoadError
+from corral.model.kv_cache import DTYPES
 from corral.model.model import Model
 from corral.model.quant import quantized_layers
 from corral.model.tokenizer import Tokenizer
@@ -43,7 +47,10 @@ WEIGHTS = ("auto", "quantized", "float32")
 
 
 def load_model(
-    path: str | Path | None = None, progress: bool = True, weights: str = "auto"
+    path: str | Path | None = None,
+    progress: bool = True,
+    weights: str = "auto",
+    kv_dtype=None,
 ) -> Model:
     """Load a model.
 
@@ -54,15 +61,20 @@ def load_model(
         progress: show progress bars for the download and conversion.
         weights: "auto", "quantized" or "float32" (see the module docstring); `Model.weights`
             says which was loaded.
+        kv_dtype: None for the default KV cache dtype (float16, `kv_cache.DEFAULT_DTYPE`), or
+            np.float16 or np.float32 (the reference path): the model's `kv_dtype`.
 
     Raises:
         ModelLoadError: naming the file at fault: `path` if it does not exist, else see
             `load_folder` and `weights.convert_gguf`; "quantized" for a folder without a GGUF
             or a GGUF whose block types the kernels lack.
-        ValueError: `weights` is not one of `WEIGHTS`.
+        ValueError: `weights` is not one of `WEIGHTS`, or `kv_dtype` is neither float16 nor
+            float32.
     """
     if weights not in WEIGHTS:
         raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
+    if kv_dtype is not None and np.dtype(kv_dtype) not in DTYPES:
+        raise ValueError(f"kv_dtype must be float16 or float32, got {np.dtype(kv_dtype)}")
     if path is None:
         folder = default_model_folder(progress=progress)
         gguf = default_gguf() if weights != "float32" else None
@@ -80,6 +92,8 @@ def load_model(
     if weights == "quantized" and gguf is None:
         raise ModelLoadError(folder, "quantized weights need a GGUF file; a folder is float32")
     model = load_folder(folder, gguf, required=weights == "quantized")
+    if kv_dtype is not None:
+        model.kv_dtype = np.dtype(kv_dtype).type
     if progress and not kernels_cached(model):
         print("corral: compiling the model's Numba kernels: this first run on the machine waits "
               "about a minute before its first tokens (later runs load them from Numba's cache)",

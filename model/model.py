@@ -26,7 +26,7 @@ from corral.kernels import Vocabulary
 from corral.model import llama
 from corral.model.chat import render_chat
 from corral.model.errors import CacheError, ChatTemplateError
-from corral.model.kv_cache import KVCache
+from corral.model.kv_cache import DEFAULT_DTYPE, KVCache
 from corral.model.vocabulary import vocabulary_from_tokenizer
 
 
@@ -47,14 +47,15 @@ class Model:
         path: the Hugging Face folder the model was loaded from.
         prefill_chunk: prompts longer than this are prefilled in chunks of this many tokens,
             to bound the attention scores' memory (Hq x chunk x length floats).
-        kv_dtype: the dtype of the caches `new_cache` makes: np.float32 (the default) or
-            np.float16 (half the memory and the bytes decode attention reads; see
-            `corral.model.kv_cache`). Set it on the instance before making a cache or a
+        kv_dtype: the dtype of the caches `new_cache` makes: np.float16 (the default,
+            `kv_cache.DEFAULT_DTYPE`: half the memory and the bytes decode attention reads) or
+            np.float32 (the reference path; see `corral.model.kv_cache`). Set it on the
+            instance (or with `load_model(..., kv_dtype=...)`) before making a cache or a
             `Generator`.
     """
 
     prefill_chunk = 1024
-    kv_dtype = np.float32
+    kv_dtype = DEFAULT_DTYPE
 
     def __init__(self, config, params, tokenizer, chat_template, special_tokens, path):
         self.config = config

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from corral.model import LlamaConfig, load_model
+from corral.model.model import Model
 from corral.model.tokenizer import tokenizer_json_from_gguf
 from corral.model.vocabulary import bytes_to_unicode
 from corral.model.weights import expected_shapes
@@ -30,6 +31,15 @@ CHATML = (
 def model():
     """The default SmolLM2-135M-Instruct (converted once per cache dir)."""
     return load_model(progress=False)
+
+
+@pytest.fixture
+def float32_kv_cache(monkeypatch):
+    """Every model's KV caches in float32 (`Model.kv_dtype`), for tests of float32 arithmetic:
+    the reference comparison with transformers at 1e-3, the weights' paths against each other,
+    pass compositions at float32 rounding. The float16 default is a further quantization, held
+    to its own bar (test_float16_cache.py)."""
+    monkeypatch.setattr(Model, "kv_dtype", np.float32)
 
 
 @pytest.fixture(scope="session")

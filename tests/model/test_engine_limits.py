@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 GREEDY = SamplingParams(temperature=0)
-PER_TOKEN = 30 * 3 * 64 * 2 * 4  # SmolLM2-135M: layers x KV heads x head_dim x (K, V) x float32
+PER_TOKEN = 30 * 3 * 64 * 2 * 2  # SmolLM2-135M: layers x KV heads x head_dim x (K, V) x float16
 
 
 def test_context_length_error_names_the_figures():
@@ -72,14 +72,14 @@ def test_the_batch_is_lowered_to_the_slots_that_fit(monkeypatch):
     half of it, said once with a CacheWarning (nothing is allocated: the model is a stand-in)."""
     monkeypatch.setattr(kv_cache, "available_memory", lambda: 2**30)
     model = FakeModel(bias={EOS: 100.0}, context_length=8192, config=SMOLLM2_CACHE)
-    with pytest.warns(CacheWarning, match="running 21 sequences at a time"):
+    with pytest.warns(CacheWarning, match="running 43 sequences at a time"):
         engine = Generator(model, batch_size=5000, max_len=530)
-    assert engine.batch_size == 2**29 // (PER_TOKEN * 530) == 21
-    assert model.caches == [(21, 530)]
+    assert engine.batch_size == 2**29 // (PER_TOKEN * 530) == 43
+    assert model.caches == [(43, 530)]
     requests = [GenerationRequest([i % 200 + 1] * 10, 520, GREEDY) for i in range(50)]
-    with pytest.warns(CacheWarning, match="running 21 sequences at a time"):
+    with pytest.warns(CacheWarning, match="running 43 sequences at a time"):
         results = generate(model, requests, batch_size=5000)  # 50 slots of 530 tokens asked
-    assert model.caches[-1] == (21, 530)
+    assert model.caches[-1] == (43, 530)
     assert [r.finish_reason for r in results] == ["stop"] * 50
 
 
@@ -89,7 +89,7 @@ def test_when_no_slot_fits_the_engine_is_refused_with_the_figures(monkeypatch):
     with pytest.raises(CacheError) as refused:
         Generator(model, batch_size=4)
     message = str(refused.value)
-    assert "8192 tokens needs 360.0 MiB" in message and "10.0 MiB available" in message
+    assert "8192 tokens needs 180.0 MiB" in message and "10.0 MiB available" in message
     assert f"at most {5 * 2**20 // PER_TOKEN} tokens" in message
     assert model.caches == []
 
