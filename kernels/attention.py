@@ -28,7 +28,16 @@ on; below, the chunks' own cost outweighs it): on a small machine another proces
 workers spinning after a GEMM, often holds one of the cores, and an even static split then waits
 for the slowest thread.
 
-A long prompt's attention is two GEMMs per block of queries (`llama.attend_prompt`, BLAS reuses
+Positional order. With head width 64 what makes a row's scores and weighted sum depends on the
+row's position alone, never on its segment's length: the blocks of 16 keys it sees whole go to
+`_scores16` / `_weighted16`, its last 0..15 keys four at a time then one at a time, always in
+that order. So a row attends alike, bit for bit, in a prompt prefilled whole, in pieces or
+token by token, in any batch (`llama.POSITIONAL_ATTENTION` sends every prefill here, in pieces
+of `llama.SHORT_SEGMENT` rows). Other widths read each key once for every row of the segment,
+four at a time, and round by the segment's length.
+
+A long prompt's attention can also be two GEMMs per block of queries (`llama.attend_prompt`,
+with `llama.POSITIONAL_ATTENTION` off; BLAS reuses
 each key for many queries); between them `causal_softmax_` takes the block's masked softmax in
 one compiled pass, the same `_softmax_` as the kernel's.
 
@@ -395,10 +404,11 @@ def _attend(q, keys, values, slot, start, first, n, head, out):  # pragma: no co
 
     The task's R = G n query rows are copied into one `[R, hd]` block; row r = j G + g is query
     head g of row j. With hd = 64, scores take 16 keys at a time (`_scores16`), the weighted
-    sum 16 values at a time (`_weighted16`), each block read once for all R rows (from L1
-    after the first); the last 0..15, and every key of other widths, go four at a time
-    (`_dot4`, `_axpy4`, vectorized over hd), then one at a time, the stream fetched
-    `_PREFETCH_ROWS` rows ahead. The rows that see none of the keys at hand are skipped, and
+    sum 16 values at a time (`_weighted16`), each block read once for all the rows that see it
+    whole (from L1 after the first); each row's own last 0..15 keys go four at a time (`_dot4`,
+    `_axpy4`), then one at a time (positional order, the module docstring). Every key of other
+    widths goes four at a time for all the rows that see it, then one at a time, the stream
+    fetched `_PREFETCH_ROWS` rows ahead. The rows that see none of the keys at hand are skipped, and
     scores past a row's own position are zeroed after the softmax, so a row's output depends
     on no key past its position (the values there, the segment's own new tokens, are
     multiplied by zero). The sums run in the same order whatever the other tasks of the call:
@@ -419,11 +429,30 @@ def _attend(q, keys, values, slot, start, first, n, head, out):  # pragma: no co
     key_run = key_rows.reshape(-1)  # [T hd], for the prefetches
     value_run = value_rows.reshape(-1)
     scores = np.empty(n_rows * length, np.float32)  # row r's at r length ..
-    t = 0
-    while width == 64 and t + _BLOCK <= length:  # keys t..t+15, for every row that sees t
-        for r in range(max(0, t - start) * group, n_rows):
-            _scores16(queries, r * 64, key_run, t * 64, scores, r * length + t)
-        t += _BLOCK
+    if width == 64:  # each score made as the row's own position alone decides
+        t = 0
+        while t + _BLOCK <= length:  # keys t..t+15, for every row that sees all 16
+            for r in range(max(0, t + _BLOCK - 1 - start) * group, n_rows):
+                _scores16(queries, r * 64, key_run, t * 64, scores, r * length + t)
+            t += _BLOCK
+        for r in range(n_rows):  # each row's last seen % 16 keys: 4 at a time, then 1
+            seen = start + r // group + 1
+            u = seen // _BLOCK * _BLOCK
+            while u + 4 <= seen:
+                a0, a1, a2, a3 = _dot4(queries, r, key_rows, u, 64)
+                base = r * length + u
+                scores[base], scores[base + 1] = a0, a1
+                scores[base + 2], scores[base + 3] = a2, a3
+                u += 4
+            while u < seen:
+                total = np.float32(0.0)
+                for i in range(64):
+                    total += queries[r, i] * _widen(key_rows[u, i])
+                scores[r * length + u] = total
+                u += 1
+        t = length  # nothing left for the general path below
+    else:
+        t = 0
     while t + 4 <= length:  # keys t..t+3, each read once for every row that sees t
         for u in range(t, t + 4):
             _prefetch_row(key_run, value_run, u + _PREFETCH_ROWS, length, width)
@@ -452,11 +481,28 @@ def _attend(q, keys, values, slot, start, first, n, head, out):  # pragma: no co
         row[seen:] = 0.0
     attended = np.zeros((n_rows, width), np.float32)  # local: no aliasing with `values`
     end = length * width
-    t = 0
-    while width == 64 and t + _BLOCK <= length:  # values t..t+15, for every row that sees t
-        for r in range(max(0, t - start) * group, n_rows):
-            _weighted16(attended, r * 64, scores, r * length + t, value_run, t * 64)
-        t += _BLOCK
+    if width == 64:  # as the scores: blocks of 16 a row sees whole, then its own last ones
+        t = 0
+        while t + _BLOCK <= length:
+            for r in range(max(0, t + _BLOCK - 1 - start) * group, n_rows):
+                _weighted16(attended, r * 64, scores, r * length + t, value_run, t * 64)
+            t += _BLOCK
+        for r in range(n_rows):
+            seen = start + r // group + 1
+            u = seen // _BLOCK * _BLOCK
+            while u + 4 <= seen:
+                base = r * length + u
+                w0, w1, w2, w3 = scores[base], scores[base + 1], scores[base + 2], scores[base + 3]
+                _axpy4(attended, r, value_rows, u, w0, w1, w2, w3, 64)
+                u += 4
+            while u < seen:
+                weight = scores[r * length + u]
+                for i in range(64):
+                    attended[r, i] += weight * _widen(value_rows[u, i])
+                u += 1
+        t = length
+    else:
+        t = 0
     while t + 4 <= length:  # values t..t+3, each read once for every row that sees t
         ahead = (t + _PREFETCH_ROWS) * width
         if ahead + 4 * width <= end:

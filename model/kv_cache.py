@@ -8,8 +8,8 @@ slot holds; the forward pass (`Model.prefill`, `Model.decode`) writes keys and v
 advances it, and this class only does the bookkeeping between requests: reset, truncate, copy a
 prefix.
 
-The keys and values are float16 by default (`DEFAULT_DTYPE`, as llama.cpp's default cache; float32
-on a CPU whose float16 conversions the kernels lack, an x86 without F16C): half the memory of
+The keys and values are float16 by default where the CPU has AMX (`DEFAULT_DTYPE`, as llama.cpp's
+default cache; float32 elsewhere, see `DEFAULT_DTYPE`): half the memory of
 float32 and half the bytes that decode attention streams. The kernels widen them to float32 in
 registers and compute in float32, so a float16 cache computes what float32 arithmetic over the
 rounded keys and values computes; tests/model/test_float16_cache.py holds it to the float32
@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+from corral.kernels import quant_amx
 from corral.kernels.attention import float16_supported
 from corral.model.config import LlamaConfig
 from corral.model.errors import CacheError
@@ -39,10 +40,17 @@ from corral.model.errors import CacheError
 DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 """The dtypes a KV cache may hold."""
 
-DEFAULT_DTYPE = np.float16 if float16_supported() else np.float32
+DEFAULT_DTYPE = np.float16 if float16_supported() and quant_amx.granted() else np.float32
 """The dtype of a KV cache when none is given (`KVCache`, `Model.kv_dtype`, the engine's memory
-check): float16 (see the module docstring), except where the kernels cannot convert float16 in
-registers (`kernels.attention.float16_supported`: an x86 CPU without F16C), where float32."""
+check): float16 (see the module docstring) where the default forward pass is the same bit for
+bit however its passes are made up, that is where int8 activations on AMX serve
+(`kernels.quant_amx.granted()`, `model.quant.INT8_ACTIVATIONS`) and the kernels convert
+float16 in registers (`kernels.attention.float16_supported`); float32 elsewhere. On float32
+activations the products of a token differ by a float32 ulp or so between passes of different
+sizes, and a float16 cache stores some of those keys a float16 ulp apart: logits then differ by
+up to a few 1e-3 between a request alone and in a batch, enough to change a sampled token
+(5 of 30 sampled requests, bench/results/2026-12-01-s9-kv16d/batch-invariance.txt), where over
+float32 they differ by about 3e-5."""
 
 
 class KVCache:

@@ -10,11 +10,11 @@ quants, row by row), and finally lays each matrix out in the kernels' tiles (`Ti
 
     {"layers": [L x {"w_qkv", "w_o", "w_gate_up", "w_down": TiledMatrix}], "lm_head": TiledMatrix}
 
-`TiledMatrix.matmul` computes x W^T with the kernels: on x in float32 (the default), for
-passes of at most `QUANTIZED_MAX_ROWS` rows, where reading 4 to 7 times fewer bytes than
-float32 wins, larger passes going to float32 BLAS GEMMs; with `INT8_ACTIVATIONS`, on x
-quantized by blocks to int8, on AMX tiles for passes of every size (`every_pass`,
-`kernels.quant_amx`) or on AVX-512 VNNI for small ones. The
+`TiledMatrix.matmul` computes x W^T with the kernels: where the CPU has AMX, on x quantized by
+blocks to int8 on AMX tiles for passes of every size (the default, `INT8_ACTIVATIONS`,
+`every_pass`, `kernels.quant_amx`); elsewhere on x in float32 (or int8 on AVX-512 VNNI when
+asked), for passes of at most `QUANTIZED_MAX_ROWS` rows, where reading 4 to 7 times fewer bytes
+than float32 wins, larger passes going to float32 BLAS GEMMs. The
 weights are the float32 path's own (its weights are these blocks dequantized), so on float32
 activations the two differ only in rounding order.
 """
@@ -39,41 +39,39 @@ at batch 16 to 64 and jump-forward chunks of 9 to 64 tokens were as fast or fast
 blocks. Past 64 rows the GEMM's rate keeps growing (prefill), so it takes them. bench/model.py
 prints decode with the blocks forced on and off at batch 1 to 64 to place this switch."""
 
-INT8_ACTIVATIONS = False
+INT8_ACTIVATIONS: bool | None = None
 """Whether `TiledMatrix.matmul` quantizes x by blocks to int8 and takes integer dot products
 rather than computing on x in float32 (`kernels.quant` and `kernels.quant_rows`):
 
-- False (the default): float32 activations, the path whose logits are within 1e-3 of the
-  float32 weights' (tests/model/test_reference.py).
-- True: int8 on AMX tiles where the CPU has them (`kernels.quant_amx.available()`, Intel Xeon
-  from Sapphire Rapids on), for passes of every size, the prompts' included (`every_pass`);
-  else on AVX-512 VNNI (`kernels.quant_int8`, where `available()`) for passes of at most
-  `QUANTIZED_MAX_ROWS` rows; else float32.
+- None (the default): int8 on AMX tiles where the CPU has them (`kernels.quant_amx.available()`,
+  Intel Xeon from Sapphire Rapids on), for passes of every size, the prompts' included
+  (`every_pass`); float32 elsewhere.
+- True: the same, and where there is no AMX int8 on AVX-512 VNNI (`kernels.quant_int8`, where
+  `available()`) for passes of at most `QUANTIZED_MAX_ROWS` rows.
+- False: float32 activations, the path whose logits are within 1e-3 of the float32 weights'
+  (tests/model/test_reference.py).
 
 Both int8 kernels meet the accuracy bar of quantizing activations (greedy tokens and a text's
-mean log-likelihood against the float32 path, tests/model/test_int8_activations.py), and on
-AMX they are the faster path at every batch size (bench/model.py prints both). They are not
-the default because rounding to int8 magnifies the float32 rounding by which two passes over
-the same tokens differ: a prompt prefilled whole and the same prompt after a prefix-cache hit
-attend in different summation orders (BLAS's GEMMs, the ragged kernel) and so differ by about
-3e-5 in the logits on float32 activations, by about 2e-3 on int8 ones (a quantization step
-moves where float32 rounding crosses it). That is enough to change sampled tokens: the same
-request with the same seed sent to the server twice answered differently
-(tests/tools/test_server.py's streamed-against-plain test). On AMX a row's products are the
-same bit for bit whatever rows share its pass (`kernels.quant_amx`), so what remains is
-attention; once attention sums in an order fixed by the positions alone, this could be the
-default. The VNNI kernel serves only small passes (larger ones go to float32 GEMMs), so there
-even the batch a token is in moves its logits by about 1e-3."""
+mean log-likelihood against the float32 path, tests/model/test_int8_activations.py). On AMX a
+row's products are the same bit for bit whatever rows share its pass (`kernels.quant_amx`) and
+attention sums in an order its positions alone fix (`llama.POSITIONAL_ATTENTION`), so a
+token's logits are the same bit for bit however its passes are made up: a prompt prefilled
+whole or after a prefix-cache hit, alone or in a batch, a jump-forward chunk or token by token
+(tests/model/test_compositions.py). On float32 activations they agree to about 3e-5 (the
+products of a 3-row and a 4-row pass round differently), and int8 would magnify that: rounding
+to int8 moves where float32 rounding crosses a quantization step, to about 2e-3, enough to
+change sampled tokens. So the VNNI kernel, which serves small passes only (larger ones go to
+float32 GEMMs), is not the default."""
 
 
 def int8_kernel() -> str | None:
     """The int8-activation kernel `TiledMatrix.matmul` uses under `INT8_ACTIVATIONS`: "amx",
     "vnni", or None (float32 activations)."""
-    if not INT8_ACTIVATIONS:
+    if INT8_ACTIVATIONS is False:
         return None
     if quant_amx.available():
         return "amx"
-    if quant_int8.available():
+    if INT8_ACTIVATIONS and quant_int8.available():
         return "vnni"
     return None
 

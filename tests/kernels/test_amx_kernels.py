@@ -126,17 +126,17 @@ def test_a_row_comes_out_the_same_bit_for_bit_in_any_batch_and_alone(
     )
 
 
-def test_tiled_matrix_matmul_takes_amx_when_switched_on_and_float32_by_default(monkeypatch):
+def test_tiled_matrix_matmul_takes_amx_by_default_and_float32_when_switched_off(monkeypatch):
     rng = np.random.default_rng(3)
     matrix = BlockMatrix.from_blocks("Q4_1", random_blocks(rng, "Q4_1", 70, 96))
     x = rng.standard_normal((3, 96)).astype(np.float32)
-    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", True)
+    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", None)  # the default
     assert model_quant.int8_kernel() == "amx" and model_quant.every_pass()
     np.testing.assert_array_equal(
         matrix.tiled().matmul(x), product(matrix, x, quant_amx.amx_matmul)
     )
     one = matrix.tiled().matmul(x[:1])
     np.testing.assert_array_equal(one, product(matrix, x[:1], quant_amx.row_matmul))
-    monkeypatch.undo()  # the default
+    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", False)
     assert model_quant.int8_kernel() is None and not model_quant.every_pass()
     assert not np.array_equal(matrix.tiled().matmul(x), product(matrix, x, quant_amx.amx_matmul))

@@ -438,3 +438,26 @@ def test_rope_store_and_store_rows_round_into_a_float16_cache_as_numpy(seed, n_s
         np.testing.assert_array_equal(
             values16.view(np.uint16), values32.astype(np.float16).view(np.uint16)
         )
+
+
+@settings(max_examples=40, deadline=None)
+@given(ragged_passes(most_rows=32), st.integers(0, 2**32 - 1))
+def test_with_head_width_64_a_row_attends_alike_in_any_segment_that_holds_it(case, seed):
+    """Positional order (`llama.POSITIONAL_ATTENTION`): with hd = 64 a row's output is the same
+    bit for bit whether its segment is cut into smaller ones at any rows (a prompt prefilled in
+    pieces, decode steps, jump-forward chunks), since what sums its scores and values is fixed
+    by its position alone."""
+    q, keys, values, segments = case
+    if q.shape[2] != 64:
+        q = np.tile(q, (1, 1, 64 // q.shape[2]))
+        keys, values = (np.tile(a, (1, 1, 1, 64 // a.shape[3])) for a in (keys, values))
+    together = attention.ragged_attention(q, keys, values, segments, np.zeros_like(q))
+    rng = np.random.default_rng(seed)
+    pieces = []
+    for slot, start, first, n in segments.tolist():
+        cuts = sorted(set(rng.integers(1, n, size=rng.integers(0, 3)).tolist())) if n > 1 else []
+        for begin, end in zip([0, *cuts], [*cuts, n], strict=True):
+            pieces.append((slot, start + begin, first + begin, end - begin))
+    cut = np.array(pieces, np.int64).reshape(-1, 4)
+    apart = attention.ragged_attention(q, keys, values, cut, np.zeros_like(q))
+    np.testing.assert_array_equal(apart, together)

@@ -116,13 +116,14 @@ def test_unknown_block_types_and_partial_blocks_are_refused():
         BlockMatrix.from_blocks("Q4_1", np.zeros((2, 30), np.uint8))
 
 
-def test_without_the_int8_kernels_products_stay_in_float_when_int8_is_asked(monkeypatch):
+@pytest.mark.parametrize("setting", [None, True])
+def test_without_the_int8_kernels_products_stay_in_float_when_int8_is_asked(monkeypatch, setting):
     # a CPU without AMX nor AVX-512 VNNI (or an llvmlite that cannot build the kernels)
     from corral.kernels import quant_amx, quant_int8, quant_rows
 
     monkeypatch.setattr(quant_amx, "available", lambda: False)
     monkeypatch.setattr(quant_int8, "available", lambda: False)
-    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", True)
+    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", setting)
     assert model_quant.int8_kernel() is None and not model_quant.every_pass()
     rng = np.random.default_rng(5)
     tiled = BlockMatrix.from_blocks("Q4_1", random_blocks(rng, "Q4_1", 20, 64)).tiled()

@@ -137,7 +137,7 @@ def test_tiled_matrix_matmul_takes_the_vnni_kernels_when_switched_on_without_amx
     monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", True)
     assert model_quant.int8_kernel() == "vnni" and not model_quant.every_pass()
     np.testing.assert_array_equal(matrix.tiled().matmul(x), int8_product(matrix, x))
-    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", False)
+    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", None)  # the default: AMX, else float32
     assert model_quant.int8_kernel() is None
     tiled = matrix.tiled()
     expected = quant_rows.float_matmul(

@@ -35,11 +35,16 @@ def model():
 
 @pytest.fixture
 def float32_kv_cache(monkeypatch):
-    """Every model's KV caches in float32 (`Model.kv_dtype`), for tests of float32 arithmetic:
-    the reference comparison with transformers at 1e-3, the weights' paths against each other,
-    pass compositions at float32 rounding. The float16 default is a further quantization, held
-    to its own bar (test_float16_cache.py)."""
+    """Every model's KV caches in float32 (`Model.kv_dtype`) and its activations in float32
+    (`quant.INT8_ACTIVATIONS = False`), for tests of float32 arithmetic: the reference
+    comparison with transformers at 1e-3, the weights' paths against each other, pass
+    compositions at float32 rounding. The float16 cache and int8 activations, the default on
+    AMX, are further quantizations, held to their own bar (test_float16_cache.py,
+    test_int8_activations.py)."""
+    from corral.model import quant
+
     monkeypatch.setattr(Model, "kv_dtype", np.float32)
+    monkeypatch.setattr(quant, "INT8_ACTIVATIONS", False)
 
 
 @pytest.fixture(scope="session")
