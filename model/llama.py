@@ -190,16 +190,17 @@ def project_qkv(
 # Attention over one layer's cache
 
 
-POSITIONAL_ATTENTION = True
+POSITIONAL_ATTENTION: bool | None = None
 """Whether every prefill pass is attended by the ragged kernel, its segments cut into pieces of
 at most `SHORT_SEGMENT` tokens (`plan_prefill`); otherwise long segments (prompts) go to
-`attend_prompt`. With head width 64 the ragged kernel sums a row's scores and values in an
-order its position alone fixes (`kernels.attention`), so a token attends alike in a prompt
-prefilled whole, in pieces, token by token or in any batch: with the AMX products, which are
-the same bit for bit for a row in any pass (`quant.every_pass`), its logits are the same bit
-for bit (tests/model/test_compositions.py). `attend_prompt`'s GEMMs sum in orders that depend
-on the block's shape (float32 rounding apart, about 3e-5 in the logits on float32 activations,
-magnified to about 2e-3 by int8 ones)."""
+`attend_prompt`. None (the default): where the products are the AMX ones (`quant.every_pass`),
+the only case in which it buys bit-identical compositions. With head width 64 the ragged
+kernel sums a row's scores and values in an order its position alone fixes
+(`kernels.attention`), so a token attends alike in a prompt prefilled whole, in pieces, token
+by token or in any batch: with the AMX products, the same bit for bit for a row in any pass,
+its logits are the same bit for bit (tests/model/test_compositions.py). `attend_prompt`'s GEMMs
+sum in orders that depend on the block's shape (float32 rounding apart, about 3e-5 in the
+logits on float32 activations, magnified to about 2e-3 by int8 ones)."""
 
 SHORT_SEGMENT = 32
 """Segments of a prefill pass with at most this many new tokens (a decode step's token, a
@@ -243,16 +244,18 @@ class PrefillPlan:
 def plan_prefill(segments: list[tuple[int, int, int]]) -> PrefillPlan:
     """Plan a prefill pass.  segments [(slot, start, n)] in token order -> `PrefillPlan`
 
-    Under `POSITIONAL_ATTENTION` every segment is cut into pieces of at most `SHORT_SEGMENT`
-    tokens (each a valid segment: its rows see the cache up to their own positions, written
-    before attention), all for the ragged kernel, which then has many tasks for its threads."""
+    Under `POSITIONAL_ATTENTION` (by default: on AMX) every segment is cut into pieces of at
+    most `SHORT_SEGMENT` tokens (each a valid segment: its rows see the cache up to their own
+    positions, written before attention), all for the ragged kernel, which then has many tasks
+    for its threads."""
     table = np.array(segments, np.int64).reshape(-1, 3)  # [M, 3]: slot, start, n
     sizes = table[:, 2]
     first = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     slots = np.repeat(table[:, 0], sizes)
     positions = np.arange(int(sizes.sum()), dtype=np.int64) + np.repeat(table[:, 1] - first, sizes)
     rows = np.column_stack([table[:, :2], first, sizes])  # [M, 4]: slot, start, first, n
-    if POSITIONAL_ATTENTION:  # every segment cut into short pieces, all for the ragged kernel
+    positional = every_pass() if POSITIONAL_ATTENTION is None else POSITIONAL_ATTENTION
+    if positional:  # every segment cut into short pieces, all for the ragged kernel
         pieces = [
             (slot, start + i, row + i, min(SHORT_SEGMENT, n - i))
             for slot, start, row, n in rows.tolist()
