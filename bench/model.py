@@ -9,11 +9,13 @@ Prints, in one run:
     the float32 GEMM rate (a 2048 x 2048 x 2048 product), with the same thread count;
   - corral, three times: the default model decoding from its GGUF's Q4_1/Q8_0 blocks with its
     activations quantized to int8 (`quant.INT8_ACTIVATIONS = True`: on AMX tiles, for passes
-    of every size, where the CPU has AMX; else on AVX-512 VNNI for passes of at most
-    `QUANTIZED_MAX_ROWS` tokens, larger ones on float32 GEMMs) and with them in float32 (the
-    default; blocks up to `QUANTIZED_MAX_ROWS` tokens), these two over the default KV cache
-    (`kv_cache.DEFAULT_DTYPE`), and the float32 reference path (`weights="float32"`,
-    `kv_dtype=np.float32`); the label says which int8 kernel and which row is the default:
+    of every size, with positional attention, where the CPU has AMX, the default there; else
+    on AVX-512 VNNI for passes of at most `QUANTIZED_MAX_ROWS` tokens, larger ones on float32
+    GEMMs) over the default KV cache (`kv_cache.DEFAULT_DTYPE`: float16 on AMX), with float32
+    activations over a float32 cache (the default without AMX; blocks up to
+    `QUANTIZED_MAX_ROWS` tokens, prompts' attention in BLAS GEMMs), and the float32 reference
+    path (`weights="float32"`, `kv_dtype=np.float32`); the label says which int8 kernel and
+    stars the default:
     prefill tokens/s for a 256-token prompt; decode tokens/s at batch 1, 8, 32 and 64 (every
     sequence holding a 256-token context, so attention is part of the cost);
   - bytes read per token at batch 1 and the share of the measured bandwidth they reach; the
@@ -231,18 +233,22 @@ def activations(int8: bool):
 
 
 def int8_label() -> str:
-    """The int8-activation row's name: the kernel that serves it here (`quant.int8_kernel`)."""
+    """The int8-activation row's name: the kernel that serves it here (`quant.int8_kernel`),
+    starred when it is the default."""
     from corral.model import quant
 
     with activations(True):
         kernel = quant.int8_kernel()
     kind = {"amx": "AMX", "vnni": "VNNI"}.get(kernel, "none: float32")
-    return f"corral (Q4_1, int8 x {kind})"
+    return f"corral (Q4_1, int8 x {kind}){' *' if quant.every_pass() else ''}"
 
 
 def float32_label() -> str:
-    """The float32-activation row's name (the default)."""
-    return "corral (Q4_1, float32 x) *"
+    """The float32-activation row's name (float32 KV cache too), starred when it is the
+    default (no AMX here)."""
+    from corral.model import quant
+
+    return f"corral (Q4_1, float32 x){'' if quant.every_pass() else ' *'}"
 
 
 def matrix_speeds(model, batches: list[int], repeat: int) -> dict[tuple[int, str], dict]:
@@ -487,16 +493,20 @@ def main() -> None:
             f"(float32 matrix-vector), GEMM {facts['gemm_gflop_s']:.0f} GFLOP/s (float32)"
         )
         quantized = load_model(progress=False)
-        models = {  # name: (model, int8 activations)
-            int8_label(): (quantized, True),
-            float32_label(): (quantized, False),
+        from corral.model.kv_cache import DEFAULT_DTYPE
+
+        models = {  # name: (model, int8 activations, KV cache dtype)
+            int8_label(): (quantized, True, DEFAULT_DTYPE),
+            float32_label(): (quantized, False, np.float32),  # the default without AMX
             "corral (NumPy float32)": (  # the reference path: float32 weights and KV cache
                 load_model(progress=False, weights="float32", kv_dtype=np.float32),
                 False,
+                np.float32,
             ),
         }
         table, breakdowns = {}, {}
-        for name, (model, int8) in models.items():
+        for name, (model, int8, kv_dtype) in models.items():
+            model.kv_dtype = kv_dtype
             with activations(int8):
                 table[name] = corral_speeds(model, batches, steps, args.quick)
                 breakdowns[name] = {b: step_breakdown(model, b, steps) for b in batches}
@@ -525,7 +535,8 @@ def main() -> None:
         print(f"{name:32s}{cells}")
 
     print("\nbatch 1: bytes read per token and the share of the measured bandwidth")
-    for name, (model, _) in models.items():
+    for name, (model, _, kv_dtype) in models.items():
+        model.kv_dtype = kv_dtype
         read = bytes_per_token(model)
         mb = read["weights"] + read["kv"]
         rate = mb * table[name]["decode_1"] / 1e3  # GB/s
