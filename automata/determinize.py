@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 from corral.automata.errors import EmptyLanguageError, TooManyDfaStatesError
-from corral.automata.graph import distances_to, table_edges
+from corral.automata.graph import distances_to, table_edges, true_cells
 from corral.automata.limits import DEFAULT_LIMITS, Limits
 from corral.automata.nfa import ACCEPT, Nfa
 
@@ -64,6 +64,10 @@ def subset_construction(
     the closure of a target without epsilon edges is read off without a search. O(edges of
     the kernel x atoms) per DFA state; the table is written at the end, every (state, atom,
     target) edge at once in NumPy, so there is no Python work per class.
+
+    States are numbered as they are discovered, the states in turn and each state's atoms by
+    increasing class: breadth first from the start taking bytes in order, the canonical order
+    (`corral.automata.minimize.number_breadth_first`, which then keeps the numbering).
 
     Raises:
         EmptyLanguageError: the start closure has no byte edge and does not accept.
@@ -176,7 +180,8 @@ def subset_construction(
         plan = plans.get(shape)
         if plan is None:
             plan = plans[shape] = [
-                (atom_id.setdefault(atom, len(atom_id)), edges) for atom, edges in _atom_plan(shape)
+                (atom_id.setdefault(atom, len(atom_id)), edges)
+                for atom, edges in sorted(_atom_plan(shape), key=_smallest_class)
             ]
         for atom, edges in plan:
             if len(edges) > 1:
@@ -194,9 +199,17 @@ def subset_construction(
     if edge_state:
         # Each edge writes its target in the columns of its atom's classes.
         atom_bits = _bits_matrix(list(atom_id), n_classes)  # bool [n_atoms, n_classes]
-        edge, column = np.nonzero(atom_bits[np.array(edge_atom)])
+        edge, column = true_cells(atom_bits[np.array(edge_atom)])
         trans[np.array(edge_state)[edge], column] = np.array(edge_to, dtype=np.int32)[edge]
     return trans, np.array(accept, bool)
+
+
+def _smallest_class(plan_item: tuple[int, tuple[int, ...]]) -> int:
+    """The lowest bit of an atom's class bitset: atoms are disjoint, so taking a state's atoms
+    in this order is taking its classes in increasing order (and its bytes, classes being
+    numbered by their smallest byte)."""
+    atom = plan_item[0]
+    return atom & -atom
 
 
 def _bits_matrix(bitsets: list[int], width: int) -> np.ndarray:

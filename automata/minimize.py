@@ -26,7 +26,7 @@ from itertools import chain
 
 import numpy as np
 from corral.automata.dfa import Dfa
-from corral.automata.graph import distances_to, table_edges
+from corral.automata.graph import distances_to, live_cells, table_edges
 from corral.automata.invariants import invariant_labels
 
 
@@ -208,7 +208,7 @@ def moore_refine(
     n = trans.shape[0]
     block = _groups(accept.astype(np.int64))[0] if initial is None else initial
     n_blocks = first_count = int(block.max()) + 1
-    tails, classes = np.nonzero(trans >= 0)  # row-major: grouped by tail, classes ascending
+    tails, classes = live_cells(trans)  # row-major: grouped by tail, classes ascending
     heads = trans[tails, classes].astype(np.int64)
     start = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(tails, minlength=n), out=start[1:])
@@ -314,7 +314,7 @@ def hopcroft_refine(trans: np.ndarray, initial: np.ndarray) -> np.ndarray:
     to the same block on every class: Valmari-Lehtinen's Hopcroft refinement (module
     docstring). O(m log n) for m live edges."""
     n = trans.shape[0]
-    tails, labels = np.nonzero(trans >= 0)  # sorted by tail
+    tails, labels = live_cells(trans)  # sorted by tail
     heads = trans[tails, labels].astype(np.int64)
     m = len(tails)
     # Initial blocks: the largest first (block 0, which is never used as a splitter: it is
@@ -395,8 +395,10 @@ def number_breadth_first(trans: np.ndarray, accept: np.ndarray, byte_to_class: n
     # Each state's successors in class order: the live edges (row-major, so by state then
     # class), without an edge to the same target as the edge before it (a repeat changes
     # nothing in the search; consecutive ones, a run of classes to one state, are most).
-    sources, classes = np.nonzero(trans >= 0)
+    sources, classes = live_cells(trans)
     targets = trans[sources, classes]
+    if _is_breadth_first(n, sources, targets):  # as subset construction and `minimize` leave it
+        return Dfa(trans[:, byte_to_class], accept.astype(bool))  # C order
     keep = np.ones(len(targets), bool)
     keep[1:] = (targets[1:] != targets[:-1]) | (sources[1:] != sources[:-1])
     successors = targets[keep].tolist()
@@ -415,3 +417,25 @@ def number_breadth_first(trans: np.ndarray, accept: np.ndarray, byte_to_class: n
     renumbered = new_id[trans[order_arr]]  # int32 [n_states, n_classes]
     full = np.take(renumbered, byte_to_class, axis=1)  # int32 [n_states, 256], C order
     return Dfa(full, accept[order_arr].astype(bool))
+
+
+def _is_breadth_first(n_states: int, sources: np.ndarray, targets: np.ndarray) -> bool:
+    """True when the breadth-first numbering of `number_breadth_first` is the identity: read
+    row by row (`sources`, `targets`: the live edges in row-major order), the states 1, 2, ...
+    first appear in that order, each in the row of a state numbered before it. Subset
+    construction numbers its states so, and minimization's quotient (blocks by their first
+    member) keeps it: a block's first edge in is its first member's. O(live edges)."""
+    if n_states == 1:
+        return True
+    if len(targets) == 0:
+        return False
+    seen = np.maximum.accumulate(targets)  # the largest state met so far
+    before = np.empty_like(seen)
+    before[0] = 0  # state 0 is numbered before any edge is read
+    before[1:] = seen[:-1]
+    new = targets > before
+    return bool(
+        seen[-1] == n_states - 1
+        and np.all(targets[new] == before[new] + 1)
+        and np.all(sources[new] < targets[new])
+    )
