@@ -117,13 +117,6 @@ def subset_construction(
             closures[states] = cached
         return cached
 
-    def target_closure(state: int) -> tuple[tuple[int, ...], bool]:
-        """`closure((state,))`, read off without a search when `state` has no epsilon edge
-        (a byte-edge state, ACCEPT, or one with no way on: most targets of a schema's NFA)."""
-        if epsilon[state]:
-            return closure((state,))
-        return ((state,), False) if masks[state] else ((), state == ACCEPT)
-
     plans: dict[tuple[int, ...], list[tuple[int, tuple[int, ...]]]] = {}  # by kernel shape
     atom_id: dict[int, int] = {}  # class bitset -> its row in the table of atoms (plans hold ids)
     start = closure((nfa.start,))
@@ -137,64 +130,46 @@ def subset_construction(
     edge_to: list[int] = []
     limit = limits.max_dfa_states
 
-    def new_state(key: tuple[tuple[int, ...], bool]) -> int:
-        """Number a newly reached DFA state (checking the limit first)."""
-        if len(kernels) >= limit:
-            raise TooManyDfaStatesError(
-                "max_dfa_states", limit, "the pattern's DFA has too many states"
-            )
-        index[key] = len(kernels)
-        kernels.append(key[0])
-        accept.append(key[1])
-        return index[key]
+    def too_many() -> TooManyDfaStatesError:
+        return TooManyDfaStatesError(
+            "max_dfa_states", limit, "the pattern's DFA has too many states"
+        )
 
-    i = 0
-    while i < len(kernels):
-        kernel = kernels[i]
-        if len(kernel) == 1:
-            # A kernel of one NFA state (most of a schema's DFA: literal keys, scalars) has one
-            # atom, its edge's classes, and one target; inlined, as is `new_state`.
-            s = kernel[0]
-            atom = atom_id.setdefault(class_sets[s], len(atom_id))
-            t = edge_target[s]
-            if epsilon[t]:
-                key = closure((t,))
-            elif masks[t]:
-                key = ((t,), False)
-            else:
-                key = ((), t == ACCEPT)
+    for i, kernel in enumerate(kernels):  # the list grows while it is read: a queue
+        if len(kernel) == 1:  # most of a schema's DFA (literal keys, scalars): one atom, its
+            # edge's classes, so no plan to cut
+            plan = ((atom_id.setdefault(class_sets[kernel[0]], len(atom_id)), (0,)),)
+        else:
+            shape = tuple([class_sets[s] for s in kernel])
+            plan = plans.get(shape)
+            if plan is None:
+                plan = plans[shape] = [
+                    (atom_id.setdefault(atom, len(atom_id)), edges)
+                    for atom, edges in sorted(_atom_plan(shape), key=_smallest_class)
+                ]
+        for atom, edges in plan:
+            if len(edges) > 1:
+                key = closure(tuple([edge_target[kernel[e]] for e in edges]))
+            else:  # one target: its closure is read off without a search when it has no
+                # epsilon edge (most targets of a schema's NFA)
+                t = edge_target[kernel[edges[0]]]
+                if epsilon[t]:
+                    key = closure((t,))
+                elif masks[t]:
+                    key = ((t,), False)
+                else:
+                    key = ((), t == ACCEPT)
             j = index.get(key)
             if j is None:
                 j = len(kernels)
                 if j >= limit:
-                    new_state(key)  # raises
+                    raise too_many()
                 index[key] = j
                 kernels.append(key[0])
                 accept.append(key[1])
             edge_state.append(i)
             edge_atom.append(atom)
             edge_to.append(j)
-            i += 1
-            continue
-        shape = tuple([class_sets[s] for s in kernel])
-        plan = plans.get(shape)
-        if plan is None:
-            plan = plans[shape] = [
-                (atom_id.setdefault(atom, len(atom_id)), edges)
-                for atom, edges in sorted(_atom_plan(shape), key=_smallest_class)
-            ]
-        for atom, edges in plan:
-            if len(edges) > 1:
-                key = closure(tuple([edge_target[kernel[e]] for e in edges]))
-            else:
-                key = target_closure(edge_target[kernel[edges[0]]])
-            j = index.get(key)
-            if j is None:
-                j = new_state(key)
-            edge_state.append(i)
-            edge_atom.append(atom)
-            edge_to.append(j)
-        i += 1
     trans = np.full((len(kernels), n_classes), -1, dtype=np.int32)
     if edge_state:
         # Each edge writes its target in the columns of its atom's classes.

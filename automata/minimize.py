@@ -192,10 +192,11 @@ def moore_refine(
 
     A round labels each state with a hash of its signature (its label times a fixed weight
     plus, over its live edges, fixed per-class weights times the successor's label, wrapping
-    modulo 2**64); the labels are grouped (one sort) only every `MOORE_CHECK_EVERY` rounds,
-    the partition being stable when a group count repeats. A collision can only merge groups,
-    so every partition stays coarser than or equal to language equivalence, and the rounds
-    are not checked one by one: the final partition is checked to be a congruence (every
+    modulo 2**64, the labels themselves being such hashes after the first round); their
+    distinct values are counted (one sort) only every `MOORE_CHECK_EVERY` rounds, the
+    partition being stable when the count repeats, and grouped then. A collision can only
+    merge groups, so every partition stays coarser than or equal to language equivalence, and
+    the rounds are not checked one by one: the final partition is checked to be a congruence (every
     state has the signature of its group's first state, `_same_signatures`) that separates
     accepting states. Passing, it is no finer than equivalence and a congruence separating
     acceptance: equivalence itself. On a failed check the rounds go on grouping the full rows
@@ -208,13 +209,11 @@ def moore_refine(
     n = trans.shape[0]
     block = _groups(accept.astype(np.int64))[0] if initial is None else initial
     n_blocks = first_count = int(block.max()) + 1
-    tails, classes = live_cells(trans)  # row-major: grouped by tail, classes ascending
-    heads = trans[tails, classes].astype(np.int64)
-    start = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(tails, minlength=n), out=start[1:])
-    degree = np.diff(start)
-    busy = np.flatnonzero(degree)  # states with a live edge (reduceat needs non-empty runs)
-    position = np.arange(len(tails)) - start[tails]  # an edge's rank among its tail's edges
+    flat = np.flatnonzero(trans >= 0)  # row-major: grouped by tail, classes ascending
+    tails, classes = np.divmod(flat, trans.shape[1])
+    heads = trans.ravel()[flat]
+    start = np.searchsorted(tails, np.arange(n + 1))  # each state's first edge
+    busy = np.flatnonzero(start[1:] - start[:-1])  # states with a live edge (reduceat needs runs)
     # A run of a row's classes to one target (most of a string state's edges) adds
     # (sum of the run's weights) x (the target's label + 2): the same sum, one term a run.
     run = np.ones(len(heads), bool)
@@ -234,25 +233,31 @@ def moore_refine(
         rounds += 1
         if rounds % MOORE_CHECK_EVERY and rounds < max_rounds:
             continue
-        new, first = _groups(label)
-        count = int(new.max()) + 1
+        count = _count_distinct(label)
         if count == n_blocks:  # split nothing since the last check, if no hash collided
+            new, first = _groups(label)
             rep = first[new]
-            if _same_signatures(
-                new, degree, classes, new[heads], start, tails, position, rep
-            ) and np.array_equal(accept, accept[rep]):
+            if _same_signatures(new, classes, new[heads], start, tails, rep) and np.array_equal(
+                accept, accept[rep]
+            ):
                 return new, True
             return _exact_refine(trans, _with_accept(new, accept), max_rounds - rounds)
         slow = rounds * (1 + (n - count) / max(count - first_count, 1)) > max_rounds
         if chain_stop and rounds >= 3 and slow:
-            return _with_accept(new, accept), False  # growing like a chain
-        block, n_blocks, label = new, count, new
-    return _with_accept(block, accept), False
+            return _with_accept(_groups(label)[0], accept), False  # growing like a chain
+        n_blocks = count
+    return _with_accept(_groups(label)[0], accept), False
 
 
 MOORE_CHECK_EVERY = 2
-"""Moore rounds between two groupings of the labels (`moore_refine`): a stable partition is
-then seen at most one round late, and the rounds in between cost no sort."""
+"""Moore rounds between two counts of the labels (`moore_refine`): a stable partition is then
+seen at most one round late, and the rounds in between cost no sort."""
+
+
+def _count_distinct(label: np.ndarray) -> int:
+    """The number of distinct values of int64 `label` `[n]` (n >= 1); one sort."""
+    ordered = np.sort(label)
+    return int(np.count_nonzero(ordered[1:] != ordered[:-1])) + 1
 
 
 def _groups(label: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -287,13 +292,16 @@ def _with_accept(block: np.ndarray, accept: np.ndarray) -> np.ndarray:
     return labels.reshape(-1).astype(np.int64)
 
 
-def _same_signatures(block, degree, classes, successor, start, tails, position, rep) -> bool:
+def _same_signatures(block, classes, successor, start, tails, rep) -> bool:
     """True when every state has the signature of `rep[state]` (its hash group's first state):
     the same block, the same number of live edges, and edge by edge the same class and the
-    same successor block. O(n_states + live edges)."""
+    same successor block (`classes`, `successor`: per live edge in row-major order, `tails`
+    its state, `start` int `[n_states + 1]` each state's first edge). O(n_states + live
+    edges)."""
+    degree = start[1:] - start[:-1]
     if not (np.array_equal(block, block[rep]) and np.array_equal(degree, degree[rep])):
         return False
-    partner = start[rep[tails]] + position  # the same-rank edge of the representative
+    partner = start[rep[tails]] + np.arange(len(tails)) - start[tails]  # the same-rank edge
     return bool(
         np.array_equal(classes, classes[partner]) and np.array_equal(successor, successor[partner])
     )
@@ -376,7 +384,7 @@ def minimize(trans: np.ndarray, accept: np.ndarray) -> tuple[np.ndarray, np.ndar
     rank[order] = np.arange(n_blocks)
     members = first[order]
     block = np.append(rank[block], -1).astype(np.int32)  # at index -1: dead stays dead
-    quotient = block[trans[members]]
+    quotient = np.take(block, trans[members])  # (np.take: half the time of block[...] here)
     return quotient, accept[members].copy()
 
 
@@ -398,7 +406,7 @@ def number_breadth_first(trans: np.ndarray, accept: np.ndarray, byte_to_class: n
     sources, classes = live_cells(trans)
     targets = trans[sources, classes]
     if _is_breadth_first(n, sources, targets):  # as subset construction and `minimize` leave it
-        return Dfa(trans[:, byte_to_class], accept.astype(bool))  # C order
+        return Dfa(np.take(trans, byte_to_class, axis=1), accept.astype(bool))  # C order
     keep = np.ones(len(targets), bool)
     keep[1:] = (targets[1:] != targets[:-1]) | (sources[1:] != sources[:-1])
     successors = targets[keep].tolist()
