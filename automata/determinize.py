@@ -21,39 +21,66 @@ from corral.automata.graph import distances_to, table_edges, true_cells
 from corral.automata.limits import DEFAULT_LIMITS, Limits
 from corral.automata.nfa import ACCEPT, Nfa
 
-_POWERS = np.left_shift(np.int64(1), np.arange(63, dtype=np.int64))
-"""2**0 .. 2**62: a column of up to 63 mask bits read as one int64, exactly."""
+_KEY_WEIGHTS = np.random.default_rng(20261202).integers(0, 2**40, 4096).astype(np.float64)
+"""Fixed integer weights (below 2**40, exact in float64) of the hash of a byte's column of mask
+bits: a sum of at most 4,096 of them is below 2**52, so it is computed exactly."""
 
 
 def byte_classes(masks: list[int]) -> np.ndarray:
     """int32 `[256]`: the class of each byte, for the coarsest partition of 0..255 in which every
     mask in `masks` is a union of classes. Classes are numbered 0, 1, ... in order of their
-    smallest byte. Two bytes share a class when every mask holds both or neither: the classes
-    are the distinct columns of the masks' bit matrix, each column read as int64 keys (63 masks
-    a key, exactly) and grouped by one `np.unique`, O(distinct masks x 256) vectorized."""
+    smallest byte. `classes_of(masks)[0]`."""
+    return classes_of(masks)[0]
+
+
+def classes_of(masks: list[int]) -> tuple[np.ndarray, list[int]]:
+    """(byte_to_class int32 `[256]` as `byte_classes` gives it, the classes each mask of
+    `masks` holds as an int bitset, bit c for class c).
+
+    Two bytes share a class when every mask holds both or neither: each byte's column of the
+    distinct masks' bit matrix is hashed (one float64 matrix-vector product, exact), bytes are
+    numbered by first occurrence of their hash, and the classes are then checked to be the
+    distinct columns (a collision falls back to numbering the columns themselves). A mask holds
+    a class when it holds the class's smallest byte. O(distinct masks x 256) vectorized, plus a
+    dictionary pass over the 256 bytes and one over the masks."""
     distinct = list(dict.fromkeys(masks))
-    if not distinct:
-        return np.zeros(256, dtype=np.int32)
     packed = b"".join(m.to_bytes(32, "little") for m in distinct)
     member = np.unpackbits(np.frombuffer(packed, np.uint8), bitorder="little").reshape(-1, 256)
-    if len(distinct) <= len(_POWERS):
-        keys = _POWERS[: len(distinct)] @ member  # int64 [256]: each byte's column
-        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    else:
-        pad = -len(distinct) % len(_POWERS)
-        member = np.concatenate([member, np.zeros((pad, 256), np.uint8)])
-        keys = _POWERS @ member.reshape(-1, len(_POWERS), 256)  # int64 [chunks, 256]
-        _, first, inverse = np.unique(keys.T, axis=0, return_index=True, return_inverse=True)
-    rank = np.empty(len(first), dtype=np.int32)
-    rank[np.argsort(first)] = np.arange(len(first), dtype=np.int32)  # by smallest byte
-    return rank[inverse.reshape(-1)]
+    if len(distinct) <= len(_KEY_WEIGHTS):
+        keys = (_KEY_WEIGHTS[: len(distinct)] @ member).tolist()  # float64: each column's hash
+        byte_to_class = _first_occurrence(keys)
+        read = member[:, _first_bytes(byte_to_class)]  # [n_distinct, n_classes]: mask holds class
+    if len(distinct) > len(_KEY_WEIGHTS) or not np.array_equal(read[:, byte_to_class], member):
+        byte_to_class = _first_occurrence([bytes(c) for c in np.ascontiguousarray(member.T)])
+        read = member[:, _first_bytes(byte_to_class)]
+    return byte_to_class, _bitsets(distinct, read, masks)
+
+
+def _first_occurrence(keys: list) -> np.ndarray:
+    """int32 `[len(keys)]`: each key numbered by the first occurrence of its value."""
+    ids: dict = {}
+    return np.array([ids.setdefault(k, len(ids)) for k in keys], np.int32)
+
+
+def _first_bytes(byte_to_class: np.ndarray) -> np.ndarray:
+    """int64 `[n_classes]`: the smallest byte of each class (classes numbered by their first
+    byte, so a class begins where the running maximum of the classes grows)."""
+    grows = np.empty(256, bool)
+    grows[0] = True
+    np.greater(byte_to_class[1:], np.maximum.accumulate(byte_to_class)[:-1], out=grows[1:])
+    return np.flatnonzero(grows)
 
 
 def subset_construction(
-    nfa: Nfa, byte_to_class: np.ndarray, limits: Limits | None = None
+    nfa: Nfa,
+    byte_to_class: np.ndarray,
+    limits: Limits | None = None,
+    class_sets: list[int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The DFA of `nfa` over byte classes: `(trans, accept)`, trans int32 `[n_states, n_classes]`
     (-1 where the set of NFA states reached is empty), accept bool `[n_states]`, start state 0.
+    `class_sets`: per NFA state, the classes its byte edge reads as an int bitset
+    (`classes_of(nfa.edge_mask)[1]`); None: computed here.
 
     A DFA state is identified by the NFA states with a byte edge in its epsilon closure and by
     whether the closure holds the accepting state. Each NFA byte edge reads a set of classes (an
@@ -77,7 +104,8 @@ def subset_construction(
     limits = limits or DEFAULT_LIMITS
     n_classes = int(byte_to_class.max()) + 1
     masks = nfa.edge_mask
-    class_sets = _class_sets(masks, byte_to_class)  # per NFA state: int bitset of classes
+    if class_sets is None:  # per NFA state: the classes its byte edge reads, an int bitset
+        class_sets = _class_sets(masks, byte_to_class)
     edge_target = nfa.edge_target
     epsilon = nfa.epsilon
 
@@ -197,21 +225,25 @@ def _bits_matrix(bitsets: list[int], width: int) -> np.ndarray:
 
 
 def _class_sets(masks: list[int], byte_to_class: np.ndarray) -> list[int]:
-    """Per NFA state, the classes its byte edge reads as an int bitset (0: no byte edge).
-    Every mask is a union of classes, so a class is read when its smallest byte is: one
-    vectorized unpack of the distinct masks, O(distinct masks x 256)."""
+    """Per mask of `masks` (each a union of the classes of `byte_to_class`), the classes it
+    holds as an int bitset: the bits of its classes' smallest bytes, one vectorized unpack of
+    the distinct masks, O(distinct masks x 256)."""
     distinct = list(dict.fromkeys(masks))
     packed = b"".join(m.to_bytes(32, "little") for m in distinct)
-    member = np.unpackbits(np.frombuffer(packed, np.uint8), bitorder="little")
-    _, smallest = np.unique(byte_to_class, return_index=True)  # per class, its smallest byte
-    read = member.reshape(len(distinct), 256)[:, smallest]  # [n_distinct, n_classes]
+    member = np.unpackbits(np.frombuffer(packed, np.uint8), bitorder="little").reshape(-1, 256)
+    return _bitsets(distinct, member[:, _first_bytes(byte_to_class)], masks)
+
+
+def _bitsets(distinct: list[int], read: np.ndarray, masks: list[int]) -> list[int]:
+    """Per mask of `masks`, row `distinct.index(mask)` of the bool matrix `read` as an int
+    bitset (bit c: column c)."""
     rows = np.packbits(read, axis=1, bitorder="little").tobytes()
     width = (read.shape[1] + 7) // 8
-    converted = {
+    sets = {
         m: int.from_bytes(rows[i * width : (i + 1) * width], "little")
         for i, m in enumerate(distinct)
     }
-    return [converted[m] for m in masks]
+    return [sets[m] for m in masks]
 
 
 def _atom_plan(shape: tuple[int, ...]) -> list[tuple[int, tuple[int, ...]]]:
