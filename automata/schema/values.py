@@ -9,6 +9,9 @@ import json
 
 from corral.automata.errors import NonFiniteNumberError, SchemaError
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+"""The encoder `json.dumps` would make for `dumps`'s arguments, made once."""
+
 
 def dumps(value) -> str:
     """Compact JSON text of `value`: `json.dumps(value, separators=(",", ":"),
@@ -18,7 +21,7 @@ def dumps(value) -> str:
         NonFiniteNumberError: `value` contains NaN or an infinity.
     """
     try:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return _ENCODER.encode(value)
     except ValueError as error:
         raise NonFiniteNumberError(f"NaN and infinities are not JSON: {error}") from None
 
