@@ -4,9 +4,11 @@ acceptance").
 
 Three steps, one function each:
 - `byte_classes`: the coarsest partition of the bytes 0..255 that every NFA edge treats alike;
-  classes are numbered in order of their smallest byte.
+  classes are numbered in order of their smallest byte (`classes_of` also gives each edge's
+  classes as an int bitset, for the next step).
 - `subset_construction`: the classic construction over epsilon closures, with one column per class
-  instead of one per byte; the DFA-state limit is checked as each state is made.
+  instead of one per byte; the DFA-state limit is checked as each state is made; states are
+  numbered breadth first, the canonical order.
 - `remove_dead_states`: drop the states from which no accepting state can be reached.
 
 The DFA here is a pair `trans` int32 `[n_states, n_classes]` (-1: dead) and `accept` bool
