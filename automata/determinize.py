@@ -23,9 +23,12 @@ from corral.automata.graph import distances_to, table_edges, true_cells
 from corral.automata.limits import DEFAULT_LIMITS, Limits
 from corral.automata.nfa import ACCEPT, Nfa
 
+_BIT_WEIGHTS = 2.0 ** np.arange(52)
+"""2**0 .. 2**51 as float64: up to 52 mask bits of a byte's column read as one exact number."""
+
 _KEY_WEIGHTS = np.random.default_rng(20261202).integers(0, 2**40, 4096).astype(np.float64)
-"""Fixed integer weights (below 2**40, exact in float64) of the hash of a byte's column of mask
-bits: a sum of at most 4,096 of them is below 2**52, so it is computed exactly."""
+"""Fixed integer weights (below 2**40, exact in float64) of the hash of a byte's column of more
+than 52 mask bits: a sum of at most 4,096 of them is below 2**52, so it is computed exactly."""
 
 
 def byte_classes(masks: list[int]) -> np.ndarray:
@@ -40,19 +43,26 @@ def classes_of(masks: list[int]) -> tuple[np.ndarray, list[int]]:
     `masks` holds as an int bitset, bit c for class c).
 
     Two bytes share a class when every mask holds both or neither: each byte's column of the
-    distinct masks' bit matrix is hashed (one float64 matrix-vector product, exact), bytes are
-    numbered by first occurrence of their hash, and the classes are then checked to be the
-    distinct columns (a collision falls back to numbering the columns themselves). A mask holds
-    a class when it holds the class's smallest byte. O(distinct masks x 256) vectorized, plus a
-    dictionary pass over the 256 bytes and one over the masks."""
+    distinct masks' bit matrix is read as one float64 number (one matrix-vector product: the
+    column's bits when there are at most 52 masks, exact; a hash of them past that, the
+    classes then checked to be the distinct columns, with a fallback to grouping the columns
+    themselves on a collision) and the numbers are grouped by one `np.unique`. A mask holds a
+    class when it holds the class's smallest byte. O(distinct masks x 256) vectorized, plus one
+    pass over the masks."""
     distinct = list(dict.fromkeys(masks))
     packed = b"".join(m.to_bytes(32, "little") for m in distinct)
     member = np.unpackbits(np.frombuffer(packed, np.uint8), bitorder="little").reshape(-1, 256)
-    if len(distinct) <= len(_KEY_WEIGHTS):
-        keys = (_KEY_WEIGHTS[: len(distinct)] @ member).tolist()  # float64: each column's hash
-        byte_to_class = _first_occurrence(keys)
-        read = member[:, _first_bytes(byte_to_class)]  # [n_distinct, n_classes]: mask holds class
-    if len(distinct) > len(_KEY_WEIGHTS) or not np.array_equal(read[:, byte_to_class], member):
+    exact = len(distinct) <= len(_BIT_WEIGHTS)
+    if exact or len(distinct) <= len(_KEY_WEIGHTS):
+        weights = (_BIT_WEIGHTS if exact else _KEY_WEIGHTS)[: len(distinct)]
+        _, first, inverse = np.unique(weights @ member, return_index=True, return_inverse=True)
+        rank = np.empty(len(first), dtype=np.int32)
+        rank[np.argsort(first)] = np.arange(len(first), dtype=np.int32)  # by smallest byte
+        byte_to_class = rank[inverse.reshape(-1)]
+        read = member[:, np.sort(first)]  # [n_distinct, n_classes]: which classes a mask holds
+    if not exact and (
+        len(distinct) > len(_KEY_WEIGHTS) or not np.array_equal(read[:, byte_to_class], member)
+    ):
         byte_to_class = _first_occurrence([bytes(c) for c in np.ascontiguousarray(member.T)])
         read = member[:, _first_bytes(byte_to_class)]
     return byte_to_class, _bitsets(distinct, read, masks)

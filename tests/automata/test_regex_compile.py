@@ -329,12 +329,15 @@ byte_masks = st.one_of(
 
 
 @settings(max_examples=200, deadline=None)
-@given(masks=st.lists(byte_masks, max_size=80), colliding=st.booleans())
-def test_byte_classes_are_the_bytes_every_mask_treats_alike(masks, colliding):
+@given(masks=st.lists(byte_masks, max_size=80), many=st.booleans(), colliding=st.booleans())
+def test_byte_classes_are_the_bytes_every_mask_treats_alike(masks, many, colliding):
     """By definition: bytes a, b share a class exactly when every mask holds both or neither,
     and classes are numbered in order of their smallest byte; each mask's class bitset holds
-    exactly the classes of its bytes. `colliding`: every column hashes alike, so the exact
-    fallback of `classes_of` gives the classes."""
+    exactly the classes of its bytes. `many`: more than 52 distinct masks, so the columns are
+    hashed; `colliding`: every column then hashes alike, so the exact fallback of `classes_of`
+    gives the classes."""
+    if many:
+        masks = masks + [3 << b for b in range(0, 106, 2)]
     weights = np.zeros_like(determinize._KEY_WEIGHTS) if colliding else determinize._KEY_WEIGHTS
     with mock.patch.object(determinize, "_KEY_WEIGHTS", weights):
         classes, sets = classes_of(masks)
