@@ -207,7 +207,12 @@ def moore_refine(
     (a run: a row's consecutive classes to one target, summed once), plus a sort of n_states
     labels per check."""
     n = trans.shape[0]
-    block = _groups(accept.astype(np.int64))[0] if initial is None else initial
+    if initial is None:  # {accepting, other}, labels 0.. every one used
+        block = accept.astype(np.int64)
+        if block.min() == block.max():  # all accepting or none: one block
+            block[:] = 0
+    else:
+        block = initial
     n_blocks = first_count = int(block.max()) + 1
     flat = np.flatnonzero(trans >= 0)  # row-major: grouped by tail, classes ascending
     tails, classes = np.divmod(flat, trans.shape[1])
