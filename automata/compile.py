@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from contextlib import contextmanager
 
-from corral.automata.determinize import byte_classes, remove_dead_states, subset_construction
+from corral.automata.determinize import classes_of, remove_dead_states, subset_construction
 from corral.automata.dfa import Dfa
 from corral.automata.limits import Limits
 from corral.automata.minimize import minimize, number_breadth_first
@@ -52,8 +52,8 @@ def build_dfa(node: Node, limits: Limits | None = None) -> Dfa:
     """`tree_to_dfa` for a caller already inside `deep_recursion()` (the schema compiler, which
     raises the limit once per public call); same result and errors."""
     nfa = tree_to_nfa(node, limits)
-    byte_to_class = byte_classes([m for m in nfa.edge_mask if m])
-    trans, accept = subset_construction(nfa, byte_to_class, limits)
+    byte_to_class, class_sets = classes_of(nfa.edge_mask)
+    trans, accept = subset_construction(nfa, byte_to_class, limits, class_sets)
     if not nfa.trimmed:  # else every state is live (`Nfa.trimmed`)
         trans, accept = remove_dead_states(trans, accept)
     trans, accept = minimize(trans, accept)

@@ -4,9 +4,11 @@ acceptance").
 
 Three steps, one function each:
 - `byte_classes`: the coarsest partition of the bytes 0..255 that every NFA edge treats alike;
-  classes are numbered in order of their smallest byte.
+  classes are numbered in order of their smallest byte (`classes_of` also gives each edge's
+  classes as an int bitset, for the next step).
 - `subset_construction`: the classic construction over epsilon closures, with one column per class
-  instead of one per byte; the DFA-state limit is checked as each state is made.
+  instead of one per byte; the DFA-state limit is checked as each state is made; states are
+  numbered breadth first, the canonical order.
 - `remove_dead_states`: drop the states from which no accepting state can be reached.
 
 The DFA here is a pair `trans` int32 `[n_states, n_classes]` (-1: dead) and `accept` bool
@@ -17,43 +19,80 @@ from __future__ import annotations
 
 import numpy as np
 from corral.automata.errors import EmptyLanguageError, TooManyDfaStatesError
-from corral.automata.graph import distances_to, table_edges
+from corral.automata.graph import distances_to, table_edges, true_cells
 from corral.automata.limits import DEFAULT_LIMITS, Limits
 from corral.automata.nfa import ACCEPT, Nfa
 
-_POWERS = np.left_shift(np.int64(1), np.arange(63, dtype=np.int64))
-"""2**0 .. 2**62: a column of up to 63 mask bits read as one int64, exactly."""
+_BIT_WEIGHTS = 2.0 ** np.arange(52)
+"""2**0 .. 2**51 as float64: up to 52 mask bits of a byte's column read as one exact number."""
+
+_KEY_WEIGHTS = np.random.default_rng(20261202).integers(0, 2**40, 4096).astype(np.float64)
+"""Fixed integer weights (below 2**40, exact in float64) of the hash of a byte's column of more
+than 52 mask bits: a sum of at most 4,096 of them is below 2**52, so it is computed exactly."""
 
 
 def byte_classes(masks: list[int]) -> np.ndarray:
     """int32 `[256]`: the class of each byte, for the coarsest partition of 0..255 in which every
     mask in `masks` is a union of classes. Classes are numbered 0, 1, ... in order of their
-    smallest byte. Two bytes share a class when every mask holds both or neither: the classes
-    are the distinct columns of the masks' bit matrix, each column read as int64 keys (63 masks
-    a key, exactly) and grouped by one `np.unique`, O(distinct masks x 256) vectorized."""
+    smallest byte. `classes_of(masks)[0]`."""
+    return classes_of(masks)[0]
+
+
+def classes_of(masks: list[int]) -> tuple[np.ndarray, list[int]]:
+    """(byte_to_class int32 `[256]` as `byte_classes` gives it, the classes each mask of
+    `masks` holds as an int bitset, bit c for class c).
+
+    Two bytes share a class when every mask holds both or neither: each byte's column of the
+    distinct masks' bit matrix is read as one float64 number (one matrix-vector product: the
+    column's bits when there are at most 52 masks, exact; a hash of them past that, the
+    classes then checked to be the distinct columns, with a fallback to grouping the columns
+    themselves on a collision) and the numbers are grouped by one `np.unique`. A mask holds a
+    class when it holds the class's smallest byte. O(distinct masks x 256) vectorized, plus one
+    pass over the masks."""
     distinct = list(dict.fromkeys(masks))
-    if not distinct:
-        return np.zeros(256, dtype=np.int32)
     packed = b"".join(m.to_bytes(32, "little") for m in distinct)
     member = np.unpackbits(np.frombuffer(packed, np.uint8), bitorder="little").reshape(-1, 256)
-    if len(distinct) <= len(_POWERS):
-        keys = _POWERS[: len(distinct)] @ member  # int64 [256]: each byte's column
-        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    else:
-        pad = -len(distinct) % len(_POWERS)
-        member = np.concatenate([member, np.zeros((pad, 256), np.uint8)])
-        keys = _POWERS @ member.reshape(-1, len(_POWERS), 256)  # int64 [chunks, 256]
-        _, first, inverse = np.unique(keys.T, axis=0, return_index=True, return_inverse=True)
-    rank = np.empty(len(first), dtype=np.int32)
-    rank[np.argsort(first)] = np.arange(len(first), dtype=np.int32)  # by smallest byte
-    return rank[inverse.reshape(-1)]
+    exact = len(distinct) <= len(_BIT_WEIGHTS)
+    if exact or len(distinct) <= len(_KEY_WEIGHTS):
+        weights = (_BIT_WEIGHTS if exact else _KEY_WEIGHTS)[: len(distinct)]
+        _, first, inverse = np.unique(weights @ member, return_index=True, return_inverse=True)
+        rank = np.empty(len(first), dtype=np.int32)
+        rank[np.argsort(first)] = np.arange(len(first), dtype=np.int32)  # by smallest byte
+        byte_to_class = rank[inverse.reshape(-1)]
+        read = member[:, np.sort(first)]  # [n_distinct, n_classes]: which classes a mask holds
+    if not exact and (
+        len(distinct) > len(_KEY_WEIGHTS) or not np.array_equal(read[:, byte_to_class], member)
+    ):
+        byte_to_class = _first_occurrence([bytes(c) for c in np.ascontiguousarray(member.T)])
+        read = member[:, _first_bytes(byte_to_class)]
+    return byte_to_class, _bitsets(distinct, read, masks)
+
+
+def _first_occurrence(keys: list) -> np.ndarray:
+    """int32 `[len(keys)]`: each key numbered by the first occurrence of its value."""
+    ids: dict = {}
+    return np.array([ids.setdefault(k, len(ids)) for k in keys], np.int32)
+
+
+def _first_bytes(byte_to_class: np.ndarray) -> np.ndarray:
+    """int64 `[n_classes]`: the smallest byte of each class (classes numbered by their first
+    byte, so a class begins where the running maximum of the classes grows)."""
+    grows = np.empty(256, bool)
+    grows[0] = True
+    np.greater(byte_to_class[1:], np.maximum.accumulate(byte_to_class)[:-1], out=grows[1:])
+    return np.flatnonzero(grows)
 
 
 def subset_construction(
-    nfa: Nfa, byte_to_class: np.ndarray, limits: Limits | None = None
+    nfa: Nfa,
+    byte_to_class: np.ndarray,
+    limits: Limits | None = None,
+    class_sets: list[int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The DFA of `nfa` over byte classes: `(trans, accept)`, trans int32 `[n_states, n_classes]`
     (-1 where the set of NFA states reached is empty), accept bool `[n_states]`, start state 0.
+    `class_sets`: per NFA state, the classes its byte edge reads as an int bitset
+    (`classes_of(nfa.edge_mask)[1]`); None: computed here.
 
     A DFA state is identified by the NFA states with a byte edge in its epsilon closure and by
     whether the closure holds the accepting state. Each NFA byte edge reads a set of classes (an
@@ -65,6 +104,10 @@ def subset_construction(
     the kernel x atoms) per DFA state; the table is written at the end, every (state, atom,
     target) edge at once in NumPy, so there is no Python work per class.
 
+    States are numbered as they are discovered, the states in turn and each state's atoms by
+    increasing class: breadth first from the start taking bytes in order, the canonical order
+    (`corral.automata.minimize.number_breadth_first`, which then keeps the numbering).
+
     Raises:
         EmptyLanguageError: the start closure has no byte edge and does not accept.
         TooManyDfaStatesError: more than `limits.max_dfa_states` states would be made; raised as
@@ -73,7 +116,8 @@ def subset_construction(
     limits = limits or DEFAULT_LIMITS
     n_classes = int(byte_to_class.max()) + 1
     masks = nfa.edge_mask
-    class_sets = _class_sets(masks, byte_to_class)  # per NFA state: int bitset of classes
+    if class_sets is None:  # per NFA state: the classes its byte edge reads, an int bitset
+        class_sets = _class_sets(masks, byte_to_class)
     edge_target = nfa.edge_target
     epsilon = nfa.epsilon
 
@@ -113,13 +157,6 @@ def subset_construction(
             closures[states] = cached
         return cached
 
-    def target_closure(state: int) -> tuple[tuple[int, ...], bool]:
-        """`closure((state,))`, read off without a search when `state` has no epsilon edge
-        (a byte-edge state, ACCEPT, or one with no way on: most targets of a schema's NFA)."""
-        if epsilon[state]:
-            return closure((state,))
-        return ((state,), False) if masks[state] else ((), state == ACCEPT)
-
     plans: dict[tuple[int, ...], list[tuple[int, tuple[int, ...]]]] = {}  # by kernel shape
     atom_id: dict[int, int] = {}  # class bitset -> its row in the table of atoms (plans hold ids)
     start = closure((nfa.start,))
@@ -133,70 +170,61 @@ def subset_construction(
     edge_to: list[int] = []
     limit = limits.max_dfa_states
 
-    def new_state(key: tuple[tuple[int, ...], bool]) -> int:
-        """Number a newly reached DFA state (checking the limit first)."""
-        if len(kernels) >= limit:
-            raise TooManyDfaStatesError(
-                "max_dfa_states", limit, "the pattern's DFA has too many states"
-            )
-        index[key] = len(kernels)
-        kernels.append(key[0])
-        accept.append(key[1])
-        return index[key]
+    def too_many() -> TooManyDfaStatesError:
+        return TooManyDfaStatesError(
+            "max_dfa_states", limit, "the pattern's DFA has too many states"
+        )
 
-    i = 0
-    while i < len(kernels):
-        kernel = kernels[i]
-        if len(kernel) == 1:
-            # A kernel of one NFA state (most of a schema's DFA: literal keys, scalars) has one
-            # atom, its edge's classes, and one target; inlined, as is `new_state`.
-            s = kernel[0]
-            atom = atom_id.setdefault(class_sets[s], len(atom_id))
-            t = edge_target[s]
-            if epsilon[t]:
-                key = closure((t,))
-            elif masks[t]:
-                key = ((t,), False)
-            else:
-                key = ((), t == ACCEPT)
+    for i, kernel in enumerate(kernels):  # the list grows while it is read: a queue
+        if len(kernel) == 1:  # most of a schema's DFA (literal keys, scalars): one atom, its
+            # edge's classes, so no plan to cut
+            plan = ((atom_id.setdefault(class_sets[kernel[0]], len(atom_id)), (0,)),)
+        else:
+            shape = tuple([class_sets[s] for s in kernel])
+            plan = plans.get(shape)
+            if plan is None:
+                plan = plans[shape] = [
+                    (atom_id.setdefault(atom, len(atom_id)), edges)
+                    for atom, edges in sorted(_atom_plan(shape), key=_smallest_class)
+                ]
+        for atom, edges in plan:
+            if len(edges) > 1:
+                key = closure(tuple([edge_target[kernel[e]] for e in edges]))
+            else:  # one target: its closure is read off without a search when it has no
+                # epsilon edge (most targets of a schema's NFA)
+                t = edge_target[kernel[edges[0]]]
+                if epsilon[t]:
+                    key = closure((t,))
+                elif masks[t]:
+                    key = ((t,), False)
+                else:
+                    key = ((), t == ACCEPT)
             j = index.get(key)
             if j is None:
                 j = len(kernels)
                 if j >= limit:
-                    new_state(key)  # raises
+                    raise too_many()
                 index[key] = j
                 kernels.append(key[0])
                 accept.append(key[1])
             edge_state.append(i)
             edge_atom.append(atom)
             edge_to.append(j)
-            i += 1
-            continue
-        shape = tuple([class_sets[s] for s in kernel])
-        plan = plans.get(shape)
-        if plan is None:
-            plan = plans[shape] = [
-                (atom_id.setdefault(atom, len(atom_id)), edges) for atom, edges in _atom_plan(shape)
-            ]
-        for atom, edges in plan:
-            if len(edges) > 1:
-                key = closure(tuple([edge_target[kernel[e]] for e in edges]))
-            else:
-                key = target_closure(edge_target[kernel[edges[0]]])
-            j = index.get(key)
-            if j is None:
-                j = new_state(key)
-            edge_state.append(i)
-            edge_atom.append(atom)
-            edge_to.append(j)
-        i += 1
     trans = np.full((len(kernels), n_classes), -1, dtype=np.int32)
     if edge_state:
         # Each edge writes its target in the columns of its atom's classes.
         atom_bits = _bits_matrix(list(atom_id), n_classes)  # bool [n_atoms, n_classes]
-        edge, column = np.nonzero(atom_bits[np.array(edge_atom)])
+        edge, column = true_cells(atom_bits[np.array(edge_atom)])
         trans[np.array(edge_state)[edge], column] = np.array(edge_to, dtype=np.int32)[edge]
     return trans, np.array(accept, bool)
+
+
+def _smallest_class(plan_item: tuple[int, tuple[int, ...]]) -> int:
+    """The lowest bit of an atom's class bitset: atoms are disjoint, so taking a state's atoms
+    in this order is taking its classes in increasing order (and its bytes, classes being
+    numbered by their smallest byte)."""
+    atom = plan_item[0]
+    return atom & -atom
 
 
 def _bits_matrix(bitsets: list[int], width: int) -> np.ndarray:
@@ -209,21 +237,25 @@ def _bits_matrix(bitsets: list[int], width: int) -> np.ndarray:
 
 
 def _class_sets(masks: list[int], byte_to_class: np.ndarray) -> list[int]:
-    """Per NFA state, the classes its byte edge reads as an int bitset (0: no byte edge).
-    Every mask is a union of classes, so a class is read when its smallest byte is: one
-    vectorized unpack of the distinct masks, O(distinct masks x 256)."""
+    """Per mask of `masks` (each a union of the classes of `byte_to_class`), the classes it
+    holds as an int bitset: the bits of its classes' smallest bytes, one vectorized unpack of
+    the distinct masks, O(distinct masks x 256)."""
     distinct = list(dict.fromkeys(masks))
     packed = b"".join(m.to_bytes(32, "little") for m in distinct)
-    member = np.unpackbits(np.frombuffer(packed, np.uint8), bitorder="little")
-    _, smallest = np.unique(byte_to_class, return_index=True)  # per class, its smallest byte
-    read = member.reshape(len(distinct), 256)[:, smallest]  # [n_distinct, n_classes]
+    member = np.unpackbits(np.frombuffer(packed, np.uint8), bitorder="little").reshape(-1, 256)
+    return _bitsets(distinct, member[:, _first_bytes(byte_to_class)], masks)
+
+
+def _bitsets(distinct: list[int], read: np.ndarray, masks: list[int]) -> list[int]:
+    """Per mask of `masks`, row `distinct.index(mask)` of the bool matrix `read` as an int
+    bitset (bit c: column c)."""
     rows = np.packbits(read, axis=1, bitorder="little").tobytes()
     width = (read.shape[1] + 7) // 8
-    converted = {
+    sets = {
         m: int.from_bytes(rows[i * width : (i + 1) * width], "little")
         for i, m in enumerate(distinct)
     }
-    return [converted[m] for m in masks]
+    return [sets[m] for m in masks]
 
 
 def _atom_plan(shape: tuple[int, ...]) -> list[tuple[int, tuple[int, ...]]]:

@@ -96,13 +96,8 @@ class _Builder:
         return start
 
     def _build(self, node: Node, next_state: int) -> int:
-        if isinstance(node, ByteSet):
-            self.trimmed &= node.mask != 0
-            s = self.new_state()
-            self.edge_mask[s] = node.mask
-            self.edge_target[s] = next_state
-            return s
-        if isinstance(node, Concat):
+        kind = type(node)
+        if kind is Concat:
             memo, epsilon, limit = self.memo, self.epsilon, self.limit
             for item in reversed(node.items):
                 if type(item) is ByteSet:  # inlined `build` of a leaf: most nodes are these
@@ -120,14 +115,20 @@ class _Builder:
                 else:
                     next_state = self.build(item, next_state)
             return next_state
-        if isinstance(node, Alt):
+        if kind is Alt:
             self.trimmed &= len(node.items) > 0
             s = self.new_state()
             self.epsilon[s] = [self.build(item, next_state) for item in node.items]
             return s
-        if isinstance(node, Repeat):
+        if kind is Repeat:
             return self._repeat(node, next_state)
-        if isinstance(node, Automaton):
+        if kind is ByteSet:
+            self.trimmed &= node.mask != 0
+            s = self.new_state()
+            self.edge_mask[s] = node.mask
+            self.edge_target[s] = next_state
+            return s
+        if kind is Automaton:
             return self._automaton(node.dfa, next_state)
         raise TypeError(f"not a regex tree node: {node!r}")
 

@@ -4,10 +4,10 @@ five patterns, the three schemas of `bench/masks.py` and length-bounded strings.
 Run: `python bench/compile.py [--repeats N]`. Prints one line per grammar: the DFA's states
 and live edges, then the best time over the repeats (CPU time of this process, in ms) of each
 stage: `tree` (pattern parse or schema -> regex tree), `nfa` (Thompson construction), `classes`
-(byte classes), `subset` (subset construction), `dead` (dead-state removal), `minimize`
-(Moore's rounds, Hopcroft's refinement when they do not settle), `number` (canonical
-breadth-first numbering), and their total. Figures are meaningful only on an otherwise idle
-machine.
+(byte classes and each NFA edge's class bitset), `subset` (subset construction), `dead`
+(dead-state removal), `minimize` (Moore's rounds, Hopcroft's refinement when they do not
+settle), `number` (canonical breadth-first numbering), and their total. Figures are meaningful
+only on an otherwise idle machine.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from corral.automata import parse, schema_to_tree
 from corral.automata.compile import deep_recursion
-from corral.automata.determinize import byte_classes, remove_dead_states, subset_construction
+from corral.automata.determinize import classes_of, remove_dead_states, subset_construction
 from corral.automata.minimize import minimize, number_breadth_first
 from corral.automata.nfa import tree_to_nfa
 
@@ -60,9 +60,9 @@ def stage_times(make_tree) -> tuple[list[float], object]:
         marks.append(clock())
         nfa = tree_to_nfa(node)
         marks.append(clock())
-        byte_to_class = byte_classes([m for m in nfa.edge_mask if m])
+        byte_to_class, class_sets = classes_of(nfa.edge_mask)
         marks.append(clock())
-        trans, accept = subset_construction(nfa, byte_to_class)
+        trans, accept = subset_construction(nfa, byte_to_class, None, class_sets)
         marks.append(clock())
         trans, accept = remove_dead_states(trans, accept)
         marks.append(clock())

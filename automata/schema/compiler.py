@@ -493,10 +493,11 @@ def _compile_schema(schema, limits, schema_limits: SchemaLimits, build):
     """`compile_schema` after the document check: (result, recursive, the `max_recursion` of
     the attempt that gave it, the first failed attempt's error or None)."""
     first = None
-    depths = shallower_recursion(schema_limits)
-    for i, depth_limits in enumerate(depths):
+    n_depths = max(schema_limits.max_recursion, 1)  # len(shallower_recursion(schema_limits))
+    for i in range(n_depths):  # the first depth is `schema_limits` itself: no copy made
+        depth_limits = schema_limits if i == 0 else shallower_recursion(schema_limits)[i]
         try:
-            result, recursive = _attempt(schema, limits, depth_limits, build, i + 1 < len(depths))
+            result, recursive = _attempt(schema, limits, depth_limits, build, i + 1 < n_depths)
             return result, recursive, depth_limits.max_recursion, first
         except _StateLimit as failed:
             if first is None:  # a shallower depth's own error is not reported; the failed

@@ -9,6 +9,9 @@ import json
 
 from corral.automata.errors import NonFiniteNumberError, SchemaError
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+"""The encoder `json.dumps` would make for `dumps`'s arguments, made once."""
+
 
 def dumps(value) -> str:
     """Compact JSON text of `value`: `json.dumps(value, separators=(",", ":"),
@@ -18,7 +21,7 @@ def dumps(value) -> str:
         NonFiniteNumberError: `value` contains NaN or an infinity.
     """
     try:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return _ENCODER.encode(value)
     except ValueError as error:
         raise NonFiniteNumberError(f"NaN and infinities are not JSON: {error}") from None
 
@@ -89,28 +92,46 @@ def is_text(text: str) -> bool:
 def check_document(schema, max_nesting: int = MAX_NESTING) -> None:
     """Check, without recursion, what the compiler takes for granted of a parsed schema: every
     string and member name is UTF-8 text (a lone surrogate such as `"\\ud800"` is not), and
-    arrays and objects are nested at most `max_nesting` levels. O(size of the document).
+    arrays and objects are nested at most `max_nesting` levels. O(size of the document); the
+    JSON pointer of a value is written out only for an error (a path is kept as nested
+    `(parent path, member name or index)` pairs).
 
     Raises:
         SchemaError: naming the JSON pointer of the culprit (escaped with `printable`).
     """
-    stack = [(schema, "", 0)]
+    stack = [(schema, None, 0)]
     while stack:
-        value, pointer, depth = stack.pop()
+        value, path, depth = stack.pop()
         if isinstance(value, str):
-            if not is_text(value):
-                raise SchemaError(pointer, None, "a string with a lone surrogate is not text")
+            if not value.isascii() and not is_text(value):
+                raise SchemaError(
+                    _pointer(path), None, "a string with a lone surrogate is not text"
+                )
             continue
         if not isinstance(value, (dict, list)):
             continue
         if depth >= max_nesting:
-            raise SchemaError(pointer, None, f"nested deeper than {max_nesting} levels")
+            raise SchemaError(_pointer(path), None, f"nested deeper than {max_nesting} levels")
         if isinstance(value, list):
-            stack.extend((item, f"{pointer}/{i}", depth + 1) for i, item in enumerate(value))
+            stack.extend((item, (path, i), depth + 1) for i, item in enumerate(value))
             continue
         for key, item in value.items():
-            name = str(key).replace("~", "~0").replace("/", "~1")
-            where = f"{pointer}/{printable(name)}"
-            if not is_text(name):
-                raise SchemaError(where, None, "a member name with a lone surrogate is not text")
-            stack.append((item, where, depth + 1))
+            name = str(key)
+            if not name.isascii() and not is_text(name):
+                raise SchemaError(
+                    _pointer((path, name)), None, "a member name with a lone surrogate is not text"
+                )
+            stack.append((item, (path, name), depth + 1))
+
+
+def _pointer(path) -> str:
+    """The JSON pointer of a `check_document` path (member names escaped, `printable`)."""
+    parts = []
+    while path is not None:
+        path, step = path
+        parts.append(step if isinstance(step, int) else printable(_escape_pointer(step)))
+    return "".join(f"/{part}" for part in reversed(parts))
+
+
+def _escape_pointer(name: str) -> str:
+    return name.replace("~", "~0").replace("/", "~1")

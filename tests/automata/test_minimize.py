@@ -247,3 +247,52 @@ def test_empty_alternatives_and_byte_sets_untrim_the_nfa():
     assert not tree_to_nfa(Alt((ByteSet(2), Concat((ByteSet(0), ByteSet(4)))))).trimmed
     assert not tree_to_nfa(parse("a(b|[^\\s\\S]c)")).trimmed
     assert regex_to_dfa("a(b|[^\\s\\S]c)").n_states == 3
+
+
+def breadth_first_oracle(trans, accept):
+    """The canonical numbering by its definition: a breadth-first search from state 0, each
+    state's successors by increasing class, written one state at a time."""
+    new_id, order = {0: 0}, [0]
+    for s in order:
+        for t in trans[s].tolist():
+            if t >= 0 and t not in new_id:
+                new_id[t] = len(order)
+                order.append(t)
+    table = [[new_id[t] if t >= 0 else -1 for t in trans[s].tolist()] for s in order]
+    return np.array(table, dtype=np.int32).reshape(len(order), -1), accept[order]
+
+
+@settings(max_examples=300, deadline=None)
+@given(dfa=random_dfas(), seed=st.integers(0, 2**32 - 1))
+def test_breadth_first_numbering_matches_its_definition_under_any_state_order(dfa, seed):
+    """Renumbered at random (start kept at 0), a table gets the oracle's numbering back, both
+    when the shortcut for an already breadth-first table applies and when it does not."""
+    trans, accept = dfa
+    n = trans.shape[0]
+    perm = np.concatenate([[0], 1 + np.random.default_rng(seed).permutation(n - 1)])
+    inverse = np.empty(n + 1, np.int32)
+    inverse[perm] = np.arange(n)
+    inverse[n] = -1
+    shuffled = inverse[trans[np.argsort(inverse[:n])]]  # row i is the state numbered i
+    shuffled_accept = accept[np.argsort(inverse[:n])]
+    identity = np.arange(trans.shape[1], dtype=np.int32)
+    want_trans, want_accept = breadth_first_oracle(shuffled, shuffled_accept)
+    got = number_breadth_first(shuffled, shuffled_accept, identity)
+    assert np.array_equal(got.trans, want_trans) and np.array_equal(got.accept, want_accept)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pattern=bare_patterns)
+def test_subset_construction_and_minimize_leave_tables_breadth_first(pattern):
+    """Subset construction numbers its states breadth first, and the quotient keeps that
+    order: the canonical numbering has nothing to change (so its shortcut is the common
+    path)."""
+    try:
+        trans, accept, _ = trimmed(parse(pattern, SMALL))
+    except (EmptyLanguageError, ConstrainError):
+        return
+    for table, acc in ((trans, accept), minimize(trans, accept)):
+        want_trans, want_accept = breadth_first_oracle(table, acc)
+        assert np.array_equal(table, want_trans) and np.array_equal(acc, want_accept)
+        sources = np.nonzero(table >= 0)[0]
+        assert minimize_module._is_breadth_first(table.shape[0], sources, table[table >= 0])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -12,12 +13,13 @@ from corral.automata import (
     EmptyLanguageError,
     Limits,
     TooManyDfaStatesError,
+    determinize,
     escape,
     parse,
     regex_to_dfa,
     tree_to_dfa,
 )
-from corral.automata.determinize import byte_classes, remove_dead_states
+from corral.automata.determinize import byte_classes, classes_of, remove_dead_states
 from corral.automata.nfa import tree_to_nfa
 from corral.automata.tree import EMPTY, Alt, Concat, Repeat, byte_set, literal_bytes
 from hypothesis import HealthCheck, given, settings
@@ -327,14 +329,25 @@ byte_masks = st.one_of(
 
 
 @settings(max_examples=200, deadline=None)
-@given(masks=st.lists(byte_masks, max_size=12))
-def test_byte_classes_are_the_bytes_every_mask_treats_alike(masks):
+@given(masks=st.lists(byte_masks, max_size=80), many=st.booleans(), colliding=st.booleans())
+def test_byte_classes_are_the_bytes_every_mask_treats_alike(masks, many, colliding):
     """By definition: bytes a, b share a class exactly when every mask holds both or neither,
-    and classes are numbered in order of their smallest byte."""
-    classes = byte_classes(masks).tolist()
+    and classes are numbered in order of their smallest byte; each mask's class bitset holds
+    exactly the classes of its bytes. `many`: more than 52 distinct masks, so the columns are
+    hashed; `colliding`: every column then hashes alike, so the exact fallback of `classes_of`
+    gives the classes."""
+    if many:
+        masks = masks + [3 << b for b in range(0, 106, 2)]
+    weights = np.zeros_like(determinize._KEY_WEIGHTS) if colliding else determinize._KEY_WEIGHTS
+    with mock.patch.object(determinize, "_KEY_WEIGHTS", weights):
+        classes, sets = classes_of(masks)
+    classes = classes.tolist()
     signature = [tuple(m >> b & 1 for m in masks) for b in range(256)]
     for a, b in itertools.combinations(range(0, 256, 7), 2):
         assert (classes[a] == classes[b]) == (signature[a] == signature[b])
     first_seen = list(dict.fromkeys(classes))
     assert first_seen == list(range(len(first_seen)))
     assert len(first_seen) == len(set(signature))
+    assert byte_classes(masks).tolist() == classes
+    for m, bits in zip(masks, sets, strict=True):
+        assert bits == sum(1 << c for c in {classes[b] for b in range(256) if m >> b & 1})

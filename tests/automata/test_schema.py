@@ -495,6 +495,7 @@ def test_length_bounded_pattern_tree_builds_outside_the_compiler():
         ({"type": "object", "properties": {"\ud800": {"type": "integer"}}}, "/properties/\\ud800"),
         ({"type": "string", "pattern": "a\udc00"}, "/pattern"),
         ({"$defs": {"x": {"description": "\ud83d"}}, "type": "integer"}, "/$defs/x/description"),
+        ({"$defs": {"a/b~": {"enum": [1, "\ud800"]}}, "type": "integer"}, "/$defs/a~1b~0/enum/1"),
     ],
 )
 def test_a_lone_surrogate_is_refused_naming_its_pointer(schema, pointer):
