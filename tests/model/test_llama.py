@@ -11,6 +11,7 @@ from corral.model import llama
 
 def test_plan_prefill_places_each_token_and_splits_short_from_long_segments(monkeypatch):
     monkeypatch.setattr(llama, "SHORT_SEGMENT", 3)
+    monkeypatch.setattr(llama, "POSITIONAL_ATTENTION", False)
     plan = llama.plan_prefill([(4, 0, 2), (1, 5, 4), (0, 7, 1)])
     assert plan.slots.tolist() == [4, 4, 1, 1, 1, 1, 0]
     assert plan.positions.tolist() == [0, 1, 5, 6, 7, 8, 7]
@@ -19,16 +20,29 @@ def test_plan_prefill_places_each_token_and_splits_short_from_long_segments(monk
     assert (long.slot, long.start, long.rows) == (1, 5, slice(2, 6))
 
 
+def test_positional_plan_cuts_every_segment_into_short_pieces(monkeypatch):
+    monkeypatch.setattr(llama, "SHORT_SEGMENT", 3)
+    monkeypatch.setattr(llama, "POSITIONAL_ATTENTION", True)
+    plan = llama.plan_prefill([(4, 0, 2), (1, 5, 4), (0, 7, 7)])
+    assert plan.positions.tolist() == [0, 1, 5, 6, 7, 8, *range(7, 14)]
+    assert plan.long == ()
+    pieces = [[4, 0, 0, 2], [1, 5, 2, 3], [1, 8, 5, 1], [0, 7, 6, 3], [0, 10, 9, 3], [0, 13, 12, 1]]
+    assert plan.short.tolist() == pieces  # (slot, start, first, n)
+
+
 @pytest.mark.parametrize(
-    ("short_segment", "prompt_block"),
-    [(0, 64), (0, 3), (0, 1), (3, 2), (1000, 64)],  # all long (one block, blocks), mixed, all short
+    ("short_segment", "prompt_block", "positional"),
+    [(0, 64, False), (0, 3, False), (0, 1, False), (3, 2, False), (1000, 64, False)]
+    # all long (one block, blocks), mixed, all short; then every segment in short pieces
+    + [(1, 64, True), (3, 64, True), (32, 64, True)],
 )
 def test_prefill_attention_of_ragged_segments_equals_the_textbook_formula(
-    monkeypatch, short_segment, prompt_block
+    monkeypatch, short_segment, prompt_block, positional
 ):
     """Each new token sees its slot's earlier cache and the segment's tokens up to itself, by
     either route (one ragged kernel call, or blocks of queries of a segment, each over the keys
-    up to its own last position)."""
+    up to its own last position), or with every segment cut into short pieces."""
+    monkeypatch.setattr(llama, "POSITIONAL_ATTENTION", positional)
     monkeypatch.setattr(llama, "SHORT_SEGMENT", short_segment)
     monkeypatch.setattr(llama, "PROMPT_BLOCK", prompt_block)
     rng = np.random.default_rng(short_segment + prompt_block)
