@@ -631,6 +631,26 @@ def quantize_rows(x, x_q, x_scales, x_sums, x_terms):  # pragma: no cover - comp
 
 
 @numba.njit(cache=True)
+def _quantized(x, groups, rows):  # pragma: no cover - compiled
+    """x's two int8 parts in fresh arrays (`quantize_rows`) for `groups` groups of 16 rows and
+    `rows` rows of scales, zero past x's rows; with Q8_0's offsets, 128 x_sums.  -> (x_q,
+    x_scales, x_terms, x_offsets). Compiled apart from the parallel kernels: there each
+    np.zeros and array expression would be a parallel region of its own, waking the other
+    threads (a dozen more wake-ups a product, which at batch 1 cost more than the product)."""
+    n_blocks = x.shape[1] // BLOCK
+    x_q = np.zeros((groups, n_blocks, 2, ROWS, BLOCK), np.int8)
+    x_scales = np.zeros((rows, n_blocks), np.float32)
+    x_sums = np.zeros((rows, n_blocks), np.int32)
+    x_terms = np.zeros((rows, n_blocks), np.float32)
+    quantize_rows(x, x_q, x_scales, x_sums, x_terms)
+    x_offsets = np.empty_like(x_sums)
+    for row in range(rows):
+        for block in range(n_blocks):
+            x_offsets[row, block] = x_sums[row, block] * np.int32(128)
+    return x_q, x_scales, x_terms, x_offsets
+
+
+@numba.njit(cache=True)
 def _products(group, a_args, terms, w_args, scratch, totals):  # pragma: no cover - compiled
     """`_group_product` for `group` rows (one of `_GROUP_ROWS`)."""
     if group == 16:
@@ -661,13 +681,8 @@ def amx_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
     n_tiles, n_blocks, tile = scales.shape
     lane_groups = tile // ROWS
     rows = batch + (-batch) % ROWS  # zero rows pad the last group of x
-    x_q = np.zeros((rows // ROWS, n_blocks, 2, ROWS, BLOCK), np.int8)
-    x_scales = np.zeros((rows, n_blocks), np.float32)
-    x_sums = np.zeros((rows, n_blocks), np.int32)
-    x_terms = np.zeros((rows, n_blocks), np.float32)
-    quantize_rows(x, x_q, x_scales, x_sums, x_terms)
+    x_q, x_scales, x_terms, x_offsets = _quantized(x, rows // ROWS, rows)
     nibbles = words.shape[3] == 4
-    x_offsets = x_sums * np.int32(128)  # Q8_0's stored q + 128
     n_out = out.shape[1]
     flat_words = words.reshape(-1)
     chunk = ROWS * 4 * words.shape[3]  # bytes of one block of 16 output rows
@@ -723,12 +738,7 @@ def row_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
     n_tiles, n_blocks, tile = scales.shape
     lane_groups = tile // ROWS
     n_out = out.shape[1]
-    x_q = np.zeros((1, n_blocks, 2, ROWS, BLOCK), np.int8)  # row 0 of a group
-    x_scales = np.zeros((1, n_blocks), np.float32)
-    x_sums = np.zeros((1, n_blocks), np.int32)
-    x_terms = np.zeros((1, n_blocks), np.float32)
-    quantize_rows(x, x_q, x_scales, x_sums, x_terms)
-    x_offsets = x_sums * np.int32(128)  # Q8_0's stored q + 128
+    x_q, x_scales, x_terms, x_offsets = _quantized(x, 1, 1)  # row 0 of a group
     nibbles = words.shape[3] == 4
     flat_words, flat_x = words.reshape(-1), x_q.reshape(-1)
     last_word = flat_words.shape[0]
