@@ -651,6 +651,14 @@ def _quantized(x, groups, rows):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True)
+def _unpack_group(words, start, step, n_blocks, b, target):  # pragma: no cover - compiled
+    """`_unpack_block` for the n_blocks blocks of one group of 16 output rows, block j's words
+    at words[start + j step], its B at b[target + 512 j].  O(256 n_blocks)"""
+    for block in range(n_blocks):
+        _unpack_block(words, start + block * step, b, target + 512 * block)
+
+
+@numba.njit(cache=True)
 def _products(group, a_args, terms, w_args, scratch, totals):  # pragma: no cover - compiled
     """`_group_product` for `group` rows (one of `_GROUP_ROWS`)."""
     if group == 16:
@@ -693,28 +701,42 @@ def amx_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
         last *= 2
     for t in numba.prange(n_tiles):
         scratch = np.empty(SCRATCH, np.int32)
-        unpacked = np.empty(n_blocks * 512, np.uint8)
         totals = np.empty((ROWS, ROWS), np.float32)
         sc_start = t * n_blocks * tile
+        groups = min(lane_groups, -(-(n_out - t * tile) // ROWS))  # those with output rows
+        # Q4_1: B's bytes, group by group, block after block; for the whole tile ahead when
+        # several groups of rows of x read them (from L2), else one group's just before use
+        whole = batch > ROWS
+        unpacked = np.empty((groups if whole else 1) * n_blocks * 512 if nibbles else 0, np.uint8)
+        for g in range(groups if nibbles and whole else 0):
+            _unpack_group(
+                flat_words,
+                (t * n_blocks * lane_groups + g) * chunk,
+                block_bytes,
+                n_blocks,
+                unpacked,
+                g * n_blocks * 512,
+            )
         configured = 0
-        for g in range(lane_groups):  # 16 output rows at a time
-            column = t * tile + g * ROWS
-            width = min(ROWS, n_out - column)
-            if width <= 0:
-                break
-            b_start = (t * n_blocks * lane_groups + g) * chunk  # their block 0
-            b, b_step = flat_words, block_bytes
-            if nibbles:  # B's bytes, block after block
-                for block in range(n_blocks):
-                    _unpack_block(flat_words, b_start + block * block_bytes, unpacked, 512 * block)
-                b, b_start, b_step = unpacked, 0, 512
-            first = 0
-            while first < batch:
-                group = ROWS if first < full else last
-                if group != configured:  # ldtilecfg costs: only when the shape changes
-                    _load_config(_config(group))
-                    configured = group
-                a_start = first * k * 2  # group first // 16
+        first = 0
+        while first < batch:  # a group of rows of x (in L1) against the whole tile
+            group = ROWS if first < full else last
+            if group != configured:  # ldtilecfg costs: only when the shape changes
+                _load_config(_config(group))
+                configured = group
+            a_start = first * k * 2  # group first // 16
+            for g in range(groups):  # 16 output rows at a time
+                column = t * tile + g * ROWS
+                width = min(ROWS, n_out - column)
+                if nibbles and whole:
+                    b, b_start, b_step = unpacked, g * n_blocks * 512, 512
+                elif nibbles:
+                    words_at = (t * n_blocks * lane_groups + g) * chunk
+                    _unpack_group(flat_words, words_at, block_bytes, n_blocks, unpacked, 0)
+                    b, b_start, b_step = unpacked, 0, 512
+                else:
+                    b, b_start = flat_words, (t * n_blocks * lane_groups + g) * chunk
+                    b_step = block_bytes
                 a_args = (x_q, a_start, BLOCK, ROWS * BLOCK, b, b_start, b_step, n_blocks, x_scales)
                 w_args = (first * n_blocks, n_blocks, scales, coefs, sc_start + g * ROWS, tile)
                 if nibbles:
@@ -724,7 +746,7 @@ def amx_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
                 for i in range(min(group, batch - first)):  # no views: each one costs
                     for r in range(width):  # two atomic reference-count updates
                         out[first + i, column + r] = totals[i, r]
-                first += group
+            first += group
         _release()
     return out
 
