@@ -11,8 +11,8 @@ beside the float32 copy (`corral.model.quant`; small passes read the blocks, lar
 float32 GEMM), "float32" the float32 copy alone (the reference path), "auto" (the default) the
 blocks when the model came from a GGUF whose matrices are all in supported block types. The
 default model keeps its GGUF beside the converted folder (`default_gguf`). `kv_dtype` chooses the KV
-cache's storage (`Model.kv_dtype`): float16 by default, np.float32 for the reference path
-(`corral.model.kv_cache`).
+cache's storage (`Model.kv_dtype`): by default float16 where int8 activations on AMX serve the
+model, else float32 (`load_model`), np.float32 for the reference path (`corral.model.kv_cache`).
 
 Every file is read and checked here or in `weights`, `config` and `tokenizer`: a missing or
 malformed file raises `ModelLoadError` naming it.
@@ -29,9 +29,9 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
-from corral.kernels import layers, quant_rows
+from corral.kernels import layers, quant_amx, quant_rows
 from corral.kernels.jit_cache import is_cached
-from corral.model import llama
+from corral.model import llama, quant
 from corral.model.config import LlamaConfig
 from corral.model.errors import ModelLoadError
 from corral.model.kv_cache import DTYPES
@@ -61,8 +61,12 @@ def load_model(
         progress: show progress bars for the download and conversion.
         weights: "auto", "quantized" or "float32" (see the module docstring); `Model.weights`
             says which was loaded.
-        kv_dtype: None for the default KV cache dtype (float16, `kv_cache.DEFAULT_DTYPE`), or
-            np.float16 or np.float32 (the reference path): the model's `kv_dtype`.
+        kv_dtype: None for the default KV cache dtype, or np.float16 or np.float32 (the
+            reference path): the model's `kv_dtype`. The default is float16
+            (`kv_cache.DEFAULT_DTYPE`) where the model's passes are the same bit for bit
+            however they are made up (quantized weights with int8 activations on AMX,
+            `quant.every_pass()`, as `quant.INT8_ACTIVATIONS` stands when the model loads);
+            float32 otherwise (float32 weights, float32 activations, no AMX).
 
     Raises:
         ModelLoadError: naming the file at fault: `path` if it does not exist, else see
@@ -92,12 +96,14 @@ def load_model(
     if weights == "quantized" and gguf is None:
         raise ModelLoadError(folder, "quantized weights need a GGUF file; a folder is float32")
     model = load_folder(folder, gguf, required=weights == "quantized")
-    if kv_dtype is not None:
-        model.kv_dtype = np.dtype(kv_dtype).type
     if progress and not kernels_cached(model):
         print("corral: compiling the model's Numba kernels: this first run on the machine waits "
               "about a minute before its first tokens (later runs load them from Numba's cache)",
               file=sys.stderr)  # fmt: skip
+    if kv_dtype is not None:
+        model.kv_dtype = np.dtype(kv_dtype).type
+    elif model.weights != "quantized" or not quant.every_pass():
+        model.kv_dtype = np.float32  # float16 only where every pass is the same bit for bit
     return model
 
 
@@ -106,8 +112,11 @@ def kernels_cached(model: Model) -> bool:
     first (the per-token layers, and the block products when it reads quantization blocks):
     False on a machine's first run, which compiles them (`corral.kernels.jit_cache`)."""
     kernels = [layers.rms_norm]
-    if model.weights == "quantized":
-        kernels.append(quant_rows.float_matmul)
+    if model.weights == "quantized":  # the AMX kernels when they serve (asking no compile)
+        amx = quant.INT8_ACTIVATIONS is not False and quant_amx.granted()
+        kernels += (
+            [quant_amx.amx_matmul, quant_amx.row_matmul] if amx else [quant_rows.float_matmul]
+        )
     return all(is_cached(kernel) for kernel in kernels)
 
 

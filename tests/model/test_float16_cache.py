@@ -21,10 +21,9 @@ import numba
 import numpy as np
 import pytest
 from corral.kernels import attention as attention_kernels
-from corral.model import llama, load_model
+from corral.model import llama, load_model, quant
 from corral.model.kv_cache import DEFAULT_DTYPE, KVCache
 from corral.model.llama import SHORT_SEGMENT
-from corral.model.model import Model
 from test_int8_activations import TEXT, mean_log_likelihood
 
 pytestmark = pytest.mark.skipif(
@@ -77,11 +76,18 @@ def test_without_f16c_a_float16_cache_is_refused_and_the_default_is_float32(tmp_
     not llvm.get_host_cpu_features().get("f16c") or numba.config.CPU_NAME is not None,
     reason="Numba compiles for a CPU without F16C",
 )
-def test_the_default_cache_is_float16_and_float32_is_chosen_at_load(tiny, tmp_path):
-    folder = tiny.write(tmp_path / "model")
+def test_the_default_cache_is_float16_where_amx_serves_and_float32_is_chosen_at_load(
+    model, tiny, tmp_path, monkeypatch
+):
+    folder = tiny.write(tmp_path / "model")  # float32 weights: a float32 cache by default
     assert attention_kernels.float16_supported()
-    assert DEFAULT_DTYPE is np.float16 and Model.kv_dtype is np.float16
-    assert load_model(folder).new_cache(1, 2).keys.dtype == np.float16
+    assert load_model(folder).new_cache(1, 2).keys.dtype == np.float32
+    assert load_model(folder, kv_dtype=np.float16).new_cache(1, 2).keys.dtype == np.float16
+    if quant.every_pass():  # the default model on AMX: float16
+        assert DEFAULT_DTYPE is np.float16 and model.kv_dtype is np.float16
+        monkeypatch.setattr(quant, "INT8_ACTIVATIONS", False)  # float32 activations: float32
+        assert load_model(progress=False).kv_dtype is np.float32
+        monkeypatch.undo()
     reference = load_model(folder, kv_dtype=np.float32)
     assert reference.kv_dtype is np.float32
     cache = reference.new_cache(1, 2)
