@@ -19,7 +19,7 @@ lies in -127..127), so that v = d (254 x_1 + x_2) to half a step d: the error of
 rows, 4 consecutive bytes of each of the 16 rows in every 64-byte word: a Q8_0 block's 8 words
 (stored q + 128, unsigned) are B as they lie; a Q4_1 block's 4 words of nibbles become B's 8 rows
 with a mask (low nibbles: k 0..15) and a shift (high nibbles: k 16..31), once per call
-(`_unpack_nibbles`).
+(`_unpack_block`).
 
 **One block of 16 rows of x by 16 output rows** (`_group_product`): two tile products give the
 exact integer sums S_1 = sum(q x_1), S_2 = sum(q x_2); S = 254 S_1 + S_2 is exact in int32 and in
@@ -75,15 +75,28 @@ _XFEATURE_XTILEDATA = 18
 _SYS_ARCH_PRCTL = 158  # x86-64
 
 _A1, _A2, _B = 4, 5, 6  # tile registers: two activation parts, the weights (C: 0..3)
-_B_SCRATCH = 4096  # byte offset of the unpacked Q4_1 weights in `_group_product`'s scratch
-SCRATCH = (_B_SCRATCH + 2 * 512) // 4
-"""int32 elements of `_group_product`'s scratch: two slots of two 16 x 16 sums, two of B."""
+SCRATCH = 2 * 2048 // 4
+"""int32 elements of `_group_product`'s scratch: two slots of two 16 x 16 int32 sums."""
 
 
 def _declare(builder, name: str, arguments: list) -> ir.Function:
     return cgutils.get_or_insert_function(
         builder.module, ir.FunctionType(ir.VoidType(), arguments), name
     )
+
+
+def _splat(builder, value, vector: ir.VectorType):
+    """`value` (a scalar of vector's element type) in every lane of a `ROWS`-lane vector."""
+    lanes = ir.VectorType(ir.IntType(32), ROWS)
+    single = builder.insert_element(ir.Constant(vector, None), value, ir.IntType(32)(0))
+    return builder.shuffle_vector(single, ir.Constant(vector, None), lanes([0] * ROWS))
+
+
+def _times_ratio(builder, value):
+    """`PART_RATIO` times an int32 vector of `ROWS` lanes: 254 v = 256 v - 2 v (two shifts)."""
+    lanes = ir.VectorType(ir.IntType(32), ROWS)
+    times_256 = builder.shl(value, lanes([8] * ROWS))
+    return builder.sub(times_256, builder.shl(value, lanes([1] * ROWS)))
 
 
 def _data(context, builder, signature, args, index, element=None):
@@ -256,13 +269,11 @@ def _make_group_product(rows: int):
                 _data(context, builder, signature, args, 17), fvec.as_pointer()
             )
 
-            def ratio(value):  # 254 value = 256 value - 2 value, in int32
-                times_256 = builder.shl(value, vec([8] * ROWS))
-                return builder.sub(times_256, builder.shl(value, vec([1] * ROWS)))
+            def ratio(value):
+                return _times_ratio(builder, value)
 
-            def splat(value, vector=fvec):  # value in every lane
-                single = builder.insert_element(ir.Constant(vector, None), value, i32(0))
-                return builder.shuffle_vector(single, ir.Constant(vector, None), vec([0] * ROWS))
+            def splat(value, vector=fvec):
+                return _splat(builder, value, vector)
 
             def scalar(base, offset):
                 return builder.load(builder.gep(base, [offset]), align=4)
@@ -440,13 +451,11 @@ def _make_row_product(words_per_block: int):
                 address = builder.bitcast(builder.gep(base, [offset]), kind.as_pointer())
                 return builder.load(address, align=1)
 
-            def ratio(value):  # 254 value = 256 value - 2 value, in int32
-                times_256 = builder.shl(value, vec([8] * ROWS))
-                return builder.sub(times_256, builder.shl(value, vec([1] * ROWS)))
+            def ratio(value):
+                return _times_ratio(builder, value)
 
             def splat(value, vector):
-                single = builder.insert_element(ir.Constant(vector, None), value, i32(0))
-                return builder.shuffle_vector(single, ir.Constant(vector, None), vec([0] * ROWS))
+                return _splat(builder, value, vector)
 
             splits = 4  # independent sums a part: vpdpbusd's latency is 5 cycles
             sums = [[vec([0] * ROWS)] * splits for _ in range(2)]
@@ -557,8 +566,7 @@ def _quantize_block(
             return cgutils.get_or_insert_function(builder.module, kind, name)
 
         def splat(value):
-            single = builder.insert_element(ir.Constant(fvec, None), value, i32(0))
-            return builder.shuffle_vector(single, ir.Constant(fvec, None), ivec([0] * ROWS))
+            return _splat(builder, value, fvec)
 
         def store(value, base, offset, element):
             address = builder.gep(_data(context, builder, signature, args, base, element), [offset])
