@@ -534,7 +534,7 @@ def available() -> bool:
     try:
         words = word_tiles(quants, "Q4_1", 1, ROWS)
         x = np.ones((3, BLOCK), np.float32)
-        out = amx_matmul(x, scales, minimums, words, np.empty((3, ROWS), np.float32))
+        out = _amx_matmul(x, scales, minimums, words, np.empty((3, ROWS), np.float32))
     except Exception:  # any failure to compile or run: the other kernels serve
         return False
     return bool(np.allclose(out, weights.sum(axis=1)[None, :], rtol=1e-6))
@@ -586,6 +586,10 @@ def _quantize_block(
             halves.append(builder.load(address, align=4))
         magnitudes = builder.call(maximum, [builder.call(fabs, [v]) for v in halves])
         d = builder.fdiv(builder.call(reduce_max, [magnitudes]), f32(127.0 * PART_RATIO))
+        # maxnum passes over NaN: a block that holds one gets d = NaN, so its products are NaN
+        nan = builder.or_(*(builder.fcmp_unordered("uno", v, v) for v in halves))
+        reduce_or = function("llvm.vector.reduce.or.v16i1", ir.IntType(1), [nan.type])
+        d = builder.select(builder.call(reduce_or, [nan]), f32(float("nan")), d)
         d1 = builder.fmul(d, f32(PART_RATIO))
         positive = builder.fcmp_ordered(">", d, f32(0.0))
         inverse1 = builder.select(positive, builder.fdiv(f32(1.0), d1), f32(0.0))
@@ -682,7 +686,7 @@ def _products(group, a_args, terms, w_args, scratch, totals):  # pragma: no cove
 
 
 @numba.njit(cache=True, parallel=True)
-def amx_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
+def _amx_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
     """x W^T for W in word tiles, x quantized in two int8 parts (`quantize_rows`), the
     integer sums made by AMX tile products (`_group_product`).  O(B n_out k) multiply-adds in
     16 x 16 x 32 tile products (two each, one a part; x's rows padded to a multiple of 16),
@@ -760,7 +764,7 @@ def amx_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, parallel=True)
-def row_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
+def _row_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
     """`amx_matmul` for x of one row, in AVX-512 VNNI (`_make_row_product`): the same
     quantization, integer sums and float operations in the same order, so the same results
     bit for bit, without AMX's 16-row tiles (15 of whose rows one row would waste).
@@ -793,3 +797,65 @@ def row_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
         start, end = t * tile, min((t + 1) * tile, n_out)
         out[0, start:end] = total[: end - start]
     return out
+
+
+def _check(x, scales, coefs, words, out, one_row: bool) -> None:
+    """The arguments of `amx_matmul` / `row_matmul` as their kernels need them, which index
+    without bounds checks and run tile instructions: else an error naming what is wrong.
+
+    Raises:
+        RuntimeError: AMX is not there or Linux refused it (`granted()`).
+        ValueError: an argument of the wrong dtype, layout or shape.
+    """
+    if not granted():
+        raise RuntimeError("the AMX kernels need a CPU with AMX-INT8 and Linux's permission")
+    arrays = {"x": x, "scales": scales, "coefs": coefs, "words": words, "out": out}
+    for name, array in arrays.items():
+        dtype = np.uint8 if name == "words" else np.float32
+        if not (
+            isinstance(array, np.ndarray) and array.dtype == dtype and array.flags.c_contiguous
+        ):
+            raise ValueError(f"{name} must be a C-contiguous {np.dtype(dtype)} array")
+    if scales.ndim != 3 or scales.shape[2] % ROWS or coefs.shape != scales.shape:
+        raise ValueError(
+            f"scales and coefs must be [n_tiles, k/32, tile], tile a multiple of {ROWS}"
+        )
+    n_tiles, n_blocks, tile = scales.shape
+    if words.shape not in [(n_tiles, n_blocks, tile // ROWS, w, ROWS, 4) for w in (4, 8)]:
+        raise ValueError(f"words must be [{n_tiles}, {n_blocks}, {tile // ROWS}, 4 or 8, 16, 4]")
+    if x.ndim != 2 or x.shape[1] != n_blocks * BLOCK or x.shape[0] < 1 or (one_row and len(x) != 1):
+        rows = "1" if one_row else "B >= 1"
+        raise ValueError(f"x must be [{rows}, {n_blocks * BLOCK}], got shape {x.shape}")
+    if out.ndim != 2 or out.shape[0] != x.shape[0] or not 1 <= out.shape[1] <= n_tiles * tile:
+        raise ValueError(f"out must be [{x.shape[0]}, n_out <= {n_tiles * tile}], got {out.shape}")
+
+
+def amx_matmul(x, scales, coefs, words, out):
+    """x W^T on AMX tiles (`_amx_matmul`), after checking the arguments (`_check`).
+
+    x float32 [B, k] (C-contiguous, k a multiple of 32); scales float32 [n_tiles, k/32, tile];
+    coefs: the minimums (Q4_1) or the scales again (Q8_0, stored q + 128); words uint8
+    [n_tiles, k/32, tile/16, W, 16, 4] (W = 4: Q4_1 nibbles; W = 8: Q8_0 bytes); out float32
+    [B, n_out], n_out <= n_tiles tile (written). Returns out. A NaN in a block of x makes its
+    row's outputs NaN.
+
+    Raises:
+        RuntimeError, ValueError: see `_check`.
+    """
+    _check(x, scales, coefs, words, out, one_row=False)
+    return _amx_matmul(x, scales, coefs, words, out)
+
+
+def row_matmul(x, scales, coefs, words, out):
+    """`amx_matmul` for x of one row, in AVX-512 VNNI (`_row_matmul`): the same results bit for
+    bit. Arguments as `amx_matmul`'s, x [1, k].
+
+    Raises:
+        RuntimeError, ValueError: see `_check`.
+    """
+    _check(x, scales, coefs, words, out, one_row=True)
+    return _row_matmul(x, scales, coefs, words, out)
+
+
+KERNELS = (_amx_matmul, _row_matmul)
+"""The compiled kernels behind `amx_matmul` and `row_matmul` (for `corral.kernels.jit_cache`)."""

@@ -77,8 +77,13 @@ def load_model(
     """
     if weights not in WEIGHTS:
         raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
-    if kv_dtype is not None and np.dtype(kv_dtype) not in DTYPES:
-        raise ValueError(f"kv_dtype must be float16 or float32, got {np.dtype(kv_dtype)}")
+    if kv_dtype is not None:
+        try:
+            wanted = np.dtype(kv_dtype)
+        except TypeError:
+            raise ValueError(f"kv_dtype must be float16 or float32, got {kv_dtype!r}") from None
+        if wanted not in DTYPES:
+            raise ValueError(f"kv_dtype must be float16 or float32, got {wanted}")
     if path is None:
         folder = default_model_folder(progress=progress)
         gguf = default_gguf() if weights != "float32" else None
@@ -114,9 +119,7 @@ def kernels_cached(model: Model) -> bool:
     kernels = [layers.rms_norm]
     if model.weights == "quantized":  # the AMX kernels when they serve (asking no compile)
         amx = quant.INT8_ACTIVATIONS is not False and quant_amx.granted()
-        kernels += (
-            [quant_amx.amx_matmul, quant_amx.row_matmul] if amx else [quant_rows.float_matmul]
-        )
+        kernels += list(quant_amx.KERNELS) if amx else [quant_rows.float_matmul]
     return all(is_cached(kernel) for kernel in kernels)
 
 

@@ -66,7 +66,15 @@ float32 GEMMs), is not the default."""
 
 def int8_kernel() -> str | None:
     """The int8-activation kernel `TiledMatrix.matmul` uses under `INT8_ACTIVATIONS`: "amx",
-    "vnni", or None (float32 activations)."""
+    "vnni", or None (float32 activations).
+
+    Raises:
+        ValueError: `INT8_ACTIVATIONS` is not None, True or False (0 would read as "on")."""
+    if INT8_ACTIVATIONS is not None and not isinstance(INT8_ACTIVATIONS, bool):
+        raise ValueError(
+            f"corral.model.quant.INT8_ACTIVATIONS must be None, True or False, "
+            f"got {INT8_ACTIVATIONS!r}"
+        )
     if INT8_ACTIVATIONS is False:
         return None
     if quant_amx.available():

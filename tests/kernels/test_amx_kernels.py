@@ -140,3 +140,47 @@ def test_tiled_matrix_matmul_takes_amx_by_default_and_float32_when_switched_off(
     monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", False)
     assert model_quant.int8_kernel() is None and not model_quant.every_pass()
     assert not np.array_equal(matrix.tiled().matmul(x), product(matrix, x, quant_amx.amx_matmul))
+
+
+def test_bad_arguments_are_refused_with_the_argument_named():
+    rng = np.random.default_rng(4)
+    tiled = BlockMatrix.from_blocks("Q4_1", random_blocks(rng, "Q4_1", 20, 64)).tiled()
+    args = (tiled.scales, tiled.minimums, tiled.words)
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    cases = [
+        ((x.astype(np.float64), *args, np.empty((3, 20), np.float32)), "x must be"),
+        ((x[:, :32].copy(), *args, np.empty((3, 20), np.float32)), r"x must be \[B >= 1, 64\]"),
+        ((x, *args, np.empty((1, 20), np.float32)), r"out must be \[3"),
+        ((x, *args, np.empty((3, 64), np.float32)), r"out must be \[3"),
+        (
+            (
+                x,
+                tiled.scales,
+                tiled.minimums,
+                tiled.words[:, :1].copy(),
+                np.empty((3, 20), np.float32),
+            ),
+            "words must be",
+        ),  # fmt: skip
+    ]
+    for arguments, message in cases:
+        with pytest.raises(ValueError, match=message):
+            quant_amx.amx_matmul(*arguments)
+    with pytest.raises(ValueError, match=r"x must be \[1, 64\]"):
+        quant_amx.row_matmul(x, *args, np.empty((3, 20), np.float32))
+
+
+@pytest.mark.parametrize("kernel", ["amx_matmul", "row_matmul"])
+def test_a_nan_in_x_makes_its_rows_outputs_nan(kernel):
+    rng = np.random.default_rng(5)
+    matrix = BlockMatrix.from_blocks("Q4_1", random_blocks(rng, "Q4_1", 20, 64))
+    x = rng.standard_normal((1, 64)).astype(np.float32)
+    x[0, 40] = np.nan
+    assert np.isnan(product(matrix, x, getattr(quant_amx, kernel))).all()
+
+
+@pytest.mark.parametrize("value", [0, 1, "yes", 2.5])
+def test_int8_activations_other_than_none_true_false_are_refused(monkeypatch, value):
+    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", value)
+    with pytest.raises(ValueError, match="INT8_ACTIVATIONS must be None, True or False"):
+        model_quant.int8_kernel()

@@ -94,6 +94,8 @@ def test_the_default_cache_is_float16_where_amx_serves_and_float32_is_chosen_at_
     assert cache.keys.dtype == cache.values.dtype == np.float32
     with pytest.raises(ValueError, match="kv_dtype must be float16 or float32, got float64"):
         load_model(folder, kv_dtype=np.float64)
+    with pytest.raises(ValueError, match="kv_dtype must be float16 or float32, got 16"):
+        load_model(folder, kv_dtype=16)
 
 
 def rounded(x: np.ndarray) -> np.ndarray:
