@@ -58,13 +58,13 @@ THREAD_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPENBLAS_THREAD_TIMEOU
 
 USER_THREAD_ENVIRONMENT = {name: os.environ.get(name) for name in THREAD_VARIABLES}
 """Those variables before corral is imported (`corral.kernels` sets OMP_WAIT_POLICY=PASSIVE with
-GOMP_SPINCOUNT=1000 and OPENBLAS_THREAD_TIMEOUT=4 where the user did not set them)."""
+GOMP_SPINCOUNT=3000 and OPENBLAS_THREAD_TIMEOUT=4 where the user did not set them)."""
 
 if "--references-only" not in sys.argv:  # the references' child keeps the user's variables
     # corral's thread variables before NumPy loads OpenBLAS, as the `corral` command has them
     import corral.kernels  # noqa: F401
 
-CORRAL_SPIN_COUNT = "1000"
+CORRAL_SPIN_COUNT = "3000"
 """The GOMP_SPINCOUNT `corral.kernels` sets when the user set no OpenMP wait variable."""
 
 import numpy as np  # noqa: E402
@@ -308,9 +308,9 @@ def crossover(model, batches: list[int], steps: int) -> dict[int, tuple[float, f
     return results
 
 
-SPIN_COUNTS = (None, 1000, 10000)
+SPIN_COUNTS = (None, 1000, 3000, 10000)
 """libgomp's GOMP_SPINCOUNT values `spin_speeds` tries beside the PASSIVE policy alone (None;
-1000 is corral's default, `corral.kernels`): how long Numba's idle OpenMP worker polls before it
+3000 is corral's default, `corral.kernels`, 1000 its earlier one): how long Numba's idle OpenMP worker polls before it
 sleeps. A decode step opens some 150 parallel regions (the products and attention of 30
 layers, the LM head); under PASSIVE each one first wakes the sleeping worker, a longer spin
 keeps it awake between regions but takes a core from BLAS's threads and from other

@@ -19,16 +19,21 @@ import os
 # - libgomp's default lets Numba's idle worker spin for long, which starves BLAS's threads on
 #   a small machine (bench/model.py, 2 cores: float32 decode at batch 1 fell from 28 to 4
 #   tokens/s). Unless the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT, workers sleep (PASSIVE)
-#   after a bounded spin of GOMP_SPINCOUNT=1000 polls (libgomp: an explicit count overrides the
-#   policy's). Alone on the 2 cores, `bench/threads.py --rounds 3 --environments P:4 1000:4
-#   10000:4` gave, as times PASSIVE's tokens/s (prefill, batch 1, 8, 32, 64): spin 1000 0.99,
-#   1.79, 1.09, 1.03, 1.03; spin 10000 0.97, 2.23, 1.46, 1.14, 1.08. With other work on the
-#   cores (load 4-10) the same script (`--environments P:4 1000:4 P:-`, `--rounds 5
-#   --environments P:4 1000:4 10000:4`) gave spin 1000 0.41-1.01 and spin 10000 0.30-0.89
-#   times, an earlier form of it spin 100000 0.09-0.46: 1000 keeps most of the gain alone and
-#   loses least when shared. On float32 weights (the starvation case; `bench/threads.py
-#   --weights float32 --rounds 3`, shared) spin 1000 against none, both with the timeout below:
-#   prefill 49.0 / 28.3, batch 1 10.2 / 12.8, 8 17.1 / 23.9, 32 59.2 / 32.7, 64 64.3 / 74.2.
+#   after a bounded spin of GOMP_SPINCOUNT=3000 polls (libgomp: an explicit count overrides the
+#   policy's). A decode step opens some 150 parallel regions with Python between them; on a
+#   virtual machine whose idle vCPU halts at once (cpuidle haltpoll, guest_halt_poll_ns=0, as
+#   here) waking a sleeping worker took about 70 us, more than a batch-1 product itself (10-30
+#   us), so a batch-1 step on 2 threads was slower than on one (18.7 against 15.7 ms). Alone on
+#   the 2 cores, `bench/threads.py --environments 1000:4 3000:4 10000:4 30000:4 --rounds 3`
+#   gave, as times spin 1000's tokens/s (prefill, batch 1, 8, 32, 64): spin 3000 0.99, 1.55,
+#   1.20, 1.03, 1.05; 10000 1.01, 1.60, 1.19, 1.12, 1.05; 30000 0.99, 1.64, 1.15, 1.15, 1.03.
+#   With two busy loops on the cores (`--environments 1000:4 3000:4 P:4 --rounds 3`) spin
+#   3000 gave 0.88, 0.89, 0.82, 1.01, 1.12 times spin 1000's; earlier, shared (load 4-10), spin
+#   1000 gave 0.41-1.01 and spin 10000 0.30-0.89 times PASSIVE's, spin 100000 0.09-0.46: 3000
+#   takes nearly all of the gain alone and loses little more than 1000 when shared. On float32
+#   weights (the starvation case; `bench/threads.py --weights float32 --rounds 3`, shared) spin
+#   1000 against none, both with the timeout below: prefill 49.0 / 28.3, batch 1 10.2 / 12.8,
+#   8 17.1 / 23.9, 32 59.2 / 32.7, 64 64.3 / 74.2.
 # - OpenBLAS's idle threads poll for about 2^28 cycles after each call; at
 #   OPENBLAS_THREAD_TIMEOUT=4 they sleep at once, unless the user set it. With other work on the
 #   2 cores, `bench/threads.py --weights float32 --rounds 3` (BLAS does the float32 path's
@@ -41,7 +46,7 @@ import os
 #   first). tests/conftest.py runs OpenBLAS on one thread, which has no idle threads.
 if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-    os.environ["GOMP_SPINCOUNT"] = "1000"
+    os.environ["GOMP_SPINCOUNT"] = "3000"
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 # Numba's vectorized loops in zmm registers where the CPU has AVX-512 (an import for its effect:

@@ -45,7 +45,7 @@ def test_set_before_numpy_loads(module):
     seen = variables_when_numpy_loads(module)
     assert seen == {
         "OMP_WAIT_POLICY": "PASSIVE",
-        "GOMP_SPINCOUNT": "1000",
+        "GOMP_SPINCOUNT": "3000",
         "OPENBLAS_THREAD_TIMEOUT": "4",
     }
 
