@@ -310,10 +310,10 @@ def crossover(model, batches: list[int], steps: int) -> dict[int, tuple[float, f
 
 SPIN_COUNTS = (None, 1000, 3000, 10000)
 """libgomp's GOMP_SPINCOUNT values `spin_speeds` tries beside the PASSIVE policy alone (None;
-3000 is corral's default, `corral.kernels`, 1000 its earlier one): how long Numba's idle OpenMP worker polls before it
-sleeps. A decode step opens some 150 parallel regions (the products and attention of 30
-layers, the LM head); under PASSIVE each one first wakes the sleeping worker, a longer spin
-keeps it awake between regions but takes a core from BLAS's threads and from other
+3000 is corral's default, `corral.kernels`, 1000 its earlier one): how long Numba's idle OpenMP
+worker polls before it sleeps. A decode step opens some 150 parallel regions (the products and
+attention of 30 layers, the LM head); under PASSIVE each one first wakes the sleeping worker, a
+longer spin keeps it awake between regions but takes a core from BLAS's threads and from other
 processes."""
 
 SPIN_ROUNDS = 2
