@@ -11,22 +11,25 @@ instruction:
 
 **Activations** (`quantize_rows`). Each block of 32 values v of a row of x is stored as two int8
 parts on one scale: d_1 = max |v| / 127, x_1 = round(v / d_1) (ggml's Q8_1), and
-x_2 = round((v - d_1 x_1) / d), d = d_1 / 254 (the leftover is at most d_1 / 2 = 127 d, so x_2
-lies in -127..127), so that v = d (254 x_1 + x_2) to half a step d: the error of
-`quant_int8`'s two parts, with one scale per block.
+x_2 = round((v - d_1 x_1) / d), d = d_1 / R, so that v = d (R x_1 + x_2) to half a step d. The
+ratio R is the weights' (`ratio_of`): 254 for Q8_0 (`PART_RATIO`: the leftover is at most d_1 / 2
+= 127 d, so x_2 lies in -127..127; the error of `quant_int8`'s two parts, with one scale per
+block), 16 for Q4_1 (`NIBBLE_RATIO`: x_2 lies in -8..8). A row's block is 64 bytes, x_1 then
+x_2, and a tile of 16 rows of a block 1 KB.
 
 **Weights.** The word tiles of `quant_int8.word_tiles` hold, per block and group of 16 output
 rows, 4 consecutive bytes of each of the 16 rows in every 64-byte word: a Q8_0 block's 8 words
-(stored q + 128, unsigned) are B as they lie; a Q4_1 block's 4 words of nibbles become B's 8 rows
-with a mask (low nibbles: k 0..15) and a shift (high nibbles: k 16..31), once per call
-(`_unpack_block`).
+(stored q + 128, unsigned) are B as they lie, against each part in turn; a Q4_1 block's 4 words
+of nibbles become B's 16 rows, once per call (`_unpack_block`): 16 q against x_1 (16 q <= 240
+is still a byte) and q against x_2, so that one product over a row's 64 bytes sums both parts.
 
-**One block of 16 rows of x by 16 output rows** (`_group_product`): two tile products give the
-exact integer sums S_1 = sum(q x_1), S_2 = sum(q x_2); S = 254 S_1 + S_2 is exact in int32 and in
-float32 (|S| < 2^24), and one float multiply-add per row adds the block to its sum kept in a
-vector register over all the blocks of k:
+**One block of 16 rows of x by 16 output rows** (`_group_product`): the tile products give the
+exact integer sum S = R sum(q x_1) + sum(q x_2) (Q8_0: two products, S_1 and S_2, combined as
+254 S_1 + S_2 in vector registers; Q4_1: one product, 16 S_1 + S_2 in the tile), exact in int32,
+and one float multiply-add per row adds the block to its sum kept in a vector register over all
+the blocks of k:
 
-    total += float(S) (d s) + c term      (Q4_1: c = m, term = d sum(254 x_1 + x_2);
+    total += float(S) (d s) + c term      (Q4_1: c = m, term = d sum(16 x_1 + x_2);
                                            Q8_0: c = s, term = -128 d sum(254 x_1 + x_2),
                                            which takes off the stored quants' offset)
 
@@ -61,8 +64,22 @@ ROWS = 16
 """Rows of x (and output rows) one tile product serves."""
 
 PART_RATIO = 254
-"""The ratio of a block's first-part scale to its second's (d_1 = 254 d): the leftover of the
-first part, at most half its step, is at most 127 steps of the second."""
+"""The ratio of a block's first-part scale to its second's (d_1 = 254 d) for Q8_0 weights: the
+leftover of the first part, at most half its step, is at most 127 steps of the second."""
+
+NIBBLE_RATIO = 16
+"""The same ratio for Q4_1 weights (d_1 = 16 d, the leftover at most 8 steps of the second
+part): B holds 16 q (at most 240, still a byte) against the first part and q against the second,
+so that one tile product over 64 bytes of a row of A (both parts of one block) sums
+16 S_1 + S_2 in one C tile. On SmolLM2 this moved the logits by at most 0.06 from the float32
+path's, greedy tokens and the fixed text's log-likelihood as the bar asks (simulated in float64,
+`tests/model/test_int8_activations.py` on the kernels); 254 moved them by at most 0.005."""
+
+
+def ratio_of(nibbles: bool) -> int:
+    """The parts' ratio for Q4_1 (`nibbles`) or Q8_0 weights."""
+    return NIBBLE_RATIO if nibbles else PART_RATIO
+
 
 PREFETCH_BYTES = 4096
 """How far ahead in the word tiles `row_matmul` asks for the weights (into L2): one row of x
@@ -78,6 +95,9 @@ _A1, _A2, _B = 4, 5, 6  # tile registers: two activation parts, the weights (C: 
 SCRATCH = 2 * 2048 // 4
 """int32 elements of `_group_product`'s scratch: two slots of two 16 x 16 int32 sums."""
 
+X_ROW = 2 * BLOCK
+"""Bytes of one row's block of x in the tiles: its first part, then its second."""
+
 
 def _declare(builder, name: str, arguments: list) -> ir.Function:
     return cgutils.get_or_insert_function(
@@ -92,9 +112,12 @@ def _splat(builder, value, vector: ir.VectorType):
     return builder.shuffle_vector(single, ir.Constant(vector, None), lanes([0] * ROWS))
 
 
-def _times_ratio(builder, value):
-    """`PART_RATIO` times an int32 vector of `ROWS` lanes: 254 v = 256 v - 2 v (two shifts)."""
+def _times_ratio(builder, value, ratio: int):
+    """`ratio` (`PART_RATIO` or `NIBBLE_RATIO`) times an int32 vector of `ROWS` lanes: 254 v =
+    256 v - 2 v (two shifts), 16 v one shift."""
     lanes = ir.VectorType(ir.IntType(32), ROWS)
+    if ratio == NIBBLE_RATIO:
+        return builder.shl(value, lanes([4] * ROWS))
     times_256 = builder.shl(value, lanes([8] * ROWS))
     return builder.sub(times_256, builder.shl(value, lanes([1] * ROWS)))
 
@@ -129,27 +152,39 @@ def _release(typingctx):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True)
-def _config(rows):  # pragma: no cover - compiled
+def _config(rows, nibbles):  # pragma: no cover - compiled
     """The 64-byte tile configuration (palette 1) of `_group_product` for `rows` rows of x
-    (1..16): tiles 0..3 (two sets of the two parts' sums) `rows` rows of 16 int32; 4, 5 (A1,
-    A2) `rows` rows of one block of x; 6 (B) 8 rows of 16 x 4 bytes.  -> uint8 [64]"""
+    (1..16). Q8_0 (not `nibbles`): tiles 0..3 (two sets of the two parts' sums) `rows` rows of
+    16 int32; 4, 5 (A1, A2) `rows` rows of one part of a block of x (32 bytes); 6 (B) 8 rows of
+    16 x 4 bytes. Q4_1: tiles 0, 1 (two sets of sums) `rows` rows of 16 int32; 4 (A) `rows` rows
+    of both parts of a block (64 bytes); 6 (B) 16 rows of 16 x 4 bytes.  -> uint8 [64]"""
     config = np.zeros(64, np.uint8)
     config[0] = 1
     for tile in range(7):  # bytes a row (a uint16, < 256 here), rows
         if tile < 4:  # sums
+            if nibbles and tile > 1:
+                continue
             config[16 + 2 * tile], config[48 + tile] = 64, rows
         elif tile < 6:  # activations
-            config[16 + 2 * tile], config[48 + tile] = BLOCK, rows
+            if nibbles and tile > 4:
+                continue
+            config[16 + 2 * tile], config[48 + tile] = X_ROW if nibbles else BLOCK, rows
         else:  # weights
-            config[16 + 2 * tile], config[48 + tile] = 64, BLOCK // 4
+            config[16 + 2 * tile], config[48 + tile] = 64, X_ROW // 4 if nibbles else BLOCK // 4
     return config
+
+
+B_BYTES = X_ROW // 4 * 64
+"""Bytes of one Q4_1 block of 16 output rows unpacked as B (`_unpack_block`): 16 rows of 64."""
 
 
 @intrinsic
 def _unpack_block(typingctx, words, source, b, target):  # pragma: no cover - compiled
-    """One Q4_1 block of 16 output rows as B's 8 rows: the 4 words of nibbles at
-    words[source:] -> b[target:target + 512] (rows 0..3 the low nibbles, k 0..15; rows 4..7
-    the high ones, k 16..31), in 64-byte vectors. Flat byte offsets; not bounds-checked."""
+    """One Q4_1 block of 16 output rows as B's 16 rows: the 4 words of nibbles at
+    words[source:] -> b[target:target + `B_BYTES`]: rows 0..3 16 times the low nibbles (k
+    0..15 of the first part), rows 4..7 16 times the high ones (k 16..31), rows 8..15 the low
+    and the high nibbles themselves (the second part), in 64-byte vectors. Flat byte offsets;
+    not bounds-checked."""
     if not all(isinstance(a, types.Array) and a.dtype == types.uint8 for a in (words, b)):
         return None
 
@@ -158,13 +193,19 @@ def _unpack_block(typingctx, words, source, b, target):  # pragma: no cover - co
         vec = ir.VectorType(i32, ROWS)
         words_p = builder.gep(_data(context, builder, signature, args, 0), [args[1]])
         b_p = builder.gep(_data(context, builder, signature, args, 2), [args[3]])
-        nibble = vec([0x0F0F0F0F] * ROWS)
+        nibble, upper = vec([0x0F0F0F0F] * ROWS), vec([0xF0F0F0F0 - 2**32] * ROWS)
         for w in range(4):
             address = builder.bitcast(builder.gep(words_p, [i64(64 * w)]), vec.as_pointer())
             word = builder.load(address, align=1)
             low = builder.and_(word, nibble)
-            high = builder.and_(builder.lshr(word, vec([4] * ROWS)), nibble)
-            for row, value in ((w, low), (4 + w, high)):
+            high16 = builder.and_(word, upper)  # 16 times the high nibbles
+            values = (
+                (w, builder.shl(low, vec([4] * ROWS))),  # 16 times the low nibbles
+                (4 + w, high16),
+                (8 + w, low),
+                (12 + w, builder.lshr(high16, vec([4] * ROWS))),
+            )
+            for row, value in values:
                 address = builder.bitcast(builder.gep(b_p, [i64(64 * row)]), vec.as_pointer())
                 builder.store(value, address, align=1)
         return context.get_dummy_value()
@@ -172,8 +213,9 @@ def _unpack_block(typingctx, words, source, b, target):  # pragma: no cover - co
     return types.void(words, source, b, target), codegen
 
 
-def _make_group_product(rows: int):
-    """`_group_product` for `rows` rows of x (the tile configuration's, `_config(rows)`)."""
+def _make_group_product(rows: int, nibbles: bool):
+    """`_group_product` for `rows` rows of x (the tile configuration's, `_config(rows,
+    nibbles)`) and Q4_1 (`nibbles`) or Q8_0 weights."""
 
     @intrinsic
     def group_product(
@@ -203,12 +245,15 @@ def _make_group_product(rows: int):
                           x_scales, x_terms, xs_start, xs_stride, scales, coefs, sc_start,
                           sc_step, scratch, totals)
 
-        For block j < n_blocks: A1 = the rows' 32 bytes at x_q[a_start + 2 j part_offset + i
-        a_stride], A2 the same part_offset bytes on (`quantize_rows`'s layout); B = 512 bytes
-        at b[b_start + j b_step]; two
-        `tdpbsud` give S_1 = A1 B and S_2 = A2 B (stored to scratch, int32 [`SCRATCH`], in two
-        alternating slots, so that block j's tiles compute while block j - 1's sums are
-        scaled); then for row i and lane r, with S = 254 S_1 + S_2 (int32),
+        For block j < n_blocks, the rows' blocks of x start at x_q[a_start + 16 j X_ROW + i
+        a_stride] (`quantize_rows`'s layout: the first part's 32 bytes, then the second's
+        part_offset bytes on). Q8_0: A1 and A2 are the two parts, B = 512 bytes at b[b_start + j
+        b_step], and two `tdpbsud` give S_1 = A1 B and S_2 = A2 B; Q4_1: A is both parts (64
+        bytes a row), B = `B_BYTES` bytes (16 q against the first part, q against the second,
+        `_unpack_block`) and one `tdpbsud` gives S = 16 S_1 + S_2. The sums go to scratch
+        (int32 [`SCRATCH`]) in two alternating slots, so that block j's tiles compute while
+        block j - 1's sums are scaled; then for row i and lane r, with S = ratio S_1 + S_2
+        (int32, `ratio_of(nibbles)`),
 
             Q4_1 (x_terms float32): total[i][r] = fma(c_r, term_i, fma(float(S), d_i s_r, total))
             Q8_0 (x_terms int32):   total[i][r] = fma(float(S - term_i), d_i s_r, total)
@@ -216,8 +261,8 @@ def _make_group_product(rows: int):
         with d_i, term_i = x_scales, x_terms[xs_start + i xs_stride + j] and s_r, c_r =
         scales, coefs[sc_start + j sc_step + r]; the totals start at 0, stay in vector
         registers and are written to totals float32 [16, 16] (rows 0..rows-1) at the end. The
-        tile configuration must be `_config(rows)`'s. Flat offsets into C-contiguous arrays;
-        nothing is bounds-checked.
+        tile configuration must be `_config(rows, nibbles)`'s. Flat offsets into C-contiguous
+        arrays; nothing is bounds-checked.
         """
         rest = (
             x_scales,
@@ -232,7 +277,7 @@ def _make_group_product(rows: int):
             totals,
         )
         arrays = (x_q, b, x_scales, x_terms, scales, coefs, sums, totals)
-        offsets = isinstance(x_terms, types.Array) and x_terms.dtype == types.int32  # Q8_0
+        offsets = not nibbles  # Q8_0: x_terms are int32 offsets
         term_type = types.int32 if offsets else types.float32
         wanted = (types.int8, types.uint8, types.float32, term_type) + (types.float32,) * 2
         wanted += (types.int32, types.float32)
@@ -270,7 +315,7 @@ def _make_group_product(rows: int):
             )
 
             def ratio(value):
-                return _times_ratio(builder, value)
+                return _times_ratio(builder, value, PART_RATIO)
 
             def splat(value, vector=fvec):
                 return _splat(builder, value, vector)
@@ -283,10 +328,17 @@ def _make_group_product(rows: int):
                 return builder.load(address, align=4)
 
             def issue(j, slot):  # block j's tile products, stored to the sums of `slot` (0 or 1)
-                c1, c2 = 2 * slot, 2 * slot + 1
-                block_step = builder.mul(part_offset, i64(2))
-                a1 = builder.gep(x_q_p, [builder.add(a_start, builder.mul(j, block_step))])
+                a1 = builder.gep(x_q_p, [builder.add(a_start, builder.mul(j, i64(ROWS * X_ROW)))])
                 b_here = builder.gep(b_p, [builder.add(b_start, builder.mul(j, b_step))])
+                sums = builder.gep(scratch_p, [i64(2048 * slot)])  # rows of 64 bytes
+                if nibbles:  # both parts in one product: S = 16 S_1 + S_2
+                    builder.call(zero, [i8(slot)])
+                    builder.call(load, [i8(_A1), a1, a_stride])
+                    builder.call(load, [i8(_B), b_here, i64(64)])
+                    builder.call(product, [i8(slot), i8(_A1), i8(_B)])
+                    builder.call(store, [i8(slot), sums, i64(64)])
+                    return
+                c1, c2 = 2 * slot, 2 * slot + 1
                 builder.call(zero, [i8(c1)])
                 builder.call(zero, [i8(c2)])
                 builder.call(load, [i8(_A1), a1, a_stride])
@@ -294,7 +346,6 @@ def _make_group_product(rows: int):
                 builder.call(load, [i8(_B), b_here, i64(64)])
                 builder.call(product, [i8(c1), i8(_A1), i8(_B)])
                 builder.call(product, [i8(c2), i8(_A2), i8(_B)])
-                sums = builder.gep(scratch_p, [i64(2048 * slot)])  # rows of 64 bytes
                 builder.call(store, [i8(c1), sums, i64(64)])
                 builder.call(store, [i8(c2), builder.gep(sums, [i64(1024)]), i64(64)])
 
@@ -304,9 +355,10 @@ def _make_group_product(rows: int):
                 s, c = vector(scales_p, at), vector(coefs_p, at)
                 following = []
                 for i, total in enumerate(totals[:rows]):
-                    first = vector(sums, i64(64 * i), vec)
-                    second = vector(sums, i64(1024 + 64 * i), vec)
-                    combined = builder.add(ratio(first), second)
+                    combined = vector(sums, i64(64 * i), vec)
+                    if not nibbles:
+                        second = vector(sums, i64(1024 + 64 * i), vec)
+                        combined = builder.add(ratio(combined), second)
                     where = builder.add(builder.add(xs_start, builder.mul(xs_stride, i64(i))), j)
                     if offsets:  # Q8_0: take off 128 sum(254 x_1 + x_2), in int32
                         combined = builder.sub(combined, splat(scalar(x_terms_p, where), vec))
@@ -362,7 +414,12 @@ def _make_group_product(rows: int):
 _GROUP_ROWS = (1, 2, 4, 8, 16)
 """Rows of x a `_group_product` call serves: a pass's rows go in groups of 16, the rest in one
 group of the next power of 2 (zero rows pad it)."""
-_group_1, _group_2, _group_4, _group_8, _group_16 = (_make_group_product(r) for r in _GROUP_ROWS)
+_group_1, _group_2, _group_4, _group_8, _group_16 = (
+    _make_group_product(r, False) for r in _GROUP_ROWS
+)
+_nibbles_1, _nibbles_2, _nibbles_4, _nibbles_8, _nibbles_16 = (
+    _make_group_product(r, True) for r in _GROUP_ROWS
+)
 
 
 def _make_row_product(words_per_block: int):
@@ -376,11 +433,12 @@ def _make_row_product(words_per_block: int):
     Q4_1, 8 of bytes q + 128 for Q8_0, by `words_per_block`), the row's block of x_1 at byte
     x_start of x_q and of x_2 part_offset bytes on; `vpdpbusd` gives S_1, S_2 exactly, then
 
-        total[total_start + r] = fma(float(254 S_1 + S_2 [- x_terms[xs_at]]), d s_r, total)
+        total[total_start + r] = fma(float(ratio S_1 + S_2 [- x_terms[xs_at]]), d s_r, total)
                                  [then fma(c_r, x_terms[xs_at], .) for Q4_1]
 
-    with d = x_scales[xs_at], s_r, c_r = scales, coefs[sc_start + r]; x_terms int32 (Q8_0's
-    offsets, subtracted) or float32 (Q4_1's terms). Flat offsets; nothing is bounds-checked.
+    with d = x_scales[xs_at], s_r, c_r = scales, coefs[sc_start + r], ratio = `ratio_of(Q4_1)`;
+    x_terms int32 (Q8_0's offsets, subtracted) or float32 (Q4_1's terms). Flat offsets; nothing
+    is bounds-checked.
     """
     nibbles = words_per_block == 4
 
@@ -452,7 +510,7 @@ def _make_row_product(words_per_block: int):
                 return builder.load(address, align=1)
 
             def ratio(value):
-                return _times_ratio(builder, value)
+                return _times_ratio(builder, value, ratio_of(nibbles))
 
             def splat(value, vector):
                 return _splat(builder, value, vector)
@@ -540,16 +598,26 @@ def available() -> bool:
     return bool(np.allclose(out, weights.sum(axis=1)[None, :], rtol=1e-6))
 
 
-@intrinsic
-def _quantize_block(
-    typingctx, x, x_at, tiles, t_at, x_scales, x_sums, x_terms, s_at
-):  # pragma: no cover - compiled
-    """One block of 32 values of x (float32, from x[x_at]) as its two int8 parts, in vector
-    registers: d = max |v| / (127 254), d_1 = 254 d; part 0 = round(v / d_1) (half away from
-    zero, C's roundf, as ggml's quantizers) to tiles[t_at:t_at + 32], part 1 = round((v - d_1
-    part 0) / d) clipped to -127..127 to tiles[t_at + 512:]; x_scales[s_at] = d, x_sums[s_at]
-    = sum(254 part 0 + part 1) (int32, exact), x_terms[s_at] = d x_sums. Flat offsets; not
-    bounds-checked."""
+def _make_quantize_block(ratio: int):
+    """`_quantize_block` for the parts' `ratio` (`PART_RATIO` or `NIBBLE_RATIO`)."""
+
+    @intrinsic
+    def quantize_block(
+        typingctx, x, x_at, tiles, t_at, x_scales, x_sums, x_terms, s_at
+    ):  # pragma: no cover - compiled
+        """One block of 32 values of x (float32, from x[x_at]) as its two int8 parts, in
+        vector registers: d = max |v| / (127 ratio), d_1 = ratio d; part 0 = round(v / d_1)
+        (half away from zero, C's roundf, as ggml's quantizers) to tiles[t_at:t_at + 32], part
+        1 = round((v - d_1 part 0) / d) clipped to -127..127 to tiles[t_at + 32:t_at + 64];
+        x_scales[s_at] = d, x_sums[s_at] = sum(ratio part 0 + part 1) (int32, exact),
+        x_terms[s_at] = d x_sums. Flat offsets; not bounds-checked."""
+        return _quantize_signature(x, x_at, tiles, t_at, x_scales, x_sums, x_terms, s_at, ratio)
+
+    return quantize_block
+
+
+def _quantize_signature(x, x_at, tiles, t_at, x_scales, x_sums, x_terms, s_at, ratio):
+    """The signature and code generator of `_make_quantize_block(ratio)`'s intrinsic."""
     arrays = (x, tiles, x_scales, x_sums, x_terms)
     wanted = (types.float32, types.int8, types.float32, types.int32, types.float32)
     if any(
@@ -585,12 +653,12 @@ def _quantize_block(
             address = builder.bitcast(builder.gep(x_p, [i32(ROWS * h)]), fvec.as_pointer())
             halves.append(builder.load(address, align=4))
         magnitudes = builder.call(maximum, [builder.call(fabs, [v]) for v in halves])
-        d = builder.fdiv(builder.call(reduce_max, [magnitudes]), f32(127.0 * PART_RATIO))
+        d = builder.fdiv(builder.call(reduce_max, [magnitudes]), f32(127.0 * ratio))
         # maxnum passes over NaN: a block that holds one gets d = NaN, so its products are NaN
         nan = builder.or_(*(builder.fcmp_unordered("uno", v, v) for v in halves))
         reduce_or = function("llvm.vector.reduce.or.v16i1", ir.IntType(1), [nan.type])
         d = builder.select(builder.call(reduce_or, [nan]), f32(float("nan")), d)
-        d1 = builder.fmul(d, f32(PART_RATIO))
+        d1 = builder.fmul(d, f32(ratio))
         positive = builder.fcmp_ordered(">", d, f32(0.0))
         inverse1 = builder.select(positive, builder.fdiv(f32(1.0), d1), f32(0.0))
         inverse = builder.select(positive, builder.fdiv(f32(1.0), d), f32(0.0))
@@ -602,10 +670,10 @@ def _quantize_block(
             q2 = builder.call(round_half_away, [builder.fmul(left, splat(inverse))])
             q2 = builder.call(minimum, [builder.call(maximum, [q2, low]), high])
             for part, q in enumerate((q1, q2)):
-                at = builder.gep(tiles_p, [i32(ROWS * BLOCK * part + ROWS * h)])
+                at = builder.gep(tiles_p, [i32(BLOCK * part + ROWS * h)])
                 at = builder.bitcast(at, bvec.as_pointer())
                 builder.store(builder.fptosi(q, bvec), at, align=1)
-            first = builder.mul(builder.fptosi(q1, ivec), ivec([PART_RATIO] * ROWS))
+            first = builder.mul(builder.fptosi(q1, ivec), ivec([ratio] * ROWS))
             total = builder.add(total, builder.add(first, builder.fptosi(q2, ivec)))
         total = builder.call(reduce_add, [total])
         store(d, 4, args[7], f32)
@@ -616,18 +684,22 @@ def _quantize_block(
     return types.void(x, x_at, tiles, t_at, x_scales, x_sums, x_terms, s_at), codegen
 
 
-@numba.njit(cache=True)
-def quantize_rows(x, x_q, x_scales, x_sums, x_terms):  # pragma: no cover - compiled
-    """Quantize each row of x by blocks of 32 in two int8 parts on one scale (the module
-    docstring; `_quantize_block`), laid out for the tile loads.  O(B k).
+_quantize_254, _quantize_16 = _make_quantize_block(PART_RATIO), _make_quantize_block(NIBBLE_RATIO)
 
-    x float32 [B, k] (C-contiguous); x_q int8 [G, k/32, 2, 16, 32] (group of 16 rows, block,
-    part, row in the group, column: an A tile, 16 rows of a block of one part, is 512
-    contiguous bytes, and a group's blocks follow one another); x_scales float32 [R, k/32],
-    x_sums int32 [R, k/32] and x_terms float32 [R, k/32], R >= B, G >= B / 16, are written
-    for rows b < B: d = max |v| / (127 254) (0 for a block of zeros), part 0 round(v / d_1),
-    d_1 = 254 d (rounding half away from zero), part 1 the leftover's round(. / d) clipped to
-    -127..127, x_sums = sum(254 x_1 + x_2) and x_terms = d x_sums.
+
+@numba.njit(cache=True)
+def quantize_rows(x, x_q, x_scales, x_sums, x_terms, nibbles):  # pragma: no cover - compiled
+    """Quantize each row of x by blocks of 32 in two int8 parts on one scale (the module
+    docstring; `_make_quantize_block`), laid out for the tile loads, the parts' ratio that of
+    Q4_1 weights (`nibbles`, `NIBBLE_RATIO`) or of Q8_0 ones (`PART_RATIO`).  O(B k).
+
+    x float32 [B, k] (C-contiguous); x_q int8 [G, k/32, 16, 64] (group of 16 rows, block, row
+    in the group, the first part's 32 bytes then the second's: a tile of 16 rows of a block is
+    1 KB of contiguous bytes, and a group's blocks follow one another); x_scales float32 [R,
+    k/32], x_sums int32 [R, k/32] and x_terms float32 [R, k/32], R >= B, G >= B / 16, are
+    written for rows b < B: d = max |v| / (127 ratio) (0 for a block of zeros), part 0
+    round(v / d_1), d_1 = ratio d (rounding half away from zero), part 1 the leftover's
+    round(. / d) clipped to -127..127, x_sums = sum(ratio x_1 + x_2) and x_terms = d x_sums.
     """
     batch, k = x.shape
     n_blocks = k // BLOCK
@@ -636,25 +708,29 @@ def quantize_rows(x, x_q, x_scales, x_sums, x_terms):  # pragma: no cover - comp
     for row in range(batch):
         group, lane = row // ROWS, row % ROWS
         for block in range(n_blocks):
-            at = ((group * n_blocks + block) * 2 * ROWS + lane) * BLOCK  # part 0's 32 bytes
+            at = ((group * n_blocks + block) * ROWS + lane) * X_ROW  # part 0's 32 bytes
             where = row * x_scales.shape[1] + block
             x_at = row * k + block * BLOCK
-            _quantize_block(flat_x, x_at, tiles, at, scales, sums, terms, where)
+            if nibbles:
+                _quantize_16(flat_x, x_at, tiles, at, scales, sums, terms, where)
+            else:
+                _quantize_254(flat_x, x_at, tiles, at, scales, sums, terms, where)
 
 
 @numba.njit(cache=True)
-def _quantized(x, groups, rows):  # pragma: no cover - compiled
-    """x's two int8 parts in fresh arrays (`quantize_rows`) for `groups` groups of 16 rows and
-    `rows` rows of scales, zero past x's rows; with Q8_0's offsets, 128 x_sums.  -> (x_q,
-    x_scales, x_terms, x_offsets). Compiled apart from the parallel kernels: there each
-    np.zeros and array expression would be a parallel region of its own, waking the other
-    threads (a dozen more wake-ups a product, which at batch 1 cost more than the product)."""
+def _quantized(x, groups, rows, nibbles):  # pragma: no cover - compiled
+    """x's two int8 parts in fresh arrays (`quantize_rows`, for Q4_1 weights if `nibbles`)
+    for `groups` groups of 16 rows and `rows` rows of scales, zero past x's rows; with Q8_0's
+    offsets, 128 x_sums.  -> (x_q, x_scales, x_terms, x_offsets). Compiled apart from the
+    parallel kernels: there each np.zeros and array expression would be a parallel region of
+    its own, waking the other threads (a dozen more wake-ups a product, which at batch 1 cost
+    more than the product)."""
     n_blocks = x.shape[1] // BLOCK
-    x_q = np.zeros((groups, n_blocks, 2, ROWS, BLOCK), np.int8)
+    x_q = np.zeros((groups, n_blocks, ROWS, X_ROW), np.int8)
     x_scales = np.zeros((rows, n_blocks), np.float32)
     x_sums = np.zeros((rows, n_blocks), np.int32)
     x_terms = np.zeros((rows, n_blocks), np.float32)
-    quantize_rows(x, x_q, x_scales, x_sums, x_terms)
+    quantize_rows(x, x_q, x_scales, x_sums, x_terms, nibbles)
     x_offsets = np.empty_like(x_sums)
     for row in range(rows):
         for block in range(n_blocks):
@@ -665,14 +741,14 @@ def _quantized(x, groups, rows):  # pragma: no cover - compiled
 @numba.njit(cache=True)
 def _unpack_group(words, start, step, n_blocks, b, target):  # pragma: no cover - compiled
     """`_unpack_block` for the n_blocks blocks of one group of 16 output rows, block j's words
-    at words[start + j step], its B at b[target + 512 j].  O(256 n_blocks)"""
+    at words[start + j step], its B at b[target + `B_BYTES` j].  O(256 n_blocks)"""
     for block in range(n_blocks):
-        _unpack_block(words, start + block * step, b, target + 512 * block)
+        _unpack_block(words, start + block * step, b, target + B_BYTES * block)
 
 
 @numba.njit(cache=True)
 def _products(group, a_args, terms, w_args, scratch, totals):  # pragma: no cover - compiled
-    """`_group_product` for `group` rows (one of `_GROUP_ROWS`)."""
+    """`_group_product` for `group` rows (one of `_GROUP_ROWS`) of Q8_0 weights."""
     if group == 16:
         _group_16(*a_args, terms, *w_args, scratch, totals)
     elif group == 8:
@@ -685,12 +761,28 @@ def _products(group, a_args, terms, w_args, scratch, totals):  # pragma: no cove
         _group_1(*a_args, terms, *w_args, scratch, totals)
 
 
+@numba.njit(cache=True)
+def _nibble_products(group, a_args, terms, w_args, scratch, totals):  # pragma: no cover
+    """`_group_product` for `group` rows (one of `_GROUP_ROWS`) of Q4_1 weights."""
+    if group == 16:
+        _nibbles_16(*a_args, terms, *w_args, scratch, totals)
+    elif group == 8:
+        _nibbles_8(*a_args, terms, *w_args, scratch, totals)
+    elif group == 4:
+        _nibbles_4(*a_args, terms, *w_args, scratch, totals)
+    elif group == 2:
+        _nibbles_2(*a_args, terms, *w_args, scratch, totals)
+    else:
+        _nibbles_1(*a_args, terms, *w_args, scratch, totals)
+
+
 @numba.njit(cache=True, parallel=True)
 def _amx_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
     """x W^T for W in word tiles, x quantized in two int8 parts (`quantize_rows`), the
     integer sums made by AMX tile products (`_group_product`).  O(B n_out k) multiply-adds in
-    16 x 16 x 32 tile products (two each, one a part; x's rows padded to a multiple of 16),
-    O(B n_out k / 32) float ones; W is read once per call.
+    tile products (Q4_1: one 16 x 16 x 64 a block, both parts; Q8_0: two 16 x 16 x 32, one a
+    part; x's rows padded to a multiple of 16), O(B n_out k / 32) float ones; W is read once
+    per call.
 
     x float32 [B, k] (k a multiple of 32); scales float32 [n_tiles, k/32, tile]; coefs: the
     minimums (Q4_1, float32 [n_tiles, k/32, tile]) or the scales again (Q8_0, stored q + 128);
@@ -701,8 +793,8 @@ def _amx_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
     n_tiles, n_blocks, tile = scales.shape
     lane_groups = tile // ROWS
     rows = batch + (-batch) % ROWS  # zero rows pad the last group of x
-    x_q, x_scales, x_terms, x_offsets = _quantized(x, rows // ROWS, rows)
     nibbles = words.shape[3] == 4
+    x_q, x_scales, x_terms, x_offsets = _quantized(x, rows // ROWS, rows, nibbles)
     n_out = out.shape[1]
     flat_words = words.reshape(-1)
     chunk = ROWS * 4 * words.shape[3]  # bytes of one block of 16 output rows
@@ -719,7 +811,8 @@ def _amx_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
         # Q4_1: B's bytes, group by group, block after block; for the whole tile ahead when
         # several groups of rows of x read them (from L2), else one group's just before use
         whole = batch > ROWS
-        unpacked = np.empty((groups if whole else 1) * n_blocks * 512 if nibbles else 0, np.uint8)
+        size = (groups if whole else 1) * n_blocks * B_BYTES if nibbles else 0
+        unpacked = np.empty(size, np.uint8)
         for g in range(groups if nibbles and whole else 0):
             _unpack_group(
                 flat_words,
@@ -727,32 +820,32 @@ def _amx_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
                 block_bytes,
                 n_blocks,
                 unpacked,
-                g * n_blocks * 512,
+                g * n_blocks * B_BYTES,
             )
         configured = 0
         first = 0
         while first < batch:  # a group of rows of x (in L1) against the whole tile
             group = ROWS if first < full else last
             if group != configured:  # ldtilecfg costs: only when the shape changes
-                _load_config(_config(group))
+                _load_config(_config(group, nibbles))
                 configured = group
-            a_start = first * k * 2  # group first // 16
+            a_start = first * n_blocks * X_ROW  # group first // 16
             for g in range(groups):  # 16 output rows at a time
                 column = t * tile + g * ROWS
                 width = min(ROWS, n_out - column)
                 if nibbles and whole:
-                    b, b_start, b_step = unpacked, g * n_blocks * 512, 512
+                    b, b_start, b_step = unpacked, g * n_blocks * B_BYTES, B_BYTES
                 elif nibbles:
                     words_at = (t * n_blocks * lane_groups + g) * chunk
                     _unpack_group(flat_words, words_at, block_bytes, n_blocks, unpacked, 0)
-                    b, b_start, b_step = unpacked, 0, 512
+                    b, b_start, b_step = unpacked, 0, B_BYTES
                 else:
                     b, b_start = flat_words, (t * n_blocks * lane_groups + g) * chunk
                     b_step = block_bytes
-                a_args = (x_q, a_start, BLOCK, ROWS * BLOCK, b, b_start, b_step, n_blocks, x_scales)
+                a_args = (x_q, a_start, X_ROW, BLOCK, b, b_start, b_step, n_blocks, x_scales)
                 w_args = (first * n_blocks, n_blocks, scales, coefs, sc_start + g * ROWS, tile)
                 if nibbles:
-                    _products(group, a_args, x_terms, w_args, scratch, totals)
+                    _nibble_products(group, a_args, x_terms, w_args, scratch, totals)
                 else:
                     _products(group, a_args, x_offsets, w_args, scratch, totals)
                 for i in range(min(group, batch - first)):  # no views: each one costs
@@ -772,8 +865,8 @@ def _row_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
     n_tiles, n_blocks, tile = scales.shape
     lane_groups = tile // ROWS
     n_out = out.shape[1]
-    x_q, x_scales, x_terms, x_offsets = _quantized(x, 1, 1)  # row 0 of a group
     nibbles = words.shape[3] == 4
+    x_q, x_scales, x_terms, x_offsets = _quantized(x, 1, 1, nibbles)  # row 0 of a group
     flat_words, flat_x = words.reshape(-1), x_q.reshape(-1)
     last_word = flat_words.shape[0]
     chunk = ROWS * 4 * words.shape[3]  # bytes of one block of 16 output rows
@@ -787,7 +880,7 @@ def _row_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
                     for line in range(0, chunk, 64):
                         prefetch_l2(flat_words, ahead + line)
                 sc_start = (t * n_blocks + block) * tile + g * ROWS
-                x_args = (flat_x, block * 2 * ROWS * BLOCK, ROWS * BLOCK, x_scales)
+                x_args = (flat_x, block * ROWS * X_ROW, BLOCK, x_scales)
                 if nibbles:
                     w_args = (x_terms, block, scales, coefs, sc_start, total, g * ROWS)
                     _row_q4_1(flat_words, w_start, *x_args, *w_args)

@@ -25,24 +25,31 @@ def test_the_kernels_pass_their_own_check_where_the_cpu_has_amx():
     assert quant_amx.available()
 
 
-def quantize(x: np.ndarray):
-    """`quantize_rows` into fresh arrays.  -> (x_q [2, B, k] (part, row), d [B, k/32], sums,
-    terms)"""
+def quantize(x: np.ndarray, kind: str):
+    """`quantize_rows` into fresh arrays, for `kind`'s weights.  -> (x_q [2, B, k] (part,
+    row), d [B, k/32], sums, terms)"""
     batch, k = x.shape
     groups = -(-batch // 16)
-    tiles = np.zeros((groups, k // 32, 2, 16, 32), np.int8)
+    tiles = np.zeros((groups, k // 32, 16, 2, 32), np.int8)
     d = np.zeros((batch, k // 32), np.float32)
     sums = np.zeros((batch, k // 32), np.int32)
     terms = np.zeros((batch, k // 32), np.float32)
-    quant_amx.quantize_rows(x, tiles, d, sums, terms)
-    x_q = tiles.transpose(2, 0, 3, 1, 4).reshape(2, groups * 16, k)[:, :batch]
+    quant_amx.quantize_rows(
+        x, tiles.reshape(groups, k // 32, 16, 64), d, sums, terms, kind == "Q4_1"
+    )
+    x_q = tiles.transpose(3, 0, 2, 1, 4).reshape(2, groups * 16, k)[:, :batch]
     return x_q, d, sums, terms
 
 
-def dequantized(x_q: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """d (254 x_1 + x_2), block by block, in float64.  -> [B, k]"""
+def ratio(kind: str) -> int:
+    """The parts' ratio for `kind`'s weights, as the module docstring gives it."""
+    return 16 if kind == "Q4_1" else 254
+
+
+def dequantized(x_q: np.ndarray, d: np.ndarray, kind: str) -> np.ndarray:
+    """d (ratio x_1 + x_2), block by block, in float64.  -> [B, k]"""
     batch, k = x_q.shape[1:]
-    whole = 254 * x_q[0].astype(np.float64) + x_q[1]
+    whole = ratio(kind) * x_q[0].astype(np.float64) + x_q[1]
     return (whole.reshape(batch, -1, 32) * d[:, :, None]).reshape(batch, k)
 
 
@@ -61,19 +68,27 @@ def activations(rng, batch: int, k: int) -> np.ndarray:
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), batch=st.integers(1, 5), blocks=st.integers(1, 8))
-def test_quantize_rows_is_within_half_a_step_of_x(seed, batch, blocks):
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    batch=st.integers(1, 5),
+    blocks=st.integers(1, 8),
+    kind=st.sampled_from(["Q4_1", "Q8_0"]),
+)
+def test_quantize_rows_is_within_half_a_step_of_x(seed, batch, blocks, kind):
     rng = np.random.default_rng(seed)
     x = activations(rng, batch, 32 * blocks)
-    x_q, d, sums, terms = quantize(x)
+    x_q, d, sums, terms = quantize(x, kind)
     assert not x_q[:, 0, :32].any() and d[0, 0] == 0
     largest = np.abs(x).reshape(batch, blocks, 32).max(axis=-1)
-    np.testing.assert_allclose(d, largest / 127 / 254, rtol=1e-6)
+    np.testing.assert_allclose(d, largest / 127 / ratio(kind), rtol=1e-6)
     assert np.abs(x_q[0].astype(np.int32)).max() <= 127  # the first part: x's Q8_1
+    # the second part: the leftover, at most half a step of the first, in steps of d
+    assert np.abs(x_q[1].astype(np.int32)).max() <= ratio(kind) // 2
     step = np.repeat(d, 32, axis=1).astype(np.float64)
-    error = np.abs(dequantized(x_q, d) - x)
+    error = np.abs(dequantized(x_q, d, kind) - x)
     assert (error <= step * 0.5 * 1.02 + 1e-6 * np.repeat(largest, 32, axis=1)).all()
-    whole = (254 * x_q[0].astype(np.int64) + x_q[1]).reshape(batch, blocks, 32).sum(-1)
+    whole = ratio(kind) * x_q[0].astype(np.int64) + x_q[1]
+    whole = whole.reshape(batch, blocks, 32).sum(-1)
     np.testing.assert_array_equal(sums, whole)
     np.testing.assert_allclose(terms, d * whole, rtol=1e-6)
 
@@ -88,8 +103,8 @@ def test_amx_matmul_equals_numpy_on_the_dequantized_weights_and_activations(kind
     x = activations(rng, batch, k)
     got = product(matrix, x, quant_amx.amx_matmul)
     assert got.shape == (batch, n_out) and got.dtype == np.float32
-    x_q, d, _, _ = quantize(x)
-    values = dequantized(x_q, d)
+    x_q, d, _, _ = quantize(x, kind)
+    values = dequantized(x_q, d, kind)
     weights = matrix.dequantize().astype(np.float64)
     scale = np.abs(values) @ np.abs(weights).T  # the size of the terms summed
     assert (np.abs(got - values @ weights.T) <= 1e-5 * scale + 1e-6).all()
