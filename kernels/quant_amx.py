@@ -174,6 +174,13 @@ def _config(rows, nibbles):  # pragma: no cover - compiled
     return config
 
 
+X_IN_L1 = 24
+"""The most blocks of k (24 KB of x's tiles for a group of 16 rows) `_amx_matmul` keeps in L1
+while it takes the whole tile of W against them; with more (SmolLM2's down projection: 48), it
+takes 16 output rows at a time against every row of x instead, their unpacked B in L1. One
+thread, batch 32 (scratch A/B, shared machine): the down projection 323 -> 287 us the other
+way round, the others (k = 576) 6-12% slower."""
+
 B_BYTES = X_ROW // 4 * 64
 """Bytes of one Q4_1 block of 16 output rows unpacked as B (`_unpack_block`): 16 rows of 64."""
 
@@ -799,59 +806,50 @@ def _amx_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
     flat_words = words.reshape(-1)
     chunk = ROWS * 4 * words.shape[3]  # bytes of one block of 16 output rows
     block_bytes = lane_groups * chunk  # bytes of one block of the whole tile
-    full = batch // ROWS * ROWS  # rows in groups of 16; the rest in one smaller group
-    last = 1
-    while last < batch - full:
-        last *= 2
+    group = ROWS  # rows of x a tile product serves: 16, or for fewer rows the next power of 2
+    while group // 2 >= batch:
+        group //= 2
+    # the order of the loops: a group of rows of x against the whole tile, x's blocks in L1,
+    # unless they would not fit there (x's k), then 16 output rows at a time against every row
+    # of x, their B in L1 (Q4_1's unpacked, `_unpack_group`, once for all the rows)
+    rows_inside = nibbles and n_blocks > X_IN_L1
     for t in numba.prange(n_tiles):
         scratch = np.empty(SCRATCH, np.int32)
         totals = np.empty((ROWS, ROWS), np.float32)
         sc_start = t * n_blocks * tile
         groups = min(lane_groups, -(-(n_out - t * tile) // ROWS))  # those with output rows
-        # Q4_1: B's bytes, group by group, block after block; for the whole tile ahead when
-        # several groups of rows of x read them (from L2), else one group's just before use
-        whole = batch > ROWS
+        whole = nibbles and not rows_inside and batch > group  # the tile's B unpacked ahead
         size = (groups if whole else 1) * n_blocks * B_BYTES if nibbles else 0
         unpacked = np.empty(size, np.uint8)
-        for g in range(groups if nibbles and whole else 0):
+        for g in range(groups if whole else 0):
+            words_at = (t * n_blocks * lane_groups + g) * chunk
             _unpack_group(
-                flat_words,
-                (t * n_blocks * lane_groups + g) * chunk,
-                block_bytes,
-                n_blocks,
-                unpacked,
-                g * n_blocks * B_BYTES,
+                flat_words, words_at, block_bytes, n_blocks, unpacked, g * n_blocks * B_BYTES
             )
-        configured = 0
-        first = 0
-        while first < batch:  # a group of rows of x (in L1) against the whole tile
-            group = ROWS if first < full else last
-            if group != configured:  # ldtilecfg costs: only when the shape changes
-                _load_config(_config(group, nibbles))
-                configured = group
-            a_start = first * n_blocks * X_ROW  # group first // 16
-            for g in range(groups):  # 16 output rows at a time
-                column = t * tile + g * ROWS
-                width = min(ROWS, n_out - column)
-                if nibbles and whole:
+        _load_config(_config(group, nibbles))
+        for outer in range(groups if rows_inside else -(-batch // group)):
+            for inner in range(-(-batch // group) if rows_inside else groups):
+                g, first = (outer, inner * group) if rows_inside else (inner, outer * group)
+                words_at = (t * n_blocks * lane_groups + g) * chunk
+                if whole:
                     b, b_start, b_step = unpacked, g * n_blocks * B_BYTES, B_BYTES
                 elif nibbles:
-                    words_at = (t * n_blocks * lane_groups + g) * chunk
-                    _unpack_group(flat_words, words_at, block_bytes, n_blocks, unpacked, 0)
+                    if not rows_inside or inner == 0:  # this B is not unpacked yet
+                        _unpack_group(flat_words, words_at, block_bytes, n_blocks, unpacked, 0)
                     b, b_start, b_step = unpacked, 0, B_BYTES
                 else:
-                    b, b_start = flat_words, (t * n_blocks * lane_groups + g) * chunk
-                    b_step = block_bytes
+                    b, b_start, b_step = flat_words, words_at, block_bytes
+                a_start = first * n_blocks * X_ROW  # group first // 16
                 a_args = (x_q, a_start, X_ROW, BLOCK, b, b_start, b_step, n_blocks, x_scales)
                 w_args = (first * n_blocks, n_blocks, scales, coefs, sc_start + g * ROWS, tile)
                 if nibbles:
                     _nibble_products(group, a_args, x_terms, w_args, scratch, totals)
                 else:
                     _products(group, a_args, x_offsets, w_args, scratch, totals)
+                column = t * tile + g * ROWS
                 for i in range(min(group, batch - first)):  # no views: each one costs
-                    for r in range(width):  # two atomic reference-count updates
-                        out[first + i, column + r] = totals[i, r]
-            first += group
+                    for r in range(min(ROWS, n_out - column)):  # two atomic reference-count
+                        out[first + i, column + r] = totals[i, r]  # updates
         _release()
     return out
 
