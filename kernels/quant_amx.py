@@ -20,8 +20,9 @@ x_2, and a tile of 16 rows of a block 1 KB.
 **Weights.** The word tiles of `quant_int8.word_tiles` hold, per block and group of 16 output
 rows, 4 consecutive bytes of each of the 16 rows in every 64-byte word: a Q8_0 block's 8 words
 (stored q + 128, unsigned) are B as they lie, against each part in turn; a Q4_1 block's 4 words
-of nibbles become B's 16 rows, once per call (`_unpack_block`): 16 q against x_1 (16 q <= 240
-is still a byte) and q against x_2, so that one product over a row's 64 bytes sums both parts.
+of nibbles become B's 16 rows in L1 just before their tiles load (`_emit_unpack`): 16 q
+against x_1 (16 q <= 240 is still a byte) and q against x_2, so that one product over a row's 64
+bytes sums both parts.
 
 **One block of 16 rows of x by 16 output rows** (`_group_product`): the tile products give the
 exact integer sum S = R sum(q x_1) + sum(q x_2) (Q8_0: two products, S_1 and S_2, combined as
@@ -92,8 +93,9 @@ _XFEATURE_XTILEDATA = 18
 _SYS_ARCH_PRCTL = 158  # x86-64
 
 _A1, _A2, _B = 4, 5, 6  # tile registers: two activation parts, the weights (C: 0..3)
-SCRATCH = 2 * 2048 // 4
-"""int32 elements of `_group_product`'s scratch: two slots of two 16 x 16 int32 sums."""
+SCRATCH = (2 * 2048 + 2 * 1024) // 4
+"""int32 elements of `_group_product`'s scratch: two slots of two 16 x 16 int32 sums, then
+(Q4_1) two slots of one block of B unpacked."""
 
 X_ROW = 2 * BLOCK
 """Bytes of one row's block of x in the tiles: its first part, then its second."""
@@ -174,50 +176,32 @@ def _config(rows, nibbles):  # pragma: no cover - compiled
     return config
 
 
-X_IN_L1 = 24
-"""The most blocks of k (24 KB of x's tiles for a group of 16 rows) `_amx_matmul` keeps in L1
-while it takes the whole tile of W against them; with more (SmolLM2's down projection: 48), it
-takes 16 output rows at a time against every row of x instead, their unpacked B in L1. One
-thread, batch 32 (scratch A/B, shared machine): the down projection 323 -> 287 us the other
-way round, the others (k = 576) 6-12% slower."""
-
 B_BYTES = X_ROW // 4 * 64
-"""Bytes of one Q4_1 block of 16 output rows unpacked as B (`_unpack_block`): 16 rows of 64."""
+"""Bytes of one Q4_1 block of 16 output rows unpacked as B (`_emit_unpack`): 16 rows of 64."""
 
 
-@intrinsic
-def _unpack_block(typingctx, words, source, b, target):  # pragma: no cover - compiled
-    """One Q4_1 block of 16 output rows as B's 16 rows: the 4 words of nibbles at
-    words[source:] -> b[target:target + `B_BYTES`]: rows 0..3 16 times the low nibbles (k
-    0..15 of the first part), rows 4..7 16 times the high ones (k 16..31), rows 8..15 the low
-    and the high nibbles themselves (the second part), in 64-byte vectors. Flat byte offsets;
-    not bounds-checked."""
-    if not all(isinstance(a, types.Array) and a.dtype == types.uint8 for a in (words, b)):
-        return None
-
-    def codegen(context, builder, signature, args):
-        i32, i64 = ir.IntType(32), ir.IntType(64)
-        vec = ir.VectorType(i32, ROWS)
-        words_p = builder.gep(_data(context, builder, signature, args, 0), [args[1]])
-        b_p = builder.gep(_data(context, builder, signature, args, 2), [args[3]])
-        nibble, upper = vec([0x0F0F0F0F] * ROWS), vec([0xF0F0F0F0 - 2**32] * ROWS)
-        for w in range(4):
-            address = builder.bitcast(builder.gep(words_p, [i64(64 * w)]), vec.as_pointer())
-            word = builder.load(address, align=1)
-            low = builder.and_(word, nibble)
-            high16 = builder.and_(word, upper)  # 16 times the high nibbles
-            values = (
-                (w, builder.shl(low, vec([4] * ROWS))),  # 16 times the low nibbles
-                (4 + w, high16),
-                (8 + w, low),
-                (12 + w, builder.lshr(high16, vec([4] * ROWS))),
-            )
-            for row, value in values:
-                address = builder.bitcast(builder.gep(b_p, [i64(64 * row)]), vec.as_pointer())
-                builder.store(value, address, align=1)
-        return context.get_dummy_value()
-
-    return types.void(words, source, b, target), codegen
+def _emit_unpack(builder, words_p, b_p) -> None:
+    """IR that unpacks one Q4_1 block of 16 output rows as B's 16 rows: the 4 words of nibbles
+    at words_p (i8*) -> `B_BYTES` bytes at b_p: rows 0..3 16 times the low nibbles (k 0..15 of
+    the first part), rows 4..7 16 times the high ones (k 16..31), rows 8..15 the low and the
+    high nibbles themselves (the second part), in 64-byte vectors."""
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+    vec = ir.VectorType(i32, ROWS)
+    nibble, upper = vec([0x0F0F0F0F] * ROWS), vec([0xF0F0F0F0 - 2**32] * ROWS)
+    for w in range(4):
+        address = builder.bitcast(builder.gep(words_p, [i64(64 * w)]), vec.as_pointer())
+        word = builder.load(address, align=1)
+        low = builder.and_(word, nibble)
+        high16 = builder.and_(word, upper)  # 16 times the high nibbles
+        values = (
+            (w, builder.shl(low, vec([4] * ROWS))),  # 16 times the low nibbles
+            (4 + w, high16),
+            (8 + w, low),
+            (12 + w, builder.lshr(high16, vec([4] * ROWS))),
+        )
+        for row, value in values:
+            address = builder.bitcast(builder.gep(b_p, [i64(64 * row)]), vec.as_pointer())
+            builder.store(value, address, align=1)
 
 
 def _make_group_product(rows: int, nibbles: bool):
@@ -254,13 +238,16 @@ def _make_group_product(rows: int, nibbles: bool):
 
         For block j < n_blocks, the rows' blocks of x start at x_q[a_start + 16 j X_ROW + i
         a_stride] (`quantize_rows`'s layout: the first part's 32 bytes, then the second's
-        part_offset bytes on). Q8_0: A1 and A2 are the two parts, B = 512 bytes at b[b_start + j
-        b_step], and two `tdpbsud` give S_1 = A1 B and S_2 = A2 B; Q4_1: A is both parts (64
-        bytes a row), B = `B_BYTES` bytes (16 q against the first part, q against the second,
-        `_unpack_block`) and one `tdpbsud` gives S = 16 S_1 + S_2. The sums go to scratch
-        (int32 [`SCRATCH`]) in two alternating slots, so that block j's tiles compute while
-        block j - 1's sums are scaled; then for row i and lane r, with S = ratio S_1 + S_2
-        (int32, `ratio_of(nibbles)`),
+        part_offset bytes on), and b holds the word tiles, block j's at b[b_start + j b_step].
+        Q8_0: A1 and A2 are the two parts, B those 512 bytes as they lie (block j + 2's fetched
+        into L1 meanwhile), and two `tdpbsud` give S_1 = A1 B and S_2 = A2 B; Q4_1: A is both
+        parts (64 bytes a row), B the block's 256 bytes of nibbles unpacked to `B_BYTES` in
+        scratch (16 q against the first part, q against the second, `_emit_unpack`; block j +
+        1's while block j's tiles compute, so that its stores are done when they load) and one
+        `tdpbsud` gives S = 16 S_1 + S_2. The sums go to scratch (int32 [`SCRATCH`]) in two
+        alternating slots, so that block j's tiles compute while block j - 1's sums are
+        scaled; then for row i and lane r, with S = ratio S_1 + S_2 (int32,
+        `ratio_of(nibbles)`),
 
             Q4_1 (x_terms float32): total[i][r] = fma(c_r, term_i, fma(float(S), d_i s_r, total))
             Q8_0 (x_terms int32):   total[i][r] = fma(float(S - term_i), d_i s_r, total)
@@ -303,6 +290,7 @@ def _make_group_product(rows: int, nibbles: bool):
             load = _declare(builder, "llvm.x86.tileloadd64", [i8, pointer, i64])
             product = _declare(builder, "llvm.x86.tdpbsud", [i8, i8, i8])
             store = _declare(builder, "llvm.x86.tilestored64", [i8, pointer, i64])
+            prefetch = _declare(builder, "llvm.prefetch.p0", [pointer, i32, i32, i32])
             fma = cgutils.get_or_insert_function(
                 builder.module, ir.FunctionType(fvec, [fvec] * 3), "llvm.fma.v16f32"
             )
@@ -334,18 +322,37 @@ def _make_group_product(rows: int, nibbles: bool):
                 address = builder.bitcast(builder.gep(base, [offset]), kind.as_pointer())
                 return builder.load(address, align=4)
 
+            def unpack(j, slot):  # Q4_1: block j's B from the word tiles into L1 (`slot`)
+                words = builder.gep(b_p, [builder.add(b_start, builder.mul(j, b_step))])
+                _emit_unpack(builder, words, builder.gep(scratch_p, [i64(4096 + B_BYTES * slot)]))
+
             def issue(j, slot):  # block j's tile products, stored to the sums of `slot` (0 or 1)
                 a1 = builder.gep(x_q_p, [builder.add(a_start, builder.mul(j, i64(ROWS * X_ROW)))])
                 b_here = builder.gep(b_p, [builder.add(b_start, builder.mul(j, b_step))])
                 sums = builder.gep(scratch_p, [i64(2048 * slot)])  # rows of 64 bytes
                 if nibbles:  # both parts in one product: S = 16 S_1 + S_2
+                    # block j + 1's B (the last block's again at the end) into the other slot,
+                    # so that its stores are done when its tiles load
+                    following = builder.select(
+                        builder.icmp_signed("<", builder.add(j, i64(1)), n_blocks),
+                        builder.add(j, i64(1)),
+                        j,
+                    )
+                    unpack(following, 1 - slot)
+                    unpacked = builder.gep(scratch_p, [i64(4096 + B_BYTES * slot)])
                     builder.call(zero, [i8(slot)])
                     builder.call(load, [i8(_A1), a1, a_stride])
-                    builder.call(load, [i8(_B), b_here, i64(64)])
+                    builder.call(load, [i8(_B), unpacked, i64(64)])
                     builder.call(product, [i8(slot), i8(_A1), i8(_B)])
                     builder.call(store, [i8(slot), sums, i64(64)])
                     return
                 c1, c2 = 2 * slot, 2 * slot + 1
+                # block j + 2's B (from memory: Q8_0's bytes are B as they lie) into L1 ahead;
+                # past the last block the addresses are unused (a prefetch never faults)
+                ahead = builder.add(b_start, builder.mul(builder.add(j, i64(2)), b_step))
+                for line in range(0, 8 * 64, 64):
+                    address = builder.gep(b_p, [builder.add(ahead, i64(line))])
+                    builder.call(prefetch, [address, i32(0), i32(3), i32(1)])
                 builder.call(zero, [i8(c1)])
                 builder.call(zero, [i8(c2)])
                 builder.call(load, [i8(_A1), a1, a_stride])
@@ -384,6 +391,8 @@ def _make_group_product(rows: int, nibbles: bool):
             even = builder.append_basic_block("issue_even")
             scale = builder.append_basic_block("scale")
             done = builder.append_basic_block("blocks_done")
+            if nibbles:
+                unpack(i64(0), 0)
             issue(i64(0), 0)
             builder.branch(loop)
             builder.position_at_end(loop)
@@ -746,14 +755,6 @@ def _quantized(x, groups, rows, nibbles):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True)
-def _unpack_group(words, start, step, n_blocks, b, target):  # pragma: no cover - compiled
-    """`_unpack_block` for the n_blocks blocks of one group of 16 output rows, block j's words
-    at words[start + j step], its B at b[target + `B_BYTES` j].  O(256 n_blocks)"""
-    for block in range(n_blocks):
-        _unpack_block(words, start + block * step, b, target + B_BYTES * block)
-
-
-@numba.njit(cache=True)
 def _products(group, a_args, terms, w_args, scratch, totals):  # pragma: no cover - compiled
     """`_group_product` for `group` rows (one of `_GROUP_ROWS`) of Q8_0 weights."""
     if group == 16:
@@ -805,42 +806,21 @@ def _amx_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
     n_out = out.shape[1]
     flat_words = words.reshape(-1)
     chunk = ROWS * 4 * words.shape[3]  # bytes of one block of 16 output rows
-    block_bytes = lane_groups * chunk  # bytes of one block of the whole tile
+    step = lane_groups * chunk  # bytes of one block of the whole tile
     group = ROWS  # rows of x a tile product serves: 16, or for fewer rows the next power of 2
     while group // 2 >= batch:
         group //= 2
-    # the order of the loops: a group of rows of x against the whole tile, x's blocks in L1,
-    # unless they would not fit there (x's k), then 16 output rows at a time against every row
-    # of x, their B in L1 (Q4_1's unpacked, `_unpack_group`, once for all the rows)
-    rows_inside = nibbles and n_blocks > X_IN_L1
     for t in numba.prange(n_tiles):
         scratch = np.empty(SCRATCH, np.int32)
         totals = np.empty((ROWS, ROWS), np.float32)
         sc_start = t * n_blocks * tile
         groups = min(lane_groups, -(-(n_out - t * tile) // ROWS))  # those with output rows
-        whole = nibbles and not rows_inside and batch > group  # the tile's B unpacked ahead
-        size = (groups if whole else 1) * n_blocks * B_BYTES if nibbles else 0
-        unpacked = np.empty(size, np.uint8)
-        for g in range(groups if whole else 0):
-            words_at = (t * n_blocks * lane_groups + g) * chunk
-            _unpack_group(
-                flat_words, words_at, block_bytes, n_blocks, unpacked, g * n_blocks * B_BYTES
-            )
         _load_config(_config(group, nibbles))
-        for outer in range(groups if rows_inside else -(-batch // group)):
-            for inner in range(-(-batch // group) if rows_inside else groups):
-                g, first = (outer, inner * group) if rows_inside else (inner, outer * group)
-                words_at = (t * n_blocks * lane_groups + g) * chunk
-                if whole:
-                    b, b_start, b_step = unpacked, g * n_blocks * B_BYTES, B_BYTES
-                elif nibbles:
-                    if not rows_inside or inner == 0:  # this B is not unpacked yet
-                        _unpack_group(flat_words, words_at, block_bytes, n_blocks, unpacked, 0)
-                    b, b_start, b_step = unpacked, 0, B_BYTES
-                else:
-                    b, b_start, b_step = flat_words, words_at, block_bytes
+        for first in range(0, batch, group):  # a group of rows of x (in L1) against the tile
+            for g in range(groups):  # 16 output rows at a time
+                b_start = (t * n_blocks * lane_groups + g) * chunk
                 a_start = first * n_blocks * X_ROW  # group first // 16
-                a_args = (x_q, a_start, X_ROW, BLOCK, b, b_start, b_step, n_blocks, x_scales)
+                a_args = (x_q, a_start, X_ROW, BLOCK, flat_words, b_start, step, n_blocks, x_scales)
                 w_args = (first * n_blocks, n_blocks, scales, coefs, sc_start + g * ROWS, tile)
                 if nibbles:
                     _nibble_products(group, a_args, x_terms, w_args, scratch, totals)
