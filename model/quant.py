@@ -244,7 +244,9 @@ class TiledMatrix:
 
         Under `INT8_ACTIVATIONS` (`int8_kernel()`), each row of x is quantized by blocks of 32
         to two int8 parts and multiplies the weights in integer arithmetic: on AMX tiles
-        (`kernels.quant_amx.amx_matmul`, the two parts on one scale, `parts` unused) or in
+        (`kernels.quant_amx.trusted_matmul`: `amx_matmul`, one row `row_matmul`, without
+        their argument checks, which this class's layout meets; the two parts on one scale,
+        `parts` unused) or in
         AVX-512 VNNI (`kernels.quant_int8.int8_matmul`: ggml's Q8_1, then the Q8_1 of what it
         leaves over, `parts` parts). Otherwise x stays float32: one row goes to the one-row
         kernels (`kernels.quant`, which stream the weights from memory), several rows to
@@ -263,9 +265,8 @@ class TiledMatrix:
         coefs = self.minimums if self.kind == "Q4_1" else self.scales
         kernel = int8_kernel()
         if kernel == "amx":  # one row: the same sums in VNNI, without 16-row tiles
-            out = np.empty((rows, self.n_out), np.float32)
-            product = quant_amx.row_matmul if rows == 1 else quant_amx.amx_matmul
-            return product(x, self.scales, coefs, self.words, out)
+            out = np.empty((rows, self.n_out), np.float32)  # the layout is right by construction
+            return quant_amx.trusted_matmul(x, self.scales, coefs, self.words, out)
         if kernel == "vnni":
             out = np.empty((rows, self.n_out), np.float32)
             return quant_int8.int8_matmul(x, parts, self.scales, coefs, self.words, out)
