@@ -65,7 +65,7 @@ LAZY_CACHE_ROWS = 4096
 """The most mask rows a lazy index keeps (least recently used rows are dropped first)."""
 
 AFTER_MEMO_LIMIT = 1 << 16
-"""The most (state, token) steps `TokenIndex.after` remembers (about 10 MB of Python objects at
+"""The most (state, token) steps `TokenIndex.after` remembers (about 16 MB of Python objects at
 most); the memo is emptied when full."""
 
 
