@@ -207,7 +207,7 @@ def test_threads_visiting_a_fresh_index_see_the_eager_masks(vocabulary):
     dfa=random_dfas(),
     vocabulary=random_vocabularies(),
     walk=st.lists(st.integers(0, 200), min_size=1, max_size=40),
-    limit=st.sampled_from([1, 3, 1 << 16]),
+    limit=st.sampled_from([1, 3, 1 << 14]),
 )
 def test_advance_follows_the_oracle_through_the_memo(dfa, vocabulary, walk, limit):
     """`advance` (through `TokenIndex.after`'s memo, also when the memo is emptied every few
