@@ -75,7 +75,7 @@ def test_generation_is_the_same_with_the_parallel_sampler_on_and_off(monkeypatch
     sampled in parallel as with them all on the calling thread."""
     from corral.kernels import sampling
 
-    requests = [r for _ in range(3) for r in mixed_requests()]
+    requests = [r for _ in range(4) for r in mixed_requests()]
     assert len(requests) >= sampling.PARALLEL_MIN_ROWS
     results = {}
     for parallel in (False, True):
