@@ -294,7 +294,8 @@ def sample_batch(
     top_logprobs = np.empty((b_rows, k), np.float64)
     top_counts = np.empty(b_rows, np.int64)
     # numba.get_num_threads takes two locks (about 25 us of a batch-1 call after a forward pass)
-    threads = numba.get_num_threads() if b_rows >= PARALLEL_MIN_ROWS or parallel else 1
+    wide = parallel or (parallel is None and b_rows >= PARALLEL_MIN_ROWS)
+    threads = numba.get_num_threads() if wide else 1
     if parallel is None:
         parallel = b_rows >= PARALLEL_MIN_ROWS and threads > 1
     arguments = (
