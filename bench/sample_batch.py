@@ -6,7 +6,9 @@ The rows are SmolLM2-135M-Instruct's logits of `--steps` decode steps of 32 answ
 constraint gives under a budget of 64 tokens), so free-like dense string masks and sparse masks
 (a key, a number) come in the mix a constrained batch meets. Each call gets its step's logits
 copied just before it (cache-resident, as after the forward pass's lm head); batch 1 takes row 0
-of every step. Prints the median microseconds per call over `--rounds` passes over the steps.
+of every step. Prints the median microseconds per call over `--rounds` passes over the steps,
+as the engine calls it (`sample_batch`'s default: on Numba's threads from `PARALLEL_MIN_ROWS`
+rows) and on the calling thread alone (`parallel=False`), the two taking turns call by call.
 
 Run alone (other processes on the cores change every figure):
     .venv/bin/python bench/sample_batch.py [--steps 40] [--rounds 3]
@@ -72,19 +74,21 @@ def main() -> None:
     allowed = np.unpackbits(masks.view(np.uint8), axis=-1).sum(-1)
     dense = np.mean(allowed * 4 >= logits.shape[-1])
     print(f"{args.steps} steps x {BATCH} rows; {100 * dense:.0f}% of the rows read in place")
-    print(f"{'batch':>5} {'params':>6} | {'us per call':>11}")
+    print(f"{'batch':>5} {'params':>6} | {'us per call':>11} | {'one thread':>10}")
     for batch in (1, BATCH):
         for name, params in kinds.items():
-            times = []
+            times = {None: [], False: []}
             for _ in range(args.rounds):
                 for step in range(args.steps):
-                    rows = logits[step, :batch].copy()
-                    row_masks = list(masks[step, :batch])
-                    uniforms = rng.random(batch)
-                    started = time.perf_counter()
-                    sample_batch(rows, row_masks, [params] * batch, uniforms)
-                    times.append(time.perf_counter() - started)
-            print(f"{batch:>5} {name:>6} | {1e6 * np.median(times):>11.1f}")
+                    for parallel, spent in times.items():
+                        rows = logits[step, :batch].copy()
+                        row_masks = list(masks[step, :batch])
+                        uniforms = rng.random(batch)
+                        started = time.perf_counter()
+                        sample_batch(rows, row_masks, [params] * batch, uniforms, parallel=parallel)
+                        spent.append(time.perf_counter() - started)
+            default, serial = (1e6 * np.median(times[k]) for k in (None, False))
+            print(f"{batch:>5} {name:>6} | {default:>11.1f} | {serial:>10.1f}")
 
 
 if __name__ == "__main__":

@@ -116,22 +116,22 @@ class Constraint:
         """
         if self.done:
             raise TokenNotAllowedError(f"token {token} after the end of the answer")
+        after = self.index.after(self.state, token)  # remembered per (state, token)
+        if after is None:
+            self._refuse(token)
+        self.state, self.done = after
+
+    def _refuse(self, token: int) -> None:
+        """Raise the `TokenNotAllowedError` that says why `token` is not allowed here."""
         index = self.index
         if not 0 <= token < index.vocabulary.size:
             raise TokenNotAllowedError(f"token {token} is outside the vocabulary")
         if index.is_eos(token):
-            if not index.is_accepting(self.state):
-                raise TokenNotAllowedError(f"EOS token {token} before the answer is complete")
-            self.done = True
-            return
-        state = index.next_state(self.state, token)
-        if state < 0:
-            raise TokenNotAllowedError(
-                f"token {token} ({index.vocabulary.tokens[token]!r}) is not allowed in state "
-                f"{self.state}"
-            )
-        self.state = state
-        self._end_if_nothing_left()
+            raise TokenNotAllowedError(f"EOS token {token} before the answer is complete")
+        raise TokenNotAllowedError(
+            f"token {token} ({index.vocabulary.tokens[token]!r}) is not allowed in state "
+            f"{self.state}"
+        )
 
     def advance_bytes(self, data: bytes) -> None:
         """Append raw text bytes (not a token): walk them through the DFA. All or nothing: on a

@@ -64,6 +64,11 @@ _NO_DISTANCE = np.empty(0, np.int32)
 LAZY_CACHE_ROWS = 4096
 """The most mask rows a lazy index keeps (least recently used rows are dropped first)."""
 
+AFTER_MEMO_LIMIT = 1 << 14
+"""The most (state, token) steps `TokenIndex.after` remembers (4 MB of Python objects at most:
+65,536 steps took 16.3 MB in tracemalloc); the memo is emptied when full. 32 profile-schema
+answers of 64 tokens took about 800 distinct steps, eight such batches 3,500."""
+
 
 def choose_mode(n_states: int, vocabulary_size: int) -> str:
     """`"visit"` when the all-states table `n_states * ceil(V / 32) * 4` bytes fits in
@@ -117,6 +122,7 @@ class TokenIndex:
         self._rows: list[np.ndarray | None] | None = None  # eager, visit: one per state
         self._continues: list[bool | None] | None = None
         self._unique: dict[bytes, np.ndarray] = {}  # visit: each distinct row once
+        self._after: dict[tuple[int, int], tuple[int, bool]] = {}  # `after`'s memo
         self.n_unique_masks = 0
         if self.mode == "eager":
             self._build_all()
@@ -321,6 +327,32 @@ class TokenIndex:
         if not data or token in self._eos_set:
             return -1
         return self.step_bytes(state, data)
+
+    def after(self, state: int, token: int) -> tuple[int, bool] | None:
+        """Where `token` leads from `state`: (the state after it, whether the answer is then
+        done: EOS taken in an accepting state, whose state stays, or a text token into an
+        accepting state where no text token is allowed), or None when `token` is not allowed
+        in `state` (`Constraint.advance` says why). Remembered per (state, token) in a dict
+        of at most `AFTER_MEMO_LIMIT` steps, so a step a batch takes again costs one lookup
+        (O(1)); a first step is O(bytes of the token), plus a mask the first time its end
+        state is asked whether it can continue."""
+        key = (state, token)
+        known = self._after.get(key)
+        if known is not None:
+            return known
+        if not 0 <= token < self.vocabulary.size:
+            return None
+        if token in self._eos_set:
+            known = (state, True) if self._accepting[state] else None
+        else:
+            end = self.next_state(state, token)
+            if end >= 0:
+                known = (end, self._accepting[end] and not self.can_continue(end))
+        if known is not None:
+            if len(self._after) >= AFTER_MEMO_LIMIT:
+                self._after.clear()
+            self._after[key] = known
+        return known
 
     def step_bytes(self, state: int, data: bytes) -> int:
         """The state after walking `data` from `state` through the DFA, -1 at the first dead

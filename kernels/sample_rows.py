@@ -28,20 +28,23 @@ positions:
 Speed: the passes over the row are loops LLVM vectorizes (checked in `inspect_asm`): a mask word is
 a vector mask (a loop of constant trip count BLOCK over its bits), not branches; the exp is Cephes'
 branch-free `expf` (`corral.kernels.expf.exp_nonpositive`; Numba's scalar `math.exp` is a call LLVM
-does not vectorize); the peak is kept in `LANE_SETS` sets of `BLOCK` lanes of elementwise maxima
-(a maximum in one loop-carried variable is not vectorized without LLVM's no-NaN flag, which -inf
-and NaN logits forbid; one set made every word wait for the previous word's stores, and the peak
-pass took 7 us of a 49,152-token row where four sets take 4). Nothing of the vocabulary's size is
-allocated for a free or dense row without penalties. A row's first pass over its mask words (the
-sums, or the gather of a sparse row) prefetches the next row's logits when that row is read in
+does not vectorize); the peak is kept in `LANE_SETS` sets of `BLOCK` lanes of elementwise maxima (a
+maximum in one loop-carried variable is not vectorized without LLVM's no-NaN flag, which -inf and
+NaN logits forbid; one set made every word wait for the previous word's stores, and the peak pass
+took 7 us of a 49,152-token row where four sets in memory take 5), held in vector registers by a
+loop of plain LLVM vector IR (`_peak_groups`: 3 us, cache-resident). Nothing of the vocabulary's
+size is allocated for a free or dense row without penalties. A row's first pass over its mask words
+(the sums, or the gather of a sparse row) prefetches the next row's logits when that row is read in
 place (`corral.kernels.prefetch`): the sums are bound by arithmetic, the next row's peak pass by
-memory (the forward pass has just written the logits and they have left the core's caches), so
-one row's memory traffic overlaps the other's exp. Prefetches change no value.
+memory (the forward pass has just written the logits and they have left the core's caches), so one
+row's memory traffic overlaps the other's exp. Prefetches change no value.
 Top-k and top-p never sort the vocabulary: a histogram of the scores in buckets of one temperature
 (one e-fold of weight) finds the few candidates that can matter, and only those are sorted (one
-`np.sort`, the only generic NumPy routine compiled here). `sample_rows` runs the rows on one thread
-(the default of `sample_batch`); `sample_rows_parallel` is the same loop over Numba's threads
-(`prange`).
+`np.sort`, the only generic NumPy routine compiled here). `sample_rows` runs the rows on one thread,
+in order; `sample_rows_parallel` runs the same per-row code on several of Numba's threads, which
+take the rows one at a time from an atomic counter, costliest first (`sample_batch` takes it for
+batches of `PARALLEL_MIN_ROWS` rows and more). A row's result depends on its own inputs only, so
+both give the same tokens, logprobs and top lists, bit for bit.
 """
 
 from __future__ import annotations
@@ -52,6 +55,10 @@ import numba
 import numpy as np
 from corral.kernels.expf import exp_nonpositive
 from corral.kernels.prefetch import prefetch
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 TEMPERATURE, TOP_K, TOP_P, MIN_P, PRESENCE, FREQUENCY, REPETITION = range(7)
 """Columns of the float64 `params` table."""
@@ -98,8 +105,8 @@ def sample_rows(
     output_start, n_top, tokens, logprobs, top_ids, top_logprobs, top_counts,
 ):  # fmt: skip
     """Sample row b from `logits[rows[b]]` under `masks[mask_rows[b]]` (all tokens when
-    `mask_rows[b]` is -1), for every b, on one thread. Returns -1, or the first row whose mask
-    allows no token (nothing is sampled then).
+    `mask_rows[b]` is -1), for every b, on one thread, in order. Returns -1, or the first row
+    whose mask allows no token (nothing is sampled then).
 
     Args:
         logits: float32 `[N, V]`, C-contiguous; rows: int64 `[B]`, the row of each b.
@@ -124,7 +131,7 @@ def sample_rows(
         _sample_one(
             logits, rows, masks, mask_rows, params, uniforms, prompt_ids, prompt_start,
             output_ids, output_start, n_top, tokens, logprobs, top_ids, top_logprobs,
-            top_counts, b, ones, counts, True,
+            top_counts, b, b + 1 if b + 1 < rows.shape[0] else -1, ones, counts,
         )  # fmt: skip
     return -1
 
@@ -132,37 +139,83 @@ def sample_rows(
 @numba.njit(cache=True, boundscheck=False, parallel=True)
 def sample_rows_parallel(
     logits, rows, masks, mask_rows, params, uniforms, prompt_ids, prompt_start, output_ids,
-    output_start, n_top, tokens, logprobs, top_ids, top_logprobs, top_counts,
+    output_start, n_top, tokens, logprobs, top_ids, top_logprobs, top_counts, threads,
 ):  # fmt: skip
-    """`sample_rows` with the rows spread over Numba's threads (`prange`); the same results."""
+    """`sample_rows` on `threads` of Numba's threads; the same results (each row is `_sample_one` of
+    its own inputs, whichever thread takes it).
+
+    The rows are taken by the threads one at a time from a shared counter (`_claim`, an
+    atomic add), the costliest first (`_by_cost`): the calling thread starts at once and takes
+    rows until none is left, and a thread that wakes late (a sleeping OpenMP worker takes tens
+    of microseconds) takes fewer, so no thread waits for a share fixed in advance. Each thread
+    claims its next row before sampling the current one and prefetches that row's logits during
+    the current row's sums (as `sample_rows` does with the row after). The region still ends
+    when every thread has arrived: on a machine whose other cores are busy that can cost a
+    scheduler time slice, as any parallel region of the forward pass can.
+
+    O(B * V / threads) vectorized, as `sample_rows`, plus O(B log B) for the order.
+    """
     counts = _allowed_counts(masks, mask_rows, logits.shape[1])
     empty = _first_empty(counts)
     if empty >= 0:
         return empty
     ones = np.full((logits.shape[1] + BLOCK - 1) // BLOCK, 0xFFFFFFFF, np.uint32)
-    for b in numba.prange(rows.shape[0]):
-        _sample_one(
-            logits, rows, masks, mask_rows, params, uniforms, prompt_ids, prompt_start,
-            output_ids, output_start, n_top, tokens, logprobs, top_ids, top_logprobs,
-            top_counts, b, ones, counts, False,
-        )  # fmt: skip
+    order = _by_cost(counts, logits.shape[1])
+    n_rows = rows.shape[0]
+    claimed = np.zeros(1, np.int64)
+    for _ in numba.prange(threads):
+        at = _claim(claimed)
+        while at < n_rows:
+            after = _claim(claimed)
+            _sample_one(
+                logits, rows, masks, mask_rows, params, uniforms, prompt_ids, prompt_start,
+                output_ids, output_start, n_top, tokens, logprobs, top_ids, top_logprobs,
+                top_counts, order[at], order[after] if after < n_rows else -1, ones, counts,
+            )  # fmt: skip
+            at = after
     return -1
+
+
+@numba.njit(cache=True, boundscheck=False)
+def _by_cost(counts, v):
+    """The rows, costliest first: int64 `[B]`, rows read in place (free, or allowing at least
+    v / `GATHER_BELOW` tokens: a pass over all v logits each) before gathered ones, those by
+    allowed count, descending; ties by row. O(B log B)."""
+    cost = np.empty(counts.shape[0], np.int64)
+    for b in range(counts.shape[0]):
+        cost[b] = v if counts[b] * GATHER_BELOW >= v else counts[b]
+    return np.argsort(-cost, kind="mergesort")
+
+
+@intrinsic
+def _claim(typingctx, counter):  # pragma: no cover - compiled
+    """`counter[0] += 1` as one atomic add (LLVM's `atomicrmw add`, monotonic: every value is
+    returned to exactly one caller, whichever thread calls); returns the value before. counter:
+    int64 `[>= 1]`, C-contiguous. O(1)."""
+    if not (isinstance(counter, types.Array) and counter.dtype == types.int64):
+        return None
+
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        return builder.atomic_rmw("add", data, ir.Constant(ir.IntType(64), 1), "monotonic")
+
+    return types.int64(counter), codegen
 
 
 @numba.njit(cache=True, boundscheck=False, fastmath=_FAST)
 def _sample_one(
     logits, rows, masks, mask_rows, params, uniforms, prompt_ids, prompt_start, output_ids,
-    output_start, n_top, tokens, logprobs, top_ids, top_logprobs, top_counts, b, ones, counts,
-    ahead,
+    output_start, n_top, tokens, logprobs, top_ids, top_logprobs, top_counts, b, after, ones,
+    counts,
 ):  # fmt: skip
     """Row b of `sample_rows` (see the module docstring for the steps); `ones` is a mask of
-    ones at least `ceil(V / 32)` words long, `counts` the tokens each row allows. When `ahead`
-    and row b + 1 is read in place (free or dense), the first pass over the row's mask words
-    (the gather or the sums) prefetches row b + 1's logits."""
+    ones at least `ceil(V / 32)` words long, `counts` the tokens each row allows. When row
+    `after` (-1: none) is read in place (free or dense), the first pass over row b's mask words
+    (the gather or the sums) prefetches row `after`'s logits."""
     values = logits[rows[b]]
     n = values.shape[0]
-    fetch = ahead and b + 1 < rows.shape[0] and counts[b + 1] * GATHER_BELOW >= n
-    next_values = logits[rows[b + 1]] if fetch else values
+    fetch = after >= 0 and counts[after] * GATHER_BELOW >= n
+    next_values = logits[rows[after]] if fetch else values
     mask = ones
     allowed = counts[b]
     gathered = False
@@ -267,14 +320,17 @@ def _gather(mask, row, values, ids, ahead, fetch):
 def _peak(x, mask, n):
     """The largest allowed `x[:n]` (-inf when none is above -inf), n >= 1: elementwise maxima
     in `LANE_SETS` sets of BLOCK lanes, a mask word a step into the set of its index modulo
-    `LANE_SETS` (vectorized; a word's maxima wait on the set's previous word only, so the
-    latency of a lane's load, compare and store is paid once per `LANE_SETS` words), then over
-    the lanes. O(n)."""
+    `LANE_SETS`, then over the lanes. The words of whole groups of `LANE_SETS` go through
+    `_peak_groups` (the sets in registers), the rest through the same steps here. A maximum
+    is exact, so the order the positions are taken in changes nothing (but the sign of a zero
+    peak, which no result depends on). O(n)."""
     full = n // BLOCK
     peak = np.float32(-np.inf)
     if full > 0:  # a short row (a gathered one of a few tokens) needs no lanes
         lanes = np.full(LANE_SETS * BLOCK, -np.inf, np.float32)
-        for w in range(full):
+        groups = full // LANE_SETS
+        _peak_groups(x, mask, groups, lanes)
+        for w in range(groups * LANE_SETS, full):
             word, base, lane = mask[w], w * BLOCK, (w % LANE_SETS) * BLOCK
             for j in range(BLOCK):
                 v = x[base + j]
@@ -286,6 +342,57 @@ def _peak(x, mask, n):
         if _bit(mask, i) and x[i] > peak:
             peak = x[i]
     return peak
+
+
+_WORD_VECTOR = ir.VectorType(ir.FloatType(), BLOCK)
+_WORD_BITS = ir.VectorType(ir.IntType(1), BLOCK)
+
+
+@intrinsic
+def _peak_groups(typingctx, x, mask, groups, lanes):  # pragma: no cover - compiled
+    """For the first `groups * LANE_SETS` mask words w (`groups` >= 0): lanes of set
+    `w % LANE_SETS` take `x[32 w + j]` where bit j of `mask[w]` is set and the value is larger
+    (an ordered compare: NaN never taken). x: float32, mask: uint32, lanes: float32
+    `[LANE_SETS * BLOCK]` (read first, written last), all C-contiguous, not bounds-checked.
+
+    Plain LLVM vector IR: a mask word is bitcast to 32 lanes of i1 (bit j is lane j), the
+    `LANE_SETS` sets are vectors held in registers across the loop (in `_peak`'s own loop the
+    sets live in memory, and a masked store to a set waits to be read back four words later:
+    about 5 us of a 49,152-logit row where this takes 3, cache-resident). O(groups * 128)."""
+    arrays = (x, mask, lanes)
+    if not all(isinstance(a, types.Array) and a.layout == "C" for a in arrays):
+        return None
+    if (x.dtype, mask.dtype, lanes.dtype) != (types.float32, types.uint32, types.float32):
+        return None
+    if not isinstance(groups, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        def data(i):
+            return context.make_array(signature.args[i])(context, builder, args[i]).data
+
+        values = builder.bitcast(data(0), _WORD_VECTOR.as_pointer())
+        words, sets = data(1), builder.bitcast(data(3), _WORD_VECTOR.as_pointer())
+        i64 = ir.IntType(64)
+        count = context.cast(builder, args[2], signature.args[2], types.int64)
+        best = []  # each set in a stack slot of its own, which LLVM keeps in a register
+        for k in range(LANE_SETS):
+            slot = cgutils.alloca_once(builder, _WORD_VECTOR)
+            builder.store(builder.load(builder.gep(sets, [i64(k)]), align=4), slot)
+            best.append(slot)
+        with cgutils.for_range(builder, count) as loop:
+            for k in range(LANE_SETS):
+                w = builder.add(builder.mul(loop.index, i64(LANE_SETS)), i64(k))
+                bits = builder.bitcast(builder.load(builder.gep(words, [w]), align=4), _WORD_BITS)
+                v = builder.load(builder.gep(values, [w]), align=4)
+                held = builder.load(best[k])
+                keep = builder.and_(builder.fcmp_ordered(">", v, held), bits)
+                builder.store(builder.select(keep, v, held), best[k])
+        for k in range(LANE_SETS):
+            builder.store(builder.load(best[k]), builder.gep(sets, [i64(k)]), align=4)
+        return context.get_dummy_value()
+
+    return types.void(x, mask, groups, lanes), codegen
 
 
 @numba.njit(cache=True, inline="always")

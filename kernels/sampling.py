@@ -24,10 +24,11 @@ Decisions (what OpenAI, vLLM and Hugging Face users expect):
 - min-p compares weights: it keeps the tokens whose weight is at least min_p times the largest.
 
 One implementation: `sample_batch` samples every row of a batch in one Numba call
-(`corral.kernels.sample_rows`, optionally parallel over rows); `sample`, `top_logprobs` and
-`constrained_sample_batch` are calls of it, so a row sampled alone or in a batch gets the same
-token, logprob and top list, bit for bit. Its work per row is over the allowed tokens only, with no
-sort of the vocabulary (see `corral.kernels.sample_rows` for the passes and their costs).
+(`corral.kernels.sample_rows`; parallel over rows from `PARALLEL_MIN_ROWS` rows); `sample`,
+`top_logprobs` and `constrained_sample_batch` are calls of it, so a row sampled alone or in a batch
+gets the same token, logprob and top list, bit for bit. Its work per row is over the allowed tokens
+only, with no sort of the vocabulary (see `corral.kernels.sample_rows` for the passes and their
+costs).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 from corral.kernels import sample_rows as kernel
 from corral.kernels.constraint import Constraint
@@ -198,6 +200,13 @@ def _param_row(params: SamplingParams) -> tuple[float, ...]:
 
 _NO_IDS = np.zeros(0, np.int64)
 N_COLUMNS = len(_param_row(GREEDY))
+PARALLEL_MIN_ROWS = 16
+"""`sample_batch` spreads batches of at least this many rows over Numba's threads (when it
+has more than one) unless told otherwise. Sampled right after a forward pass (the worker asleep
+after libgomp's spin, as after the engine's masks), on the shared 2-core machine, parallel over
+serial took 1.2-1.9 times as long at 4 rows, 1.0-1.6 at 8, 0.8-1.3 at 16 and 0.7-0.8 at 32: a
+sleeping worker takes tens of microseconds to come (more when another process holds its core),
+which only a batch's worth of rows (about 25 us each, dense) repays."""
 
 
 def _ragged(ids: Sequence[Sequence[int] | np.ndarray] | None, rows: int, used: list[bool]):
@@ -222,7 +231,7 @@ def sample_batch(
     output_ids: Sequence[Sequence[int] | np.ndarray] | None = None,
     n_top: Sequence[int] | None = None,
     rows: Sequence[int] | np.ndarray | None = None,
-    parallel: bool = False,
+    parallel: bool | None = None,
 ) -> BatchSample:
     """Sample every row of a batch in one Numba call, each row with its own mask, settings,
     penalties and draw.
@@ -239,10 +248,13 @@ def sample_batch(
         n_top: B counts of top_logprobs wanted (>= 0), or None for none.
         rows: B row indexes into `logits` (int), or None for rows 0..B-1 (then N == B). Rows of
             the last decode's logits can be sampled in place this way.
-        parallel: spread the rows over Numba's threads (`prange`); the same results. Off by
-            default: one thread does a row of 49,152 logits in tens of microseconds, and a
-            parallel region waits for every thread, which on a busy machine (BLAS threads
-            spinning after a forward pass, other processes) costs milliseconds.
+        parallel: spread the rows over Numba's threads (`sample_rows_parallel`: the calling
+            thread starts at once, the others take rows as they wake); the same results.
+            None (the default): when there are at least `PARALLEL_MIN_ROWS` rows and Numba
+            has more than one thread. A parallel region ends when every thread has arrived:
+            on a machine whose other cores are busy (other processes) a sleeping worker can
+            take a scheduler time slice to come, as in any parallel region of the forward
+            pass; False keeps the rows on the calling thread.
 
     Returns:
         A `BatchSample`.
@@ -272,10 +284,7 @@ def sample_batch(
     if len(wanted) != b_rows or (b_rows and min(wanted) < 0):
         raise ValueError(f"n_top must be {b_rows} counts >= 0")
     mask_block, mask_rows = _stack_masks(masks, logits.shape[1])
-    distinct = {id(p): p for p in params}  # a batch shares a few SamplingParams objects
-    table_rows = {key: _param_row(p) for key, p in distinct.items()}
-    penalties = {key: p.penalized for key, p in distinct.items()}
-    penalized = [penalties[id(p)] for p in params]
+    table, penalized = _param_table(params)
     prompt, prompt_start = _ragged(prompt_ids, b_rows, penalized)
     output, output_start = _ragged(output_ids, b_rows, penalized)
     k = int(max(wanted)) if b_rows else 0
@@ -284,30 +293,58 @@ def sample_batch(
     top_ids = np.empty((b_rows, k), np.int64)
     top_logprobs = np.empty((b_rows, k), np.float64)
     top_counts = np.empty(b_rows, np.int64)
-    run = kernel.sample_rows_parallel if parallel and b_rows > 1 else kernel.sample_rows
-    empty = run(
-        logits, np.asarray(rows, dtype=np.int64), mask_block, mask_rows,
-        np.array([table_rows[id(p)] for p in params], dtype=np.float64).reshape(b_rows, N_COLUMNS),
+    # numba.get_num_threads takes two locks (about 25 us of a batch-1 call after a forward pass)
+    wide = parallel or (parallel is None and b_rows >= PARALLEL_MIN_ROWS)
+    threads = numba.get_num_threads() if wide else 1
+    if parallel is None:
+        parallel = b_rows >= PARALLEL_MIN_ROWS and threads > 1
+    arguments = (
+        logits, np.asarray(rows, dtype=np.int64), mask_block, mask_rows, table,
         np.asarray(uniforms, dtype=np.float64), prompt, prompt_start, output, output_start,
         np.asarray(wanted, dtype=np.int64), tokens, logprobs, top_ids, top_logprobs, top_counts,
     )  # fmt: skip
+    if parallel and b_rows > 1:
+        empty = kernel.sample_rows_parallel(*arguments, min(threads, b_rows))
+    else:
+        empty = kernel.sample_rows(*arguments)
     if empty >= 0:
         raise NoTokenAllowedError(f"the mask of row {empty} allows no token")
     return BatchSample(tokens, logprobs, top_ids, top_logprobs, top_counts)
 
 
+def _param_table(params: Sequence[SamplingParams]) -> tuple[np.ndarray, list[bool]]:
+    """(the kernel's params table, float64 `[B, N_COLUMNS]`; whether each row has a penalty
+    on). A batch shares a few `SamplingParams` objects: each distinct one is read once."""
+    first: dict[int, int] = {}  # id -> its row among the distinct ones
+    which = [first.setdefault(id(p), len(first)) for p in params]
+    distinct = list({id(p): p for p in params}.values())  # in the order of `first`
+    table = np.array([_param_row(p) for p in distinct], dtype=np.float64).reshape(-1, N_COLUMNS)
+    if len(distinct) > 1:
+        table = table[which]
+    elif len(params) != 1:
+        table = np.repeat(table, len(params), axis=0)
+    penalties = [p.penalized for p in distinct]
+    return table, [penalties[i] for i in which]
+
+
 def _stack_masks(masks: Sequence[np.ndarray | None], v: int) -> tuple[np.ndarray, np.ndarray]:
-    """(the non-None masks stacked, uint32 `[M, ceil(v / 32)]`; each row's index into them or
-    -1, int64 `[B]`)."""
+    """(the distinct non-None masks stacked, uint32 `[M, ceil(v / 32)]`; each row's index into
+    them or -1, int64 `[B]`). Masks are told apart by identity: rows in the same state share
+    their index's mask object, which is copied once."""
     words = (v + 31) // 32
-    given = [m for m in masks if m is not None]
+    first: dict[int, int] = {}  # id -> its row in the block
+    given: list[np.ndarray] = []
+    mask_rows = np.empty(len(masks), np.int64)
+    for b, m in enumerate(masks):
+        if m is None:
+            mask_rows[b] = -1
+            continue
+        at = first.setdefault(id(m), len(given))
+        if at == len(given):
+            given.append(m)
+        mask_rows[b] = at
     if not given:
-        return np.zeros((0, words), np.uint32), np.full(len(masks), -1, np.int64)
-    if len(given) == len(masks):
-        mask_rows = np.arange(len(masks), dtype=np.int64)
-    else:
-        count = iter(range(len(given)))
-        mask_rows = np.array([-1 if m is None else next(count) for m in masks], np.int64)
+        return np.zeros((0, words), np.uint32), mask_rows
     for m in given:
         if np.shape(m) != (words,):
             raise ValueError(

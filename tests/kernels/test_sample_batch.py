@@ -165,6 +165,91 @@ def test_rows_are_independent_of_their_neighbours():
     assert [spread.top(b) for b in range(5)] == [first.top(b) for b in range(5)]
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    v=st.sampled_from([1, 33, 700, 4100, 49152]),
+    params=st.lists(params_strategy, min_size=2, max_size=12),
+    threads=st.integers(2, 4),
+    seed=st.integers(0, 2**31),
+)
+def test_the_parallel_sampler_equals_the_serial_one(v, params, threads, seed):
+    """`sample_rows_parallel` (rows claimed by the threads as they come, costliest first)
+    gives every row the token, logprob and top list `sample_rows` gives it, bit for bit: free,
+    dense and gathered rows, shared masks, repeated rows, penalties, truncation, top lists, and
+    more tasks than rows."""
+    rng = np.random.default_rng(seed)
+    b_rows = len(params)
+    logits = (rng.standard_normal((b_rows + 1, v)) * 4).astype(np.float32)
+    logits[rng.random(logits.shape) < 0.01] = -np.inf
+    rows = rng.integers(0, b_rows + 1, b_rows)
+    allowed = rng.random((b_rows, v)) < rng.choice([0.002, 0.1, 0.5, 1.0], (b_rows, 1))
+    allowed[np.arange(b_rows), rng.integers(0, v, b_rows)] = True
+    packed = pack(allowed)
+    masks = [None if rng.random() < 0.25 else packed[b] for b in range(b_rows)]
+    masks[1] = masks[0]  # one mask object for two rows (rows in the same state share it)
+    prompts = [rng.integers(0, v, rng.integers(0, 6)) for _ in range(b_rows)]
+    outputs = [rng.integers(0, v, rng.integers(0, 9)) for _ in range(b_rows)]
+    n_top = rng.integers(0, 6, b_rows).tolist()
+    uniforms = rng.random(b_rows)
+    arguments = (logits, masks, params, uniforms, prompts, outputs, n_top, rows)
+    serial = sample_batch(*arguments, parallel=False)
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        spread = sample_batch(*arguments, parallel=True)
+    finally:
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    assert spread.tokens.tolist() == serial.tokens.tolist()
+    assert spread.logprobs.tobytes() == serial.logprobs.tobytes()
+    assert spread.top_counts.tolist() == serial.top_counts.tolist()
+    for b in range(b_rows):
+        k = int(serial.top_counts[b])
+        assert spread.top_ids[b, :k].tolist() == serial.top_ids[b, :k].tolist()
+        assert spread.top_logprobs[b, :k].tobytes() == serial.top_logprobs[b, :k].tobytes()
+
+
+def test_batches_go_parallel_from_the_threshold(monkeypatch):
+    """`parallel=None` picks `sample_rows_parallel` from `PARALLEL_MIN_ROWS` rows on (when
+    Numba has more than one thread), `sample_rows` below it and when told False."""
+    from corral.kernels import sampling
+
+    calls = []
+    for name in ("sample_rows", "sample_rows_parallel"):
+        real = getattr(kernel, name)
+        monkeypatch.setattr(
+            kernel, name, lambda *a, _real=real, _name=name: calls.append(_name) or _real(*a)
+        )
+    least = sampling.PARALLEL_MIN_ROWS
+    logits = np.zeros((least, 40), np.float32)
+    for b_rows, parallel in ((least - 1, None), (least, None), (least, False), (2, True)):
+        free = [None] * b_rows
+        sample_batch(logits[:b_rows], free, [SamplingParams()] * b_rows, [0.5] * b_rows,
+                     parallel=parallel)  # fmt: skip
+    many = numba.get_num_threads() > 1
+    wide = "sample_rows_parallel" if many else "sample_rows"
+    assert calls == ["sample_rows", wide, "sample_rows", "sample_rows_parallel"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    v=st.integers(1, 5000),
+    density=st.sampled_from([0.0005, 0.05, 0.5, 1.0]),
+    special=st.sampled_from([0.0, 0.05, 0.5, 1.0]),
+    seed=st.integers(0, 2**31),
+)
+def test_the_peak_is_the_largest_allowed_logit(v, density, special, seed):
+    """`_peak` (whole groups of mask words in vector IR, the rest in Numba) against NumPy: the
+    largest allowed logit that is not NaN, -inf when there is none; NaN, -inf and both zeros
+    among the logits, masks from almost empty to full."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(v) * 5).astype(np.float32)
+    odd = rng.random(v) < special
+    x[odd] = rng.choice(np.array([np.nan, -np.inf, 0.0, -0.0], np.float32), odd.sum())
+    allowed = rng.random(v) < density
+    kept = x[allowed & ~np.isnan(x)]
+    expected = kept.max() if len(kept) else -np.inf
+    assert kernel._peak(x, pack(allowed), v) == expected
+
+
 def test_a_row_that_allows_nothing_is_named_and_shapes_are_checked():
     logits = np.zeros((2, 40), np.float32)
     with pytest.raises(NoTokenAllowedError, match="row 1"):

@@ -15,7 +15,9 @@ from corral.kernels import (
     choose_mode,
 )
 from corral.kernels.index import unique_rows
-from kernel_strategies import mask_ids
+from hypothesis import given
+from hypothesis import strategies as st
+from kernel_strategies import SETTINGS, mask_ids, oracle_allowed, random_dfas, random_vocabularies
 
 # ids:         0     1     2      3     4    5   6     7
 TOKENS = [b"a", b"b", b"ab", None, b"", b"a", None, b"ba"]
@@ -198,3 +200,48 @@ def test_threads_visiting_a_fresh_index_see_the_eager_masks(vocabulary):
                 assert row == eager.mask(s).tobytes()
                 assert continues == eager.can_continue(s)
     assert visit.n_unique_masks == eager.n_unique_masks
+
+
+@SETTINGS
+@given(
+    dfa=random_dfas(),
+    vocabulary=random_vocabularies(),
+    walk=st.lists(st.integers(0, 200), min_size=1, max_size=40),
+    limit=st.sampled_from([1, 3, 1 << 14]),
+)
+def test_advance_follows_the_oracle_through_the_memo(dfa, vocabulary, walk, limit):
+    """`advance` (through `TokenIndex.after`'s memo, also when the memo is emptied every few
+    steps) agrees with walking the token's bytes: the next state, done exactly when EOS was
+    taken in an accepting state or the end state accepts and allows no text token, and a
+    refusal (with the state and done left as they were) exactly when the oracle forbids the
+    token; the same step taken twice agrees with itself."""
+    import corral.kernels.index as index_module
+
+    index = TokenIndex(dfa, vocabulary)
+    old_limit, index_module.AFTER_MEMO_LIMIT = index_module.AFTER_MEMO_LIMIT, limit
+    try:
+        for _ in range(2):  # the second walk reads the memo
+            constraint = Constraint(index)
+            for pick in walk:
+                if constraint.done:
+                    break
+                state = constraint.state
+                token = pick % (vocabulary.size + 2)  # some ids outside the vocabulary
+                allowed = token < vocabulary.size and token in oracle_allowed(
+                    dfa, vocabulary, state
+                )
+                if not allowed:
+                    with pytest.raises(TokenNotAllowedError):
+                        constraint.advance(token)
+                    assert (constraint.state, constraint.done) == (state, False)
+                    continue
+                constraint.advance(token)
+                if token in vocabulary.eos_ids:
+                    assert (constraint.state, constraint.done) == (state, True)
+                    continue
+                end = dfa.step(state, vocabulary.tokens[token])
+                text_next = oracle_allowed(dfa, vocabulary, end) - set(vocabulary.eos_ids)
+                assert constraint.state == end
+                assert constraint.done == bool(dfa.accept[end] and not text_next)
+    finally:
+        index_module.AFTER_MEMO_LIMIT = old_limit

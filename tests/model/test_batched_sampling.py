@@ -67,3 +67,26 @@ def test_the_kv_cache_gets_the_respelled_token_after_a_trigger():
     history = caches[0].history[0]
     assert history[1 : 1 + 7] == list(result.token_ids[:7])
     assert history[7] == PIECES.index(b">")
+
+
+def test_generation_is_the_same_with_the_parallel_sampler_on_and_off(monkeypatch):
+    """A batch past `PARALLEL_MIN_ROWS` (the engine's default `sample_batch` takes the parallel
+    kernel there) gives the same answers, tokens, logprobs and top lists with every step's rows
+    sampled in parallel as with them all on the calling thread."""
+    from corral.kernels import sampling
+
+    requests = [r for _ in range(4) for r in mixed_requests()]
+    assert len(requests) >= sampling.PARALLEL_MIN_ROWS
+    results = {}
+    for parallel in (False, True):
+        calls: list[int] = []
+
+        def forced(*args, _parallel=parallel, _calls=calls, **kwargs):
+            _calls.append(len(args[1]))
+            return sample_batch(*args, **{**kwargs, "parallel": _parallel})
+
+        monkeypatch.setattr(generate_module, "sample_batch", forced)
+        results[parallel] = generate(FakeModel(), requests, batch_size=len(requests))
+        assert max(calls) == len(requests)
+    assert results[True] == results[False]
+    assert all(r.completion_tokens > 0 for r in results[True])
