@@ -13,12 +13,9 @@ streams the run once for the n G query rows it serves (G = Hq / Hkv): scores, so
 sum of the values. Decode attention does few multiply-adds per float it loads (G), yet on one
 thread the kernel's arithmetic took longer than its loads, from memory or not, so the arithmetic
 per key is kept small. For SmolLM2's head width 64, two intrinsics of plain LLVM vector IR take
-16 keys or values at a time: `_scores16` sums a query row's 16 dot products across their
+16 keys or values at a time: `_scores16` sums one query row's 16 dot products across their
 vector lanes together (a tree of shuffles, half those of a horizontal sum per key) and
-`_weighted16` keeps an output row in registers over 16 values, each for up to three rows at once
-(the G = 3 query heads of a SmolLM2 token), loading and widening each key or value once for them
-(one thread, batch 32, 256-token contexts: 0.88 times the time of one row at a time, the same
-results bit for bit); the hardware prefetchers then
+`_weighted16` keeps an output row in registers over 16 values; the hardware prefetchers then
 keep up with the two streams (asking for lines ahead in software, as the general path does, cost
 more than it saved: a step's 30 layers at batch 64 on one thread, keys and values from memory,
 took 62 ms without against 72 ms with, on the shared 2-core machine). Other widths take four
@@ -280,151 +277,79 @@ def _float_arrays(*arrays, cache) -> bool:
     )
 
 
-def _make_scores16(rows: int):
-    """`_scores16` for `rows` query rows at once (1..3)."""
+@intrinsic
+def _scores16(typingctx, queries, q_start, keys, k_start, scores, s_start):  # pragma: no cover
+    """scores[s_start + l] = queries[q_start: +64] . keys[k_start + 64 l: +64] for l < 16:
+    one query row against 16 keys of width 64 (flat offsets into C-contiguous float32 arrays,
+    not bounds-checked). Each key's 64 products go into one vector of 16 partial sums (four
+    fmas); the 16 vectors are then summed across their lanes together, a tree of 15 pairwise
+    steps (two shuffles and an add each) that leaves key l's sum in lane l: half the shuffles
+    of one horizontal sum per key. Plain LLVM vector IR. O(16 64)
 
-    @intrinsic
-    def scores16(
-        typingctx, queries, q_start, keys, k_start, scores, s_start, s_stride
-    ):  # pragma: no cover - compiled
-        """scores[s_start + i s_stride + l] = queries[q_start + 64 i: +64] . keys[k_start + 64
-        l: +64] for l < 16 and i < rows: `rows` consecutive query rows against 16 keys of width
-        64 (flat offsets into C-contiguous float32 arrays, not bounds-checked). Each key's 64
-        products with a row go into one vector of 16 partial sums (four fmas); a row's 16
-        vectors are then summed across their lanes together, a tree of 15 pairwise steps (two
-        shuffles and an add each) that leaves key l's sum in lane l: half the shuffles of one
-        horizontal sum per key. Each chunk of keys is loaded (and widened) once for all the
-        rows; each row's operations are the one-row version's, in its order. Plain LLVM vector
-        IR. O(rows 16 64)
+    keys may be float16 bits (uint16, `cache_bits`): each 16-element chunk is loaded as half
+    and widened to float32 in registers."""
+    if not _float_arrays(queries, scores, cache=keys):
+        return None
 
-        keys may be float16 bits (uint16, `cache_bits`): each 16-element chunk is loaded as
-        half and widened to float32 in registers."""
-        if not _float_arrays(queries, scores, cache=keys):
-            return None
+    def codegen(context, builder, signature, args):
+        pointer, _, load_vector, fma = _vector_codegen_helpers(context, builder, signature, args)
+        q_p, k_p, s_p = pointer(0), pointer(2), pointer(4)
+        q = [load_vector(q_p, args[1], 16 * c) for c in range(4)]
+        partial = []
+        for key in range(_BLOCK):
+            chunks = [load_vector(k_p, args[3], 64 * key + 16 * c) for c in range(4)]
+            total = builder.fmul(q[0], chunks[0])
+            for c in range(1, 4):
+                total = builder.call(fma, [q[c], chunks[c], total])
+            partial.append(total)
+        even = ir.Constant(ir.VectorType(ir.IntType(32), _BLOCK), list(range(0, 32, 2)))
+        odd = ir.Constant(ir.VectorType(ir.IntType(32), _BLOCK), list(range(1, 32, 2)))
+        while len(partial) > 1:  # lanes 0..7: pairs of a's lanes, 8..15: pairs of b's
+            partial = [
+                builder.fadd(builder.shuffle_vector(a, b, even), builder.shuffle_vector(a, b, odd))
+                for a, b in zip(partial[0::2], partial[1::2], strict=True)
+            ]
+        where = builder.bitcast(builder.gep(s_p, [args[5]]), _VECTOR.as_pointer())
+        builder.store(partial[0], where, align=4)
+        return context.get_dummy_value()
 
-        def codegen(context, builder, signature, args):
-            pointer, address, load_vector, fma = _vector_codegen_helpers(
-                context, builder, signature, args
+    return types.void(queries, q_start, keys, k_start, scores, s_start), codegen
+
+
+@intrinsic
+def _weighted16(typingctx, out, o_start, weights, w_start, values, v_start):  # pragma: no cover
+    """out[o_start: +64] += sum over l < 16 of weights[w_start + l] values[v_start + 64 l: +64]:
+    16 value rows of width 64 weighted into one output row held in registers (four vectors,
+    two sets of them so that no fma waits on the one before), loaded and stored once (flat
+    offsets into C-contiguous float32 arrays, not bounds-checked; values may be float16 bits,
+    uint16, widened in registers as in `_scores16`). Plain LLVM vector IR. O(16 64)"""
+    if not _float_arrays(out, weights, cache=values):
+        return None
+
+    def codegen(context, builder, signature, args):
+        pointer, address, load_vector, fma = _vector_codegen_helpers(
+            context, builder, signature, args
+        )
+        o_p, w_p, v_p = pointer(0), pointer(2), pointer(4)
+        sums = [[load_vector(o_p, args[1], 16 * c) for c in range(4)]]
+        sums.append([ir.Constant(_VECTOR, [0.0] * _BLOCK)] * 4)
+        lane0 = ir.Constant(ir.VectorType(ir.IntType(32), _BLOCK), [0] * _BLOCK)
+        for row in range(_BLOCK):
+            weight = builder.load(address(w_p, args[3], row), align=4)
+            single = builder.insert_element(
+                ir.Constant(_VECTOR, None), weight, ir.Constant(ir.IntType(32), 0)
             )
-            q_p, k_p, s_p = pointer(0), pointer(2), pointer(4)
-            q = [
-                [load_vector(q_p, args[1], 64 * i + 16 * c) for c in range(4)] for i in range(rows)
-            ]
-            partial = [[] for _ in range(rows)]
-            for key in range(_BLOCK):
-                chunks = [load_vector(k_p, args[3], 64 * key + 16 * c) for c in range(4)]
-                for i in range(rows):
-                    total = builder.fmul(q[i][0], chunks[0])
-                    for c in range(1, 4):
-                        total = builder.call(fma, [q[i][c], chunks[c], total])
-                    partial[i].append(total)
-            even = ir.Constant(ir.VectorType(ir.IntType(32), _BLOCK), list(range(0, 32, 2)))
-            odd = ir.Constant(ir.VectorType(ir.IntType(32), _BLOCK), list(range(1, 32, 2)))
-            for i in range(rows):
-                sums = partial[i]
-                while len(sums) > 1:  # lanes 0..7: pairs of a's lanes, 8..15: pairs of b's
-                    sums = [
-                        builder.fadd(
-                            builder.shuffle_vector(a, b, even), builder.shuffle_vector(a, b, odd)
-                        )
-                        for a, b in zip(sums[0::2], sums[1::2], strict=True)
-                    ]
-                offset = builder.add(args[5], builder.mul(args[6], ir.Constant(args[6].type, i)))
-                where = builder.bitcast(address(s_p, offset), _VECTOR.as_pointer())
-                builder.store(sums[0], where, align=4)
-            return context.get_dummy_value()
+            splat = builder.shuffle_vector(single, ir.Constant(_VECTOR, None), lane0)
+            part = sums[row % 2]
+            for c in range(4):
+                chunk = load_vector(v_p, args[5], 64 * row + 16 * c)
+                part[c] = builder.call(fma, [splat, chunk, part[c]])
+        for c in range(4):
+            where = builder.bitcast(address(o_p, args[1], 16 * c), _VECTOR.as_pointer())
+            builder.store(builder.fadd(sums[0][c], sums[1][c]), where, align=4)
+        return context.get_dummy_value()
 
-        return types.void(queries, q_start, keys, k_start, scores, s_start, s_stride), codegen
-
-    return scores16
-
-
-def _make_weighted16(rows: int):
-    """`_weighted16` for `rows` output rows at once (1..3)."""
-
-    @intrinsic
-    def weighted16(
-        typingctx, out, o_start, weights, w_start, w_stride, values, v_start
-    ):  # pragma: no cover - compiled
-        """out[o_start + 64 i: +64] += sum over l < 16 of weights[w_start + i w_stride + l]
-        values[v_start + 64 l: +64] for i < rows: 16 value rows of width 64 weighted into
-        `rows` consecutive output rows held in registers (four vectors a row, two sets of them
-        so that no fma waits on the one before), loaded and stored once; each chunk of values
-        is loaded (and widened) once for all the rows, each row's operations are the one-row
-        version's, in its order (flat offsets into C-contiguous float32 arrays, not
-        bounds-checked; values may be float16 bits, uint16, widened in registers as in
-        `_scores16`). Plain LLVM vector IR. O(rows 16 64)"""
-        if not _float_arrays(out, weights, cache=values):
-            return None
-
-        def codegen(context, builder, signature, args):
-            pointer, address, load_vector, fma = _vector_codegen_helpers(
-                context, builder, signature, args
-            )
-            o_p, w_p, v_p = pointer(0), pointer(2), pointer(5)
-            zero = ir.Constant(_VECTOR, [0.0] * _BLOCK)
-            sums = [
-                [[load_vector(o_p, args[1], 64 * i + 16 * c) for c in range(4)], [zero] * 4]
-                for i in range(rows)
-            ]
-            starts = [
-                builder.add(args[3], builder.mul(args[4], ir.Constant(args[4].type, i)))
-                for i in range(rows)
-            ]
-            lane0 = ir.Constant(ir.VectorType(ir.IntType(32), _BLOCK), [0] * _BLOCK)
-            for row in range(_BLOCK):
-                chunks = [load_vector(v_p, args[6], 64 * row + 16 * c) for c in range(4)]
-                for i in range(rows):
-                    weight = builder.load(address(w_p, starts[i], row), align=4)
-                    single = builder.insert_element(
-                        ir.Constant(_VECTOR, None), weight, ir.Constant(ir.IntType(32), 0)
-                    )
-                    splat = builder.shuffle_vector(single, ir.Constant(_VECTOR, None), lane0)
-                    part = sums[i][row % 2]
-                    for c in range(4):
-                        part[c] = builder.call(fma, [splat, chunks[c], part[c]])
-            for i in range(rows):
-                for c in range(4):
-                    where = address(o_p, args[1], 64 * i + 16 * c)
-                    where = builder.bitcast(where, _VECTOR.as_pointer())
-                    builder.store(builder.fadd(sums[i][0][c], sums[i][1][c]), where, align=4)
-            return context.get_dummy_value()
-
-        return types.void(out, o_start, weights, w_start, w_stride, values, v_start), codegen
-
-    return weighted16
-
-
-_scores16_1, _scores16_2, _scores16_3 = (_make_scores16(rows) for rows in (1, 2, 3))
-_weighted16_1, _weighted16_2, _weighted16_3 = (_make_weighted16(rows) for rows in (1, 2, 3))
-
-
-@numba.njit(cache=True, inline="always")
-def _scores16(queries, r, n_rows, keys, t, scores, length):  # pragma: no cover - compiled
-    """Rows r..n_rows-1 of `queries` [R, 64] against keys t..t+15 (flat, width 64),
-    three rows at a time (`_make_scores16`), into their scores (row i's at i length + t).
-    O((n_rows - r) 16 64)"""
-    while r + 3 <= n_rows:
-        _scores16_3(queries, r * 64, keys, t * 64, scores, r * length + t, length)
-        r += 3
-    if r + 2 == n_rows:
-        _scores16_2(queries, r * 64, keys, t * 64, scores, r * length + t, length)
-    elif r + 1 == n_rows:
-        _scores16_1(queries, r * 64, keys, t * 64, scores, r * length + t, length)
-
-
-@numba.njit(cache=True, inline="always")
-def _weighted16(attended, r, n_rows, scores, length, values, t):  # pragma: no cover - compiled
-    """Rows r..n_rows-1 of `attended` [R, 64] += their weights (`scores`, row i's at
-    i length + t) times values t..t+15 (flat, width 64), three rows at a time
-    (`_make_weighted16`).  O((n_rows - r) 16 64)"""
-    while r + 3 <= n_rows:
-        _weighted16_3(attended, r * 64, scores, r * length + t, length, values, t * 64)
-        r += 3
-    if r + 2 == n_rows:
-        _weighted16_2(attended, r * 64, scores, r * length + t, length, values, t * 64)
-    elif r + 1 == n_rows:
-        _weighted16_1(attended, r * 64, scores, r * length + t, length, values, t * 64)
+    return types.void(out, o_start, weights, w_start, values, v_start), codegen
 
 
 @numba.njit(cache=True, inline="always")
@@ -507,8 +432,8 @@ def _attend(q, keys, values, slot, start, first, n, head, out):  # pragma: no co
     if width == 64:  # each score made as the row's own position alone decides
         t = 0
         while t + _BLOCK <= length:  # keys t..t+15, for every row that sees all 16
-            first_row = max(0, t + _BLOCK - 1 - start) * group
-            _scores16(queries, first_row, n_rows, key_run, t, scores, length)
+            for r in range(max(0, t + _BLOCK - 1 - start) * group, n_rows):
+                _scores16(queries, r * 64, key_run, t * 64, scores, r * length + t)
             t += _BLOCK
         for r in range(n_rows):  # each row's last seen % 16 keys: 4 at a time, then 1
             seen = start + r // group + 1
@@ -559,8 +484,8 @@ def _attend(q, keys, values, slot, start, first, n, head, out):  # pragma: no co
     if width == 64:  # as the scores: blocks of 16 a row sees whole, then its own last ones
         t = 0
         while t + _BLOCK <= length:
-            first_row = max(0, t + _BLOCK - 1 - start) * group
-            _weighted16(attended, first_row, n_rows, scores, length, value_run, t)
+            for r in range(max(0, t + _BLOCK - 1 - start) * group, n_rows):
+                _weighted16(attended, r * 64, scores, r * length + t, value_run, t * 64)
             t += _BLOCK
         for r in range(n_rows):
             seen = start + r // group + 1
