@@ -18,7 +18,11 @@ vector lanes together (a tree of shuffles, half those of a horizontal sum per ke
 `_weighted16` keeps an output row in registers over 16 values; the hardware prefetchers then
 keep up with the two streams (asking for lines ahead in software, as the general path does, cost
 more than it saved: a step's 30 layers at batch 64 on one thread, keys and values from memory,
-took 62 ms without against 72 ms with, on the shared 2-core machine). Other widths take four
+took 62 ms without against 72 ms with, on the shared 2-core machine). Taking a token's three
+query rows at once, each key loaded and widened once for them, was faster with the cache in
+L2/L3 (0.88 times the time) but slower from memory (1.12 times at batch 32, 1.29 at 64: 30
+layers, 2 threads, alone): with one row at a time, the other rows' passes over a block hit L1
+while the memory stream keeps up. Other widths take four
 keys at a time (`_dot4`, four independent chains of FMAs and horizontal sums) and four values
 (`_axpy4`), fetched `_PREFETCH_ROWS` rows ahead (`prefetch_l2`, into L2). No array view is made
 inside the loops (each costs two atomic reference count updates), and the exponentials come from
