@@ -21,7 +21,7 @@ activations the two differ only in rounding order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -283,6 +283,31 @@ class TiledMatrix:
         return np.ascontiguousarray(out[:, : self.n_out])
 
 
+def packed(matrices: list[TiledMatrix]) -> list[TiledMatrix]:
+    """The same matrices with their arrays copied into one allocation, each 64-byte aligned.
+
+    A decode step streams some 120 matrices of 0.3 to 2 MB, each its own allocation of 4 KB
+    pages, and the kernels read each matrix at strides of kilobytes: a TLB miss every block or
+    so. NumPy asks Linux for transparent huge pages for allocations of 4 MB and more
+    (`madvise`), which one allocation of all of them is: one thread, the default model's 121
+    products (the LM head's included) from memory took 10.3 instead of 11.5 ms at batch 1 and
+    63.2 instead of 67.6 ms at batch 32 (scratch A/B, alone).  -> [TiledMatrix]"""
+    fields = ("scales", "minimums", "quants", "words")
+    arrays = [getattr(m, f) for m in matrices for f in fields if getattr(m, f) is not None]
+    arena = np.empty(sum(-(-a.nbytes // 64) * 64 for a in arrays) + 64, np.uint8)
+    at = -arena.ctypes.data % 64  # the first 64-byte boundary
+    copies = {}
+    for array in arrays:
+        view = arena[at : at + array.nbytes].view(array.dtype).reshape(array.shape)
+        view[...] = array
+        copies[id(array)] = view
+        at += -(-array.nbytes // 64) * 64
+    return [
+        replace(m, **{f: copies[id(getattr(m, f))] for f in fields if getattr(m, f) is not None})
+        for m in matrices
+    ]
+
+
 def unpermute_order(n_rows: int, n_heads: int) -> np.ndarray:
     """The row order that undoes llama.cpp's q/k permutation (as `weights.unpermute_rows`):
     row i of the result is row order[i] of the GGUF tensor.  -> int64 [n_rows]"""
@@ -347,4 +372,8 @@ def quantized_layers(gguf_path: str | Path, config: LlamaConfig) -> dict | None:
     lm_head = matrix(head)
     if lm_head is None:
         return None
-    return {"layers": layers, "lm_head": lm_head.tiled()}
+    names = list(layers[0])
+    every = packed([layer[name] for layer in layers for name in names] + [lm_head.tiled()])
+    layers = [dict(zip(names, every[i * len(names) : (i + 1) * len(names)], strict=True))
+              for i in range(len(layers))]  # fmt: skip
+    return {"layers": layers, "lm_head": every[-1]}
