@@ -26,11 +26,12 @@ while the memory stream keeps up. Other widths take four
 keys at a time (`_dot4`, four independent chains of FMAs and horizontal sums) and four values
 (`_axpy4`), fetched `_PREFETCH_ROWS` rows ahead (`prefetch_l2`, into L2). No array view is made
 inside the loops (each costs two atomic reference count updates), and the exponentials come from
-a vectorizable polynomial (`_softmax_`), not one libm call per score. The tasks go to Numba's
-threads in about `_CHUNKS` chunks as threads free up (dynamic scheduling, from 3 `_CHUNKS` tasks
-on; below, the chunks' own cost outweighs it): on a small machine another process, or BLAS's
-workers spinning after a GEMM, often holds one of the cores, and an even static split then waits
-for the slowest thread.
+a vectorizable polynomial (`_softmax_`), not one libm call per score. Numba's threads take the
+tasks one at a time from a shared counter (`kernels.claim`) as they free up: on a small machine
+another process often holds one of the cores, or a sleeping worker wakes late, and an even
+static split then waits for the slowest thread. (Numba's own dynamic chunks, set around each
+call with `numba.set_parallel_chunksize`, cost about 25 us a call in Python: 1.5 ms of a
+batch-32 decode step.)
 
 Positional order. With head width 64 what makes a row's scores and weighted sum depends on the
 row's position alone, never on its segment's length: the blocks of 16 keys it sees whole go to
@@ -67,6 +68,7 @@ import functools
 
 import numba
 import numpy as np
+from corral.kernels.claim import claim
 from corral.kernels.expf import exp_nonpositive
 from corral.kernels.prefetch import prefetch_l2
 from llvmlite import ir
@@ -75,7 +77,6 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 _FASTMATH = {"reassoc", "contract", "nsz"}  # no -inf or NaN is ever formed: lengths bound loops
-_CHUNKS = 16  # the parallel loop's tasks go out in about this many chunks, as threads free up
 _PREFETCH_ROWS = 32  # the four-key path fetches keys/values this many rows ahead
 
 _LANES = 16  # the running maxima of `_softmax_` (one vector register of float32)
@@ -610,10 +611,9 @@ def ragged_attention(
     sit at positions start..start+n-1 of slot `slot`: for each such row r = first + j and query
     head h, out[r, h] = softmax(q[r, h] . keys[slot, h // G, :start+j+1]) values[same].
     Rows of no segment are left as they were. A decode step is B segments of n = 1.
-    O(Hq hd sum of n (start + n)), parallel over the (segment, key/value head) pairs, handed to
-    Numba's threads in about `_CHUNKS` chunks as they free up (a thread that shares its core
-    with another process, e.g. BLAS's spinning workers, takes fewer; below 3 `_CHUNKS` pairs,
-    an even static split); each pair reads its keys and values once.
+    O(Hq hd sum of n (start + n)), parallel over the (segment, key/value head) pairs, taken by
+    Numba's threads one at a time as they free up (a thread that shares its core with another
+    process takes fewer); each pair reads its keys and values once.
 
     q float32 [N, Hq, hd] (already scaled by hd^-1/2); keys, values float32 or float16
     [S, Hkv, T, hd] (one layer's cache, C-contiguous; Hq a multiple of Hkv; float16 is read
@@ -625,22 +625,25 @@ def ragged_attention(
     those past its position by zero); out float32 [N, Hq, hd] (written). Returns out.
     """
     keys, values = cache_bits(keys), cache_bits(values)
-    n_tasks = segments.shape[0] * keys.shape[1]
-    if n_tasks < 3 * _CHUNKS:  # a few tasks: Numba's even static split, with no chunk overhead
-        return _ragged_attention(q, keys, values, segments, out)
-    schedule = numba.set_parallel_chunksize(n_tasks // _CHUNKS)
-    try:
-        return _ragged_attention(q, keys, values, segments, out)
-    finally:
-        numba.set_parallel_chunksize(schedule)
+    claimed = np.zeros(1, np.int64)  # the first task not taken yet
+    return _ragged_attention(
+        q, keys, values, segments, out, claimed, numba.config.NUMBA_NUM_THREADS
+    )
 
 
 @numba.njit(cache=True, parallel=True, fastmath=_FASTMATH)
-def _ragged_attention(q, keys, values, segments, out):  # pragma: no cover - compiled
-    """`ragged_attention`'s parallel loop over the (segment, key/value head) pairs."""
+def _ragged_attention(q, keys, values, segments, out, claimed, workers):  # pragma: no cover
+    """`ragged_attention`'s parallel loop over the (segment, key/value head) pairs, taken one
+    at a time from the counter `claimed` (int64 [1], 0: `kernels.claim`) by `workers` loops
+    (Numba's thread count at most: loops beyond the threads in use find nothing left; asking
+    Numba how many are in use takes its locks)."""
     kv_heads = keys.shape[1]
-    for task in numba.prange(segments.shape[0] * kv_heads):
-        segment, head = task // kv_heads, task % kv_heads
-        slot, start, first, n = segments[segment]
-        _attend(q, keys, values, slot, start, first, n, head, out)
+    n_tasks = segments.shape[0] * kv_heads
+    for _ in numba.prange(workers):
+        task = claim(claimed)
+        while task < n_tasks:
+            segment, head = task // kv_heads, task % kv_heads
+            slot, start, first, n = segments[segment]
+            _attend(q, keys, values, slot, start, first, n, head, out)
+            task = claim(claimed)
     return out

@@ -53,6 +53,7 @@ import math
 
 import numba
 import numpy as np
+from corral.kernels.claim import claim
 from corral.kernels.expf import exp_nonpositive
 from corral.kernels.prefetch import prefetch
 from llvmlite import ir
@@ -144,7 +145,7 @@ def sample_rows_parallel(
     """`sample_rows` on `threads` of Numba's threads; the same results (each row is `_sample_one` of
     its own inputs, whichever thread takes it).
 
-    The rows are taken by the threads one at a time from a shared counter (`_claim`, an
+    The rows are taken by the threads one at a time from a shared counter (`kernels.claim`, an
     atomic add), the costliest first (`_by_cost`): the calling thread starts at once and takes
     rows until none is left, and a thread that wakes late (a sleeping OpenMP worker takes tens
     of microseconds) takes fewer, so no thread waits for a share fixed in advance. Each thread
@@ -164,9 +165,9 @@ def sample_rows_parallel(
     n_rows = rows.shape[0]
     claimed = np.zeros(1, np.int64)
     for _ in numba.prange(threads):
-        at = _claim(claimed)
+        at = claim(claimed)
         while at < n_rows:
-            after = _claim(claimed)
+            after = claim(claimed)
             _sample_one(
                 logits, rows, masks, mask_rows, params, uniforms, prompt_ids, prompt_start,
                 output_ids, output_start, n_top, tokens, logprobs, top_ids, top_logprobs,
@@ -185,21 +186,6 @@ def _by_cost(counts, v):
     for b in range(counts.shape[0]):
         cost[b] = v if counts[b] * GATHER_BELOW >= v else counts[b]
     return np.argsort(-cost, kind="mergesort")
-
-
-@intrinsic
-def _claim(typingctx, counter):  # pragma: no cover - compiled
-    """`counter[0] += 1` as one atomic add (LLVM's `atomicrmw add`, monotonic: every value is
-    returned to exactly one caller, whichever thread calls); returns the value before. counter:
-    int64 `[>= 1]`, C-contiguous. O(1)."""
-    if not (isinstance(counter, types.Array) and counter.dtype == types.int64):
-        return None
-
-    def codegen(context, builder, signature, args):
-        data = context.make_array(signature.args[0])(context, builder, args[0]).data
-        return builder.atomic_rmw("add", data, ir.Constant(ir.IntType(64), 1), "monotonic")
-
-    return types.int64(counter), codegen
 
 
 @numba.njit(cache=True, boundscheck=False, fastmath=_FAST)

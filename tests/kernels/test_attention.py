@@ -126,13 +126,13 @@ def test_a_row_is_blind_to_the_keys_and_values_past_its_position(case, seed):
 def crowded_segments(rng, sizes, length):
     """Segments `[slot, start, first, n]` (int64) of rows of `sizes` (decode rows of 1 and a
     few jump-forward chunks), one slot each in a random order, at random starts within caches
-    of `length` positions: enough (segment, head) pairs for 3 KV heads that the tasks go to
-    the threads in dynamic chunks (`attention._CHUNKS`)."""
+    of `length` positions: enough (segment, head) pairs for 3 KV heads that every thread takes
+    many of them from the shared counter (`kernels.claim`)."""
     starts = rng.integers(0, length - np.array(sizes) + 1)
     firsts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     slots = rng.permutation(len(sizes))
     segments = np.column_stack([slots, starts, firsts, sizes]).astype(np.int64)
-    assert len(segments) * 3 >= 3 * attention._CHUNKS
+    assert len(segments) * 3 >= 48
     return segments
 
 
@@ -151,7 +151,7 @@ def test_ragged_attention_over_long_contexts_equals_numpy():
 
 def test_ragged_attention_of_a_large_batch_equals_numpy():
     """A decode step of 40 rows and a few jump-forward chunks: enough (segment, head) pairs
-    that the tasks go to the threads in dynamic chunks (`attention._CHUNKS`)."""
+    that every thread takes many from the shared counter (`kernels.claim`)."""
     rng = np.random.default_rng(5)
     keys = rng.standard_normal((44, 3, 40, 16)).astype(np.float32)
     values = rng.standard_normal((44, 3, 40, 16)).astype(np.float32)
@@ -313,7 +313,7 @@ def test_a_segment_attends_alike_alone_and_in_any_batch(case, seed):
     q, keys, values, segments = case
     together = attention.ragged_attention(q, keys, values, segments, np.zeros_like(q))
     rng = np.random.default_rng(seed)
-    copies = 20  # 20 copies of every segment, each writing its own rows: >= 3 _CHUNKS pairs
+    copies = 20  # 20 copies of every segment, each writing its own rows: many pairs a thread
     crowd = np.concatenate([segments + [0, 0, k * len(q), 0] for k in range(copies)])
     crowd = crowd[rng.permutation(len(crowd))]
     queries = np.concatenate([q] * copies)
@@ -382,7 +382,7 @@ def test_ragged_attention_over_a_float16_cache_is_its_float32_twins(case):
 
 def test_ragged_attention_of_a_large_batch_over_a_long_float16_cache_equals_numpy():
     """SmolLM2's shapes, 48 decode rows and two chunks over contexts of up to 300 positions:
-    the 16-key intrinsics on half vectors, the dynamic chunks (`attention._CHUNKS`)."""
+    the 16-key intrinsics on half vectors, the tasks taken from the shared counter."""
     rng = np.random.default_rng(7)
     keys16, values16, keys32, values32 = float16_twins(
         rng.standard_normal((50, 3, 300, 64)), rng.standard_normal((50, 3, 300, 64))
