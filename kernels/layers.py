@@ -104,6 +104,39 @@ def swiglu_halves(gate_up, out):  # pragma: no cover - compiled
     return out
 
 
+PARALLEL_ROWS = 16
+"""From this many rows `swiglu_rows` spreads them over Numba's threads (`swiglu_halves_parallel`):
+at batch 64 the gating took about 6 ms of a 110 ms decode step on one thread."""
+
+
+def swiglu_rows(gate_up, out):
+    """`swiglu_halves`, on Numba's threads from `PARALLEL_ROWS` rows (`swiglu_halves_parallel`,
+    the same results bit for bit: each value's operations are the same, in the same order).
+    Arguments and result as `swiglu_halves`'s."""
+    if gate_up.shape[0] >= PARALLEL_ROWS:
+        return swiglu_halves_parallel(gate_up, out)
+    return swiglu_halves(gate_up, out)
+
+
+@numba.njit(cache=True, fastmath=_FASTMATH, parallel=True)
+def swiglu_halves_parallel(gate_up, out):  # pragma: no cover - compiled
+    """`swiglu_halves` with its rows spread over Numba's threads (`prange`); the same float32
+    operations a value, so the same results bit for bit.  O(N F / threads)."""
+    n, width = out.shape
+    for i in numba.prange(n):
+        scale_bits = np.empty(width, np.int32)
+        scale = scale_bits.view(np.float32)
+        for j in range(width):
+            x = min(max(-gate_up[i, j], EXP_MIN), _EXP_MAX)
+            k = np.floor(x * LOG2E + np.float32(0.5))
+            out[i, j] = exp_reduced(x - k * LN2_HIGH - k * LN2_LOW)
+            scale_bits[j] = (np.int32(k) + np.int32(127)) << np.int32(23)
+        for j in range(width):
+            gate = gate_up[i, j]
+            out[i, j] = gate * gate_up[i, width + j] / (np.float32(1.0) + out[i, j] * scale[j])
+    return out
+
+
 @numba.njit(cache=True)
 def rope(x, cos, sin, out):  # pragma: no cover - compiled
     """Rotate each head's two halves by its token's angles (`rotate_half`).  O(N h hd).

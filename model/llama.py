@@ -162,7 +162,7 @@ def mlp(x: np.ndarray, layer: dict) -> np.ndarray:
     gate_up = linear(x, layer, "w_gate_up")  # [N, d] -> [N, 2F]
     n, width = x.shape[0], layer["w_down"].shape[1]
     if gate_up.flags.c_contiguous:  # the blocks' result: each row its two halves
-        hidden = layer_kernels.swiglu_halves(gate_up, np.empty((n, width), np.float32))  # [N, F]
+        hidden = layer_kernels.swiglu_rows(gate_up, np.empty((n, width), np.float32))  # [N, F]
     else:  # BLAS's: gate_up.T is C-order [2F, N]
         gate_up_t = gate_up.T
         out = np.empty((width, n), np.float32)

@@ -68,7 +68,7 @@ def test_add_rms_norm_is_the_residual_sum_then_rms_norm_bit_for_bit(seed):
 @pytest.mark.parametrize("seed", range(5))
 def test_swiglu_equals_silu_of_gate_times_up_also_far_out(seed, transposed):
     rng = np.random.default_rng(seed)
-    n, width = int(rng.integers(1, 9)), int(rng.integers(1, 300))
+    n, width = int(rng.integers(1, 40)), int(rng.integers(1, 300))  # both sides of PARALLEL_ROWS
     gate_up = (rng.standard_normal((n, 2 * width)) * rng.uniform(0.1, 60)).astype(np.float32)
     gate_up[0, 0], gate_up[-1, width - 1] = -1000.0, 1000.0  # past exp's float32 range
     if transposed:  # as `llama.mlp` on BLAS's result: the halves of C-order [2F, N], out [F, N]
@@ -81,6 +81,11 @@ def test_swiglu_equals_silu_of_gate_times_up_also_far_out(seed, transposed):
         # as `llama.mlp` on the blocks' C-contiguous result: the same operations, bit for bit
         halves = layers.swiglu_halves(gate_up, np.full((n, width), np.nan, np.float32))
         np.testing.assert_array_equal(halves, got)
+        # and on Numba's threads, as `llama.mlp` takes it from PARALLEL_ROWS rows
+        spread = layers.swiglu_halves_parallel(gate_up, np.full((n, width), np.nan, np.float32))
+        np.testing.assert_array_equal(spread, got)
+        rows = layers.swiglu_rows(gate_up, np.full((n, width), np.nan, np.float32))
+        np.testing.assert_array_equal(rows, got)
     g, up = gate_up[:, :width].astype(np.float64), gate_up[:, width:].astype(np.float64)
     expected = g * expit(g) * up  # silu(g) = g sigmoid(g), with no overflow
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-30)
