@@ -79,6 +79,8 @@ from numba.extending import intrinsic
 _FASTMATH = {"reassoc", "contract", "nsz"}  # no -inf or NaN is ever formed: lengths bound loops
 _PREFETCH_ROWS = 32  # the four-key path fetches keys/values this many rows ahead
 
+PARALLEL_ROWS = 16  # from this many tokens `rope_store` spreads them over Numba's threads
+
 _LANES = 16  # the running maxima of `_softmax_` (one vector register of float32)
 
 
@@ -570,7 +572,8 @@ def rope_store(qkv, cos, sin, q_heads, scale, keys, values, slots, positions, q_
     Returns q_out. The arithmetic is the separate steps' (`rope`, then q times scale), in the
     same float32 operations, so the results are theirs bit for bit.
     """
-    return _rope_store(
+    store = _rope_store_parallel if qkv.shape[0] >= PARALLEL_ROWS else _rope_store
+    return store(
         qkv, cos, sin, q_heads, scale, cache_bits(keys), cache_bits(values), slots, positions, q_out
     )
 
@@ -578,28 +581,45 @@ def rope_store(qkv, cos, sin, q_heads, scale, keys, values, slots, positions, q_
 @numba.njit(cache=True)
 def _rope_store(qkv, cos, sin, q_heads, scale, keys, values, slots, positions, q_out):
     """`rope_store` on a cache of float32 or of float16 bits (`cache_bits`)."""
+    for t in range(qkv.shape[0]):
+        _rope_store_token(qkv, cos, sin, q_heads, scale, keys, values, slots, positions, q_out, t)
+    return q_out
+
+
+@numba.njit(cache=True, parallel=True)
+def _rope_store_parallel(qkv, cos, sin, q_heads, scale, keys, values, slots, positions, q_out):
+    """`_rope_store` with the tokens spread over Numba's threads (`prange`; no two tokens share
+    a slot and position, so none write the same cache row): the same operations a token."""
+    for t in numba.prange(qkv.shape[0]):
+        _rope_store_token(qkv, cos, sin, q_heads, scale, keys, values, slots, positions, q_out, t)
+    return q_out
+
+
+@numba.njit(cache=True, inline="always")
+def _rope_store_token(
+    qkv, cos, sin, q_heads, scale, keys, values, slots, positions, q_out, t
+):  # pragma: no cover - compiled
+    """Token t of `rope_store`. Inlined into each caller as the same Numba IR. O((Hq + Hkv) hd)"""
     kv_heads, width = keys.shape[1], keys.shape[3]
     half = width // 2
     scale = np.float32(scale)
-    for t in range(qkv.shape[0]):
-        slot, position = slots[t], positions[t]
-        for h in range(q_heads + kv_heads):
-            base = h * width
-            for i in range(half):
-                x1, x2 = qkv[t, base + i], qkv[t, base + half + i]
-                c, s = cos[position, i], sin[position, i]
-                first, second = x1 * c - x2 * s, x2 * c + x1 * s
-                if h < q_heads:
-                    q_out[t, h, i] = first * scale
-                    q_out[t, h, half + i] = second * scale
-                else:
-                    keys[slot, h - q_heads, position, i] = _narrow(keys, first)
-                    keys[slot, h - q_heads, position, half + i] = _narrow(keys, second)
-        base = (q_heads + kv_heads) * width
-        for h in range(kv_heads):
-            for d in range(width):
-                values[slot, h, position, d] = _narrow(values, qkv[t, base + h * width + d])
-    return q_out
+    slot, position = slots[t], positions[t]
+    for h in range(q_heads + kv_heads):
+        base = h * width
+        for i in range(half):
+            x1, x2 = qkv[t, base + i], qkv[t, base + half + i]
+            c, s = cos[position, i], sin[position, i]
+            first, second = x1 * c - x2 * s, x2 * c + x1 * s
+            if h < q_heads:
+                q_out[t, h, i] = first * scale
+                q_out[t, h, half + i] = second * scale
+            else:
+                keys[slot, h - q_heads, position, i] = _narrow(keys, first)
+                keys[slot, h - q_heads, position, half + i] = _narrow(keys, second)
+    base = (q_heads + kv_heads) * width
+    for h in range(kv_heads):
+        for d in range(width):
+            values[slot, h, position, d] = _narrow(values, qkv[t, base + h * width + d])
 
 
 def ragged_attention(

@@ -89,19 +89,26 @@ def swiglu_halves(gate_up, out):  # pragma: no cover - compiled
     against a fraction of one here); out float32 [N, F] (written). Returns out. The same
     float32 operations as `swiglu`, so the same results bit for bit.
     """
-    n, width = out.shape
-    scale_bits = np.empty(width, np.int32)
-    scale = scale_bits.view(np.float32)
-    for i in range(n):
-        for j in range(width):
-            x = min(max(-gate_up[i, j], EXP_MIN), _EXP_MAX)
-            k = np.floor(x * LOG2E + np.float32(0.5))
-            out[i, j] = exp_reduced(x - k * LN2_HIGH - k * LN2_LOW)
-            scale_bits[j] = (np.int32(k) + np.int32(127)) << np.int32(23)
-        for j in range(width):
-            gate = gate_up[i, j]
-            out[i, j] = gate * gate_up[i, width + j] / (np.float32(1.0) + out[i, j] * scale[j])
+    scale_bits = np.empty(out.shape[1], np.int32)
+    for i in range(out.shape[0]):
+        _swiglu_row(gate_up, out, i, scale_bits)
     return out
+
+
+@numba.njit(cache=True, fastmath=_FASTMATH, inline="always")
+def _swiglu_row(gate_up, out, i, scale_bits):  # pragma: no cover - compiled
+    """Row i of `swiglu_halves` (scale_bits: int32 [F] scratch). Inlined into each caller as
+    the same Numba IR, so serial and parallel callers compute alike. O(F)"""
+    width = out.shape[1]
+    scale = scale_bits.view(np.float32)
+    for j in range(width):
+        x = min(max(-gate_up[i, j], EXP_MIN), _EXP_MAX)
+        k = np.floor(x * LOG2E + np.float32(0.5))
+        out[i, j] = exp_reduced(x - k * LN2_HIGH - k * LN2_LOW)
+        scale_bits[j] = (np.int32(k) + np.int32(127)) << np.int32(23)
+    for j in range(width):
+        gate = gate_up[i, j]
+        out[i, j] = gate * gate_up[i, width + j] / (np.float32(1.0) + out[i, j] * scale[j])
 
 
 PARALLEL_ROWS = 16
@@ -122,18 +129,8 @@ def swiglu_rows(gate_up, out):
 def swiglu_halves_parallel(gate_up, out):  # pragma: no cover - compiled
     """`swiglu_halves` with its rows spread over Numba's threads (`prange`); the same float32
     operations a value, so the same results bit for bit.  O(N F / threads)."""
-    n, width = out.shape
-    for i in numba.prange(n):
-        scale_bits = np.empty(width, np.int32)
-        scale = scale_bits.view(np.float32)
-        for j in range(width):
-            x = min(max(-gate_up[i, j], EXP_MIN), _EXP_MAX)
-            k = np.floor(x * LOG2E + np.float32(0.5))
-            out[i, j] = exp_reduced(x - k * LN2_HIGH - k * LN2_LOW)
-            scale_bits[j] = (np.int32(k) + np.int32(127)) << np.int32(23)
-        for j in range(width):
-            gate = gate_up[i, j]
-            out[i, j] = gate * gate_up[i, width + j] / (np.float32(1.0) + out[i, j] * scale[j])
+    for i in numba.prange(out.shape[0]):
+        _swiglu_row(gate_up, out, i, np.empty(out.shape[1], np.int32))
     return out
 
 
