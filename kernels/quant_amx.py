@@ -940,11 +940,12 @@ def row_matmul(x, scales, coefs, words, out):
     return _row_matmul(x, scales, coefs, words, out)
 
 
-def trusted_matmul(x, scales, coefs, words, out):
+def _trusted_matmul(x, scales, coefs, words, out):
     """`amx_matmul` (one row: `row_matmul`) without the checks, for a caller whose arguments are
     right by construction (`corral.model.quant.TiledMatrix`, which lays the weights out itself
     and checks x): at batch 1 the checks took about 1 ms of a 10 ms decode step (121 products).
-    Arguments as `amx_matmul`'s; needs `available()`. Returns out."""
+    Private: wrong arguments would crash it, where the public wrappers raise. Arguments as
+    `amx_matmul`'s; needs `available()`. Returns out."""
     if x.shape[0] == 1:
         return _row_matmul(x, scales, coefs, words, out)
     return _amx_matmul(x, scales, coefs, words, out)

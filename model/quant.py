@@ -244,7 +244,7 @@ class TiledMatrix:
 
         Under `INT8_ACTIVATIONS` (`int8_kernel()`), each row of x is quantized by blocks of 32
         to two int8 parts and multiplies the weights in integer arithmetic: on AMX tiles
-        (`kernels.quant_amx.trusted_matmul`: `amx_matmul`, one row `row_matmul`, without
+        (`kernels.quant_amx._trusted_matmul`: `amx_matmul`, one row `row_matmul`, without
         their argument checks, which this class's layout meets; the two parts on one scale,
         `parts` unused) or in
         AVX-512 VNNI (`kernels.quant_int8.int8_matmul`: ggml's Q8_1, then the Q8_1 of what it
@@ -266,7 +266,7 @@ class TiledMatrix:
         kernel = int8_kernel()
         if kernel == "amx":  # one row: the same sums in VNNI, without 16-row tiles
             out = np.empty((rows, self.n_out), np.float32)  # the layout is right by construction
-            return quant_amx.trusted_matmul(x, self.scales, coefs, self.words, out)
+            return quant_amx._trusted_matmul(x, self.scales, coefs, self.words, out)
         if kernel == "vnni":
             out = np.empty((rows, self.n_out), np.float32)
             return quant_int8.int8_matmul(x, parts, self.scales, coefs, self.words, out)
