@@ -204,9 +204,10 @@ def _emit_unpack(builder, words_p, b_p) -> None:
             builder.store(value, address, align=1)
 
 
-def _make_group_product(rows: int, nibbles: bool):
+def _make_group_product(rows: int):
     """`_group_product` for `rows` rows of x (the tile configuration's, `_config(rows,
-    nibbles)`) and Q4_1 (`nibbles`) or Q8_0 weights."""
+    nibbles)`). The weights' kind comes from x_terms' dtype: float32 terms for Q4_1 (nibbles),
+    int32 offsets for Q8_0."""
 
     @intrinsic
     def group_product(
@@ -277,7 +278,8 @@ def _make_group_product(rows: int, nibbles: bool):
             totals,
         )
         arrays = (x_q, b, x_scales, x_terms, scales, coefs, sums, totals)
-        offsets = not nibbles  # Q8_0: x_terms are int32 offsets
+        offsets = isinstance(x_terms, types.Array) and x_terms.dtype == types.int32  # Q8_0
+        nibbles = not offsets  # Q4_1
         term_type = types.int32 if offsets else types.float32
         wanted = (types.int8, types.uint8, types.float32, term_type) + (types.float32,) * 2
         wanted += (types.int32, types.float32)
@@ -442,12 +444,7 @@ def _make_group_product(rows: int, nibbles: bool):
 _GROUP_ROWS = (1, 2, 4, 8, 16)
 """Rows of x a `_group_product` call serves: a pass's rows go in groups of 16, the rest in one
 group of the next power of 2 (zero rows pad it)."""
-_group_1, _group_2, _group_4, _group_8, _group_16 = (
-    _make_group_product(r, False) for r in _GROUP_ROWS
-)
-_nibbles_1, _nibbles_2, _nibbles_4, _nibbles_8, _nibbles_16 = (
-    _make_group_product(r, True) for r in _GROUP_ROWS
-)
+_group_1, _group_2, _group_4, _group_8, _group_16 = (_make_group_product(r) for r in _GROUP_ROWS)
 
 
 def _make_row_product(words_per_block: int):
@@ -768,7 +765,8 @@ def _quantized(x, groups, rows, nibbles):  # pragma: no cover - compiled
 
 @numba.njit(cache=True)
 def _products(group, a_args, terms, w_args, scratch, totals):  # pragma: no cover - compiled
-    """`_group_product` for `group` rows (one of `_GROUP_ROWS`) of Q8_0 weights."""
+    """`_group_product` for `group` rows (one of `_GROUP_ROWS`); Q4_1 or Q8_0 weights by
+    `terms` (float32 terms or int32 offsets)."""
     if group == 16:
         _group_16(*a_args, terms, *w_args, scratch, totals)
     elif group == 8:
@@ -779,21 +777,6 @@ def _products(group, a_args, terms, w_args, scratch, totals):  # pragma: no cove
         _group_2(*a_args, terms, *w_args, scratch, totals)
     else:
         _group_1(*a_args, terms, *w_args, scratch, totals)
-
-
-@numba.njit(cache=True)
-def _nibble_products(group, a_args, terms, w_args, scratch, totals):  # pragma: no cover
-    """`_group_product` for `group` rows (one of `_GROUP_ROWS`) of Q4_1 weights."""
-    if group == 16:
-        _nibbles_16(*a_args, terms, *w_args, scratch, totals)
-    elif group == 8:
-        _nibbles_8(*a_args, terms, *w_args, scratch, totals)
-    elif group == 4:
-        _nibbles_4(*a_args, terms, *w_args, scratch, totals)
-    elif group == 2:
-        _nibbles_2(*a_args, terms, *w_args, scratch, totals)
-    else:
-        _nibbles_1(*a_args, terms, *w_args, scratch, totals)
 
 
 @numba.njit(cache=True, parallel=True)
@@ -835,7 +818,7 @@ def _amx_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
                 a_args = (x_q, a_start, X_ROW, BLOCK, flat_words, b_start, step, n_blocks, x_scales)
                 w_args = (first * n_blocks, n_blocks, scales, coefs, sc_start + g * ROWS, tile)
                 if nibbles:
-                    _nibble_products(group, a_args, x_terms, w_args, scratch, totals)
+                    _products(group, a_args, x_terms, w_args, scratch, totals)
                 else:
                     _products(group, a_args, x_offsets, w_args, scratch, totals)
                 column = t * tile + g * ROWS
