@@ -19,7 +19,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 GREEDY = SamplingParams(temperature=0)
-PER_TOKEN = 30 * 3 * 64 * 2 * 2  # SmolLM2-135M: layers x KV heads x head_dim x (K, V) x float16
+
+
+def per_token(dtype) -> int:
+    """Bytes a token of SmolLM2-135M's KV cache takes in `dtype`: layers x KV heads x head_dim x
+    (K, V) x the dtype's size (23,040 in float16, 46,080 in float32)."""
+    return 30 * 3 * 64 * 2 * np.dtype(dtype).itemsize
 
 
 def test_context_length_error_names_the_figures():
@@ -67,30 +72,35 @@ def test_absent_max_tokens_takes_what_the_context_leaves():
         generate(model, [GenerationRequest([1] * 64, None)])
 
 
-def test_the_batch_is_lowered_to_the_slots_that_fit(monkeypatch):
+@pytest.mark.parametrize(("dtype", "fit"), [(np.float16, 43), (np.float32, 21)])
+def test_the_batch_is_lowered_to_the_slots_that_fit(monkeypatch, dtype, fit):
     """`-n 5000 --batch-size 5000` with 1 GiB available: it runs with the slots that fit in
-    half of it, said once with a CacheWarning (nothing is allocated: the model is a stand-in)."""
+    half of it, said once with a CacheWarning (nothing is allocated: the model is a stand-in),
+    for a model whose cache is float16 (the default on AMX) or float32 (elsewhere)."""
     monkeypatch.setattr(kv_cache, "available_memory", lambda: 2**30)
     model = FakeModel(bias={EOS: 100.0}, context_length=8192, config=SMOLLM2_CACHE)
-    with pytest.warns(CacheWarning, match="running 43 sequences at a time"):
+    model.kv_dtype = dtype
+    with pytest.warns(CacheWarning, match=f"running {fit} sequences at a time"):
         engine = Generator(model, batch_size=5000, max_len=530)
-    assert engine.batch_size == 2**29 // (PER_TOKEN * 530) == 43
-    assert model.caches == [(43, 530)]
+    assert engine.batch_size == 2**29 // (per_token(dtype) * 530) == fit
+    assert model.caches == [(fit, 530)]
     requests = [GenerationRequest([i % 200 + 1] * 10, 520, GREEDY) for i in range(50)]
-    with pytest.warns(CacheWarning, match="running 43 sequences at a time"):
+    with pytest.warns(CacheWarning, match=f"running {fit} sequences at a time"):
         results = generate(model, requests, batch_size=5000)  # 50 slots of 530 tokens asked
-    assert model.caches[-1] == (43, 530)
+    assert model.caches[-1] == (fit, 530)
     assert [r.finish_reason for r in results] == ["stop"] * 50
 
 
-def test_when_no_slot_fits_the_engine_is_refused_with_the_figures(monkeypatch):
+@pytest.mark.parametrize(("dtype", "needs"), [(np.float16, "180.0"), (np.float32, "360.0")])
+def test_when_no_slot_fits_the_engine_is_refused_with_the_figures(monkeypatch, dtype, needs):
     monkeypatch.setattr(kv_cache, "available_memory", lambda: 10 * 2**20)
     model = FakeModel(context_length=8192, config=SMOLLM2_CACHE)
+    model.kv_dtype = dtype
     with pytest.raises(CacheError) as refused:
         Generator(model, batch_size=4)
     message = str(refused.value)
-    assert "8192 tokens needs 180.0 MiB" in message and "10.0 MiB available" in message
-    assert f"at most {5 * 2**20 // PER_TOKEN} tokens" in message
+    assert f"8192 tokens needs {needs} MiB" in message and "10.0 MiB available" in message
+    assert f"at most {5 * 2**20 // per_token(dtype)} tokens" in message
     assert model.caches == []
 
 
@@ -112,7 +122,11 @@ def test_a_cache_too_large_to_allocate_is_a_cache_error():
     CacheError naming the size."""
     with pytest.raises(CacheError, match=r"needs .* GiB, more than this machine can allocate"):
         kv_cache.KVCache(SMOLLM2_CACHE, 10**6, 10**6)
-    assert kv_cache.KVCache.bytes_needed(SMOLLM2_CACHE, 5000, 530) == PER_TOKEN * 5000 * 530
+    default = per_token(kv_cache.DEFAULT_DTYPE)
+    assert kv_cache.KVCache.bytes_needed(SMOLLM2_CACHE, 5000, 530) == default * 5000 * 530
+    for dtype in (np.float16, np.float32):
+        needed = kv_cache.KVCache.bytes_needed(SMOLLM2_CACHE, 5000, 530, dtype)
+        assert needed == per_token(dtype) * 5000 * 530
 
 
 CONTEXT = 48
