@@ -209,11 +209,40 @@ sleeping worker takes tens of microseconds to come (more when another process ho
 which only a batch's worth of rows (about 25 us each, dense) repays."""
 
 
+def _contiguous(array: np.ndarray) -> bool:
+    return array.flags.c_contiguous
+
+
+@functools.lru_cache(maxsize=8)
+def _counting(n: int) -> np.ndarray:
+    """int64 `[n]`: 0, 1, ..., n - 1 (kept: the kernel reads it, never writes it)."""
+    return np.arange(n, dtype=np.int64)
+
+
+@functools.lru_cache(maxsize=8)
+def _zeros(n: int) -> np.ndarray:
+    """int64 `[n]` of zeros (kept: the kernel reads it, never writes it)."""
+    return np.zeros(n, np.int64)
+
+
+@functools.lru_cache(maxsize=8)
+def _no_tops(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The empty top lists of n rows, int64 and float64 `[n, 0]` (kept: nothing to write)."""
+    return np.empty((n, 0), np.int64), np.empty((n, 0), np.float64)
+
+
+def _top_arrays(n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """int64 and float64 `[n, k]` for the kernel's top lists (written)."""
+    if k == 0:
+        return _no_tops(n)
+    return np.empty((n, k), np.int64), np.empty((n, k), np.float64)
+
+
 def _ragged(ids: Sequence[Sequence[int] | np.ndarray] | None, rows: int, used: list[bool]):
     """Rows of ids back to back (int64) and their starts (int64 `[rows + 1]`); a row not `used`
     is left empty."""
     if ids is None or not any(used):
-        return _NO_IDS, np.zeros(rows + 1, np.int64)
+        return _NO_IDS, _zeros(rows + 1)
     if len(ids) != rows:
         raise ValueError(f"{len(ids)} rows of ids for {rows} rows of logits")
     parts = [np.asarray(ids[b], dtype=np.int64) if used[b] else _NO_IDS for b in range(rows)]
@@ -266,12 +295,14 @@ def sample_batch(
     O(B * (V / 32 + n_allowed)) plus penalties, truncation and top lists: see
     `corral.kernels.sample_rows`.
     """
-    logits = np.ascontiguousarray(logits, dtype=np.float32)
+    if not (type(logits) is np.ndarray and logits.dtype == np.float32 and _contiguous(logits)):
+        logits = np.ascontiguousarray(logits, dtype=np.float32)
     if logits.ndim != 2:
         raise ValueError(f"logits must be [N, V], not of shape {logits.shape}")
     b_rows = len(masks)
     if rows is None and logits.shape[0] != b_rows:
         raise ValueError(f"{logits.shape[0]} rows of logits for {b_rows} masks")
+    row_ids = _counting(b_rows) if rows is None else np.asarray(rows, dtype=np.int64)
     rows = range(b_rows) if rows is None else rows
     if len(rows) != b_rows or len(params) != b_rows or len(uniforms) != b_rows:
         raise ValueError(
@@ -280,18 +311,17 @@ def sample_batch(
         )
     if b_rows and not (min(rows) >= 0 and max(rows) < logits.shape[0]):
         raise ValueError(f"a row index outside the {logits.shape[0]} rows of logits")
-    wanted = [0] * b_rows if n_top is None else n_top
-    if len(wanted) != b_rows or (b_rows and min(wanted) < 0):
+    wanted = _zeros(b_rows) if n_top is None else np.asarray(n_top, dtype=np.int64)
+    if len(wanted) != b_rows or (n_top is not None and b_rows and min(n_top) < 0):
         raise ValueError(f"n_top must be {b_rows} counts >= 0")
     mask_block, mask_rows = _stack_masks(masks, logits.shape[1])
     table, penalized = _param_table(params)
     prompt, prompt_start = _ragged(prompt_ids, b_rows, penalized)
     output, output_start = _ragged(output_ids, b_rows, penalized)
-    k = int(max(wanted)) if b_rows else 0
+    k = int(max(n_top)) if n_top is not None and b_rows else 0
     tokens = np.empty(b_rows, np.int64)
     logprobs = np.empty(b_rows, np.float64)
-    top_ids = np.empty((b_rows, k), np.int64)
-    top_logprobs = np.empty((b_rows, k), np.float64)
+    top_ids, top_logprobs = _top_arrays(b_rows, k)
     top_counts = np.empty(b_rows, np.int64)
     # numba.get_num_threads takes two locks (about 25 us of a batch-1 call after a forward pass)
     wide = parallel or (parallel is None and b_rows >= PARALLEL_MIN_ROWS)
@@ -299,9 +329,9 @@ def sample_batch(
     if parallel is None:
         parallel = b_rows >= PARALLEL_MIN_ROWS and threads > 1
     arguments = (
-        logits, np.asarray(rows, dtype=np.int64), mask_block, mask_rows, table,
+        logits, row_ids, mask_block, mask_rows, table,
         np.asarray(uniforms, dtype=np.float64), prompt, prompt_start, output, output_start,
-        np.asarray(wanted, dtype=np.int64), tokens, logprobs, top_ids, top_logprobs, top_counts,
+        wanted, tokens, logprobs, top_ids, top_logprobs, top_counts,
     )  # fmt: skip
     if parallel and b_rows > 1:
         empty = kernel.sample_rows_parallel(*arguments, min(threads, b_rows))
@@ -314,7 +344,28 @@ def sample_batch(
 
 def _param_table(params: Sequence[SamplingParams]) -> tuple[np.ndarray, list[bool]]:
     """(the kernel's params table, float64 `[B, N_COLUMNS]`; whether each row has a penalty
-    on). A batch shares a few `SamplingParams` objects: each distinct one is read once."""
+    on). A batch shares a few `SamplingParams` objects: each distinct one is read once. The
+    tables of the last `_TABLES_KEPT` batches of params are kept (by the objects' identities,
+    the objects held so that no identity is reused): an engine passes the same objects step
+    after step, and building a table takes several NumPy calls, tens of microseconds each
+    with the caches a forward pass leaves (the kernel reads the table, never writes it)."""
+    key = tuple(map(id, params))
+    kept = _TABLES.get(key)
+    if kept is not None:
+        return kept[1], kept[2]
+    table, penalized = _new_param_table(params)
+    if len(_TABLES) >= _TABLES_KEPT:
+        del _TABLES[next(iter(_TABLES))]
+    _TABLES[key] = (tuple(params), table, penalized)
+    return table, penalized
+
+
+_TABLES: dict[tuple[int, ...], tuple[tuple, np.ndarray, list[bool]]] = {}
+_TABLES_KEPT = 64
+
+
+def _new_param_table(params: Sequence[SamplingParams]) -> tuple[np.ndarray, list[bool]]:
+    """`_param_table`, built."""
     first: dict[int, int] = {}  # id -> its row among the distinct ones
     which = [first.setdefault(id(p), len(first)) for p in params]
     distinct = list({id(p): p for p in params}.values())  # in the order of `first`
@@ -346,12 +397,15 @@ def _stack_masks(masks: Sequence[np.ndarray | None], v: int) -> tuple[np.ndarray
     if not given:
         return np.zeros((0, words), np.uint32), mask_rows
     for m in given:
-        if np.shape(m) != (words,):
+        if (m.shape if type(m) is np.ndarray else np.shape(m)) != (words,):
             raise ValueError(
                 f"a mask of shape {np.shape(m)}, not ({words},) words, does not fit {v} logits"
             )
     if len(given) == 1:  # a view, no copy
-        block = np.ascontiguousarray(given[0], dtype=np.uint32)[None]
+        only = given[0]
+        if not (type(only) is np.ndarray and only.dtype == np.uint32 and _contiguous(only)):
+            only = np.ascontiguousarray(only, dtype=np.uint32)
+        block = only[None]
     else:  # row copies into one block (np.stack's Python steps cost tens of us with cold caches)
         block = np.empty((len(given), words), np.uint32)
         for i, m in enumerate(given):

@@ -398,3 +398,23 @@ def test_a_tiny_temperature_takes_the_largest_logit(temperature):
     out = sample_batch(logits, [pack(allowed[0]), pack(allowed[1])], params, [0.99, 0.5])
     expected = np.argmax(np.where(allowed, logits, -np.inf), axis=1)
     assert out.tokens.tolist() == expected.tolist()
+
+
+def test_settings_made_afresh_each_call_are_read_afresh():
+    """`sample_batch` keeps the tables of the settings objects it was last passed (by identity,
+    the objects held): settings made and dropped call after call, whose identities Python may
+    reuse, are each read as they are. Greedy rows take the largest logit; a temperature-1 row
+    with top_k=1 too; a temperature-1 row with top_k=0 and a draw near 1 a token whose CDF
+    reaches it, here never the largest logit's (it holds under half of the probability)."""
+    rng = np.random.default_rng(3)
+    logits = rng.standard_normal((3, 300)).astype(np.float32)
+    best = logits.argmax(axis=1)
+    for i in range(300):
+        kind = i % 3
+        made = SamplingParams(temperature=0.0 if kind == 0 else 1.0, top_k=1 if kind == 1 else 0)
+        tokens = sample_batch(logits, [None] * 3, [made] * 3, [0.999] * 3).tokens
+        del made  # its identity free for the next call's settings
+        if kind < 2:
+            np.testing.assert_array_equal(tokens, best)
+        else:
+            assert (tokens != best).all()
