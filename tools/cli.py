@@ -189,7 +189,9 @@ def _generate_problem(args: argparse.Namespace) -> str | None:
             f"--ray took {args.ray!r} as its ADDRESS, leaving no input file; put --ray after "
             "the input file, or write --ray=ADDRESS"
         )
-    if quick == (args.input is not None):
+    if quick and args.input is not None:
+        return "an input file and the quick form's --schema/--regex: give one or the other"
+    if not quick and args.input is None:
         return "give an input file, or --schema/--regex with --prompt"
     if quick and args.prompt is None:
         return "--schema and --regex need --prompt"
@@ -414,7 +416,7 @@ def _held(output: Path) -> str:
         held = output.read_bytes().count(b"\n")
     except OSError:
         return f"{output} cannot be read back"
-    return f"{output} holds {held} complete lines"
+    return f"{output} holds {held} complete line{'' if held == 1 else 's'}"
 
 
 def _generate_quick(args: argparse.Namespace, model, dfa: Dfa) -> int:

@@ -142,6 +142,9 @@ def bad_command_lines(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "top-p above 1": ([*quick, "--top-p", "1.5"], "--top-p"),
         "top-p nan": ([*quick, "--top-p", "nan"], "--top-p"),
         "negative seed": ([*quick, "--seed", "-1"], "--seed"),
+        "input file and quick form": ([*quick, f"{t}/in.jsonl"], "give one or the other"),
+        "no input, no quick form": (["generate"], "give an input file"),
+        "quick form without a prompt": (["generate", "--regex", "a"], "need --prompt"),
         "output is a folder": (["generate", f"{t}/in.jsonl", "-o", f"{t}/folder"], "folder"),
         "output folder missing": (
             ["generate", f"{t}/in.jsonl", "-o", f"{t}/none/out.jsonl"],
@@ -285,7 +288,7 @@ def test_batch_ctrl_c_says_how_many_lines_the_output_holds(tmp_path, stand_in, c
     assert main(argv) == 130
     held = len(read_jsonl(output))
     assert 0 < held < len(ids)
-    assert f"holds {held} complete lines" in capsys.readouterr().err
+    assert f"holds {held} complete line{'' if held == 1 else 's'}" in capsys.readouterr().err
     stand_in.options = {}
     assert main([*argv, "--resume"]) == 0
     assert sorted(item["custom_id"] for item in read_jsonl(output)) == ids
@@ -509,3 +512,11 @@ def test_serve_no_prefix_cache_reaches_the_engine_thread(monkeypatch, flag, expe
     assert main(["serve", "--port", str(port), *flag]) == 0
     thread = built[0].thread
     assert thread.prefix_cache is expected and thread.generator.prefix_cache is expected
+
+
+def test_what_an_output_holds_is_counted_in_complete_lines(tmp_path):
+    output = tmp_path / "out.jsonl"
+    for text, said in [("", "0 complete lines"), ('{"a": 1}\n', "1 complete line"),
+                       ('{"a": 1}\n{"b"', "1 complete line"), ("1\n2\n", "2 complete lines")]:  # fmt: skip
+        output.write_text(text)
+        assert cli._held(output) == f"{output} holds {said}"
