@@ -516,7 +516,8 @@ def test_serve_no_prefix_cache_reaches_the_engine_thread(monkeypatch, flag, expe
 
 def test_what_an_output_holds_is_counted_in_complete_lines(tmp_path):
     output = tmp_path / "out.jsonl"
-    for text, said in [("", "0 complete lines"), ('{"a": 1}\n', "1 complete line"),
-                       ('{"a": 1}\n{"b"', "1 complete line"), ("1\n2\n", "2 complete lines")]:  # fmt: skip
+    cases = [("", "0 complete lines"), ('{"a": 1}\n', "1 complete line")]
+    cases += [('{"a": 1}\n{"b"', "1 complete line"), ("1\n2\n", "2 complete lines")]
+    for text, said in cases:
         output.write_text(text)
         assert cli._held(output) == f"{output} holds {said}"
