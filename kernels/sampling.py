@@ -323,9 +323,10 @@ def sample_batch(
     logprobs = np.empty(b_rows, np.float64)
     top_ids, top_logprobs = _top_arrays(b_rows, k)
     top_counts = np.empty(b_rows, np.int64)
-    # numba.get_num_threads takes two locks (about 25 us of a batch-1 call after a forward pass)
-    wide = parallel or (parallel is None and b_rows >= PARALLEL_MIN_ROWS)
-    threads = numba.get_num_threads() if wide else 1
+    # Numba's thread count, not numba.get_num_threads(), which takes two locks (18-25 us after a
+    # forward pass): under a lower numba.set_num_threads the loops past the threads in use take
+    # no row, as in `kernels.attention`'s counter
+    threads = numba.config.NUMBA_NUM_THREADS
     if parallel is None:
         parallel = b_rows >= PARALLEL_MIN_ROWS and threads > 1
     arguments = (
@@ -406,10 +407,8 @@ def _stack_masks(masks: Sequence[np.ndarray | None], v: int) -> tuple[np.ndarray
         if not (type(only) is np.ndarray and only.dtype == np.uint32 and _contiguous(only)):
             only = np.ascontiguousarray(only, dtype=np.uint32)
         block = only[None]
-    else:  # row copies into one block (np.stack's Python steps cost tens of us with cold caches)
-        block = np.empty((len(given), words), np.uint32)
-        for i, m in enumerate(given):
-            block[i] = m
+    else:  # one copy into one block (np.stack's Python steps cost tens of us with cold caches)
+        block = np.concatenate(given, dtype=np.uint32).reshape(len(given), words)
     if v % 32 and (block[:, -1] >> np.uint32(v % 32)).any():
         raise ValueError(f"a mask allows a token at or beyond the vocabulary's {v}")
     return block, mask_rows
