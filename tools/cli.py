@@ -179,8 +179,22 @@ def _compile(args: argparse.Namespace) -> int:
     return 0
 
 
+QUICK_FLAGS = {
+    "--prompt": "prompt",
+    "-n": "n",
+    "--temperature": "temperature",
+    "--top-p": "top_p",
+    "--seed": "seed",
+}
+"""The flags of the quick form alone (an input file's lines carry their own settings): refused
+with an input file, never ignored."""
+
+QUICK_DEFAULTS = {"n": 1, "temperature": 1.0, "top_p": 1.0, "seed": 0}
+
+
 def _generate_problem(args: argparse.Namespace) -> str | None:
-    """What is wrong with `corral generate`'s arguments themselves (files are checked next)."""
+    """What is wrong with `corral generate`'s arguments themselves (files are checked next);
+    fills in the quick form's defaults."""
     if args.schema is not None and args.regex is not None:
         return "give --schema or --regex, not both"
     quick = args.schema is not None or args.regex is not None
@@ -193,6 +207,15 @@ def _generate_problem(args: argparse.Namespace) -> str | None:
         return "an input file and the quick form's --schema/--regex: give one or the other"
     if not quick and args.input is None:
         return "give an input file, or --schema/--regex with --prompt"
+    given = [flag for flag, name in QUICK_FLAGS.items() if getattr(args, name) is not None]
+    if not quick and given:
+        return (
+            f"{given[0]} is the quick form's (with --schema or --regex); an input file's lines "
+            "set their own in each body"
+        )
+    for name, default in QUICK_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
     if quick and args.prompt is None:
         return "--schema and --regex need --prompt"
     if args.batch_size < 1:
@@ -559,12 +582,12 @@ def main(argv: list[str] | None = None) -> int:
     generate.add_argument("--schema", help="quick form: a JSON Schema file")
     generate.add_argument("--regex", help="quick form: a regex")
     generate.add_argument("--prompt", help="quick form: the user message")
-    generate.add_argument("-n", type=int, default=1, help="quick form: how many answers")
+    generate.add_argument("-n", type=int, help="quick form: how many answers (1)")
     generate.add_argument(
-        "--temperature", type=float, default=1.0, help="quick form: sampling temperature (1.0)"
+        "--temperature", type=float, help="quick form: sampling temperature (1.0)"
     )
-    generate.add_argument("--top-p", type=float, default=1.0, help="quick form: top_p (1.0)")
-    generate.add_argument("--seed", type=int, default=0, help="quick form: first seed (0)")
+    generate.add_argument("--top-p", type=float, help="quick form: top_p (1.0)")
+    generate.add_argument("--seed", type=int, help="quick form: first seed (0)")
     generate.set_defaults(run=_generate)
     serve = commands.add_parser(
         "serve",
