@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 import uvicorn
 from corral.model import load_model
-from corral.model.errors import RequestError
+from corral.model.errors import CacheError, RequestError
 from corral.model.generate import check_request
 from corral.tools import openapi
 from corral.tools.batch import Engine
@@ -151,9 +151,18 @@ class Server:
     Args:
         engine: a `corral.tools.batch.Engine`.
         config: a `ServerConfig`.
+
+    Raises:
+        CacheError: `config.max_len` is more than the model's context length.
     """
 
     def __init__(self, engine: Engine, config: ServerConfig = ServerConfig()):
+        context = engine.model.context_length
+        if config.max_len > context:  # vLLM refuses a max_model_len past the model's too
+            raise CacheError(
+                f"max_len (--max-len) {config.max_len} is more than the model's context "
+                f"length, {context} tokens"
+            )
         self.engine = engine
         self.config = config
         self.metrics = Metrics()

@@ -483,3 +483,16 @@ def test_a_replayed_choice_gives_the_streamed_events_and_every_token_once(tokens
 def test_corral_serve_refuses_bad_arguments_before_loading_the_model(capsys):
     assert main(["serve", "--batch-size", "0"]) == 2
     assert "--batch-size must be at least 1" in capsys.readouterr().err
+
+
+def test_a_max_len_past_the_models_context_is_refused(smollm2):
+    """`corral serve --max-len 100000` on an 8,192-token model: refused when the server is made
+    (as vLLM refuses a max_model_len past the model's), naming both figures, not capped unsaid."""
+    from corral.model.errors import CacheError
+    from corral.tools.batch import Engine
+    from corral.tools.server import Server
+
+    engine = Engine(smollm2)
+    with pytest.raises(CacheError, match=r"\(--max-len\) 100000 .* context length, 8192 tokens"):
+        Server(engine, ServerConfig(max_len=100_000))
+    Server(engine, ServerConfig(max_len=8192))  # the whole context is allowed
