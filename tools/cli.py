@@ -133,8 +133,12 @@ def _compile(args: argparse.Namespace) -> int:
     """`corral compile`: a pattern's or a schema's DFA (a schema's regex text and samples too),
     as lines of text, or with `--json` as one JSON object on stdout (the same facts: `regex`
     null where the schema has no regex text, `trans` and `accept` the whole table)."""
-    if (args.pattern is None) == (args.schema is None):
+    if args.pattern is not None and args.schema is not None:
+        return _fail("compile", "give a pattern or --schema FILE, not both")
+    if args.pattern is None and args.schema is None:
         return _fail("compile", "give a pattern or --schema FILE")
+    if args.samples is None:
+        args.samples = 5 if args.schema is not None else 0
     if args.samples < 0:
         return _fail("compile", f"--samples must be at least 0, not {args.samples}")
     regex = None
@@ -153,15 +157,16 @@ def _compile(args: argparse.Namespace) -> int:
         return _fail("compile", _too_deep(args.schema or "the pattern"))
     accepting = np.flatnonzero(dfa.accept).tolist()
     rng = np.random.default_rng(0)
-    samples = (
-        []
-        if args.schema is None
-        else [dfa.sample(rng).decode("utf-8") for _ in range(args.samples)]
-    )
+    # a schema's strings are UTF-8; a pattern's may hold any bytes (shown as \xNN escapes)
+    samples = [
+        dfa.sample(rng).decode("utf-8", errors="backslashreplace") for _ in range(args.samples)
+    ]
     if args.json:
         facts = {"states": dfa.n_states, "live_edges": dfa.n_live_edges, "accepting": accepting}
         if args.schema is not None:
             facts |= {"regex": regex, "samples": samples}
+        elif samples:
+            facts |= {"samples": samples}
         print(json.dumps(facts | {"trans": dfa.trans.tolist(), "accept": dfa.accept.tolist()}))
         return 0
     if args.schema is not None:
@@ -176,6 +181,8 @@ def _compile(args: argparse.Namespace) -> int:
             print(sample)
     else:
         print(f"states: {dfa.n_states}  live edges: {dfa.n_live_edges}  accepting: {accepting}")
+        for sample in samples:
+            print(sample)
     return 0
 
 
@@ -536,7 +543,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     compile_.add_argument("pattern", nargs="?", help="a regex (DESIGN.md section 2 subset)")
     compile_.add_argument("--schema", help="a JSON Schema file: print its regex, DFA, samples")
-    compile_.add_argument("--samples", type=int, default=5, help="sample strings (--schema)")
+    compile_.add_argument(
+        "--samples", type=int, help="sample strings to print (--schema: 5; a pattern: 0)"
+    )
     compile_.add_argument("--json", action="store_true", help="print the whole table as JSON")
     compile_.set_defaults(run=_compile)
     generate = commands.add_parser(

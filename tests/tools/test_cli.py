@@ -26,6 +26,20 @@ def test_compile_prints_the_worked_example(capsys):
     )
 
 
+@pytest.mark.parametrize("pattern", ["(cat|car|dog)s?", r"\d{3}-\d{4}", "[é-ü]x|y+z"])
+def test_compile_prints_samples_of_a_pattern_when_asked(capsys, pattern):
+    """--samples honoured for a pattern as for a schema (none unless asked): each printed
+    sample is a full match of the pattern (Python's `re`), in text and in --json."""
+    assert main(["compile", pattern]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1
+    assert main(["compile", pattern, "--samples", "4"]) == 0
+    printed = capsys.readouterr().out.splitlines()[1:]
+    assert len(printed) == 4 and all(re.fullmatch(pattern, text) for text in printed)
+    assert main(["compile", pattern, "--samples", "3", "--json"]) == 0
+    samples = json.loads(capsys.readouterr().out)["samples"]
+    assert len(samples) == 3 and all(re.fullmatch(pattern, text) for text in samples)
+
+
 def test_compile_json_prints_the_whole_table(capsys):
     assert main(["compile", "ab?", "--json"]) == 0
     table = json.loads(capsys.readouterr().out)  # stdout is one JSON document
@@ -126,6 +140,10 @@ def bad_command_lines(tmp: Path) -> dict[str, tuple[list[str], str]]:
             "--samples",
         ),
         "compile a 3000-deep schema": (["compile", "--schema", f"{t}/deep.json"], "max_depth"),
+        "compile a pattern and a schema": (
+            ["compile", "a", "--schema", f"{t}/deep.json"],
+            "not both",
+        ),
         "quick form, 3000-deep schema": (
             ["generate", "--schema", f"{t}/deep.json", "--prompt", "hi"],
             "max_depth",
