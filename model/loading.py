@@ -92,6 +92,8 @@ def load_model(
         if not path.exists():
             raise ModelLoadError(path, "no such file or folder")
         folder, gguf = path, None
+        if not path.is_dir() and path.suffix != ".gguf":
+            raise ModelLoadError(path, "not a folder or a .gguf file")
         if path.suffix == ".gguf":
             folder, gguf = gguf_cache_folder(path), path
             if not (folder / "config.json").is_file():

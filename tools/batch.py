@@ -221,7 +221,9 @@ def read_line(text: str, number: int) -> tuple[str, dict]:
     if not isinstance(item, dict):
         raise LineError(None, f"line {number} is not a JSON object")
     custom_id = item.get("custom_id")
-    if not isinstance(custom_id, str) or not custom_id:
+    if custom_id == "":
+        raise LineError(None, f"line {number}: custom_id is empty")
+    if not isinstance(custom_id, str):
         raise LineError(None, f"line {number} has no custom_id string")
     unknown = sorted(set(item) - {"custom_id", "method", "url", "body"})
     if unknown:

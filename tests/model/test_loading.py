@@ -44,6 +44,15 @@ def test_a_missing_folder_is_named(tmp_path):
     assert error.value.path == tmp_path / "nowhere"
 
 
+@pytest.mark.parametrize("name", ["schema.json", "weights.safetensors", "model"])
+def test_a_file_that_is_no_gguf_is_named_as_neither_kind(tmp_path, name):
+    """--model names a folder or a .gguf file; any other file is refused as neither."""
+    (tmp_path / name).write_text("{}")
+    with pytest.raises(ModelLoadError, match="not a folder or a .gguf file") as error:
+        load_model(tmp_path / name, progress=False)
+    assert error.value.path == tmp_path / name
+
+
 def test_a_missing_gguf_file_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv("CORRAL_HOME", str(tmp_path / "home"))
     with pytest.raises(ModelLoadError, match="no such file") as error:

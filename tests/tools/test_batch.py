@@ -546,3 +546,16 @@ def test_an_output_line_is_one_line_to_every_reader(custom_id, text):
     assert line.splitlines() == [line] and "\n" not in line
     item = json.loads(line)
     assert item["custom_id"] == custom_id and item["response"]["body"]["content"] == text
+
+
+@pytest.mark.parametrize(
+    ("item", "said"),
+    [
+        ({"custom_id": "", "body": {}}, "line 3: custom_id is empty"),
+        ({"custom_id": 7, "body": {}}, "line 3 has no custom_id string"),
+        ({"body": {}}, "line 3 has no custom_id string"),
+    ],
+)
+def test_a_line_without_a_usable_custom_id_is_refused_saying_which(item, said):
+    with pytest.raises(LineError, match=said):
+        read_line(json.dumps(item), 3)
