@@ -541,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
     compile_ = commands.add_parser(
         "compile", help="compile a regex or a JSON Schema (--schema FILE) to its canonical DFA"
     )
-    compile_.add_argument("pattern", nargs="?", help="a regex (DESIGN.md section 2 subset)")
+    compile_.add_argument("pattern", nargs="?", help="a regex (the subset docs/subsets.md lists)")
     compile_.add_argument("--schema", help="a JSON Schema file: print its regex, DFA, samples")
     compile_.add_argument(
         "--samples", type=int, help="sample strings to print (--schema: 5; a pattern: 0)"
