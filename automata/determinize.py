@@ -46,23 +46,30 @@ def classes_of(masks: list[int]) -> tuple[np.ndarray, list[int]]:
     distinct masks' bit matrix is read as one float64 number (one matrix-vector product: the
     column's bits when there are at most 52 masks, exact; a hash of them past that, the
     classes then checked to be the distinct columns, with a fallback to grouping the columns
-    themselves on a collision) and the numbers are grouped by one `np.unique`. A mask holds a
+    themselves on a collision) and the numbers are grouped: by a dict in byte order when exact,
+    by one `np.unique` for hashes. A mask holds a
     class when it holds the class's smallest byte. O(distinct masks x 256) vectorized, plus one
     pass over the masks."""
     distinct = list(dict.fromkeys(masks))
     packed = b"".join(m.to_bytes(32, "little") for m in distinct)
     member = np.unpackbits(np.frombuffer(packed, np.uint8), bitorder="little").reshape(-1, 256)
     exact = len(distinct) <= len(_BIT_WEIGHTS)
-    if exact or len(distinct) <= len(_KEY_WEIGHTS):
-        weights = (_BIT_WEIGHTS if exact else _KEY_WEIGHTS)[: len(distinct)]
+    if exact:  # the columns' numbers are their bits: grouped by a dict in byte order, so
+        # classes are numbered by their smallest byte as they are met (no sort: most
+        # patterns and schemas have at most 52 distinct masks, and this is cheaper cold)
+        keys = (_BIT_WEIGHTS[: len(distinct)] @ member).tolist()
+        ids = {key: c for c, key in enumerate(dict.fromkeys(keys))}
+        byte_to_class = np.array(list(map(ids.__getitem__, keys)), np.int32)
+        first = _first_bytes(byte_to_class)
+        return byte_to_class, _bitsets(distinct, member[:, first], masks)
+    if len(distinct) <= len(_KEY_WEIGHTS):
+        weights = _KEY_WEIGHTS[: len(distinct)]
         _, first, inverse = np.unique(weights @ member, return_index=True, return_inverse=True)
         rank = np.empty(len(first), dtype=np.int32)
         rank[np.argsort(first)] = np.arange(len(first), dtype=np.int32)  # by smallest byte
         byte_to_class = rank[inverse.reshape(-1)]
         read = member[:, np.sort(first)]  # [n_distinct, n_classes]: which classes a mask holds
-    if not exact and (
-        len(distinct) > len(_KEY_WEIGHTS) or not np.array_equal(read[:, byte_to_class], member)
-    ):
+    if len(distinct) > len(_KEY_WEIGHTS) or not np.array_equal(read[:, byte_to_class], member):
         byte_to_class = _first_occurrence([bytes(c) for c in np.ascontiguousarray(member.T)])
         read = member[:, _first_bytes(byte_to_class)]
     return byte_to_class, _bitsets(distinct, read, masks)
@@ -80,7 +87,7 @@ def _first_bytes(byte_to_class: np.ndarray) -> np.ndarray:
     grows = np.empty(256, bool)
     grows[0] = True
     np.greater(byte_to_class[1:], np.maximum.accumulate(byte_to_class)[:-1], out=grows[1:])
-    return np.flatnonzero(grows)
+    return grows.nonzero()[0]
 
 
 def subset_construction(
