@@ -184,16 +184,34 @@ def subset_construction(
 
     for i, kernel in enumerate(kernels):  # the list grows while it is read: a queue
         if len(kernel) == 1:  # most of a schema's DFA (literal keys, scalars): one atom, its
-            # edge's classes, so no plan to cut
-            plan = ((atom_id.setdefault(class_sets[kernel[0]], len(atom_id)), (0,)),)
-        else:
-            shape = tuple([class_sets[s] for s in kernel])
-            plan = plans.get(shape)
-            if plan is None:
-                plan = plans[shape] = [
-                    (atom_id.setdefault(atom, len(atom_id)), edges)
-                    for atom, edges in sorted(_atom_plan(shape), key=_smallest_class)
-                ]
+            # edge's classes, and one target, so no plan to cut (the loop below, inlined)
+            atom = atom_id.setdefault(class_sets[kernel[0]], len(atom_id))
+            t = edge_target[kernel[0]]
+            if epsilon[t]:
+                key = closure((t,))
+            elif masks[t]:
+                key = ((t,), False)
+            else:
+                key = ((), t == ACCEPT)
+            j = index.get(key)
+            if j is None:
+                j = len(kernels)
+                if j >= limit:
+                    raise too_many()
+                index[key] = j
+                kernels.append(key[0])
+                accept.append(key[1])
+            edge_state.append(i)
+            edge_atom.append(atom)
+            edge_to.append(j)
+            continue
+        shape = tuple([class_sets[s] for s in kernel])
+        plan = plans.get(shape)
+        if plan is None:
+            plan = plans[shape] = [
+                (atom_id.setdefault(atom, len(atom_id)), edges)
+                for atom, edges in sorted(_atom_plan(shape), key=_smallest_class)
+            ]
         for atom, edges in plan:
             if len(edges) > 1:
                 key = closure(tuple([edge_target[kernel[e]] for e in edges]))

@@ -133,20 +133,21 @@ class TreeBuilder:
         hit = self.memo.get(id(node))
         if hit is not None:
             return hit[1]
-        if isinstance(node, Lit):
+        kind = type(node)  # the form's node types are final: compared exactly, most first
+        if kind is Seq:
+            out = tree.Concat(tuple([self.build(item) for item in node.items]))
+        elif kind is Lit:
             out = tree.literal_bytes(node.text.encode("utf-8"))
-        elif isinstance(node, Regex):
+        elif kind is Regex:
             out = self.parse(node.text)
-        elif isinstance(node, Subtree):
-            out = node.node
-        elif isinstance(node, Seq):
-            out = tree.Concat(tuple(self.build(item) for item in node.items))
-        elif isinstance(node, Choice):
-            out = tree.Alt(tuple(self.build(item) for item in node.items))
-        elif isinstance(node, Repeat):
-            out = tree.Repeat(self.build(node.item), node.min, node.max)
-        elif isinstance(node, Object):
+        elif kind is Choice:
+            out = tree.Alt(tuple([self.build(item) for item in node.items]))
+        elif kind is Object:
             out = self._object(node)
+        elif kind is Repeat:
+            out = tree.Repeat(self.build(node.item), node.min, node.max)
+        elif kind is Subtree:
+            out = node.node
         else:
             raise TypeError(f"not a schema form node: {node!r}")
         self.memo[id(node)] = (node, out)
