@@ -13,8 +13,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from corral.automata import tree
-from corral.automata.limits import Limits
+from corral.automata.limits import DEFAULT_LIMITS, Limits
+from corral.automata.nfa import register_fragment
 from corral.automata.parse import parse
+
+PINNED: dict[str, tree.Node] = {}
+"""Regex text -> its tree under the default limits, for the primitives `pin_fragment` made."""
+
+
+def pin_fragment(text: str) -> tree.Node:
+    """The tree of regex text `text` under the default limits, kept for the process and
+    registered with the NFA builder (`corral.automata.nfa.register_fragment`: each instance is
+    a copy of one NFA of it). Every compile with the default limits gets this one tree for
+    `text` (a `TreeBuilder` with other limits parses the text itself). For a primitive most
+    schemas hold several times, such as the plain string."""
+    node = PINNED.get(text)
+    if node is None:
+        node = PINNED[text] = parse(text)
+        register_fragment(node)
+    return node
 
 
 @dataclass(frozen=True, eq=False)
@@ -125,7 +142,11 @@ class TreeBuilder:
         Raises PatternError or LimitError as `parse` does."""
         node = self.parsed.get(text)
         if node is None:
-            node = self.parsed[text] = parse(text, self.limits)
+            pinned = PINNED.get(text)
+            if pinned is not None and (self.limits is None or self.limits == DEFAULT_LIMITS):
+                node = self.parsed[text] = pinned
+            else:
+                node = self.parsed[text] = parse(text, self.limits)
         return node
 
     def build(self, node) -> tree.Node:
