@@ -25,8 +25,9 @@ def pin_fragment(text: str) -> tree.Node:
     """The tree of regex text `text` under the default limits, kept for the process and
     registered with the NFA builder (`corral.automata.nfa.register_fragment`: each instance is
     a copy of one NFA of it). Every compile with the default limits gets this one tree for
-    `text` (a `TreeBuilder` with other limits parses the text itself). For a primitive most
-    schemas hold several times, such as the plain string."""
+    `text` (a `TreeBuilder` with other limits parses the text itself). For the primitives
+    most schemas hold, several times each (the plain string, integer, number, boolean, a
+    counted string's character): what a serving process parses once, parsed at import."""
     node = PINNED.get(text)
     if node is None:
         node = PINNED[text] = parse(text)

@@ -65,7 +65,8 @@ value instead of 23 (about 2 in 5 of the states of a large object schema are ins
 Its tree is pinned (`form.pin_fragment`): the NFA builder makes each instance as a copy of one
 NFA of it."""
 
-pin_fragment(PLAIN_STRING_FORM.text)
+for _form in (PLAIN_STRING_FORM, COUNTED_CHAR, ESCAPED_CHAR):
+    pin_fragment(_form.text)
 
 FORBIDDEN_IN_STRING = sum(1 << b for b in range(0x20)) | (1 << 0x22) | (1 << 0x5C)
 """Byte mask of what a string's JSON text cannot hold raw: controls, `"` and `\\`."""
