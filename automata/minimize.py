@@ -423,8 +423,9 @@ def number_breadth_first(trans: np.ndarray, accept: np.ndarray, byte_to_class: n
     # Each state's successors in class order: the live edges (row-major, so by state then
     # class), without an edge to the same target as the edge before it (a repeat changes
     # nothing in the search; consecutive ones, a run of classes to one state, are most).
-    sources, classes = live_cells(trans)
-    targets = trans[sources, classes]
+    flat = trans.ravel()
+    live = (flat >= 0).nonzero()[0]  # the live cells, row-major
+    sources, targets = live // trans.shape[1], flat[live]
     if _is_breadth_first(n, sources, targets):  # as subset construction and `minimize` leave it
         return Dfa(trans.take(byte_to_class, axis=1), accept.astype(bool))  # C order
     keep = np.ones(len(targets), bool)
