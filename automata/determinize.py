@@ -23,12 +23,14 @@ from corral.automata.graph import distances_to, table_edges, true_cells
 from corral.automata.limits import DEFAULT_LIMITS, Limits
 from corral.automata.nfa import ACCEPT, Nfa
 
-_BIT_WEIGHTS = 2.0 ** np.arange(52)
-"""2**0 .. 2**51 as float64: up to 52 mask bits of a byte's column read as one exact number."""
+EXACT_MASKS = 64
+"""Up to this many distinct masks, each byte's column of mask bits is read exactly, as one
+uint64 (`classes_of`)."""
 
 _KEY_WEIGHTS = np.random.default_rng(20261202).integers(0, 2**40, 4096).astype(np.float64)
 """Fixed integer weights (below 2**40, exact in float64) of the hash of a byte's column of more
-than 52 mask bits: a sum of at most 4,096 of them is below 2**52, so it is computed exactly."""
+than `EXACT_MASKS` mask bits: a sum of at most 4,096 of them is below 2**52, so it is computed
+exactly."""
 
 
 def byte_classes(masks: list[int]) -> np.ndarray:
@@ -43,25 +45,24 @@ def classes_of(masks: list[int]) -> tuple[np.ndarray, list[int]]:
     `masks` holds as an int bitset, bit c for class c).
 
     Two bytes share a class when every mask holds both or neither: each byte's column of the
-    distinct masks' bit matrix is read as one float64 number (one matrix-vector product: the
-    column's bits when there are at most 52 masks, exact; a hash of them past that, the
-    classes then checked to be the distinct columns, with a fallback to grouping the columns
-    themselves on a collision) and the numbers are grouped: by a dict in byte order when exact,
-    by one `np.unique` for hashes. A mask holds a
+    distinct masks' bit matrix is read as one number (up to `EXACT_MASKS` masks its bits as a
+    uint64, grouped by a dict in byte order; past that a float64 hash, one matrix-vector
+    product, grouped by one `np.unique`, the classes then checked to be the distinct columns,
+    with a fallback to grouping the columns themselves on a collision). A mask holds a
     class when it holds the class's smallest byte. O(distinct masks x 256) vectorized, plus one
     pass over the masks."""
     distinct = list(dict.fromkeys(masks))
     packed = b"".join(m.to_bytes(32, "little") for m in distinct)
     member = np.unpackbits(np.frombuffer(packed, np.uint8), bitorder="little").reshape(-1, 256)
-    exact = len(distinct) <= len(_BIT_WEIGHTS)
-    if exact:  # the columns' numbers are their bits: grouped by a dict in byte order, so
-        # classes are numbered by their smallest byte as they are met (no sort: most
-        # patterns and schemas have at most 52 distinct masks, and this is cheaper cold)
-        keys = (_BIT_WEIGHTS[: len(distinct)] @ member).tolist()
+    if len(distinct) <= EXACT_MASKS:  # each column's bits as one uint64, grouped by a dict
+        # in byte order: classes numbered by their smallest byte as they are met, no sort
+        columns = np.zeros((256, 8), np.uint8)
+        bits = np.packbits(member, axis=0, bitorder="little")  # [ceil(n_distinct / 8), 256]
+        columns[:, : len(bits)] = bits.T
+        keys = columns.view(np.uint64).ravel().tolist()
         ids = {key: c for c, key in enumerate(dict.fromkeys(keys))}
         byte_to_class = np.array(list(map(ids.__getitem__, keys)), np.int32)
-        first = _first_bytes(byte_to_class)
-        return byte_to_class, _bitsets(distinct, member[:, first], masks)
+        return byte_to_class, _bitsets(distinct, member[:, _first_bytes(byte_to_class)], masks)
     if len(distinct) <= len(_KEY_WEIGHTS):
         weights = _KEY_WEIGHTS[: len(distinct)]
         _, first, inverse = np.unique(weights @ member, return_index=True, return_inverse=True)
