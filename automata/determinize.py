@@ -23,12 +23,14 @@ from corral.automata.graph import distances_to, table_edges, true_cells
 from corral.automata.limits import DEFAULT_LIMITS, Limits
 from corral.automata.nfa import ACCEPT, Nfa
 
-_BIT_WEIGHTS = 2.0 ** np.arange(52)
-"""2**0 .. 2**51 as float64: up to 52 mask bits of a byte's column read as one exact number."""
+EXACT_MASKS = 64
+"""Up to this many distinct masks, each byte's column of mask bits is read exactly, as one
+uint64 (`classes_of`)."""
 
 _KEY_WEIGHTS = np.random.default_rng(20261202).integers(0, 2**40, 4096).astype(np.float64)
 """Fixed integer weights (below 2**40, exact in float64) of the hash of a byte's column of more
-than 52 mask bits: a sum of at most 4,096 of them is below 2**52, so it is computed exactly."""
+than `EXACT_MASKS` mask bits: a sum of at most 4,096 of them is below 2**52, so it is computed
+exactly."""
 
 
 def byte_classes(masks: list[int]) -> np.ndarray:
@@ -43,26 +45,32 @@ def classes_of(masks: list[int]) -> tuple[np.ndarray, list[int]]:
     `masks` holds as an int bitset, bit c for class c).
 
     Two bytes share a class when every mask holds both or neither: each byte's column of the
-    distinct masks' bit matrix is read as one float64 number (one matrix-vector product: the
-    column's bits when there are at most 52 masks, exact; a hash of them past that, the
-    classes then checked to be the distinct columns, with a fallback to grouping the columns
-    themselves on a collision) and the numbers are grouped by one `np.unique`. A mask holds a
+    distinct masks' bit matrix is read as one number (up to `EXACT_MASKS` masks its bits as a
+    uint64, grouped by a dict in byte order; past that a float64 hash, one matrix-vector
+    product, grouped by one `np.unique`, the classes then checked to be the distinct columns,
+    with a fallback to grouping the columns themselves on a collision). A mask holds a
     class when it holds the class's smallest byte. O(distinct masks x 256) vectorized, plus one
     pass over the masks."""
     distinct = list(dict.fromkeys(masks))
     packed = b"".join(m.to_bytes(32, "little") for m in distinct)
     member = np.unpackbits(np.frombuffer(packed, np.uint8), bitorder="little").reshape(-1, 256)
-    exact = len(distinct) <= len(_BIT_WEIGHTS)
-    if exact or len(distinct) <= len(_KEY_WEIGHTS):
-        weights = (_BIT_WEIGHTS if exact else _KEY_WEIGHTS)[: len(distinct)]
+    if len(distinct) <= EXACT_MASKS:  # each column's bits as one uint64, grouped by a dict
+        # in byte order: classes numbered by their smallest byte as they are met, no sort
+        columns = np.zeros((256, 8), np.uint8)
+        bits = np.packbits(member, axis=0, bitorder="little")  # [ceil(n_distinct / 8), 256]
+        columns[:, : len(bits)] = bits.T
+        keys = columns.view(np.uint64).ravel().tolist()
+        ids = {key: c for c, key in enumerate(dict.fromkeys(keys))}
+        byte_to_class = np.array(list(map(ids.__getitem__, keys)), np.int32)
+        return byte_to_class, _bitsets(distinct, member[:, _first_bytes(byte_to_class)], masks)
+    if len(distinct) <= len(_KEY_WEIGHTS):
+        weights = _KEY_WEIGHTS[: len(distinct)]
         _, first, inverse = np.unique(weights @ member, return_index=True, return_inverse=True)
         rank = np.empty(len(first), dtype=np.int32)
         rank[np.argsort(first)] = np.arange(len(first), dtype=np.int32)  # by smallest byte
         byte_to_class = rank[inverse.reshape(-1)]
         read = member[:, np.sort(first)]  # [n_distinct, n_classes]: which classes a mask holds
-    if not exact and (
-        len(distinct) > len(_KEY_WEIGHTS) or not np.array_equal(read[:, byte_to_class], member)
-    ):
+    if len(distinct) > len(_KEY_WEIGHTS) or not np.array_equal(read[:, byte_to_class], member):
         byte_to_class = _first_occurrence([bytes(c) for c in np.ascontiguousarray(member.T)])
         read = member[:, _first_bytes(byte_to_class)]
     return byte_to_class, _bitsets(distinct, read, masks)
@@ -80,7 +88,7 @@ def _first_bytes(byte_to_class: np.ndarray) -> np.ndarray:
     grows = np.empty(256, bool)
     grows[0] = True
     np.greater(byte_to_class[1:], np.maximum.accumulate(byte_to_class)[:-1], out=grows[1:])
-    return np.flatnonzero(grows)
+    return grows.nonzero()[0]
 
 
 def subset_construction(
@@ -177,16 +185,34 @@ def subset_construction(
 
     for i, kernel in enumerate(kernels):  # the list grows while it is read: a queue
         if len(kernel) == 1:  # most of a schema's DFA (literal keys, scalars): one atom, its
-            # edge's classes, so no plan to cut
-            plan = ((atom_id.setdefault(class_sets[kernel[0]], len(atom_id)), (0,)),)
-        else:
-            shape = tuple([class_sets[s] for s in kernel])
-            plan = plans.get(shape)
-            if plan is None:
-                plan = plans[shape] = [
-                    (atom_id.setdefault(atom, len(atom_id)), edges)
-                    for atom, edges in sorted(_atom_plan(shape), key=_smallest_class)
-                ]
+            # edge's classes, and one target, so no plan to cut (the loop below, inlined)
+            atom = atom_id.setdefault(class_sets[kernel[0]], len(atom_id))
+            t = edge_target[kernel[0]]
+            if epsilon[t]:
+                key = closure((t,))
+            elif masks[t]:
+                key = ((t,), False)
+            else:
+                key = ((), t == ACCEPT)
+            j = index.get(key)
+            if j is None:
+                j = len(kernels)
+                if j >= limit:
+                    raise too_many()
+                index[key] = j
+                kernels.append(key[0])
+                accept.append(key[1])
+            edge_state.append(i)
+            edge_atom.append(atom)
+            edge_to.append(j)
+            continue
+        shape = tuple([class_sets[s] for s in kernel])
+        plan = plans.get(shape)
+        if plan is None:
+            plan = plans[shape] = [
+                (atom_id.setdefault(atom, len(atom_id)), edges)
+                for atom, edges in sorted(_atom_plan(shape), key=_smallest_class)
+            ]
         for atom, edges in plan:
             if len(edges) > 1:
                 key = closure(tuple([edge_target[kernel[e]] for e in edges]))

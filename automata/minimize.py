@@ -22,6 +22,7 @@ bool `[n_states]`, start state 0, every state reachable and live (it can reach a
 
 from __future__ import annotations
 
+import math
 from itertools import chain
 
 import numpy as np
@@ -93,7 +94,7 @@ def moore_budget(trans: np.ndarray) -> int:
     may need a hundred rounds, still far cheaper than Hopcroft's refinement in Python)."""
     n = trans.shape[0]
     m = int(np.count_nonzero(trans >= 0))
-    hopcroft_us = 150 + 0.5 * m * np.log2(n + 1)
+    hopcroft_us = 150 + 0.5 * m * math.log2(n + 1)
     round_us = 20 + 0.015 * (n + m)
     return int(min(1024, max(8, hopcroft_us / round_us)))
 
@@ -214,27 +215,42 @@ def moore_refine(
     else:
         block = initial
     n_blocks = first_count = int(block.max()) + 1
-    flat = np.flatnonzero(trans >= 0)  # row-major: grouped by tail, classes ascending
+    # (NumPy's methods rather than its functions here and below: the same operations
+    # without the functions' Python wrappers, which cost more than the work on small arrays)
+    flat = (trans >= 0).ravel().nonzero()[0]  # row-major: grouped by tail, classes ascending
     tails, classes = np.divmod(flat, trans.shape[1])
     heads = trans.ravel()[flat]
-    start = np.searchsorted(tails, np.arange(n + 1))  # each state's first edge
-    busy = np.flatnonzero(start[1:] - start[:-1])  # states with a live edge (reduceat needs runs)
+    states = np.arange(n + 1)
+    start = tails.searchsorted(states)  # each state's first edge
     # A run of a row's classes to one target (most of a string state's edges) adds
     # (sum of the run's weights) x (the target's label + 2): the same sum, one term a run.
-    run = np.ones(len(heads), bool)
+    run = np.empty(len(heads), bool)
+    run[:1] = True
     run[1:] = (heads[1:] != heads[:-1]) | (tails[1:] != tails[:-1])
-    run_first = np.flatnonzero(run)
+    run_first = run.nonzero()[0]
     weight = _WEIGHTS[1:][classes]
     run_weight = np.add.reduceat(weight, run_first) if len(run_first) else weight
-    run_heads = heads[run_first]
-    run_start = np.searchsorted(run_first, start[busy])  # each busy state's first run
+    # Each state's terms, led by one for its own label (weight W0): term k of state s is
+    # terms_weight[k] x label[terms_head[k]], and s's terms begin at terms_start[s]; the +2
+    # of every run is the constant `offset`. A round is then one gather, one product, one
+    # sum per state (`np.add.reduceat`, every state having a term) and one addition.
+    runs_start = tails[run_first].searchsorted(states)  # each state's first run
+    terms_start = states[:-1] + runs_start[:-1]
+    own = np.zeros(n + len(run_first), bool)
+    own[terms_start] = True
+    others = ~own
+    terms_head = np.empty(len(own), np.int64)
+    terms_head[own], terms_head[others] = states[:-1], heads[run_first]
+    terms_weight = np.empty(len(own), np.int64)
+    terms_weight[own], terms_weight[others] = _WEIGHTS[0], run_weight
+    twice = np.zeros(len(run_first) + 1, np.int64)  # running sums (wrapping) of 2 x weight
+    (2 * run_weight).cumsum(out=twice[1:])
+    offset = twice[runs_start[1:]] - twice[runs_start[:-1]]
     label = block
     rounds = 0
     while rounds < max_rounds:
-        sums = np.zeros(n, np.int64)
-        if len(busy):
-            sums[busy] = np.add.reduceat(run_weight * (label[run_heads] + 2), run_start)
-        label = label * _WEIGHTS[0] + sums
+        label = np.add.reduceat(terms_weight * label[terms_head], terms_start)
+        label += offset
         rounds += 1
         if rounds % MOORE_CHECK_EVERY and rounds < max_rounds:
             continue
@@ -242,8 +258,8 @@ def moore_refine(
         if count == n_blocks:  # split nothing since the last check, if no hash collided
             new, first = _groups(label)
             rep = first[new]
-            if _same_signatures(new, classes, new[heads], start, tails, rep) and np.array_equal(
-                accept, accept[rep]
+            if _same_signatures(new, classes, new[heads], start, tails, rep) and bool(
+                (accept == accept[rep]).all()
             ):
                 return new, True
             return _exact_refine(trans, _with_accept(new, accept), max_rounds - rounds)
@@ -261,20 +277,21 @@ seen at most one round late, and the rounds in between cost no sort."""
 
 def _count_distinct(label: np.ndarray) -> int:
     """The number of distinct values of int64 `label` `[n]` (n >= 1); one sort."""
-    ordered = np.sort(label)
+    ordered = label.copy()
+    ordered.sort()
     return int(np.count_nonzero(ordered[1:] != ordered[:-1])) + 1
 
 
 def _groups(label: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(group int64 `[n]` numbered 0.. in order of label value, first int64 `[n_groups]`: a
     member of each group) of equal labels; one sort of int64 `[n]`."""
-    order = np.argsort(label)
+    order = label.argsort()
     ordered = label[order]
     starts = np.empty(len(label), bool)
     starts[:1] = True
     np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
     group = np.empty(len(label), np.int64)
-    group[order] = np.cumsum(starts) - 1
+    group[order] = starts.cumsum() - 1
     return group, order[starts]
 
 
@@ -304,12 +321,10 @@ def _same_signatures(block, classes, successor, start, tails, rep) -> bool:
     its state, `start` int `[n_states + 1]` each state's first edge). O(n_states + live
     edges)."""
     degree = start[1:] - start[:-1]
-    if not (np.array_equal(block, block[rep]) and np.array_equal(degree, degree[rep])):
+    if not ((block == block[rep]).all() and (degree == degree[rep]).all()):
         return False
     partner = start[rep[tails]] + np.arange(len(tails)) - start[tails]  # the same-rank edge
-    return bool(
-        np.array_equal(classes, classes[partner]) and np.array_equal(successor, successor[partner])
-    )
+    return bool((classes == classes[partner]).all() and (successor == successor[partner]).all())
 
 
 def _exact_groups(trans: np.ndarray, block: np.ndarray) -> np.ndarray:
@@ -408,10 +423,11 @@ def number_breadth_first(trans: np.ndarray, accept: np.ndarray, byte_to_class: n
     # Each state's successors in class order: the live edges (row-major, so by state then
     # class), without an edge to the same target as the edge before it (a repeat changes
     # nothing in the search; consecutive ones, a run of classes to one state, are most).
-    sources, classes = live_cells(trans)
-    targets = trans[sources, classes]
+    flat = trans.ravel()
+    live = (flat >= 0).nonzero()[0]  # the live cells, row-major
+    sources, targets = live // trans.shape[1], flat[live]
     if _is_breadth_first(n, sources, targets):  # as subset construction and `minimize` leave it
-        return Dfa(np.take(trans, byte_to_class, axis=1), accept.astype(bool))  # C order
+        return Dfa(trans.take(byte_to_class, axis=1), accept.astype(bool))  # C order
     keep = np.ones(len(targets), bool)
     keep[1:] = (targets[1:] != targets[:-1]) | (sources[1:] != sources[:-1])
     successors = targets[keep].tolist()
@@ -449,6 +465,6 @@ def _is_breadth_first(n_states: int, sources: np.ndarray, targets: np.ndarray) -
     new = targets > before
     return bool(
         seen[-1] == n_states - 1
-        and np.all(targets[new] == before[new] + 1)
-        and np.all(sources[new] < targets[new])
+        and (targets[new] == before[new] + 1).all()
+        and (sources[new] < targets[new]).all()
     )

@@ -9,6 +9,13 @@ size of the DAG, not of its unfolded tree.
 
 A state has epsilon edges (a sequence of targets) and at most one byte edge: a set of bytes (a
 256-bit int mask) and its target. State 0 is the single accepting state and has no edges.
+
+Copied nodes: a node passed to `register_fragment` (the schema compiler's plain JSON string,
+which most schemas hold many times) is built once per process on its own (its states 1..,
+`ACCEPT` where it continues), and each instance is a copy of those states, shifted, its
+`ACCEPT` edges led to the instance's continuation: two list copies instead of a walk of the
+node. An instance has the states `build` would make for it, except that it shares none with
+states made before it (a memoized tail), so it may have a few more; the language is the same.
 """
 
 from __future__ import annotations
@@ -22,6 +29,16 @@ from corral.automata.limits import DEFAULT_LIMITS, Limits
 from corral.automata.tree import Alt, Automaton, ByteSet, Concat, Node, Repeat
 
 ACCEPT = 0
+
+FRAGMENT_NODES: dict[int, Node] = {}
+"""id -> node of the nodes `register_fragment` registered (kept alive here, so an id is never
+reused)."""
+
+
+def register_fragment(node: Node) -> None:
+    """Build every later instance of `node` as a copy of one NFA of it made once per process
+    (module docstring). The language does not change."""
+    FRAGMENT_NODES[id(node)] = node
 
 
 @dataclass(frozen=True, eq=False)
@@ -64,14 +81,33 @@ def tree_to_nfa(node: Node, limits: Limits | None = None) -> Nfa:
     return Nfa(start, builder.epsilon, builder.edge_mask, builder.edge_target, builder.trimmed)
 
 
+_OWN_NFAS: dict[int, Nfa] = {}
+"""id of a registered node -> its own NFA (states 1.., `ACCEPT` 0 where it continues)."""
+
+
+def _own_nfa(node: Node) -> Nfa:
+    """The NFA of a registered node alone, built on first use (default limits; the node's own
+    NFA is small, and each copy is checked against the builder's limit)."""
+    nfa = _OWN_NFAS.get(id(node))
+    if nfa is None:
+        builder = _Builder(DEFAULT_LIMITS, copies=False)
+        builder.new_state()
+        start = builder.build(node, ACCEPT)
+        nfa = _OWN_NFAS[id(node)] = Nfa(
+            start, builder.epsilon, builder.edge_mask, builder.edge_target, builder.trimmed
+        )
+    return nfa
+
+
 class _Builder:
-    def __init__(self, limits: Limits):
+    def __init__(self, limits: Limits, copies: bool = True):
         self.limit = limits.max_nfa_states
         self.epsilon: list[Sequence[int]] = []
         self.edge_mask: list[int] = []
         self.edge_target: list[int] = []
         self.memo: dict[tuple[int, int], int] = {}
         self.trimmed = True  # no state without a way on has been made
+        self.copies = copies  # registered nodes are copies of their own NFAs
 
     def new_state(self) -> int:
         if len(self.epsilon) >= self.limit:
@@ -91,9 +127,31 @@ class _Builder:
         key = (id(node), next_state)
         start = self.memo.get(key)
         if start is None:
-            start = self._build(node, next_state)
+            if self.copies and id(node) in FRAGMENT_NODES:
+                start = self._copy(node, next_state)
+            else:
+                start = self._build(node, next_state)
             self.memo[key] = start
         return start
+
+    def _copy(self, node: Node, next_state: int) -> int:
+        """A registered node's own NFA (`_own_nfa`) copied in: its states 1.. shifted to the
+        end, its `ACCEPT` edges led to `next_state`. O(its states)."""
+        own = _own_nfa(node)
+        size = own.n_states - 1
+        first = len(self.epsilon)
+        if first + size > self.limit:
+            raise self._too_many()
+        shift = first - 1  # own state x >= 1 becomes x + shift; ACCEPT becomes next_state
+        self.epsilon.extend(
+            [tuple([x + shift if x else next_state for x in out]) for out in own.epsilon[1:]]
+        )
+        self.edge_mask.extend(own.edge_mask[1:])
+        self.edge_target.extend(
+            [t + shift if t > 0 else (next_state if t == 0 else -1) for t in own.edge_target[1:]]
+        )
+        self.trimmed &= own.trimmed
+        return own.start + shift
 
     def _build(self, node: Node, next_state: int) -> int:
         kind = type(node)

@@ -13,8 +13,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from corral.automata import tree
-from corral.automata.limits import Limits
+from corral.automata.limits import DEFAULT_LIMITS, Limits
+from corral.automata.nfa import register_fragment
 from corral.automata.parse import parse
+
+PINNED: dict[str, tree.Node] = {}
+"""Regex text -> its tree under the default limits, for the primitives `pin_fragment` made."""
+
+
+def pin_fragment(text: str) -> tree.Node:
+    """The tree of regex text `text` under the default limits, kept for the process and
+    registered with the NFA builder (`corral.automata.nfa.register_fragment`: each instance is
+    a copy of one NFA of it). Every compile with the default limits gets this one tree for
+    `text` (a `TreeBuilder` with other limits parses the text itself). For the primitives
+    most schemas hold, several times each (the plain string, integer, number, boolean, a
+    counted string's character): what a serving process parses once, parsed at import."""
+    node = PINNED.get(text)
+    if node is None:
+        node = PINNED[text] = parse(text)
+        register_fragment(node)
+    return node
 
 
 @dataclass(frozen=True, eq=False)
@@ -125,7 +143,11 @@ class TreeBuilder:
         Raises PatternError or LimitError as `parse` does."""
         node = self.parsed.get(text)
         if node is None:
-            node = self.parsed[text] = parse(text, self.limits)
+            pinned = PINNED.get(text)
+            if pinned is not None and (self.limits is None or self.limits == DEFAULT_LIMITS):
+                node = self.parsed[text] = pinned
+            else:
+                node = self.parsed[text] = parse(text, self.limits)
         return node
 
     def build(self, node) -> tree.Node:
@@ -133,20 +155,21 @@ class TreeBuilder:
         hit = self.memo.get(id(node))
         if hit is not None:
             return hit[1]
-        if isinstance(node, Lit):
+        kind = type(node)  # the form's node types are final: compared exactly, most first
+        if kind is Seq:
+            out = tree.Concat(tuple([self.build(item) for item in node.items]))
+        elif kind is Lit:
             out = tree.literal_bytes(node.text.encode("utf-8"))
-        elif isinstance(node, Regex):
+        elif kind is Regex:
             out = self.parse(node.text)
-        elif isinstance(node, Subtree):
-            out = node.node
-        elif isinstance(node, Seq):
-            out = tree.Concat(tuple(self.build(item) for item in node.items))
-        elif isinstance(node, Choice):
-            out = tree.Alt(tuple(self.build(item) for item in node.items))
-        elif isinstance(node, Repeat):
-            out = tree.Repeat(self.build(node.item), node.min, node.max)
-        elif isinstance(node, Object):
+        elif kind is Choice:
+            out = tree.Alt(tuple([self.build(item) for item in node.items]))
+        elif kind is Object:
             out = self._object(node)
+        elif kind is Repeat:
+            out = tree.Repeat(self.build(node.item), node.min, node.max)
+        elif kind is Subtree:
+            out = node.node
         else:
             raise TypeError(f"not a schema form node: {node!r}")
         self.memo[id(node)] = (node, out)

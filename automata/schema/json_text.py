@@ -8,7 +8,15 @@ The regex texts are in DESIGN.md section 2's subset and mean the same to Python'
 from __future__ import annotations
 
 from corral.automata.limits import DEFAULT_SCHEMA_LIMITS
-from corral.automata.schema.form import Lit, Regex, TreeBuilder, choice, repeat, seq
+from corral.automata.schema.form import (
+    Lit,
+    Regex,
+    TreeBuilder,
+    choice,
+    pin_fragment,
+    repeat,
+    seq,
+)
 from corral.automata.schema.text import TextRenderer
 from corral.automata.tree import Node
 
@@ -34,6 +42,9 @@ NUMBER_FORM = Regex(NUMBER, 2)
 BOOLEAN_FORM = Regex(BOOLEAN, 1)
 NULL_FORM = Lit("null")
 QUOTE = Lit('"')
+
+for _form in (STRING_FORM, INTEGER_FORM, NUMBER_FORM, BOOLEAN_FORM):
+    pin_fragment(_form.text)  # parsed once per process, instances copied (`form.pin_fragment`)
 
 
 def any_value(depth: int, cache: dict):

@@ -28,7 +28,15 @@ from corral.automata.errors import EmptyLanguageError, LimitError, PatternError,
 from corral.automata.limits import SchemaLimits
 from corral.automata.parse import parse_branches
 from corral.automata.product import intersection
-from corral.automata.schema.form import NOTHING, Regex, Subtree, TreeBuilder, repeat, seq
+from corral.automata.schema.form import (
+    NOTHING,
+    Regex,
+    Subtree,
+    TreeBuilder,
+    pin_fragment,
+    repeat,
+    seq,
+)
 from corral.automata.schema.formats import string_format
 from corral.automata.schema.json_text import QUOTE, UNICODE_ESCAPE
 from corral.automata.schema.keywords import count, unsupported
@@ -53,7 +61,12 @@ except for the controls, `"` and `\\`, which take a short escape or `\\u00XX` (t
 `json.dumps(..., ensure_ascii=False)` writes, and the other cases of their hex digits and
 short escapes). A `\\u` escape of any other character is a second spelling of a value already
 written raw; leaving it out keeps every string value and costs 16 DFA states per string
-value instead of 23 (about 2 in 5 of the states of a large object schema are inside strings)."""
+value instead of 23 (about 2 in 5 of the states of a large object schema are inside strings).
+Its tree is pinned (`form.pin_fragment`): the NFA builder makes each instance as a copy of one
+NFA of it."""
+
+for _form in (PLAIN_STRING_FORM, COUNTED_CHAR, ESCAPED_CHAR):
+    pin_fragment(_form.text)
 
 FORBIDDEN_IN_STRING = sum(1 << b for b in range(0x20)) | (1 << 0x22) | (1 << 0x5C)
 """Byte mask of what a string's JSON text cannot hold raw: controls, `"` and `\\`."""
