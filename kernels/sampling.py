@@ -384,17 +384,10 @@ def _stack_masks(masks: Sequence[np.ndarray | None], v: int) -> tuple[np.ndarray
     them or -1, int64 `[B]`). Masks are told apart by identity: rows in the same state share
     their index's mask object, which is copied once."""
     words = (v + 31) // 32
-    first: dict[int, int] = {}  # id -> its row in the block
-    given: list[np.ndarray] = []
-    mask_rows = np.empty(len(masks), np.int64)
-    for b, m in enumerate(masks):
-        if m is None:
-            mask_rows[b] = -1
-            continue
-        at = first.setdefault(id(m), len(given))
-        if at == len(given):
-            given.append(m)
-        mask_rows[b] = at
+    if len(masks) == 1 and masks[0] is not None:  # one row (batch 1): its mask, row 0
+        given, mask_rows = [masks[0]], _zeros(1)
+    else:
+        given, mask_rows = _distinct(masks)
     if not given:
         return np.zeros((0, words), np.uint32), mask_rows
     for m in given:
@@ -412,6 +405,23 @@ def _stack_masks(masks: Sequence[np.ndarray | None], v: int) -> tuple[np.ndarray
     if v % 32 and (block[:, -1] >> np.uint32(v % 32)).any():
         raise ValueError(f"a mask allows a token at or beyond the vocabulary's {v}")
     return block, mask_rows
+
+
+def _distinct(masks: Sequence[np.ndarray | None]) -> tuple[list[np.ndarray], np.ndarray]:
+    """(the distinct non-None masks of `masks`, by identity, in order of first use; each row's
+    index among them or -1, int64 `[B]`)."""
+    first: dict[int, int] = {}  # id -> its index among the distinct masks
+    given: list[np.ndarray] = []
+    mask_rows = np.empty(len(masks), np.int64)
+    for b, m in enumerate(masks):
+        if m is None:
+            mask_rows[b] = -1
+            continue
+        at = first.setdefault(id(m), len(given))
+        if at == len(given):
+            given.append(m)
+        mask_rows[b] = at
+    return given, mask_rows
 
 
 def apply_mask(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
