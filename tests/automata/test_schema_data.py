@@ -288,7 +288,11 @@ class _Timeout(Exception):
     pass
 
 
+_ALARMS = [0]  # SIGALRMs taken: one raised inside a gc callback is swallowed ("Exception ignored")
+
+
 def _raise_timeout(signum, frame):
+    _ALARMS[0] += 1
     raise _Timeout()
 
 
@@ -344,11 +348,14 @@ class DfaCache:
                 return str(stored["refused"])
             return Dfa(stored["trans"], stored["accept"])
         try:
+            alarms = _ALARMS[0]
             signal.setitimer(signal.ITIMER_REAL, SECONDS_PER_SCHEMA)
             try:
                 out = schema_to_dfa(schema, DATA_LIMITS)
             finally:  # before handling the error: an alarm there would escape
                 signal.setitimer(signal.ITIMER_REAL, 0)
+            if _ALARMS[0] != alarms:  # the alarm came, but in a gc callback, which swallowed it
+                raise _Timeout()
         except (ConstrainError, _Timeout) as error:
             out = f"{type(error).__name__}: {error}"
         if path is not None:
