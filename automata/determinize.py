@@ -183,48 +183,34 @@ def subset_construction(
             "max_dfa_states", limit, "the pattern's DFA has too many states"
         )
 
+    def reached(t: int) -> tuple[tuple[int, ...], bool]:
+        """The key of the closure of one target: read off without a search when it has no
+        epsilon edge (most targets of a schema's NFA)."""
+        if epsilon[t]:
+            return closure((t,))
+        if masks[t]:
+            return ((t,), False)
+        return ((), t == ACCEPT)
+
     for i, kernel in enumerate(kernels):  # the list grows while it is read: a queue
         if len(kernel) == 1:  # most of a schema's DFA (literal keys, scalars): one atom, its
-            # edge's classes, and one target, so no plan to cut (the loop below, inlined)
-            atom = atom_id.setdefault(class_sets[kernel[0]], len(atom_id))
-            t = edge_target[kernel[0]]
-            if epsilon[t]:
-                key = closure((t,))
-            elif masks[t]:
-                key = ((t,), False)
-            else:
-                key = ((), t == ACCEPT)
-            j = index.get(key)
-            if j is None:
-                j = len(kernels)
-                if j >= limit:
-                    raise too_many()
-                index[key] = j
-                kernels.append(key[0])
-                accept.append(key[1])
-            edge_state.append(i)
-            edge_atom.append(atom)
-            edge_to.append(j)
-            continue
-        shape = tuple([class_sets[s] for s in kernel])
-        plan = plans.get(shape)
-        if plan is None:
-            plan = plans[shape] = [
-                (atom_id.setdefault(atom, len(atom_id)), edges)
-                for atom, edges in sorted(_atom_plan(shape), key=_smallest_class)
-            ]
-        for atom, edges in plan:
-            if len(edges) > 1:
+            # edge's classes, and one target, so no plan to cut
+            steps = ((atom_id.setdefault(class_sets[kernel[0]], len(atom_id)), None),)
+        else:
+            shape = tuple([class_sets[s] for s in kernel])
+            steps = plans.get(shape)
+            if steps is None:
+                steps = plans[shape] = [
+                    (atom_id.setdefault(atom, len(atom_id)), edges)
+                    for atom, edges in sorted(_atom_plan(shape), key=_smallest_class)
+                ]
+        for atom, edges in steps:
+            if edges is None:
+                key = reached(edge_target[kernel[0]])
+            elif len(edges) > 1:
                 key = closure(tuple([edge_target[kernel[e]] for e in edges]))
-            else:  # one target: its closure is read off without a search when it has no
-                # epsilon edge (most targets of a schema's NFA)
-                t = edge_target[kernel[edges[0]]]
-                if epsilon[t]:
-                    key = closure((t,))
-                elif masks[t]:
-                    key = ((t,), False)
-                else:
-                    key = ((), t == ACCEPT)
+            else:
+                key = reached(edge_target[kernel[edges[0]]])
             j = index.get(key)
             if j is None:
                 j = len(kernels)
