@@ -209,8 +209,12 @@ sleeping worker takes tens of microseconds to come (more when another process ho
 which only a batch's worth of rows (about 25 us each, dense) repays."""
 
 
-def _contiguous(array: np.ndarray) -> bool:
-    return array.flags.c_contiguous
+def _contiguous(array, dtype) -> np.ndarray:
+    """`np.ascontiguousarray(array, dtype)`, skipped (the same object) for an ndarray already of
+    that dtype and C-contiguous: each NumPy call costs microseconds after a forward pass."""
+    if type(array) is np.ndarray and array.dtype == dtype and array.flags.c_contiguous:
+        return array
+    return np.ascontiguousarray(array, dtype=dtype)
 
 
 @functools.lru_cache(maxsize=8)
@@ -295,8 +299,7 @@ def sample_batch(
     O(B * (V / 32 + n_allowed)) plus penalties, truncation and top lists: see
     `corral.kernels.sample_rows`.
     """
-    if not (type(logits) is np.ndarray and logits.dtype == np.float32 and _contiguous(logits)):
-        logits = np.ascontiguousarray(logits, dtype=np.float32)
+    logits = _contiguous(logits, np.float32)
     if logits.ndim != 2:
         raise ValueError(f"logits must be [N, V], not of shape {logits.shape}")
     b_rows = len(masks)
@@ -396,10 +399,7 @@ def _stack_masks(masks: Sequence[np.ndarray | None], v: int) -> tuple[np.ndarray
                 f"a mask of shape {np.shape(m)}, not ({words},) words, does not fit {v} logits"
             )
     if len(given) == 1:  # a view, no copy
-        only = given[0]
-        if not (type(only) is np.ndarray and only.dtype == np.uint32 and _contiguous(only)):
-            only = np.ascontiguousarray(only, dtype=np.uint32)
-        block = only[None]
+        block = _contiguous(given[0], np.uint32)[None]
     else:  # one copy into one block (np.stack's Python steps cost tens of us with cold caches)
         block = np.concatenate(given, dtype=np.uint32).reshape(len(given), words)
     if v % 32 and (block[:, -1] >> np.uint32(v % 32)).any():

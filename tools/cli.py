@@ -177,26 +177,23 @@ def _compile(args: argparse.Namespace) -> int:
         print(
             f"states: {dfa.n_states}  live edges: {dfa.n_live_edges}  accepting: {len(accepting)}"
         )
-        for sample in samples:
-            print(sample)
     else:
         print(f"states: {dfa.n_states}  live edges: {dfa.n_live_edges}  accepting: {accepting}")
-        for sample in samples:
-            print(sample)
+    for sample in samples:
+        print(sample)
     return 0
 
 
 QUICK_FLAGS = {
-    "--prompt": "prompt",
-    "-n": "n",
-    "--temperature": "temperature",
-    "--top-p": "top_p",
-    "--seed": "seed",
+    "--prompt": ("prompt", None),
+    "-n": ("n", 1),
+    "--temperature": ("temperature", 1.0),
+    "--top-p": ("top_p", 1.0),
+    "--seed": ("seed", 0),
 }
-"""The flags of the quick form alone (an input file's lines carry their own settings): refused
-with an input file, never ignored."""
-
-QUICK_DEFAULTS = {"n": 1, "temperature": 1.0, "top_p": 1.0, "seed": 0}
+"""The flags of the quick form alone, flag -> (argument name, default): refused with an input file
+(whose lines carry their own settings), never ignored; the parser leaves them None so that a
+given one is told from a default."""
 
 
 def _generate_problem(args: argparse.Namespace) -> str | None:
@@ -214,15 +211,14 @@ def _generate_problem(args: argparse.Namespace) -> str | None:
         return "an input file and the quick form's --schema/--regex: give one or the other"
     if not quick and args.input is None:
         return "give an input file, or --schema/--regex with --prompt"
-    given = [flag for flag, name in QUICK_FLAGS.items() if getattr(args, name) is not None]
-    if not quick and given:
-        return (
-            f"{given[0]} is the quick form's (with --schema or --regex); an input file's lines "
-            "set their own in each body"
-        )
-    for name, default in QUICK_DEFAULTS.items():
+    for flag, (name, default) in QUICK_FLAGS.items():
         if getattr(args, name) is None:
             setattr(args, name, default)
+        elif not quick:
+            return (
+                f"{flag} is the quick form's (with --schema or --regex); an input file's lines "
+                "set their own in each body"
+            )
     if quick and args.prompt is None:
         return "--schema and --regex need --prompt"
     if args.batch_size < 1:

@@ -309,7 +309,7 @@ class Server:
         (`refused`) for what the engine would refuse."""
         model = self.engine.model
         size = len(self.engine.vocabulary.tokens)
-        max_len = min(self.config.max_len, model.context_length)
+        max_len = self.config.max_len  # within the context (`Server` refuses one past it)
         choices = self.engine.requests(request, self.config.default_max_tokens)
         for choice in choices:
             prompt = len(choice.prompt_ids)
