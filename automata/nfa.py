@@ -30,15 +30,21 @@ from corral.automata.tree import Alt, Automaton, ByteSet, Concat, Node, Repeat
 
 ACCEPT = 0
 
-FRAGMENT_NODES: dict[int, Node] = {}
-"""id -> node of the nodes `register_fragment` registered (kept alive here, so an id is never
-reused)."""
+FRAGMENTS: dict[int, tuple[Node, Nfa]] = {}
+"""id of a node `register_fragment` registered -> (the node, kept alive here so that its id is
+never reused; its own NFA: states 1.., `ACCEPT` 0 where it continues)."""
 
 
 def register_fragment(node: Node) -> None:
-    """Build every later instance of `node` as a copy of one NFA of it made once per process
-    (module docstring). The language does not change."""
-    FRAGMENT_NODES[id(node)] = node
+    """Build every later instance of `node` as a copy of one NFA of it, made here, once per
+    process (module docstring; default limits: the node's own NFA is small, and each copy is
+    checked against its builder's limit). The language does not change."""
+    if id(node) not in FRAGMENTS:
+        builder = _Builder(DEFAULT_LIMITS, copies=False)
+        builder.new_state()
+        start = builder.build(node, ACCEPT)
+        own = Nfa(start, builder.epsilon, builder.edge_mask, builder.edge_target, builder.trimmed)
+        FRAGMENTS[id(node)] = (node, own)
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,24 +87,6 @@ def tree_to_nfa(node: Node, limits: Limits | None = None) -> Nfa:
     return Nfa(start, builder.epsilon, builder.edge_mask, builder.edge_target, builder.trimmed)
 
 
-_OWN_NFAS: dict[int, Nfa] = {}
-"""id of a registered node -> its own NFA (states 1.., `ACCEPT` 0 where it continues)."""
-
-
-def _own_nfa(node: Node) -> Nfa:
-    """The NFA of a registered node alone, built on first use (default limits; the node's own
-    NFA is small, and each copy is checked against the builder's limit)."""
-    nfa = _OWN_NFAS.get(id(node))
-    if nfa is None:
-        builder = _Builder(DEFAULT_LIMITS, copies=False)
-        builder.new_state()
-        start = builder.build(node, ACCEPT)
-        nfa = _OWN_NFAS[id(node)] = Nfa(
-            start, builder.epsilon, builder.edge_mask, builder.edge_target, builder.trimmed
-        )
-    return nfa
-
-
 class _Builder:
     def __init__(self, limits: Limits, copies: bool = True):
         self.limit = limits.max_nfa_states
@@ -127,17 +115,17 @@ class _Builder:
         key = (id(node), next_state)
         start = self.memo.get(key)
         if start is None:
-            if self.copies and id(node) in FRAGMENT_NODES:
-                start = self._copy(node, next_state)
+            fragment = FRAGMENTS.get(id(node)) if self.copies else None
+            if fragment is not None:
+                start = self._copy(fragment[1], next_state)
             else:
                 start = self._build(node, next_state)
             self.memo[key] = start
         return start
 
-    def _copy(self, node: Node, next_state: int) -> int:
-        """A registered node's own NFA (`_own_nfa`) copied in: its states 1.. shifted to the
+    def _copy(self, own: Nfa, next_state: int) -> int:
+        """A registered node's own NFA (`FRAGMENTS`) copied in: its states 1.. shifted to the
         end, its `ACCEPT` edges led to `next_state`. O(its states)."""
-        own = _own_nfa(node)
         size = own.n_states - 1
         first = len(self.epsilon)
         if first + size > self.limit:

@@ -52,7 +52,7 @@ schemas = st.recursive(leaf, _containers, max_leaves=6)
 
 
 def _without_copies(function, *args):
-    with mock.patch.object(nfa_module, "FRAGMENT_NODES", {}):
+    with mock.patch.object(nfa_module, "FRAGMENTS", {}):
         return function(*args)
 
 
@@ -67,7 +67,7 @@ def test_copied_strings_give_the_tables_of_built_ones(schema):
 
 def test_the_plain_string_is_registered_and_a_copy_has_the_states_of_a_build():
     node = PINNED[PLAIN_STRING_FORM.text]
-    assert nfa_module.FRAGMENT_NODES[id(node)] is node
+    assert nfa_module.FRAGMENTS[id(node)][0] is node
     tree = Concat((literal_bytes(b'{"a":'), node, literal_bytes(b"}")))
     copied = tree_to_nfa(tree)
     built = _without_copies(tree_to_nfa, tree)
