@@ -29,6 +29,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 from corral.kernels.quant import block_sums
+from corral.kernels.vector_width import has_avx512
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -49,6 +50,19 @@ GROUPS = (1, 2, 4, 8, 16)
 """The rows of x one intrinsic call takes (each a power of 2, the last the largest): 16 sums
 and 2 unpacked columns fill 18 of the 32 vector registers of AVX-512."""
 
+WIDTH = LANES if has_avx512() else LANES // 2
+"""Lanes of the vectors an intrinsic computes in: without AVX-512 a 16-lane vector takes two of
+the 16 256-bit registers and a group's sums spill to memory at every multiply-add, so there the
+16 output rows of a call are taken in two passes of 8 lanes (the same operations in each lane,
+so the same results bit for bit)."""
+
+LARGEST_GROUP = 16 if has_avx512() else 8
+"""The largest group `float_matmul` gives one call. Without AVX-512 a 16-lane vector takes two
+of the 16 256-bit registers, so 16 rows' sums spill to memory at every multiply-add: on a 2-core
+AMD EPYC with AVX2 only (Zen 3), the LM head (Q8_0, 49,152 x 576) took 6.9 ms for 8 rows in one
+group and 28.6 ms for 16 rows in one group (52.5 ms for 32 rows in two); in groups of 8, 16
+rows take two 8-row calls' time (bench/results/2026-12-02-s12/README.md)."""
+
 
 def _make_block_product(nibbles: bool, group: int):
     """An intrinsic adding one block of 16 weight rows times `group` rows of x to float totals:
@@ -68,7 +82,7 @@ def _make_block_product(nibbles: bool, group: int):
     is bounds-checked (the caller's loops stay in range).
     """
     i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
-    vec, fvec = ir.VectorType(i32, LANES), ir.VectorType(f32, LANES)
+    vec, fvec = ir.VectorType(i32, WIDTH), ir.VectorType(f32, WIDTH)
     n_words = BLOCK // 8 if nibbles else BLOCK // 4
     splits = max(1, 8 // group)  # independent sums a row: an fma's latency is 4 cycles
 
@@ -129,10 +143,10 @@ def _make_block_product(nibbles: bool, group: int):
 
             def splat(value):  # a float in every lane
                 single = builder.insert_element(ir.Constant(fvec, None), value, i32(0))
-                return builder.shuffle_vector(single, ir.Constant(fvec, None), vec([0] * LANES))
+                return builder.shuffle_vector(single, ir.Constant(fvec, None), vec([0] * WIDTH))
 
             def lanes(value):  # an int32 constant in every lane
-                return vec([value] * LANES)
+                return vec([value] * WIDTH)
 
             words_p, x_p, x_sums_p = pointer(0, ir.IntType(8)), pointer(2, f32), pointer(5, f32)
             scales_p, minimums_p, total_p = pointer(8, f32), pointer(9, f32), pointer(11, f32)
@@ -142,71 +156,79 @@ def _make_block_product(nibbles: bool, group: int):
                 builder.gep(x_p, [offset(x_start, x_stride, i)]) for i in range(group)
             ]  # row i's block of x
             fma = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(fvec, [fvec] * 3), "llvm.fma.v16f32"
+                builder.module, ir.FunctionType(fvec, [fvec] * 3), f"llvm.fma.v{WIDTH}f32"
             )
-            # one loop turn a word (a real loop, not unrolled: LLVM's time to compile a block
-            # of 512 multiply-adds grew past a minute), the sums carried in phi nodes
-            entry = builder.block
-            loop = builder.append_basic_block("words")
-            done = builder.append_basic_block("words_done")
-            builder.branch(loop)
-            builder.position_at_end(loop)
-            index = builder.phi(i64)
-            index.add_incoming(i64(0), entry)
-            zero = ir.Constant(fvec, [0.0] * LANES)
-            phis = [[builder.phi(fvec) for _ in range(splits)] for _ in range(group)]
-            for row in phis:
-                for phi in row:
-                    phi.add_incoming(zero, entry)
-            accs = [list(row) for row in phis]
-            first_word = builder.mul(index, i64(WORDS_PER_TURN))
-            columns = []  # (int32 vector of one column's quants, the column in the block)
-            for turn_word in range(WORDS_PER_TURN):
-                at = builder.mul(builder.add(first_word, i64(turn_word)), i64(64))
-                word = load(words_p, builder.add(w_start, at), vec, 1)
-                first_column = builder.mul(builder.add(first_word, i64(turn_word)), i64(4))
-                if nibbles:  # byte b: low nibble column 4 word + b, high nibble 16 more
-                    for b in range(4):
-                        low = builder.lshr(word, lanes(8 * b)) if b else word
-                        low_column = builder.add(first_column, i64(b))
-                        columns.append((builder.and_(low, lanes(15)), low_column))
-                        high = builder.lshr(word, lanes(8 * b + 4))
-                        high = builder.and_(high, lanes(15)) if b < 3 else high
-                        columns.append((high, builder.add(low_column, i64(BLOCK // 2))))
-                else:  # byte b holds q + 128: flip the sign bit back, then sign-extend
-                    signed = builder.xor(word, lanes(-0x7F7F7F80))  # 0x80808080
-                    for b in range(4):
-                        shifted = builder.shl(signed, lanes(24 - 8 * b)) if b < 3 else signed
-                        column = builder.add(first_column, i64(b))
-                        columns.append((builder.ashr(shifted, lanes(24)), column))
-            for step, (quants, column) in enumerate(columns):
-                weights = builder.sitofp(quants, fvec)
+
+            def block_part(part):  # output rows part WIDTH .. (part + 1) WIDTH - 1
+                # one loop turn a word (a real loop, not unrolled: LLVM's time to compile a block
+                # of 512 multiply-adds grew past a minute), the sums carried in phi nodes
+                entry = builder.block
+                loop = builder.append_basic_block("words")
+                done = builder.append_basic_block("words_done")
+                builder.branch(loop)
+                builder.position_at_end(loop)
+                index = builder.phi(i64)
+                index.add_incoming(i64(0), entry)
+                zero = ir.Constant(fvec, [0.0] * WIDTH)
+                phis = [[builder.phi(fvec) for _ in range(splits)] for _ in range(group)]
+                for row in phis:
+                    for phi in row:
+                        phi.add_incoming(zero, entry)
+                accs = [list(row) for row in phis]
+                first_word = builder.mul(index, i64(WORDS_PER_TURN))
+                columns = []  # (int32 vector of one column's quants, the column in the block)
+                for turn_word in range(WORDS_PER_TURN):
+                    at = builder.mul(builder.add(first_word, i64(turn_word)), i64(64))
+                    at = builder.add(at, i64(4 * WIDTH * part))  # 4 bytes a lane (output row)
+                    word = load(words_p, builder.add(w_start, at), vec, 1)
+                    first_column = builder.mul(builder.add(first_word, i64(turn_word)), i64(4))
+                    if nibbles:  # byte b: low nibble column 4 word + b, high nibble 16 more
+                        for b in range(4):
+                            low = builder.lshr(word, lanes(8 * b)) if b else word
+                            low_column = builder.add(first_column, i64(b))
+                            columns.append((builder.and_(low, lanes(15)), low_column))
+                            high = builder.lshr(word, lanes(8 * b + 4))
+                            high = builder.and_(high, lanes(15)) if b < 3 else high
+                            columns.append((high, builder.add(low_column, i64(BLOCK // 2))))
+                    else:  # byte b holds q + 128: flip the sign bit back, then sign-extend
+                        signed = builder.xor(word, lanes(-0x7F7F7F80))  # 0x80808080
+                        for b in range(4):
+                            shifted = builder.shl(signed, lanes(24 - 8 * b)) if b < 3 else signed
+                            column = builder.add(first_column, i64(b))
+                            columns.append((builder.ashr(shifted, lanes(24)), column))
+                for step, (quants, column) in enumerate(columns):
+                    weights = builder.sitofp(quants, fvec)
+                    for i in range(group):
+                        x_value = splat(load(x_rows[i], column, f32, 4))
+                        slot = step % splits
+                        accs[i][slot] = builder.call(fma, [weights, x_value, accs[i][slot]])
+                following = builder.add(index, i64(1))
+                index.add_incoming(following, builder.block)
+                for row, values in zip(phis, accs, strict=True):
+                    for phi, value in zip(row, values, strict=True):
+                        phi.add_incoming(value, builder.block)
+                turns = n_words // WORDS_PER_TURN
+                builder.cbranch(builder.icmp_unsigned("<", following, i64(turns)), loop, done)
+                builder.position_at_end(done)
+                lane = builder.add(sc_start, i64(WIDTH * part))
+                scale = load(scales_p, lane, fvec, 4)
+                minimum = load(minimums_p, lane, fvec, 4) if nibbles else None
                 for i in range(group):
-                    x_value = splat(load(x_rows[i], column, f32, 4))
-                    slot = step % splits
-                    accs[i][slot] = builder.call(fma, [weights, x_value, accs[i][slot]])
-            following = builder.add(index, i64(1))
-            index.add_incoming(following, builder.block)
-            for row, values in zip(phis, accs, strict=True):
-                for phi, value in zip(row, values, strict=True):
-                    phi.add_incoming(value, builder.block)
-            turns = n_words // WORDS_PER_TURN
-            builder.cbranch(builder.icmp_unsigned("<", following, i64(turns)), loop, done)
-            builder.position_at_end(done)
-            scale = load(scales_p, sc_start, fvec, 4)
-            minimum = load(minimums_p, sc_start, fvec, 4) if nibbles else None
-            for i in range(group):
-                acc = accs[i][0]
-                for other in accs[i][1:]:
-                    acc = builder.fadd(acc, other)
-                address = builder.gep(total_p, [offset(total_start, total_stride, i)])
-                address = builder.bitcast(address, fvec.as_pointer())
-                value = builder.load(address, align=4, typ=fvec)
-                value = builder.fadd(value, builder.fmul(scale, acc))
-                if nibbles:
-                    x_sum = splat(load(x_sums_p, offset(xs_start, xs_stride, i), f32, 4))
-                    value = builder.fadd(value, builder.fmul(minimum, x_sum))
-                builder.store(value, address, align=4)
+                    acc = accs[i][0]
+                    for other in accs[i][1:]:
+                        acc = builder.fadd(acc, other)
+                    at = offset(total_start, total_stride, i, WIDTH * part)
+                    address = builder.gep(total_p, [at])
+                    address = builder.bitcast(address, fvec.as_pointer())
+                    value = builder.load(address, align=4, typ=fvec)
+                    value = builder.fadd(value, builder.fmul(scale, acc))
+                    if nibbles:
+                        x_sum = splat(load(x_sums_p, offset(xs_start, xs_stride, i), f32, 4))
+                        value = builder.fadd(value, builder.fmul(minimum, x_sum))
+                    builder.store(value, address, align=4)
+
+            for part in range(LANES // WIDTH):  # output rows part WIDTH .. (part + 1) WIDTH - 1
+                block_part(part)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -269,19 +291,20 @@ def float_matmul(x, scales, minimums, words, out):  # pragma: no cover - compile
     words uint8 [n_tiles, k/32, tile/16, W, 16, 4] (`quant_int8.word_tiles`: W = 4 for Q4_1,
     8 for Q8_0); out float32 [B, n_out] (written, n_out <= n_tiles tile). Returns out.
 
-    The rows go in groups of 16, the rest in one group each of 8, 4, 2 and 1 where its bits
-    say (13 rows: 8 + 4 + 1), so no row is computed for nothing.
+    The rows go in groups of `LARGEST_GROUP` (16 with AVX-512, else 8), the rest in one group
+    each of 8, 4, 2 and 1 where its bits say (13 rows: 8 + 4 + 1), so no row is computed for
+    nothing.
     """
     batch = x.shape[0]
     n_out = out.shape[1]
     n_tiles, _, tile = scales.shape
     sums = block_sums(x)
     for t in numba.prange(n_tiles):
-        totals = np.empty((GROUPS[-1], tile), np.float32)
+        totals = np.empty((LARGEST_GROUP, tile), np.float32)
         start, end = t * tile, min((t + 1) * tile, n_out)
         first = 0
         while first < batch:
-            group = GROUPS[-1]
+            group = LARGEST_GROUP
             while group > batch - first:
                 group //= 2
             total = totals[:group]

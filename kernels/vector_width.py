@@ -14,6 +14,12 @@ from __future__ import annotations
 import os
 
 
+def has_avx512() -> bool:
+    """True when the host CPU has AVX-512F (32 vector registers of 512 bits; without it, x86-64
+    has 16 of at most 256 bits), False otherwise or when llvmlite cannot read its features."""
+    return wide_vector_features() is not None
+
+
 def wide_vector_features() -> str | None:
     """The host's LLVM CPU features plus "-prefer-256-bit", where they include AVX-512F; else
     None (no AVX-512, or llvmlite cannot read them)."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import logging
 import queue
 import threading
 import time
@@ -41,6 +42,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily
 
 DEFAULT_MAX_WAITING = 64
+LOG = logging.getLogger("corral.serve")
+"""Where the engine thread reports what it failed (a traceback), as uvicorn's own loggers do."""
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -223,6 +226,7 @@ class EngineThread:
                     self._jobs[handle] = job
                     self._lengths[handle] = 0
             except Exception as error:  # the request was checked before: an engine refusal
+                LOG.exception("the engine refused a request it had admitted")
                 self._drop(job)
                 job.post(("error", error))
         else:
@@ -252,6 +256,7 @@ class EngineThread:
         try:
             finished = self.generator.step()
         except Exception as error:  # a failed forward pass: fail every job, start afresh
+            LOG.exception("a step of the engine failed: every running request fails")
             self._fail_all(error)
             return
         metrics = self.metrics

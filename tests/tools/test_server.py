@@ -340,8 +340,12 @@ def test_a_dropped_stream_frees_its_slot(smollm2):
         assert answer.status_code == 200, answer.text  # admitted at once: no 429
         busy = {"messages": DESCRIBE, "max_tokens": 200, "stream": True, "logit_bias": never_ends}
         with httpx.stream("POST", f"{url}/v1/chat/completions", json=busy, timeout=60) as r:
-            next(r.iter_lines())
+            lines = r.iter_lines()
+            next(lines)
             refused = httpx.post(f"{url}/v1/chat/completions", json=small, timeout=60)
+            if refused.status_code != 429:  # say how the busy stream ended
+                rest = [line for line in lines if line]
+                raise AssertionError(f"{refused.text}\nbusy stream: {rest[:3]} ... {rest[-3:]}")
         assert error_of(refused, 429)["code"] == "rate_limit_exceeded"
 
 
