@@ -20,8 +20,9 @@ The quants are read from `kernels.quant_int8`'s word tiles (`quant_int8.word_til
 tile, block and 16 output rows, 64-byte words holding 4 consecutive bytes of each of the 16
 rows, Q8_0 stored as q + 128), whose byte b of every int32 lane is column 4 w + b of word w.
 The intrinsic is plain LLVM vector IR (fma, shifts, masks, conversions), no x86 intrinsic: in
-512-bit registers where there is AVX-512 (`kernels.vector_width`); elsewhere LLVM splits its
-16-lane vectors.
+512-bit registers where there is AVX-512 (`kernels.vector_width`); elsewhere (AVX2: 16 registers
+of 256 bits) in two passes of 8 lanes over the 16 output rows, and groups of at most 8 rows of x
+(`WIDTH`, `LARGEST_GROUP`), since LLVM's split 16-lane sums of 16 rows spilled to memory.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import llvmlite.binding as llvm
-from corral.kernels.vector_width import wide_vector_features
+import pytest
+from corral.kernels import quant_rows
+from corral.kernels.vector_width import has_avx512, wide_vector_features
 
 
 def test_wide_vector_features_are_the_host_features_plus_the_preference_or_none():
@@ -15,3 +17,17 @@ def test_wide_vector_features_are_the_host_features_plus_the_preference_or_none(
         assert got == host + ",-prefer-256-bit"
     else:
         assert got is None
+
+
+def test_has_avx512_agrees_with_the_kernel_flags_linux_reports():
+    try:
+        with open("/proc/cpuinfo", encoding="ascii") as cpuinfo:
+            flags = next(line for line in cpuinfo if line.startswith("flags")).split()
+    except (OSError, StopIteration):
+        pytest.skip("no /proc/cpuinfo flags line to compare with (not Linux)")
+    assert has_avx512() == ("avx512f" in flags)
+    # the row kernels' vectors and groups follow it (16 lanes and groups of 16 need AVX-512's
+    # 32 registers of 512 bits)
+    expected = (16, 16) if "avx512f" in flags else (8, 8)
+    width, largest = quant_rows.WIDTH, quant_rows.LARGEST_GROUP
+    assert (width, largest) == expected
