@@ -291,7 +291,9 @@ def _scores16(typingctx, queries, q_start, keys, k_start, scores, s_start):  # p
     not bounds-checked). Each key's 64 products go into one vector of 16 partial sums (four
     fmas); the 16 vectors are then summed across their lanes together, a tree of 15 pairwise
     steps (two shuffles and an add each) that leaves key l's sum in lane l: half the shuffles
-    of one horizontal sum per key. Plain LLVM vector IR. O(16 64)
+    of one horizontal sum per key; each pair is summed as soon as both halves exist, so at
+    most 5 vectors wait (AVX2's 16 registers of 256 bits hold them). Plain LLVM vector IR.
+    O(16 64)
 
     keys may be float16 bits (uint16, `cache_bits`): each 16-element chunk is loaded as half
     and widened to float32 in registers."""
@@ -302,22 +304,27 @@ def _scores16(typingctx, queries, q_start, keys, k_start, scores, s_start):  # p
         pointer, _, load_vector, fma = _vector_codegen_helpers(context, builder, signature, args)
         q_p, k_p, s_p = pointer(0), pointer(2), pointer(4)
         q = [load_vector(q_p, args[1], 16 * c) for c in range(4)]
-        partial = []
+        even = ir.Constant(ir.VectorType(ir.IntType(32), _BLOCK), list(range(0, 32, 2)))
+        odd = ir.Constant(ir.VectorType(ir.IntType(32), _BLOCK), list(range(1, 32, 2)))
+        # the tree's pairs (keys 2i and 2i + 1, then pairs of those, ...) are summed as soon as
+        # both halves exist, a stack of at most 5 vectors by level, not 16 vectors at once:
+        # the same additions, so the same sums, in registers on AVX2 too (16 of 256 bits)
+        stack: list[tuple[int, ir.Value]] = []  # (level, vector)
         for key in range(_BLOCK):
             chunks = [load_vector(k_p, args[3], 64 * key + 16 * c) for c in range(4)]
             total = builder.fmul(q[0], chunks[0])
             for c in range(1, 4):
                 total = builder.call(fma, [q[c], chunks[c], total])
-            partial.append(total)
-        even = ir.Constant(ir.VectorType(ir.IntType(32), _BLOCK), list(range(0, 32, 2)))
-        odd = ir.Constant(ir.VectorType(ir.IntType(32), _BLOCK), list(range(1, 32, 2)))
-        while len(partial) > 1:  # lanes 0..7: pairs of a's lanes, 8..15: pairs of b's
-            partial = [
-                builder.fadd(builder.shuffle_vector(a, b, even), builder.shuffle_vector(a, b, odd))
-                for a, b in zip(partial[0::2], partial[1::2], strict=True)
-            ]
+            level = 0
+            while stack and stack[-1][0] == level:  # lanes 0..7: pairs of a's, 8..15: b's
+                _, a = stack.pop()
+                even_lanes = builder.shuffle_vector(a, total, even)
+                total = builder.fadd(even_lanes, builder.shuffle_vector(a, total, odd))
+                level += 1
+            stack.append((level, total))
+        ((_, sums),) = stack
         where = builder.bitcast(builder.gep(s_p, [args[5]]), _VECTOR.as_pointer())
-        builder.store(partial[0], where, align=4)
+        builder.store(sums, where, align=4)
         return context.get_dummy_value()
 
     return types.void(queries, q_start, keys, k_start, scores, s_start), codegen
