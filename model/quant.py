@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-from corral.kernels import quant, quant_amx, quant_int8, quant_rows
+from corral.kernels import quant, quant_amx, quant_int8, quant_rows, vector_width
 from corral.model.config import LlamaConfig
 from corral.model.errors import ModelLoadError
 
@@ -89,6 +89,16 @@ def every_pass() -> bool:
     those of at most `QUANTIZED_MAX_ROWS` rows: when the AMX kernel serves (`int8_kernel`)."""
     return int8_kernel() == "amx"
 
+
+ONE_ROW_Q4_1_IN_REGISTERS = not vector_width.has_avx512()
+"""Where True (CPUs without AVX-512), one row of x times a Q4_1 matrix (a layer's) goes to
+`kernels.quant_rows` as a group of one (its sums in registers) rather than to the one-row
+kernels of `kernels.quant`, which keep a tile's partial sums in L1 and load and store them for
+every 8 weights in AVX2's 256-bit vectors: on a 2-core Zen 3 a batch-1 decode step (256-token
+context) took 11.9-12.3 ms against 14.8-17.0 (medians of 60 steps, three runs each, taking
+turns). The LM head (Q8_0, 32 MB read from memory) stays with the one-row kernel and its
+prefetches: sent to `quant_rows` as well, the step was slower in three runs of three. With
+AVX-512 the one-row kernels store half as often and stream at the memory's rate."""
 
 ACTIVATION_PARTS = 2
 """The int8 parts x is quantized in for the layers' matrices: one part (Q8_1 alone, as
@@ -249,7 +259,8 @@ class TiledMatrix:
         `parts` unused) or in
         AVX-512 VNNI (`kernels.quant_int8.int8_matmul`: ggml's Q8_1, then the Q8_1 of what it
         leaves over, `parts` parts). Otherwise x stays float32: one row goes to the one-row
-        kernels (`kernels.quant`, which stream the weights from memory), several rows to
+        kernels (`kernels.quant`, which stream the weights from memory; a Q4_1 matrix's row
+        to `quant_rows` where `ONE_ROW_Q4_1_IN_REGISTERS`), several rows to
         `kernels.quant_rows.float_matmul` (each weight unpacked once for a group of up to 16
         rows).
 
@@ -270,7 +281,7 @@ class TiledMatrix:
         if kernel == "vnni":
             out = np.empty((rows, self.n_out), np.float32)
             return quant_int8.int8_matmul(x, parts, self.scales, coefs, self.words, out)
-        if rows > 1:
+        if rows > 1 or (ONE_ROW_Q4_1_IN_REGISTERS and self.kind == "Q4_1"):
             out = np.empty((rows, self.n_out), np.float32)
             return quant_rows.float_matmul(x, self.scales, coefs, self.words, out)
         n_tiles, _, tile = self.scales.shape

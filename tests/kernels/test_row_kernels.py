@@ -72,6 +72,33 @@ def test_the_tiled_matrix_sends_several_rows_to_float_matmul(monkeypatch):
     np.testing.assert_array_equal(matrix.tiled().matmul(x), float_product(matrix, x))
 
 
+@pytest.mark.parametrize("in_registers", [False, True])
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
+def test_one_row_goes_where_one_row_q4_1_in_registers_says_and_equals_numpy(
+    monkeypatch, kind, in_registers
+):
+    # both switches on every machine: a Q4_1 row goes to float_matmul when the switch is on
+    # (CPUs without AVX-512), every other row to the one-row kernels of kernels.quant
+    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", False)  # float32 activations
+    monkeypatch.setattr(model_quant, "ONE_ROW_Q4_1_IN_REGISTERS", in_registers)
+    rng = np.random.default_rng(13)
+    matrix = BlockMatrix.from_blocks(kind, random_blocks(rng, kind, quant.MAX_TILE + 70, 96))
+    x = rng.standard_normal((1, 96)).astype(np.float32)
+    got = matrix.tiled().matmul(x)
+    np.testing.assert_allclose(got, numpy_product(matrix, x), rtol=1e-4, atol=1e-4)
+    if in_registers and kind == "Q4_1":
+        np.testing.assert_array_equal(got, float_product(matrix, x))
+    else:
+        tiled = matrix.tiled()
+        out = np.empty((1, tiled.scales.shape[0] * tiled.scales.shape[2]), np.float32)
+        if kind == "Q4_1":
+            sums = quant.block_sums(x)
+            quant.q4_1_matmul(x, sums, tiled.scales, tiled.minimums, tiled.quants, out)
+        else:
+            quant.q8_0_matmul(x, tiled.scales, tiled.quants, out)
+        np.testing.assert_array_equal(got, out[:, : tiled.n_out])
+
+
 def test_activations_not_c_contiguous_are_refused():
     rng = np.random.default_rng(12)
     tiled = BlockMatrix.from_blocks("Q8_0", random_blocks(rng, "Q8_0", 16, 64)).tiled()
