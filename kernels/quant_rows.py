@@ -58,11 +58,12 @@ the 16 256-bit registers and a group's sums spill to memory at every multiply-ad
 so the same results bit for bit)."""
 
 LARGEST_GROUP = 16 if has_avx512() else 8
-"""The largest group `float_matmul` gives one call. Without AVX-512 a 16-lane vector takes two
-of the 16 256-bit registers, so 16 rows' sums spill to memory at every multiply-add: on a 2-core
-AMD EPYC with AVX2 only (Zen 3), the LM head (Q8_0, 49,152 x 576) took 6.9 ms for 8 rows in one
-group and 28.6 ms for 16 rows in one group (52.5 ms for 32 rows in two); in groups of 8, 16
-rows take two 8-row calls' time (bench/results/2026-12-02-s12/README.md)."""
+"""The largest group `float_matmul` gives one call: without AVX-512, 8, whose sums (8 vectors
+of `WIDTH` lanes) fit AVX2's 16 registers. On a 2-core AMD EPYC with AVX2 only (Zen 3) the LM
+head (Q8_0, 49,152 x 576) took 28.6 ms for 16 rows in one group of 16 lanes, 52.5 ms for 32;
+in groups of 8 and two passes of 8 lanes, 10.1 and 19.7 ms; in groups of 16 and 8 lanes, 33.5
+ms for 32 (bench/results/2026-12-02-s12/README.md). A row keeps the same sums in a group of 8 as
+of 16 (one each: `splits`), so the results do not depend on it."""
 
 
 def _make_block_product(nibbles: bool, group: int):
