@@ -11,12 +11,15 @@ when it is first imported: where it was imported before corral, its own choice s
 
 from __future__ import annotations
 
+import functools
 import os
 
 
+@functools.cache
 def has_avx512() -> bool:
     """True when the host CPU has AVX-512F (32 vector registers of 512 bits; without it, x86-64
-    has 16 of at most 256 bits), False otherwise or when llvmlite cannot read its features."""
+    has 16 of at most 256 bits), False otherwise or when llvmlite cannot read its features.
+    Read once per process (the kernels that ask size their vectors and groups by it)."""
     return wide_vector_features() is not None
 
 
