@@ -16,7 +16,15 @@ Decisions:
   answer into one file. A write the disk refuses stops the run: status 1, the whole lines kept.
 - The quick form prints each answer as it finishes (in the order they finish).
 - Ctrl-C (exit status 130) says truthfully what was kept: how many answers were printed, or how
-  many complete lines the output file holds.
+  many complete lines the output file holds, or that no output was written (a run that wrote
+  nothing leaves no file behind; its summary line then names no output file either).
+- `--max-tokens` is held to the model's context by the engine's own rule (`check_request`, as
+  the server's 400): the quick form is refused (status 2) when its prompt plus `--max-tokens`
+  exceed the context; the Batch form, once the model is loaded and before any line runs, when
+  `--max-tokens` exceeds the context less the shortest prompt, one token (`max_tokens_problem`).
+  With `--ray` the driver loads no model: each line that takes the default is refused alone.
+- Blank input lines (whitespace only) carry no custom_id, so an error line could not be matched
+  to a request: they get none, and the summary line counts them.
 """
 
 from __future__ import annotations
@@ -47,8 +55,9 @@ from corral.automata import (
     schema_to_dfa,
 )
 from corral.kernels import Constraint, SamplingParams, TokenIndex
-from corral.model import load_model
+from corral.model import ContextLengthError, load_model
 from corral.model.generate import GenerationRequest, iter_generate
+from corral.model.generation_request import check_request
 from corral.tools.batch import (
     DEFAULT_MAX_TOKENS,
     Engine,
@@ -394,13 +403,43 @@ def _all_answered(lines: list[str], done: set[str]) -> int | None:
     return count
 
 
+def max_tokens_problem(max_tokens: int | None, model) -> str | None:
+    """What is wrong with `--max-tokens` for `model` before any line runs, by the engine's own
+    rule (`check_request`, which `Generator.submit` and the server apply): a prompt has at least
+    one token, so a max_tokens past the model's `context_length` less one fits no line. Returns
+    the one-line message naming the flag, the value and the limit, or None."""
+    if max_tokens is None:
+        return None
+    shortest = GenerationRequest([0], max_tokens)  # the shortest prompt: one token
+    try:
+        check_request(shortest, model.context_length, len(model.vocabulary.tokens))
+    except ContextLengthError as error:
+        return (
+            f"--max-tokens must be at most {error.context_length - 1} (this model's context of "
+            f"{error.context_length} tokens less a one-token prompt), not {max_tokens}"
+        )
+    return None
+
+
+def blank_lines(lines: list[str]) -> int:
+    """How many lines of `input_lines` are blank (whitespace only); the "" after a last newline
+    ends the last line and is no line of its own."""
+    blank = sum(1 for text in lines if not text.strip())
+    return blank - (lines[-1] == "") if lines else 0
+
+
 def _generate_batch(
     args: argparse.Namespace, model, lines: list[str], output: Path, out, skip: set[str]
 ) -> int:
     """Run the input file's lines but those whose custom_id is in `skip`, appending to
-    `output` through its open stream `out`. Exit status 130 on Ctrl-C and 1 when the output
-    cannot be written (a full disk): both say how many whole lines the file holds."""
+    `output` through its open stream `out`. Exit status 2 for a `--max-tokens` past the model's
+    context (`max_tokens_problem`, before any line runs); 130 on Ctrl-C and 1 when the output
+    cannot be written (a full disk), both saying how many whole lines the file holds."""
     max_tokens = args.max_tokens  # None: each line's own, else what the context leaves
+    if model is not None:  # None with --ray: the driver loads no model
+        problem = max_tokens_problem(max_tokens, model)
+        if problem is not None:
+            return _fail("generate", problem)
     if args.ray is not None:  # Ray is imported only here (corral[ray]; checked installed before)
         from corral.tools.ray_batch import run_batch_ray
     try:
@@ -424,7 +463,10 @@ def _generate_batch(
         print(f"corral generate: cannot write {output}: {error.strerror}; {_held(output)}{then}",
               file=sys.stderr)  # fmt: skip
         return 1
-    print(f"corral generate: {summary.line()} -> {output}", file=sys.stderr)
+    blank = blank_lines(lines)
+    skipped = f", {blank} blank line{'' if blank == 1 else 's'} skipped" if blank else ""
+    written = "; no output was written" if _nothing_written(output) else f" -> {output}"
+    print(f"corral generate: {summary.line()}{skipped}{written}", file=sys.stderr)
     return 0
 
 
@@ -434,10 +476,22 @@ def _interrupted(error: BaseException) -> bool:
     return isinstance(error, KeyboardInterrupt) or isinstance(error.__context__, KeyboardInterrupt)
 
 
+def _nothing_written(output: Path) -> bool:
+    """True when `output` is a regular file still empty: no line was written to it (a run that
+    created it then removes it)."""
+    try:
+        return output.is_file() and output.stat().st_size == 0
+    except OSError:
+        return False
+
+
 def _held(output: Path) -> str:
-    """What `output` holds, for the messages of a run that stopped: its complete lines."""
+    """What `output` holds, for the messages of a run that stopped: its complete lines, or that
+    no output was written."""
     if not output.is_file():  # a device (/dev/full reads as endless zeros), a pipe
         return f"{output} is not a regular file"
+    if _nothing_written(output):
+        return "no output was written"
     try:
         held = output.read_bytes().count(b"\n")
     except OSError:

@@ -6,6 +6,7 @@ are in test_batch.py)."""
 from __future__ import annotations
 
 import codecs
+import contextlib
 import importlib.util
 import json
 import os
@@ -542,8 +543,81 @@ def test_serve_no_prefix_cache_reaches_the_engine_thread(monkeypatch, flag, expe
 
 def test_what_an_output_holds_is_counted_in_complete_lines(tmp_path):
     output = tmp_path / "out.jsonl"
-    cases = [("", "0 complete lines"), ('{"a": 1}\n', "1 complete line")]
+    cases = [('{"a": 1}\n', "1 complete line"), ('{"b"', "0 complete lines")]
     cases += [('{"a": 1}\n{"b"', "1 complete line"), ("1\n2\n", "2 complete lines")]
     for text, said in cases:
         output.write_text(text)
         assert cli._held(output) == f"{output} holds {said}"
+    output.write_text("")  # an empty file: a run that created it removes it
+    assert cli._held(output) == "no output was written"
+
+
+def test_batch_refuses_a_max_tokens_past_the_context_before_any_line_runs(
+    tmp_path, stand_in, capsys
+):
+    """As the quick form and the server do: a --max-tokens no prompt leaves room for (the
+    stand-in's context is 4096 tokens, a prompt at least one) is status 2 and one line naming
+    the flag, the value and the limit, before any line runs; no output is created or changed."""
+    source = write_input(tmp_path / "in.jsonl")  # its lines set their own max_tokens
+    output = tmp_path / "out.jsonl"
+    argv = ["generate", str(source), "-o", str(output), "--quiet", "--max-tokens", "999999999"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("corral generate: --max-tokens")
+    assert "999999999" in err and "4095" in err and "Traceback" not in err
+    assert not output.exists()
+    ours = json.dumps({"custom_id": "a"}).encode() + b"\n"
+    output.write_bytes(ours)
+    assert main([*argv, "--resume"]) == 2
+    assert "--max-tokens" in capsys.readouterr().err and output.read_bytes() == ours
+    quick = ["generate", "--regex", "[ab]+", "--prompt", "hi", "--max-tokens", "999999999"]
+    assert main(quick) == 2  # the quick form refuses it too
+    output.unlink()
+    assert main([*argv[:-1], "4095"]) == 0  # the limit itself is accepted
+    assert len(read_jsonl(output)) == 3
+
+
+def test_ctrl_c_before_any_line_is_written_says_no_output_was_written(tmp_path, stand_in, capsys):
+    source = write_input(tmp_path / "in.jsonl")
+    output = tmp_path / "out.jsonl"
+    stand_in.options = {"interrupt_after": 0}
+    assert main(["generate", str(source), "-o", str(output), "--quiet"]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted; no output was written" in err and "holds" not in err
+    assert len(err.splitlines()) == 1 and not output.exists()
+
+
+@pytest.mark.parametrize("text", ["", "\n", "  \n\n"])
+def test_an_input_without_requests_says_no_output_was_written(tmp_path, stand_in, capsys, text):
+    source = tmp_path / "in.jsonl"
+    source.write_text(text, encoding="utf-8")
+    output = tmp_path / "out.jsonl"
+    assert main(["generate", str(source), "-o", str(output), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "no output was written" in err and str(output) not in err
+    assert len(err.splitlines()) == 1 and not output.exists()
+
+
+def test_blank_input_lines_are_counted_in_the_summary(tmp_path, stand_in, capsys):
+    """A blank line carries no custom_id, so no error line could be matched to it: it gets none,
+    and the summary counts it; the end of the last line is not a blank line."""
+    source = tmp_path / "in.jsonl"
+    output = tmp_path / "out.jsonl"
+    cases = [
+        ([request_line("a"), "", " \t\r", request_line("b"), ""], "2 blank lines skipped"),
+        ([request_line("a"), "", request_line("b")], "1 blank line skipped"),
+        ([request_line("a"), request_line("b"), ""], None),
+    ]
+    for lines, said in cases:
+        source.write_text("\n".join(lines), encoding="utf-8")
+        with contextlib.suppress(FileNotFoundError):
+            output.unlink()
+        assert main(["generate", str(source), "-o", str(output), "--quiet"]) == 0
+        err = capsys.readouterr().err
+        if said is None:
+            assert "blank line" not in err
+        else:
+            assert said in err
+        items = read_jsonl(output)
+        assert sorted(item["custom_id"] for item in items) == ["a", "b"]
+        assert all(item["response"]["status_code"] == 200 for item in items)
