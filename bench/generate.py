@@ -91,13 +91,13 @@ class NoEos:
     def __getattr__(self, name):
         return getattr(self.model, name)
 
-    def prefill_batch(self, cache, slots, sequences):
-        logits = self.model.prefill_batch(cache, slots, sequences)
+    def prefill_batch(self, cache, slots, sequences, allowed=None):
+        logits = self.model.prefill_batch(cache, slots, sequences, allowed)
         logits[:, list(self.eos_ids)] = -np.inf
         return logits
 
-    def decode(self, cache, slots, tokens):
-        logits = self.model.decode(cache, slots, tokens)
+    def decode(self, cache, slots, tokens, allowed=None):
+        logits = self.model.decode(cache, slots, tokens, allowed)
         logits[:, list(self.eos_ids)] = -np.inf
         return logits
 

@@ -55,7 +55,13 @@ import corral.kernels.vector_width  # noqa: E402, F401, I001
 
 from corral.kernels.constraint import Constraint  # noqa: E402
 from corral.kernels.errors import NoTokenAllowedError, TokenNotAllowedError, VocabularyError
-from corral.kernels.index import EAGER_LIMIT_BYTES, TokenIndex, choose_mode, unpack_ids
+from corral.kernels.index import (
+    EAGER_LIMIT_BYTES,
+    TokenIndex,
+    choose_mode,
+    few_allowed_ids,
+    unpack_ids,
+)
 from corral.kernels.sampling import (
     GREEDY,
     BatchSample,
@@ -91,4 +97,5 @@ __all__ = [
     "sample_batch",
     "top_logprobs",
     "unpack_ids",
+    "few_allowed_ids",
 ]

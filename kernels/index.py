@@ -391,8 +391,42 @@ def unpack_ids(mask: np.ndarray) -> np.ndarray:
     return np.flatnonzero(bits)
 
 
+def few_allowed_ids(mask: np.ndarray, limit: int) -> np.ndarray | None:
+    """The set bits of a packed mask as ascending token ids (int32 [n]) when there are at most
+    `limit` of them, else None: what the masked LM head computes (`corral.model.llama.lm_head`).
+    One compiled pass counts the bits, a second lists them only when few. O(V / 32)"""
+    mask = np.ascontiguousarray(mask, dtype=np.uint32)
+    ids = np.empty(limit, np.int32)
+    n = _few_set_bits(mask, ids)
+    return ids[:n] if n >= 0 else None
+
+
 # --------------------------------------------------------------------------------------------
 # Numba kernels. The trie arrays are described in corral.kernels.trie.
+
+
+@numba.njit(cache=True)
+def _few_set_bits(mask, ids):  # pragma: no cover - compiled
+    """Write the set bits of packed `mask` into `ids` in ascending order and return their
+    number, or return -1 (nothing written) if there are more than len(ids). O(len(mask))"""
+    count = 0
+    for w in range(mask.shape[0]):
+        word = np.uint64(mask[w])
+        while word:  # Kernighan's count: one turn per set bit
+            word &= word - np.uint64(1)
+            count += 1
+        if count > ids.shape[0]:
+            return -1
+    n = 0
+    for w in range(mask.shape[0]):
+        word = mask[w]
+        if word == 0:
+            continue
+        for b in range(32):
+            if (word >> np.uint32(b)) & np.uint32(1):
+                ids[n] = w * 32 + b
+                n += 1
+    return n
 
 
 @numba.njit(cache=True, inline="always")

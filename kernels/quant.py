@@ -164,3 +164,44 @@ def q8_0_matmul(x, scales, quants, out):  # pragma: no cover - compiled
                     total[r] += scale[r] * partial[r]
             out[b, t * tile : (t + 1) * tile] = total
     return out
+
+
+ROWS_AT_ONCE = 16
+"""Output rows `q8_0_chosen_rows` computes side by side: their sums are independent chains of
+multiply-adds, so the CPU overlaps them where one row's chain would wait on each add."""
+
+
+@numba.njit(cache=True, fastmath={"contract"})
+def q8_0_chosen_rows(x, ids, scales, quants, out):  # pragma: no cover - compiled
+    """out[i] = (x W^T)[ids[i]] for chosen rows of W in row-major Q8_0 blocks, each with the
+    same float32 operations in the same order as `q8_0_matmul` computes it (a fused multiply-add
+    a weight, block by block), so the results equal its bit for bit.  O(len(ids) k) flops;
+    only the chosen rows are read.
+
+    The masked LM head (`corral.model.llama.lm_head`): a constrained step whose mask allows a
+    few tokens needs only their logits. No reassociation is allowed (`fastmath` contracts
+    only), so each row's sum keeps `q8_0_matmul`'s order; `ROWS_AT_ONCE` rows go side by side.
+
+    x float32 [k]; ids int32 [n] (each in 0..n_out-1, unchecked); scales float32 [n_out, k/32];
+    quants int8 [n_out, k]; out float32 [n] (written).
+    """
+    n = ids.shape[0]
+    n_blocks = scales.shape[1]
+    rows = np.empty(ROWS_AT_ONCE, np.int64)
+    partial = np.empty(ROWS_AT_ONCE, np.float32)
+    total = np.empty(ROWS_AT_ONCE, np.float32)
+    for first in range(0, n, ROWS_AT_ONCE):
+        for r in range(ROWS_AT_ONCE):  # past the end, repeat the last row (not written)
+            rows[r] = ids[min(first + r, n - 1)]
+        total[:] = 0.0
+        for block in range(n_blocks):
+            partial[:] = 0.0
+            for j in range(block * BLOCK, (block + 1) * BLOCK):
+                x_j = x[j]
+                for r in range(ROWS_AT_ONCE):
+                    partial[r] += np.float32(quants[rows[r], j]) * x_j
+            for r in range(ROWS_AT_ONCE):
+                total[r] += scales[rows[r], block] * partial[r]
+        for r in range(min(ROWS_AT_ONCE, n - first)):
+            out[first + r] = total[r]
+    return out

@@ -134,7 +134,7 @@ class Model:
         """
         return self.prefill_batch(cache, [slot], [ids])[0]
 
-    def prefill_batch(self, cache: KVCache, slots, sequences) -> np.ndarray:
+    def prefill_batch(self, cache: KVCache, slots, sequences, allowed=None) -> np.ndarray:
         """Append sequences[i] to slot slots[i] for several sequences at once; return the
         next-token logits of each.
 
@@ -146,6 +146,8 @@ class Model:
             cache: the KV cache; `cache.lengths[slots[i]]` grows by len(sequences[i]).
             slots: int [B], distinct slot indices.
             sequences: B sequences of int token ids, each [n_i], n_i >= 1.
+            allowed: None, or B entries, each None or the int token ids whose logits alone
+                row i needs (the masked LM head, `llama.lm_head`: the others are -inf).
 
         Returns:
             float32 [B, V]: row i is the logits after the last token of sequences[i].
@@ -155,9 +157,9 @@ class Model:
                 vocabulary, or a slot that would exceed `cache.max_len`. Nothing is changed.
         """
         hidden, _ = self._prefill(cache, slots, sequences, all_positions=False)
-        return llama.lm_head(self.params, hidden)
+        return llama.lm_head(self.params, hidden, allowed)
 
-    def decode(self, cache: KVCache, slots, tokens) -> np.ndarray:
+    def decode(self, cache: KVCache, slots, tokens, allowed=None) -> np.ndarray:
         """Append one token to each of B slots, each at its own position; return their logits.
 
         Args:
@@ -165,6 +167,8 @@ class Model:
             slots: int [B], distinct slot indices, in any order (each slot's keys are read
                 in place, up to its own length).
             tokens: int [B], token b is appended to slot slots[b].
+            allowed: None, or B entries, each None or the int token ids whose logits alone
+                row b needs (the masked LM head, `llama.lm_head`: the others are -inf).
 
         Returns:
             float32 [B, V]: row b is slot slots[b]'s next-token logits.
@@ -190,7 +194,7 @@ class Model:
             self.params, self.config, cache.keys, cache.values, slots, positions, tokens, cos, sin
         )
         cache.lengths[slots] = positions + 1
-        return llama.lm_head(self.params, hidden)
+        return llama.lm_head(self.params, hidden, allowed)
 
     def logits(self, ids) -> np.ndarray:
         """Logits at every position of one sequence (a convenience; uses a fresh cache).

@@ -332,7 +332,9 @@ def quantized_layers(gguf_path: str | Path, config: LlamaConfig) -> dict | None:
     Returns:
         {"layers": [L x {"w_qkv": [(Hq + 2 Hkv) hd, d], "w_o": [d, Hq hd],
         "w_gate_up": [2F, d], "w_down": [d, F]}], "lm_head": [V, d]}, each a `TiledMatrix`
-        (shapes [n_out, k]); q/k/v and gate/up stacked in the float32 path's order.
+        (shapes [n_out, k]); q/k/v and gate/up stacked in the float32 path's order. When the
+        head is Q8_0, also "lm_head_rows": the head's `BlockMatrix` in rows (the masked LM
+        head's chosen rows, `kernels.quant.q8_0_chosen_rows`; 32 MB for SmolLM2's 49,152 rows).
 
     Raises:
         ModelLoadError: naming the file, if it is unreadable or lacks a tensor.
@@ -387,4 +389,7 @@ def quantized_layers(gguf_path: str | Path, config: LlamaConfig) -> dict | None:
     every = packed([layer[name] for layer in layers for name in names] + [lm_head.tiled()])
     layers = [dict(zip(names, every[i * len(names) : (i + 1) * len(names)], strict=True))
               for i in range(len(layers))]  # fmt: skip
-    return {"layers": layers, "lm_head": every[-1]}
+    out = {"layers": layers, "lm_head": every[-1]}
+    if lm_head.kind == "Q8_0":
+        out["lm_head_rows"] = lm_head
+    return out

@@ -9,7 +9,7 @@ import math
 from collections import deque
 
 import numpy as np
-from corral.kernels import TokenNotAllowedError, Vocabulary, top_logprobs
+from corral.kernels import TokenNotAllowedError, Vocabulary, few_allowed_ids, top_logprobs
 from corral.model.generation_request import GenerationRequest, GenerationResult
 from corral.model.jump_forward import ForcedTokenizer
 
@@ -101,6 +101,26 @@ class LiveSequence:
         if constraint is None:
             return True
         return constraint.mask(left if self.request.budget_aware else None)
+
+    def next_allowed(self, limit: int) -> np.ndarray | None:
+        """The ids (int32) of the tokens the next sample may take, when the mask it will be
+        drawn under (`before_sample`'s) allows at most `limit` of them; else None: the next
+        logits are needed whole (free text, a forced token next, `top_logprobs`, `logit_bias`,
+        penalties, a sequence about to end, or a mask that allows more). The engine asks after
+        the step's tokens are written, for the masked LM head (`corral.model.llama.lm_head`)."""
+        constraint = self.constraint
+        left = self.request.max_tokens - self.generated
+        if (
+            constraint is None
+            or constraint.done
+            or left <= 0
+            or self.forced
+            or self.top is not None
+            or len(self._bias_ids)
+            or self.request.params.penalized
+        ):
+            return None
+        return few_allowed_ids(constraint.mask(left if self.request.budget_aware else None), limit)
 
     def uniform(self) -> float:
         """This sequence's draw for its next sampled token (none when greedy: 0.0)."""
