@@ -11,8 +11,11 @@ data; the whole full data is `slow`.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import hashlib
 import json
+import multiprocessing
+import os
 import signal
 import time
 from pathlib import Path
@@ -358,16 +361,39 @@ class DfaCache:
                 raise _Timeout()
         except (ConstrainError, _Timeout) as error:
             out = f"{type(error).__name__}: {error}"
-        if path is not None:
-            if isinstance(out, str):
-                np.savez(path, refused=np.array(out))
-            else:
-                np.savez(path, trans=out.trans, accept=out.accept)
+        if path is not None:  # whole or not at all: another worker may read the same key
+            temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            with open(temporary, "wb") as file:
+                if isinstance(out, str):
+                    np.savez(file, refused=np.array(out))
+                else:
+                    np.savez(file, trans=out.trans, accept=out.accept)
+            os.replace(temporary, path)
         return out
 
 
-def check_sound(schemas, cache: DfaCache, samples: int = SAMPLES) -> tuple[int, int, list]:
-    """Compile each schema (capped), sample, validate. Returns (compiled, refused, failures)."""
+def check_sound(
+    schemas, cache: DfaCache, samples: int = SAMPLES, workers: int = 1
+) -> tuple[int, int, list]:
+    """Compile each schema (capped), sample, validate. Returns (compiled, refused, failures).
+
+    With `workers` > 1 the schemas are cut into that many interleaved parts, each checked in a
+    process of its own (spawned: the parent's Numba and BLAS threads stay out of the children),
+    whose counts and failures are summed: the same checks, on every core."""
+    schemas = list(schemas)
+    if workers <= 1 or len(schemas) < 2:
+        return _check_part(schemas, cache, samples)
+    parts = [schemas[i::workers] for i in range(workers)]
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(len(parts), mp_context=context) as pool:
+        results = list(pool.map(_check_part, parts, [cache] * len(parts), [samples] * len(parts)))
+    compiled = sum(result[0] for result in results)
+    refused = sum(result[1] for result in results)
+    return compiled, refused, [failure for result in results for failure in result[2]]
+
+
+def _check_part(schemas, cache: DfaCache, samples: int) -> tuple[int, int, list]:
+    """`check_sound` over `schemas` in this process."""
     compiled = refused = 0
     failures = []
     previous = signal.signal(signal.SIGALRM, _raise_timeout)
@@ -419,10 +445,13 @@ def test_data_slice_is_sound(data_set, dfa_cache):
 @pytest.mark.slow
 def test_all_data_is_sound(full_data, dfa_cache):
     """Every schema of JSONSchemaBench's dev part and every BFCL function: about 8,400 compile,
-    25 samples each (10.5 minutes measured on a shared core with an empty cache; compiled DFAs are
-    cached in pytest's cache folder, so reruns skip compilation)."""
+    25 samples each, on every core (`check_sound`'s workers: pytest runs one test at a time, and
+    this one alone took 9.4 minutes of a 25-minute suite on one core of a 2-core Zen 3 with an
+    empty cache; compiled DFAs are cached in pytest's cache folder, so reruns skip compilation)."""
     start = time.perf_counter()
-    compiled, refused, failures = check_sound(list(data_schemas(full_data)), dfa_cache)
+    workers = len(os.sched_getaffinity(0))
+    schemas = list(data_schemas(full_data))
+    compiled, refused, failures = check_sound(schemas, dfa_cache, workers=workers)
     print(f"\nall data: {compiled} compiled, {refused} refused, {time.perf_counter() - start:.0f}s")
     assert not failures, failures[:20]
 
