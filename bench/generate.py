@@ -3,7 +3,7 @@ of the real SmolLM2-135M-Instruct, free and constrained, with and without jump-f
 side in one run, per workload and batch size.
 
 Run alone (two BLAS threads slow down up to 10x when another process computes):
-    .venv/bin/python bench/generate.py [--tokens 64] [--batches 1,32] [--workloads ...]
+    .venv/bin/python bench/generate.py [--tokens 64] [--batches 1,32] [--workloads ...] [--rounds 3]
 
 Workloads (`--workloads`, comma-separated):
 - `profile`: one json_schema (a six-field profile), the same prompt with B seeds.
@@ -40,7 +40,13 @@ So a second free run gives each free request the work of its jump-forward twin:
 "forced" is the share of the jump-forward run's
 completion tokens written by jump-forward; "mask/step" its time in masks and sampling per step;
 "reused" the share of the jump-forward run's prompt tokens whose prefill the prefix cache saved
-(R requests over at most `N_BODIES` prompts; `--no-prefix-cache` turns the cache off in every run).
+(R requests over at most `N_BODIES` prompts; `--no-prefix-cache` turns the cache off in every run);
+"masked" the share of the jump-forward run's forward-pass rows whose logits the masked LM head
+computed in part (`GenerationStats.masked_rows`; `--no-masked-head` computes every row whole).
+
+Each row's four runs (free, json, +jump, free=) are taken --rounds times in turn and each figure
+is the median of its rounds: on the 2-core virtual machines of this project the same run's time
+drifted by 20-40% within minutes, so one run of each, minutes apart, could not be compared.
 
 A second table (`sampler_share`) times one decode step's parts apart at each batch size: the
 forward pass, and the masks (under each row's budget of --tokens, as the engine takes them),
@@ -53,6 +59,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -165,10 +172,10 @@ def engine_requests(engine: Engine, bodies: list[dict], tokens: int) -> list[Gen
     return out
 
 
-def run(model, requests, batch_size, prefix_cache=True):
+def run(model, requests, batch_size, prefix_cache=True, masked_head=True):
     stats = GenerationStats()
     started = time.perf_counter()
-    results = generate(model, requests, batch_size, stats, prefix_cache)
+    results = generate(model, requests, batch_size, stats, prefix_cache, masked_head)
     wall = time.perf_counter() - started
     return results, wall, stats
 
@@ -251,6 +258,8 @@ def main() -> None:
     parser.add_argument("--batches", default="1,32")
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--no-prefix-cache", action="store_true")
+    parser.add_argument("--no-masked-head", action="store_true")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     model = load_model()
     engine = Engine(model)
@@ -260,7 +269,7 @@ def main() -> None:
         f"{'workload':>15} {'batch':>5} | {'free tok/s':>10} {'free= tok/s':>11} | "
         f"{'json tok/s':>10} {'+jump tok/s':>11} | {'jump/free':>9} {'jump/free=':>10} "
         f"{'decoding':>10} "
-        f"{'steps':>7} {'forced':>6} | {'mask/step':>9} | reused"
+        f"{'steps':>7} {'forced':>6} | {'mask/step':>9} | reused masked"
     )
     print(header)
     print("-" * len(header))
@@ -288,38 +297,63 @@ def main() -> None:
             ]
             free = [dataclasses.replace(r, constraint=None, trigger=None) for r in requests]
             off = [dataclasses.replace(r, jump_forward=False) for r in requests]
-            prefix = not args.no_prefix_cache
-            f_results, f_wall, _ = run(free_model, free, batch, prefix)
-            o_results, o_wall, _ = run(model, off, batch, prefix)
-            j_results, j_wall, j_stats = run(model, requests, batch, prefix)
+            prefix, masked = not args.no_prefix_cache, not args.no_masked_head
+            j_results, _, _ = run(model, requests, batch, prefix, masked)  # the answers' lengths
             matched = [
                 dataclasses.replace(r, max_tokens=j.completion_tokens)
                 for r, j in zip(free, j_results, strict=True)
             ]
-            m_results, m_wall, m_stats = run(free_model, matched, batch, prefix)
-            j_tokens = completion_tokens(j_results)
-            assert completion_tokens(m_results) == j_tokens  # free= does the same work
+            rounds = {"free": [], "off": [], "jump": [], "free=": []}
+            for _ in range(args.rounds):  # in turn, so that a drift of the machine hits all
+                for name, runner, batch_requests, mask in (
+                    ("free", free_model, free, True),
+                    ("off", model, off, masked),
+                    ("jump", model, requests, masked),
+                    ("free=", free_model, matched, True),
+                ):
+                    results, wall, stats = run(runner, batch_requests, batch, prefix, mask)
+                    rounds[name].append((completion_tokens(results), wall, stats))
+            f_rate, o_rate, j_rate, m_rate = (
+                statistics.median(tokens / wall for tokens, wall, _ in rounds[name])
+                for name in ("free", "off", "jump", "free=")
+            )
+            rate = {n: [t / w for t, w, _ in rounds[n]] for n in rounds}
+            over_free, over_matched = (  # ratios within a round (the same drift), then medians
+                statistics.median(j / x for j, x in zip(rate["jump"], rate[n], strict=True))
+                for n in ("free", "free=")
+            )
+            decode = statistics.median(
+                (m_wall - m_stats.prefill_seconds) / (j_wall - j_stats.prefill_seconds)
+                for (_, m_wall, m_stats), (_, j_wall, j_stats) in zip(
+                    rounds["free="], rounds["jump"], strict=True
+                )
+            )
+            j_tokens, _, j_stats = rounds["jump"][0]
+            m_tokens, _, m_stats = rounds["free="][0]
+            assert m_tokens == completion_tokens(j_results)  # free= does the same work
             reused = 100 * j_stats.prefix_tokens / max(j_stats.prompt_tokens, 1)
-            f_rate = completion_tokens(f_results) / f_wall
-            m_rate, j_rate = j_tokens / m_wall, j_tokens / j_wall
-            decode = (m_wall - m_stats.prefill_seconds) / (j_wall - j_stats.prefill_seconds)
-            o_rate = completion_tokens(o_results) / o_wall
             per_step = 1e3 * j_stats.mask_and_sample_seconds / max(j_stats.steps, 1)
             forced = 100 * j_stats.forced_tokens / max(j_tokens, 1)
+            rows = j_tokens - j_stats.forced_tokens  # one row a sampled token, before EOS
+            masked_share = 100 * j_stats.masked_rows / max(rows, 1)
             steps = f"{j_stats.steps}/{m_stats.steps}"
             print(
                 f"{workload:>15} {batch:>5} | {f_rate:>10.1f} {m_rate:>11.1f} | "
-                f"{o_rate:>10.1f} {j_rate:>11.1f} | {j_rate / f_rate:>8.2f}x "
-                f"{j_rate / m_rate:>9.2f}x {decode:>9.2f}x {steps:>7} {forced:>5.0f}% | "
+                f"{o_rate:>10.1f} {j_rate:>11.1f} | {over_free:>8.2f}x "
+                f"{over_matched:>9.2f}x {decode:>9.2f}x {steps:>7} {forced:>5.0f}% | "
                 f"{per_step:>6.2f} ms | "
-                f"{reused:>5.0f}%"
+                f"{reused:>5.0f}% {masked_share:>5.0f}%"
             )
     print("jump/free: constrained tokens/s with jump-forward over free tokens/s (goal: >= 1.3x);")
     print("free=, jump/free=: free requests each writing as many tokens as its jump-forward twin;")
     print("decoding: jump/free= over the wall time less the prompts' prefill (same prompts, both);")
+    print(
+        f"each figure the median of {args.rounds} rounds taken in turn (a ratio: of each round's);"
+    )
     print("steps: decode passes of the jump-forward run / of the free= run;")
     print("forced: the share of those completion tokens that jump-forward wrote;")
-    print("reused: the share of its prompt tokens whose prefill the prefix cache saved.")
+    print("reused: the share of its prompt tokens whose prefill the prefix cache saved;")
+    print("masked: the share of its sampled tokens whose logits the masked LM head computed.")
     # the share table needs only a prompt and a grammar: any budget the profile answer fits in
     profile = engine_requests(engine, WORKLOADS["profile"](), max(args.tokens, 256))[0]
     sampler_share(model, profile, [int(b) for b in args.batches.split(",")], args.tokens)
