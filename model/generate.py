@@ -390,11 +390,8 @@ class Generator:
                     self._cache.copy_prefix(p.source.seq.slot, p.seq.slot, p.reused)
             slots = [p.seq.slot for p in group]
             tails = [p.tokens[p.reused :] for p in group]
-            allowed = self._allowed([p.seq for p in group])
-            if allowed is None:
-                logits = self.model.prefill_batch(self._cache, slots, tails)
-            else:
-                logits = self.model.prefill_batch(self._cache, slots, tails, allowed=allowed)
+            extra = self._allowed([p.seq for p in group])
+            logits = self.model.prefill_batch(self._cache, slots, tails, **extra)
             for row, p in enumerate(group):
                 p.seq.receive(logits, row)
                 if self._prefix:
@@ -448,10 +445,7 @@ class Generator:
         self._live = [self._live[i] for i in order]
         started = time.perf_counter()
         slots = [seq.slot for seq in self._live]
-        extra = {}
-        allowed = self._allowed(self._live)
-        if allowed is not None:
-            extra["allowed"] = allowed
+        extra = self._allowed(self._live)
         if all(len(chunk) == 1 for chunk in chunks):
             logits = self.model.decode(self._cache, slots, [chunks[i][0] for i in order], **extra)
         else:
@@ -463,16 +457,17 @@ class Generator:
         for row, seq in enumerate(self._live):
             seq.receive(logits, row)
 
-    def _allowed(self, sequences: list[LiveSequence]) -> list[np.ndarray | None] | None:
-        """For the masked LM head: each sequence's `next_allowed` ids (at most
-        `MASKED_HEAD_MAX`), or None when the head is off or every row needs its logits whole."""
+    def _allowed(self, sequences: list[LiveSequence]) -> dict:
+        """The masked LM head's argument of a pass over `sequences`: {"allowed": each one's
+        `next_allowed` ids (at most `MASKED_HEAD_MAX`)}, or {} when the head is off or every
+        row needs its logits whole (so a model without `allowed` is called as before)."""
         if not self._masked:
-            return None
+            return {}
         allowed = [seq.next_allowed(MASKED_HEAD_MAX) for seq in sequences]
         if all(ids is None for ids in allowed):
-            return None
+            return {}
         self.stats.masked_rows += sum(ids is not None for ids in allowed)
-        return allowed
+        return {"allowed": allowed}
 
 
 @dataclass(frozen=True, eq=False)

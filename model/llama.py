@@ -469,21 +469,29 @@ def lm_head(params: dict, hidden: np.ndarray, allowed=None) -> np.ndarray:
     chosen logit is the one-row product's bit for bit (`kernels.quant.q8_0_chosen_rows`; the
     same as a whole row's at batch 1 on float32 activations, within the usual rounding of
     passes of other sizes); otherwise it is the float32 rows' dot product.
+
+    Raises:
+        ValueError: `allowed` has not one entry a row, or an id outside 0..V-1.
     """
     if allowed is None or all(ids is None for ids in allowed):
         return _whole_head(params, hidden)
     if len(allowed) != hidden.shape[0]:
         raise ValueError(f"allowed needs one entry a row: {len(allowed)} for {hidden.shape[0]}")
-    whole = [i for i, ids in enumerate(allowed) if ids is None]
     rows = params["lm_head_rows"]
-    out = np.empty((hidden.shape[0], rows.shape[0]), np.float32)
+    v = rows.shape[0]
+    allowed = [None if ids is None else np.asarray(ids, dtype=np.int64) for ids in allowed]
+    for i, ids in enumerate(allowed):
+        if ids is not None and len(ids) and (ids.min() < 0 or ids.max() >= v):
+            raise ValueError(f"allowed[{i}] holds a token id outside 0..{v - 1}")
+    whole = [i for i, ids in enumerate(allowed) if ids is None]
+    out = np.empty((hidden.shape[0], v), np.float32)
     if whole:
         out[whole] = _whole_head(params, hidden[whole])
     blocks = params.get("lm_head_block_rows")
     for i, ids in enumerate(allowed):
         if ids is None:
             continue
-        ids = np.asarray(ids, dtype=np.int32)
+        ids = ids.astype(np.int32)
         out[i] = -np.inf
         if blocks is not None:
             chosen = np.empty(len(ids), np.float32)

@@ -60,6 +60,10 @@ def test_on_float32_rows_the_chosen_logits_agree_within_rounding(model, hidden):
     assert np.isneginf(np.delete(got, ids, axis=1)).all()
 
 
-def test_allowed_needs_one_entry_a_row(model, hidden):
+def test_allowed_needs_one_entry_a_row_of_ids_in_the_vocabulary(model, hidden):
     with pytest.raises(ValueError, match="one entry a row"):
         llama.lm_head(model.params, hidden, [None, np.arange(3)])
+    v = model.config.vocab_size
+    for bad in ([v], [-1], [0, v + 5]):
+        with pytest.raises(ValueError, match=r"allowed\[1\] holds a token id outside"):
+            llama.lm_head(model.params, hidden[:2], [None, bad])
