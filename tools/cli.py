@@ -422,7 +422,7 @@ def max_tokens_problem(max_tokens: int | None, model) -> str | None:
 
 
 def blank_lines(lines: list[str]) -> int:
-    """How many lines of `input_lines` are blank (whitespace only); the "" after a last newline
+    """How many of the input file's `lines` are blank (whitespace only); the "" after a last newline
     ends the last line and is no line of its own."""
     blank = sum(1 for text in lines if not text.strip())
     return blank - (lines[-1] == "") if lines else 0
