@@ -518,7 +518,9 @@ def _generate_quick(args: argparse.Namespace, model, dfa: Dfa) -> int:
             printed += 1
     except ConstrainError as error:  # a budget too small, a prompt past the context (submit)
         return _fail("generate", error)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemError) as error:
+        if not _interrupted(error):
+            raise
         print(f"corral generate: interrupted; {printed} of {args.n} answers were printed",
               file=sys.stderr)  # fmt: skip
         return INTERRUPTED

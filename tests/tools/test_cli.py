@@ -401,7 +401,8 @@ def test_an_unknown_flag_is_named_by_its_command(capsys):
 
 def test_ctrl_c_inside_a_compiled_call_is_an_interruption(tmp_path, stand_in, capsys, monkeypatch):
     """Ctrl-C while a Numba function returns surfaces as a SystemError whose context is the
-    KeyboardInterrupt: still status 130 and the lines held; any other SystemError propagates."""
+    KeyboardInterrupt: still status 130 and what was kept, in the batch form (the lines held)
+    and the quick form (the answers printed); any other SystemError propagates."""
     source = write_input(tmp_path / "in.jsonl")
     output = tmp_path / "out.jsonl"
 
@@ -414,7 +415,10 @@ def test_ctrl_c_inside_a_compiled_call_is_an_interruption(tmp_path, stand_in, ca
     monkeypatch.setattr(StandInModel, "decode", interrupted)
     monkeypatch.setattr(StandInModel, "prefill_batch", interrupted)
     assert main(["generate", str(source), "-o", str(output), "--quiet"]) == 130
-    assert "interrupted" in capsys.readouterr().err
+    assert "interrupted; no output was written" in capsys.readouterr().err
+    quick = ["generate", "--regex", "[a-z]{2,9}", "--prompt", "hi", "-n", "3"]
+    assert main(quick) == 130
+    assert "interrupted; 0 of 3 answers were printed" in capsys.readouterr().err
 
     def broken(self, *args, **kwargs):
         raise SystemError("a fault of its own")
