@@ -317,7 +317,9 @@ class BatchSummary:
     only: constrained answers end within their budget), tokens and seconds, the grammar
     cache's hits and misses during the run (`GrammarCompiler.hits` and `misses`: a miss built, or
     tried to build, a grammar's token index), and the prefix cache's hits among the prompts
-    admitted, with the prompt tokens whose prefill they saved (`GenerationStats`)."""
+    admitted, with the tokens whose prefill they saved, of the tokens admitted: the prompts'
+    and the text jump-forward forced at their start, which goes with them (`GenerationStats`;
+    so `prompt_tokens` exceeds the answers' `usage.prompt_tokens` by those forced tokens)."""
 
     requests: int = 0
     answers: int = 0
@@ -345,7 +347,7 @@ class BatchSummary:
             f"({rate:.1f} tokens/s), grammar cache {_count(self.grammar_hits, 'hit')} / "
             f"{_count(self.grammar_misses, 'miss', 'misses')} ({hit_rate:.0f}% hit rate)"
             f", prefix cache {_count(self.prefix_hits, 'hit')}, {self.prefix_tokens} of "
-            f"{_count(self.prompt_tokens, 'prompt token')} reused"
+            f"{_count(self.prompt_tokens, 'prompt and forced token')} reused"
             + (
                 f", {_count(self.skipped, 'line')} skipped (already in the output)"
                 if self.skipped
