@@ -24,7 +24,8 @@ Decisions:
   `--max-tokens` exceeds the context less the shortest prompt, one token (`max_tokens_problem`).
   With `--ray` the driver loads no model: each line that takes the default is refused alone.
 - Blank input lines (whitespace only) carry no custom_id, so an error line could not be matched
-  to a request: they get none, and the summary line counts them.
+  to a request: they get none, and the summary line counts them. An input of blank lines only
+  (or empty) has nothing to run: it says so at once, loading no model.
 """
 
 from __future__ import annotations
@@ -363,9 +364,17 @@ def _load_and_run(args: argparse.Namespace, run) -> int:
 
 
 def _resume_and_run(args: argparse.Namespace, lines: list[str], output: Path, out) -> int:
-    """The Batch form, with `output` open (and locked) as `out`: for `--resume`, repair a torn
-    last line and skip the custom_ids already answered (exit 0 at once when that is all of
-    them), then load the model and run the rest."""
+    """The Batch form, with `output` open (and locked) as `out`: exit 0 at once, loading no
+    model, when the input holds no request line (only blank lines, or nothing); for
+    `--resume`, repair a torn last line and skip the custom_ids already answered (exit 0 at
+    once when that is all of them); then load the model and run the rest."""
+    if all(not text.strip() for text in lines):
+        blank = blank_lines(lines)
+        skipped = f" ({blank} blank line{'' if blank == 1 else 's'} skipped)" if blank else ""
+        kept = "no output was written" if _nothing_written(output) else f"{output} is unchanged"
+        print(f"corral generate: nothing to run: {args.input} holds no request line{skipped}; "
+              f"{kept}", file=sys.stderr)  # fmt: skip
+        return 0
     skip = set()
     if args.resume:
         try:

@@ -592,13 +592,21 @@ def test_ctrl_c_before_any_line_is_written_says_no_output_was_written(tmp_path, 
 
 
 @pytest.mark.parametrize("text", ["", "\n", "  \n\n"])
-def test_an_input_without_requests_says_no_output_was_written(tmp_path, stand_in, capsys, text):
+def test_an_input_without_requests_says_no_output_was_written(
+    tmp_path, stand_in, capsys, monkeypatch, text
+):
+    """Nothing to run: no model is loaded (it would take seconds), no file is left behind."""
     source = tmp_path / "in.jsonl"
     source.write_text(text, encoding="utf-8")
     output = tmp_path / "out.jsonl"
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("an input with no request line loaded the model")
+
+    monkeypatch.setattr(cli, "load_model", no_model)
     assert main(["generate", str(source), "-o", str(output), "--quiet"]) == 0
     err = capsys.readouterr().err
-    assert "no output was written" in err and str(output) not in err
+    assert "nothing to run" in err and "no output was written" in err and str(output) not in err
     assert len(err.splitlines()) == 1 and not output.exists()
 
 
