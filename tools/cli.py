@@ -369,8 +369,8 @@ def _resume_and_run(args: argparse.Namespace, lines: list[str], output: Path, ou
     `--resume`, repair a torn last line and skip the custom_ids already answered (exit 0 at
     once when that is all of them); then load the model and run the rest."""
     if all(not text.strip() for text in lines):
-        blank = blank_lines(lines)
-        skipped = f" ({blank} blank line{'' if blank == 1 else 's'} skipped)" if blank else ""
+        skipped = _blanks_skipped(lines)
+        skipped = f" ({skipped})" if skipped else ""
         kept = "no output was written" if _nothing_written(output) else f"{output} is unchanged"
         print(f"corral generate: nothing to run: {args.input} holds no request line{skipped}; "
               f"{kept}", file=sys.stderr)  # fmt: skip
@@ -437,6 +437,12 @@ def blank_lines(lines: list[str]) -> int:
     return blank - (lines[-1] == "") if lines else 0
 
 
+def _blanks_skipped(lines: list[str]) -> str:
+    """ "N blank line(s) skipped" for the summary lines, or "" when the input has none."""
+    blank = blank_lines(lines)
+    return f"{blank} blank line{'' if blank == 1 else 's'} skipped" if blank else ""
+
+
 def _generate_batch(
     args: argparse.Namespace, model, lines: list[str], output: Path, out, skip: set[str]
 ) -> int:
@@ -472,8 +478,8 @@ def _generate_batch(
         print(f"corral generate: cannot write {output}: {error.strerror}; {_held(output)}{then}",
               file=sys.stderr)  # fmt: skip
         return 1
-    blank = blank_lines(lines)
-    skipped = f", {blank} blank line{'' if blank == 1 else 's'} skipped" if blank else ""
+    skipped = _blanks_skipped(lines)
+    skipped = f", {skipped}" if skipped else ""
     written = "; no output was written" if _nothing_written(output) else f" -> {output}"
     print(f"corral generate: {summary.line()}{skipped}{written}", file=sys.stderr)
     return 0

@@ -14,6 +14,7 @@ from corral.model.quant import BlockMatrix
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_block_kernels import random_blocks
+from test_sample_batch import pack
 
 
 @pytest.fixture(autouse=True)
@@ -36,13 +37,6 @@ def test_chosen_rows_equal_the_one_row_product_bit_for_bit(seed, n_out, blocks):
     chosen = np.full(n, np.nan, np.float32)
     quant.q8_0_chosen_rows(x[0], ids, matrix.scales, matrix.quants, chosen)
     assert np.array_equal(chosen, whole[ids])  # bitwise: the same operations in the same order
-
-
-def pack(allowed: np.ndarray) -> np.ndarray:
-    """bool [V] -> packed uint32 [ceil(V / 32)], bit t % 32 of word t // 32."""
-    padded = np.zeros((len(allowed) + 31) // 32 * 32, dtype=bool)
-    padded[: len(allowed)] = allowed
-    return np.packbits(padded, bitorder="little").view("<u4")
 
 
 @settings(max_examples=200, deadline=None)
