@@ -87,7 +87,7 @@ Decisions:
   its 49,152 instead of all (at batch 1 about a sixth of a decode step). The chosen logits are
   those the whole head gives a row at batch 1 bit for bit, so greedy answers at batch 1 are the
   same with the head masked or not. Rows that need every logit (free text, forced tokens,
-  `top_logprobs`, `logit_bias`, penalties) are computed whole.
+  whose logprob is over the whole vocabulary) are computed whole.
 - Each request has its own `numpy.random.Generator` seeded by its `seed`, so the same request
   gives the same tokens alone or in any batch, up to float rounding that differs between batch
   shapes in BLAS (logits agree to ~1e-5; a token could flip only on a near-tie).

@@ -105,20 +105,14 @@ class LiveSequence:
     def next_allowed(self, limit: int) -> np.ndarray | None:
         """The ids (int32) of the tokens the next sample may take, when the mask it will be
         drawn under (`before_sample`'s) allows at most `limit` of them; else None: the next
-        logits are needed whole (free text, a forced token next, `top_logprobs`, `logit_bias`,
-        penalties, a sequence about to end, or a mask that allows more). The engine asks after
-        the step's tokens are written, for the masked LM head (`corral.model.llama.lm_head`)."""
+        logits are needed whole (free text, a forced token next, whose logprob is over the
+        whole vocabulary, a sequence about to end, or a mask that allows more). Everything a
+        sample reads under a mask (its logprob, `top_logprobs`, a `logit_bias`, penalties) is
+        at allowed ids. The engine asks after the step's tokens are written, for the masked LM
+        head (`corral.model.llama.lm_head`)."""
         constraint = self.constraint
         left = self.request.max_tokens - self.generated
-        if (
-            constraint is None
-            or constraint.done
-            or left <= 0
-            or self.forced
-            or self.top is not None
-            or len(self._bias_ids)
-            or self.request.params.penalized
-        ):
+        if constraint is None or constraint.done or left <= 0 or self.forced:
             return None
         return few_allowed_ids(constraint.mask(left if self.request.budget_aware else None), limit)
 

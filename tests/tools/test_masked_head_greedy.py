@@ -6,7 +6,10 @@ log-softmax, so the logits it removes are never read)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
+from corral.kernels import SamplingParams
 from corral.model.generate import GenerationStats, generate
 from corral.model.quant import int8_kernel
 from corral.tools.batch import Engine
@@ -42,3 +45,23 @@ def test_in_a_batch_every_answer_with_the_head_masked_validates(smollm2, found):
     assert stats.masked_rows > 0
     for (request, _), result in zip(found, results, strict=True):
         check_valid(request, result)
+
+
+def test_logprob_settings_read_the_same_logits_with_the_head_masked(smollm2, found):
+    """top_logprobs, a logit_bias and penalties read a masked row at allowed ids only, so at
+    batch 1 (greedy) the tokens, logprobs and top lists are the same with the head masked or
+    whole, and the masked head serves those rows too."""
+    if int8_kernel() is not None:
+        pytest.skip("int8 activations: the whole head rounds otherwise than the chosen rows")
+    params = SamplingParams(temperature=0.0, presence_penalty=0.5, repetition_penalty=1.2)
+    requests = [
+        dataclasses.replace(choice, top_logprobs=3, logit_bias={15: 2.0}, params=params)
+        for _, choice in found[:4]
+    ]
+    masked, whole = GenerationStats(), GenerationStats()
+    on = generate(smollm2, requests, batch_size=1, stats=masked)
+    off = generate(smollm2, requests, batch_size=1, stats=whole, masked_head=False)
+    assert masked.masked_rows > 0 and whole.masked_rows == 0
+    for a, b in zip(on, off, strict=True):
+        assert a.token_ids == b.token_ids and a.logprobs == b.logprobs
+        assert a.top_logprobs == b.top_logprobs
