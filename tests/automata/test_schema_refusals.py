@@ -30,7 +30,7 @@ from corral.automata import (
 )
 from corral.automata.schema.formats import FORMATS, HOST_LABEL_LENGTH, HOST_LABELS
 from corral.automata.schema.values import json_key
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 CHECKER = jsonschema.Draft202012Validator.FORMAT_CHECKER
@@ -225,6 +225,7 @@ _NUMBER_TEXT = st.builds(
 
 
 @settings(max_examples=80, deadline=None)
+@example(lo=-5e-324, hi=0.0, lo_open=True, hi_open=True, texts=["0"] * 10)  # a new user's run
 @given(
     lo=st.one_of(st.none(), _BOUND),
     hi=st.one_of(st.none(), _BOUND),
@@ -240,8 +241,11 @@ def test_decimal_bounds_agree_with_python_comparison(lo, hi, lo_open, hi_open, t
         schema["exclusiveMaximum" if hi_open else "maximum"] = hi
     try:
         dfa = schema_to_dfa(schema)
-    except SchemaError:  # an empty range
-        assert lo is not None and hi is not None and lo >= hi
+    except SchemaError:  # an empty range: no float (what a JSON number parses to) lies inside
+        assert lo is not None and hi is not None
+        least = math.nextafter(lo, math.inf) if lo_open else lo  # adjacent floats: none between
+        most = math.nextafter(hi, -math.inf) if hi_open else hi
+        assert least > most, schema
         return
     for text in texts + _samples(dfa, 10):
         if dfa.matches(text.encode()):
