@@ -14,6 +14,7 @@ unsaid).
     session = engine.start(compiled)
     session.fill()                                  # packed uint32 mask into session.buffer
     session.advance(token)                          # False when the engine refuses the token
+    engine.forget()             # drop cross-grammar caches, warm up again (before a repeat)
 
 Masks are `uint32[ceil(V / 32)]`, bit `t % 32` of word `t // 32` is token t (all four engines
 write this layout natively).
@@ -78,6 +79,21 @@ class CorralEngine:
             raise Refused(f"{type(error).__name__}: {error}") from error
         return TokenIndex(dfa, self.vocabulary)
 
+    def forget(self) -> None:
+        """Drop every cross-grammar cache that a repeat of the same grammar could hit, then redo
+        the worker's warm-up so process-wide one-time set-up stays paid.
+
+        corral's one such cache is the parser's memo of regex patterns (`_parse_cached`, per
+        process); the warm-up grammars memoize again the JSON primitives they use, as in a warm
+        server. Per-vocabulary tables and JIT code are one-time set-up and stay."""
+        import importlib
+
+        from engine_workers import warm_up
+
+        # `corral.automata.parse` as an attribute is the function `parse`; the module by name
+        importlib.import_module("corral.automata.parse")._parse_cached.cache_clear()
+        warm_up(self)
+
     def start(self, index):
         session = _Session(self.vocabulary.n_words)
         session.state = 0
@@ -125,6 +141,10 @@ class OutlinesEngine:
             return self.module.Index(regex, self.vocabulary)
         except (ValueError, TypeError, RuntimeError) as error:
             raise Refused(f"{type(error).__name__}: {str(error)[:300]}") from error
+
+    def forget(self) -> None:
+        """Nothing to drop: outlines-core documents no cache across grammars (each `Index` is
+        built from its regex and the vocabulary)."""
 
     def start(self, index):
         session = _Session(self.n_words)
@@ -177,6 +197,13 @@ class XGrammarEngine:
         except (RuntimeError, ValueError, TypeError) as error:
             raise Refused(f"{type(error).__name__}: {str(error)[:300]}") from error
 
+    def forget(self) -> None:
+        """Clear the compiler's cache of compiled grammars (`GrammarCompiler.clear_cache`), the
+        one XGrammar documents; it is disabled here (`cache_enabled=False`), so this drops
+        nothing and no warm-up is redone, but a compiler built with it on would not answer a
+        repeat from it."""
+        self.compiler.clear_cache()
+
     def start(self, compiled):
         session = _Session(self.n_words)
         matcher = self.module.GrammarMatcher(compiled)
@@ -222,6 +249,10 @@ class LLGuidanceEngine:
         if matcher.is_error():
             raise Refused(matcher.get_error()[:300])
         return matcher
+
+    def forget(self) -> None:
+        """Nothing to drop: llguidance documents no cache across grammars (the tokenizer's
+        token trie is per-tokenizer set-up, paid once, as in a server)."""
 
     def start(self, pristine):
         session = _Session(self.n_words)

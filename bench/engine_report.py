@@ -46,12 +46,17 @@ def _ratio(row: dict, engines: list[str]) -> str:
     return f"{row[engines[0]] / min(others):.2f}"
 
 
-def figure_tables(rows: dict[str, dict[str, dict | str]], engines: list[str]) -> str:
+def figure_tables(
+    rows: dict[str, dict[str, dict | str]], engines: list[str], notes: dict[str, str] | None = None
+) -> str:
     """One markdown table per figure: a row per grammar, a column per engine (or its status),
-    and corral / best other (lower is better for every figure)."""
+    and corral / best other (lower is better for every figure). `notes`: figure key -> a note
+    added to that table's heading (how its figure was taken)."""
     out = []
     for key, title, scale, unit in FIGURES:
-        out.append(f"\n**{title}** ({unit}; last column: corral / best other)\n")
+        note = (notes or {}).get(key)
+        note = f"; {note}" if note else ""
+        out.append(f"\n**{title}** ({unit}; last column: corral / best other{note})\n")
         out.append("| grammar | " + " | ".join(engines) + " | ratio |")
         out.append("|---" * (len(engines) + 2) + "|")
         for grammar, by_engine in rows.items():

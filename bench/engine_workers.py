@@ -1,11 +1,12 @@
 """Each engine in its own worker process, with a time cap per job (bench/engines.py).
 
 A `Worker` spawns a process that loads the SmolLM2 vocabulary and one engine, then answers jobs
-sent over a pipe: `measure` (compile, first mask, masks and advances along a token walk) and
-`cover` (compile, then feed instances token by token). A job that runs past its time cap
-(CPU seconds of the worker, so a busy machine does not turn into false timeouts; and a wall-clock
-backstop) kills the process (result "timeout"); a process that dies (result "crashed") is
-restarted on the next job. Nothing is hidden: every job gets a result with a `status`.
+sent over a pipe: `measure` (compile, first mask, masks and advances along a token walk),
+`cover` (compile, then feed instances token by token) and `forget` (drop the engine's
+cross-grammar caches and warm up again, before a repeated `measure`). A job that runs past its
+time cap (CPU seconds of the worker, so a busy machine does not turn into false timeouts; and a
+wall-clock backstop) kills the process (result "timeout"); a process that dies (result
+"crashed") is restarted on the next job. Nothing is hidden: every job gets a result with a `status`.
 """
 
 from __future__ import annotations
@@ -47,6 +48,20 @@ WARM_UP = (
 a small schema, so that no engine's first timed compile pays one-time set-up (imports, lazily
 built tables, first calls) that a serving process pays once. The timed grammars differ from
 these, so no compile cache can answer them."""
+
+
+def warm_up(engine) -> None:
+    """Compile each `WARM_UP` grammar and compute its first mask (nothing timed)."""
+    for kind, source in WARM_UP:
+        engine.start(engine.compile(kind, source)).fill()
+
+
+def forget(engine) -> dict:
+    """The engine's `forget`: drop every cross-grammar cache a repeat of the same grammar could
+    hit, then warm up again (bench/engines.py runs it before each repeat of a `measure`, so a
+    repeat is not answered from a memo of the one before). Returns {"status": "ok"}."""
+    engine.forget()
+    return {"status": "ok"}
 
 
 def measure(engine, kind: str, source, walk: list[int]) -> dict:
@@ -142,14 +157,12 @@ def _serve(name: str, threads: int, memory_gib: float, connection) -> None:
     try:
         vocabulary, tokenizer_json = load_vocabulary()
         engine = make_engine(name, vocabulary, tokenizer_json, threads)
-        for kind, source in WARM_UP:  # JIT and lazy set-up of both paths, before any timing
-            warm = engine.start(engine.compile(kind, source))
-            warm.fill()
+        warm_up(engine)  # JIT and lazy set-up of both paths, before any timing
     except Exception as error:  # reported to the parent, which records the engine unavailable
         connection.send({"status": "unavailable", "error": f"{type(error).__name__}: {error}"})
         return
     connection.send({"status": "ready"})
-    jobs = {"measure": measure, "cover": cover}
+    jobs = {"measure": measure, "cover": cover, "forget": forget}
     while True:
         try:
             job, args = connection.recv()

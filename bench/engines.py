@@ -13,8 +13,16 @@ Three parts, each engine in its own worker process with a time cap (bench/engine
   3. coverage and soundness over the developer split: per engine per subset, compiled / refused /
      crashed / timeout, median compile, valid instances accepted, invalid instances let through.
 
+Compile and time to first mask of the five grammars are the median of `--repeats N` (default 7)
+measurements per engine, the engines taken in turn within each repeat so they see the same machine
+noise; before each one the worker drops the engine's cross-grammar caches (corral's memo of parsed
+regex patterns) and redoes its warm-up (`forget`), so no repeat is answered from the one before.
+Mask and advance steps, memory and the differential check are the first repeat's. The sample is
+one measurement per schema (its figures are medians over the schemas).
+
 Run:  .venv/bin/python bench/engines.py [--results DIR] [--engines corral,xgrammar]
-          [--skip fixed|sample|coverage] [--report] [--sample 200] [--walk 200] [--exact]
+          [--skip fixed|sample|coverage] [--report] [--repeats 7] [--sample 200] [--walk 200]
+          [--exact]
           [--limit N] [--subset NAME ...] [--timeout 60] [--cover-timeout 60] [--retry timeout]
           [--json out.json] [--plot masks.png]
 Coverage is stored per engine in DIR and resumed (bench/engine_store.py); bench/README.md has
@@ -174,15 +182,53 @@ def corral_regex(schema) -> str | None:
     return regex if len(regex) < 200_000 else None
 
 
-def run_fixed(bench: Bench) -> None:
+def repeat_measures(bench: Bench, kind: str, source, walk: list[int], repeats: int):
+    """engine -> its `measure` results of `repeats` repeats, the engines in turn within each
+    repeat (A, B, A, B, ...: both see the same machine noise). Before each measure the worker
+    runs `forget` (the engine drops its cross-grammar caches and warms up again), so no repeat
+    is answered from a memo of the one before; a forget that fails stands for that repeat's
+    result. An engine whose first repeat is not ok (refused, timeout, ...) is not repeated."""
+    runs: dict[str, list[dict]] = {e: [] for e in bench.engines}
+    for repeat in range(repeats):
+        for engine in bench.engines:
+            if runs[engine] and runs[engine][0]["status"] != "ok":
+                continue
+            worker = bench.workers[engine]
+            forgot = worker.call("forget", (), bench.timeout)
+            if forgot["status"] == "ok":
+                result = worker.call("measure", (kind, source, walk), bench.timeout)
+            else:
+                result = dict(forgot, error=f"forget: {forgot.get('error')}")
+            if repeat and result["status"] != "ok":
+                print(
+                    f"  {engine} repeat {repeat + 1}: {result['status']} "
+                    f"({str(result.get('error'))[:200]}); left out of the median",
+                    flush=True,
+                )
+            runs[engine].append(result)
+    return runs
+
+
+def run_fixed(bench: Bench, repeats: int = 7) -> None:
+    """The five grammars, each measured `repeats` times per engine (`repeat_measures`).
+    Compile and first mask are the medians over the repeats that answered ok (every repeat's
+    value is kept in the row: compile_runs_s, first_mask_runs_s); mask and advance steps,
+    memory, masks, states and the differential check are the first repeat's."""
     for name, kind, source in GRAMMARS:
         walk = bench.tokens(EXAMPLES[name])
-        print(f"[figures] {name}: {len(walk)} tokens", flush=True)
-        results = {
-            e: bench.workers[e].call("measure", (kind, source, walk), bench.timeout)
-            for e in bench.engines
-        }
+        print(f"[figures] {name}: {len(walk)} tokens, {repeats} repeats", flush=True)
+        runs = repeat_measures(bench, kind, source, walk, repeats)
+        results = {e: r[0] for e, r in runs.items()}
         bench.record(name, kind, source, walk, results, row=name)
+        for engine, row in bench.rows[name].items():
+            if not isinstance(row, dict):  # a status: the first repeat did not answer ok
+                continue
+            ok = [r for r in runs[engine] if r["status"] == "ok"]
+            for key in ("compile", "first_mask"):
+                values = [r[f"{key}_s"] for r in ok]
+                row[key] = float(np.median(values))
+                row[f"{key}_runs_s"] = values
+            row["repeats"] = len(ok)
 
 
 def run_sample(
@@ -300,6 +346,13 @@ def main(argv: list[str] | None = None) -> int:
         help="sample: also run outlines-core on corral's own regex (the five grammars always do;"
         " about doubles the sample's time)",
     )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=7,
+        help="five grammars: measures per grammar and engine, engines in turn; compile and first"
+        " mask are their median (default 7)",
+    )
     parser.add_argument("--limit", type=int, help="coverage: first N schemas of each subset")
     parser.add_argument("--timeout", type=float, default=60.0, help="CPU seconds per measure job")
     parser.add_argument(
@@ -329,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `kill`: stop the workers too
     started = time.process_time()
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     unknown = sorted(set(engines) - set(ENGINES))
     if unknown:
@@ -344,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     skipped = {}
     try:
         if "fixed" not in skip:
-            run_fixed(bench)
+            run_fixed(bench, args.repeats)
         if "sample" not in skip:
             skipped = run_sample(bench, data, args.sample, args.walk, store)
         if "coverage" not in skip:
@@ -357,7 +412,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{name} unavailable: {reason}")
     if bench.rows:
         print("\n## Figures (SmolLM2 vocabulary, 49,152 tokens)")
-        print(figure_tables(bench.rows, engines))
+        fixed = [n for n, *_ in GRAMMARS if n in bench.rows]
+        parts = [f"five grammars: median of {args.repeats} repeats"] if fixed else []
+        if len(bench.rows) > len(fixed):
+            parts.append("sample: median over its schemas")
+        note = "; ".join(parts)
+        print(figure_tables(bench.rows, engines, {"compile": note, "first_mask": note}))
+        short = {
+            f"{n} / {e}": f"{row['repeats']} of {args.repeats}"
+            for n in fixed
+            for e, row in bench.rows[n].items()
+            if isinstance(row, dict) and row["repeats"] < args.repeats
+        }
+        if short:
+            print(f"\nrepeats that answered ok, where fewer than {args.repeats}: {short}")
     if skipped:
         print(f"\nsample candidates skipped: {skipped}")
     ids = {s: [r["id"] for r in records[: args.limit]] for s, records in data.items()}
