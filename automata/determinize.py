@@ -8,7 +8,8 @@ Three steps, one function each:
   classes as an int bitset, for the next step).
 - `subset_construction`: the classic construction over epsilon closures, with one column per class
   instead of one per byte; the DFA-state limit is checked as each state is made; states are
-  numbered breadth first, the canonical order.
+  numbered breadth first, the canonical order. `Subsets` does it one state at a time, which
+  `corral.automata.lazy` uses to make a DFA's states on demand.
 - `remove_dead_states`: drop the states from which no accepting state can be reached.
 
 The DFA here is a pair `trans` int32 `[n_states, n_classes]` (-1: dead) and `accept` bool
@@ -16,6 +17,8 @@ The DFA here is a pair `trans` int32 `[n_states, n_classes]` (-1: dead) and `acc
 """
 
 from __future__ import annotations
+
+from itertools import islice
 
 import numpy as np
 from corral.automata.errors import EmptyLanguageError, TooManyDfaStatesError
@@ -36,8 +39,8 @@ exactly."""
 def byte_classes(masks: list[int]) -> np.ndarray:
     """int32 `[256]`: the class of each byte, for the coarsest partition of 0..255 in which every
     mask in `masks` is a union of classes. Classes are numbered 0, 1, ... in order of their
-    smallest byte. `classes_of(masks)[0]`."""
-    return classes_of(masks)[0]
+    smallest byte. `classes_of(masks)[0]`, without the masks' class bitsets."""
+    return _partition(masks)[0]
 
 
 def classes_of(masks: list[int]) -> tuple[np.ndarray, list[int]]:
@@ -51,6 +54,13 @@ def classes_of(masks: list[int]) -> tuple[np.ndarray, list[int]]:
     with a fallback to grouping the columns themselves on a collision). A mask holds a
     class when it holds the class's smallest byte. O(distinct masks x 256) vectorized, plus one
     pass over the masks."""
+    byte_to_class, distinct, read = _partition(masks)
+    return byte_to_class, _bitsets(distinct, read, masks)
+
+
+def _partition(masks: list[int]) -> tuple[np.ndarray, list[int], np.ndarray]:
+    """(byte_to_class, the distinct masks, bool `[n_distinct, n_classes]`: which classes each
+    holds), as `classes_of` describes."""
     distinct = list(dict.fromkeys(masks))
     packed = b"".join(m.to_bytes(32, "little") for m in distinct)
     member = np.unpackbits(np.frombuffer(packed, np.uint8), bitorder="little").reshape(-1, 256)
@@ -62,7 +72,7 @@ def classes_of(masks: list[int]) -> tuple[np.ndarray, list[int]]:
         keys = columns.view(np.uint64).ravel().tolist()
         ids = {key: c for c, key in enumerate(dict.fromkeys(keys))}
         byte_to_class = np.array(list(map(ids.__getitem__, keys)), np.int32)
-        return byte_to_class, _bitsets(distinct, member[:, _first_bytes(byte_to_class)], masks)
+        return byte_to_class, distinct, member[:, _first_bytes(byte_to_class)]
     if len(distinct) <= len(_KEY_WEIGHTS):
         weights = _KEY_WEIGHTS[: len(distinct)]
         _, first, inverse = np.unique(weights @ member, return_index=True, return_inverse=True)
@@ -73,7 +83,27 @@ def classes_of(masks: list[int]) -> tuple[np.ndarray, list[int]]:
     if len(distinct) > len(_KEY_WEIGHTS) or not np.array_equal(read[:, byte_to_class], member):
         byte_to_class = _first_occurrence([bytes(c) for c in np.ascontiguousarray(member.T)])
         read = member[:, _first_bytes(byte_to_class)]
-    return byte_to_class, _bitsets(distinct, read, masks)
+    return byte_to_class, distinct, read
+
+
+class ClassSets(dict):
+    """Per NFA state, the classes of `byte_to_class` its byte edge reads as an int bitset (what
+    `classes_of(masks)[1]` lists), each computed on its first read: `class_sets[state]`. For a
+    DFA made on demand (`corral.automata.lazy`), which reads few NFA states. O(classes) per
+    state read."""
+
+    def __init__(self, masks: list[int], byte_to_class: np.ndarray):
+        super().__init__()
+        self._masks = masks
+        self._firsts = _first_bytes(byte_to_class).tolist()
+
+    def __missing__(self, state: int) -> int:
+        mask, bits = self._masks[state], 0
+        for c, byte in enumerate(self._firsts):
+            if mask >> byte & 1:
+                bits |= 1 << c
+        self[state] = bits
+        return bits
 
 
 def _first_occurrence(keys: list) -> np.ndarray:
@@ -102,15 +132,9 @@ def subset_construction(
     `class_sets`: per NFA state, the classes its byte edge reads as an int bitset
     (`classes_of(nfa.edge_mask)[1]`); None: computed here.
 
-    A DFA state is identified by the NFA states with a byte edge in its epsilon closure and by
-    whether the closure holds the accepting state. Each NFA byte edge reads a set of classes (an
-    int bitset); per DFA state, the classes are cut into the atoms that every edge of the state
-    reads whole or not at all (`_atom_plan`, memoized on the kernel's bitsets: the positions of
-    a length-bounded string share it), and each atom costs one closure (memoized). A kernel of
-    one NFA state, most of a schema's DFA, skips the plan (its one edge is its one atom), and
-    the closure of a target without epsilon edges is read off without a search. O(edges of
-    the kernel x atoms) per DFA state; the table is written at the end, every (state, atom,
-    target) edge at once in NumPy, so there is no Python work per class.
+    `Subsets.expand` over the whole queue (see `Subsets` for the method and its cost); the table
+    is written at the end, every (state, atom, target) edge at once in NumPy, so there is no
+    Python work per class.
 
     States are numbered as they are discovered, the states in turn and each state's atoms by
     increasing class: breadth first from the start taking bytes in order, the canonical order
@@ -121,114 +145,227 @@ def subset_construction(
         TooManyDfaStatesError: more than `limits.max_dfa_states` states would be made; raised as
             the state past the limit is discovered.
     """
-    limits = limits or DEFAULT_LIMITS
     n_classes = int(byte_to_class.max()) + 1
-    masks = nfa.edge_mask
-    if class_sets is None:  # per NFA state: the classes its byte edge reads, an int bitset
-        class_sets = _class_sets(masks, byte_to_class)
-    edge_target = nfa.edge_target
-    epsilon = nfa.epsilon
-
-    state_closures: dict[int, frozenset[int]] = {}
-
-    def state_closure(state: int) -> frozenset[int]:
-        """The NFA states with a byte edge, or ACCEPT, reachable from `state` by epsilon edges."""
-        cached = state_closures.get(state)
-        if cached is None:
-            seen = {state}
-            stack = [state]
-            while stack:
-                for t in epsilon[stack.pop()]:
-                    if t not in seen:
-                        seen.add(t)
-                        stack.append(t)
-            cached = frozenset(s for s in seen if masks[s] or s == ACCEPT)
-            state_closures[state] = cached
-        return cached
-
-    closures: dict[tuple[int, ...], tuple[tuple[int, ...], bool]] = {}
-
-    def closure(states: tuple[int, ...]) -> tuple[tuple[int, ...], bool]:
-        """(sorted NFA states with a byte edge, accepts) of the epsilon closure of `states`."""
-        cached = closures.get(states)
-        if cached is None:
-            if len(states) == 1:
-                reached = state_closure(states[0])
-            else:
-                reached = set()
-                for state in states:
-                    if epsilon[state]:
-                        reached |= state_closure(state)
-                    elif masks[state] or state == ACCEPT:
-                        reached.add(state)
-            cached = (tuple(sorted(reached - {ACCEPT})), ACCEPT in reached)
-            closures[states] = cached
-        return cached
-
-    plans: dict[tuple[int, ...], list[tuple[int, tuple[int, ...]]]] = {}  # by kernel shape
-    atom_id: dict[int, int] = {}  # class bitset -> its row in the table of atoms (plans hold ids)
-    start = closure((nfa.start,))
-    if not start[0] and not start[1]:
-        raise EmptyLanguageError("the pattern matches no string")
-    index = {start: 0}
-    kernels = [start[0]]
-    accept = [start[1]]
-    edge_state: list[int] = []  # the DFA's edges as (state, atom, target) triples
-    edge_atom: list[int] = []
-    edge_to: list[int] = []
-    limit = limits.max_dfa_states
-
-    def too_many() -> TooManyDfaStatesError:
-        return TooManyDfaStatesError(
-            "max_dfa_states", limit, "the pattern's DFA has too many states"
-        )
-
-    def reached(t: int) -> tuple[tuple[int, ...], bool]:
-        """The key of the closure of one target: read off without a search when it has no
-        epsilon edge (most targets of a schema's NFA)."""
-        if epsilon[t]:
-            return closure((t,))
-        if masks[t]:
-            return ((t,), False)
-        return ((), t == ACCEPT)
-
-    for i, kernel in enumerate(kernels):  # the list grows while it is read: a queue
-        if len(kernel) == 1:  # most of a schema's DFA (literal keys, scalars): one atom, its
-            # edge's classes, and one target, so no plan to cut
-            steps = ((atom_id.setdefault(class_sets[kernel[0]], len(atom_id)), None),)
-        else:
-            shape = tuple([class_sets[s] for s in kernel])
-            steps = plans.get(shape)
-            if steps is None:
-                steps = plans[shape] = [
-                    (atom_id.setdefault(atom, len(atom_id)), edges)
-                    for atom, edges in sorted(_atom_plan(shape), key=_smallest_class)
-                ]
-        for atom, edges in steps:
-            if edges is None:
-                key = reached(edge_target[kernel[0]])
-            elif len(edges) > 1:
-                key = closure(tuple([edge_target[kernel[e]] for e in edges]))
-            else:
-                key = reached(edge_target[kernel[edges[0]]])
-            j = index.get(key)
-            if j is None:
-                j = len(kernels)
-                if j >= limit:
-                    raise too_many()
-                index[key] = j
-                kernels.append(key[0])
-                accept.append(key[1])
-            edge_state.append(i)
-            edge_atom.append(atom)
-            edge_to.append(j)
-    trans = np.full((len(kernels), n_classes), -1, dtype=np.int32)
-    if edge_state:
+    subsets = Subsets(nfa, byte_to_class, limits, class_sets)
+    subsets.expand(0)
+    trans = np.full((subsets.n_states, n_classes), -1, dtype=np.int32)
+    if subsets.edge_state:
         # Each edge writes its target in the columns of its atom's classes.
-        atom_bits = _bits_matrix(list(atom_id), n_classes)  # bool [n_atoms, n_classes]
-        edge, column = true_cells(atom_bits[np.array(edge_atom)])
-        trans[np.array(edge_state)[edge], column] = np.array(edge_to, dtype=np.int32)[edge]
-    return trans, np.array(accept, bool)
+        atom_bits = _bits_matrix(subsets.atoms, n_classes)  # bool [n_atoms, n_classes]
+        edge, column = true_cells(atom_bits[np.array(subsets.edge_atom)])
+        trans[np.array(subsets.edge_state)[edge], column] = np.array(
+            subsets.edge_to, dtype=np.int32
+        )[edge]
+    return trans, np.array(subsets.accept, bool)
+
+
+class Subsets:
+    """The subset construction of an NFA over byte classes (DESIGN.md section 2), one DFA
+    state at a time: `expand(i)` finds state i's edges, making the states they reach.
+
+    A DFA state is identified by the NFA states with a byte edge in its epsilon closure and by
+    whether the closure holds the accepting state. Each NFA byte edge reads a set of classes (an
+    int bitset); per DFA state, the classes are cut into the atoms that every edge of the state
+    reads whole or not at all (`_atom_plan`, memoized on the kernel's bitsets: the positions of
+    a length-bounded string share it), and each atom costs one closure (memoized). A kernel of
+    one NFA state, most of a schema's DFA, skips the plan (its one edge is its one atom), and
+    the closure of a target without epsilon edges is read off without a search. O(edges of
+    the kernel x atoms) per DFA state.
+
+    Args:
+        nfa: the Thompson NFA (`corral.automata.nfa.Nfa`).
+        byte_to_class: int32 `[256]`, `classes_of(nfa.edge_mask)[0]`.
+        limits: `max_dfa_states` is checked as each state is made (None: the defaults).
+        class_sets: per NFA state, the classes its byte edge reads as an int bitset
+            (`classes_of(nfa.edge_mask)[1]`); None: computed here.
+        live: None, or per NFA state whether it can reach `ACCEPT` (`live_nfa_states`): then
+            closures keep only live NFA states and no edge leads to a state with none, so
+            every DFA state made is live (can reach acceptance) without a later pass.
+
+    Attributes:
+        kernels: per DFA state made, its sorted NFA states with a byte edge; state 0 is the
+            start. accept: per DFA state, whether it accepts.
+        atoms: the class bitsets of the edges, by atom id.
+        edge_state, edge_atom, edge_to: the edges found so far, as parallel lists (a state's
+            edges are appended together, by increasing class).
+
+    Raises:
+        EmptyLanguageError: the start closure has no byte edge and does not accept.
+    """
+
+    def __init__(
+        self,
+        nfa: Nfa,
+        byte_to_class: np.ndarray,
+        limits: Limits | None = None,
+        class_sets: list[int] | ClassSets | None = None,
+        live: list[bool] | None = None,
+    ):
+        masks = nfa.edge_mask
+        if class_sets is None:  # per NFA state: the classes its byte edge reads, an int bitset
+            class_sets = _class_sets(masks, byte_to_class)
+        if live is not None:  # a dead NFA state reads nothing and is not the accepting one
+            masks = [m if ok else 0 for m, ok in zip(masks, live, strict=True)]
+        self.kernels: list[tuple[int, ...]] = []
+        self.accept: list[bool] = []
+        self.atoms: list[int] = []
+        self.edge_state: list[int] = []
+        self.edge_atom: list[int] = []
+        self.edge_to: list[int] = []
+        self.expand = self._expander(nfa, masks, class_sets, limits or DEFAULT_LIMITS)
+
+    @property
+    def n_states(self) -> int:
+        """The DFA states made so far."""
+        return len(self.kernels)
+
+    def _expander(self, nfa: Nfa, masks: list[int], class_sets, limits: Limits):
+        """`expand(first, stop=None)`: append the edges of DFA states `first`, `first + 1`, ...
+        up to `stop` (None: until the queue of states made is exhausted, the eager
+        construction), making the states they reach. The construction's memos live in this
+        function's closure, so the loop reads them as fast locals.
+
+        Raises:
+            TooManyDfaStatesError: a state past `limits.max_dfa_states` would be made.
+        """
+        edge_target = nfa.edge_target
+        epsilon = nfa.epsilon
+        kernels, accept, atoms = self.kernels, self.accept, self.atoms
+        edge_state, edge_atom, edge_to = self.edge_state, self.edge_atom, self.edge_to
+        state_closures: dict[int, frozenset[int]] = {}
+
+        def state_closure(state: int) -> frozenset[int]:
+            """The NFA states with a byte edge, or ACCEPT, reachable from `state` by epsilon
+            edges."""
+            cached = state_closures.get(state)
+            if cached is None:
+                seen = {state}
+                stack = [state]
+                while stack:
+                    for t in epsilon[stack.pop()]:
+                        if t not in seen:
+                            seen.add(t)
+                            stack.append(t)
+                cached = frozenset(s for s in seen if masks[s] or s == ACCEPT)
+                state_closures[state] = cached
+            return cached
+
+        closures: dict[tuple[int, ...], tuple[tuple[int, ...], bool]] = {}
+
+        def closure(states: tuple[int, ...]) -> tuple[tuple[int, ...], bool]:
+            """(sorted NFA states with a byte edge, accepts) of the epsilon closure of
+            `states`."""
+            cached = closures.get(states)
+            if cached is None:
+                if len(states) == 1:
+                    reached = state_closure(states[0])
+                else:
+                    reached = set()
+                    for state in states:
+                        if epsilon[state]:
+                            reached |= state_closure(state)
+                        elif masks[state] or state == ACCEPT:
+                            reached.add(state)
+                cached = (tuple(sorted(reached - {ACCEPT})), ACCEPT in reached)
+                closures[states] = cached
+            return cached
+
+        def reached(t: int) -> tuple[tuple[int, ...], bool]:
+            """The key of the closure of one target: read off without a search when it has no
+            epsilon edge (most targets of a schema's NFA)."""
+            if epsilon[t]:
+                return closure((t,))
+            if masks[t]:
+                return ((t,), False)
+            return ((), t == ACCEPT)
+
+        plans: dict[tuple[int, ...], list[tuple[int, tuple[int, ...]]]] = {}  # by kernel shape
+        atom_id: dict[int, int] = {}  # class bitset -> its index in `atoms` (plans hold ids)
+        start = closure((nfa.start,))
+        if not start[0] and not start[1]:
+            raise EmptyLanguageError("the pattern matches no string")
+        index = {start: 0}
+        kernels.append(start[0])
+        accept.append(start[1])
+        limit = limits.max_dfa_states
+        nothing = ((), False)  # a closure with no live NFA state: no edge is made to it
+
+        def atom_of(bits: int) -> int:
+            atom = atom_id.get(bits)
+            if atom is None:
+                atom = atom_id[bits] = len(atoms)
+                atoms.append(bits)
+            return atom
+
+        def expand(first: int, stop: int | None = None) -> None:
+            # The loop's names as locals (faster to read than the closure's cells).
+            kernels_, index_, plans_, atom_id_ = kernels, index, plans, atom_id
+            reached_, closure_, class_sets_, edge_target_ = (
+                reached,
+                closure,
+                class_sets,
+                edge_target,
+            )
+            add_state, add_atom, add_to = edge_state.append, edge_atom.append, edge_to.append
+            # (islice over the list sees the states appended while it is read: a queue)
+            for i, kernel in enumerate(islice(kernels_, first, stop), first):
+                if len(kernel) == 1:  # most of a schema's DFA (literal keys, scalars): one
+                    # atom, its edge's classes, and one target, so no plan to cut
+                    atom = atom_id_.get(class_sets_[kernel[0]])
+                    steps = ((atom_of(class_sets_[kernel[0]]) if atom is None else atom, None),)
+                else:
+                    shape = tuple([class_sets_[s] for s in kernel])
+                    steps = plans_.get(shape)
+                    if steps is None:
+                        steps = plans_[shape] = [
+                            (atom_of(atom), edges)
+                            for atom, edges in sorted(_atom_plan(shape), key=_smallest_class)
+                        ]
+                for atom, edges in steps:
+                    if edges is None:
+                        key = reached_(edge_target_[kernel[0]])
+                    elif len(edges) > 1:
+                        key = closure_(tuple([edge_target_[kernel[e]] for e in edges]))
+                    else:
+                        key = reached_(edge_target_[kernel[edges[0]]])
+                    j = index_.get(key)
+                    if j is None:
+                        if key == nothing:
+                            continue
+                        j = len(kernels_)
+                        if j >= limit:
+                            raise TooManyDfaStatesError(
+                                "max_dfa_states", limit, "the pattern's DFA has too many states"
+                            )
+                        index_[key] = j
+                        kernels_.append(key[0])
+                        accept.append(key[1])
+                    add_state(i)
+                    add_atom(atom)
+                    add_to(j)
+
+        return expand
+
+
+def live_nfa_states(nfa: Nfa) -> list[bool]:
+    """Per NFA state, whether `ACCEPT` can be reached from it (by epsilon and byte edges): one
+    search over the reversed edges, O(states + edges)."""
+    n = nfa.n_states
+    back: list[list[int]] = [[] for _ in range(n)]
+    for s in range(n):
+        for t in nfa.epsilon[s]:
+            back[t].append(s)
+        if nfa.edge_mask[s]:
+            back[nfa.edge_target[s]].append(s)
+    live = [False] * n
+    live[ACCEPT] = True
+    stack = [ACCEPT]
+    while stack:
+        for s in back[stack.pop()]:
+            if not live[s]:
+                live[s] = True
+                stack.append(s)
+    return live
 
 
 def _smallest_class(plan_item: tuple[int, tuple[int, ...]]) -> int:

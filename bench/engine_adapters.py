@@ -26,7 +26,9 @@ import json
 
 import numpy as np
 
-ENGINES = ("corral", "outlines-core", "xgrammar", "llguidance")
+ENGINES = ("corral", "corral-lazy", "outlines-core", "xgrammar", "llguidance")
+DEFAULT_ENGINES = ("corral", "outlines-core", "xgrammar", "llguidance")
+"""What `bench/engines.py` runs unless told: `corral-lazy` is asked for by name."""
 
 
 class Refused(Exception):
@@ -112,6 +114,27 @@ class CorralEngine:
 
         session.fill, session.advance = fill, advance
         return session
+
+
+class CorralLazyEngine(CorralEngine):
+    """corral with its DFA made on demand: schema or regex -> `LazyDfa` -> `LazyTokenIndex`
+    (`corral.kernels.lazy_index`), whose masks equal the `TokenIndex`'s of the canonical DFA.
+    Only the states the walks reach are made, as llguidance's lexer does; the DFA-state limit
+    is met as states are made, not at compile. The generation engine does not use it (its
+    budget needs every state)."""
+
+    name = "corral-lazy"
+
+    def compile(self, kind: str, source):
+        from corral.automata import ConstrainError
+        from corral.automata.lazy import lazy_regex_dfa, lazy_schema_dfa
+        from corral.kernels.lazy_index import LazyTokenIndex
+
+        try:
+            dfa = lazy_regex_dfa(source) if kind == "regex" else lazy_schema_dfa(source)
+        except (ConstrainError, RecursionError) as error:
+            raise Refused(f"{type(error).__name__}: {error}") from error
+        return LazyTokenIndex(dfa, self.vocabulary)
 
 
 class OutlinesEngine:
@@ -283,6 +306,8 @@ def make_engine(name: str, vocabulary, tokenizer_json: str, threads: int = 1):
     """
     if name == "corral":
         return CorralEngine(vocabulary, tokenizer_json)
+    if name == "corral-lazy":
+        return CorralLazyEngine(vocabulary, tokenizer_json)
     if name == "outlines-core":
         return OutlinesEngine(vocabulary, tokenizer_json)
     if name == "xgrammar":

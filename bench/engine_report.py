@@ -39,26 +39,33 @@ def figures(results: list[dict]) -> dict | None:
     }
 
 
-def _ratio(row: dict, engines: list[str]) -> str:
-    others = [row[e] for e in engines[1:] if isinstance(row.get(e), float)]
-    if not isinstance(row.get(engines[0]), float) or not others or min(others) <= 0:
+def _ratio(row: dict, ours: str, engines: list[str]) -> str:
+    """`row[ours]` / the best (lowest) value of the engines that are not corral's."""
+    others = [
+        row[e] for e in engines if not e.startswith("corral") and isinstance(row.get(e), float)
+    ]
+    if not isinstance(row.get(ours), float) or not others or min(others) <= 0:
         return "-"
-    return f"{row[engines[0]] / min(others):.2f}"
+    return f"{row[ours] / min(others):.2f}"
 
 
 def figure_tables(
     rows: dict[str, dict[str, dict | str]], engines: list[str], notes: dict[str, str] | None = None
 ) -> str:
     """One markdown table per figure: a row per grammar, a column per engine (or its status),
-    and corral / best other (lower is better for every figure). `notes`: figure key -> a note
-    added to that table's heading (how its figure was taken)."""
+    and per corral engine (corral, corral-lazy) its value / the best other engine's (lower is
+    better for every figure). `notes`: figure key -> a note added to that table's heading (how
+    its figure was taken)."""
+    ours = [e for e in engines if e.startswith("corral")]
     out = []
     for key, title, scale, unit in FIGURES:
         note = (notes or {}).get(key)
         note = f"; {note}" if note else ""
-        out.append(f"\n**{title}** ({unit}; last column: corral / best other{note})\n")
-        out.append("| grammar | " + " | ".join(engines) + " | ratio |")
-        out.append("|---" * (len(engines) + 2) + "|")
+        last = ", ".join(f"{e} / best other" for e in ours)
+        out.append(f"\n**{title}** ({unit}; last columns: {last}{note})\n")
+        ratio_heads = " | ".join(f"{e} ratio" for e in ours)
+        out.append("| grammar | " + " | ".join(engines) + f" | {ratio_heads} |")
+        out.append("|---" * (len(engines) + len(ours) + 1) + "|")
         for grammar, by_engine in rows.items():
             values, cells = {}, []
             for engine in engines:
@@ -68,7 +75,8 @@ def figure_tables(
                     cells.append(f"{got[key] * scale:.3g}")
                 else:
                     cells.append(got if isinstance(got, str) else "-")
-            out.append(f"| {grammar} | " + " | ".join(cells) + f" | {_ratio(values, engines)} |")
+            ratios = " | ".join(_ratio(values, e, engines) for e in ours)
+            out.append(f"| {grammar} | " + " | ".join(cells) + f" | {ratios} |")
     return "\n".join(out)
 
 

@@ -6,7 +6,8 @@ Three parts, each engine in its own worker process with a time cap (bench/engine
   1. figures: the five grammars of bench/masks.py and a deterministic sample of schemas of
      ../shared/data/jsonschemabench (stratified by subset, accepted by every engine, walked along
      their first valid instance): compile, time to first mask, mask per step (mean/p50/p99/max),
-     advance per step, RSS growth; ratio corral / best other.
+     advance per step, RSS growth; ratio corral / best other engine (and corral-lazy / best
+     other when it runs: `--engines corral,corral-lazy,llguidance`).
   2. differential: at every step of every walk, corral's allowed set against each engine's
      (outlines-core also on corral's own regex of each grammar, and with --exact of each sample
      schema: an exact check of the masks).
@@ -41,7 +42,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from engine_adapters import ENGINES
+from engine_adapters import DEFAULT_ENGINES, ENGINES
 from engine_check import BUG, SAME_REGEX, disagreements, summary
 from engine_report import coverage_table, figure_tables, figures, plot
 from engine_store import Store, coverage_cells, engine_version, median_ms, schema_sha
@@ -336,7 +337,9 @@ def run_coverage(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    parser.add_argument("--engines", default=",".join(ENGINES), help="comma-separated")
+    parser.add_argument(
+        "--engines", default=",".join(DEFAULT_ENGINES), help="comma-separated (also corral-lazy)"
+    )
     parser.add_argument("--subset", action="append", default=[], help="only these subsets")
     parser.add_argument("--sample", type=int, default=200, help="schemas in the figure sample")
     parser.add_argument("--walk", type=int, default=WALK_STEPS, help="sample: tokens per walk")

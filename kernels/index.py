@@ -442,9 +442,13 @@ def _near(distance, s, limit):
 
 
 @numba.njit(cache=True, inline="always")
-def _walk(trans, loops, state, trie, distance, limit, stack, row):
+def _walk(trans, loops, state, trie, distance, limit, stack, row, pending):
     """Set in `row` the bit of every token whose bytes stay live from `state` (and, when
-    `limit` >= 0, that ends at most `limit` tokens from acceptance, see `_near`).
+    `limit` >= 0, that ends at most `limit` tokens from acceptance, see `_near`). Returns the
+    number of edges met into states not made yet (a lazy table, `corral.kernels.lazy_index`,
+    writes state t's incoming edges as -(t + 2)): the first `len(pending)` of those states are
+    written in `pending`, and their subtrees are skipped like dead ones, so the row is complete
+    only when 0 is returned (an eager table has none).
 
     Node i is read from its parent's state p = stack[depth - 1]. When p loops to itself on every
     byte category in i's subtree (`loops[p]` covers `categories[i]`), every token of the subtree
@@ -455,6 +459,7 @@ def _walk(trans, loops, state, trie, distance, limit, stack, row):
     byte, depth, end, categories, token_start, token_ids = trie
     stack[0] = state
     n_nodes = byte.shape[0]
+    n_pending = 0
     i = 1
     while i < n_nodes:
         d = depth[i]
@@ -467,6 +472,10 @@ def _walk(trans, loops, state, trie, distance, limit, stack, row):
             continue
         s = trans[parent, byte[i]]
         if s < 0:
+            if s < -1:  # a state not made yet
+                if n_pending < pending.shape[0]:
+                    pending[n_pending] = -s - 2
+                n_pending += 1
             i = end[i]
             continue
         stack[d] = s
@@ -474,14 +483,16 @@ def _walk(trans, loops, state, trie, distance, limit, stack, row):
             for k in range(token_start[i], token_start[i + 1]):
                 _set_bit(row, token_ids[k])
         i += 1
+    return n_pending
 
 
 @numba.njit(cache=True, inline="always")
-def _state_row(trans, loops, accept, s, trie, eos, distance, limit, stack, row):
-    _walk(trans, loops, s, trie, distance, limit, stack, row)
+def _state_row(trans, loops, accept, s, trie, eos, distance, limit, stack, row, pending):
+    n_pending = _walk(trans, loops, s, trie, distance, limit, stack, row, pending)
     if accept[s]:
         for t in eos:
             _set_bit(row, t)
+    return n_pending
 
 
 @numba.njit(cache=True, parallel=True)
@@ -492,9 +503,10 @@ def all_masks(trans, loops, accept, trie, eos, n_words, max_depth):
     n_states = trans.shape[0]
     table = np.zeros((n_states, n_words), np.uint32)
     no_distance = np.empty(0, np.int32)
+    no_pending = np.empty(0, np.int32)
     for s in numba.prange(n_states):
         stack = np.empty(max_depth + 1, np.int32)
-        _state_row(trans, loops, accept, s, trie, eos, no_distance, -1, stack, table[s])
+        _state_row(trans, loops, accept, s, trie, eos, no_distance, -1, stack, table[s], no_pending)
     return table
 
 
@@ -505,9 +517,10 @@ def all_masks_serial(trans, loops, accept, trie, eos, n_words, max_depth):
     n_states = trans.shape[0]
     table = np.zeros((n_states, n_words), np.uint32)
     no_distance = np.empty(0, np.int32)
+    no_pending = np.empty(0, np.int32)
     stack = np.empty(max_depth + 1, np.int32)
     for s in range(n_states):
-        _state_row(trans, loops, accept, s, trie, eos, no_distance, -1, stack, table[s])
+        _state_row(trans, loops, accept, s, trie, eos, no_distance, -1, stack, table[s], no_pending)
     return table
 
 
@@ -518,8 +531,21 @@ def one_mask(trans, loops, accept, trie, eos, n_words, max_depth, s, distance, l
     accepts. O(nodes visited)."""
     row = np.zeros(n_words, np.uint32)
     stack = np.empty(max_depth + 1, np.int32)
-    _state_row(trans, loops, accept, s, trie, eos, distance, limit, stack, row)
+    no_pending = np.empty(0, np.int32)  # an eager table has no state not made yet
+    _state_row(trans, loops, accept, s, trie, eos, distance, limit, stack, row, no_pending)
     return row
+
+
+@numba.njit(cache=True)
+def lazy_mask(trans, loops, accept, trie, eos, n_words, max_depth, s, pending):
+    """(mask uint32 `[n_words]`, n_pending): `one_mask` of state `s` in a lazy table, and the
+    number of edges it met into states not made yet (their first `len(pending)` states written
+    in `pending`; the mask is complete when n_pending is 0). O(nodes visited)."""
+    row = np.zeros(n_words, np.uint32)
+    stack = np.empty(max_depth + 1, np.int32)
+    no_distance = np.empty(0, np.int32)
+    n_pending = _state_row(trans, loops, accept, s, trie, eos, no_distance, -1, stack, row, pending)
+    return row, n_pending
 
 
 def unique_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,161 @@
+"""A DFA made on demand: the subset construction of a regex tree's NFA, one state at a time, as
+a caller asks for states (issue 16: the first mask of a fresh grammar sooner).
+
+`tree_to_dfa` makes every state, removes the dead ones, minimizes and numbers the result
+canonically before any mask can be walked; most of a schema's compile is those steps
+(`bench/compile.py`). A `LazyDfa` stops after the Thompson NFA and its byte classes: a state's
+row is made the first time it is asked for (`Subsets.expand`), so a mask walked from the start
+state costs the states within a token's bytes of it, not the whole DFA. XGrammar, llguidance and
+outlines build their automata ahead too, but llguidance's lexer makes its states lazily, which
+is what the engines benchmark compares corral's time to first mask with.
+
+What a `LazyDfa` is not: minimal or canonical. Its states are numbered in the order they are
+made, and two states may accept the same strings; `to_dfa()` makes the rest and gives the
+canonical `Dfa`, equal to `tree_to_dfa`'s. Every state it makes is live (can reach
+acceptance): an NFA with states that cannot reach `ACCEPT` (`Nfa.trimmed` False) has them
+dropped from every closure (`live_nfa_states`), so no edge leads to a dead state and the masks
+walked on it are exact.
+
+Tables are as in DESIGN.md section 2: a row is int32 `[256]`, -1 dead.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from corral.automata.compile import deep_recursion
+from corral.automata.determinize import (
+    ClassSets,
+    Subsets,
+    _first_bytes,
+    byte_classes,
+    live_nfa_states,
+)
+from corral.automata.dfa import Dfa
+from corral.automata.limits import Limits, SchemaLimits
+from corral.automata.minimize import minimize, number_breadth_first
+from corral.automata.nfa import tree_to_nfa
+from corral.automata.parse import parse
+from corral.automata.schema.compiler import compile_schema
+from corral.automata.tree import Node
+
+
+class LazyDfa:
+    """The DFA of a regex tree, its states made as they are asked for (module docstring).
+
+    Args:
+        node: a regex tree (`corral.automata.tree`), as `tree_to_dfa` takes.
+        limits: `max_nfa_states` is checked here, `max_dfa_states` as states are made.
+
+    State 0 is the start. `n_states` grows as `row` makes states.
+
+    Raises:
+        EmptyLanguageError: the tree matches no string.
+        TooManyNfaStatesError: the NFA passes `limits.max_nfa_states`.
+    """
+
+    def __init__(self, node: Node, limits: Limits | None = None):
+        with deep_recursion():
+            nfa = tree_to_nfa(node, limits)
+        self.byte_to_class = byte_classes(nfa.edge_mask)
+        class_sets = ClassSets(nfa.edge_mask, self.byte_to_class)  # the states read, only
+        live = None if nfa.trimmed else live_nfa_states(nfa)
+        self._subsets = Subsets(nfa, self.byte_to_class, limits, class_sets, live)
+        self._n_classes = int(self.byte_to_class.max()) + 1
+        self._rows: list[np.ndarray | None] = []
+        self._atom_bytes: dict[int, np.ndarray] = {}  # atom id -> bool [256]: its bytes
+
+    @property
+    def n_states(self) -> int:
+        """The states made so far (each reached by some edge made so far, or the start)."""
+        return self._subsets.n_states
+
+    def is_expanded(self, state: int) -> bool:
+        """True when `state`'s row has been made."""
+        return state < len(self._rows) and self._rows[state] is not None
+
+    def accepting(self, state: int) -> bool:
+        """Whether `state` (made) accepts.
+
+        Raises:
+            IndexError: `state` has not been made.
+        """
+        return self._subsets.accept[state]
+
+    def row(self, state: int) -> np.ndarray:
+        """int32 `[256]`, read-only: the state reached from `state` on each byte (-1 dead),
+        making the row on first request (and the states it reaches, numbered next). O(edges
+        of the state's kernel x atoms) the first time, O(1) after.
+
+        Raises:
+            IndexError: `state` has not been made.
+            TooManyDfaStatesError: making the row would pass `limits.max_dfa_states`.
+        """
+        if state < len(self._rows):
+            known = self._rows[state]
+            if known is not None:
+                return known
+        if not 0 <= state < self.n_states:
+            raise IndexError(f"state {state} has not been made (0 to {self.n_states - 1})")
+        subsets = self._subsets
+        first = len(subsets.edge_state)
+        subsets.expand(state, state + 1)
+        row = np.full(256, -1, dtype=np.int32)
+        for k in range(first, len(subsets.edge_state)):
+            row[self._bytes_of(subsets.edge_atom[k])] = subsets.edge_to[k]
+        row.setflags(write=False)
+        if state >= len(self._rows):
+            self._rows.extend([None] * (state + 1 - len(self._rows)))
+        self._rows[state] = row
+        return row
+
+    def _bytes_of(self, atom: int) -> np.ndarray:
+        """bool `[256]`: the bytes of an atom's classes (memoized per atom)."""
+        known = self._atom_bytes.get(atom)
+        if known is None:
+            bits = self._subsets.atoms[atom]
+            in_atom = np.array([(bits >> c) & 1 for c in range(self._n_classes)], dtype=bool)
+            known = self._atom_bytes[atom] = in_atom[self.byte_to_class]
+        return known
+
+    def to_dfa(self) -> Dfa:
+        """The canonical minimal `Dfa` of the tree (equal to `tree_to_dfa`'s): every state
+        made, then minimized and numbered breadth first. The lazy numbering is unchanged.
+
+        Raises:
+            TooManyDfaStatesError: the DFA passes `limits.max_dfa_states`.
+        """
+        state = 0
+        while state < self.n_states:  # rows make states: read the count each time
+            self.row(state)
+            state += 1
+        trans = np.stack(self._rows)[:, _first_bytes(self.byte_to_class)]
+        accept = np.array(self._subsets.accept, dtype=bool)
+        trans, accept = minimize(trans, accept)
+        return number_breadth_first(trans, accept, self.byte_to_class)
+
+
+def lazy_regex_dfa(pattern: str, limits: Limits | None = None) -> LazyDfa:
+    """A `LazyDfa` of `pattern` (DESIGN.md section 2's subset, fullmatch over UTF-8 bytes): the
+    language of `regex_to_dfa(pattern)`.
+
+    Raises:
+        PatternError: the pattern is malformed or outside the subset (with its position).
+        EmptyLanguageError: it matches no string.
+        LimitError subclasses: a limit of `limits` was passed (`max_dfa_states` only later, as
+            `LazyDfa.row` makes states).
+    """
+    return LazyDfa(parse(pattern, limits), limits)
+
+
+def lazy_schema_dfa(
+    schema, limits: Limits | None = None, schema_limits: SchemaLimits | None = None
+) -> LazyDfa:
+    """A `LazyDfa` of a JSON Schema's compact JSON texts: the language of
+    `schema_to_dfa(schema)` (DESIGN.md section 3), its regex tree compiled as
+    `schema_to_tree` does.
+
+    Raises the errors of `schema_to_tree`, and the NFA limit of `limits`; `max_dfa_states` is
+    met later, as `LazyDfa.row` makes states (a `$ref` cycle is not unrolled less deeply then,
+    as `schema_to_dfa` does before refusing).
+    """
+    return compile_schema(schema, limits, schema_limits, lambda tree: LazyDfa(tree, limits))[0]

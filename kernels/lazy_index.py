@@ -1,0 +1,163 @@
+"""Masks of a DFA made on demand (`corral.automata.lazy.LazyDfa`): a grammar's first mask
+without its whole DFA (issue 16, time to first mask).
+
+`TokenIndex` walks a finished table. A `LazyTokenIndex` keeps a table of the rows made so far,
+in which an edge into a state whose row is not made yet is written -(t + 2) instead of t. The
+trie walk (`corral.kernels.index.lazy_mask`) skips such an edge's subtree as if it were dead and
+returns the states it met; their rows are made (`LazyDfa.row`), the edges into them rewritten
+to t, and the state is walked again, until a walk meets none. A mask then costs the rows of
+the states within a token's bytes of it, and a walk per round; the finished mask is kept.
+
+The masks are those `TokenIndex` gives on the canonical DFA of the same language (a state of
+the `LazyDfa` and the canonical state reached by the same bytes accept the same strings, and
+every state made is live). The state numbers are the `LazyDfa`'s, not the canonical ones.
+What it does not have: the budget of `TokenIndex` (`token_distance`, `mask_within_tokens`),
+which needs every state; the generation engine, which checks budgets, uses `TokenIndex`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from corral.automata.lazy import LazyDfa
+from corral.kernels.index import lazy_mask, unpack_ids
+from corral.kernels.trie import BYTE_CATEGORY
+from corral.kernels.vocabulary import Vocabulary
+
+PENDING_SLOTS = 256
+"""The states a walk reports at most per round (more are met again in the next round)."""
+
+
+class LazyTokenIndex:
+    """Masks and transitions of a `LazyDfa` over a vocabulary, its rows made as walks need them
+    (module docstring). Not thread-safe: one reader at a time (it writes its table).
+
+    Args:
+        dfa: the grammar's `LazyDfa` (`corral.automata.lazy`).
+        vocabulary: the model's `Vocabulary` (its trie is built on first use and cached).
+
+    Raises (from any method that makes rows):
+        TooManyDfaStatesError: a row would make a state past the `LazyDfa`'s limit.
+    """
+
+    def __init__(self, dfa: LazyDfa, vocabulary: Vocabulary):
+        self.dfa = dfa
+        self.vocabulary = vocabulary
+        self._trie = t = vocabulary.trie
+        self._trie_arrays = (t.byte, t.depth, t.end, t.categories, t.token_start, t.token_ids)
+        self._eos = np.asarray(vocabulary.eos_ids, dtype=np.int32)
+        self._eos_set = frozenset(vocabulary.eos_ids)
+        self._n_words = vocabulary.n_words
+        self._trans = np.full((0, 256), -1, np.int32)  # rows made; -(t + 2): t not made yet
+        self._loops = np.zeros(0, np.uint16)
+        self._accept = np.zeros(0, np.bool_)
+        self._made: list[bool] = []
+        self._into: dict[int, list[int]] = {}  # state not made -> rows with an edge into it
+        self._masks: dict[int, np.ndarray] = {}
+        self._pending = np.empty(PENDING_SLOTS, np.int32)
+        self.walks = 0  # trie walks so far (rounds of `mask`)
+
+    @property
+    def n_words(self) -> int:
+        """`ceil(V / 32)`, the length of a mask."""
+        return self._n_words
+
+    def _grow(self, n: int) -> None:
+        """Make room for states 0..n-1 in the table (doubling)."""
+        size = self._trans.shape[0]
+        if n <= size:
+            return
+        size = max(n, 2 * size, 64)
+        trans = np.full((size, 256), -1, np.int32)
+        trans[: self._trans.shape[0]] = self._trans
+        loops = np.zeros(size, np.uint16)
+        loops[: self._loops.shape[0]] = self._loops
+        accept = np.zeros(size, np.bool_)
+        accept[: self._accept.shape[0]] = self._accept
+        self._trans, self._loops, self._accept = trans, loops, accept
+        self._made.extend([False] * (size - len(self._made)))
+
+    def _make(self, state: int) -> None:
+        """Copy `state`'s row into the table (making it in the `LazyDfa` if needed), its edges
+        into states not made yet written -(t + 2), and rewrite the edges into it."""
+        row = self.dfa.row(state)
+        self._grow(self.dfa.n_states)
+        out = row.copy()
+        made = self._made
+        self._made[state] = True
+        for t in np.unique(row[row >= 0]).tolist():
+            if not made[t]:
+                out[row == t] = -(t + 2)
+                self._into.setdefault(t, []).append(state)
+        self._trans[state] = out
+        leaves = np.bitwise_or.reduce(BYTE_CATEGORY[out != state])
+        self._loops[state] = ~leaves & 0xFFFF  # the categories `state` loops on whole
+        self._accept[state] = self.dfa.accepting(state)
+        for source in self._into.pop(state, ()):
+            line = self._trans[source]
+            line[line == -(state + 2)] = state
+
+    def mask(self, state: int) -> np.ndarray:
+        """The packed mask of `state`: uint32 `[ceil(V / 32)]`, read-only, kept; walks until no
+        edge into a state not made yet is met (module docstring). O(nodes visited) per walk.
+
+        Raises:
+            IndexError: `state` has not been made (see `LazyDfa.row`).
+            RuntimeError: a walk reports only states already made (an edge left unrewritten:
+                a bug, reported rather than walked forever).
+        """
+        known = self._masks.get(state)
+        if known is not None:
+            return known
+        if not 0 <= state < self.dfa.n_states:
+            raise IndexError(f"state {state} has not been made")
+        if not (state < len(self._made) and self._made[state]):
+            self._make(state)
+        t = self._trie
+        while True:
+            row, n_pending = lazy_mask(
+                self._trans, self._loops, self._accept, self._trie_arrays, self._eos,
+                self._n_words, t.max_depth, state, self._pending,
+            )  # fmt: skip
+            self.walks += 1
+            if n_pending == 0:
+                break
+            met = set(self._pending[: min(n_pending, PENDING_SLOTS)].tolist())
+            new = [s for s in met if not self._made[s]]
+            if not new:  # every reported state made: an edge not rewritten (a bug), not a loop
+                raise RuntimeError(f"lazy table of state {state}: walk reports made states")
+            for s in new:
+                self._make(s)
+        row.setflags(write=False)
+        self._masks[state] = row
+        return row
+
+    def allowed(self, state: int) -> np.ndarray:
+        """The allowed token ids of `state`, ascending: int64 `[n_allowed]`."""
+        return unpack_ids(self.mask(state))
+
+    def next_state(self, state: int, token: int) -> int:
+        """The state after `token` from `state`: -1 when the token is not allowed as text (dead,
+        special, empty or EOS). Makes the rows it crosses. O(bytes of the token)."""
+        data = self.vocabulary.tokens[token]
+        if not data or token in self._eos_set:
+            return -1
+        return self.step_bytes(state, data)
+
+    def step_bytes(self, state: int, data: bytes) -> int:
+        """The state after walking `data` from `state`, -1 at the first dead byte; makes the
+        rows it crosses. O(len(data))."""
+        for b in data:
+            if not (state < len(self._made) and self._made[state]):
+                self._make(state)
+            state = int(self._trans[state, b])
+            if state < -1:
+                state = -state - 2
+            elif state < 0:
+                return -1
+        return state
+
+    def is_accepting(self, state: int) -> bool:
+        return self.dfa.accepting(state)
+
+    def is_eos(self, token: int) -> bool:
+        return token in self._eos_set
