@@ -86,26 +86,6 @@ def _partition(masks: list[int]) -> tuple[np.ndarray, list[int], np.ndarray]:
     return byte_to_class, distinct, read
 
 
-class ClassSets(dict):
-    """Per NFA state, the classes of `byte_to_class` its byte edge reads as an int bitset (what
-    `classes_of(masks)[1]` lists), each computed on its first read: `class_sets[state]`. For a
-    DFA made on demand (`corral.automata.lazy`), which reads few NFA states. O(classes) per
-    state read."""
-
-    def __init__(self, masks: list[int], byte_to_class: np.ndarray):
-        super().__init__()
-        self._masks = masks
-        self._firsts = _first_bytes(byte_to_class).tolist()
-
-    def __missing__(self, state: int) -> int:
-        mask, bits = self._masks[state], 0
-        for c, byte in enumerate(self._firsts):
-            if mask >> byte & 1:
-                bits |= 1 << c
-        self[state] = bits
-        return bits
-
-
 def _first_occurrence(keys: list) -> np.ndarray:
     """int32 `[len(keys)]`: each key numbered by the first occurrence of its value."""
     ids: dict = {}
@@ -198,7 +178,7 @@ class Subsets:
         nfa: Nfa,
         byte_to_class: np.ndarray,
         limits: Limits | None = None,
-        class_sets: list[int] | ClassSets | None = None,
+        class_sets: list[int] | None = None,
         live: list[bool] | None = None,
     ):
         masks = nfa.edge_mask
@@ -219,7 +199,7 @@ class Subsets:
         """The DFA states made so far."""
         return len(self.kernels)
 
-    def _expander(self, nfa: Nfa, masks: list[int], class_sets, limits: Limits):
+    def _expander(self, nfa: Nfa, masks: list[int], class_sets: list[int], limits: Limits):
         """`expand(first, stop=None)`: append the edges of DFA states `first`, `first + 1`, ...
         up to `stop` (None: until the queue of states made is exhausted, the eager
         construction), making the states they reach. The construction's memos live in this

@@ -23,20 +23,18 @@ from __future__ import annotations
 
 import numpy as np
 from corral.automata.compile import deep_recursion
-from corral.automata.determinize import (
-    ClassSets,
-    Subsets,
-    _first_bytes,
-    byte_classes,
-    live_nfa_states,
-)
+from corral.automata.determinize import Subsets, _first_bytes, byte_classes, live_nfa_states
 from corral.automata.dfa import Dfa
+from corral.automata.graph import true_cells
 from corral.automata.limits import Limits, SchemaLimits
 from corral.automata.minimize import minimize, number_breadth_first
 from corral.automata.nfa import tree_to_nfa
 from corral.automata.parse import parse
 from corral.automata.schema.compiler import compile_schema
 from corral.automata.tree import Node
+
+_EACH_BYTE = np.arange(256, dtype=np.int32)
+"""The byte classes of a lazy construction: one per byte."""
 
 
 class LazyDfa:
@@ -56,11 +54,11 @@ class LazyDfa:
     def __init__(self, node: Node, limits: Limits | None = None):
         with deep_recursion():
             nfa = tree_to_nfa(node, limits)
-        self.byte_to_class = byte_classes(nfa.edge_mask)
-        class_sets = ClassSets(nfa.edge_mask, self.byte_to_class)  # the states read, only
+        self._masks = nfa.edge_mask
         live = None if nfa.trimmed else live_nfa_states(nfa)
-        self._subsets = Subsets(nfa, self.byte_to_class, limits, class_sets, live)
-        self._n_classes = int(self.byte_to_class.max()) + 1
+        # Each byte its own class: the edges' atoms are sets of bytes, and no partition of the
+        # bytes is computed before `to_dfa` (it costs as much as the first mask's rows).
+        self._subsets = Subsets(nfa, _EACH_BYTE, limits, nfa.edge_mask, live)
         self._rows: list[np.ndarray | None] = []
         self._atom_bytes: dict[int, np.ndarray] = {}  # atom id -> bool [256]: its bytes
 
@@ -109,29 +107,59 @@ class LazyDfa:
         return row
 
     def _bytes_of(self, atom: int) -> np.ndarray:
-        """bool `[256]`: the bytes of an atom's classes (memoized per atom)."""
+        """bool `[256]`: the bytes of an atom (a 256-bit int), memoized per atom."""
         known = self._atom_bytes.get(atom)
         if known is None:
-            bits = self._subsets.atoms[atom]
-            in_atom = np.array([(bits >> c) & 1 for c in range(self._n_classes)], dtype=bool)
-            known = self._atom_bytes[atom] = in_atom[self.byte_to_class]
+            packed = np.frombuffer(self._subsets.atoms[atom].to_bytes(32, "little"), np.uint8)
+            known = self._atom_bytes[atom] = np.unpackbits(packed, bitorder="little").view(bool)
         return known
 
-    def to_dfa(self) -> Dfa:
-        """The canonical minimal `Dfa` of the tree (equal to `tree_to_dfa`'s): every state
-        made, then minimized and numbered breadth first. The lazy numbering is unchanged.
+    def finish(self) -> np.ndarray:
+        """Make every state at once; returns the whole table, int32 `[n_states, 256]` (-1
+        dead), read-only, in the lazy numbering (the rows `row` gave stay). The states not yet
+        expanded are expanded in one pass of the construction (the queue past the last
+        expanded state in one call, as the eager construction runs) and their rows written
+        together in NumPy: about the eager `subset_construction`'s cost for those states.
 
         Raises:
             TooManyDfaStatesError: the DFA passes `limits.max_dfa_states`.
         """
-        state = 0
-        while state < self.n_states:  # rows make states: read the count each time
-            self.row(state)
-            state += 1
-        trans = np.stack(self._rows)[:, _first_bytes(self.byte_to_class)]
+        subsets, rows = self._subsets, self._rows
+        first_edge = len(subsets.edge_state)
+        tail = len(rows)  # every state from here on is not expanded
+        while tail > 0 and rows[tail - 1] is None:
+            tail -= 1
+        for state in range(tail):
+            if rows[state] is None:
+                subsets.expand(state, state + 1)
+        subsets.expand(tail)  # to the end of the queue, which grows as it is read
+        table = np.full((subsets.n_states, 256), -1, dtype=np.int32)
+        for state, row in enumerate(rows):
+            if row is not None:
+                table[state] = row
+        if len(subsets.edge_state) > first_edge:
+            atoms = np.array(subsets.edge_atom[first_edge:])
+            atom_bytes = np.stack([self._bytes_of(a) for a in range(len(subsets.atoms))])
+            edge, byte = true_cells(atom_bytes[atoms])
+            sources = np.array(subsets.edge_state[first_edge:])
+            table[sources[edge], byte] = np.array(subsets.edge_to[first_edge:], np.int32)[edge]
+        table.setflags(write=False)
+        self._rows = list(table)
+        return table
+
+    def to_dfa(self) -> Dfa:
+        """The canonical minimal `Dfa` of the tree (equal to `tree_to_dfa`'s): every state
+        made (`finish`), then minimized and numbered breadth first. The lazy numbering is
+        unchanged.
+
+        Raises:
+            TooManyDfaStatesError: the DFA passes `limits.max_dfa_states`.
+        """
+        byte_to_class = byte_classes(self._masks)
+        trans = self.finish()[:, _first_bytes(byte_to_class)]
         accept = np.array(self._subsets.accept, dtype=bool)
         trans, accept = minimize(trans, accept)
-        return number_breadth_first(trans, accept, self.byte_to_class)
+        return number_breadth_first(trans, accept, byte_to_class)
 
 
 def lazy_regex_dfa(pattern: str, limits: Limits | None = None) -> LazyDfa:

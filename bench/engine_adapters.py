@@ -125,6 +125,15 @@ class CorralLazyEngine(CorralEngine):
 
     name = "corral-lazy"
 
+    def __init__(self, vocabulary, tokenizer_json: str):
+        super().__init__(vocabulary, tokenizer_json)
+        from corral.automata.lazy import lazy_regex_dfa
+        from corral.kernels.lazy_index import LazyTokenIndex
+
+        # The worker's warm-up masks once; a session's second new mask finishes the DFA
+        # (`LazyTokenIndex.finish`), whose kernel is loaded here, before any timing.
+        LazyTokenIndex(lazy_regex_dfa("(ab)+"), vocabulary, lazy_masks=0).mask(0)
+
     def compile(self, kind: str, source):
         from corral.automata import ConstrainError
         from corral.automata.lazy import lazy_regex_dfa, lazy_schema_dfa

@@ -8,6 +8,12 @@ returns the states it met; their rows are made (`LazyDfa.row`), the edges into t
 to t, and the state is walked again, until a walk meets none. A mask then costs the rows of
 the states within a token's bytes of it, and a walk per round; the finished mask is kept.
 
+Rounds add up for a state far from the rows made (one per level of states a token crosses: a
+length-bounded string's chain took up to 95 ms a mask), so by default only the first mask is
+walked this way: the next new one first makes the whole DFA at once (`finish`, about the
+eager construction's cost for the states left), and every mask after is one walk, as
+`TokenIndex`'s visit mode. The first mask comes sooner; the DFA's cost comes at the second.
+
 The masks are those `TokenIndex` gives on the canonical DFA of the same language (a state of
 the `LazyDfa` and the canonical state reached by the same bytes accept the same strings, and
 every state made is live). The state numbers are the `LazyDfa`'s, not the canonical ones.
@@ -20,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 from corral.automata.lazy import LazyDfa
 from corral.kernels.index import lazy_mask, unpack_ids
-from corral.kernels.trie import BYTE_CATEGORY
+from corral.kernels.trie import BYTE_CATEGORY, loop_categories
 from corral.kernels.vocabulary import Vocabulary
 
 PENDING_SLOTS = 256
@@ -34,12 +40,18 @@ class LazyTokenIndex:
     Args:
         dfa: the grammar's `LazyDfa` (`corral.automata.lazy`).
         vocabulary: the model's `Vocabulary` (its trie is built on first use and cached).
+        lazy_masks: how many masks are walked on the rows made so far; the next new one first
+            makes the whole DFA (`finish`), so later masks cost one walk each (a mask of a
+            state near few made rows can take many rounds). Default 1: the first mask alone
+            is lazy. None: never finish.
 
     Raises (from any method that makes rows):
         TooManyDfaStatesError: a row would make a state past the `LazyDfa`'s limit.
     """
 
-    def __init__(self, dfa: LazyDfa, vocabulary: Vocabulary):
+    def __init__(self, dfa: LazyDfa, vocabulary: Vocabulary, lazy_masks: int | None = 1):
+        self.lazy_masks = lazy_masks
+        self.finished = False
         self.dfa = dfa
         self.vocabulary = vocabulary
         self._trie = t = vocabulary.trie
@@ -110,6 +122,8 @@ class LazyTokenIndex:
             return known
         if not 0 <= state < self.dfa.n_states:
             raise IndexError(f"state {state} has not been made")
+        if self.lazy_masks is not None and len(self._masks) >= self.lazy_masks:
+            self.finish()
         if not (state < len(self._made) and self._made[state]):
             self._make(state)
         t = self._trie
@@ -130,6 +144,26 @@ class LazyTokenIndex:
         row.setflags(write=False)
         self._masks[state] = row
         return row
+
+    def finish(self) -> None:
+        """Make every state of the DFA at once (`LazyDfa.finish`) and take its whole table:
+        every later mask is one walk. O(the eager construction of the states not made yet),
+        once.
+
+        Raises:
+            TooManyDfaStatesError: the DFA passes the `LazyDfa`'s state limit.
+        """
+        if self.finished:
+            return
+        table = self.dfa.finish()
+        n = table.shape[0]
+        self._grow(n)
+        self._trans[:n] = table
+        self._loops[:n] = loop_categories(table)
+        self._accept[:n] = [self.dfa.accepting(s) for s in range(n)]
+        self._made[:n] = [True] * n
+        self._into.clear()
+        self.finished = True
 
     def allowed(self, state: int) -> np.ndarray:
         """The allowed token ids of `state`, ascending: int64 `[n_allowed]`."""

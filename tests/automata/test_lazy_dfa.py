@@ -13,7 +13,6 @@ from corral.automata import (
     regex_to_dfa,
     schema_to_dfa,
 )
-from corral.automata.determinize import ClassSets, byte_classes, classes_of
 from corral.automata.lazy import LazyDfa, lazy_regex_dfa, lazy_schema_dfa
 from corral.automata.nfa import tree_to_nfa
 from corral.automata.parse import parse
@@ -31,14 +30,15 @@ untrimmed = st.lists(
 ).map("".join)
 
 
-def make_in_order(lazy: LazyDfa, order: np.random.Generator) -> None:
-    """Make every state of `lazy`, each time picking one at random among those made but not
-    expanded (a lazy index's walks ask in no fixed order)."""
-    while True:
+def make_in_order(lazy: LazyDfa, order: np.random.Generator, rows: int | None = None) -> None:
+    """Make `rows` rows of `lazy` (None: every one), each time picking a state at random among
+    those made but not expanded (a lazy index's walks ask in no fixed order)."""
+    while rows is None or rows > 0:
         waiting = [s for s in range(lazy.n_states) if not lazy.is_expanded(s)]
         if not waiting:
             return
         lazy.row(int(order.choice(waiting)))
+        rows = None if rows is None else rows - 1
 
 
 def check_live(lazy: LazyDfa) -> None:
@@ -55,9 +55,14 @@ def check_live(lazy: LazyDfa) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(pattern=bare_patterns | untrimmed, seed=st.integers(0, 2**32 - 1))
-@example(pattern="a(b|[^\\s\\S]c)", seed=0)
-def test_a_lazy_dfa_made_in_any_order_is_the_canonical_dfa(pattern, seed):
+@given(
+    pattern=bare_patterns | untrimmed,
+    seed=st.integers(0, 2**32 - 1),
+    rows=st.none() | st.integers(0, 12),
+)
+@example(pattern="a(b|[^\\s\\S]c)", seed=0, rows=None)
+def test_a_lazy_dfa_made_in_any_order_is_the_canonical_dfa(pattern, seed, rows):
+    """Some rows (or all) made one at a time in a random order, then `finish` the rest."""
     try:
         expected = regex_to_dfa(pattern)
     except EmptyLanguageError:
@@ -65,7 +70,13 @@ def test_a_lazy_dfa_made_in_any_order_is_the_canonical_dfa(pattern, seed):
             lazy_regex_dfa(pattern)
         return
     lazy = lazy_regex_dfa(pattern)
-    make_in_order(lazy, np.random.default_rng(seed))
+    make_in_order(lazy, np.random.default_rng(seed), rows)
+    made = {s: lazy.row(s) for s in range(lazy.n_states) if lazy.is_expanded(s)}
+    table = lazy.finish()
+    assert table.shape == (lazy.n_states, 256) and not table.flags.writeable
+    assert all(lazy.is_expanded(s) for s in range(lazy.n_states))
+    for s, row in made.items():  # the rows made before stay
+        np.testing.assert_array_equal(table[s], row)
     check_live(lazy)
     for s in range(lazy.n_states):  # the rows a walk reads are the DFA's: same strings
         assert lazy.row(s).dtype == np.int32 and lazy.row(s).shape == (256,)
@@ -106,13 +117,3 @@ def test_the_state_limit_is_met_as_states_are_made():
     lazy = lazy_regex_dfa("[ab]{6}", Limits(max_dfa_states=4))
     with pytest.raises(TooManyDfaStatesError):
         lazy.to_dfa()
-
-
-@settings(max_examples=200, deadline=None)
-@given(masks=st.lists(st.integers(0, 2**256 - 1) | st.sampled_from([0, 1 << 34, 0xFF << 40])))
-def test_class_sets_on_demand_equal_the_listed_ones(masks):
-    byte_to_class, listed = classes_of(masks)
-    np.testing.assert_array_equal(byte_classes(masks), byte_to_class)
-    on_demand = ClassSets(masks, byte_to_class)
-    for state in reversed(range(len(masks))):
-        assert on_demand[state] == listed[state]

@@ -45,9 +45,10 @@ def paired_states(lazy: LazyTokenIndex, dfa, vocabulary, order: np.random.Genera
     vocabulary=random_vocabularies(),
     seed=st.integers(0, 2**32 - 1),
     slots=st.sampled_from([1, 2, 256]),
+    lazy_masks=st.sampled_from([None, 0, 1, 3]),
 )
 def test_lazy_masks_equal_the_brute_force_walk_of_the_canonical_dfa(
-    pattern, vocabulary, seed, slots
+    pattern, vocabulary, seed, slots, lazy_masks
 ):
     try:
         dfa = regex_to_dfa(pattern)
@@ -56,13 +57,15 @@ def test_lazy_masks_equal_the_brute_force_walk_of_the_canonical_dfa(
     order = np.random.default_rng(seed)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(lazy_index_module, "PENDING_SLOTS", slots)  # few: more rounds
-        lazy = LazyTokenIndex(lazy_regex_dfa(pattern), vocabulary)
+        lazy = LazyTokenIndex(lazy_regex_dfa(pattern), vocabulary, lazy_masks)
         for lazy_state, state in paired_states(lazy, dfa, vocabulary, order):
             mask = lazy.mask(lazy_state)
             assert mask.dtype == np.uint32 and mask.shape == ((vocabulary.size + 31) // 32,)
             assert mask_ids(mask) == oracle_allowed(dfa, vocabulary, state), f"state {state}"
             assert lazy.allowed(lazy_state).tolist() == sorted(mask_ids(mask))
             assert lazy.mask(lazy_state) is mask  # kept
+        walked = len(paired_states(lazy, dfa, vocabulary, order))
+        assert lazy.finished == (lazy_masks is not None and walked > lazy_masks)
 
 
 GRAMMARS = [
@@ -92,12 +95,16 @@ GRAMMARS = [
 ]
 
 
+@pytest.mark.parametrize("lazy_masks", [1, None])
 @pytest.mark.parametrize("kind, grammar", GRAMMARS)
-def test_lazy_masks_equal_the_token_index_on_smollm2_along_random_walks(kind, grammar, smollm2):
+def test_lazy_masks_equal_the_token_index_on_smollm2_along_random_walks(
+    kind, grammar, lazy_masks, smollm2
+):
     vocabulary, _ = smollm2
     dfa = regex_to_dfa(grammar) if kind == "regex" else schema_to_dfa(grammar)
     made = lazy_regex_dfa(grammar) if kind == "regex" else lazy_schema_dfa(grammar)
-    lazy, index = LazyTokenIndex(made, vocabulary), TokenIndex(dfa, vocabulary)
+    lazy = LazyTokenIndex(made, vocabulary, lazy_masks)
+    index = TokenIndex(dfa, vocabulary)
     eos = set(vocabulary.eos_ids)
     rng = np.random.default_rng(0)
     for _ in range(8):
@@ -111,4 +118,4 @@ def test_lazy_masks_equal_the_token_index_on_smollm2_along_random_walks(kind, gr
             token = int(rng.choice(text))
             lazy_state, state = lazy.next_state(lazy_state, token), index.next_state(state, token)
             assert lazy_state >= 0
-    assert made.n_states <= dfa.n_states * 2  # (not every state: the walks' ones)
+    assert lazy.finished == (lazy_masks is not None)
