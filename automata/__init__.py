@@ -1,4 +1,5 @@
-"""corral.automata: regexes and JSON Schemas to canonical byte DFAs (DESIGN.md sections 2 and 3).
+"""corral.automata: regexes and JSON Schemas to canonical byte DFAs (DESIGN.md sections 2 and 3),
+or to DFAs made on demand (`LazyDfa`, `lazy_regex_dfa`, `lazy_schema_dfa`).
 
 Pure Python and NumPy; nothing here imports Numba.
 """
@@ -18,6 +19,7 @@ from corral.automata.errors import (
     TooManyDfaStatesError,
     TooManyNfaStatesError,
 )
+from corral.automata.lazy import LazyDfa, lazy_regex_dfa, lazy_schema_dfa
 from corral.automata.limits import Limits, SchemaLimits
 from corral.automata.parse import escape, parse
 from corral.automata.schema import (
@@ -34,6 +36,7 @@ __all__ = [
     "ConstrainError",
     "Dfa",
     "EmptyLanguageError",
+    "LazyDfa",
     "LimitError",
     "Limits",
     "PatternError",
@@ -49,6 +52,8 @@ __all__ = [
     "json_object_regex",
     "json_object_tree",
     "json_schema_to_regex",
+    "lazy_regex_dfa",
+    "lazy_schema_dfa",
     "schema_to_dfa",
     "schema_to_tree",
     "escape",

@@ -4,6 +4,8 @@ sampler (DESIGN.md section 4).
 - `Vocabulary`: token id -> raw bytes (None for specials) and the EOS ids.
 - `TokenIndex(dfa, vocabulary)`: packed masks per DFA state, `next_state`, `token_distance`
   (the fewest tokens to acceptance) and `mask_within_tokens` (budget-aware ending).
+- `LazyTokenIndex(lazy_dfa, vocabulary)`: the same masks on a DFA made on demand
+  (`corral.automata.lazy`): a fresh grammar's first mask without its whole DFA; no budget.
 - `Constraint(index)`: one answer's matcher: `mask(tokens_left=None)`, `advance(token)`,
   `advance_bytes(data)`, `tokens_to_complete()`, `forced_bytes()` (jump-forward),
   `is_complete()`, `done`, `copy()`.
@@ -62,6 +64,7 @@ from corral.kernels.index import (
     few_allowed_ids,
     unpack_ids,
 )
+from corral.kernels.lazy_index import LazyTokenIndex
 from corral.kernels.sampling import (
     GREEDY,
     BatchSample,
@@ -81,6 +84,7 @@ __all__ = [
     "EAGER_LIMIT_BYTES",
     "GREEDY",
     "Constraint",
+    "LazyTokenIndex",
     "NoTokenAllowedError",
     "SamplingParams",
     "TokenIndex",
