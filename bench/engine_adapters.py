@@ -72,13 +72,19 @@ class CorralEngine:
         self.eos = set(vocabulary.eos_ids)
 
     def compile(self, kind: str, source):
-        from corral.automata import ConstrainError, regex_to_dfa, schema_to_dfa
-        from corral.kernels import TokenIndex
+        from corral.automata import ConstrainError
 
         try:
-            dfa = regex_to_dfa(source) if kind == "regex" else schema_to_dfa(source)
+            return self.index(kind, source)
         except (ConstrainError, RecursionError) as error:
             raise Refused(f"{type(error).__name__}: {error}") from error
+
+    def index(self, kind: str, source):
+        """The grammar's `TokenIndex` (raises corral's refusals)."""
+        from corral.automata import regex_to_dfa, schema_to_dfa
+        from corral.kernels import TokenIndex
+
+        dfa = regex_to_dfa(source) if kind == "regex" else schema_to_dfa(source)
         return TokenIndex(dfa, self.vocabulary)
 
     def forget(self) -> None:
@@ -134,15 +140,12 @@ class CorralLazyEngine(CorralEngine):
         # (`LazyTokenIndex.finish`), whose kernel is loaded here, before any timing.
         LazyTokenIndex(lazy_regex_dfa("(ab)+"), vocabulary, lazy_masks=0).mask(0)
 
-    def compile(self, kind: str, source):
-        from corral.automata import ConstrainError
-        from corral.automata.lazy import lazy_regex_dfa, lazy_schema_dfa
-        from corral.kernels.lazy_index import LazyTokenIndex
+    def index(self, kind: str, source):
+        """The grammar's `LazyTokenIndex` (raises corral's refusals)."""
+        from corral.automata import lazy_regex_dfa, lazy_schema_dfa
+        from corral.kernels import LazyTokenIndex
 
-        try:
-            dfa = lazy_regex_dfa(source) if kind == "regex" else lazy_schema_dfa(source)
-        except (ConstrainError, RecursionError) as error:
-            raise Refused(f"{type(error).__name__}: {error}") from error
+        dfa = lazy_regex_dfa(source) if kind == "regex" else lazy_schema_dfa(source)
         return LazyTokenIndex(dfa, self.vocabulary)
 
 

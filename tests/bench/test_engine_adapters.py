@@ -13,6 +13,7 @@ from engine_adapters import Refused, allowed_ids, forbid_extra_members, make_eng
 from engines import quotas  # noqa: E402
 
 MODULES = {"outlines-core": "outlines_core", "xgrammar": "xgrammar", "llguidance": "llguidance"}
+MODULES["corral-lazy"] = "corral"  # corral's DFA made on demand: installed with corral
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
 
@@ -85,6 +86,25 @@ def test_masks_equal_corrals_along_a_walk(smollm2, name, kind, source, text):
             assert set(allowed_ids(b, vocabulary.size)) <= set(allowed_ids(a, vocabulary.size))
             continue
         assert np.array_equal(a, b), f"{name} differs from corral at step {step}"
+
+
+@pytest.mark.parametrize(
+    "kind,source,text",
+    [
+        ("schema", {"type": "object", "properties": {"n": {"type": "integer"}}}, '{"n":-120}'),
+        ("regex", "[a-z]{2,5}@(ab|cd)", "xyz@cd"),
+    ],
+)
+def test_corral_lazy_masks_equal_corrals_past_its_finish(smollm2, kind, source, text):
+    from tokenizers import Tokenizer
+
+    vocabulary, tokenizer_json = smollm2
+    walk = Tokenizer.from_str(tokenizer_json).encode(text, add_special_tokens=False).ids + [2]
+    assert len(walk) > 2  # the second new mask finishes the lazy DFA
+    mine = walk_masks(make_engine("corral", vocabulary, tokenizer_json), kind, source, walk)
+    lazy = walk_masks(make_engine("corral-lazy", vocabulary, tokenizer_json), kind, source, walk)
+    for step, (a, b) in enumerate(zip(mine, lazy, strict=True)):
+        assert np.array_equal(a, b), f"corral-lazy differs from corral at step {step}"
 
 
 @pytest.mark.parametrize("name", ["corral", *sorted(MODULES)])

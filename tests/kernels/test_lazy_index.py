@@ -15,6 +15,7 @@ from corral.kernels.lazy_index import LazyTokenIndex
 from hypothesis import given
 from hypothesis import strategies as st
 from kernel_strategies import SETTINGS, mask_ids, oracle_allowed, random_vocabularies
+from test_constrained_output import SCHEMAS
 from test_index_oracle import patterns
 
 untrimmed = st.lists(st.sampled_from(["a", "b*", "(?:ab|c)", "é", "[^\\s\\S]c", "€?"]), min_size=1)
@@ -71,25 +72,16 @@ def test_lazy_masks_equal_the_brute_force_walk_of_the_canonical_dfa(
 GRAMMARS = [
     ("regex", r"\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d"),
     ("regex", "(cat|car|dog)s?"),
-    ("schema", {"type": "object", "properties": {"city": {"type": "string"}}}),
-    (
+    *(("schema", schema) for schema in SCHEMAS.values()),
+    (  # a length-bounded string's chain and an array of numbers
         "schema",
         {
             "type": "object",
             "properties": {
-                "name": {"const": "get_weather"},
-                "arguments": {
-                    "type": "object",
-                    "properties": {
-                        "city": {"type": "string", "maxLength": 12},
-                        "unit": {"enum": ["celsius", "fahrenheit"]},
-                        "days": {"type": "integer"},
-                        "tags": {"type": "array", "items": {"type": "number"}},
-                    },
-                    "required": ["city"],
-                },
+                "city": {"type": "string", "maxLength": 12},
+                "tags": {"type": "array", "items": {"type": "number"}},
             },
-            "required": ["name", "arguments"],
+            "required": ["city"],
         },
     ),
 ]
