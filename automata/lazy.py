@@ -3,11 +3,11 @@ a caller asks for states (issue 16: the first mask of a fresh grammar sooner).
 
 `tree_to_dfa` makes every state, removes the dead ones, minimizes and numbers the result
 canonically before any mask can be walked; most of a schema's compile is those steps
-(`bench/compile.py`). A `LazyDfa` stops after the Thompson NFA and its byte classes: a state's
-row is made the first time it is asked for (`Subsets.expand`), so a mask walked from the start
-state costs the states within a token's bytes of it, not the whole DFA. XGrammar, llguidance and
-outlines build their automata ahead too, but llguidance's lexer makes its states lazily, which
-is what the engines benchmark compares corral's time to first mask with.
+(`bench/compile.py`). A `LazyDfa` stops after the Thompson NFA: a state's row is made the
+first time it is asked for (`Subsets.expand`, each byte its own class), so a mask walked from
+the start state costs the states within a token's bytes of it, not the whole DFA. outlines-core
+and XGrammar build their automata ahead; llguidance's lexer makes its states as it meets them,
+and it is the engine the benchmark's time to first mask is compared with.
 
 What a `LazyDfa` is not: minimal or canonical. Its states are numbered in the order they are
 made, and two states may accept the same strings; `to_dfa()` makes the rest and gives the
@@ -77,6 +77,8 @@ class LazyDfa:
         Raises:
             IndexError: `state` has not been made.
         """
+        if not 0 <= state < self.n_states:
+            raise IndexError(f"state {state} has not been made (0 to {self.n_states - 1})")
         return self._subsets.accept[state]
 
     def row(self, state: int) -> np.ndarray:
@@ -88,7 +90,7 @@ class LazyDfa:
             IndexError: `state` has not been made.
             TooManyDfaStatesError: making the row would pass `limits.max_dfa_states`.
         """
-        if state < len(self._rows):
+        if 0 <= state < len(self._rows):
             known = self._rows[state]
             if known is not None:
                 return known

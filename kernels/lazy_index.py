@@ -120,8 +120,7 @@ class LazyTokenIndex:
         known = self._masks.get(state)
         if known is not None:
             return known
-        if not 0 <= state < self.dfa.n_states:
-            raise IndexError(f"state {state} has not been made")
+        self._check(state)
         if self.lazy_masks is not None and len(self._masks) >= self.lazy_masks:
             self.finish()
         if not (state < len(self._made) and self._made[state]):
@@ -171,7 +170,12 @@ class LazyTokenIndex:
 
     def next_state(self, state: int, token: int) -> int:
         """The state after `token` from `state`: -1 when the token is not allowed as text (dead,
-        special, empty or EOS). Makes the rows it crosses. O(bytes of the token)."""
+        special, empty or EOS). Makes the rows it crosses. O(bytes of the token).
+
+        Raises:
+            IndexError: `state` has not been made.
+        """
+        self._check(state)
         data = self.vocabulary.tokens[token]
         if not data or token in self._eos_set:
             return -1
@@ -179,7 +183,12 @@ class LazyTokenIndex:
 
     def step_bytes(self, state: int, data: bytes) -> int:
         """The state after walking `data` from `state`, -1 at the first dead byte; makes the
-        rows it crosses. O(len(data))."""
+        rows it crosses. O(len(data)).
+
+        Raises:
+            IndexError: `state` has not been made.
+        """
+        self._check(state)
         for b in data:
             if not (state < len(self._made) and self._made[state]):
                 self._make(state)
@@ -191,7 +200,17 @@ class LazyTokenIndex:
         return state
 
     def is_accepting(self, state: int) -> bool:
+        """Whether `state` accepts (EOS is allowed there).
+
+        Raises:
+            IndexError: `state` has not been made.
+        """
+        self._check(state)
         return self.dfa.accepting(state)
+
+    def _check(self, state: int) -> None:
+        if not 0 <= state < self.dfa.n_states:
+            raise IndexError(f"state {state} has not been made (0 to {self.dfa.n_states - 1})")
 
     def is_eos(self, token: int) -> bool:
         return token in self._eos_set

@@ -111,3 +111,22 @@ def test_lazy_masks_equal_the_token_index_on_smollm2_along_random_walks(
             lazy_state, state = lazy.next_state(lazy_state, token), index.next_state(state, token)
             assert lazy_state >= 0
     assert lazy.finished == (lazy_masks is not None)
+
+
+@pytest.mark.parametrize("state", [-1, -2, "next", 10**6])
+def test_a_state_not_made_is_an_index_error_everywhere(state, smollm2):
+    vocabulary, _ = smollm2
+    lazy = LazyTokenIndex(lazy_regex_dfa("abc"), vocabulary)
+    lazy.mask(0)
+    state = lazy.dfa.n_states if state == "next" else state
+    token = vocabulary.tokens.index(b"a")
+    for call in (
+        lambda: lazy.mask(state),
+        lambda: lazy.next_state(state, token),
+        lambda: lazy.step_bytes(state, b"a"),
+        lambda: lazy.is_accepting(state),
+        lambda: lazy.dfa.accepting(state),
+        lambda: lazy.dfa.row(state),
+    ):
+        with pytest.raises(IndexError, match="has not been made"):
+            call()
