@@ -51,7 +51,7 @@ from corral.automata.schema.keywords import (
     child,
     is_constraint,
 )
-from corral.automata.schema.merge import Merger, desugar
+from corral.automata.schema.merge import Merger, desugar, type_names
 from corral.automata.schema.nfa_size import check_nfa_states
 from corral.automata.schema.numbers import lower_integer, lower_number
 from corral.automata.schema.refs import RefResolver, has_own_id, ref_siblings
@@ -306,13 +306,7 @@ class Compiler:
         """The types `schema` allows, in `TYPES` order: its `type`, else the types its keywords
         (and `format`) imply. SchemaError on a malformed or unknown `type`."""
         if "type" in schema:
-            t = schema["type"]
-            names = [t] if isinstance(t, str) else t
-            if not isinstance(names, list) or not names:
-                raise SchemaError(pointer, "type", "type must be a name or a non-empty list")
-            for name in names:
-                if name not in TYPES:
-                    raise SchemaError(pointer, "type", f"unknown type {name!r}")
+            names = type_names(schema["type"], pointer)
             return [t for t in TYPES if t in names]
         implied = {TYPE_OF_KEYWORD[k] for k in schema if k in TYPE_OF_KEYWORD}
         fmt = schema.get("format")

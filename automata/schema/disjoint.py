@@ -88,10 +88,7 @@ def without_shared_types(branches: list, merger: Merger, pointer: str) -> list:
         if branch is False or not keep:
             out.append(False)
             continue
-        merged = merger.merge_or_conjoin([branch, {"type": keep}], pointer)
-        if isinstance(merged, dict) and merged.get("type") == []:
-            merged = False
-        out.append(merged)
+        out.append(merger.merge_or_conjoin([branch, {"type": keep}], pointer))
     return out
 
 

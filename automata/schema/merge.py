@@ -74,9 +74,11 @@ class Merger:
                 queue = [(rest, part_seen), *((b, part_seen) for b in branches), *queue]
                 continue
             flat.append(part)
-        merged: dict = {}
+        merged: dict | bool = {}
         for part in flat:
             merged = self._merge_two(merged, part, pointer)
+            if merged is False:
+                return False
         return merged
 
     def merge_or_conjoin(self, parts: list, pointer: str):
@@ -90,7 +92,9 @@ class Merger:
                 raise
             return {"allOf": list(parts)}
 
-    def _merge_two(self, a: dict, b: dict, pointer: str) -> dict:
+    def _merge_two(self, a: dict, b: dict, pointer: str) -> dict | bool:
+        """One schema for `a` and `b` both, or False when their `type`s share no type (no value
+        is valid against both)."""
         for x, y in ((a, b), (b, a)):
             tuple_form = "prefixItems" in x or isinstance(x.get("items"), list)
             if (
@@ -108,7 +112,9 @@ class Merger:
                 continue
             old = out[key]
             if key == "type":
-                out[key] = _intersect_types(old, value)
+                out[key] = _intersect_types(type_names(old, pointer), type_names(value, pointer))
+                if not out[key]:
+                    return False
             elif key == "required":
                 out[key] = list(old) + [n for n in value if n not in old]
             elif key in ("enum", "const", "properties", "additionalProperties"):
@@ -146,10 +152,24 @@ class Merger:
         return out
 
 
-def _intersect_types(old, value) -> list[str]:
-    """The type names both `type` values allow (an integer is a number), in `TYPES` order."""
-    t1 = {old} if isinstance(old, str) else set(old)
-    t2 = {value} if isinstance(value, str) else set(value)
+def type_names(value, pointer: str) -> list[str]:
+    """The type names of a `type` value (a name or a non-empty list of names).
+
+    Raises:
+        SchemaError: a malformed `type` or an unknown name (keyword `type`, at `pointer`).
+    """
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not names:
+        raise SchemaError(pointer, "type", "type must be a name or a non-empty list")
+    for name in names:
+        if name not in TYPES:
+            raise SchemaError(pointer, "type", f"unknown type {name!r}")
+    return names
+
+
+def _intersect_types(t1: list[str], t2: list[str]) -> list[str]:
+    """The type names both lists allow (an integer is a number), in `TYPES` order."""
+    t1, t2 = set(t1), set(t2)
     both = t1 & t2
     if ("integer" in t1 and "number" in t2) or ("number" in t1 and "integer" in t2):
         both |= {"integer"}
