@@ -315,7 +315,7 @@ class Subsets:
                         j = len(kernels_)
                         if j >= limit:
                             raise TooManyDfaStatesError(
-                                "max_dfa_states", limit, "the pattern's DFA has too many states"
+                                "max_dfa_states", limit, "the DFA has too many states"
                             )
                         index_[key] = j
                         kernels_.append(key[0])

@@ -102,6 +102,10 @@ class TokenIndex:
     ):
         if mode not in ("auto", "eager", "visit", "lazy"):
             raise ValueError(f"mode must be auto, eager, visit or lazy, not {mode!r}")
+        if not isinstance(dfa, Dfa):
+            raise TypeError(
+                f"TokenIndex takes a Dfa, not {type(dfa).__name__} (a LazyDfa: LazyTokenIndex)"
+            )
         if parallel is None:
             parallel = dfa.n_states >= PARALLEL_MIN_STATES and numba.get_num_threads() > 1
         self.parallel = parallel
@@ -169,7 +173,7 @@ class TokenIndex:
         Raises:
             IndexError: `state` is not a state of the DFA.
         """
-        if self._rows is not None and state >= 0:
+        if self._rows is not None and 0 <= state < len(self._rows):
             row = self._rows[state]
             return row if row is not None else self._visit(state)
         with self._lock:
@@ -322,9 +326,14 @@ class TokenIndex:
 
     def next_state(self, state: int, token: int) -> int:
         """The state after `token` from `state`: -1 when the token is not allowed as text (dead,
-        special, empty or EOS). O(bytes of the token)."""
-        data = self.vocabulary.tokens[token]
+        special, empty or EOS). O(bytes of the token).
+
+        Raises:
+            IndexError: `state` is not a state of the DFA, or `token` not a token id.
+        """
+        data = self.vocabulary.tokens[check_token(token, self.vocabulary.size)]
         if not data or token in self._eos_set:
+            self._check(state)
             return -1
         return self.step_bytes(state, data)
 
@@ -356,7 +365,13 @@ class TokenIndex:
 
     def step_bytes(self, state: int, data: bytes) -> int:
         """The state after walking `data` from `state` through the DFA, -1 at the first dead
-        byte. O(len(data))."""
+        byte. O(len(data)).
+
+        Raises:
+            IndexError: `state` is not a state of the DFA. TypeError: `data` is not bytes.
+        """
+        self._check(state)
+        check_bytes(data)
         step = self._trans.item
         for b in data:
             state = step(state, b)
@@ -365,7 +380,17 @@ class TokenIndex:
         return state
 
     def is_accepting(self, state: int) -> bool:
+        """Whether `state` accepts (EOS is allowed there).
+
+        Raises:
+            IndexError: `state` is not a state of the DFA.
+        """
+        self._check(state)
         return self._accepting[state]
+
+    def _check(self, state: int) -> None:
+        if not 0 <= state < self.n_states:
+            raise IndexError(f"state {state} out of range (0 to {self.n_states - 1})")
 
     def is_eos(self, token: int) -> bool:
         return token in self._eos_set
@@ -383,6 +408,23 @@ class TokenIndex:
         if self._continues is not None:
             self._continues[state] = answer  # one list store: safe without the lock
         return answer
+
+
+def check_token(token: int, size: int) -> int:
+    """`token`, when it is a token id of a `size`-token vocabulary.
+
+    Raises:
+        IndexError: it is not (a negative id would read a token from the end).
+    """
+    if not 0 <= token < size:
+        raise IndexError(f"token id {token} out of range (0 to {size - 1})")
+    return token
+
+
+def check_bytes(data) -> None:
+    """Raises TypeError unless `data` is bytes (a str would be walked as code points)."""
+    if not isinstance(data, bytes | bytearray):
+        raise TypeError(f"data must be bytes, not {type(data).__name__}")
 
 
 def unpack_ids(mask: np.ndarray) -> np.ndarray:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 from corral.automata.lazy import LazyDfa
-from corral.kernels.index import lazy_mask, unpack_ids
+from corral.kernels.index import check_bytes, check_token, lazy_mask, unpack_ids
 from corral.kernels.trie import BYTE_CATEGORY, loop_categories
 from corral.kernels.vocabulary import Vocabulary
 
@@ -50,6 +50,12 @@ class LazyTokenIndex:
     """
 
     def __init__(self, dfa: LazyDfa, vocabulary: Vocabulary, lazy_masks: int | None = 1):
+        if not isinstance(dfa, LazyDfa):
+            raise TypeError(
+                f"LazyTokenIndex takes a LazyDfa, not {type(dfa).__name__} (a Dfa: TokenIndex)"
+            )
+        if lazy_masks is not None and (not isinstance(lazy_masks, int) or lazy_masks < 0):
+            raise ValueError(f"lazy_masks must be None or an int >= 0, not {lazy_masks!r}")
         self.lazy_masks = lazy_masks
         self.finished = False
         self.dfa = dfa
@@ -173,10 +179,10 @@ class LazyTokenIndex:
         special, empty or EOS). Makes the rows it crosses. O(bytes of the token).
 
         Raises:
-            IndexError: `state` has not been made.
+            IndexError: `state` has not been made, or `token` is not a token id.
         """
         self._check(state)
-        data = self.vocabulary.tokens[token]
+        data = self.vocabulary.tokens[check_token(token, self.vocabulary.size)]
         if not data or token in self._eos_set:
             return -1
         return self.step_bytes(state, data)
@@ -186,9 +192,10 @@ class LazyTokenIndex:
         rows it crosses. O(len(data)).
 
         Raises:
-            IndexError: `state` has not been made.
+            IndexError: `state` has not been made. TypeError: `data` is not bytes.
         """
         self._check(state)
+        check_bytes(data)
         for b in data:
             if not (state < len(self._made) and self._made[state]):
                 self._make(state)

@@ -113,20 +113,53 @@ def test_lazy_masks_equal_the_token_index_on_smollm2_along_random_walks(
     assert lazy.finished == (lazy_masks is not None)
 
 
-@pytest.mark.parametrize("state", [-1, -2, "next", 10**6])
-def test_a_state_not_made_is_an_index_error_everywhere(state, smollm2):
-    vocabulary, _ = smollm2
-    lazy = LazyTokenIndex(lazy_regex_dfa("abc"), vocabulary)
+def both_indexes(vocabulary, pattern: str):
+    """(name, index) of `pattern` as a `TokenIndex` and as a `LazyTokenIndex` (first mask
+    walked, so some states are made and others are not)."""
+    lazy = LazyTokenIndex(lazy_regex_dfa(pattern), vocabulary)
     lazy.mask(0)
-    state = lazy.dfa.n_states if state == "next" else state
+    return [("eager", TokenIndex(regex_to_dfa(pattern), vocabulary)), ("lazy", lazy)]
+
+
+@pytest.mark.parametrize("state", [-1, -2, "past", 10**6])
+def test_a_state_number_that_is_no_state_is_an_index_error_everywhere(state, smollm2):
+    vocabulary, _ = smollm2
     token = vocabulary.tokens.index(b"a")
-    for call in (
-        lambda: lazy.mask(state),
-        lambda: lazy.next_state(state, token),
-        lambda: lazy.step_bytes(state, b"a"),
-        lambda: lazy.is_accepting(state),
-        lambda: lazy.dfa.accepting(state),
-        lambda: lazy.dfa.row(state),
-    ):
-        with pytest.raises(IndexError, match="has not been made"):
-            call()
+    for name, index in both_indexes(vocabulary, "abc"):
+        n = index.dfa.n_states
+        bad = n if state == "past" else state
+        calls = [
+            (index.mask, bad),
+            (index.next_state, bad, token),
+            (index.next_state, bad, vocabulary.eos_ids[0]),
+            (index.step_bytes, bad, b"a"),
+            (index.is_accepting, bad),
+        ]
+        if name == "lazy":
+            calls += [(index.dfa.accepting, bad), (index.dfa.row, bad)]
+        for function, *args in calls:
+            with pytest.raises(IndexError, match=f"state {bad} "):
+                function(*args)
+
+
+@pytest.mark.parametrize("token", [-1, -49152, "size", 10**9])
+def test_a_token_id_that_is_no_token_is_an_index_error(token, smollm2):
+    vocabulary, _ = smollm2
+    bad = vocabulary.size if token == "size" else token
+    for _, index in both_indexes(vocabulary, ".*"):
+        with pytest.raises(IndexError, match=f"token id {bad} out of range"):
+            index.next_state(0, bad)
+
+
+def test_wrong_arguments_are_named(smollm2):
+    vocabulary, _ = smollm2
+    for _, index in both_indexes(vocabulary, ".*"):
+        with pytest.raises(TypeError, match="data must be bytes, not str"):
+            index.step_bytes(0, "cat")
+    with pytest.raises(TypeError, match="LazyTokenIndex takes a LazyDfa, not Dfa"):
+        LazyTokenIndex(regex_to_dfa("a"), vocabulary)
+    with pytest.raises(TypeError, match="TokenIndex takes a Dfa, not LazyDfa"):
+        TokenIndex(lazy_regex_dfa("a"), vocabulary)
+    for bad in (-1, 1.5, "1"):
+        with pytest.raises(ValueError, match="lazy_masks must be None or an int >= 0"):
+            LazyTokenIndex(lazy_regex_dfa("a"), vocabulary, bad)
