@@ -59,6 +59,7 @@ def parse(pattern: str, limits: Limits | None = None) -> Node:
     the strings `s` with `re.fullmatch(pattern, s, re.ASCII)`.
 
     Raises:
+        TypeError: `pattern` is not a str.
         PatternTooLongError: the pattern is longer than `limits.max_pattern_length`.
         RepetitionTooLargeError: a `{m,n}` bound is above `limits.max_repetition`.
         PatternError: a construct outside the subset or malformed; `.position` is the 0-based
@@ -99,6 +100,8 @@ def parse_branches(pattern: str, limits: Limits | None = None) -> list[Branch]:
 
     Raises the same errors as `parse`.
     """
+    if not isinstance(pattern, str):
+        raise TypeError(f"a pattern is a str, not {type(pattern).__name__}")
     limits = limits or DEFAULT_LIMITS
     if len(pattern) > limits.max_pattern_length:
         raise PatternTooLongError(

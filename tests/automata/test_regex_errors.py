@@ -223,3 +223,12 @@ def test_dfa_state_limit_is_configurable():
     regex_to_dfa("(a|b)*a(a|b){3}", Limits(max_dfa_states=16))
     with pytest.raises(TooManyDfaStatesError):
         regex_to_dfa("(a|b)*a(a|b){3}", Limits(max_dfa_states=15))
+
+
+@pytest.mark.parametrize("pattern", [123, b"ab", None, ["a"]])
+def test_a_pattern_that_is_no_str_is_a_type_error(pattern):
+    from corral.automata import lazy_regex_dfa
+
+    for compile_pattern in (parse, regex_to_dfa, lazy_regex_dfa):
+        with pytest.raises(TypeError, match="a pattern is a str, not "):
+            compile_pattern(pattern)
