@@ -23,7 +23,13 @@ from __future__ import annotations
 
 import numpy as np
 from corral.automata.compile import deep_recursion
-from corral.automata.determinize import Subsets, _first_bytes, byte_classes, live_nfa_states
+from corral.automata.determinize import (
+    Subsets,
+    _bits_matrix,
+    _first_bytes,
+    byte_classes,
+    live_nfa_states,
+)
 from corral.automata.dfa import Dfa
 from corral.automata.graph import true_cells
 from corral.automata.limits import Limits, SchemaLimits
@@ -112,8 +118,7 @@ class LazyDfa:
         """bool `[256]`: the bytes of an atom (a 256-bit int), memoized per atom."""
         known = self._atom_bytes.get(atom)
         if known is None:
-            packed = np.frombuffer(self._subsets.atoms[atom].to_bytes(32, "little"), np.uint8)
-            known = self._atom_bytes[atom] = np.unpackbits(packed, bitorder="little").view(bool)
+            known = self._atom_bytes[atom] = _bits_matrix([self._subsets.atoms[atom]], 256)[0]
         return known
 
     def finish(self) -> np.ndarray:
@@ -141,7 +146,7 @@ class LazyDfa:
                 table[state] = row
         if len(subsets.edge_state) > first_edge:
             atoms = np.array(subsets.edge_atom[first_edge:])
-            atom_bytes = np.stack([self._bytes_of(a) for a in range(len(subsets.atoms))])
+            atom_bytes = _bits_matrix(subsets.atoms, 256)  # bool [n_atoms, 256]
             edge, byte = true_cells(atom_bytes[atoms])
             sources = np.array(subsets.edge_state[first_edge:])
             table[sources[edge], byte] = np.array(subsets.edge_to[first_edge:], np.int32)[edge]
