@@ -112,14 +112,16 @@ class Engine:
         they are submitted, `Generator.submit`).
 
         Raises ToolError: 422 for a schema the subset refuses or a grammar past a size limit;
-        400 for messages the template refuses."""
+        400 for messages the template refuses, and 400 `context_length_exceeded` for a prompt
+        (the tools' descriptions included) that is sure to fill the context, before any grammar
+        is built."""
+        text = render_request(self.model, request)
+        self.prompt_bound.check(text, self.model.context_length)  # before any grammar is built
         constraint, trigger = None, None
         found = grammar(request)
         if found is not None:
             constraint = Constraint(self.compiler.index(found))
             trigger = found.trigger
-        text = render_request(self.model, request)
-        self.prompt_bound.check(text, self.model.context_length)
         prompt = self.model.tokenizer.encode(text)
         params = SamplingParams(
             temperature=request.temperature,

@@ -62,6 +62,9 @@ NO_PARAMETERS = {"type": "object", "properties": {}}
 MAX_NESTING = 256
 """The deepest nesting of arrays and objects in a request body (a schema at most 64 subschemas
 deep, the schema compiler's limit, fits well within it)."""
+MAX_TOOLS = 128
+"""The most tools one request may list (OpenAI's limit): past it, a 400 naming `tools` (code
+`array_above_max_length`), before any tool is read, rendered or compiled."""
 LOGIT_BIAS_RANGE = 100
 
 
@@ -340,35 +343,57 @@ def _starts_free(tool_choice: str, response_format: ResponseFormat) -> bool:
 
 
 def check_values(body: dict) -> None:
-    """Walk the whole body without recursion (O(its size)) and refuse what Python cannot
+    """Walk the whole body without recursion, in O(its size), and refuse what Python cannot
     convert, encode or recurse through: a string or member name that is not UTF-8 text (a lone
     surrogate), a float that is NaN or infinite, an integer of magnitude 2**1024 or more (beyond
-    any double), arrays and objects nested deeper than `MAX_NESTING`.
+    any double), arrays and objects nested deeper than `MAX_NESTING`. A value's path is written
+    only for the error (a body nested deep under long names would otherwise copy them at every
+    level).
 
     Raises ToolError 400 `invalid_value` whose `param` is the value's path
     (`tools[0].function.parameters.properties.x`, lone surrogates written `\\ud800`)."""
-    stack = [(body, None, 0)]
+    stack: list = [(body, None, 0)]  # (value, place, depth); a place is (parent place, step)
     while stack:
-        value, param, depth = stack.pop()
+        value, place, depth = stack.pop()
         if isinstance(value, str):
             if not is_text(value):
+                param = _param(place)
                 raise invalid(param, f"'{param}' is not UTF-8 text: it holds a lone surrogate.")
         elif isinstance(value, float) and not math.isfinite(value):
+            param = _param(place)
             raise invalid(param, f"'{param}' must be a finite number (a double), not {value!r}.")
         elif isinstance(value, int) and abs(value).bit_length() > 1024:
+            param = _param(place)
             raise invalid(param, f"'{param}' is beyond the range of a JSON number (a double).")
         elif isinstance(value, (dict, list)):
             if depth >= MAX_NESTING:
+                param = _param(place)
                 raise invalid(param, f"'{param}' is nested deeper than {MAX_NESTING} levels.")
             if isinstance(value, list):
-                stack.extend((v, f"{param}[{i}]", depth + 1) for i, v in enumerate(value))
+                stack.extend((v, (place, [i]), depth + 1) for i, v in enumerate(value))
                 continue
             for key, item in value.items():
-                name = printable(str(key))
-                where = name if param is None else f"{param}.{name}"
                 if not is_text(str(key)):
+                    where = _param((place, key))
                     raise invalid(where, f"The name '{where}' is not UTF-8 text.")
-                stack.append((item, where, depth + 1))
+                stack.append((item, (place, key), depth + 1))
+
+
+def _param(place) -> str | None:
+    """The path of a place of `check_values` (None: the body): names joined by `.`, array
+    indexes (`[i]`, held as one-item lists) appended, names made printable."""
+    steps = []
+    while place is not None:
+        place, step = place
+        steps.append(step)
+    param = None
+    for step in reversed(steps):
+        if isinstance(step, list):
+            param = f"{param}[{step[0]}]"
+        else:
+            name = printable(str(step))
+            param = name if param is None else f"{param}.{name}"
+    return param
 
 
 def check_fields(body: dict) -> None:
@@ -396,7 +421,14 @@ def _tools(value) -> tuple[Tool, ...]:
         return ()
     if not isinstance(value, list):
         raise invalid("tools", "'tools' must be a list of tools.", "invalid_type")
+    if len(value) > MAX_TOOLS:
+        raise invalid(
+            "tools",
+            f"'tools' holds {len(value)} tools; at most {MAX_TOOLS} are allowed.",
+            "array_above_max_length",
+        )
     tools: list[Tool] = []
+    names: set[str] = set()
     for i, entry in enumerate(value):
         where = f"tools[{i}]"
         if not isinstance(entry, dict):
@@ -406,8 +438,9 @@ def _tools(value) -> tuple[Tool, ...]:
         function = _field(entry, "function", where, dict, "an object", required=True)
         where += ".function"
         name = _name(function, where, TOOL_NAME, "a-z, A-Z, 0-9, '_', '.', '-'")
-        if any(tool.name == name for tool in tools):
+        if name in names:
             raise invalid(f"{where}.name", f"Duplicate tool name '{name}'.")
+        names.add(name)
         description = _field(function, "description", where, str, "a string")
         parameters = _field(function, "parameters", where, dict, "a JSON Schema object")
         strict = _field(function, "strict", where, bool, "a boolean")
