@@ -7,8 +7,9 @@ normalized here; schemas are not compiled here but by `corral.tools.grammar`, wh
 the schema subset cannot serve with a 422 naming the field (`tools[0].function.parameters`).
 
 A malformed request is a 400 `invalid_request_error` naming the param: a body that is not a JSON
-object, `messages` missing or malformed, `tools` not a list, a tool without a valid name or with
-a non-object `parameters`, duplicate tool names, `tool_choice` naming an unknown tool or given
+object, `messages` missing or malformed, `tools` not a list or longer than `MAX_TOOLS` (128,
+OpenAI's limit: code `array_above_max_length`), a tool without a valid name or with a non-object
+`parameters`, duplicate tool names, `tool_choice` naming an unknown tool or given
 without tools, an unknown `response_format` type, sampling parameters of the wrong type or out
 of OpenAI's ranges. Content parts that are not text are a 422 `unsupported_parameter`.
 
@@ -25,7 +26,7 @@ Any value Python cannot convert, encode or recurse through is that request's 400
 param, checked first over the whole body without recursion (`check_values`): a string or key
 that is not UTF-8 text (a lone surrogate, `"\\ud800"`), NaN or an infinity (`NaN`, `Infinity`,
 `1e400` in the JSON text), an integer beyond the range of a double (2**1024), nesting deeper than
-`MAX_NESTING` levels.
+`MAX_NESTING` levels. Reading a body is linear in its size (a server runs it off its event loop).
 
 Decisions where OpenAI is silent or where corral differs: `tools: []` counts as no tools; tool
 names are `[A-Za-z0-9_.-]{1,64}` (OpenAI's set plus `.`, which BFCL's names use); a tool without
