@@ -65,7 +65,8 @@ MAX_NESTING = 256
 deep, the schema compiler's limit, fits well within it)."""
 MAX_TOOLS = 128
 """The most tools one request may list (OpenAI's limit): past it, a 400 naming `tools` (code
-`array_above_max_length`), before any tool is read, rendered or compiled."""
+`array_above_max_length`), before the rest of the body is walked and any tool is read, rendered
+or compiled."""
 LOGIT_BIAS_RANGE = 100
 
 
@@ -258,6 +259,13 @@ def parse_tool_request(body: str | bytes | dict, vocabulary_size: int | None = N
     key order is the client's. `vocabulary_size` (V) bounds the token ids of `logit_bias`.
     """
     body = read_body(body)
+    listed = body.get("tools")
+    if isinstance(listed, list) and len(listed) > MAX_TOOLS:  # before the body is walked
+        raise invalid(
+            "tools",
+            f"'tools' holds {len(listed)} tools; at most {MAX_TOOLS} are allowed.",
+            "array_above_max_length",
+        )
     check_values(body)
     check_fields(body)
 
@@ -422,12 +430,6 @@ def _tools(value) -> tuple[Tool, ...]:
         return ()
     if not isinstance(value, list):
         raise invalid("tools", "'tools' must be a list of tools.", "invalid_type")
-    if len(value) > MAX_TOOLS:
-        raise invalid(
-            "tools",
-            f"'tools' holds {len(value)} tools; at most {MAX_TOOLS} are allowed.",
-            "array_above_max_length",
-        )
     tools: list[Tool] = []
     names: set[str] = set()
     for i, entry in enumerate(value):

@@ -16,6 +16,8 @@ import openai
 import pytest
 from corral.tools.batch import Engine
 from corral.tools.cli import main
+from corral.tools.errors import ToolError
+from corral.tools.prompt_bound import PromptBound
 from corral.tools.render import render_request
 from corral.tools.request import MAX_TOOLS, parse_tool_request
 from corral.tools.server import Server, ServerConfig, background_server, free_port
@@ -132,6 +134,38 @@ def test_more_tools_than_the_limit_are_refused_before_anything_is_built(url, htt
     assert (error["param"], error["code"]) == ("tools", "array_above_max_length")
     assert "20000 tools" in error["message"] and str(MAX_TOOLS) in error["message"]
     assert built == []
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 8), st.integers(0, 3000), st.sampled_from(["auto", "required"]))
+def test_no_grammar_is_built_for_tools_whose_prompt_fills_the_context(tools, words, choice):
+    """The tools' schemas are in the prompt: when it fills the context, counted in tokens
+    (here with no bound from its length, as for a tokenizer with a normalizer), the request is
+    refused before any grammar is built."""
+    model = StandInModel(context=CONTEXT)
+    engine = Engine(model)
+    engine.prompt_bound = PromptBound(None, b"")
+    built = []
+    index = engine.compiler.index
+    engine.compiler.index = lambda grammar: built.append(grammar) or index(grammar)
+    listed = [
+        {"type": "function", "function": {"name": f"f{i}", "description": "w " * words}}
+        for i in range(tools)
+    ]
+    request = parse_tool_request({"messages": ASK, "tools": listed, "tool_choice": choice})
+    prompt = len(model.tokenizer.encode(render_request(model, request)))
+    try:
+        engine.requests(request)
+    except ToolError as error:
+        assert prompt >= CONTEXT
+        assert (error.status, error.param, error.code) == (
+            400,
+            "messages",
+            "context_length_exceeded",
+        )
+        assert built == []
+    else:
+        assert prompt < CONTEXT and len(built) == 1
 
 
 # --- HTTP manners ------------------------------------------------------------------------------
