@@ -7,6 +7,7 @@ deterministic, no clock."""
 
 from __future__ import annotations
 
+import gc
 import sys
 
 import pytest
@@ -21,7 +22,8 @@ ASK = [{"role": "user", "content": "hi"}]
 
 def opcodes(function, *args) -> int:
     """The bytecode instructions Python executes in `function(*args)` (a ToolError counts as
-    an answer)."""
+    an answer). The garbage collector is off meanwhile: the finalizers of other tests' garbage
+    would run, and count, at whichever allocation set it off."""
     count = 0
 
     def trace(frame, event, arg):
@@ -31,6 +33,8 @@ def opcodes(function, *args) -> int:
             count += 1
         return trace
 
+    gc.collect()
+    gc.disable()
     sys.settrace(trace)
     try:
         function(*args)
@@ -38,6 +42,7 @@ def opcodes(function, *args) -> int:
         pass
     finally:
         sys.settrace(None)
+        gc.enable()
     return count
 
 
