@@ -59,7 +59,8 @@ class RequestError(ModelError):
 
 class ContextLengthError(RequestError):
     """The prompt plus `max_tokens` exceed the model's context (OpenAI's
-    `context_length_exceeded`).
+    `context_length_exceeded`). `param` names the field to change: `max_tokens` when the prompt
+    alone leaves room for an answer, else `messages`.
 
     Attributes:
         context_length: the model's context, in tokens.
@@ -82,5 +83,7 @@ class ContextLengthError(RequestError):
         super().__init__(
             f"this model's maximum context length is {context_length} tokens; the prompt has "
             f"{prompt_tokens} tokens and {asked}",
-            "messages",
+            "max_tokens"
+            if max_tokens is not None and prompt_tokens < context_length
+            else "messages",
         )

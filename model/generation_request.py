@@ -27,6 +27,15 @@ class BudgetTooSmallError(RequestError):
     param = "max_tokens"
 
 
+class MaxLenError(RequestError):
+    """The prompt plus `max_tokens` fit the model's context but not the engine's smaller
+    `max_len`: the same overflow as `ContextLengthError` (code `context_length_exceeded`, the
+    context being the one the engine serves), `param` naming the field to change in the same
+    way: `max_tokens` when it was set and the prompt alone leaves room, else `messages`."""
+
+    code = "context_length_exceeded"
+
+
 class UnwritableGrammarError(RequestError):
     """No sequence of the vocabulary's tokens spells a complete answer of the constraint (its
     every answer needs a byte, or a byte sequence, that no token holds: SmolLM2's vocabulary
@@ -143,7 +152,7 @@ def check_request(
             is not a number within [-100, 100], a `top_logprobs` outside 0..20, or a
             `jump_forward` that is not a boolean.
         ContextLengthError: the prompt plus max_tokens exceed `context_length`.
-        RequestError: they fit the context but not a smaller `max_len`.
+        MaxLenError: they fit the context but not a smaller `max_len`.
         BudgetTooSmallError: see `check_budget`.
     """
     ids = np.asarray(request.prompt_ids)
@@ -162,10 +171,10 @@ def check_request(
     if max_tokens is None:
         request = replace(request, max_tokens=max(max_len - prompt, 1))
     if prompt + request.max_tokens > max_len:
-        raise RequestError(
+        raise MaxLenError(
             f"this engine holds at most {max_len} tokens per sequence (its max_len); the prompt "
             f"has {prompt} tokens and max_tokens asks for {request.max_tokens} more",
-            "max_tokens" if max_tokens is not None else "messages",
+            "max_tokens" if max_tokens is not None and prompt < max_len else "messages",
         )
     check_budget(request)
     if not isinstance(request.jump_forward, bool | np.bool_):

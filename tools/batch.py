@@ -38,7 +38,7 @@ from pathlib import Path
 
 from corral.automata import ConstrainError
 from corral.kernels import Constraint, SamplingParams
-from corral.model.errors import RequestError
+from corral.model.errors import ContextLengthError, RequestError
 from corral.model.generate import (
     GenerationRequest,
     GenerationResult,
@@ -112,15 +112,21 @@ class Engine:
         they are submitted, `Generator.submit`).
 
         Raises ToolError: 422 for a schema the subset refuses or a grammar past a size limit;
-        400 for messages the template refuses."""
+        400 for messages the template refuses, and 400 `context_length_exceeded` (param
+        `messages`) for a prompt that fills the model's context, found before any grammar is
+        built (from its length, then from its tokens): the tools' schemas are in the prompt, so
+        a grammar of tools is built only for schemas that fit in the context."""
+        text = render_request(self.model, request)
+        context = self.model.context_length
+        self.prompt_bound.check(text, context)  # from the length, before it is tokenized
+        prompt = self.model.tokenizer.encode(text)
+        if len(prompt) >= context:
+            raise refused(ContextLengthError(context, len(prompt), None))
         constraint, trigger = None, None
         found = grammar(request)
         if found is not None:
             constraint = Constraint(self.compiler.index(found))
             trigger = found.trigger
-        text = render_request(self.model, request)
-        self.prompt_bound.check(text, self.model.context_length)
-        prompt = self.model.tokenizer.encode(text)
         params = SamplingParams(
             temperature=request.temperature,
             top_p=request.top_p,

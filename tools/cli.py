@@ -4,7 +4,8 @@
 Decisions:
 - Every input error (a bad argument, a file that is missing, a folder, unreadable, not UTF-8 or
   not JSON, a schema the subset refuses or nested too deep to read, an output path that cannot be
-  used; for `corral serve`, a number out of range or an address it cannot listen on) is one line
+  used; for `corral serve`, a number out of range, an address it cannot listen on or a
+  `--cors-origin` that is not an origin) is one line
   on stderr and exit status 2, found before the model loads. A UTF-8 byte-order mark at the start
   of a file is accepted.
 - No output overwrites anything: `-o` must not resolve to the input file (the same path, a
@@ -39,6 +40,7 @@ import math
 import os
 import socket
 import sys
+import urllib.parse
 from pathlib import Path
 
 try:
@@ -553,6 +555,14 @@ def _serve_problem(args: argparse.Namespace) -> str | None:
         return f"--max-waiting must be at least 0, not {args.max_waiting}"
     if not 1 <= args.port <= 65535:
         return f"--port must be in 1..65535, not {args.port}"
+    for origin in args.cors_origin:
+        parts = urllib.parse.urlsplit(origin)
+        bare = parts.scheme and parts.netloc and not (parts.path or parts.query or parts.fragment)
+        if origin != "*" and not (bare and "@" not in parts.netloc):
+            return (
+                f"--cors-origin must be an origin, scheme://host[:port] without a path "
+                f"(as a browser sends it in the Origin header), or *, not {origin!r}"
+            )
     try:
         socket.create_server((args.host, args.port)).close()
     except OSError as error:  # socket.gaierror (an unknown host) is an OSError too
@@ -575,6 +585,7 @@ def _serve(args: argparse.Namespace) -> int:
         api_key=args.api_key,
         prefix_cache=not args.no_prefix_cache,
         model_name=served_name(args.model),
+        cors_origins=tuple(args.cors_origin),
     )
     try:
         serve(args.model, args.host, args.port, config)
@@ -678,6 +689,14 @@ def main(argv: list[str] | None = None) -> int:
         "--max-waiting", type=int, default=64, help="queued requests before a 429 (64)"
     )
     serve.add_argument("--api-key", help="require Authorization: Bearer KEY on /v1/*")
+    serve.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="answer browsers' cross-origin requests from ORIGIN (repeatable; * for any; "
+        "default: none)",
+    )
     serve.add_argument(
         "--no-prefix-cache",
         action="store_true",

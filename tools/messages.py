@@ -32,6 +32,7 @@ def check_messages(messages) -> list[dict]:
             "'messages' must be a non-empty list of messages.",
             "missing_required_parameter" if messages is None else "invalid_type",
         )
+    answered = None  # (index, call ids) of the assistant turn the tool messages answer
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(message, dict):
@@ -47,34 +48,37 @@ def check_messages(messages) -> list[dict]:
         message_text(message, i)
         if role == "assistant":
             message_calls(message, i)
+            calls = message.get("tool_calls")
+            answered = (
+                (i, {c.get("id") for c in calls if isinstance(c.get("id"), str)}) if calls else None
+            )
         elif role == "tool":
-            _check_answered_call(messages, i)
+            _check_answered_call(message, i, answered)
+        else:
+            answered = None
     return list(messages)
 
 
-def _check_answered_call(messages: list, i: int) -> None:
-    """Check that tool message `messages[i]` answers a call of the assistant turn it follows
-    (see `check_messages`). Raises ToolError 400."""
+def _check_answered_call(message: dict, i: int, answered: tuple[int, set] | None) -> None:
+    """Check that tool message `messages[i]` answers a call of the assistant turn it follows,
+    `answered` (its index and call ids; None when no assistant turn with tool calls comes
+    before, with only tool messages between): see `check_messages`. O(1). Raises ToolError
+    400."""
     where = f"messages[{i}]"
-    j = i - 1
-    while j >= 0 and messages[j].get("role") == "tool":
-        j -= 1
-    answered = messages[j] if j >= 0 and messages[j].get("role") == "assistant" else {}
-    calls = answered.get("tool_calls")
-    if not calls:
+    if answered is None:
         raise invalid(
             where,
             f"'{where}' has role 'tool' but does not follow an assistant message with "
             "'tool_calls': a tool message answers one of its calls.",
         )
-    call_id = messages[i].get("tool_call_id")
+    j, ids = answered
+    call_id = message.get("tool_call_id")
     if not isinstance(call_id, str):
         raise invalid(
             f"{where}.tool_call_id",
             f"'{where}.tool_call_id' must be a string naming a call of messages[{j}].",
             "missing_required_parameter" if call_id is None else "invalid_type",
         )
-    ids = [call.get("id") for call in calls if isinstance(call, dict)]
     if call_id not in ids:
         raise invalid(
             f"{where}.tool_call_id",

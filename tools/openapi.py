@@ -8,6 +8,8 @@ response, errors included, has the shape written here.
 
 from __future__ import annotations
 
+from corral.tools.request import MAX_TOOLS
+
 ERROR = {
     "type": "object",
     "required": ["error"],
@@ -89,6 +91,7 @@ REQUEST = {
         },
         "tools": {
             "type": "array",
+            "maxItems": MAX_TOOLS,
             "items": {
                 "type": "object",
                 "required": ["type", "function"],
@@ -167,24 +170,22 @@ COMPLETION = {
         "usage": _USAGE,
     },
 }
+MODEL = {
+    "type": "object",
+    "required": ["id", "object", "created", "owned_by"],
+    "properties": {
+        "id": {"type": "string"},
+        "object": {"type": "string", "enum": ["model"]},
+        "created": {"type": "integer"},
+        "owned_by": {"type": "string"},
+    },
+}
 MODELS = {
     "type": "object",
     "required": ["object", "data"],
     "properties": {
         "object": {"type": "string", "enum": ["list"]},
-        "data": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["id", "object", "created", "owned_by"],
-                "properties": {
-                    "id": {"type": "string"},
-                    "object": {"type": "string", "enum": ["model"]},
-                    "created": {"type": "integer"},
-                    "owned_by": {"type": "string"},
-                },
-            },
-        },
+        "data": {"type": "array", "items": MODEL},
     },
 }
 
@@ -233,6 +234,24 @@ def document(model_name: str) -> dict:
                     "operationId": "listModels",
                     "security": bearer,
                     "responses": {"200": _json(MODELS, "the served model"), **_errors(401)},
+                }
+            },
+            "/v1/models/{model}": {
+                "get": {
+                    "operationId": "retrieveModel",
+                    "security": bearer,
+                    "parameters": [
+                        {
+                            "name": "model",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string"},
+                        }
+                    ],
+                    "responses": {
+                        "200": _json(MODEL, "the served model"),
+                        **_errors(401, 404),
+                    },
                 }
             },
             "/health": {

@@ -94,13 +94,16 @@ def _turns(messages, tools) -> list[dict]:
         elif role == "assistant":
             calls = [call_text(name, arguments) for name, arguments in message_calls(message, i)]
             turns.append({"role": "assistant", "content": text + SEPARATOR.join(calls)})
-        else:  # tool
+        else:  # tool: a run of tool messages is one user turn (joined below, in O(its size))
             response = f"<tool_response>\n{text}\n</tool_response>"
             previous = messages[i - 1]["role"] if i > 0 else None
             if previous == "tool":
-                turns[-1]["content"] += "\n" + response
+                turns[-1]["content"].append(response)
             else:
-                turns.append({"role": "user", "content": response})
+                turns.append({"role": "user", "content": [response]})
+    for turn in turns:
+        if isinstance(turn["content"], list):
+            turn["content"] = "\n".join(turn["content"])
     tools = list(tools or ())
     if tools:
         description = tools_prompt(tools)

@@ -7,8 +7,9 @@ normalized here; schemas are not compiled here but by `corral.tools.grammar`, wh
 the schema subset cannot serve with a 422 naming the field (`tools[0].function.parameters`).
 
 A malformed request is a 400 `invalid_request_error` naming the param: a body that is not a JSON
-object, `messages` missing or malformed, `tools` not a list, a tool without a valid name or with
-a non-object `parameters`, duplicate tool names, `tool_choice` naming an unknown tool or given
+object, `messages` missing or malformed, `tools` not a list or longer than `MAX_TOOLS` (128,
+OpenAI's limit: code `array_above_max_length`), a tool without a valid name or with a non-object
+`parameters`, duplicate tool names, `tool_choice` naming an unknown tool or given
 without tools, an unknown `response_format` type, sampling parameters of the wrong type or out
 of OpenAI's ranges. Content parts that are not text are a 422 `unsupported_parameter`.
 
@@ -25,7 +26,7 @@ Any value Python cannot convert, encode or recurse through is that request's 400
 param, checked first over the whole body without recursion (`check_values`): a string or key
 that is not UTF-8 text (a lone surrogate, `"\\ud800"`), NaN or an infinity (`NaN`, `Infinity`,
 `1e400` in the JSON text), an integer beyond the range of a double (2**1024), nesting deeper than
-`MAX_NESTING` levels.
+`MAX_NESTING` levels. Reading a body is linear in its size (a server runs it off its event loop).
 
 Decisions where OpenAI is silent or where corral differs: `tools: []` counts as no tools; tool
 names are `[A-Za-z0-9_.-]{1,64}` (OpenAI's set plus `.`, which BFCL's names use); a tool without
@@ -62,6 +63,10 @@ NO_PARAMETERS = {"type": "object", "properties": {}}
 MAX_NESTING = 256
 """The deepest nesting of arrays and objects in a request body (a schema at most 64 subschemas
 deep, the schema compiler's limit, fits well within it)."""
+MAX_TOOLS = 128
+"""The most tools one request may list (OpenAI's limit): past it, a 400 naming `tools` (code
+`array_above_max_length`), before the rest of the body is walked and any tool is read, rendered
+or compiled."""
 LOGIT_BIAS_RANGE = 100
 
 
@@ -254,6 +259,13 @@ def parse_tool_request(body: str | bytes | dict, vocabulary_size: int | None = N
     key order is the client's. `vocabulary_size` (V) bounds the token ids of `logit_bias`.
     """
     body = read_body(body)
+    listed = body.get("tools")
+    if isinstance(listed, list) and len(listed) > MAX_TOOLS:  # before the body is walked
+        raise invalid(
+            "tools",
+            f"'tools' holds {len(listed)} tools; at most {MAX_TOOLS} are allowed.",
+            "array_above_max_length",
+        )
     check_values(body)
     check_fields(body)
 
@@ -340,35 +352,57 @@ def _starts_free(tool_choice: str, response_format: ResponseFormat) -> bool:
 
 
 def check_values(body: dict) -> None:
-    """Walk the whole body without recursion (O(its size)) and refuse what Python cannot
+    """Walk the whole body without recursion, in O(its size), and refuse what Python cannot
     convert, encode or recurse through: a string or member name that is not UTF-8 text (a lone
     surrogate), a float that is NaN or infinite, an integer of magnitude 2**1024 or more (beyond
-    any double), arrays and objects nested deeper than `MAX_NESTING`.
+    any double), arrays and objects nested deeper than `MAX_NESTING`. A value's path is written
+    only for the error (a body nested deep under long names would otherwise copy them at every
+    level).
 
     Raises ToolError 400 `invalid_value` whose `param` is the value's path
     (`tools[0].function.parameters.properties.x`, lone surrogates written `\\ud800`)."""
-    stack = [(body, None, 0)]
+    stack: list = [(body, None, 0)]  # (value, place, depth); a place is (parent place, step)
     while stack:
-        value, param, depth = stack.pop()
+        value, place, depth = stack.pop()
         if isinstance(value, str):
             if not is_text(value):
+                param = _param(place)
                 raise invalid(param, f"'{param}' is not UTF-8 text: it holds a lone surrogate.")
         elif isinstance(value, float) and not math.isfinite(value):
+            param = _param(place)
             raise invalid(param, f"'{param}' must be a finite number (a double), not {value!r}.")
         elif isinstance(value, int) and abs(value).bit_length() > 1024:
+            param = _param(place)
             raise invalid(param, f"'{param}' is beyond the range of a JSON number (a double).")
         elif isinstance(value, (dict, list)):
             if depth >= MAX_NESTING:
+                param = _param(place)
                 raise invalid(param, f"'{param}' is nested deeper than {MAX_NESTING} levels.")
             if isinstance(value, list):
-                stack.extend((v, f"{param}[{i}]", depth + 1) for i, v in enumerate(value))
+                stack.extend((v, (place, [i]), depth + 1) for i, v in enumerate(value))
                 continue
             for key, item in value.items():
-                name = printable(str(key))
-                where = name if param is None else f"{param}.{name}"
                 if not is_text(str(key)):
+                    where = _param((place, key))
                     raise invalid(where, f"The name '{where}' is not UTF-8 text.")
-                stack.append((item, where, depth + 1))
+                stack.append((item, (place, key), depth + 1))
+
+
+def _param(place) -> str | None:
+    """The path of a place of `check_values` (None: the body): names joined by `.`, array
+    indexes (`[i]`, held as one-item lists) appended, names made printable."""
+    steps = []
+    while place is not None:
+        place, step = place
+        steps.append(step)
+    param = None
+    for step in reversed(steps):
+        if isinstance(step, list):
+            param = f"{param}[{step[0]}]"
+        else:
+            name = printable(str(step))
+            param = name if param is None else f"{param}.{name}"
+    return param
 
 
 def check_fields(body: dict) -> None:
@@ -397,6 +431,7 @@ def _tools(value) -> tuple[Tool, ...]:
     if not isinstance(value, list):
         raise invalid("tools", "'tools' must be a list of tools.", "invalid_type")
     tools: list[Tool] = []
+    names: set[str] = set()
     for i, entry in enumerate(value):
         where = f"tools[{i}]"
         if not isinstance(entry, dict):
@@ -406,8 +441,9 @@ def _tools(value) -> tuple[Tool, ...]:
         function = _field(entry, "function", where, dict, "an object", required=True)
         where += ".function"
         name = _name(function, where, TOOL_NAME, "a-z, A-Z, 0-9, '_', '.', '-'")
-        if any(tool.name == name for tool in tools):
+        if name in names:
             raise invalid(f"{where}.name", f"Duplicate tool name '{name}'.")
+        names.add(name)
         description = _field(function, "description", where, str, "a string")
         parameters = _field(function, "parameters", where, dict, "a JSON Schema object")
         strict = _field(function, "strict", where, bool, "a boolean")

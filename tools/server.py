@@ -4,23 +4,31 @@
 Routes: `POST /v1/chat/completions` (what `corral generate` honours, with the same validation,
 error shapes and status codes: `corral.tools.request`, `corral.tools.batch.Engine`; `stream:
 true` sends server-sent events through `sse-starlette`: `data: {chunk}` lines ending with
-`data: [DONE]`), `GET /v1/models`, `GET /health`, `GET /metrics` (Prometheus text format) and
-`GET /openapi.json` (the subset served). The model runs in one engine thread
-(`corral.tools.serving.EngineThread`); the event loop never waits on it: grammars compile in
-starlette's thread pool, the shared `GrammarCompiler` caches their token indexes.
+`data: [DONE]`), `GET /v1/models`, `GET /v1/models/{model}` (OpenAI's model object),
+`GET /health`, `GET /metrics` (Prometheus text format) and `GET /openapi.json` (the subset
+served). The model runs in one engine thread (`corral.tools.serving.EngineThread`); the event
+loop never waits on it, nor on any work that grows with a request: it only reads the body
+(up to `max_body_bytes`); parsing the JSON, validating it (`corral.tools.request`, linear in
+the body), rendering the prompt and compiling grammars run in starlette's thread pool, the
+shared `GrammarCompiler` caching their token indexes. So `/health` answers while a maximal
+body is read and refused.
 
 Decisions:
 - Errors keep OpenAI's shape `{"error": {"message", "type", "param", "code"}}`: 400 for a
   malformed body (not JSON: code `invalid_json`), 401 for a wrong or missing `Authorization:
-  Bearer` key when the server has one (`/health` and `/metrics` stay open), 404 for an unknown
-  route, 405 for a wrong method, 413 past `max_body_bytes`, 415 for a content type other than
-  JSON, 429 when the batch is full and `max_waiting` choices already wait, 500 when the engine
-  fails a request.
-- A prompt plus `max_tokens` past the model's context is a 400 `context_length_exceeded` naming
-  the figures; a prompt that alone fills this server's smaller `max_len` is a 400
-  `context_length_exceeded` naming `messages`; a prompt that fits but leaves less than
-  `max_tokens` is a 400 naming `max_tokens`; a request without `max_tokens` gets what
-  `max_len` leaves (the engine's `check_request`, run before the request is queued).
+  Bearer` key when the server has one (the scheme's case does not matter, RFC 9110; `/health`
+  and `/metrics` stay open), 404 for an unknown route, 405 for a wrong method with the `Allow`
+  header (RFC 9110), 413 past `max_body_bytes`, 415 for a content type other than JSON, 429
+  when the batch is full and `max_waiting` choices already wait, 500 when the engine fails a
+  request.
+- A context overflow is one answer: a 400 `context_length_exceeded` naming the figures, whose
+  `param` names the field to change: `max_tokens` when the prompt fits but leaves less than
+  `max_tokens` (past this server's `max_len` or past the model's context alike), `messages`
+  when the prompt alone fills `max_len`. A request without `max_tokens` gets what `max_len`
+  leaves (the engine's `check_request`, run before the request is queued).
+- CORS is off unless `cors_origins` names origins (`--cors-origin`): then starlette's
+  `CORSMiddleware` answers browsers' preflights (`OPTIONS`, before the key is checked, as
+  browsers send none) and marks every answer to those origins, errors included.
 - `model` must be absent or the served model's name (`ServerConfig.model_name`): any other
   is a 404 `model_not_found` naming both, as the OpenAI API and vLLM answer; answers carry the
   served name.
@@ -40,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import socket
 import threading
@@ -70,12 +79,12 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 DISCONNECT_POLL_SECONDS = 1.0
-ROUTES = ("/v1/chat/completions", "/v1/models", "/health", "/metrics", "/openapi.json")
 
 
 @dataclass(frozen=True)
@@ -87,12 +96,15 @@ class ServerConfig:
         max_len: the most tokens one choice holds, prompt included (the KV cache's length).
         max_waiting: the most choices waiting for a slot; past it, 429.
         max_body_bytes: the largest request body; past it, 413.
-        api_key: when set, `/v1/*` needs `Authorization: Bearer <api_key>`.
+        api_key: when set, `/v1/*` needs `Authorization: Bearer <api_key>` (the scheme in
+            any case).
         model_name: the id `/v1/models` lists and answers carry when the request names none.
         default_max_tokens: max_tokens of a request that sets none (None: what `max_len`
             leaves, as the OpenAI API gives what the context leaves).
         prefix_cache: reuse the keys and values of prompt prefixes already prefilled (on by
             default, as vLLM's automatic prefix caching).
+        cors_origins: the origins (`https://app.example:8443`, or `*` for any) whose pages
+            may call the server from a browser (CORS); empty: no CORS headers.
     """
 
     batch_size: int = 16
@@ -103,14 +115,20 @@ class ServerConfig:
     model_name: str = "SmolLM2-135M-Instruct"
     default_max_tokens: int | None = None
     prefix_cache: bool = True
+    cors_origins: tuple[str, ...] = ()
 
 
 def error_response(
-    status: int, message: str, kind: str, param: str | None = None, code: str | None = None
+    status: int,
+    message: str,
+    kind: str,
+    param: str | None = None,
+    code: str | None = None,
+    headers: dict | None = None,
 ) -> JSONResponse:
     """An error in OpenAI's shape."""
     body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def tool_error_response(error: ToolError) -> JSONResponse:
@@ -119,8 +137,8 @@ def tool_error_response(error: ToolError) -> JSONResponse:
 
 
 class CountRequests:
-    """ASGI middleware: counts every HTTP request by route (`other` for unknown paths) and
-    status in `Metrics.requests`."""
+    """ASGI middleware: counts every HTTP request by route (its template, such as
+    `/v1/models/{model:path}`; `other` for unknown paths) and status in `Metrics.requests`."""
 
     def __init__(self, app, metrics: Metrics):
         self.app = app
@@ -141,8 +159,9 @@ class CountRequests:
         try:
             await self.app(scope, receive, send_counted)
         finally:
-            route = scope["path"] if scope["path"] in ROUTES else "other"
-            self.metrics.requests.labels(route=route, status=str(status)).inc()
+            route = scope.get("route")  # set by starlette's router, on a wrong method too
+            path = route.path if route is not None else "other"
+            self.metrics.requests.labels(route=path, status=str(status)).inc()
 
 
 class Server:
@@ -187,23 +206,34 @@ class Server:
             self.thread.stop()
 
         async def not_found(request: Request, exc: HTTPException) -> Response:
-            if exc.status_code == 405:
+            if exc.status_code == 405:  # starlette's exception carries the Allow header
                 message = f"Method {request.method} is not allowed on {request.url.path}."
-                return error_response(405, message, "invalid_request_error")
+                return error_response(405, message, "invalid_request_error", headers=exc.headers)
             message = f"Unknown route {request.method} {request.url.path}."
             return error_response(exc.status_code, message, "invalid_request_error")
 
         routes = [
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
             Route("/v1/models", self.models, methods=["GET"]),
+            Route("/v1/models/{model:path}", self.model, methods=["GET"]),
             Route("/health", self.health, methods=["GET"]),
             Route("/metrics", self.metrics_text, methods=["GET"]),
             Route("/openapi.json", self.openapi, methods=["GET"]),
         ]
+        middleware = [Middleware(CountRequests, metrics=self.metrics)]
+        if self.config.cors_origins:
+            middleware.append(
+                Middleware(
+                    CORSMiddleware,
+                    allow_origins=list(self.config.cors_origins),
+                    allow_methods=["GET", "POST"],
+                    allow_headers=["*"],  # the openai clients send their own x-stainless-* too
+                )
+            )
         return Starlette(
             routes=routes,
             lifespan=lifespan,
-            middleware=[Middleware(CountRequests, metrics=self.metrics)],
+            middleware=middleware,
             exception_handlers={HTTPException: not_found},
         )
 
@@ -218,24 +248,44 @@ class Server:
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(openapi.document(self.config.model_name))
 
-    async def models(self, request: Request) -> Response:
-        refused = self._check_key(request)
-        if refused is not None:
-            return refused
-        model = {
+    def _model_object(self) -> dict:
+        """The served model in OpenAI's shape (`id`, `object`, `created`, `owned_by`)."""
+        return {
             "id": self.config.model_name,
             "object": "model",
             "created": self.created,
             "owned_by": "corral",
         }
-        return JSONResponse({"object": "list", "data": [model]})
+
+    async def models(self, request: Request) -> Response:
+        refused = self._check_key(request)
+        if refused is not None:
+            return refused
+        return JSONResponse({"object": "list", "data": [self._model_object()]})
+
+    async def model(self, request: Request) -> Response:
+        """`GET /v1/models/{model}`: the served model's object, or a 404 `model_not_found`
+        (param `model`) for any other id, as the OpenAI API answers."""
+        refused = self._check_key(request)
+        if refused is not None:
+            return refused
+        try:
+            check_model(request.path_params["model"], self.config.model_name)
+        except ToolError as error:
+            return tool_error_response(error)
+        return JSONResponse(self._model_object())
 
     def _check_key(self, request: Request) -> Response | None:
+        """None when the server has no key or `Authorization` is `Bearer <key>` (the scheme in
+        any case, RFC 9110; compared in constant time); else the 401."""
         key = self.config.api_key
         if key is None:
             return None
         given = request.headers.get("authorization", "")
-        if given == f"Bearer {key}":
+        scheme, _, token = given.strip().partition(" ")
+        # starlette decodes headers as latin-1: the bytes sent, compared with the key's UTF-8
+        sent = token.strip().encode("latin-1")
+        if scheme.lower() == "bearer" and hmac.compare_digest(sent, key.encode("utf-8")):
             return None
         message = "Missing API key." if not given else "Incorrect API key provided."
         return error_response(401, message, "invalid_request_error", None, "invalid_api_key")
@@ -268,11 +318,8 @@ class Server:
         body = await self._read_body(request)
         if isinstance(body, Response):
             return body
-        try:
-            body, stream, include_usage = streaming_fields(read_body(body))
-            parsed = parse_tool_request(body, self.engine.vocabulary.size)
-            check_model(parsed.model, self.config.model_name)
-            choices = await run_in_threadpool(self._engine_requests, parsed)
+        try:  # off the event loop: the work grows with the body
+            parsed, stream, include_usage, choices = await run_in_threadpool(self._prepare, body)
         except ToolError as error:
             return tool_error_response(error)
         if not self.thread.admit(len(choices)):
@@ -300,6 +347,16 @@ class Server:
         finally:
             self.thread.cancel(job)  # frees the slots of a client that went away; else a no-op
         return JSONResponse(self._completion(parsed, results))
+
+    def _prepare(self, body: bytes) -> tuple[ToolRequest, bool, bool, list]:
+        """A request body read, validated and made into engine requests, in a worker thread:
+        `(request, stream, include_usage, engine requests)`. Raises ToolError: what
+        `read_body`, `streaming_fields`, `parse_tool_request`, `check_model` and
+        `_engine_requests` raise."""
+        fields, stream, include_usage = streaming_fields(read_body(body))
+        parsed = parse_tool_request(fields, self.engine.vocabulary.size)
+        check_model(parsed.model, self.config.model_name)
+        return parsed, stream, include_usage, self._engine_requests(parsed)
 
     def _engine_requests(self, request: ToolRequest) -> list:
         """The engine requests of `request` (`Engine.requests`), checked as the engine's
