@@ -211,7 +211,7 @@ class LiveSequence:
 
     def result(self) -> GenerationResult:
         return GenerationResult(
-            text=self.text.decode("utf-8", errors="replace"),
+            data=bytes(self.text),
             token_ids=tuple(self.ids),
             logprobs=tuple(self.logprobs),
             finish_reason=self.finish_reason or "length",
