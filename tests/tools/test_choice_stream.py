@@ -157,3 +157,26 @@ def test_the_server_streams_the_answer_it_gives_unstreamed():
             content = answer["choices"][0]["message"]["content"] or ""
             with http.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as r:
                 assert streamed_content(r) == content, seed
+
+
+def test_the_real_model_streams_the_chinese_it_answers(smollm2):
+    """The issue's case: SmolLM2 asked to translate into Chinese at temperature 0 ends its 5
+    tokens inside a character; the stream sends the same U+FFFD as the answer, with and without
+    logprobs, not a character the model never wrote."""
+    with (
+        background_server(smollm2, ServerConfig(batch_size=2, max_len=256)) as (url, _),
+        httpx.Client(base_url=url, timeout=300) as http,
+    ):
+        for logprobs in (False, True):
+            body = {
+                "model": "SmolLM2-135M-Instruct",
+                "messages": [{"role": "user", "content": "Translate to Chinese: hello world"}],
+                "temperature": 0,
+                "max_tokens": 5,
+                "logprobs": logprobs,
+            }
+            answer = http.post("/v1/chat/completions", json=body).json()
+            content = answer["choices"][0]["message"]["content"]
+            assert content.endswith("\ufffd")
+            with http.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as r:
+                assert streamed_content(r) == content
