@@ -21,11 +21,12 @@ included) to a complete call, as the engine writes it:
 A cost that no budget meets (no token sequence completes the call) is `UNREACHABLE`. With
 `tokens_left` tokens left (this one included), t is allowed iff its cost <= `tokens_left`.
 
-`TriggerBudget` finds the tokens that complete the trigger from each q with one walk of the
-vocabulary's trie per q (`completing_nodes`, Numba; a subtree whose path completes the trigger
-is taken whole), then costs only those tokens; `mask` is O(V / 32) when it bans a token and
-O(len(trigger)) otherwise. One `TriggerBudget` per (index, start state, trigger) is kept
-(`trigger_budget`), since every request of a grammar shares them.
+`TriggerTokens` finds the tokens that complete the trigger from each q, whatever the grammar,
+with one walk of the vocabulary's trie per q (`completing_nodes`, Numba; a subtree whose path
+completes the trigger is taken whole), kept per (vocabulary, trigger); `TriggerBudget` costs
+only those tokens in one grammar, kept per (index, start state, trigger), since every request
+of a grammar shares it. `mask` is O(V / 32) when it bans a token and O(len(trigger)^2)
+otherwise; `trigger_mask`, what the engine calls, skips even that while the budget is plenty.
 """
 
 from __future__ import annotations
@@ -212,7 +213,9 @@ def _cost(constraint: Constraint, fresh: int, rest: bytes, respelling: int) -> i
     return 1 + fresh if not rest else respelling + fresh
 
 
-def trigger_mask(constraint: Constraint, trigger: bytes, text: bytes | bytearray, tokens_left: int):
+def trigger_mask(
+    constraint: Constraint, trigger: bytes, text: bytes | bytearray, tokens_left: int
+) -> np.ndarray | None:
     """`TriggerBudget.mask` of free text `text` waiting for `trigger` to start `constraint`,
     with `tokens_left` tokens left (this one included): None when no token is banned.
 
