@@ -87,6 +87,9 @@ class GenerationResult:
         top_logprobs: per token of `token_ids`, its request's `top_logprobs` most likely
             alternatives `((token id, logprob), ...)`, most likely first (ties: lower id first);
             None when the request asked for none.
+
+    `text` is `data` decoded (`decode_text`), a property, so that no path can decode the bytes
+    otherwise. Raises TypeError when `data` is not bytes (a str given for the text).
     """
 
     data: bytes
