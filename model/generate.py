@@ -50,7 +50,11 @@ Decisions:
   (`Constraint.advance_bytes`). If the token that completed the trigger carries bytes the grammar
   refuses, it is replaced by tokens spelling exactly the text up to the trigger's end
   (`Vocabulary.spell`: its own token if the vocabulary has one, else single-byte tokens), so the
-  constraint always starts cleanly.
+  constraint always starts cleanly. The budget rule covers the call the trigger opens: with
+  `budget_aware`, a token that would complete the trigger is allowed only while the tokens left
+  can finish the shortest call after it (`corral.kernels.trigger`); when some is banned, the
+  free text is sampled under a mask without it (its logprobs over the tokens allowed). So a
+  call is never cut by `max_tokens` and its markup never left in the content.
 - Stop strings apply to free text only: inside a constrained answer they would cut valid JSON.
   The text is cut before the stop string, which is not returned (OpenAI's behaviour).
 - EOS ends a sequence and is not part of its text or `token_ids`; it is counted in

@@ -10,6 +10,7 @@ from collections import deque
 
 import numpy as np
 from corral.kernels import TokenNotAllowedError, Vocabulary, few_allowed_ids, top_logprobs
+from corral.kernels.trigger import trigger_mask
 from corral.model.generation_request import GenerationRequest, GenerationResult
 from corral.model.jump_forward import ForcedTokenizer
 
@@ -99,6 +100,10 @@ class LiveSequence:
                 self._after_free_text(start)
             return False
         if constraint is None:
+            if self.waiting is not None and self._trigger and self.request.budget_aware:
+                # a trigger may open a call only while the tokens left can finish it
+                mask = trigger_mask(self.waiting, self._trigger, self.text, left)
+                return True if mask is None else mask
             return True
         return constraint.mask(left if self.request.budget_aware else None)
 
@@ -211,7 +216,7 @@ class LiveSequence:
 
     def result(self) -> GenerationResult:
         return GenerationResult(
-            text=self.text.decode("utf-8", errors="replace"),
+            data=bytes(self.text),
             token_ids=tuple(self.ids),
             logprobs=tuple(self.logprobs),
             finish_reason=self.finish_reason or "length",

@@ -27,7 +27,6 @@ no prefix-cache queries. `Metrics` are the Prometheus series of `/metrics` (`pro
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import logging
 import queue
@@ -36,6 +35,7 @@ import time
 from dataclasses import dataclass, field
 
 from corral.model.generate import GenerationRequest, GenerationResult, Generator
+from corral.model.generation_request import text_decoder
 from corral.tools.parser import ToolParser
 from corral.tools.shapes import CallStart, Content, ToolEvent
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -316,7 +316,7 @@ class ChoiceStream:
 
     def __init__(self, call_id: str | None, stop: tuple[str, ...]):
         self.parser = ToolParser(call_id) if call_id is not None else None
-        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.decoder = text_decoder()
         self.hold = max((len(s.encode("utf-8")) for s in stop), default=1) - 1
         self.pending = bytearray()
         self.released = 0  # bytes handed to the decoder
@@ -334,8 +334,10 @@ class ChoiceStream:
         return self._events(self.decoder.decode(piece), last=False)
 
     def finish(self, result: GenerationResult) -> list[ToolEvent]:
-        """The last events, from the choice's final text (a stop string already cut off)."""
-        rest = result.text.encode("utf-8")[self.released :]
+        """The last events, from the choice's final bytes (`result.data`, a stop string already
+        cut off: they begin with every byte released so far). The text of all the events is
+        `result.text`, whatever bytes are not UTF-8 and wherever the pieces were cut."""
+        rest = result.data[self.released :]
         return self._events(self.decoder.decode(rest, final=True), last=True)
 
     def replay(self, result: GenerationResult, token_bytes) -> list[tuple]:
@@ -345,7 +347,7 @@ class ChoiceStream:
         go with the next event; what is left at the end goes with the last one, or with a
         final `(None, positions)` when the end yields no event). `token_bytes[id]` are a
         token's bytes (None for a special token). For a streamed request with logprobs."""
-        text = result.text.encode("utf-8")
+        data = result.data
         pairs: list[tuple] = []
         pending: list[int] = []
 
@@ -359,9 +361,9 @@ class ChoiceStream:
         written = 0
         for j, token in enumerate(result.token_ids):
             pending.append(j)
-            # the answer's text, cut where the tokens' bytes end (the same bytes, unless the
-            # text replaced bytes that are not UTF-8)
-            piece = text[written : written + len(token_bytes[token] or b"")]
+            # the answer's bytes, cut where the tokens' bytes end (the last may be cut short by
+            # a stop string)
+            piece = data[written : written + len(token_bytes[token] or b"")]
             written += len(piece)
             take(self.feed(piece))
         take(self.finish(result))

@@ -139,9 +139,11 @@ def test_trigger_respells_a_token_that_runs_into_refused_bytes():
     assert result.finish_reason == "stop"
 
 
-def test_a_trigger_too_late_for_the_budget_cuts_the_call_without_error():
-    """Under a trigger, the budget cannot be checked up front: a call started with too few tokens
-    left is cut (`length`), and the rest of the batch is unaffected."""
+def test_a_trigger_too_late_for_the_budget_is_not_written():
+    """Under a trigger, the budget cannot be checked up front: the trigger is allowed only while
+    the tokens left can finish the shortest call (`corral.kernels.trigger`), so a model that
+    wants to call with too few tokens left writes other text (`length`), and the rest of the
+    batch is unaffected."""
     script = tokens(b"<tool", b"_call>")
     pattern = r'\{"city":"[a-z]{20}"\}</tool_call>'
     late = GenerationRequest(
@@ -150,7 +152,7 @@ def test_a_trigger_too_late_for_the_budget_cuts_the_call_without_error():
     other = GenerationRequest([4], 6, SamplingParams(), 1)
     late_result, other_result = generate(ScriptedModel(1, script), [late, other])
     assert late_result.finish_reason == "length"
-    assert late_result.text.startswith("<tool_call>")
+    assert late_result.text.startswith("<tool") and "<tool_call>" not in late_result.text
     assert other_result.completion_tokens == 6 or other_result.finish_reason == "stop"
 
 

@@ -441,7 +441,7 @@ def test_choice_stream_holds_back_what_a_stop_string_may_still_remove():
     assert stream.feed(b"abc") == [Content("a")]
     assert stream.feed(b"E") == [Content("b")]
     assert stream.feed(b"N") == [Content("c")]
-    final = GenerationResult("abc", (), (), "stop", 1, 4)  # the engine cut "END"
+    final = GenerationResult(b"abc", (), (), "stop", 1, 4)  # the engine cut "END"
     assert stream.finish(final) == []
 
 
@@ -450,7 +450,7 @@ def test_choice_stream_decodes_utf8_split_between_steps_and_parses_calls():
     text = 'é<tool_call>{"name":"f","arguments":{"a":1}}</tool_call>'
     raw = text.encode()
     events = stream.feed(raw[:1]) + stream.feed(raw[1:20]) + stream.feed(raw[20:])
-    events += stream.finish(GenerationResult(text, (), (), "stop", 1, 9))
+    events += stream.finish(GenerationResult(raw, (), (), "stop", 1, 9))
     assert collect(events) == ("é", [ToolCall("call_req_0", "f", '{"a":1}')])
     assert stream.calls == 1
 
@@ -468,14 +468,13 @@ def test_a_replayed_choice_gives_the_streamed_events_and_every_token_once(tokens
     """`ChoiceStream.replay`: the events a choice streams, fed token by token, each with the
     tokens whose bytes it first carries; every token goes with exactly one event, in order."""
     raw = b"".join(TOKEN_BYTES[t] or b"" for t in tokens)
-    text = raw.decode(errors="replace")
     for s in stop:  # the engine cuts at the first stop string
-        if s in text:
-            text = text[: text.index(s)]
-    result = GenerationResult(text, tuple(tokens), (0.0,) * len(tokens), "stop", 1, len(tokens))
+        if s.encode() in raw:
+            raw = raw[: raw.index(s.encode())]
+    result = GenerationResult(raw, tuple(tokens), (0.0,) * len(tokens), "stop", 1, len(tokens))
     call_id = "r" if calls else None
     fed = ChoiceStream(call_id, stop)
-    whole = fed.feed(text.encode()) + fed.finish(result)
+    whole = fed.feed(raw) + fed.finish(result)
     pairs = ChoiceStream(call_id, stop).replay(result, TOKEN_BYTES)
     assert collect([e for e, _ in pairs if e is not None]) == collect(whole)
     assert [j for _, positions in pairs for j in positions] == list(range(len(tokens)))
