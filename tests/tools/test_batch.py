@@ -77,7 +77,6 @@ ASK = [{"role": "user", "content": "What is the weather and the time in Paris an
 
 def line(custom_id: str, **body) -> str:
     body.setdefault("messages", ASK)
-    body.setdefault("max_tokens", 80)
     request = {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions"}
     return json.dumps({**request, "body": body})
 
@@ -274,7 +273,6 @@ def test_same_request_same_output_alone_or_in_a_batch(engine, monkeypatch, kv_dt
 
 def quick_line(custom_id: str, **body) -> str:
     body.setdefault("messages", [{"role": "user", "content": "hi"}])
-    body.setdefault("max_tokens", 6)
     return json.dumps({"custom_id": custom_id, "body": body})
 
 

@@ -87,7 +87,6 @@ def test_generate_needs_an_input_or_a_quick_form(capsys):
 
 def request_line(custom_id: str, **body) -> str:
     body.setdefault("messages", [{"role": "user", "content": "hi"}])
-    body.setdefault("max_tokens", 6)
     return json.dumps({"custom_id": custom_id, "body": body}, ensure_ascii=False)
 
 
