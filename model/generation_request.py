@@ -54,8 +54,9 @@ class GenerationRequest:
         top_logprobs: how many alternatives (0..20) to report per generated token; None: none.
         jump_forward: when the constraint forces the next bytes, write their tokens in one
             forward pass instead of one decode step each (see `corral.model.generate`); False:
-            every token is sampled, as without jump-forward. Off whenever `top_logprobs` is
-            set, so that every reported token carries the model's logprob.
+            every token is sampled, as without jump-forward. With `top_logprobs` set it stays
+            on (the answer is the same), and the forced tokens carry the model's logprobs
+            from the pass that writes them.
     """
 
     prompt_ids: Sequence[int]
@@ -79,10 +80,14 @@ class GenerationResult:
         text: the generated text (UTF-8 decoded; stop string and EOS excluded).
         token_ids: the generated token ids (EOS excluded).
         logprobs: float per token of `token_ids`, the logprob the sampler used (see the module
-            docstring); 0.0 for a token written by jump-forward (the grammar forced it).
+            docstring); for a token written by jump-forward, the model's over the whole
+            vocabulary when the request asked for top_logprobs, else 0.0 (the grammar
+            forced it, and no one asked).
         finish_reason: `stop` (EOS, a stop string, or a complete answer with nothing left to
             write) or `length` (max_tokens reached).
-        prompt_tokens, completion_tokens: usage, as OpenAI counts it.
+        prompt_tokens, completion_tokens: usage, as OpenAI counts it: completion_tokens is
+            len(token_ids), the tokens `logprobs` lists (EOS, which ends the answer and writes
+            nothing, is in neither; `max_tokens` counts it).
         top_logprobs: per token of `token_ids`, its request's `top_logprobs` most likely
             alternatives `((token id, logprob), ...)`, most likely first (ties: lower id first);
             None when the request asked for none.

@@ -147,7 +147,7 @@ class Engine:
                     constraint,
                     trigger,
                     logit_bias=dict(request.logit_bias) or None,
-                    top_logprobs=request.top_logprobs if request.logprobs else None,
+                    top_logprobs=(request.top_logprobs or 0) if request.logprobs else None,
                     jump_forward=request.jump_forward,
                 )
             )
