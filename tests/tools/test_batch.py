@@ -94,9 +94,17 @@ LINES = [
         temperature=0.8,
         seed=5,
     ),
-    line("auto", tools=[WEATHER, TIME], tool_choice="auto", temperature=0),
+    # free text may run to the context: these two hold max_tokens, the others leave it out as
+    # users do (their grammars bound them)
+    line("auto", tools=[WEATHER, TIME], tool_choice="auto", temperature=0, max_tokens=80),
     line("none", tools=[WEATHER], tool_choice="none", temperature=0, max_tokens=12),
-    line("json-object", response_format={"type": "json_object"}, temperature=0.7, seed=1),
+    line(
+        "json-object",
+        response_format={"type": "json_object"},
+        temperature=0.7,
+        seed=1,
+        max_tokens=80,
+    ),
     line(
         "json-schema",
         messages=[{"role": "user", "content": "Describe Ada Lovelace."}],
