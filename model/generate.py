@@ -68,7 +68,11 @@ Decisions:
   tokens' logprobs (and top alternatives) come from the pass that writes them, which gives the
   logits at each forced position (`prefill_batch`'s `last`), over the whole vocabulary as
   every forced token's; a sequence that ends with forced tokens still takes that pass (its
-  last, whose next-token logits go unused). On a model whose `prefill_batch` has no `last`,
+  last, whose next-token logits go unused). Its own passes are those of the request without
+  logprobs but for two things: the prefix cache reuses no position whose logits the forced
+  tokens need, and that last pass; where passes of other compositions round otherwise (float32
+  activations, without AMX: see "Each request has its own ..." below) logits may move by that
+  rounding, as between batch shapes. On a model whose `prefill_batch` has no `last`,
   such a request samples every token instead. Off for a model without a `tokenizer`, and while
   a respelled trigger is written; turned off, every token is sampled, as in an engine without
   it.

@@ -82,14 +82,17 @@ def test_asking_for_logprobs_changes_no_answer(
 ):
     """Greedy or seeded, alone or in a batch: the same tokens, text, finish and forced tokens
     with top_logprobs as without; every logprob is the model's, from the pass that wrote the
-    token (whole-vocabulary log-softmax for a forced token, over the mask for a sampled one)."""
+    token (whole-vocabulary log-softmax for a forced token, over the mask for a sampled one).
+    The prompts are longer than the prefix cache's `MIN_SHARED`: a repeated (seed, schema)
+    reuses a prompt and the text forced at its start, never the positions whose logits the
+    forced tokens' logprobs need."""
     params = SamplingParams(temperature=temperature)
     jobs = [(seed, k) for seed in seeds for k in schemas]
 
     def requests(**extra):
         return [
             GenerationRequest(
-                tiny_model.tokenizer.encode(f"Say {seed % 97}:"),
+                tiny_model.tokenizer.encode(f"Answer in JSON, number {seed % 97}:"),
                 max_tokens,
                 params,
                 seed,
