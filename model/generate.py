@@ -57,16 +57,29 @@ Decisions:
   call is never cut by `max_tokens` and its markup never left in the content.
 - Stop strings apply to free text only: inside a constrained answer they would cut valid JSON.
   The text is cut before the stop string, which is not returned (OpenAI's behaviour).
-- EOS ends a sequence and is not part of its text or `token_ids`; it is counted in
-  `completion_tokens`.
+- EOS ends a sequence and is not part of its text, `token_ids` or `logprobs`, nor of
+  `completion_tokens`, which counts the tokens of `token_ids`, as OpenAI's `usage` counts the
+  tokens its `logprobs.content` lists. `max_tokens` bounds the tokens generated, EOS included
+  (a sequence that samples EOS as its last allowed token has `max_tokens - 1` completion
+  tokens and finish_reason `stop`).
 - Jump-forward (on by default, `GenerationRequest.jump_forward`; SGLang's compressed FSM): the
   tokens of the text the constraint forces (`corral.model.jump_forward`) follow the step's
   sampled token in the same forward pass, a chunk at the slot's position as prefill writes a
   prompt (`prefill_batch`; then every row of the step goes through that one pass); forced text
   at the start goes with the prompt. They are completion tokens with logprob 0.0 (the grammar
-  chose them), taken only while the budget rule holds after them. Off for a request asking for
-  `top_logprobs`, for a model without a `tokenizer`, and while a respelled trigger is written;
-  turned off, every token is sampled, as in an engine without it.
+  chose them), taken only while the budget rule holds after them. A request asking for
+  `top_logprobs` keeps jump-forward, so that asking for logprobs changes no answer: its forced
+  tokens' logprobs (and top alternatives) come from the pass that writes them, which gives the
+  logits at each forced position (`prefill_batch`'s `last`), over the whole vocabulary as
+  every forced token's; a sequence that ends with forced tokens still takes that pass (its
+  last, whose next-token logits go unused). Its own passes are those of the request without
+  logprobs but for two things: the prefix cache reuses no position whose logits the forced
+  tokens need, and that last pass; where passes of other compositions round otherwise (float32
+  activations, without AMX: see "Each request has its own ..." below) logits may move by that
+  rounding, as between batch shapes. On a model whose `prefill_batch` has no `last`,
+  such a request samples every token instead. Off for a model without a `tokenizer`, and while
+  a respelled trigger is written; turned off, every token is sampled, as in an engine without
+  it.
 - A sequence that the next step would end whatever the logits (its answer complete with nothing
   left to allow, or its budget spent) ends as soon as its last token is chosen: its last token
   is not fed to the model, so the step's forward pass has one row fewer, and a batch of one
@@ -172,7 +185,8 @@ class Generator:
 
     Args:
         model: a `corral.model.Model`, or anything with `new_cache(n_slots, max_len)`,
-            `prefill_batch(cache, slots, sequences)`, `decode(cache, slots, tokens)` and
+            `prefill_batch(cache, slots, sequences)` (with `last`, as `Model`'s, for the
+            forced tokens' logprobs), `decode(cache, slots, tokens)` and
             `vocabulary` (a `corral.kernels.Vocabulary`, whose `eos_ids` end free text).
         batch_size: how many sequences decode together (the KV cache's slots), >= 1; lowered
             to what fits in memory (a `CacheWarning`).
@@ -236,6 +250,7 @@ class Generator:
         self._masked = masked_head and all(
             "allowed" in inspect.signature(f).parameters for f in passes
         )
+        self._last = "last" in inspect.signature(model.prefill_batch).parameters
         self._held: dict[int, np.ndarray] = {}  # slot -> the tokens its first positions hold
         self._waiting: deque[tuple[int, GenerationRequest]] = deque()
         self._live: list[LiveSequence] = []
@@ -323,7 +338,9 @@ class Generator:
                 # ids[-1]: the sampled token (after a trigger's respelling, the new one)
                 chunk = [seq.ids[-1], *seq.jump_forward()]
                 stats.forced_tokens += len(chunk) - 1
-                if not seq.ends_now():  # an ending sequence needs no logits: no forward pass
+                # an ending sequence needs no logits, no forward pass, unless its forced
+                # tokens wait for their logprobs from the pass that writes them
+                if not seq.ends_now() or seq.awaiting:
                     chunks.append(chunk)
                     still.append(seq)
                     continue
@@ -334,6 +351,12 @@ class Generator:
         self._live = still
         if still:
             self._decode(chunks)
+            for seq in self._live:
+                if seq.finish_reason is not None:  # it ran for its forced tokens' logprobs
+                    stats.completion_tokens += seq.generated
+                    self._free.append(seq.slot)
+                    finished.append((seq.handle, seq.result()))
+            self._live = [seq for seq in self._live if seq.finish_reason is None]
         return finished
 
     def _choose(self) -> None:
@@ -372,7 +395,8 @@ class Generator:
         admitted = []
         while self._waiting and len(admitted) < len(self._free):
             handle, request = self._waiting.popleft()
-            seq = LiveSequence(handle, request, -1, self.vocabulary, self._jump)
+            jump = self._jump if self._last or request.top_logprobs is None else None
+            seq = LiveSequence(handle, request, -1, self.vocabulary, jump)
             forced = seq.jump_forward()  # forced text at the start goes with the prompt
             self.stats.forced_tokens += len(forced)
             admitted.append((seq, np.concatenate([seq.prompt, np.asarray(forced, np.int64)])))
@@ -381,7 +405,7 @@ class Generator:
         started = time.perf_counter()
         prefills: list[_Prefill] = []
         for seq, tokens in admitted:
-            seq.slot, reused, source = self._place(tokens, prefills)
+            seq.slot, reused, source = self._place(tokens, prefills, 1 + seq.awaiting)
             depth = 0 if source is None else source.depth + 1
             prefills.append(_Prefill(seq, tokens, reused, source, depth))
             self.stats.prompt_tokens += len(tokens)
@@ -395,8 +419,8 @@ class Generator:
             slots = [p.seq.slot for p in group]
             tails = [p.tokens[p.reused :] for p in group]
             extra = self._allowed([p.seq for p in group])
-            logits = self.model.prefill_batch(self._cache, slots, tails, **extra)
-            for row, p in enumerate(group):
+            logits, rows = self._prefill(slots, tails, [p.seq for p in group], extra)
+            for row, p in zip(rows, group, strict=True):
                 p.seq.receive(logits, row)
                 if self._prefix:
                     self._held[p.seq.slot] = p.tokens
@@ -404,12 +428,12 @@ class Generator:
         self.stats.prefill_seconds += time.perf_counter() - started
 
     def _place(
-        self, tokens: np.ndarray, prefills: list[_Prefill]
+        self, tokens: np.ndarray, prefills: list[_Prefill], needed: int = 1
     ) -> tuple[int, int, _Prefill | None]:
         """A free slot for a sequence that prefills `tokens`, and the prefix it reuses:
         `(slot, tokens reused, source)`. The longest prefix of at least `MIN_SHARED` tokens
-        (never the last token, whose logits are needed) held by a slot is copied into the slot
-        now, or kept in place when that slot is free (then it is the one taken); one that a
+        (never the last `needed` tokens, whose logits are needed) held by a slot is copied into
+        the slot now, or kept in place when that slot is free (then it is the one taken); one that a
         prompt admitted before it in this step writes (`source`, one of `prefills`) is copied
         once that prompt's pass has run. Otherwise the slot is emptied; a free slot holding
         nothing goes first, then the one freed longest ago."""
@@ -418,7 +442,7 @@ class Generator:
             slot = self._free.pop()
             cache.reset(slot)
             return slot, 0, None
-        limit = len(tokens) - 1
+        limit = len(tokens) - needed
         reused, holder, source = 0, None, None
         for slot, held in self._held.items():
             shared = _shared_prefix(held, tokens, limit)
@@ -452,14 +476,30 @@ class Generator:
         extra = self._allowed(self._live)
         if all(len(chunk) == 1 for chunk in chunks):
             logits = self.model.decode(self._cache, slots, [chunks[i][0] for i in order], **extra)
+            rows = range(len(slots))
         else:
-            logits = self.model.prefill_batch(
-                self._cache, slots, [chunks[i] for i in order], **extra
-            )
+            ordered = [chunks[i] for i in order]
+            logits, rows = self._prefill(slots, ordered, self._live, extra)
         self.stats.forward_seconds += time.perf_counter() - started
         self.stats.steps += 1
-        for row, seq in enumerate(self._live):
+        for row, seq in zip(rows, self._live, strict=True):
             seq.receive(logits, row)
+
+    def _prefill(self, slots, sequences, live: list[LiveSequence], extra: dict):
+        """One `prefill_batch` of `sequences` into `slots` for the sequences `live`; the rows
+        before a sequence's last hold the logits of the tokens it `awaiting`s, which it takes
+        here (`LiveSequence.receive_forced`). Returns (logits, the row of each sequence's
+        next-token logits)."""
+        last = [seq.awaiting + 1 for seq in live]
+        if all(k == 1 for k in last):
+            logits = self.model.prefill_batch(self._cache, slots, sequences, **extra)
+            return logits, range(len(slots))
+        logits = self.model.prefill_batch(self._cache, slots, sequences, last=last, **extra)
+        ends = np.cumsum(last) - 1
+        for seq, end, k in zip(live, ends.tolist(), last, strict=True):
+            if k > 1:
+                seq.receive_forced(logits, end - k + 1)
+        return logits, ends.tolist()
 
     def _allowed(self, sequences: list[LiveSequence]) -> dict:
         """The masked LM head's argument of a pass over `sequences`: {"allowed": each one's

@@ -134,9 +134,11 @@ class Model:
         """
         return self.prefill_batch(cache, [slot], [ids])[0]
 
-    def prefill_batch(self, cache: KVCache, slots, sequences, allowed=None) -> np.ndarray:
+    def prefill_batch(
+        self, cache: KVCache, slots, sequences, allowed=None, last=None
+    ) -> np.ndarray:
         """Append sequences[i] to slot slots[i] for several sequences at once; return the
-        next-token logits of each.
+        next-token logits of each (with `last`, also the logits at earlier positions).
 
         Short sequences share passes (one GEMM over their tokens together, up to
         `prefill_chunk` tokens a pass), so many short prompts read the weights once rather
@@ -148,16 +150,39 @@ class Model:
             sequences: B sequences of int token ids, each [n_i], n_i >= 1.
             allowed: None, or B entries, each None or the int token ids whose logits alone
                 row i needs (the masked LM head, `llama.lm_head`: the others are -inf).
+            last: None, or B ints, k_i within 1..len(sequences[i]): sequence i's logits after
+                each of its last k_i tokens (jump-forward's forced tokens take their logprobs
+                from the pass that writes them). The logits after the last token are
+                computed as without `last` (the same rows through the same head, bit for
+                bit); the earlier ones whole, in a head call of their own.
 
         Returns:
-            float32 [B, V]: row i is the logits after the last token of sequences[i].
+            float32 [B, V]: row i is the logits after the last token of sequences[i]. With
+            `last`: float32 [sum k_i, V], sequence i's k_i rows together, in order (their last
+            is the logits after its last token), the sequences one after the other.
 
         Raises:
             CacheError: repeated or missing slots, an empty sequence, a token id outside the
                 vocabulary, or a slot that would exceed `cache.max_len`. Nothing is changed.
+            ValueError: `last` has not one entry a sequence, or one outside 1..len(sequence).
         """
-        hidden, _ = self._prefill(cache, slots, sequences, all_positions=False)
-        return llama.lm_head(self.params, hidden, allowed)
+        if last is not None:
+            lengths = [len(ids) for ids in sequences]
+            if len(last) != len(lengths) or any(
+                not 1 <= k <= n for k, n in zip(last, lengths, strict=True)
+            ):
+                raise ValueError(f"last needs one entry a sequence within 1..its length: {last}")
+            if all(k == 1 for k in last):
+                last = None
+        hidden, _, earlier = self._prefill(cache, slots, sequences, False, last)
+        logits = llama.lm_head(self.params, hidden, allowed)
+        if last is None:
+            return logits
+        ends = np.cumsum(last) - 1  # row of each sequence's last logits
+        out = np.empty((int(ends[-1]) + 1, logits.shape[1]), np.float32)
+        out[ends] = logits
+        out[np.setdiff1d(np.arange(len(out)), ends)] = llama.lm_head(self.params, earlier)
+        return out
 
     def decode(self, cache: KVCache, slots, tokens, allowed=None) -> np.ndarray:
         """Append one token to each of B slots, each at its own position; return their logits.
@@ -205,9 +230,11 @@ class Model:
         cache = self.new_cache(1, max(len(ids), 1))
         return self._prefill(cache, [0], [ids], all_positions=True)[1]
 
-    def _prefill(self, cache: KVCache, slots, sequences, all_positions: bool):
+    def _prefill(self, cache: KVCache, slots, sequences, all_positions: bool, last=None):
         """Plan and run prefill passes. -> (last hidden state per sequence [B, d], logits of
-        every position [N, V] when all_positions else None)"""
+        every position [N, V] when all_positions else None, the hidden states [sum(last) - B,
+        d] of each sequence's last[i] - 1 positions before its last, sequence after sequence,
+        when `last` is given else None)"""
         slots = [cache.check_slot(slot) for slot in slots]
         sequences = [np.asarray(ids, dtype=np.int64).reshape(-1) for ids in sequences]
         if len(slots) != len(sequences) or not slots or len(set(slots)) != len(slots):
@@ -242,7 +269,11 @@ class Model:
             int(cache.lengths[slot]) + len(ids) for slot, ids in zip(slots, sequences, strict=True)
         ]
         cos, sin = self._rope(max(ends))
-        last = np.empty((len(slots), self.config.hidden_size), np.float32)
+        final = np.empty((len(slots), self.config.hidden_size), np.float32)
+        earlier = None
+        if last is not None:  # sequence i's earlier rows start at offsets[i]
+            offsets = np.concatenate([[0], np.cumsum(np.asarray(last) - 1)])
+            earlier = np.empty((int(offsets[-1]), self.config.hidden_size), np.float32)
         outputs = []
         for group in passes:
             segments = [(slot, start, len(ids)) for _, slot, start, ids in group]
@@ -254,10 +285,17 @@ class Model:
             for i, slot, start, ids in group:
                 row += len(ids)
                 cache.lengths[slot] = start + len(ids)
-                last[i] = hidden[row]
+                final[i] = hidden[row]
+                if earlier is not None:  # positions first..ends[i]-2, those in this piece
+                    first = max(ends[i] - last[i], start)
+                    stop = min(ends[i] - 1, start + len(ids))
+                    for position in range(first, stop):
+                        at = offsets[i] + position - (ends[i] - last[i])
+                        earlier[at] = hidden[row - (start + len(ids) - 1 - position)]
             if all_positions:
                 outputs.append(llama.lm_head(self.params, hidden))
-        return last, (np.concatenate(outputs, axis=0) if all_positions else None)
+        logits = np.concatenate(outputs, axis=0) if all_positions else None
+        return final, logits, earlier
 
     def _check_tokens(self, tokens: np.ndarray) -> None:
         if tokens.min() < 0 or tokens.max() >= self.vocab_size:

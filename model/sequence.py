@@ -5,7 +5,6 @@ stop strings, lazy trigger and jump-forward (DESIGN.md section 7; the decisions 
 
 from __future__ import annotations
 
-import math
 from collections import deque
 
 import numpy as np
@@ -25,6 +24,11 @@ class LiveSequence:
         slot: the KV-cache slot the sequence decodes in.
         vocabulary: the model's `Vocabulary` (token bytes, `spell` for a respelled trigger).
         jump: the `ForcedTokenizer` of jump-forward, or None (never jump).
+
+    Attributes:
+        awaiting: how many of the last tokens (written by jump-forward for a request asking
+            for top_logprobs) wait for their logprobs from the forward pass that writes them
+            (`receive_forced`); 0 otherwise.
     """
 
     def __init__(
@@ -62,8 +66,24 @@ class LiveSequence:
         self.finish_reason: str | None = None
         self._stop = [s.encode("utf-8") for s in request.stop if s]
         self._trigger = request.trigger.encode("utf-8") if request.trigger else None
-        wanted = request.jump_forward and request.top_logprobs is None
-        self._jump = jump if wanted else None
+        self._jump = jump if request.jump_forward else None
+        self.awaiting = 0
+
+    def receive_forced(self, block: np.ndarray, row: int) -> None:
+        """Take the logprobs of the `awaiting` tokens jump-forward wrote last from the pass that
+        wrote them: rows row..row+awaiting-1 of float32 `[N, V]` `block` are the logits before
+        each, the request's logit_bias added as `receive` adds it. Each token's logprob is over
+        the whole vocabulary, as for every forced token, and its top alternatives too."""
+        n, self.awaiting = self.awaiting, 0
+        for j in range(n):
+            logits = block[row + j]
+            if len(self._bias_ids):
+                logits = logits.copy()
+                logits[self._bias_ids] += self._bias_values
+            at = len(self.ids) - n + j
+            self.logprobs[at] = _logprob(logits, self.ids[at])
+            ids, logprobs = top_logprobs(logits, None, self.request.top_logprobs)
+            self.top[at] = tuple(zip(ids.tolist(), logprobs.tolist(), strict=True))
 
     def receive(self, block: np.ndarray, row: int) -> None:
         """Take the model's next-token logits, row `row` of float32 `[N, V]` `block`, with the
@@ -145,13 +165,18 @@ class LiveSequence:
 
     def jump_forward(self) -> list[int]:
         """Record and return the tokens jump-forward writes now (see the module docstring):
-        those of the text the constraint forces, within the budget; [] when there are none."""
+        those of the text the constraint forces, within the budget; [] when there are none.
+        Their logprobs are 0.0 (the grammar chose them), or, for a request asking for
+        top_logprobs, the model's, from the pass that writes them (`awaiting`)."""
         if self._jump is None or self.constraint is None or self.forced:
             return []
         left = self.request.max_tokens - self.generated
         ids, self.constraint = self._jump.jump(self.constraint, left, self.request.budget_aware)
+        placeholder = None if self.top is None else ()  # filled by `receive_forced`
         for token in ids:
-            self._record(token, 0.0, None)
+            self._record(token, 0.0, None, placeholder)
+        if self.top is not None:
+            self.awaiting = len(ids)
         return ids
 
     def _record(
@@ -221,13 +246,16 @@ class LiveSequence:
             logprobs=tuple(self.logprobs),
             finish_reason=self.finish_reason or "length",
             prompt_tokens=len(self.prompt),
-            completion_tokens=self.generated,
+            completion_tokens=len(self.ids),
             top_logprobs=None if self.top is None else tuple(self.top),
         )
 
 
 def _logprob(logits: np.ndarray, token: int) -> float:
-    """The model's log-softmax of `token` over the whole vocabulary (for forced tokens), computed
-    as `corral.kernels.sample` and `top_logprobs` do, so the three agree exactly."""
-    shifted = logits - logits.max()
-    return float(shifted[token]) - math.log(float(np.exp(shifted).sum()))
+    """The model's log-softmax of `token` over the whole vocabulary (for forced tokens), bit for
+    bit as `corral.kernels.sample` and `top_logprobs` report it: the kernel's
+    `float32(logit - peak)` in float64 less its log-total, read from the most likely token's
+    logprob (`-log_total`, as its `logit - peak` is 0)."""
+    best, logprobs = top_logprobs(logits, None, 1)
+    peak = logits[int(best[0])]
+    return float(np.float32(logits[token] - peak)) + float(logprobs[0])

@@ -19,9 +19,13 @@ Decisions:
 - Two phases, each with its progress bar: `prepare` reads, validates and compiles every line (the
   token indexes of distinct grammars are built here, once each), then `requests` generates.
 - `max_tokens` absent (and no `--max-tokens` default) means what the context leaves, as in the
-  OpenAI API. The KV cache holds the longest prompt plus `max_tokens` among the lines that fit the
-  model's context, in as many slots as the available memory allows (`Generator`); a line past
-  the context is a 400 `context_length_exceeded` naming the figures, refused at submit.
+  OpenAI API: such a line's slot holds the whole context, whatever its neighbours ask. The KV
+  cache is sized from the lines' needs (prompt plus `max_tokens`, or the context) and the memory
+  available, in at most two groups run one after the other (`_plan`, docs/batch-memory.md): the
+  lines whose need fits `batch_size` slots, then the longer ones in the slots that fit. A line
+  whose need does not fit even one slot is a 400 `kv_cache_memory_exceeded` naming the figures
+  and the max_tokens that fits; a line past the context is a 400 `context_length_exceeded`
+  naming the figures, refused at submit. Never is a line held to another line's limit.
 """
 
 from __future__ import annotations
@@ -38,10 +42,12 @@ from pathlib import Path
 
 from corral.automata import ConstrainError
 from corral.kernels import Constraint, SamplingParams
+from corral.model import kv_cache
 from corral.model.errors import ContextLengthError, RequestError
 from corral.model.generate import (
     GenerationRequest,
     GenerationResult,
+    GenerationStats,
     Generator,
 )
 from corral.tools.errors import ToolError, refused
@@ -147,7 +153,7 @@ class Engine:
                     constraint,
                     trigger,
                     logit_bias=dict(request.logit_bias) or None,
-                    top_logprobs=request.top_logprobs if request.logprobs else None,
+                    top_logprobs=(request.top_logprobs or 0) if request.logprobs else None,
                     jump_forward=request.jump_forward,
                 )
             )
@@ -453,32 +459,48 @@ def run_batch(
     hits, misses = engine.compiler.hits, engine.compiler.misses
     writer = _Writer(out, summary)
     pending = _prepare(engine, lines, skip, default_max_tokens, writer, progress, numbers)
-    generator, handles = _submit(engine, pending, batch_size, writer, prefix_cache)
-    running = sum(not line.failed for line in pending)
-    bar = tqdm(total=running, desc="requests", unit="req", disable=not progress)
+    groups, refused_lines = _plan(engine, pending, batch_size)
+    for line, error in refused_lines:
+        writer.failure(line, error)
+    stats = GenerationStats()
+    bar = tqdm(total=len(pending), desc="requests", unit="req", disable=not progress)
     try:
-        while generator.has_work:
-            for handle, result in generator.step():
-                line, i = handles.pop(handle)
-                line.results[i] = result
-                summary.completion_tokens += result.completion_tokens
-                if line.failed or len(line.results) < len(line.choices):
-                    continue
-                _finish(engine, line, writer)
-                elapsed = time.perf_counter() - started
-                bar.set_postfix(
-                    tok_s=f"{summary.completion_tokens / elapsed:.1f}", invalid=summary.invalid
-                )
-                bar.update(1)
+        bar.total -= len(refused_lines)
+        for group in groups:
+            _run_group(engine, group, writer, prefix_cache, stats, bar, started)
     finally:
         bar.close()
     summary.seconds = time.perf_counter() - started
     summary.grammar_hits = engine.compiler.hits - hits
     summary.grammar_misses = engine.compiler.misses - misses
-    stats = generator.stats
     summary.prompt_tokens = stats.prompt_tokens
     summary.prefix_hits, summary.prefix_tokens = stats.prefix_hits, stats.prefix_tokens
     return summary
+
+
+def _run_group(engine, group: _Group, writer: _Writer, prefix_cache, stats, bar, started):
+    """Submit a group's choices to a `Generator` of its own and run it to the end, writing each
+    line as it finishes (the generator and its KV cache are freed on return, before the next
+    group's are made)."""
+    summary = writer.summary
+    lines = list({id(line): line for line, _, _ in group.choices}.values())
+    failed = sum(line.failed for line in lines)
+    generator, handles = _submit(engine, group, writer, prefix_cache, stats)
+    bar.total -= sum(line.failed for line in lines) - failed  # refused at submit
+    bar.refresh()
+    while generator.has_work:
+        for handle, result in generator.step():
+            line, i = handles.pop(handle)
+            line.results[i] = result
+            summary.completion_tokens += result.completion_tokens
+            if line.failed or len(line.results) < len(line.choices):
+                continue
+            _finish(engine, line, writer)
+            elapsed = time.perf_counter() - started
+            bar.set_postfix(
+                tok_s=f"{summary.completion_tokens / elapsed:.1f}", invalid=summary.invalid
+            )
+            bar.update(1)
 
 
 def _prepare(
@@ -545,30 +567,103 @@ def _is_duplicate(custom_id, number: int, first: dict, writer: _Writer) -> bool:
     return True
 
 
-def _submit(
-    engine, pending: list[_Line], batch_size: int, writer: _Writer, prefix_cache: bool = True
-) -> tuple[Generator, dict[int, tuple[_Line, int]]]:
-    """Phase 2 set-up: a `Generator` whose KV cache holds the longest prompt plus `max_tokens`
-    among the pending lines (a choice without `max_tokens` may use the whole context), and every
-    pending line's choices submitted to it. A line whose submit raises (a budget too small for
-    its grammar, a prompt past the context: `corral.model.RequestError`) gets its error line.
-    Returns the generator and `{handle: (line, choice index)}`."""
-    context = engine.model.context_length
-    lengths = [
-        len(c.prompt_ids) + (c.max_tokens if c.max_tokens is not None else context)
-        for line in pending
-        for c in line.choices
+class CacheMemoryError(RequestError):
+    """A line's prompt plus `max_tokens` (absent: what the context leaves) need a KV cache slot
+    longer than the memory available can hold (its 400, for that line only)."""
+
+    param = "max_tokens"
+    code = "kv_cache_memory_exceeded"
+
+
+@dataclass
+class _Group:
+    """Choices run together by one `Generator` of `slots` slots of `max_len` tokens."""
+
+    max_len: int
+    slots: int
+    choices: list[tuple[_Line, int, GenerationRequest]] = field(default_factory=list)
+
+
+def _need(choice: GenerationRequest, context: int) -> int:
+    """The tokens a choice's slot may come to hold: its prompt plus `max_tokens`; without
+    `max_tokens`, the whole context (what the context leaves is the answer's). 1 for a choice
+    past the context, which `Generator.submit` refuses whatever the cache."""
+    prompt = len(choice.prompt_ids)
+    need = context if choice.max_tokens is None else prompt + choice.max_tokens
+    return need if prompt < context and need <= context else 1
+
+
+def _plan(engine, pending: list[_Line], batch_size: int) -> tuple[list[_Group], list]:
+    """The KV caches of the pending lines, grouped by need (docs/batch-memory.md): a first
+    group of the choices whose need fits `batch_size` slots in the memory available
+    (`corral.model.kv_cache.MEMORY_SHARE` of it), sized to the longest of them; a second of the
+    longer ones, at the longest of them, in the slots that fit (`Generator` lowers its slots
+    with a `CacheWarning`). Returns the groups (empty ones left out) and `(line,
+    CacheMemoryError)` for each line whose need does not fit even one slot."""
+    model = engine.model
+    context = model.context_length
+    items = [
+        (line, i, c, _need(c, context)) for line in pending for i, c in enumerate(line.choices)
     ]
-    max_len = max([1, *[n for n in lengths if n <= context]])
-    n_slots = max(1, min(batch_size, len(lengths)))
-    generator = Generator(engine.model, n_slots, max_len, prefix_cache=prefix_cache)
+    slots = max(1, min(batch_size, len(items)))
+    available = kv_cache.available_memory()
+    dtype = getattr(model, "kv_dtype", kv_cache.DEFAULT_DTYPE)
+    per_token = kv_cache.KVCache.bytes_needed(model.config, 1, 1, dtype)
+    budget = None if available is None else int(available * kv_cache.MEMORY_SHARE)
+    full = context if budget is None else budget // (per_token * slots)
+    one = context if budget is None else budget // per_token
+    short = [item for item in items if item[3] <= full]
+    long = [item for item in items if full < item[3] <= one]
+    refused_lines: dict[int, tuple[_Line, CacheMemoryError]] = {}
+    for line, _, choice, need in items:
+        if need > one and id(line) not in refused_lines:
+            prompt = len(choice.prompt_ids)
+            asked = (
+                "what the context leaves"
+                if choice.max_tokens is None
+                else f"max_tokens of {choice.max_tokens}"
+            )
+            fits = max(one - prompt, 0)
+            error = CacheMemoryError(
+                f"this line needs a KV cache slot of {need} tokens (its prompt of {prompt} plus "
+                f"{asked}), {kv_cache.format_bytes(need * per_token)}, more than the "
+                f"{kv_cache.format_bytes(budget)} allowed ({kv_cache.MEMORY_SHARE:.0%} of the "
+                f"{kv_cache.format_bytes(available)} available); a max_tokens of at most {fits} "
+                "fits"
+            )
+            refused_lines[id(line)] = (line, error)
+    groups = []
+    for part in (short, long):
+        kept = [item for item in part if id(item[0]) not in refused_lines]
+        if kept:
+            group = _Group(max(item[3] for item in kept), min(batch_size, len(kept)))
+            group.choices = [item[:3] for item in kept]
+            groups.append(group)
+    return groups, list(refused_lines.values())
+
+
+def _submit(
+    engine,
+    group: _Group,
+    writer: _Writer,
+    prefix_cache: bool = True,
+    stats: GenerationStats | None = None,
+) -> tuple[Generator, dict[int, tuple[_Line, int]]]:
+    """A group's set-up: a `Generator` of the group's slots and max_len, and every choice of
+    the group submitted to it. A line whose submit raises (a budget too small for its grammar, a
+    prompt past the context: `corral.model.RequestError`) gets its error line. Returns the
+    generator and `{handle: (line, choice index)}`."""
+    generator = Generator(
+        engine.model, group.slots, group.max_len, stats, prefix_cache=prefix_cache
+    )
     handles: dict[int, tuple[_Line, int]] = {}
-    for line in pending:
+    for line, i, choice in group.choices:
+        if line.failed:
+            continue  # its choices already submitted run, and are dropped
         try:
-            for i, choice in enumerate(line.choices):
-                handles[generator.submit(choice)] = (line, i)
+            handles[generator.submit(choice)] = (line, i)
         except Exception as error:  # any fault of one line is that line's error line
-            writer.failure(line, error)  # its choices already submitted run, and are dropped
+            writer.failure(line, error)
     return generator, handles
 
 

@@ -20,7 +20,7 @@ def hidden(model):
     cache = model.new_cache(6, 32)
     texts = ['{"name": "', "Hello", "[1, 2,", "The answer is", "<|im_start|>user\nhi", "a"]
     prompts = [model.tokenizer.encode(text) for text in texts]
-    last, _ = model._prefill(cache, list(range(6)), prompts, all_positions=False)
+    last, *_ = model._prefill(cache, list(range(6)), prompts, all_positions=False)
     return last
 
 

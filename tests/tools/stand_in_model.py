@@ -74,12 +74,16 @@ class StandInModel:
         logits[EOS] += self.eos_bias
         return logits
 
-    def prefill_batch(self, cache: _Cache, slots, sequences) -> np.ndarray:
+    def prefill_batch(self, cache: _Cache, slots, sequences, last=None) -> np.ndarray:
+        """As `Model.prefill_batch`: with `last`, each sequence's logits after each of its last
+        k tokens."""
         rows = []
-        for slot, ids in zip(slots, sequences, strict=True):
+        last = [1] * len(slots) if last is None else last
+        for slot, ids, k in zip(slots, sequences, last, strict=True):
             cache.history[slot] += [int(t) for t in ids]  # appended, as a prompt or a chunk
-            assert len(cache.history[slot]) <= cache.max_len
-            rows.append(self._logits(cache.history[slot]))
+            history = cache.history[slot]
+            assert len(history) <= cache.max_len and 1 <= k <= len(ids)
+            rows += [self._logits(history[: len(history) - k + 1 + j]) for j in range(k)]
         return np.stack(rows)
 
     def decode(self, cache: _Cache, slots, tokens) -> np.ndarray:

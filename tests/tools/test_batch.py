@@ -77,7 +77,6 @@ ASK = [{"role": "user", "content": "What is the weather and the time in Paris an
 
 def line(custom_id: str, **body) -> str:
     body.setdefault("messages", ASK)
-    body.setdefault("max_tokens", 80)
     request = {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions"}
     return json.dumps({**request, "body": body})
 
@@ -95,9 +94,17 @@ LINES = [
         temperature=0.8,
         seed=5,
     ),
-    line("auto", tools=[WEATHER, TIME], tool_choice="auto", temperature=0),
+    # free text may run to the context: these two hold max_tokens, the others leave it out as
+    # users do (their grammars bound them)
+    line("auto", tools=[WEATHER, TIME], tool_choice="auto", temperature=0, max_tokens=80),
     line("none", tools=[WEATHER], tool_choice="none", temperature=0, max_tokens=12),
-    line("json-object", response_format={"type": "json_object"}, temperature=0.7, seed=1),
+    line(
+        "json-object",
+        response_format={"type": "json_object"},
+        temperature=0.7,
+        seed=1,
+        max_tokens=80,
+    ),
     line(
         "json-schema",
         messages=[{"role": "user", "content": "Describe Ada Lovelace."}],
@@ -274,7 +281,6 @@ def test_same_request_same_output_alone_or_in_a_batch(engine, monkeypatch, kv_dt
 
 def quick_line(custom_id: str, **body) -> str:
     body.setdefault("messages", [{"role": "user", "content": "hi"}])
-    body.setdefault("max_tokens", 6)
     return json.dumps({"custom_id": custom_id, "body": body})
 
 

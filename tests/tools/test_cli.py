@@ -87,12 +87,11 @@ def test_generate_needs_an_input_or_a_quick_form(capsys):
 
 def request_line(custom_id: str, **body) -> str:
     body.setdefault("messages", [{"role": "user", "content": "hi"}])
-    body.setdefault("max_tokens", 6)
     return json.dumps({"custom_id": custom_id, "body": body}, ensure_ascii=False)
 
 
-def write_input(path: Path, ids=("a", "b", "c")) -> Path:
-    path.write_text("".join(request_line(i) + "\n" for i in ids), encoding="utf-8")
+def write_input(path: Path, ids=("a", "b", "c"), **body) -> Path:
+    path.write_text("".join(request_line(i, **body) + "\n" for i in ids), encoding="utf-8")
     return path
 
 
@@ -308,7 +307,8 @@ def test_quick_form_prints_each_answer_as_it_finishes_and_ctrl_c_says_what_was_k
 
 def test_batch_ctrl_c_says_how_many_lines_the_output_holds(tmp_path, stand_in, capsys):
     ids = [f"id{i}" for i in range(8)]
-    source = write_input(tmp_path / "in.jsonl", ids=ids)
+    # short answers, so that some lines end before the interrupt
+    source = write_input(tmp_path / "in.jsonl", ids=ids, max_tokens=6)
     output = tmp_path / "out.jsonl"
     stand_in.options = {"interrupt_after": 12}
     argv = ["generate", str(source), "-o", str(output), "--quiet", "--batch-size", "2"]

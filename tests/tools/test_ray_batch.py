@@ -15,7 +15,6 @@ from stand_in_model import StandInModel
 
 def quick_line(custom_id: str, **body) -> str:
     body.setdefault("messages", [{"role": "user", "content": custom_id}])
-    body.setdefault("max_tokens", 6)
     body.setdefault("seed", 7)
     return json.dumps({"custom_id": custom_id, "body": body})
 
