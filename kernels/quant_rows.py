@@ -17,9 +17,10 @@ float32 formulas as `kernels.quant`:
     Q8_0: total += scale * sum_j q_j x_j
 
 Each sum_j is one chain of fused multiply-adds over the block's columns in a fixed order, and
-the blocks are added in order, so a row's products are the same bit for bit whatever rows share
-its pass (batch invariance): a group of fewer rows keeps enough independent sums in flight
-(`CHAINS`) by taking several blocks of 16 output rows at once, never by splitting a row's sum.
+the blocks are added in order (fused multiply-adds too), so a row's products are the same bit
+for bit whatever rows share its pass (batch invariance): a group of fewer rows keeps enough
+independent sums in flight (`CHAINS`) by taking several blocks of 16 output rows at once, never
+by splitting a row's sum.
 
 The quants are read from `kernels.quant_int8`'s word tiles (`quant_int8.word_tiles`: per
 tile, block and 16 output rows, 64-byte words holding 4 consecutive bytes of each of the 16
@@ -98,11 +99,12 @@ def _make_block_product(nibbles: bool, group: int, span: int):
     (the second term for Q4_1 only, `nibbles`), the sum running over the block's 32 columns in
     float32 in one order whatever `group` and `span` (a chain of fused multiply-adds from 0,
     the columns as the words hold them: Q4_1's word w gives columns 4w, 4w + 16, 4w + 1, ...,
-    Q8_0's 4w .. 4w + 3), then multiplied and added without fusing: a row's results depend on
-    that row of x alone. Output rows 16 s .. 16 s + 15 have their quants at byte
-    w_start + s chunk of words (4 words of nibbles for Q4_1, 8 of bytes stored as q + 128 for
-    Q8_0), row i's block of x is at x[x_start + i x_stride], its block sum at
-    x_sums[xs_start + i xs_stride]. Flat offsets into C-contiguous arrays; nothing is
+    Q8_0's 4w .. 4w + 3), then added to the total by fused multiply-adds (the scale's, then the
+    minimum's): a row's results depend on that row of x alone, and a Q8_0 row's are
+    `kernels.quant.q8_0_chosen_rows`'s (the masked LM head). Output rows 16 s .. 16 s + 15
+    have their quants at byte w_start + s chunk of words (4 words of nibbles for Q4_1, 8 of
+    bytes stored as q + 128 for Q8_0), row i's block of x is at x[x_start + i x_stride], its
+    block sum at x_sums[xs_start + i xs_stride]. Flat offsets into C-contiguous arrays; nothing is
     bounds-checked (the caller's loops stay in range).
     """
     i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
@@ -261,11 +263,11 @@ def _make_block_product(nibbles: bool, group: int, span: int):
                         address = builder.gep(total_p, [at])
                         address = builder.bitcast(address, fvec.as_pointer())
                         value = builder.load(address, align=4, typ=fvec)
-                        value = builder.fadd(value, builder.fmul(scale, accs[i][v]))
+                        value = builder.call(fma, [scale, accs[i][v], value])
                         if nibbles:
                             where = offset(xs_start, xs_stride, i)
                             x_sum = splat(load(x_sums_p, where, f32, 4))
-                            value = builder.fadd(value, builder.fmul(minimum, x_sum))
+                            value = builder.call(fma, [minimum, x_sum, value])
                         builder.store(value, address, align=4)
 
             for first in range(0, vectors, per_pass):

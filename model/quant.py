@@ -84,10 +84,26 @@ def int8_kernel() -> str | None:
     return None
 
 
+BATCH_INVARIANT = True
+"""Whether a token's logits are the same bit for bit however its passes are made up on every
+CPU, not only with AMX's products: passes of every size take the blocks (`every_pass`), one row
+of x on float32 activations goes to `kernels.quant_rows` as a group of one (its sums in the
+order of every other group's, `kernels.quant_rows`), and attention sums in an order a token's
+position alone fixes (`llama.POSITIONAL_ATTENTION`). A seeded request then samples the same
+tokens alone or in any batch, after a prefix-cache hit or a `--resume` or not, with jump-forward
+chunks or token by token (tests/model/test_compositions.py). False: prompts of more than
+`QUANTIZED_MAX_ROWS` tokens go to float32 BLAS GEMMs and `llama.attend_prompt`, one row to the
+one-row kernels of `kernels.quant`, and a token's logits differ by float32 rounding (about
+3e-5) between passes of different sizes, which can change a sampled token on a near-tie. The
+cost is in bench/model.py (the float32-activation rows with it on and off). Without blocks
+(`load_model(weights="float32")`) every product is a BLAS GEMM whatever this says."""
+
+
 def every_pass() -> bool:
     """Whether passes of every size take the blocks (`llama.linear`, `llama.lm_head`), not only
-    those of at most `QUANTIZED_MAX_ROWS` rows: when the AMX kernel serves (`int8_kernel`)."""
-    return int8_kernel() == "amx"
+    those of at most `QUANTIZED_MAX_ROWS` rows: when the AMX kernel serves (`int8_kernel`) or
+    under `BATCH_INVARIANT`."""
+    return int8_kernel() == "amx" or BATCH_INVARIANT
 
 
 ONE_ROW_Q4_1_IN_REGISTERS = not vector_width.has_avx512()
@@ -260,7 +276,8 @@ class TiledMatrix:
         AVX-512 VNNI (`kernels.quant_int8.int8_matmul`: ggml's Q8_1, then the Q8_1 of what it
         leaves over, `parts` parts). Otherwise x stays float32: one row goes to the one-row
         kernels (`kernels.quant`, which stream the weights from memory; a Q4_1 matrix's row
-        to `quant_rows` where `ONE_ROW_Q4_1_IN_REGISTERS`), several rows to
+        to `quant_rows` where `ONE_ROW_Q4_1_IN_REGISTERS`, any row under `BATCH_INVARIANT`),
+        several rows to
         `kernels.quant_rows.float_matmul` (each weight unpacked once for a group of up to 16
         rows).
 
@@ -281,7 +298,7 @@ class TiledMatrix:
         if kernel == "vnni":
             out = np.empty((rows, self.n_out), np.float32)
             return quant_int8.int8_matmul(x, parts, self.scales, coefs, self.words, out)
-        if rows > 1 or (ONE_ROW_Q4_1_IN_REGISTERS and self.kind == "Q4_1"):
+        if rows > 1 or BATCH_INVARIANT or (ONE_ROW_Q4_1_IN_REGISTERS and self.kind == "Q4_1"):
             out = np.empty((rows, self.n_out), np.float32)
             return quant_rows.float_matmul(x, self.scales, coefs, self.words, out)
         n_tiles, _, tile = self.scales.shape

@@ -89,6 +89,7 @@ def test_one_row_goes_where_one_row_q4_1_in_registers_says_and_equals_numpy(
     # both switches on every machine: a Q4_1 row goes to float_matmul when the switch is on
     # (CPUs without AVX-512), every other row to the one-row kernels of kernels.quant
     monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", False)  # float32 activations
+    monkeypatch.setattr(model_quant, "BATCH_INVARIANT", False)  # under it, float_matmul always
     monkeypatch.setattr(model_quant, "ONE_ROW_Q4_1_IN_REGISTERS", in_registers)
     rng = np.random.default_rng(13)
     matrix = BlockMatrix.from_blocks(kind, random_blocks(rng, kind, quant.MAX_TILE + 70, 96))
@@ -106,6 +107,16 @@ def test_one_row_goes_where_one_row_q4_1_in_registers_says_and_equals_numpy(
         else:
             quant.q8_0_matmul(x, tiled.scales, tiled.quants, out)
         np.testing.assert_array_equal(got, out[:, : tiled.n_out])
+
+
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
+def test_under_batch_invariance_one_row_goes_to_float_matmul(monkeypatch, kind):
+    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", False)  # float32 activations
+    monkeypatch.setattr(model_quant, "BATCH_INVARIANT", True)
+    rng = np.random.default_rng(14)
+    matrix = BlockMatrix.from_blocks(kind, random_blocks(rng, kind, quant.MAX_TILE + 70, 96))
+    x = rng.standard_normal((5, 96)).astype(np.float32)
+    np.testing.assert_array_equal(matrix.tiled().matmul(x[2:3]), float_product(matrix, x)[2:3])
 
 
 def test_activations_not_c_contiguous_are_refused():
