@@ -109,8 +109,24 @@ def test_one_row_goes_where_one_row_q4_1_in_registers_says_and_equals_numpy(
         np.testing.assert_array_equal(got, out[:, : tiled.n_out])
 
 
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n_out=st.integers(1, 1100), blocks=st.integers(1, 20))
+def test_the_one_row_q8_0_kernel_gives_a_row_of_float_matmul_bit_for_bit(seed, n_out, blocks):
+    # one row of a Q8_0 matrix (the LM head at batch 1) stays with q8_0_matmul, which prefetches
+    # what it streams, under BATCH_INVARIANT too: its sums are float_matmul's in any group
+    rng = np.random.default_rng(seed)
+    k = 32 * blocks
+    tiled = BlockMatrix.from_blocks("Q8_0", random_blocks(rng, "Q8_0", n_out, k)).tiled()
+    x = (rng.standard_normal((5, k)) * rng.uniform(0.01, 100)).astype(np.float32)
+    out = np.empty((1, tiled.scales.shape[0] * tiled.scales.shape[2]), np.float32)
+    quant.q8_0_matmul(x[3:4], tiled.scales, tiled.quants, out)
+    together = quant_rows.float_matmul(x, tiled.scales, tiled.scales, tiled.words,
+                                       np.empty((5, n_out), np.float32))  # fmt: skip
+    assert np.array_equal(out[0, :n_out], together[3])
+
+
 @pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
-def test_under_batch_invariance_one_row_goes_to_float_matmul(monkeypatch, kind):
+def test_under_batch_invariance_one_row_gives_its_row_of_float_matmul(monkeypatch, kind):
     monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", False)  # float32 activations
     monkeypatch.setattr(model_quant, "BATCH_INVARIANT", True)
     rng = np.random.default_rng(14)
