@@ -196,15 +196,15 @@ def project_qkv(
 
 
 POSITIONAL_ATTENTION: bool | None = None
-"""Whether every prefill pass is attended by the ragged kernel, its segments cut into pieces of
-at most `SHORT_SEGMENT` tokens (`plan_prefill`); otherwise long segments (prompts) go to
+"""Whether every prefill pass is attended by the ragged kernel, its segments cut into pieces of at
+most `SHORT_SEGMENT` tokens (`plan_prefill`); otherwise long segments (prompts) go to
 `attend_prompt`. None (the default): where every pass takes the blocks (`quant.every_pass`: on
-AMX, and under `quant.BATCH_INVARIANT`), whose products of a row are the same in any pass. With head width 64 the ragged
-kernel sums a row's scores and values in an order its position alone fixes
-(`kernels.attention`), so a token attends alike in a prompt prefilled whole, in pieces, token
-by token or in any batch: with the blocks' products, the same bit for bit for a row in any
-pass, its logits are the same bit for bit (tests/model/test_compositions.py). `attend_prompt`'s GEMMs
-sum in orders that depend on the block's shape (float32 rounding apart, about 3e-5 in the
+AMX, and under `quant.BATCH_INVARIANT`), whose products of a row are the same in any pass. With
+head width 64 the ragged kernel sums a row's scores and values in an order its position alone
+fixes (`kernels.attention`), so a token attends alike in a prompt prefilled whole, in pieces,
+token by token or in any batch: with the blocks' products, the same bit for bit for a row in any
+pass, its logits are the same bit for bit (tests/model/test_compositions.py). `attend_prompt`'s
+GEMMs sum in orders that depend on the block's shape (float32 rounding apart, about 3e-5 in the
 logits on float32 activations, magnified to about 2e-3 by int8 ones)."""
 
 SHORT_SEGMENT = 32
@@ -249,10 +249,10 @@ class PrefillPlan:
 def plan_prefill(segments: list[tuple[int, int, int]]) -> PrefillPlan:
     """Plan a prefill pass.  segments [(slot, start, n)] in token order -> `PrefillPlan`
 
-    Under `POSITIONAL_ATTENTION` (by default: where `quant.every_pass`) every segment is cut into pieces of at
-    most `SHORT_SEGMENT` tokens (each a valid segment: its rows see the cache up to their own
-    positions, written before attention), all for the ragged kernel, which then has many tasks
-    for its threads."""
+    Under `POSITIONAL_ATTENTION` (by default: where `quant.every_pass`) every segment is cut into
+    pieces of at most `SHORT_SEGMENT` tokens (each a valid segment: its rows see the cache up to
+    their own positions, written before attention), all for the ragged kernel, which then has many
+    tasks for its threads."""
     table = np.array(segments, np.int64).reshape(-1, 3)  # [M, 3]: slot, start, n
     sizes = table[:, 2]
     first = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
