@@ -47,7 +47,8 @@ rather than computing on x in float32 (`kernels.quant` and `kernels.quant_rows`)
   Intel Xeon from Sapphire Rapids on), for passes of every size, the prompts' included
   (`every_pass`); float32 elsewhere.
 - True: the same, and where there is no AMX int8 on AVX-512 VNNI (`kernels.quant_int8`, where
-  `available()`) for passes of at most `QUANTIZED_MAX_ROWS` rows.
+  `available()`) for passes of at most `QUANTIZED_MAX_ROWS` rows, of every size under
+  `BATCH_INVARIANT` (the default).
 - False: float32 activations, the path whose logits are within 1e-3 of the float32 weights'
   (tests/model/test_reference.py).
 
@@ -57,11 +58,12 @@ row's products are the same bit for bit whatever rows share its pass (`kernels.q
 attention sums in an order its positions alone fix (`llama.POSITIONAL_ATTENTION`), so a
 token's logits are the same bit for bit however its passes are made up: a prompt prefilled
 whole or after a prefix-cache hit, alone or in a batch, a jump-forward chunk or token by token
-(tests/model/test_compositions.py). On float32 activations they agree to about 3e-5 (the
-products of a 3-row and a 4-row pass round differently), and int8 would magnify that: rounding
-to int8 moves where float32 rounding crosses a quantization step, to about 2e-3, enough to
-change sampled tokens. So the VNNI kernel, which serves small passes only (larger ones go to
-float32 GEMMs), is not the default."""
+(tests/model/test_compositions.py). So they are under `BATCH_INVARIANT` on float32
+activations and on VNNI (whose integer sums are exact, and whose float operations on them are a
+row's own). Without it, passes of different sizes agree to about 3e-5 on float32 activations,
+and int8 would magnify that: rounding to int8 moves where float32 rounding crosses a
+quantization step, to about 2e-3, enough to change sampled tokens. The VNNI kernel stays
+opt-in: quantized activations are a further approximation of the float32 path."""
 
 
 def int8_kernel() -> str | None:
