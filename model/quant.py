@@ -88,19 +88,17 @@ def int8_kernel() -> str | None:
 
 BATCH_INVARIANT = True
 """Whether a token's logits are the same bit for bit however its passes are made up on every
-CPU, not only with AMX's products: passes of every size take the blocks (`every_pass`), one row
-of x on float32 activations times a Q4_1 matrix goes to `kernels.quant_rows` as a group of one
-(its sums in the order of every other group's), and attention sums in an order a token's
-position alone fixes (`llama.POSITIONAL_ATTENTION`). One row times a Q8_0 matrix (the LM head)
-stays with `kernels.quant.q8_0_matmul`, which sums as `quant_rows` does and prefetches the
-32 MB it streams (through `quant_rows` it took 4 times as long). A seeded request then samples
-the same tokens alone or in any batch, after a prefix-cache hit or a `--resume` or not, with
+CPU, not only with AMX's products: passes of every size take the blocks (`every_pass`), whose
+kernels sum a row in one order whatever rows share its pass (`kernels.quant_rows`, and the
+one-row kernels of `kernels.quant` in the same order), and attention sums in an order a token's
+position alone fixes (`llama.POSITIONAL_ATTENTION`). A seeded request then samples the same
+tokens alone or in any batch, after a prefix-cache hit or a `--resume` or not, with
 jump-forward chunks or token by token (tests/model/test_compositions.py). False: prompts of
-more than `QUANTIZED_MAX_ROWS` tokens go to float32 BLAS GEMMs and `llama.attend_prompt`, one
-row to the one-row kernels of `kernels.quant`, and a token's logits differ by float32 rounding
-(about 3e-5) between passes of different sizes, which can change a sampled token on a near-tie.
-The cost is in bench/model.py (the float32-activation rows with it on and off). Without blocks
-(`load_model(weights="float32")`) every product is a BLAS GEMM whatever this says."""
+more than `QUANTIZED_MAX_ROWS` tokens go to float32 BLAS GEMMs and `llama.attend_prompt`, and a
+token's logits differ by float32 rounding (about 3e-5) between passes of different sizes, which
+can change a sampled token on a near-tie. The cost is in bench/model.py (the float32-activation
+rows with it on and off). Without blocks (`load_model(weights="float32")`) every product is a
+BLAS GEMM whatever this says."""
 
 
 def every_pass() -> bool:
@@ -280,8 +278,8 @@ class TiledMatrix:
         AVX-512 VNNI (`kernels.quant_int8.int8_matmul`: ggml's Q8_1, then the Q8_1 of what it
         leaves over, `parts` parts). Otherwise x stays float32: one row goes to the one-row
         kernels (`kernels.quant`, which stream the weights from memory; a Q4_1 matrix's row
-        to `quant_rows` under `BATCH_INVARIANT` or `ONE_ROW_Q4_1_IN_REGISTERS`: a Q8_0 row's
-        sums are `quant_rows`' in either, bit for bit), several rows to
+        to `quant_rows` where `ONE_ROW_Q4_1_IN_REGISTERS`: the sums are the same bit for bit
+        in either), several rows to
         `kernels.quant_rows.float_matmul` (each weight unpacked once for a group of up to 16
         rows).
 
@@ -302,8 +300,7 @@ class TiledMatrix:
         if kernel == "vnni":
             out = np.empty((rows, self.n_out), np.float32)
             return quant_int8.int8_matmul(x, parts, self.scales, coefs, self.words, out)
-        in_registers = BATCH_INVARIANT or ONE_ROW_Q4_1_IN_REGISTERS
-        if rows > 1 or (in_registers and self.kind == "Q4_1"):
+        if rows > 1 or (ONE_ROW_Q4_1_IN_REGISTERS and self.kind == "Q4_1"):
             out = np.empty((rows, self.n_out), np.float32)
             return quant_rows.float_matmul(x, self.scales, coefs, self.words, out)
         n_tiles, _, tile = self.scales.shape

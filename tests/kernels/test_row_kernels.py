@@ -89,7 +89,6 @@ def test_one_row_goes_where_one_row_q4_1_in_registers_says_and_equals_numpy(
     # both switches on every machine: a Q4_1 row goes to float_matmul when the switch is on
     # (CPUs without AVX-512), every other row to the one-row kernels of kernels.quant
     monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", False)  # float32 activations
-    monkeypatch.setattr(model_quant, "BATCH_INVARIANT", False)  # under it, float_matmul always
     monkeypatch.setattr(model_quant, "ONE_ROW_Q4_1_IN_REGISTERS", in_registers)
     rng = np.random.default_rng(13)
     matrix = BlockMatrix.from_blocks(kind, random_blocks(rng, kind, quant.MAX_TILE + 70, 96))
@@ -110,17 +109,27 @@ def test_one_row_goes_where_one_row_q4_1_in_registers_says_and_equals_numpy(
 
 
 @settings(max_examples=30, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), n_out=st.integers(1, 1100), blocks=st.integers(1, 20))
-def test_the_one_row_q8_0_kernel_gives_a_row_of_float_matmul_bit_for_bit(seed, n_out, blocks):
-    # one row of a Q8_0 matrix (the LM head at batch 1) stays with q8_0_matmul, which prefetches
-    # what it streams, under BATCH_INVARIANT too: its sums are float_matmul's in any group
+@given(
+    kind=st.sampled_from(["Q4_1", "Q8_0"]),
+    seed=st.integers(0, 2**32 - 1),
+    n_out=st.integers(1, 1100),
+    blocks=st.integers(1, 20),
+)
+def test_the_one_row_kernels_give_a_row_of_float_matmul_bit_for_bit(kind, seed, n_out, blocks):
+    # one row (decode at batch 1) stays with the one-row kernels, which prefetch what they
+    # stream, under BATCH_INVARIANT too: their sums are float_matmul's in any group
     rng = np.random.default_rng(seed)
     k = 32 * blocks
-    tiled = BlockMatrix.from_blocks("Q8_0", random_blocks(rng, "Q8_0", n_out, k)).tiled()
+    tiled = BlockMatrix.from_blocks(kind, random_blocks(rng, kind, n_out, k)).tiled()
     x = (rng.standard_normal((5, k)) * rng.uniform(0.01, 100)).astype(np.float32)
     out = np.empty((1, tiled.scales.shape[0] * tiled.scales.shape[2]), np.float32)
-    quant.q8_0_matmul(x[3:4], tiled.scales, tiled.quants, out)
-    together = quant_rows.float_matmul(x, tiled.scales, tiled.scales, tiled.words,
+    if kind == "Q4_1":
+        sums = quant.block_sums(x[3:4])
+        quant.q4_1_matmul(x[3:4], sums, tiled.scales, tiled.minimums, tiled.quants, out)
+    else:
+        quant.q8_0_matmul(x[3:4], tiled.scales, tiled.quants, out)
+    coefs = tiled.minimums if kind == "Q4_1" else tiled.scales
+    together = quant_rows.float_matmul(x, tiled.scales, coefs, tiled.words,
                                        np.empty((5, n_out), np.float32))  # fmt: skip
     assert np.array_equal(out[0, :n_out], together[3])
 
