@@ -112,6 +112,7 @@ def test_in_a_batch_a_prompt_gives_its_logits_alone(model, ids, others, whole):
     np.testing.assert_array_equal(logits[1], whole)
 
 
+@pytest.mark.slow
 @settings(max_examples=10, deadline=None)
 @given(data=st.data())
 def test_any_composition_of_passes_gives_the_logits_of_the_prompt_whole(
