@@ -7,21 +7,22 @@ asserted.
 Prints, in one run:
   - the machine: memory bandwidth as BLAS reads it (a 1 GiB float32 matrix-vector product) and
     the float32 GEMM rate (a 2048 x 2048 x 2048 product), with the same thread count;
-  - corral, three times: the default model decoding from its GGUF's Q4_1/Q8_0 blocks with its
-    activations quantized to int8 (`quant.INT8_ACTIVATIONS = True`: on AMX tiles, for passes
-    of every size, with positional attention, where the CPU has AMX, the default there; else
-    on AVX-512 VNNI for passes of at most `QUANTIZED_MAX_ROWS` tokens, larger ones on float32
-    GEMMs) over the default KV cache (`kv_cache.DEFAULT_DTYPE`: float16 on AMX), with float32
-    activations over a float32 cache (the default without AMX; blocks up to
-    `QUANTIZED_MAX_ROWS` tokens, prompts' attention in BLAS GEMMs), and the float32 reference
-    path (`weights="float32"`, `kv_dtype=np.float32`); the label says which int8 kernel and
-    stars the default:
+  - corral, four times: the default model decoding from its GGUF's Q4_1/Q8_0 blocks with its
+    activations quantized to int8 (`quant.INT8_ACTIVATIONS = True`: on AMX tiles where the CPU
+    has AMX, the default there; else on AVX-512 VNNI), for passes of every size with positional
+    attention, over the default KV cache (`kv_cache.DEFAULT_DTYPE`: float16 on AMX); with
+    float32 activations over a float32 cache, batch-invariant (`quant.BATCH_INVARIANT`, the
+    default without AMX: blocks for passes of every size, positional attention) and not
+    ("variant": blocks up to `QUANTIZED_MAX_ROWS` tokens, prompts on float32 BLAS GEMMs and
+    their attention in BLAS GEMMs, one row on `kernels.quant`'s one-row kernels: what the
+    switch costs); and the float32 reference path (`weights="float32"`, `kv_dtype=np.float32`);
+    the label says which int8 kernel and stars the default:
     prefill tokens/s for a 256-token prompt; decode tokens/s at batch 1, 8, 32 and 64 (every
     sequence holding a 256-token context, so attention is part of the cost);
   - bytes read per token at batch 1 and the share of the measured bandwidth they reach; the
     share of the GEMM rate reached at batch 32 and 64;
-  - decode tokens/s at batch 1 to 64 with the blocks forced on and off, float32 activations, to
-    place `llama.QUANTIZED_MAX_ROWS`;
+  - decode tokens/s at batch 1 to 64 with the blocks forced on and off, float32 activations
+    without batch invariance, to place `llama.QUANTIZED_MAX_ROWS`;
   - prefill and decode tokens/s (batch 1 to 64) of the default model under the PASSIVE policy
     alone and under a few libgomp spin counts (`SPIN_COUNTS`, child
     processes, taking turns): how long Numba's idle worker thread should poll between parallel
@@ -240,15 +241,29 @@ def int8_label() -> str:
     with activations(True):
         kernel = quant.int8_kernel()
     kind = {"amx": "AMX", "vnni": "VNNI"}.get(kernel, "none: float32")
-    return f"corral (Q4_1, int8 x {kind}){' *' if quant.every_pass() else ''}"
+    return f"corral (Q4_1, int8 x {kind}){' *' if quant.int8_kernel() == 'amx' else ''}"
 
 
-def float32_label() -> str:
-    """The float32-activation row's name (float32 KV cache too), starred when it is the
-    default (no AMX here)."""
+def float32_label(invariant: bool) -> str:
+    """The float32-activation row's name (float32 KV cache too) with `quant.BATCH_INVARIANT`
+    on or off, starred when it is the default (no AMX here, the switch as it stands)."""
     from corral.model import quant
 
-    return f"corral (Q4_1, float32 x){'' if quant.every_pass() else ' *'}"
+    default = quant.int8_kernel() is None and invariant == quant.BATCH_INVARIANT
+    return f"corral (Q4_1, float32 x{'' if invariant else ', variant'}){' *' if default else ''}"
+
+
+@contextlib.contextmanager
+def batch_invariant(on: bool):
+    """`quant.BATCH_INVARIANT` set to `on` inside the block."""
+    from corral.model import quant
+
+    saved = quant.BATCH_INVARIANT
+    quant.BATCH_INVARIANT = on
+    try:
+        yield
+    finally:
+        quant.BATCH_INVARIANT = saved
 
 
 def matrix_speeds(model, batches: list[int], repeat: int) -> dict[tuple[int, str], dict]:
@@ -495,22 +510,24 @@ def main() -> None:
         quantized = load_model(progress=False)
         from corral.model.kv_cache import DEFAULT_DTYPE
 
-        models = {  # name: (model, int8 activations, KV cache dtype)
-            int8_label(): (quantized, True, DEFAULT_DTYPE),
-            float32_label(): (quantized, False, np.float32),  # the default without AMX
+        models = {  # name: (model, int8 activations, KV cache dtype, batch-invariant)
+            int8_label(): (quantized, True, DEFAULT_DTYPE, True),
+            float32_label(True): (quantized, False, np.float32, True),  # the default without AMX
+            float32_label(False): (quantized, False, np.float32, False),
             "corral (NumPy float32)": (  # the reference path: float32 weights and KV cache
                 load_model(progress=False, weights="float32", kv_dtype=np.float32),
                 False,
                 np.float32,
+                False,
             ),
         }
         table, breakdowns = {}, {}
-        for name, (model, int8, kv_dtype) in models.items():
+        for name, (model, int8, kv_dtype, invariant) in models.items():
             model.kv_dtype = kv_dtype
-            with activations(int8):
+            with activations(int8), batch_invariant(invariant):
                 table[name] = corral_speeds(model, batches, steps, args.quick)
                 breakdowns[name] = {b: step_breakdown(model, b, steps) for b in batches}
-        with activations(False):
+        with activations(False), batch_invariant(False):  # where the blocks stop without it
             switch = crossover(
                 quantized, [1, 2, 4] if args.quick else [1, 2, 4, 8, 16, 32, 64], steps
             )
@@ -535,7 +552,7 @@ def main() -> None:
         print(f"{name:32s}{cells}")
 
     print("\nbatch 1: bytes read per token and the share of the measured bandwidth")
-    for name, (model, _, kv_dtype) in models.items():
+    for name, (model, _, kv_dtype, _) in models.items():
         model.kv_dtype = kv_dtype
         read = bytes_per_token(model)
         mb = read["weights"] + read["kv"]

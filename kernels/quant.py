@@ -98,7 +98,10 @@ def block_sums(x):  # pragma: no cover - compiled
 @numba.njit(cache=True, parallel=True, fastmath=_FASTMATH)
 def q4_1_matmul(x, x_block_sums, scales, minimums, quants, out):  # pragma: no cover - compiled
     """out = x W^T for W in tiled Q4_1 blocks.  O(B n_out k) flops; each tile's quants are read
-    once from memory, from L2 for the B rows of x after the first.
+    once from memory, from L2 for the B rows of x after the first. Each output's sums run in
+    `kernels.quant_rows`' order (a fused multiply-add a weight, columns j and j + 16 in turn,
+    then the scale's and the minimum's), so a row's results equal its row of
+    `quant_rows.float_matmul` bit for bit, as `q8_0_matmul`'s do.
 
     x float32 [B, k]; x_block_sums float32 [B, k/32] (`block_sums(x)`); scales, minimums
     float32 [n_tiles, k/32, tile]; quants uint8 [n_tiles, k/2, tile];
@@ -122,15 +125,17 @@ def q4_1_matmul(x, x_block_sums, scales, minimums, quants, out):  # pragma: no c
                     x_low = x[b, block * BLOCK + j]
                     x_high = x[b, block * BLOCK + half + j]
                     column = quants[t, block * half + j]  # [tile]
-                    for r in range(tile):
+                    for r in range(tile):  # column j, then j + 16: `quant_rows`' order
                         byte = column[r]
                         low = np.float32(np.uint8(byte & np.uint8(15)))
                         high = np.float32(np.uint8(byte >> np.uint8(4)))
-                        partial[r] += low * x_low + high * x_high
+                        partial[r] += low * x_low
+                        partial[r] += high * x_high
                 scale, minimum = scales[t, block], minimums[t, block]
                 x_sum = x_block_sums[b, block]
                 for r in range(tile):
-                    total[r] += scale[r] * partial[r] + minimum[r] * x_sum
+                    total[r] += scale[r] * partial[r]
+                    total[r] += minimum[r] * x_sum
             out[b, t * tile : (t + 1) * tile] = total
     return out
 

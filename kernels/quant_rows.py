@@ -16,6 +16,12 @@ float32 formulas as `kernels.quant`:
     Q4_1: total += scale * sum_j q_j x_j + minimum * sum_j x_j
     Q8_0: total += scale * sum_j q_j x_j
 
+Each sum_j is one chain of fused multiply-adds over the block's columns in a fixed order, and
+the blocks are added in order (fused multiply-adds too), so a row's products are the same bit
+for bit whatever rows share its pass (batch invariance): a group of fewer rows keeps enough
+independent sums in flight (`CHAINS`) by taking several blocks of 16 output rows at once, never
+by splitting a row's sum.
+
 The quants are read from `kernels.quant_int8`'s word tiles (`quant_int8.word_tiles`: per
 tile, block and 16 output rows, 64-byte words holding 4 consecutive bytes of each of the 16
 rows, Q8_0 stored as q + 128), whose byte b of every int32 lane is column 4 w + b of word w.
@@ -45,16 +51,22 @@ WORDS_PER_TURN = 2
 multiply-adds) in over a minute."""
 
 LANES = 16
-"""Output rows one call serves (16 float32 lanes of a 512-bit vector)."""
+"""Output rows of one block of word tiles (16 float32 lanes of a 512-bit vector)."""
 
 GROUPS = (1, 2, 4, 8, 16)
 """The rows of x one intrinsic call takes (each a power of 2, the last the largest): 16 sums
 and 2 unpacked columns fill 18 of the 32 vector registers of AVX-512."""
 
+CHAINS = 8
+"""Independent sums an intrinsic call keeps in flight (an fma's latency is 4 cycles, two issue
+a cycle): a group of G rows of x takes `CHAINS / G` blocks of 16 output rows side by side
+(`spans`), each row and output row one sum, so that a row's sums are the same whatever group it
+is in."""
+
 WIDTH = LANES if has_avx512() else LANES // 2
 """Lanes of the vectors an intrinsic computes in: without AVX-512 a 16-lane vector takes two of
 the 16 256-bit registers and a group's sums spill to memory at every multiply-add, so there the
-16 output rows of a call are taken in two passes of 8 lanes (the same operations in each lane,
+16 output rows of a block are taken in two passes of 8 lanes (the same operations in each lane,
 so the same results bit for bit)."""
 
 LARGEST_GROUP = 16 if has_avx512() else 8
@@ -62,37 +74,52 @@ LARGEST_GROUP = 16 if has_avx512() else 8
 of `WIDTH` lanes) fit AVX2's 16 registers. On a 2-core AMD EPYC with AVX2 only (Zen 3) the LM
 head (Q8_0, 49,152 x 576) took 28.6 ms for 16 rows in one group of 16 lanes, 52.5 ms for 32;
 in groups of 8 and two passes of 8 lanes, 10.1 and 19.7 ms; in groups of 16 and 8 lanes, 33.5
-ms for 32 (bench/results/2026-12-02-s12/README.md). A row keeps the same sums in a group of 8 as
-of 16 (one each: `splits`), so the results do not depend on it."""
+ms for 32 (bench/results/2026-12-02-s12/README.md). A row's sums do not depend on its group."""
 
 
-def _make_block_product(nibbles: bool, group: int):
-    """An intrinsic adding one block of 16 weight rows times `group` rows of x to float totals:
+def spans(group: int) -> tuple[int, ...]:
+    """The numbers of blocks of 16 output rows an intrinsic call for `group` rows of x takes
+    side by side, largest first (powers of 2 down to 1, the largest `CHAINS / group`)."""
+    largest = max(1, CHAINS // group)
+    return tuple(1 << i for i in reversed(range(largest.bit_length())))
 
-        block_product(words, w_start, x, x_start, x_stride, x_sums, xs_start, xs_stride,
-                      scales, minimums, sc_start, total, total_start, total_stride)
 
-    adds, for row i < group of x and lane r < 16,
+def _make_block_product(nibbles: bool, group: int, span: int):
+    """An intrinsic adding one block of `span` x 16 weight rows times `group` rows of x to
+    float totals:
+
+        block_product(words, w_start, chunk, x, x_start, x_stride, x_sums, xs_start,
+                      xs_stride, scales, minimums, sc_start, total, total_start, total_stride)
+
+    adds, for row i < group of x and lane r < 16 span,
 
         total[total_start + i total_stride + r] += scales[sc_start + r] sum_j(q[r, j] x[i, j])
                                                    + minimums[sc_start + r] x_sums[i]
 
     (the second term for Q4_1 only, `nibbles`), the sum running over the block's 32 columns in
-    float32: the 16 rows' quants start at byte w_start of words (4 words of nibbles for Q4_1,
-    8 of bytes stored as q + 128 for Q8_0), row i's block of x at x[x_start + i x_stride], its
-    block sum at x_sums[xs_start + i xs_stride]. Flat offsets into C-contiguous arrays; nothing
-    is bounds-checked (the caller's loops stay in range).
+    float32 in one order whatever `group` and `span` (a chain of fused multiply-adds from 0,
+    the columns as the words hold them: Q4_1's word w gives columns 4w, 4w + 16, 4w + 1, ...,
+    Q8_0's 4w .. 4w + 3), then added to the total by fused multiply-adds (the scale's, then the
+    minimum's): a row's results depend on that row of x alone, and a Q8_0 row's are
+    `kernels.quant.q8_0_chosen_rows`'s (the masked LM head). Output rows 16 s .. 16 s + 15
+    have their quants at byte w_start + s chunk of words (4 words of nibbles for Q4_1, 8 of
+    bytes stored as q + 128 for Q8_0), row i's block of x is at x[x_start + i x_stride], its
+    block sum at x_sums[xs_start + i xs_stride]. Flat offsets into C-contiguous arrays; nothing is
+    bounds-checked (the caller's loops stay in range).
     """
     i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
     vec, fvec = ir.VectorType(i32, WIDTH), ir.VectorType(f32, WIDTH)
     n_words = BLOCK // 8 if nibbles else BLOCK // 4
-    splits = max(1, 8 // group)  # independent sums a row: an fma's latency is 4 cycles
+    per_block = LANES // WIDTH  # vectors of one block of 16 output rows
+    vectors = span * per_block
+    per_pass = max(1, min(vectors, CHAINS // group))  # vectors one loop over the words takes
 
     @intrinsic
     def block_product(
         typingctx,
         words,
         w_start,
+        chunk,
         x,
         x_start,
         x_stride,
@@ -116,6 +143,7 @@ def _make_block_product(nibbles: bool, group: int):
         sig = types.void(
             words,
             w_start,
+            chunk,
             x,
             x_start,
             x_stride,
@@ -150,10 +178,11 @@ def _make_block_product(nibbles: bool, group: int):
             def lanes(value):  # an int32 constant in every lane
                 return vec([value] * WIDTH)
 
-            words_p, x_p, x_sums_p = pointer(0, ir.IntType(8)), pointer(2, f32), pointer(5, f32)
-            scales_p, minimums_p, total_p = pointer(8, f32), pointer(9, f32), pointer(11, f32)
-            w_start, x_start, x_stride, xs_start, xs_stride = (args[i] for i in (1, 3, 4, 6, 7))
-            sc_start, total_start, total_stride = args[10], args[12], args[13]
+            words_p, x_p, x_sums_p = pointer(0, ir.IntType(8)), pointer(3, f32), pointer(6, f32)
+            scales_p, minimums_p, total_p = pointer(9, f32), pointer(10, f32), pointer(12, f32)
+            w_start, chunk, x_start, x_stride = args[1], args[2], args[4], args[5]
+            xs_start, xs_stride, sc_start = args[7], args[8], args[11]
+            total_start, total_stride = args[13], args[14]
             x_rows = [
                 builder.gep(x_p, [offset(x_start, x_stride, i)]) for i in range(group)
             ]  # row i's block of x
@@ -161,9 +190,38 @@ def _make_block_product(nibbles: bool, group: int):
                 builder.module, ir.FunctionType(fvec, [fvec] * 3), f"llvm.fma.v{WIDTH}f32"
             )
 
-            def block_part(part):  # output rows part WIDTH .. (part + 1) WIDTH - 1
+            def vector_start(v):  # the byte of vector v's first word: its block, then its lanes
+                block = builder.mul(chunk, i64(v // per_block))
+                return builder.add(builder.add(w_start, block), i64(4 * WIDTH * (v % per_block)))
+
+            def unpack(word):  # int32 vectors of a word's columns' quants, in `columns`' order
+                quants = []
+                if nibbles:  # byte b: low nibble column 4 word + b, high nibble 16 more
+                    for b in range(4):
+                        low = builder.lshr(word, lanes(8 * b)) if b else word
+                        quants.append(builder.and_(low, lanes(15)))
+                        high = builder.lshr(word, lanes(8 * b + 4))
+                        quants.append(builder.and_(high, lanes(15)) if b < 3 else high)
+                else:  # byte b holds q + 128: flip the sign bit back, then sign-extend
+                    signed = builder.xor(word, lanes(-0x7F7F7F80))  # 0x80808080
+                    for b in range(4):
+                        shifted = builder.shl(signed, lanes(24 - 8 * b)) if b < 3 else signed
+                        quants.append(builder.ashr(shifted, lanes(24)))
+                return quants
+
+            def columns(word_index):  # the block's columns word `word_index` holds, in order
+                first = builder.mul(word_index, i64(4))
+                out = []
+                for b in range(4):
+                    out.append(builder.add(first, i64(b)))
+                    if nibbles:
+                        out.append(builder.add(first, i64(b + BLOCK // 2)))
+                return out
+
+            def block_pass(first_vector, count):  # vectors first_vector .. + count - 1
                 # one loop turn a word (a real loop, not unrolled: LLVM's time to compile a block
                 # of 512 multiply-adds grew past a minute), the sums carried in phi nodes
+                starts = [vector_start(first_vector + v) for v in range(count)]
                 entry = builder.block
                 loop = builder.append_basic_block("words")
                 done = builder.append_basic_block("words_done")
@@ -172,38 +230,22 @@ def _make_block_product(nibbles: bool, group: int):
                 index = builder.phi(i64)
                 index.add_incoming(i64(0), entry)
                 zero = ir.Constant(fvec, [0.0] * WIDTH)
-                phis = [[builder.phi(fvec) for _ in range(splits)] for _ in range(group)]
+                phis = [[builder.phi(fvec) for _ in range(count)] for _ in range(group)]
                 for row in phis:
                     for phi in row:
                         phi.add_incoming(zero, entry)
                 accs = [list(row) for row in phis]
                 first_word = builder.mul(index, i64(WORDS_PER_TURN))
-                columns = []  # (int32 vector of one column's quants, the column in the block)
                 for turn_word in range(WORDS_PER_TURN):
-                    at = builder.mul(builder.add(first_word, i64(turn_word)), i64(64))
-                    at = builder.add(at, i64(4 * WIDTH * part))  # 4 bytes a lane (output row)
-                    word = load(words_p, builder.add(w_start, at), vec, 1)
-                    first_column = builder.mul(builder.add(first_word, i64(turn_word)), i64(4))
-                    if nibbles:  # byte b: low nibble column 4 word + b, high nibble 16 more
-                        for b in range(4):
-                            low = builder.lshr(word, lanes(8 * b)) if b else word
-                            low_column = builder.add(first_column, i64(b))
-                            columns.append((builder.and_(low, lanes(15)), low_column))
-                            high = builder.lshr(word, lanes(8 * b + 4))
-                            high = builder.and_(high, lanes(15)) if b < 3 else high
-                            columns.append((high, builder.add(low_column, i64(BLOCK // 2))))
-                    else:  # byte b holds q + 128: flip the sign bit back, then sign-extend
-                        signed = builder.xor(word, lanes(-0x7F7F7F80))  # 0x80808080
-                        for b in range(4):
-                            shifted = builder.shl(signed, lanes(24 - 8 * b)) if b < 3 else signed
-                            column = builder.add(first_column, i64(b))
-                            columns.append((builder.ashr(shifted, lanes(24)), column))
-                for step, (quants, column) in enumerate(columns):
-                    weights = builder.sitofp(quants, fvec)
-                    for i in range(group):
-                        x_value = splat(load(x_rows[i], column, f32, 4))
-                        slot = step % splits
-                        accs[i][slot] = builder.call(fma, [weights, x_value, accs[i][slot]])
+                    word_index = builder.add(first_word, i64(turn_word))
+                    at = builder.mul(word_index, i64(64))
+                    unpacked = [unpack(load(words_p, builder.add(s, at), vec, 1)) for s in starts]
+                    for c, column in enumerate(columns(word_index)):
+                        x_values = [splat(load(x_rows[i], column, f32, 4)) for i in range(group)]
+                        for v in range(count):
+                            weights = builder.sitofp(unpacked[v][c], fvec)
+                            for i in range(group):
+                                accs[i][v] = builder.call(fma, [weights, x_values[i], accs[i][v]])
                 following = builder.add(index, i64(1))
                 index.add_incoming(following, builder.block)
                 for row, values in zip(phis, accs, strict=True):
@@ -212,25 +254,24 @@ def _make_block_product(nibbles: bool, group: int):
                 turns = n_words // WORDS_PER_TURN
                 builder.cbranch(builder.icmp_unsigned("<", following, i64(turns)), loop, done)
                 builder.position_at_end(done)
-                lane = builder.add(sc_start, i64(WIDTH * part))
-                scale = load(scales_p, lane, fvec, 4)
-                minimum = load(minimums_p, lane, fvec, 4) if nibbles else None
-                for i in range(group):
-                    acc = accs[i][0]
-                    for other in accs[i][1:]:
-                        acc = builder.fadd(acc, other)
-                    at = offset(total_start, total_stride, i, WIDTH * part)
-                    address = builder.gep(total_p, [at])
-                    address = builder.bitcast(address, fvec.as_pointer())
-                    value = builder.load(address, align=4, typ=fvec)
-                    value = builder.fadd(value, builder.fmul(scale, acc))
-                    if nibbles:
-                        x_sum = splat(load(x_sums_p, offset(xs_start, xs_stride, i), f32, 4))
-                        value = builder.fadd(value, builder.fmul(minimum, x_sum))
-                    builder.store(value, address, align=4)
+                for v in range(count):
+                    lane = builder.add(sc_start, i64(WIDTH * (first_vector + v)))
+                    scale = load(scales_p, lane, fvec, 4)
+                    minimum = load(minimums_p, lane, fvec, 4) if nibbles else None
+                    for i in range(group):
+                        at = offset(total_start, total_stride, i, WIDTH * (first_vector + v))
+                        address = builder.gep(total_p, [at])
+                        address = builder.bitcast(address, fvec.as_pointer())
+                        value = builder.load(address, align=4, typ=fvec)
+                        value = builder.call(fma, [scale, accs[i][v], value])
+                        if nibbles:
+                            where = offset(xs_start, xs_stride, i)
+                            x_sum = splat(load(x_sums_p, where, f32, 4))
+                            value = builder.call(fma, [minimum, x_sum, value])
+                        builder.store(value, address, align=4)
 
-            for part in range(LANES // WIDTH):  # output rows part WIDTH .. (part + 1) WIDTH - 1
-                block_part(part)
+            for first in range(0, vectors, per_pass):
+                block_pass(first, min(per_pass, vectors - first))
             return context.get_dummy_value()
 
         return sig, codegen
@@ -238,49 +279,105 @@ def _make_block_product(nibbles: bool, group: int):
     return block_product
 
 
-_q4_1_1, _q4_1_2, _q4_1_4, _q4_1_8, _q4_1_16 = (_make_block_product(True, g) for g in GROUPS)
-_q8_0_1, _q8_0_2, _q8_0_4, _q8_0_8, _q8_0_16 = (_make_block_product(False, g) for g in GROUPS)
+_q4_1_1x8, _q4_1_1x4, _q4_1_1x2, _q4_1_1x1 = (_make_block_product(True, 1, s) for s in spans(1))
+_q4_1_2x4, _q4_1_2x2, _q4_1_2x1 = (_make_block_product(True, 2, s) for s in spans(2))
+_q4_1_4x2, _q4_1_4x1 = (_make_block_product(True, 4, s) for s in spans(4))
+_q4_1_8x1, _q4_1_16x1 = _make_block_product(True, 8, 1), _make_block_product(True, 16, 1)
+_q8_0_1x8, _q8_0_1x4, _q8_0_1x2, _q8_0_1x1 = (_make_block_product(False, 1, s) for s in spans(1))
+_q8_0_2x4, _q8_0_2x2, _q8_0_2x1 = (_make_block_product(False, 2, s) for s in spans(2))
+_q8_0_4x2, _q8_0_4x1 = (_make_block_product(False, 4, s) for s in spans(4))
+_q8_0_8x1, _q8_0_16x1 = _make_block_product(False, 8, 1), _make_block_product(False, 16, 1)
+
+
+@numba.njit(cache=True, inline="always")
+def _q4_1_product(group, span, args, rest):  # pragma: no cover - compiled
+    """The Q4_1 intrinsic for `group` rows of x and `span` blocks of 16 output rows, called
+    on `args` then `rest`."""
+    if group == 16:
+        _q4_1_16x1(*args, *rest)
+    elif group == 8:
+        _q4_1_8x1(*args, *rest)
+    elif group == 4:
+        if span == 2:
+            _q4_1_4x2(*args, *rest)
+        else:
+            _q4_1_4x1(*args, *rest)
+    elif group == 2:
+        if span == 4:
+            _q4_1_2x4(*args, *rest)
+        elif span == 2:
+            _q4_1_2x2(*args, *rest)
+        else:
+            _q4_1_2x1(*args, *rest)
+    elif span == 8:
+        _q4_1_1x8(*args, *rest)
+    elif span == 4:
+        _q4_1_1x4(*args, *rest)
+    elif span == 2:
+        _q4_1_1x2(*args, *rest)
+    else:
+        _q4_1_1x1(*args, *rest)
+
+
+@numba.njit(cache=True, inline="always")
+def _q8_0_product(group, span, args, rest):  # pragma: no cover - compiled
+    """The Q8_0 intrinsic for `group` rows of x and `span` blocks of 16 output rows, called
+    on `args` then `rest`."""
+    if group == 16:
+        _q8_0_16x1(*args, *rest)
+    elif group == 8:
+        _q8_0_8x1(*args, *rest)
+    elif group == 4:
+        if span == 2:
+            _q8_0_4x2(*args, *rest)
+        else:
+            _q8_0_4x1(*args, *rest)
+    elif group == 2:
+        if span == 4:
+            _q8_0_2x4(*args, *rest)
+        elif span == 2:
+            _q8_0_2x2(*args, *rest)
+        else:
+            _q8_0_2x1(*args, *rest)
+    elif span == 8:
+        _q8_0_1x8(*args, *rest)
+    elif span == 4:
+        _q8_0_1x4(*args, *rest)
+    elif span == 2:
+        _q8_0_1x2(*args, *rest)
+    else:
+        _q8_0_1x1(*args, *rest)
 
 
 @numba.njit(cache=True)
 def _tile_products(x, x_sums, scales, minimums, words, t, first, total):  # pragma: no cover
     """total [G, tile] = rows first..first+G-1 of x times tile t of W (`float_matmul`'s
-    arguments), G = total.shape[0] in `GROUPS`.  O(G tile k)."""
+    arguments), G = total.shape[0] in `GROUPS`, the tile's blocks of 16 output rows taken
+    `CHAINS / G` at a time (`spans`, the rest in fewer).  O(G tile k)."""
     k = x.shape[1]
     _, n_blocks, tile = scales.shape
     group = total.shape[0]
     lane_groups = tile // LANES
     chunk = words.shape[3] * LANES * 4  # bytes of one block of 16 rows
     nibbles = words.shape[3] == 4
+    largest = max(1, CHAINS // group)
     total[:] = 0.0
     for block in range(n_blocks):  # the words in memory order
         x_start, xs_start = first * k + block * BLOCK, first * n_blocks + block
-        for g in range(lane_groups):
+        g = 0
+        while g < lane_groups:
+            span = largest
+            while span > lane_groups - g:
+                span //= 2
             start = ((t * n_blocks + block) * lane_groups + g) * chunk
             at = (t * n_blocks + block) * tile + g * LANES
-            args = (words, start, x, x_start, k, x_sums, xs_start, n_blocks)
+            args = (words, start, chunk, x, x_start, k, x_sums, xs_start, n_blocks)
             rest = (scales, minimums, at, total, g * LANES, tile)
             if nibbles:
-                if group == 16:
-                    _q4_1_16(*args, *rest)
-                elif group == 8:
-                    _q4_1_8(*args, *rest)
-                elif group == 4:
-                    _q4_1_4(*args, *rest)
-                elif group == 2:
-                    _q4_1_2(*args, *rest)
-                else:
-                    _q4_1_1(*args, *rest)
-            elif group == 16:
-                _q8_0_16(*args, *rest)
-            elif group == 8:
-                _q8_0_8(*args, *rest)
-            elif group == 4:
-                _q8_0_4(*args, *rest)
-            elif group == 2:
-                _q8_0_2(*args, *rest)
+                _q4_1_product(group, span, args, rest)
             else:
-                _q8_0_1(*args, *rest)
+                _q8_0_product(group, span, args, rest)
+            g += span
 
 
 @numba.njit(cache=True, parallel=True)

@@ -141,7 +141,8 @@ def linear(x: np.ndarray, layer: dict, name: str) -> np.ndarray:
     [N, in] -> [N, out] float32 (C order from the blocks; from BLAS the transpose of a C-order
     [out, N] result, i.e. Fortran order: callers treat it as any [N, out] array)
 
-    A pass of at most `QUANTIZED_MAX_ROWS` rows, or of any size on AMX (`quant.every_pass`),
+    A pass of at most `QUANTIZED_MAX_ROWS` rows, or of any size where `quant.every_pass` (AMX,
+    `quant.BATCH_INVARIANT`),
     reads the matrix's quantization blocks when the layer has them
     (`quant.TiledMatrix.matmul`); otherwise one float32 BLAS GEMM W x^T, the
     weights as the left operand (x^T is a view: for x in Fortran order, as `linear` returns, it
@@ -195,15 +196,15 @@ def project_qkv(
 
 
 POSITIONAL_ATTENTION: bool | None = None
-"""Whether every prefill pass is attended by the ragged kernel, its segments cut into pieces of
-at most `SHORT_SEGMENT` tokens (`plan_prefill`); otherwise long segments (prompts) go to
-`attend_prompt`. None (the default): where the products are the AMX ones (`quant.every_pass`),
-the only case in which it buys bit-identical compositions. With head width 64 the ragged
-kernel sums a row's scores and values in an order its position alone fixes
-(`kernels.attention`), so a token attends alike in a prompt prefilled whole, in pieces, token
-by token or in any batch: with the AMX products, the same bit for bit for a row in any pass,
-its logits are the same bit for bit (tests/model/test_compositions.py). `attend_prompt`'s GEMMs
-sum in orders that depend on the block's shape (float32 rounding apart, about 3e-5 in the
+"""Whether every prefill pass is attended by the ragged kernel, its segments cut into pieces of at
+most `SHORT_SEGMENT` tokens (`plan_prefill`); otherwise long segments (prompts) go to
+`attend_prompt`. None (the default): where every pass takes the blocks (`quant.every_pass`: on
+AMX, and under `quant.BATCH_INVARIANT`), whose products of a row are the same in any pass. With
+head width 64 the ragged kernel sums a row's scores and values in an order its position alone
+fixes (`kernels.attention`), so a token attends alike in a prompt prefilled whole, in pieces,
+token by token or in any batch: with the blocks' products, the same bit for bit for a row in any
+pass, its logits are the same bit for bit (tests/model/test_compositions.py). `attend_prompt`'s
+GEMMs sum in orders that depend on the block's shape (float32 rounding apart, about 3e-5 in the
 logits on float32 activations, magnified to about 2e-3 by int8 ones)."""
 
 SHORT_SEGMENT = 32
@@ -248,10 +249,10 @@ class PrefillPlan:
 def plan_prefill(segments: list[tuple[int, int, int]]) -> PrefillPlan:
     """Plan a prefill pass.  segments [(slot, start, n)] in token order -> `PrefillPlan`
 
-    Under `POSITIONAL_ATTENTION` (by default: on AMX) every segment is cut into pieces of at
-    most `SHORT_SEGMENT` tokens (each a valid segment: its rows see the cache up to their own
-    positions, written before attention), all for the ragged kernel, which then has many tasks
-    for its threads."""
+    Under `POSITIONAL_ATTENTION` (by default: where `quant.every_pass`) every segment is cut into
+    pieces of at most `SHORT_SEGMENT` tokens (each a valid segment: its rows see the cache up to
+    their own positions, written before attention), all for the ragged kernel, which then has many
+    tasks for its threads."""
     table = np.array(segments, np.int64).reshape(-1, 3)  # [M, 3]: slot, start, n
     sizes = table[:, 2]
     first = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
@@ -456,7 +457,7 @@ allowed at most 45 tokens, and the same share at most 4,096."""
 def lm_head(params: dict, hidden: np.ndarray, allowed=None) -> np.ndarray:
     """Logits of the tied (or separate) LM head.  [N, d] -> [N, V] float32
 
-    At most `QUANTIZED_MAX_ROWS` rows (any number on AMX, `quant.every_pass`) read the head's
+    At most `QUANTIZED_MAX_ROWS` rows (any number where `quant.every_pass`) read the head's
     quantization blocks when there are any;
     else one row uses the [V, d] table as a matrix-vector product, more rows one [N, d] x
     [d, V] GEMM. With int8 activations the head quantizes its input in

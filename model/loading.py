@@ -65,7 +65,7 @@ def load_model(
             reference path): the model's `kv_dtype`. The default is float16
             (`kv_cache.DEFAULT_DTYPE`) where the model's passes are the same bit for bit
             however they are made up (quantized weights with int8 activations on AMX,
-            `quant.every_pass()`, as `quant.INT8_ACTIVATIONS` stands when the model loads);
+            `quant.int8_kernel()`, as `quant.INT8_ACTIVATIONS` stands when the model loads);
             float32 otherwise (float32 weights, float32 activations, no AMX).
 
     Raises:
@@ -109,7 +109,7 @@ def load_model(
               file=sys.stderr)  # fmt: skip
     if kv_dtype is not None:
         model.kv_dtype = np.dtype(kv_dtype).type
-    elif model.weights != "quantized" or not quant.every_pass():
+    elif model.weights != "quantized" or quant.int8_kernel() != "amx":
         model.kv_dtype = np.float32  # float16 only where every pass is the same bit for bit
     return model
 

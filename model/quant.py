@@ -47,7 +47,8 @@ rather than computing on x in float32 (`kernels.quant` and `kernels.quant_rows`)
   Intel Xeon from Sapphire Rapids on), for passes of every size, the prompts' included
   (`every_pass`); float32 elsewhere.
 - True: the same, and where there is no AMX int8 on AVX-512 VNNI (`kernels.quant_int8`, where
-  `available()`) for passes of at most `QUANTIZED_MAX_ROWS` rows.
+  `available()`) for passes of at most `QUANTIZED_MAX_ROWS` rows, of every size under
+  `BATCH_INVARIANT` (the default).
 - False: float32 activations, the path whose logits are within 1e-3 of the float32 weights'
   (tests/model/test_reference.py).
 
@@ -57,11 +58,12 @@ row's products are the same bit for bit whatever rows share its pass (`kernels.q
 attention sums in an order its positions alone fix (`llama.POSITIONAL_ATTENTION`), so a
 token's logits are the same bit for bit however its passes are made up: a prompt prefilled
 whole or after a prefix-cache hit, alone or in a batch, a jump-forward chunk or token by token
-(tests/model/test_compositions.py). On float32 activations they agree to about 3e-5 (the
-products of a 3-row and a 4-row pass round differently), and int8 would magnify that: rounding
-to int8 moves where float32 rounding crosses a quantization step, to about 2e-3, enough to
-change sampled tokens. So the VNNI kernel, which serves small passes only (larger ones go to
-float32 GEMMs), is not the default."""
+(tests/model/test_compositions.py). So they are under `BATCH_INVARIANT` on float32
+activations and on VNNI (whose integer sums are exact, and whose float operations on them are a
+row's own). Without it, passes of different sizes agree to about 3e-5 on float32 activations,
+and int8 would magnify that: rounding to int8 moves where float32 rounding crosses a
+quantization step, to about 2e-3, enough to change sampled tokens. The VNNI kernel stays
+opt-in: quantized activations are a further approximation of the float32 path."""
 
 
 def int8_kernel() -> str | None:
@@ -84,10 +86,26 @@ def int8_kernel() -> str | None:
     return None
 
 
+BATCH_INVARIANT = True
+"""Whether a token's logits are the same bit for bit however its passes are made up on every
+CPU, not only with AMX's products: passes of every size take the blocks (`every_pass`), whose
+kernels sum a row in one order whatever rows share its pass (`kernels.quant_rows`, and the
+one-row kernels of `kernels.quant` in the same order), and attention sums in an order a token's
+position alone fixes (`llama.POSITIONAL_ATTENTION`). A seeded request then samples the same
+tokens alone or in any batch, after a prefix-cache hit or a `--resume` or not, with
+jump-forward chunks or token by token (tests/model/test_compositions.py). False: prompts of
+more than `QUANTIZED_MAX_ROWS` tokens go to float32 BLAS GEMMs and `llama.attend_prompt`, and a
+token's logits differ by float32 rounding (about 3e-5) between passes of different sizes, which
+can change a sampled token on a near-tie. The cost is in bench/model.py (the float32-activation
+rows with it on and off). Without blocks (`load_model(weights="float32")`) every product is a
+BLAS GEMM whatever this says."""
+
+
 def every_pass() -> bool:
     """Whether passes of every size take the blocks (`llama.linear`, `llama.lm_head`), not only
-    those of at most `QUANTIZED_MAX_ROWS` rows: when the AMX kernel serves (`int8_kernel`)."""
-    return int8_kernel() == "amx"
+    those of at most `QUANTIZED_MAX_ROWS` rows: when the AMX kernel serves (`int8_kernel`) or
+    under `BATCH_INVARIANT`."""
+    return int8_kernel() == "amx" or BATCH_INVARIANT
 
 
 ONE_ROW_Q4_1_IN_REGISTERS = not vector_width.has_avx512()
@@ -260,7 +278,8 @@ class TiledMatrix:
         AVX-512 VNNI (`kernels.quant_int8.int8_matmul`: ggml's Q8_1, then the Q8_1 of what it
         leaves over, `parts` parts). Otherwise x stays float32: one row goes to the one-row
         kernels (`kernels.quant`, which stream the weights from memory; a Q4_1 matrix's row
-        to `quant_rows` where `ONE_ROW_Q4_1_IN_REGISTERS`), several rows to
+        to `quant_rows` where `ONE_ROW_Q4_1_IN_REGISTERS`: the sums are the same bit for bit
+        in either), several rows to
         `kernels.quant_rows.float_matmul` (each weight unpacked once for a group of up to 16
         rows).
 

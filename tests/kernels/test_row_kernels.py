@@ -10,6 +10,8 @@ import pytest
 from corral.kernels import quant, quant_rows
 from corral.model import quant as model_quant
 from corral.model.quant import BlockMatrix
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_block_kernels import random_blocks
 
 
@@ -50,18 +52,25 @@ def test_every_group_size_and_remainder_equals_numpy(kind, rows):
     )
 
 
-@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
-@pytest.mark.parametrize("rows", [2, 9, 17, 40])
-def test_each_row_of_a_pass_equals_its_product_alone_to_rounding(kind, rows):
-    # a row meets the same weights whatever its group; only the order of the float32
-    # additions may differ (the independent sums a row keeps depend on the group's size)
-    rng = np.random.default_rng(100 + rows)
-    matrix = BlockMatrix.from_blocks(kind, random_blocks(rng, kind, 600, 128))
-    x = rng.standard_normal((rows, 128)).astype(np.float32)
+@settings(max_examples=30, deadline=None)
+@given(
+    kind=st.sampled_from(["Q4_1", "Q8_0"]),
+    seed=st.integers(0, 2**32 - 1),
+    n_out=st.integers(1, 1100),
+    blocks=st.integers(1, 8),
+    rows=st.integers(2, 40),
+)
+def test_each_row_of_a_pass_equals_its_product_alone_bit_for_bit(kind, seed, n_out, blocks, rows):
+    # a row's sums run in one order whatever its group (16, 8, 4, 2 or 1 rows) and however
+    # many blocks of 16 output rows share a call: a token's products do not depend on its pass
+    rng = np.random.default_rng(seed)
+    k = 32 * blocks
+    matrix = BlockMatrix.from_blocks(kind, random_blocks(rng, kind, n_out, k))
+    x = (rng.standard_normal((rows, k)) * rng.uniform(0.01, 100)).astype(np.float32)
     alone = np.vstack([float_product(matrix, x[i : i + 1]) for i in range(rows)])
-    together = float_product(matrix, x)
-    scale = np.abs(alone).max()
-    np.testing.assert_allclose(together, alone, rtol=0, atol=4e-7 * scale)
+    assert np.array_equal(float_product(matrix, x), alone)
+    inside = int(rng.integers(0, rows))  # and inside a pass of other rows, at any place
+    assert np.array_equal(float_product(matrix, x[inside:])[0], alone[inside])
 
 
 def test_the_tiled_matrix_sends_several_rows_to_float_matmul(monkeypatch):
@@ -97,6 +106,42 @@ def test_one_row_goes_where_one_row_q4_1_in_registers_says_and_equals_numpy(
         else:
             quant.q8_0_matmul(x, tiled.scales, tiled.quants, out)
         np.testing.assert_array_equal(got, out[:, : tiled.n_out])
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    kind=st.sampled_from(["Q4_1", "Q8_0"]),
+    seed=st.integers(0, 2**32 - 1),
+    n_out=st.integers(1, 1100),
+    blocks=st.integers(1, 20),
+)
+def test_the_one_row_kernels_give_a_row_of_float_matmul_bit_for_bit(kind, seed, n_out, blocks):
+    # one row (decode at batch 1) stays with the one-row kernels, which prefetch what they
+    # stream, under BATCH_INVARIANT too: their sums are float_matmul's in any group
+    rng = np.random.default_rng(seed)
+    k = 32 * blocks
+    tiled = BlockMatrix.from_blocks(kind, random_blocks(rng, kind, n_out, k)).tiled()
+    x = (rng.standard_normal((5, k)) * rng.uniform(0.01, 100)).astype(np.float32)
+    out = np.empty((1, tiled.scales.shape[0] * tiled.scales.shape[2]), np.float32)
+    if kind == "Q4_1":
+        sums = quant.block_sums(x[3:4])
+        quant.q4_1_matmul(x[3:4], sums, tiled.scales, tiled.minimums, tiled.quants, out)
+    else:
+        quant.q8_0_matmul(x[3:4], tiled.scales, tiled.quants, out)
+    coefs = tiled.minimums if kind == "Q4_1" else tiled.scales
+    together = quant_rows.float_matmul(x, tiled.scales, coefs, tiled.words,
+                                       np.empty((5, n_out), np.float32))  # fmt: skip
+    assert np.array_equal(out[0, :n_out], together[3])
+
+
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
+def test_under_batch_invariance_one_row_gives_its_row_of_float_matmul(monkeypatch, kind):
+    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", False)  # float32 activations
+    monkeypatch.setattr(model_quant, "BATCH_INVARIANT", True)
+    rng = np.random.default_rng(14)
+    matrix = BlockMatrix.from_blocks(kind, random_blocks(rng, kind, quant.MAX_TILE + 70, 96))
+    x = rng.standard_normal((5, 96)).astype(np.float32)
+    np.testing.assert_array_equal(matrix.tiled().matmul(x[2:3]), float_product(matrix, x)[2:3])
 
 
 def test_activations_not_c_contiguous_are_refused():

@@ -1,35 +1,89 @@
-"""The default forward pass where the CPU has AMX (int8 activations on AMX tiles,
-`quant.every_pass`, and attention in an order fixed by positions, `llama.POSITIONAL_ATTENTION`,
-over the float16 cache): a token's logits are the same bit for bit however the passes that
-led to it were made up, so a seeded request samples the same tokens alone or in a batch, after
-a prefix-cache hit or not, with jump-forward chunks or token by token (DESIGN.md section 6)."""
+"""Batch invariance: a token's logits are the same bit for bit however the passes that led to it
+were made up (DESIGN.md section 6), on every numerics plan this machine runs: a prompt
+prefilled whole or in pieces, after a prefix copied from another slot (the prefix cache),
+token by token, alone or beside other sequences in passes of any size (prompts of more than
+`quant.QUANTIZED_MAX_ROWS` tokens included), so a seeded request samples the same tokens alone,
+in any batch, or after a `--resume`.
+
+The plans: float32 activations (the default without AMX, `quant.BATCH_INVARIANT`: every pass
+from the blocks, one row through `kernels.quant_rows`, `llama.POSITIONAL_ATTENTION`) over a
+float32 and a float16 KV cache; int8 activations on AVX-512 VNNI (`quant.INT8_ACTIVATIONS =
+True` without AMX); int8 on AMX tiles (the default there). Each plan the CPU lacks is skipped
+with its reason, as are float32 weights (every product a BLAS GEMM)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from corral.kernels import attention as attention_kernels
+from corral.kernels import quant_amx, quant_int8
 from corral.model import quant
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-pytestmark = pytest.mark.skipif(
-    not quant.every_pass(), reason="bit-identical compositions need the AMX kernels"
-)
-
 PROMPT = (
     "Describe a person as JSON, with a name, an age, a list of hobbies and an address with a"
-    " street, a city and a country."
+    " street, a city and a country. Then describe a second person, older than the first, who"
+    " lives in another country and has no hobbies at all, in the same format."
 )
+OTHERS = (
+    "Paris is the capital of",
+    "Write a haiku about the sea, then explain each of its lines in one sentence.",
+    "1, 2, 3,",
+)
+
+PLANS = {  # name: (INT8_ACTIVATIONS, KV cache dtype, the reason it cannot run here or None)
+    "float32 x, float32 cache": (False, np.float32, None),
+    "float32 x, float16 cache": (
+        False,
+        np.float16,
+        None if attention_kernels.float16_supported() else "no float16 cache on this CPU",
+    ),
+    "int8 x on VNNI": (
+        True,
+        np.float32,
+        "AMX serves int8 here"
+        if quant_amx.available()
+        else (None if quant_int8.available() else "no AVX-512 VNNI on this CPU"),
+    ),
+    "int8 x on AMX": (None, np.float16, None if quant_amx.available() else "no AMX on this CPU"),
+    "float32 weights": (
+        False,
+        np.float32,
+        "float32 weights multiply in BLAS GEMMs, whose sums' order follows the row count",
+    ),
+}
+
+
+@pytest.fixture(scope="module", params=list(PLANS))
+def plan(request, model):
+    """The session model under one plan (restored after the module's tests of that plan)."""
+    int8, kv_dtype, skip = PLANS[request.param]
+    if skip:
+        pytest.skip(skip)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(quant, "INT8_ACTIVATIONS", int8)
+        patch.setattr(quant, "BATCH_INVARIANT", True, raising=False)
+        patch.setattr(model, "kv_dtype", kv_dtype)
+        yield request.param
 
 
 @pytest.fixture(scope="module")
 def ids(model) -> list[int]:
-    return model.tokenizer.encode(model.render_chat([{"role": "user", "content": PROMPT}]))
+    ids = model.tokenizer.encode(model.render_chat([{"role": "user", "content": PROMPT}]))
+    assert len(ids) > quant.QUANTIZED_MAX_ROWS  # a pass that main's code gave BLAS
+    return ids
 
 
 @pytest.fixture(scope="module")
-def whole(model, ids) -> np.ndarray:
-    """The last token's logits with the prompt prefilled in one pass."""
+def others(model) -> list[list[int]]:
+    return [model.tokenizer.encode(text) for text in OTHERS]
+
+
+@pytest.fixture(scope="module")
+def whole(model, plan, ids) -> np.ndarray:
+    """The logits after every prompt position, the prompt prefilled in one pass, then the
+    last token's."""
     return model.prefill(model.new_cache(1, len(ids)), 0, ids)
 
 
@@ -51,8 +105,57 @@ def test_token_by_token_gives_the_logits_of_the_prompt_whole(model, ids, whole):
     np.testing.assert_array_equal(logits, whole)
 
 
-def test_in_a_batch_a_prompt_gives_its_logits_alone(model, ids, whole):
-    others = [ids[:7], model.tokenizer.encode("Paris is the capital of"), ids[3:]]
-    cache = model.new_cache(4, len(ids))
-    logits = model.prefill_batch(cache, [0, 1, 2, 3], [others[0], ids, others[1], others[2]])
+def test_in_a_batch_a_prompt_gives_its_logits_alone(model, ids, others, whole):
+    batch = [ids[:7], ids, others[0], ids[3:], others[1]]
+    cache = model.new_cache(len(batch), len(ids))
+    logits = model.prefill_batch(cache, list(range(len(batch))), batch)
     np.testing.assert_array_equal(logits[1], whole)
+
+
+@pytest.mark.slow
+@settings(max_examples=10, deadline=None)
+@given(data=st.data())
+def test_any_composition_of_passes_gives_the_logits_of_the_prompt_whole(
+    model, ids, others, whole, data
+):
+    """The prompt's first tokens copied from another slot that prefilled them (the prefix
+    cache) or prefilled, then the rest in pieces, each pass shared with other sequences
+    (prefilled in any number, or decoded one token each beside a one-token piece), the last
+    token's logits asked with the masked LM head (where the whole head's products are float32
+    ones, as the chosen rows') or whole."""
+    float_head = quant.int8_kernel() is None  # the masked head's products are float32 ones
+    companions = data.draw(st.integers(0, 9), label="companions")
+    slots = companions + 2  # the prompt's slot 0, its prefix's donor slot 1, the others
+    cache = model.new_cache(slots, len(ids) + 40)
+    start = data.draw(st.integers(0, len(ids) - 1), label="prefix")
+    if start and data.draw(st.booleans(), label="copied"):
+        model.prefill(cache, 1, ids[:start])
+        cache.copy_prefix(1, 0, start)
+    elif start:
+        model.prefill(cache, 0, ids[:start])
+    for slot in range(2, slots):  # each companion holds a few tokens of another text
+        text = others[slot % len(others)]
+        model.prefill(cache, slot, text[: 1 + slot % len(text)])
+    while start < len(ids):
+        end = data.draw(st.integers(start + 1, len(ids)), label="piece end")
+        joined = (
+            sorted(data.draw(st.sets(st.integers(2, slots - 1)), label="with"))
+            if companions
+            else []
+        )
+        extra = [int(ids[(slot * 7) % len(ids)]) for slot in joined]
+        last = end == len(ids)
+        allowed = None
+        if last and float_head and data.draw(st.booleans(), label="masked head"):
+            allowed = [np.arange(0, model.vocab_size, 97)] + [None] * len(joined)
+        if end - start == 1 and data.draw(st.booleans(), label="decode"):
+            logits = model.decode(cache, [0, *joined], [ids[start], *extra], allowed)[0]
+        else:
+            pieces = [ids[start:end]] + [[token] * (1 + slot % 3) for slot, token in
+                                         zip(joined, extra, strict=True)]  # fmt: skip
+            logits = model.prefill_batch(cache, [0, *joined], pieces, allowed)[0]
+        start = end
+    if allowed is None:
+        np.testing.assert_array_equal(logits, whole)
+    else:
+        np.testing.assert_array_equal(logits[allowed[0]], whole[allowed[0]])

@@ -84,7 +84,7 @@ def test_the_default_cache_is_float16_where_amx_serves_and_float32_is_chosen_at_
     assert attention_kernels.float16_supported()
     assert load_model(folder).new_cache(1, 2).keys.dtype == np.float32
     assert load_model(folder, kv_dtype=np.float16).new_cache(1, 2).keys.dtype == np.float16
-    if quant.every_pass():  # the default model on AMX: float16
+    if quant.int8_kernel() == "amx":  # the default model on AMX: float16
         assert DEFAULT_DTYPE is np.float16 and model.kv_dtype is np.float16
         monkeypatch.setattr(quant, "INT8_ACTIVATIONS", False)  # float32 activations: float32
         assert load_model(progress=False).kv_dtype is np.float32
@@ -143,8 +143,11 @@ def passes_of_every_kind(model, dtype) -> tuple[list[np.ndarray], KVCache]:
     return logits, cache
 
 
+@pytest.mark.parametrize("positional", [False, True])  # prompts by attend_prompt or not
 @pytest.mark.parametrize("name", ["tiny_model", "model"])
-def test_every_pass_attends_over_the_rounded_keys_and_values(name, monkeypatch, request):
+def test_every_pass_attends_over_the_rounded_keys_and_values(
+    name, positional, monkeypatch, request
+):
     """The float16 cache against float32 arithmetic over the same rounded numbers: the stored
     keys and values equal bit for bit, and the logits to float32 rounding (the two compiled
     versions of the ragged kernel may order their sums apart, `kernels.attention`; on SmolLM2
@@ -152,6 +155,7 @@ def test_every_pass_attends_over_the_rounded_keys_and_values(name, monkeypatch, 
     would move the next layer's by float16's rounding, 2^-11 of them. Both versions of the
     attention kernels are compiled in this process first (`compile_state.compile_afresh`)."""
     model = request.getfixturevalue(name)
+    monkeypatch.setattr(llama, "POSITIONAL_ATTENTION", positional)
     for dtype in (np.float16, np.float32):  # every signature the passes need, then afresh
         monkeypatch.setattr(model, "kv_dtype", dtype)
         passes_of_every_kind(model, dtype)
