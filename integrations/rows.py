@@ -152,7 +152,8 @@ class RowConstraints:
         text_left = self.max_new_tokens - generated - 1  # this token included
         if text_left < 1 and constraint.is_complete():
             return self._eos_mask  # the last token: EOS ends the answer whole
-        return constraint.mask(max(1, text_left))  # too tight: the answer will be cut
+        # text_left < 1: the budget was below the shortest answer and EOS; the answer is cut
+        return constraint.mask(max(1, text_left))
 
     def _constraint(self, key: Key) -> Constraint:
         """The constraint after a row's generated ids: its parent's, advanced by one token, or
