@@ -88,8 +88,10 @@ class CorralLogitsProcessor(LogitsProcessor):
 
     Args:
         indexes: one `TokenIndex` for every row, or one per batch item (`RowConstraints`).
-        max_new_tokens: pass `generate`'s max_new_tokens to end every answer within it (the
-            budget rule of DESIGN.md section 4); None: no budget (an answer may be cut).
+        max_new_tokens: pass `generate`'s max_new_tokens to end every answer with EOS within
+            it (the budget rule of DESIGN.md section 4, a token kept for EOS, on which
+            `generate` stops: `corral.integrations.rows`); None: no budget (an answer may be
+            cut).
 
     Call: `(input_ids: LongTensor [rows, length], scores: FloatTensor [rows, V']) -> scores`
     (a new tensor; V' >= the tokenizer's V, ids past V never allowed).

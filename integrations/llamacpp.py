@@ -18,6 +18,9 @@ Decisions:
 - llama-cpp-python calls the processor with one row (`input_ids` int `[length]`, `scores`
   float32 `[n_vocab]`); the rows, EOS and budget rules are `RowConstraints`'s. A processor may
   serve successive calls (a call whose ids are not one token longer starts anew).
+- llama.cpp stops with finish_reason `stop` on a sampled EOS only: once `max_tokens` text
+  tokens are out it reports `length`, complete answer or not. So the budget keeps a token for
+  EOS (`RowConstraints`).
 """
 
 from __future__ import annotations
@@ -42,7 +45,9 @@ class CorralLlamaProcessor:
 
     Args:
         index: the grammar's `TokenIndex` over `llama_vocabulary(llm)`.
-        max_new_tokens: pass the call's max_tokens to end the answer within it; None: no budget.
+        max_new_tokens: pass the call's max_tokens: the answer and its EOS then fit in it, so
+            llama.cpp ends it with finish_reason `stop` whenever the grammar's shortest answer
+            takes fewer than max_tokens tokens (`corral.integrations.rows`); None: no budget.
 
     Call: `(input_ids: int [length], scores: float32 [n_vocab]) -> float32 [n_vocab]`.
     """

@@ -15,8 +15,14 @@ step with every row's ids so far (prompt and generated tokens) and the logits of
 - EOS (any of the vocabulary's EOS ids) is allowed exactly in accepting states. A finished row
   (EOS taken, or a complete answer with no text token left: `Constraint.done`) allows only EOS,
   and the tokens an engine appends to a finished row (padding) are ignored.
-- With `max_new_tokens`, the budget rule of corral's engine applies: only the tokens after which
-  a complete answer still fits in the tokens left are allowed (`Constraint.mask(tokens_left)`).
+- With `max_new_tokens`, the budget rule of corral's engine applies, counting the EOS token the
+  host engine needs to stop: only the tokens after which a complete answer and then EOS still fit
+  in the tokens left are allowed (`Constraint.mask(tokens_left)` over the tokens left but one),
+  and on the last token only EOS once the answer is complete. corral's own engine ends a complete
+  answer at its budget with finish_reason `stop` and no EOS; transformers' `generate` and
+  llama-cpp-python stop on a sampled EOS only, and report an answer whose last text token takes
+  the last of `max_new_tokens` as cut (llama.cpp's finish_reason `length`, no EOS in the row).
+  So an answer needing n text tokens ends with EOS whenever `max_new_tokens >= n + 1`.
 """
 
 from __future__ import annotations
@@ -69,7 +75,8 @@ class RowConstraints:
             rows (B times the beams or returned sequences per item, contiguous, as
             transformers expands them) split into B equal groups, group i under index i. All
             share one vocabulary, which must name at least one EOS id.
-        max_new_tokens: the generation's token budget, or None for none.
+        max_new_tokens: the generation's token budget, EOS included (the host engine's
+            `max_new_tokens` / `max_tokens`), or None for none.
 
     Raises:
         ValueError: no index, or indexes over different vocabularies, or max_new_tokens < 1.
@@ -122,7 +129,7 @@ class RowConstraints:
             key = (r // per_item, tuple(int(t) for t in input_ids[r, self._prompt_length :]))
             constraint = self._constraint(key)
             states[key] = constraint
-            out[r] = self._eos_mask if constraint.done else constraint.mask(self._left(key))
+            out[r] = self._mask(constraint, len(key[1]))
         self._states = states
         return out
 
@@ -134,10 +141,19 @@ class RowConstraints:
             )
         return unpack_rows(self.masks(input_ids), width)
 
-    def _left(self, key: Key) -> int | None:
+    def _mask(self, constraint: Constraint, generated: int) -> np.ndarray:
+        """The packed mask of a row's next token after `generated` tokens (module docstring):
+        the text tokens left are the budget's but one, kept for EOS. O(1) but for the first
+        budget mask of a (state, budget) pair (`Constraint.mask`)."""
+        if constraint.done:
+            return self._eos_mask
         if self.max_new_tokens is None:
-            return None
-        return max(1, self.max_new_tokens - len(key[1]))
+            return constraint.mask()
+        text_left = self.max_new_tokens - generated - 1  # this token included
+        if text_left < 1 and constraint.is_complete():
+            return self._eos_mask  # the last token: EOS ends the answer whole
+        # text_left < 1: the budget was below the shortest answer and EOS; the answer is cut
+        return constraint.mask(max(1, text_left))
 
     def _constraint(self, key: Key) -> Constraint:
         """The constraint after a row's generated ids: its parent's, advanced by one token, or

@@ -13,13 +13,21 @@ import pytest
 
 pytest.importorskip("transformers", reason="transformers is not installed (corral[transformers])")
 import torch  # noqa: E402
-from corral.integrations.huggingface import hf_vocabulary, logits_processor  # noqa: E402
-from corral.kernels import VocabularyError  # noqa: E402
+from corral.integrations.huggingface import (  # noqa: E402
+    CorralLogitsProcessor,
+    hf_vocabulary,
+    logits_processor,
+)
+from corral.integrations.rows import grammar_index  # noqa: E402
+from corral.kernels import Constraint, VocabularyError  # noqa: E402
 from corral.model.loading import default_model_folder  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers  # noqa: E402
 from transformers import (  # noqa: E402
     LlamaConfig,
     LlamaForCausalLM,
+    LogitsProcessorList,
     PreTrainedTokenizerFast,
 )
 
@@ -59,7 +67,9 @@ def tiny_llama(vocab_size: int, eos: int, seed: int) -> LlamaForCausalLM:
 
 
 def generate(model, tokenizer, prompts, processors, max_new_tokens, **options):
-    """The generated texts (decoded by the tokenizer, special tokens skipped), one per row."""
+    """(the generated texts, decoded by the tokenizer with special tokens skipped, one per row;
+    whether each row stopped on EOS). `generate` reports no finish reason: a row stops on EOS
+    (and is then padded with `pad_token_id`, EOS here), else max_new_tokens cut it."""
     inputs = tokenizer(prompts, return_tensors="pt", padding=True)
     with torch.no_grad():
         out = model.generate(
@@ -70,15 +80,9 @@ def generate(model, tokenizer, prompts, processors, max_new_tokens, **options):
             **options,
         )
     new = out[:, inputs["input_ids"].shape[1] :]
-    return [tokenizer.decode(row, skip_special_tokens=True) for row in new]
-
-
-def ends_with_eos(model, tokenizer, prompts, processors, max_new_tokens, **options) -> bool:
-    inputs = tokenizer(prompts, return_tensors="pt", padding=True)
-    with torch.no_grad():
-        out = model.generate(**inputs, logits_processor=processors, max_new_tokens=max_new_tokens,
-                             pad_token_id=tokenizer.eos_token_id, **options)  # fmt: skip
-    return bool((out[:, inputs["input_ids"].shape[1] :] == tokenizer.eos_token_id).any(1).all())
+    eos = torch.tensor(model.generation_config.eos_token_id)
+    stopped = torch.isin(new, eos).any(1).tolist()
+    return [tokenizer.decode(row, skip_special_tokens=True) for row in new], stopped
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -88,9 +92,9 @@ def test_random_llama_sampled_schema_outputs_validate(smol_tokenizer, seed):
     model = tiny_llama(len(tokenizer), tokenizer.eos_token_id, seed)
     processors = logits_processor(tokenizer, schema=SCHEMA, max_new_tokens=40)
     torch.manual_seed(seed)
-    texts = generate(model, tokenizer, ["Hi", "Who are you?", "x"], processors, 40,
-                     do_sample=True, num_return_sequences=2)  # fmt: skip
-    assert len(texts) == 6
+    texts, stopped = generate(model, tokenizer, ["Hi", "Who are you?", "x"], processors, 40,
+                              do_sample=True, num_return_sequences=2)  # fmt: skip
+    assert len(texts) == 6 and all(stopped)
     for text in texts:
         jsonschema.validate(json.loads(text), SCHEMA)
 
@@ -100,11 +104,13 @@ def test_random_llama_greedy_regex_and_eos(smol_tokenizer):
     tokenizer.padding_side = "left"
     model = tiny_llama(len(tokenizer), tokenizer.eos_token_id, 3)
     processors = logits_processor(tokenizer, regex=REGEX, max_new_tokens=12)
-    texts = generate(model, tokenizer, ["a", "bb"], processors, 12, do_sample=False)
+    texts, stopped = generate(model, tokenizer, ["a", "bb"], processors, 12, do_sample=False)
+    assert all(stopped)
     for text in texts:
         assert re.fullmatch(REGEX, text, re.ASCII), text
     processors = logits_processor(tokenizer, regex="yes|no", max_new_tokens=8)
-    assert ends_with_eos(model, tokenizer, ["a", "bb"], processors, 8, do_sample=False)
+    texts, stopped = generate(model, tokenizer, ["a", "bb"], processors, 8, do_sample=False)
+    assert all(stopped) and all(text in ("yes", "no") for text in texts)
 
 
 def test_one_grammar_per_batch_item(smol_tokenizer):
@@ -116,8 +122,9 @@ def test_one_grammar_per_batch_item(smol_tokenizer):
     processors = logits_processor(tokenizer, regex=patterns, max_new_tokens=10,
                                   vocabulary=vocabulary)  # fmt: skip
     torch.manual_seed(0)
-    texts = generate(model, tokenizer, ["one", "two"], processors, 10, do_sample=True,
-                     num_return_sequences=3)  # fmt: skip
+    texts, stopped = generate(model, tokenizer, ["one", "two"], processors, 10, do_sample=True,
+                              num_return_sequences=3)  # fmt: skip
+    assert all(stopped)
     for i, text in enumerate(texts):
         assert re.fullmatch(patterns[i // 3], text, re.ASCII), (i, text)
 
@@ -127,9 +134,32 @@ def test_beam_search_outputs_validate(smol_tokenizer):
     tokenizer.padding_side = "left"
     model = tiny_llama(len(tokenizer), tokenizer.eos_token_id, 5)
     processors = logits_processor(tokenizer, schema=SCHEMA, max_new_tokens=30)
-    texts = generate(model, tokenizer, ["Hi", "Hello there"], processors, 30, num_beams=3,
-                     num_return_sequences=3, do_sample=False)  # fmt: skip
-    assert len(texts) == 6
+    texts, stopped = generate(model, tokenizer, ["Hi", "Hello there"], processors, 30,
+                              num_beams=3, num_return_sequences=3, do_sample=False)  # fmt: skip
+    assert len(texts) == 6 and all(stopped)
+    for text in texts:
+        jsonschema.validate(json.loads(text), SCHEMA)
+
+
+@pytest.fixture(scope="module")
+def schema_index(smol_tokenizer):
+    return grammar_index(hf_vocabulary(smol_tokenizer), schema=SCHEMA)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(slack=st.integers(0, 12), seed=st.integers(0, 2**16), beams=st.booleans())
+def test_every_budget_that_fits_ends_with_eos(smol_tokenizer, schema_index, slack, seed, beams):
+    """max_new_tokens from the shortest answer and its EOS up: every row stops on EOS."""
+    tokenizer = smol_tokenizer
+    tokenizer.padding_side = "left"
+    max_new_tokens = Constraint(schema_index).tokens_to_complete() + 1 + slack
+    model = tiny_llama(len(tokenizer), tokenizer.eos_token_id, seed)
+    processors = LogitsProcessorList([CorralLogitsProcessor([schema_index], max_new_tokens)])
+    torch.manual_seed(seed)
+    options = {"num_beams": 2, "do_sample": False} if beams else {"do_sample": True}
+    texts, stopped = generate(model, tokenizer, ["Hi", "x"], processors, max_new_tokens,
+                              num_return_sequences=2, **options)  # fmt: skip
+    assert all(stopped), (max_new_tokens, texts)
     for text in texts:
         jsonschema.validate(json.loads(text), SCHEMA)
 
@@ -161,8 +191,9 @@ def test_byte_fallback_vocabulary_is_read_and_constrains():
     model = tiny_llama(len(tokenizer), 2, 6)
     processors = logits_processor(tokenizer, schema=SCHEMA, max_new_tokens=40)
     torch.manual_seed(1)
-    texts = generate(model, tokenizer, ["x", "x x"], processors, 40, do_sample=True,
-                     num_return_sequences=2)  # fmt: skip
+    texts, stopped = generate(model, tokenizer, ["x", "x x"], processors, 40, do_sample=True,
+                              num_return_sequences=2)  # fmt: skip
+    assert all(stopped)
     for text in texts:
         jsonschema.validate(json.loads(text), SCHEMA)
 
@@ -195,9 +226,12 @@ def test_real_smollm2_outputs_validate(smol_tokenizer):
                for m in messages]  # fmt: skip
     eos = model.generation_config.eos_token_id
     processors = logits_processor(tokenizer, schema=SCHEMA, max_new_tokens=40, eos_token_id=eos)
-    texts = generate(model, tokenizer, prompts, processors, 40, do_sample=False)
+    texts, stopped = generate(model, tokenizer, prompts, processors, 40, do_sample=False)
+    assert all(stopped)
     for text in texts:
         jsonschema.validate(json.loads(text), SCHEMA)
     processors = logits_processor(tokenizer, regex=REGEX, max_new_tokens=12, eos_token_id=eos)
-    for text in generate(model, tokenizer, prompts, processors, 12, do_sample=False):
+    texts, stopped = generate(model, tokenizer, prompts, processors, 12, do_sample=False)
+    assert all(stopped)
+    for text in texts:
         assert re.fullmatch(REGEX, text, re.ASCII), text
