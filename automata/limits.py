@@ -36,6 +36,7 @@ class Limits:
     max_repetition: int = 1_000
     max_nfa_states: int = 250_000
     max_dfa_states: int = 40_000
+    max_subset_work: int = 100_000_000
 
 
 DEFAULT_LIMITS = Limits()

@@ -29,6 +29,7 @@ from functools import lru_cache
 
 from corral.automata.errors import PatternError, PatternTooLongError, RepetitionTooLargeError
 from corral.automata.limits import DEFAULT_LIMITS, Limits
+from corral.automata.nfa import check_tree_states
 from corral.automata.tree import EMPTY, Alt, Concat, Node, Repeat
 from corral.automata.utf8 import MAX_SCALAR, complement, ranges_to_tree
 
@@ -62,6 +63,8 @@ def parse(pattern: str, limits: Limits | None = None) -> Node:
         TypeError: `pattern` is not a str.
         PatternTooLongError: the pattern is longer than `limits.max_pattern_length`.
         RepetitionTooLargeError: a `{m,n}` bound is above `limits.max_repetition`.
+        TooManyNfaStatesError: the pattern's NFA is counted past `limits.max_nfa_states`
+            (`corral.automata.nfa.check_tree_states`), before anything is built.
         PatternError: a construct outside the subset or malformed; `.position` is the 0-based
             index where it starts and `.reason` says what is wrong.
 
@@ -109,7 +112,9 @@ def parse_branches(pattern: str, limits: Limits | None = None) -> list[Branch]:
             limits.max_pattern_length,
             f"pattern of {len(pattern)} characters is too long",
         )
-    return _Parser(pattern, limits).parse_branches()
+    branches = _Parser(pattern, limits).parse_branches()
+    check_tree_states(_alt([branch.node for branch in branches]), limits)
+    return branches
 
 
 def escape(text: str) -> str:

@@ -33,7 +33,7 @@ from decimal import Decimal
 from corral.automata.errors import SchemaError
 from corral.automata.schema.form import Regex, Subtree
 from corral.automata.schema.formats import INTEGER_FORMATS
-from corral.automata.schema.json_text import INTEGER_FORM, NUMBER_FORM
+from corral.automata.schema.json_text import SHORT_INTEGER_FORM, SHORT_NUMBER_FORM
 from corral.automata.schema.multiples import (
     MAX_UNBOUNDED_MULTIPLE,
     divisible_product,
@@ -387,7 +387,7 @@ def lower_integer(schema: dict, pointer: str):
         lo = f_lo if lo is None else max(lo, f_lo)
         hi = f_hi if hi is None else min(hi, f_hi)
     if lo is None and hi is None:
-        return INTEGER_FORM
+        return SHORT_INTEGER_FORM
     text = integer_range(lo, hi)
     if text is None:
         raise SchemaError(
@@ -415,7 +415,7 @@ def lower_number(schema: dict, pointer: str):
         return lower_integer(schema, pointer)
     low, high = bounds(schema, pointer)
     if low is None and high is None:
-        return NUMBER_FORM
+        return SHORT_NUMBER_FORM
     largest = MAX_EXACT_FLOAT_BOUND
     if low is not None and low[0] > largest:
         raise _out_of_reach(pointer, low, largest)
