@@ -269,6 +269,8 @@ class Subsets:
                         if epsilon[state]:
                             one = state_closure(state)
                             units += len(one)
+                            if spent[0] + units > work_limit:  # before the union is made
+                                charge(units)
                             reached |= one
                         elif masks[state] or state == ACCEPT:
                             reached.add(state)

@@ -9,6 +9,14 @@ limit that was passed and its configured value.
 from __future__ import annotations
 
 
+def excerpt(text: str, most: int = 80) -> str:
+    """`text` quoted for an error message (`repr`), cut to its first `most` characters and its
+    length when longer: an error never repeats a pattern of 100,000 characters."""
+    if len(text) <= most:
+        return repr(text)
+    return f"{text[:most]!r}... ({len(text)} characters)"
+
+
 class ConstrainError(ValueError):
     """Base of every error raised by corral's compilers, kernels and samplers."""
 

@@ -263,9 +263,12 @@ class Exactness:
 
 
 def _integer(schema: dict) -> bool:
-    """Integer bounds are exact when they are integers (`corral.automata.schema.numbers`)."""
+    """Integer bounds are exact when they are integers, as ints or integral floats
+    (`corral.automata.schema.numbers`)."""
     for key in _NUMERIC:
-        if key in schema and not (is_int(schema[key]) or key == "multipleOf"):
+        value = schema.get(key)
+        integral = is_int(value) or (isinstance(value, float) and value.is_integer())
+        if key in schema and not (integral or key == "multipleOf"):
             return False
     return schema.get("multipleOf", 1) == 1 and not isinstance(schema.get("multipleOf"), bool)
 
