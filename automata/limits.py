@@ -30,6 +30,19 @@ class Limits:
             255 to 8,192 30,000 to 40,000, a table of at most 40 MB; each counted character
             of a string costs about 13 states, for UTF-8 sequences and escapes). Past it:
             `TooManyDfaStatesError`, raised while building.
+        max_subset_work: most work subset construction may do (default 100,000,000, about a
+            second of CPU): NFA states gathered into the DFA states' sets, one unit each, and
+            NFA states visited by an epsilon-closure search, `CLOSURE_VISIT_UNITS` (20) each
+            (`corral.automata.determinize`). It bounds what `max_dfa_states` does not: DFA
+            states that are large sets of NFA states, as in `((a?){1000}){4}` (a DFA of 4,001
+            states, each a set of up to 8,000 NFA states: 85 s before the limit). The largest
+            JSONSchemaBench schemas need about 1,000,000. Past it: `SubsetWorkError`, raised
+            while building.
+
+    A parsed pattern's NFA is also counted before it is built
+    (`corral.automata.nfa.check_tree_states`): `(a{1000}){1000}` is refused by
+    `max_nfa_states` at once. Minimization is O(transitions x log states) (Hopcroft's
+    refinement after a few of Moore's rounds), bounded by `max_dfa_states`.
     """
 
     max_pattern_length: int = 100_000

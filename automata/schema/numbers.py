@@ -23,6 +23,9 @@ as safe as any other):
   `minimum` above it (or a `maximum` below its negative) is refused naming the keyword. A range
   of n-digit bounds is regex text nested about n levels deep, and a DFA of O(n) states.
 - Numbers stay within +-2**53 the same way (lowered upper bound, raised lower bound).
+- Without any bound, an integer has at most 20 digits (`SHORT_INTEGER_FORM`) and a number is a
+  finite double of at most 17 digits and an exponent of at most 289 in magnitude
+  (`SHORT_NUMBER_FORM`, `corral.automata.schema.json_text`): a documented narrowing.
 """
 
 from __future__ import annotations
@@ -404,7 +407,8 @@ def lower_integer(schema: dict, pointer: str):
 
 
 def lower_number(schema: dict, pointer: str):
-    """The form of the numbers `schema` allows: any JSON number, or a range without exponent
+    """The form of the numbers `schema` allows: without bounds a finite double of at most 17
+    digits (`SHORT_NUMBER_FORM`), else a range without exponent
     (exact for integer bounds, see the module docstring; for other bounds, the decimals on the
     right side of each bound's float, `float_bound`). Values stay within +-2**53
     (`MAX_EXACT_FLOAT_BOUND`): a larger upper bound is lowered to it and a smaller lower bound

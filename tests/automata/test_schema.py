@@ -38,7 +38,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema.validators import validator_for
 
-INT = json_text.INTEGER
+INT = json_text.SHORT_INTEGER
 STRING = json_text.STRING
 
 
