@@ -18,7 +18,9 @@ The DFA here is a pair `trans` int32 `[n_states, n_classes]` (-1: dead) and `acc
 
 from __future__ import annotations
 
+from functools import reduce
 from itertools import islice
+from operator import or_
 
 import numpy as np
 from corral.automata.errors import EmptyLanguageError, SubsetWorkError, TooManyDfaStatesError
@@ -30,9 +32,11 @@ EXACT_MASKS = 64
 """Up to this many distinct masks, each byte's column of mask bits is read exactly, as one
 uint64 (`classes_of`)."""
 
-CLOSURE_VISIT_UNITS = 20
-"""The work units (`Limits.max_subset_work`) of one NFA state visited by an epsilon-closure
-search, a Python loop: about 20 times the cost of one element of a set union, the unit."""
+PYTHON_STEP_UNITS = 20
+"""The work units (`Limits.max_subset_work`) of one step of a Python loop of the construction:
+an NFA state visited by an epsilon-closure search or read by a kernel's loops, an (edge, class)
+pair of an atom plan (`_atom_plan`); about 20 times the cost of one element of a set union, the
+unit."""
 
 _KEY_WEIGHTS = np.random.default_rng(20261202).integers(0, 2**40, 4096).astype(np.float64)
 """Fixed integer weights (below 2**40, exact in float64) of the hash of a byte's column of more
@@ -250,7 +254,7 @@ class Subsets:
                             stack.append(t)
                 cached = frozenset(s for s in seen if masks[s] or s == ACCEPT)
                 state_closures[state] = cached
-                charge(CLOSURE_VISIT_UNITS * len(seen))
+                charge(PYTHON_STEP_UNITS * len(seen))
             return cached
 
         closures: dict[tuple[int, ...], tuple[tuple[int, ...], bool]] = {}
@@ -274,7 +278,7 @@ class Subsets:
                             reached |= one
                         elif masks[state] or state == ACCEPT:
                             reached.add(state)
-                    charge(units + len(states) + len(reached))
+                    charge(units + PYTHON_STEP_UNITS * len(states) + len(reached))
                 cached = (tuple(sorted(reached - {ACCEPT})), ACCEPT in reached)
                 closures[states] = cached
             return cached
@@ -288,7 +292,7 @@ class Subsets:
                 return ((t,), False)
             return ((), t == ACCEPT)
 
-        plans: dict[tuple[int, ...], list[tuple[int, tuple[int, ...]]]] = {}  # by kernel shape
+        plans: dict[tuple[int, ...], tuple[list, int]] = {}  # kernel shape -> (steps, cost)
         atom_id: dict[int, int] = {}  # class bitset -> its index in `atoms` (plans hold ids)
         start = closure((nfa.start,))
         if not start[0] and not start[1]:
@@ -323,15 +327,21 @@ class Subsets:
                     atom = atom_id_.get(class_sets_[kernel[0]])
                     steps = ((atom_of(class_sets_[kernel[0]]) if atom is None else atom, None),)
                 else:
-                    charge(len(kernel))  # the shape, and the targets' tuples below
                     shape = tuple([class_sets_[s] for s in kernel])
-                    steps = plans_.get(shape)
-                    if steps is None:
-                        charge(len(kernel) * 8)  # `_atom_plan`: O(edges x atoms)
-                        steps = plans_[shape] = [
+                    plan = plans_.get(shape)
+                    if plan is None:  # `_atom_plan`: O(edges x classes), a Python loop
+                        charge(PYTHON_STEP_UNITS * len(shape) * reduce(or_, shape, 0).bit_count())
+                        steps = [
                             (atom_of(atom), edges)
                             for atom, edges in sorted(_atom_plan(shape), key=_smallest_class)
                         ]
+                        incidences = sum(len(edges) for _, edges in steps)
+                        plan = plans_[shape] = (
+                            steps,
+                            PYTHON_STEP_UNITS * (len(shape) + incidences),
+                        )
+                    steps, cost = plan
+                    charge(cost)  # the shape above, the targets' tuples below
                 for atom, edges in steps:
                     if edges is None:
                         key = reached_(edge_target_[kernel[0]])

@@ -32,8 +32,9 @@ class Limits:
             `TooManyDfaStatesError`, raised while building.
         max_subset_work: most work subset construction may do (default 100,000,000, about a
             second of CPU): NFA states gathered into the DFA states' sets, one unit each, and
-            NFA states visited by an epsilon-closure search, `CLOSURE_VISIT_UNITS` (20) each
-            (`corral.automata.determinize`). It bounds what `max_dfa_states` does not: DFA
+            each step of its Python loops (an NFA state visited by a closure search or read by
+            a kernel's loops, an (edge, class) pair of an atom plan), `PYTHON_STEP_UNITS` (20)
+            each (`corral.automata.determinize`). It bounds what `max_dfa_states` does not: DFA
             states that are large sets of NFA states, as in `((a?){1000}){4}` (a DFA of 4,001
             states, each a set of up to 8,000 NFA states: 85 s before the limit). The largest
             JSONSchemaBench schemas need about 1,000,000. Past it: `SubsetWorkError`, raised

@@ -31,6 +31,7 @@ from corral.automata.errors import (
     LimitError,
     NonFiniteNumberError,
     SchemaError,
+    SubsetWorkError,
     TooManyDfaStatesError,
     TooManyNfaStatesError,
 )
@@ -455,8 +456,9 @@ def _check(schema) -> None:
     check_document(schema)
 
 
-STATE_LIMIT_ERRORS = (TooManyNfaStatesError, TooManyDfaStatesError)
-"""The errors after which a recursive schema is compiled again with a shallower unrolling."""
+STATE_LIMIT_ERRORS = (TooManyNfaStatesError, TooManyDfaStatesError, SubsetWorkError)
+"""The errors after which a recursive schema is compiled again with a shallower unrolling (the
+state limits and the subset construction's work limit)."""
 
 
 def shallower_recursion(schema_limits: SchemaLimits) -> list[SchemaLimits]:

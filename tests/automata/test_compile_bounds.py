@@ -22,7 +22,7 @@ from corral.automata import (
     regex_to_dfa,
     schema_to_dfa,
 )
-from corral.automata.determinize import CLOSURE_VISIT_UNITS
+from corral.automata.determinize import PYTHON_STEP_UNITS
 from corral.automata.parse import parse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -49,10 +49,11 @@ class _Recorder:
         monkeypatch.setattr(nfa_module._Builder, "new_state", count)
 
 
-def _one_charge(n_nfa_states: int) -> int:
+def _one_charge(n_nfa_states: int, n_classes: int = 3) -> int:
     """The most one step of the construction adds to its work: one closure search over every
-    NFA state, or one union over all of them."""
-    return (CLOSURE_VISIT_UNITS + 10) * n_nfa_states
+    NFA state, one union over all of them, or one atom plan of every NFA state's edge over
+    every byte class (the patterns here have at most 3: `a`, `b` and the rest)."""
+    return (PYTHON_STEP_UNITS * (n_classes + 2) + 10) * n_nfa_states
 
 
 @pytest.mark.parametrize("pattern", ["((a?){1000}){4}", "^((a?){1000}){3}$", "((a|b)?){1000}"])
