@@ -18,9 +18,7 @@ The DFA here is a pair `trans` int32 `[n_states, n_classes]` (-1: dead) and `acc
 
 from __future__ import annotations
 
-from functools import reduce
 from itertools import islice
-from operator import or_
 
 import numpy as np
 from corral.automata.errors import EmptyLanguageError, SubsetWorkError, TooManyDfaStatesError
@@ -34,9 +32,9 @@ uint64 (`classes_of`)."""
 
 PYTHON_STEP_UNITS = 20
 """The work units (`Limits.max_subset_work`) of one step of a Python loop of the construction:
-an NFA state visited by an epsilon-closure search or read by a kernel's loops, an (edge, class)
-pair of an atom plan (`_atom_plan`); about 20 times the cost of one element of a set union, the
-unit."""
+an NFA state read by a kernel's loops, an (edge, class) pair of an atom plan (`_atom_plan`);
+about 20 times the cost of one element of a set union, the unit. An NFA state visited by an
+epsilon-closure search costs twice that."""
 
 _KEY_WEIGHTS = np.random.default_rng(20261202).integers(0, 2**40, 4096).astype(np.float64)
 """Fixed integer weights (below 2**40, exact in float64) of the hash of a byte's column of more
@@ -254,7 +252,7 @@ class Subsets:
                             stack.append(t)
                 cached = frozenset(s for s in seen if masks[s] or s == ACCEPT)
                 state_closures[state] = cached
-                charge(PYTHON_STEP_UNITS * len(seen))
+                charge(2 * PYTHON_STEP_UNITS * len(seen))  # a search: two loops a state
             return cached
 
         closures: dict[tuple[int, ...], tuple[tuple[int, ...], bool]] = {}
@@ -329,12 +327,12 @@ class Subsets:
                 else:
                     shape = tuple([class_sets_[s] for s in kernel])
                     plan = plans_.get(shape)
-                    if plan is None:  # `_atom_plan`: O(edges x classes), a Python loop
-                        charge(PYTHON_STEP_UNITS * len(shape) * reduce(or_, shape, 0).bit_count())
+                    if plan is None:  # `_atom_plan`: O(edges x atoms), a Python loop
                         steps = [
                             (atom_of(atom), edges)
                             for atom, edges in sorted(_atom_plan(shape), key=_smallest_class)
                         ]
+                        charge(PYTHON_STEP_UNITS * len(shape) * len(steps))
                         incidences = sum(len(edges) for _, edges in steps)
                         plan = plans_[shape] = (
                             steps,

