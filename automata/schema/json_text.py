@@ -38,9 +38,6 @@ significant digits tell any two doubles apart."""
 MAX_EXPONENT = 289
 """Largest magnitude of an unbounded number's exponent: with `MAX_DIGITS` digits, any such
 number lies below 10**306 and any non-zero one above 10**-306, a finite normal double."""
-MAX_INTEGER_DIGITS = 20
-"""Most digits of an unbounded integer: every 64-bit integer fits (as in
-`corral.automata.schema.numbers`, where larger bounds are lowered to 20 digits)."""
 
 
 def _mantissa() -> str:
@@ -55,9 +52,6 @@ def _mantissa() -> str:
 INTEGER = r"-?(?:0|[1-9][0-9]*)"
 NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 """JSON's grammars of integers and numbers, whole: the any-value language's numbers."""
-SHORT_INTEGER = rf"-?(?:0|[1-9][0-9]{{0,{MAX_INTEGER_DIGITS - 1}}})"
-"""An integer of at most `MAX_INTEGER_DIGITS` digits: an integer schema without bounds (a
-documented narrowing)."""
 SHORT_NUMBER = _mantissa() + r"(?:[eE][+-]?(?:[0-9]{1,2}|1[0-9]{2}|2[0-8][0-9]))?"
 """A number a reader holds as a finite double, spelt with at most `MAX_DIGITS` digits before
 an optional exponent of magnitude at most `MAX_EXPONENT`: a number schema without bounds (a
@@ -68,7 +62,6 @@ BOOLEAN = r"true|false"
 STRING_FORM = Regex(STRING, 2)
 INTEGER_FORM = Regex(INTEGER, 2)
 NUMBER_FORM = Regex(NUMBER, 2)
-SHORT_INTEGER_FORM = Regex(SHORT_INTEGER, 2)
 SHORT_NUMBER_FORM = Regex(SHORT_NUMBER, 2)
 BOOLEAN_FORM = Regex(BOOLEAN, 1)
 NULL_FORM = Lit("null")
@@ -78,7 +71,6 @@ for _form in (
     STRING_FORM,
     INTEGER_FORM,
     NUMBER_FORM,
-    SHORT_INTEGER_FORM,
     SHORT_NUMBER_FORM,
     BOOLEAN_FORM,
 ):

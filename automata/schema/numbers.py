@@ -23,9 +23,11 @@ as safe as any other):
   `minimum` above it (or a `maximum` below its negative) is refused naming the keyword. A range
   of n-digit bounds is regex text nested about n levels deep, and a DFA of O(n) states.
 - Numbers stay within +-2**53 the same way (lowered upper bound, raised lower bound).
-- Without any bound, an integer has at most 20 digits (`SHORT_INTEGER_FORM`) and a number is a
-  finite double of at most 17 digits and an exponent of at most 289 in magnitude
-  (`SHORT_NUMBER_FORM`, `corral.automata.schema.json_text`): a documented narrowing.
+- Without any bound, a number is a finite double of at most 17 digits and an exponent of at
+  most 289 in magnitude (`SHORT_NUMBER_FORM`, `corral.automata.schema.json_text`): a
+  documented narrowing. An integer without bounds keeps JSON's grammar: a cap of its digits
+  costs about 20 DFA states per integer member, which large schemas of many optional integer
+  members cannot afford under `max_dfa_states`.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from decimal import Decimal
 from corral.automata.errors import SchemaError
 from corral.automata.schema.form import Regex, Subtree
 from corral.automata.schema.formats import INTEGER_FORMATS
-from corral.automata.schema.json_text import SHORT_INTEGER_FORM, SHORT_NUMBER_FORM
+from corral.automata.schema.json_text import INTEGER_FORM, SHORT_NUMBER_FORM
 from corral.automata.schema.multiples import (
     MAX_UNBOUNDED_MULTIPLE,
     divisible_product,
@@ -390,7 +392,7 @@ def lower_integer(schema: dict, pointer: str):
         lo = f_lo if lo is None else max(lo, f_lo)
         hi = f_hi if hi is None else min(hi, f_hi)
     if lo is None and hi is None:
-        return SHORT_INTEGER_FORM
+        return INTEGER_FORM
     text = integer_range(lo, hi)
     if text is None:
         raise SchemaError(

@@ -21,7 +21,7 @@ from corral.automata import (
     regex_to_dfa,
     schema_to_dfa,
 )
-from corral.automata.schema.json_text import SHORT_INTEGER, SHORT_NUMBER
+from corral.automata.schema.json_text import SHORT_NUMBER
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -141,26 +141,22 @@ def test_an_empty_enum_names_its_keyword_and_pointer():
 )
 def test_an_unbounded_number_is_a_finite_double_of_17_digits(mantissa, exponent):
     """`{"type": "number"}` writes the numbers of at most 17 digits with an exponent of
-    magnitude at most 289, all finite doubles; `{"type": "integer"}` at most 20 digits."""
+    magnitude at most 289, all finite doubles."""
     text = mantissa if exponent is None else f"{mantissa}e{exponent}"
     digits = len(re.sub(r"[^0-9]", "", mantissa))
     expected = digits <= 17 and (exponent is None or abs(exponent) <= 289)
     assert _NUMBER.matches(text.encode()) == expected, text
     if expected:
         assert math.isfinite(float(text))
-    if exponent is None and "." not in mantissa:
-        assert _INTEGER.matches(text.encode()) == (len(mantissa.lstrip("-")) <= 20), text
 
 
 _NUMBER = schema_to_dfa({"type": "number"})
-_INTEGER = schema_to_dfa({"type": "integer"})
 
 
 def test_1e400_is_not_a_number_corral_writes():
     assert not _NUMBER.matches(b"1e400") and not _NUMBER.matches(b"1" * 150)
     assert _NUMBER.matches(b"1e289") and _NUMBER.matches(b"0.1234567890123456")
     assert regex_to_dfa(SHORT_NUMBER).n_states == _NUMBER.n_states
-    assert regex_to_dfa(SHORT_INTEGER).n_states == _INTEGER.n_states
 
 
 def test_a_bounded_number_is_not_narrowed_to_17_digits():
