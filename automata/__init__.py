@@ -9,6 +9,7 @@ from corral.automata.dfa import DEAD, Dfa
 from corral.automata.errors import (
     ConstrainError,
     EmptyLanguageError,
+    EmptySchemaError,
     LimitError,
     NonFiniteNumberError,
     PatternError,
@@ -16,6 +17,7 @@ from corral.automata.errors import (
     RepetitionTooLargeError,
     SchemaError,
     SchemaTextError,
+    SubsetWorkError,
     TooManyDfaStatesError,
     TooManyNfaStatesError,
 )
@@ -36,6 +38,7 @@ __all__ = [
     "ConstrainError",
     "Dfa",
     "EmptyLanguageError",
+    "EmptySchemaError",
     "LazyDfa",
     "LimitError",
     "Limits",
@@ -43,6 +46,7 @@ __all__ = [
     "PatternTooLongError",
     "RepetitionTooLargeError",
     "SchemaError",
+    "SubsetWorkError",
     "TooManyDfaStatesError",
     "TooManyNfaStatesError",
     "NonFiniteNumberError",

@@ -21,7 +21,7 @@ from __future__ import annotations
 from itertools import islice
 
 import numpy as np
-from corral.automata.errors import EmptyLanguageError, TooManyDfaStatesError
+from corral.automata.errors import EmptyLanguageError, SubsetWorkError, TooManyDfaStatesError
 from corral.automata.graph import distances_to, table_edges, true_cells
 from corral.automata.limits import DEFAULT_LIMITS, Limits
 from corral.automata.nfa import ACCEPT, Nfa
@@ -29,6 +29,12 @@ from corral.automata.nfa import ACCEPT, Nfa
 EXACT_MASKS = 64
 """Up to this many distinct masks, each byte's column of mask bits is read exactly, as one
 uint64 (`classes_of`)."""
+
+PYTHON_STEP_UNITS = 20
+"""The work units (`Limits.max_subset_work`) of one step of a Python loop of the construction:
+an NFA state read by a kernel's loops, an (edge, class) pair of an atom plan (`_atom_plan`);
+about 20 times the cost of one element of a set union, the unit. An NFA state visited by an
+epsilon-closure search costs twice that."""
 
 _KEY_WEIGHTS = np.random.default_rng(20261202).integers(0, 2**40, 4096).astype(np.float64)
 """Fixed integer weights (below 2**40, exact in float64) of the hash of a byte's column of more
@@ -192,12 +198,18 @@ class Subsets:
         self.edge_state: list[int] = []
         self.edge_atom: list[int] = []
         self.edge_to: list[int] = []
+        self._spent = [0]
         self.expand = self._expander(nfa, masks, class_sets, limits or DEFAULT_LIMITS)
 
     @property
     def n_states(self) -> int:
         """The DFA states made so far."""
         return len(self.kernels)
+
+    @property
+    def work(self) -> int:
+        """The work done so far, in the units `Limits.max_subset_work` counts."""
+        return self._spent[0]
 
     def _expander(self, nfa: Nfa, masks: list[int], class_sets: list[int], limits: Limits):
         """`expand(first, stop=None)`: append the edges of DFA states `first`, `first + 1`, ...
@@ -213,6 +225,18 @@ class Subsets:
         kernels, accept, atoms = self.kernels, self.accept, self.atoms
         edge_state, edge_atom, edge_to = self.edge_state, self.edge_atom, self.edge_to
         state_closures: dict[int, frozenset[int]] = {}
+        work_limit = limits.max_subset_work
+        spent = self._spent
+
+        def charge(units: int) -> None:
+            spent[0] += units
+            if spent[0] > work_limit:
+                raise SubsetWorkError(
+                    "max_subset_work",
+                    work_limit,
+                    f"the DFA's subset construction needs too much work (after "
+                    f"{len(kernels)} states)",
+                )
 
         def state_closure(state: int) -> frozenset[int]:
             """The NFA states with a byte edge, or ACCEPT, reachable from `state` by epsilon
@@ -228,6 +252,7 @@ class Subsets:
                             stack.append(t)
                 cached = frozenset(s for s in seen if masks[s] or s == ACCEPT)
                 state_closures[state] = cached
+                charge(2 * PYTHON_STEP_UNITS * len(seen))  # a search: two loops a state
             return cached
 
         closures: dict[tuple[int, ...], tuple[tuple[int, ...], bool]] = {}
@@ -241,11 +266,17 @@ class Subsets:
                     reached = state_closure(states[0])
                 else:
                     reached = set()
+                    units = 0
                     for state in states:
                         if epsilon[state]:
-                            reached |= state_closure(state)
+                            one = state_closure(state)
+                            units += len(one)
+                            if spent[0] + units > work_limit:  # before the union is made
+                                charge(units)
+                            reached |= one
                         elif masks[state] or state == ACCEPT:
                             reached.add(state)
+                    charge(units + PYTHON_STEP_UNITS * len(states) + len(reached))
                 cached = (tuple(sorted(reached - {ACCEPT})), ACCEPT in reached)
                 closures[states] = cached
             return cached
@@ -259,7 +290,7 @@ class Subsets:
                 return ((t,), False)
             return ((), t == ACCEPT)
 
-        plans: dict[tuple[int, ...], list[tuple[int, tuple[int, ...]]]] = {}  # by kernel shape
+        plans: dict[tuple[int, ...], tuple[list, int]] = {}  # kernel shape -> (steps, cost)
         atom_id: dict[int, int] = {}  # class bitset -> its index in `atoms` (plans hold ids)
         start = closure((nfa.start,))
         if not start[0] and not start[1]:
@@ -295,12 +326,20 @@ class Subsets:
                     steps = ((atom_of(class_sets_[kernel[0]]) if atom is None else atom, None),)
                 else:
                     shape = tuple([class_sets_[s] for s in kernel])
-                    steps = plans_.get(shape)
-                    if steps is None:
-                        steps = plans_[shape] = [
+                    plan = plans_.get(shape)
+                    if plan is None:  # `_atom_plan`: O(edges x atoms), a Python loop
+                        steps = [
                             (atom_of(atom), edges)
                             for atom, edges in sorted(_atom_plan(shape), key=_smallest_class)
                         ]
+                        charge(PYTHON_STEP_UNITS * len(shape) * len(steps))
+                        incidences = sum(len(edges) for _, edges in steps)
+                        plan = plans_[shape] = (
+                            steps,
+                            PYTHON_STEP_UNITS * (len(shape) + incidences),
+                        )
+                    steps, cost = plan
+                    charge(cost)  # the shape above, the targets' tuples below
                 for atom, edges in steps:
                     if edges is None:
                         key = reached_(edge_target_[kernel[0]])

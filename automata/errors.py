@@ -9,6 +9,14 @@ limit that was passed and its configured value.
 from __future__ import annotations
 
 
+def excerpt(text: str, most: int = 80) -> str:
+    """`text` quoted for an error message (`repr`), cut to its first `most` characters and its
+    length when longer: an error never repeats a pattern of 100,000 characters."""
+    if len(text) <= most:
+        return repr(text)
+    return f"{text[:most]!r}... ({len(text)} characters)"
+
+
 class ConstrainError(ValueError):
     """Base of every error raised by corral's compilers, kernels and samplers."""
 
@@ -63,6 +71,12 @@ class TooManyDfaStatesError(LimitError):
     """Subset construction would make more than `Limits.max_dfa_states` DFA states."""
 
 
+class SubsetWorkError(LimitError):
+    """Subset construction would do more than `Limits.max_subset_work` units of work (NFA
+    states visited while making DFA states): a DFA whose states are large sets of NFA states,
+    such as `((a?){1000}){4}`, is refused before the work grows past about a second."""
+
+
 class SchemaError(ConstrainError):
     """A JSON Schema outside the supported subset or malformed (DESIGN.md section 3).
 
@@ -77,6 +91,13 @@ class SchemaError(ConstrainError):
         self.keyword = keyword
         self.reason = reason
         super().__init__(f"{pointer or '/'}: {reason}")
+
+
+class EmptySchemaError(EmptyLanguageError, SchemaError):
+    """The schema admits no value corral can write; `pointer` and `keyword` name the
+    subschema and keyword where the language first became empty (`keyword` None for a `false`
+    schema, or when only the whole schema's automaton was found empty). Both an
+    `EmptyLanguageError` and a `SchemaError`."""
 
 
 class SchemaTextError(ConstrainError):

@@ -48,7 +48,8 @@ class LazyDfa:
 
     Args:
         node: a regex tree (`corral.automata.tree`), as `tree_to_dfa` takes.
-        limits: `max_nfa_states` is checked here, `max_dfa_states` as states are made.
+        limits: `max_nfa_states` is checked here, `max_dfa_states` and `max_subset_work` as
+            states are made.
 
     State 0 is the start. `n_states` grows as `row` makes states.
 
@@ -94,7 +95,8 @@ class LazyDfa:
 
         Raises:
             IndexError: `state` has not been made.
-            TooManyDfaStatesError: making the row would pass `limits.max_dfa_states`.
+            TooManyDfaStatesError, SubsetWorkError: making the row would pass
+                `limits.max_dfa_states` or `limits.max_subset_work`.
         """
         if 0 <= state < len(self._rows):
             known = self._rows[state]

@@ -30,12 +30,27 @@ class Limits:
             255 to 8,192 30,000 to 40,000, a table of at most 40 MB; each counted character
             of a string costs about 13 states, for UTF-8 sequences and escapes). Past it:
             `TooManyDfaStatesError`, raised while building.
+        max_subset_work: most work subset construction may do (default 200,000,000, about a
+            second of CPU): NFA states gathered into the DFA states' sets, one unit each, and
+            each step of its Python loops (an NFA state visited by a closure search or read by
+            a kernel's loops, an (edge, class) pair of an atom plan), `PYTHON_STEP_UNITS` (20)
+            each (`corral.automata.determinize`). It bounds what `max_dfa_states` does not: DFA
+            states that are large sets of NFA states, as in `((a?){1000}){4}` (a DFA of 4,001
+            states, each a set of up to 8,000 NFA states: 85 s before the limit). On a third
+            of JSONSchemaBench and BFCL, the most any schema needs is about 60,000,000. Past it:
+            `SubsetWorkError`, raised while building.
+
+    A parsed pattern's NFA is also counted before it is built
+    (`corral.automata.nfa.check_tree_states`): `(a{1000}){1000}` is refused by
+    `max_nfa_states` at once. Minimization is O(transitions x log states) (Hopcroft's
+    refinement after a few of Moore's rounds), bounded by `max_dfa_states`.
     """
 
     max_pattern_length: int = 100_000
     max_repetition: int = 1_000
     max_nfa_states: int = 250_000
     max_dfa_states: int = 40_000
+    max_subset_work: int = 200_000_000
 
 
 DEFAULT_LIMITS = Limits()

@@ -223,3 +223,69 @@ class _Builder:
         for _ in range(lo):
             cur = self.build(item, cur)
         return cur
+
+
+COUNT_MARGIN = 1.1
+"""`check_tree_states` refuses a tree counted past `max_nfa_states` by this factor: a count just
+above the limit (an upper bound, `tree_states`) is left to the builder to decide."""
+
+
+def check_tree_states(node: Node, limits: Limits | None = None) -> None:
+    """Raise TooManyNfaStatesError, as `tree_to_nfa` would, when the NFA of the parsed tree
+    `node` is counted (`tree_states`, O(distinct nodes), nothing built) past
+    `limits.max_nfa_states` times `COUNT_MARGIN`: a pattern such as `(a{1000}){1000}` is refused
+    before its million states are made; else nothing."""
+    limit = (limits or DEFAULT_LIMITS).max_nfa_states
+    if tree_states(node) + 1 > limit * COUNT_MARGIN:
+        raise TooManyNfaStatesError(
+            "max_nfa_states", limit, "the pattern needs too many NFA states"
+        )
+
+
+def tree_states(node) -> int:
+    """The NFA states (accepting state not included) of a small regex tree built alone: the
+    builder's count when no two leaves of different branches share a state except through a
+    common suffix of one alternation's items (exact on the parser's trees)."""
+    memo: dict[int, tuple[object, int]] = {}
+
+    def flat(n, out: list) -> list:
+        if type(n) is Concat:
+            for item in n.items:
+                flat(item, out)
+        else:
+            out.append(n)
+        return out
+
+    def size(n) -> int:
+        hit = memo.get(id(n))
+        if hit is not None:
+            return hit[1]
+        kind = type(n)
+        if kind is ByteSet:
+            out = 1
+        elif kind is Concat:
+            out = sum(size(item) for item in n.items)
+        elif kind is Alt:
+            out, seen = 1, set()
+            for item in n.items:  # items end at one continuation: equal suffixes are shared
+                suffix = None
+                for element in reversed(flat(item, [])):
+                    suffix = (id(element), suffix)
+                    if suffix not in seen:
+                        seen.add(suffix)
+                        out += size(element)
+        elif kind is Repeat:
+            k = size(n.item)
+            low, high = n.min, n.max
+            out = 1 + k * max(low, 1) if high is None else (high - low) * (1 + k) + low * k
+        elif kind is Automaton:
+            rows = np.sort(n.dfa.trans, axis=1)  # per state: one byte-edge state per target
+            fresh = np.ones(rows.shape, dtype=bool)
+            fresh[:, 1:] = rows[:, 1:] != rows[:, :-1]
+            out = rows.shape[0] + int(np.count_nonzero(fresh & (rows >= 0)))
+        else:
+            raise TypeError(f"not a regex tree node: {n!r}")
+        memo[id(n)] = (n, out)
+        return out
+
+    return size(node)

@@ -24,13 +24,19 @@ byte-sequence alternations (`corral.automata.utf8`), so only well-formed UTF-8 e
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 
 from corral.automata.errors import PatternError, PatternTooLongError, RepetitionTooLargeError
 from corral.automata.limits import DEFAULT_LIMITS, Limits
+from corral.automata.nfa import check_tree_states
 from corral.automata.tree import EMPTY, Alt, Concat, Node, Repeat
 from corral.automata.utf8 import MAX_SCALAR, complement, ranges_to_tree
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+"""A character of the pattern text that is a lone surrogate (Python's surrogateescape reads a
+byte that is not UTF-8 as one, U+DC80..U+DCFF): refused, as no text holds it."""
 
 MAX_GROUP_DEPTH = 200  # deeper nesting is refused: it would only exhaust Python's stack
 
@@ -62,6 +68,9 @@ def parse(pattern: str, limits: Limits | None = None) -> Node:
         TypeError: `pattern` is not a str.
         PatternTooLongError: the pattern is longer than `limits.max_pattern_length`.
         RepetitionTooLargeError: a `{m,n}` bound is above `limits.max_repetition`.
+        PatternError: a character of `pattern` is a lone surrogate (U+D800..U+DFFF), not text.
+        TooManyNfaStatesError: the pattern's NFA is counted past `limits.max_nfa_states`
+            (`corral.automata.nfa.check_tree_states`), before anything is built.
         PatternError: a construct outside the subset or malformed; `.position` is the 0-based
             index where it starts and `.reason` says what is wrong.
 
@@ -109,7 +118,17 @@ def parse_branches(pattern: str, limits: Limits | None = None) -> list[Branch]:
             limits.max_pattern_length,
             f"pattern of {len(pattern)} characters is too long",
         )
-    return _Parser(pattern, limits).parse_branches()
+    lone = _LONE_SURROGATE.search(pattern)
+    if lone is not None:
+        raise PatternError(
+            pattern,
+            lone.start(),
+            f"the character U+{ord(lone.group()):04X} is a lone surrogate, not text (it has no "
+            "UTF-8 form)",
+        )
+    branches = _Parser(pattern, limits).parse_branches()
+    check_tree_states(_alt([branch.node for branch in branches]), limits)
+    return branches
 
 
 def escape(text: str) -> str:

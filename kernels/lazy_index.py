@@ -46,7 +46,7 @@ class LazyTokenIndex:
             is lazy. None: never finish.
 
     Raises (from any method that makes rows):
-        TooManyDfaStatesError: a row would make a state past the `LazyDfa`'s limit.
+        TooManyDfaStatesError, SubsetWorkError: a row would pass the `LazyDfa`'s limits.
     """
 
     def __init__(self, dfa: LazyDfa, vocabulary: Vocabulary, lazy_masks: int | None = 1):

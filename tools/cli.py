@@ -162,6 +162,15 @@ def _compile(args: argparse.Namespace) -> int:
             with contextlib.suppress(ConstrainError):
                 regex = json_schema_to_regex(schema)
         else:
+            escaped = next(
+                (i for i, c in enumerate(args.pattern) if "\udc80" <= c <= "\udcff"), None
+            )
+            if escaped is not None:  # a byte that is not UTF-8, as Python's argv holds it
+                byte = ord(args.pattern[escaped]) - 0xDC00
+                return _fail(
+                    "compile",
+                    f"the pattern is not UTF-8: byte 0x{byte:02X} at character {escaped}",
+                )
             dfa = regex_to_dfa(args.pattern)
     except (ConstrainError, InputError) as error:
         return _fail("compile", error)

@@ -27,9 +27,11 @@ from corral.automata.dfa import Dfa
 from corral.automata.errors import (
     ConstrainError,
     EmptyLanguageError,
+    EmptySchemaError,
     LimitError,
     NonFiniteNumberError,
     SchemaError,
+    SubsetWorkError,
     TooManyDfaStatesError,
     TooManyNfaStatesError,
 )
@@ -71,10 +73,14 @@ class Compiler:
             form, for targets whose form does not depend on the path (no cycle cut inside).
         recursive: True once a `$ref` target was met again on its own path: the language then
             depends on `SchemaLimits.max_recursion` (`shallower_recursion`).
+        empty_at: None, or (pointer, keyword, reason) of the first subschema compiled to the
+            empty language (the innermost: it is recorded as the recursion returns), which
+            `EmptySchemaError` names when the whole schema admits no value.
     """
 
     def __init__(self, root, limits: Limits | None, schema_limits: SchemaLimits):
         self.schema_limits = schema_limits
+        self.root = root
         self.trees = TreeBuilder(limits)
         self.refs = RefResolver(root)
         self.merger = Merger(self.refs)
@@ -84,6 +90,7 @@ class Compiler:
         self.recursive = False  # a `$ref` target was met again on its own path (unrolled)
         self.any_cache: dict = {}
         self.enum_cache: dict[int, tuple[dict, object]] = {}  # id -> (schema kept alive, form)
+        self.empty_at: tuple[str, str | None, str] | None = None
         self.algebra = Algebra(self)
 
     def compile(self, schema, pointer: str, depth: int):
@@ -101,6 +108,7 @@ class Compiler:
         if schema is True:
             return self.any_value(pointer)
         if schema is False:
+            self.empty(schema, pointer, None, "the schema false admits no value")
             return NOTHING
         if not isinstance(schema, dict):
             raise SchemaError(pointer, None, "a schema must be an object or a boolean")
@@ -108,9 +116,20 @@ class Compiler:
         nested_id = depth > 0 and has_own_id(schema)
         self.refs.nested_ids += nested_id
         try:
-            return self.dispatch(schema, pointer, depth)
+            out = self.dispatch(schema, pointer, depth)
         finally:
             self.refs.nested_ids -= nested_id
+        if out is NOTHING:
+            keyword = next((k for k in _DISPATCH_ORDER if k in schema), "type")
+            self.empty(schema, pointer, keyword, f"no value satisfies '{keyword}' here")
+        return out
+
+    def empty(self, schema, pointer: str, keyword: str | None, reason: str) -> None:
+        """Record where the language first became empty (`empty_at`), unless already recorded,
+        when `schema` is the document's own node at `pointer` (not a subschema made by merging,
+        whose emptiness is its maker's)."""
+        if self.empty_at is None and _node_at(self.root, pointer) is schema:
+            self.empty_at = (pointer, keyword, reason)
 
     def dispatch(self, schema: dict, pointer: str, depth: int):
         """The form of an object schema, by the first of these it holds: `$ref`, a conditional
@@ -176,6 +195,13 @@ class Compiler:
             self.min_hit = min(self.min_hit, self.stack.index(target_pointer))
             self.recursive = True
         if seen >= self.schema_limits.max_recursion:
+            self.empty(
+                schema,
+                pointer,
+                "$ref",
+                f"the $ref cycle is cut after max_recursion={self.schema_limits.max_recursion} "
+                "unrollings, and every value needs a deeper one",
+            )
             return NOTHING
         if not seen and target_pointer in self.cache:
             return self.cache[target_pointer]
@@ -215,6 +241,7 @@ class Compiler:
             except SchemaError as error:
                 if not is_empty_range(error):  # a merge made contradictory bounds: empty
                     raise
+                self.empty(schema, pointer, "anyOf", f"{where}: {error.reason}")
         return choice(out)
 
     def compile_one_of(self, schema: dict, pointer: str, depth: int):
@@ -300,6 +327,8 @@ class Compiler:
                 return NOTHING
             texts = [(v, t) for v, t in texts if dfa.matches(t.encode("utf-8"))]
         unique = dict.fromkeys(text for _, text in texts)
+        if not unique:
+            self.empty(schema, pointer, where, f"no value of '{where}' satisfies the others")
         return choice(Lit(text) for text in unique)
 
     def types_of(self, schema: dict, pointer: str) -> list[str]:
@@ -351,6 +380,28 @@ class Compiler:
         return choice(out)
 
 
+def _node_at(root, pointer: str):
+    """The node of `root` the JSON `pointer` names, or None."""
+    node = root
+    for token in pointer.split("/")[1:]:
+        key = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]
+        else:
+            return None
+    return node
+
+
+_DISPATCH_ORDER = (
+    "$ref", "allOf", "not", "anyOf", "oneOf", "propertyNames", "contains", "enum", "const",
+    "if", "dependentSchemas", "dependencies",
+)  # fmt: skip
+"""The keywords `Compiler.dispatch` goes by, in its order: the one named when a subschema that
+holds it compiles to the empty language."""
+
+
 def _has_type(value, allowed: set) -> bool:
     kind = json_type(value)
     return kind in allowed or (kind == "integer" and "number" in allowed)
@@ -387,7 +438,12 @@ def _compile(schema, compiler: Compiler):
             raise
         raise SchemaError(where, error.keyword, error.reason) from None
     if form is NOTHING:
-        raise EmptyLanguageError("the schema admits no value that corral can write")
+        pointer, keyword, reason = compiler.empty_at or ("", None, "")
+        raise EmptySchemaError(
+            resolvable_prefix(schema, pointer),
+            keyword,
+            f"the schema admits no value that corral can write: {reason}".rstrip(": "),
+        )
     return form
 
 
@@ -400,8 +456,9 @@ def _check(schema) -> None:
     check_document(schema)
 
 
-STATE_LIMIT_ERRORS = (TooManyNfaStatesError, TooManyDfaStatesError)
-"""The errors after which a recursive schema is compiled again with a shallower unrolling."""
+STATE_LIMIT_ERRORS = (TooManyNfaStatesError, TooManyDfaStatesError, SubsetWorkError)
+"""The errors after which a recursive schema is compiled again with a shallower unrolling (the
+state limits and the subset construction's work limit)."""
 
 
 def shallower_recursion(schema_limits: SchemaLimits) -> list[SchemaLimits]:
@@ -528,6 +585,12 @@ def _attempt(schema, limits: Limits | None, schema_limits: SchemaLimits, build, 
             return (tree if build is None else build(tree)), compiler.recursive
     except STATE_LIMIT_ERRORS as error:
         raise _StateLimit(error, compiler.recursive) from None
+    except EmptyLanguageError as error:
+        if isinstance(error, SchemaError):
+            raise
+        raise EmptySchemaError(  # the automaton `build` made is empty: no keyword to name
+            "", None, "the schema admits no value that corral can write"
+        ) from None
     finally:
         compiler.algebra = None  # the one reference cycle: freed now, not by the collector
 

@@ -25,7 +25,7 @@ import json
 import re
 from collections.abc import Callable
 
-from corral.automata.errors import LimitError, SchemaError
+from corral.automata.errors import LimitError, SchemaError, excerpt
 from corral.automata.limits import SchemaLimits
 from corral.automata.schema.form import EMPTY, NOTHING, Lit, Object, choice, repeat, seq
 from corral.automata.schema.keywords import child, count, unsupported
@@ -310,7 +310,7 @@ def _pattern_properties(schema: dict, names: list, pointer: str) -> dict:
             regex = re.compile(pattern)
         except re.error:
             raise unsupported(
-                pointer, "patternProperties", f"pattern {pattern!r} is not a Python regex"
+                pointer, "patternProperties", f"pattern {excerpt(pattern)} is not a Python regex"
             ) from None
         for name in names:
             if regex.search(name):

@@ -65,11 +65,12 @@ def universe_dfa() -> Dfa:
 
 def canonical_value(value) -> bool:
     """True when `dumps(value)` is the universe's spelling of the value, or the value has none:
-    no integral float (1.0 is spelt `1` in U), no float whose U spelling differs from its repr,
-    no object with two members or more (their order in U depends on a schema)."""
+    an integral float is written as its integer (`dumps`), as U spells it; no float whose U
+    spelling differs from its repr, no object with two members or more (their order in U
+    depends on a schema)."""
     if isinstance(value, float):
         if value.is_integer():
-            return False
+            return True
         spelt = f"{value:.6f}".rstrip("0")
         has_u = _FRACTION.fullmatch(spelt) is not None and float(spelt) == value
         return not has_u or repr(value) == spelt
@@ -262,9 +263,12 @@ class Exactness:
 
 
 def _integer(schema: dict) -> bool:
-    """Integer bounds are exact when they are integers (`corral.automata.schema.numbers`)."""
+    """Integer bounds are exact when they are integers, as ints or integral floats
+    (`corral.automata.schema.numbers`)."""
     for key in _NUMERIC:
-        if key in schema and not (is_int(schema[key]) or key == "multipleOf"):
+        value = schema.get(key)
+        integral = is_int(value) or (isinstance(value, float) and value.is_integer())
+        if key in schema and not (integral or key == "multipleOf"):
             return False
     return schema.get("multipleOf", 1) == 1 and not isinstance(schema.get("multipleOf"), bool)
 

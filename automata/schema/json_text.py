@@ -32,18 +32,48 @@ STRING_CHAR = r'[^"\\\x00-\x1f]|\\["\\/bfnrt]|' + UNICODE_ESCAPE
 """One character of a JSON string: raw (>= U+0020, not `"` or `\\`), a short escape or a
 `\\u` escape (`UNICODE_ESCAPE`)."""
 STRING = r'"(?:' + STRING_CHAR + r')*"'
+MAX_DIGITS = 17
+"""Most digits of an unbounded number's mantissa (integer and fraction parts together): 17
+significant digits tell any two doubles apart."""
+MAX_EXPONENT = 289
+"""Largest magnitude of an unbounded number's exponent: with `MAX_DIGITS` digits, any such
+number lies below 10**306 and any non-zero one above 10**-306, a finite normal double."""
+
+
+def _mantissa() -> str:
+    """Regex text of `-?I(.F)?` with at most `MAX_DIGITS` digits in I and F together."""
+    parts = [rf"0(?:\.[0-9]{{1,{MAX_DIGITS - 1}}})?"]
+    for k in range(1, MAX_DIGITS + 1):
+        head = "[1-9]" + (f"[0-9]{{{k - 1}}}" if k > 1 else "")
+        parts.append(head + (rf"(?:\.[0-9]{{1,{MAX_DIGITS - k}}})?" if k < MAX_DIGITS else ""))
+    return "-?(?:" + "|".join(parts) + ")"
+
+
 INTEGER = r"-?(?:0|[1-9][0-9]*)"
 NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+"""JSON's grammars of integers and numbers, whole: the any-value language's numbers."""
+SHORT_NUMBER = _mantissa() + r"(?:[eE][+-]?(?:[0-9]{1,2}|1[0-9]{2}|2[0-8][0-9]))?"
+"""A number a reader holds as a finite double, spelt with at most `MAX_DIGITS` digits before
+an optional exponent of magnitude at most `MAX_EXPONENT`: a number schema without bounds (a
+documented narrowing: the schema does not ask for more, and a small model left free writes
+digits until its budget ends)."""
 BOOLEAN = r"true|false"
 
 STRING_FORM = Regex(STRING, 2)
 INTEGER_FORM = Regex(INTEGER, 2)
 NUMBER_FORM = Regex(NUMBER, 2)
+SHORT_NUMBER_FORM = Regex(SHORT_NUMBER, 2)
 BOOLEAN_FORM = Regex(BOOLEAN, 1)
 NULL_FORM = Lit("null")
 QUOTE = Lit('"')
 
-for _form in (STRING_FORM, INTEGER_FORM, NUMBER_FORM, BOOLEAN_FORM):
+for _form in (
+    STRING_FORM,
+    INTEGER_FORM,
+    NUMBER_FORM,
+    SHORT_NUMBER_FORM,
+    BOOLEAN_FORM,
+):
     pin_fragment(_form.text)  # parsed once per process, instances copied (`form.pin_fragment`)
 
 

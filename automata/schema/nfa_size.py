@@ -19,9 +19,9 @@ stops at `most`.
 
 from __future__ import annotations
 
-import numpy as np
 from corral.automata.errors import TooManyNfaStatesError
 from corral.automata.limits import DEFAULT_LIMITS
+from corral.automata.nfa import tree_states
 from corral.automata.schema.form import (
     Choice,
     Lit,
@@ -32,8 +32,6 @@ from corral.automata.schema.form import (
     Subtree,
     TreeBuilder,
 )
-from corral.automata.tree import Alt, Automaton, ByteSet, Concat
-from corral.automata.tree import Repeat as TreeRepeat
 
 MARGIN = 1.1
 """`check_nfa_states` refuses a form whose count passes `max_nfa_states` by this factor: a count
@@ -186,52 +184,3 @@ class _Counter:
             size = tree_states(self.trees.build(leaf))
             hit = self.leaf_sizes[id(leaf)] = (leaf, size)
         return hit[1]
-
-
-def tree_states(node) -> int:
-    """The NFA states (accepting state not included) of a small regex tree built alone: the
-    builder's count when no two leaves of different branches share a state except through a
-    common suffix of one alternation's items (exact on the parser's trees)."""
-    memo: dict[int, tuple[object, int]] = {}
-
-    def flat(n, out: list) -> list:
-        if type(n) is Concat:
-            for item in n.items:
-                flat(item, out)
-        else:
-            out.append(n)
-        return out
-
-    def size(n) -> int:
-        hit = memo.get(id(n))
-        if hit is not None:
-            return hit[1]
-        kind = type(n)
-        if kind is ByteSet:
-            out = 1
-        elif kind is Concat:
-            out = sum(size(item) for item in n.items)
-        elif kind is Alt:
-            out, seen = 1, set()
-            for item in n.items:  # items end at one continuation: equal suffixes are shared
-                suffix = None
-                for element in reversed(flat(item, [])):
-                    suffix = (id(element), suffix)
-                    if suffix not in seen:
-                        seen.add(suffix)
-                        out += size(element)
-        elif kind is TreeRepeat:
-            k = size(n.item)
-            low, high = n.min, n.max
-            out = 1 + k * max(low, 1) if high is None else (high - low) * (1 + k) + low * k
-        elif kind is Automaton:
-            rows = np.sort(n.dfa.trans, axis=1)  # per state: one byte-edge state per target
-            fresh = np.ones(rows.shape, dtype=bool)
-            fresh[:, 1:] = rows[:, 1:] != rows[:, :-1]
-            out = rows.shape[0] + int(np.count_nonzero(fresh & (rows >= 0)))
-        else:
-            raise TypeError(f"not a regex tree node: {n!r}")
-        memo[id(n)] = (n, out)
-        return out
-
-    return size(node)

@@ -23,6 +23,11 @@ as safe as any other):
   `minimum` above it (or a `maximum` below its negative) is refused naming the keyword. A range
   of n-digit bounds is regex text nested about n levels deep, and a DFA of O(n) states.
 - Numbers stay within +-2**53 the same way (lowered upper bound, raised lower bound).
+- Without any bound, a number is a finite double of at most 17 digits and an exponent of at
+  most 289 in magnitude (`SHORT_NUMBER_FORM`, `corral.automata.schema.json_text`): a
+  documented narrowing. An integer without bounds keeps JSON's grammar: a cap of its digits
+  costs about 20 DFA states per integer member, which large schemas of many optional integer
+  members cannot afford under `max_dfa_states`.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from decimal import Decimal
 from corral.automata.errors import SchemaError
 from corral.automata.schema.form import Regex, Subtree
 from corral.automata.schema.formats import INTEGER_FORMATS
-from corral.automata.schema.json_text import INTEGER_FORM, NUMBER_FORM
+from corral.automata.schema.json_text import INTEGER_FORM, SHORT_NUMBER_FORM
 from corral.automata.schema.multiples import (
     MAX_UNBOUNDED_MULTIPLE,
     divisible_product,
@@ -404,7 +409,8 @@ def lower_integer(schema: dict, pointer: str):
 
 
 def lower_number(schema: dict, pointer: str):
-    """The form of the numbers `schema` allows: any JSON number, or a range without exponent
+    """The form of the numbers `schema` allows: without bounds a finite double of at most 17
+    digits (`SHORT_NUMBER_FORM`), else a range without exponent
     (exact for integer bounds, see the module docstring; for other bounds, the decimals on the
     right side of each bound's float, `float_bound`). Values stay within +-2**53
     (`MAX_EXACT_FLOAT_BOUND`): a larger upper bound is lowered to it and a smaller lower bound
@@ -415,7 +421,7 @@ def lower_number(schema: dict, pointer: str):
         return lower_integer(schema, pointer)
     low, high = bounds(schema, pointer)
     if low is None and high is None:
-        return NUMBER_FORM
+        return SHORT_NUMBER_FORM
     largest = MAX_EXACT_FLOAT_BOUND
     if low is not None and low[0] > largest:
         raise _out_of_reach(pointer, low, largest)

@@ -24,7 +24,13 @@ except `"` and `\\`, or one of the escapes ..."; beyond the subset: `minLength`,
 from __future__ import annotations
 
 from corral.automata.compile import build_dfa
-from corral.automata.errors import EmptyLanguageError, LimitError, PatternError, SchemaError
+from corral.automata.errors import (
+    EmptyLanguageError,
+    LimitError,
+    PatternError,
+    SchemaError,
+    excerpt,
+)
 from corral.automata.limits import SchemaLimits
 from corral.automata.parse import parse_branches
 from corral.automata.product import intersection
@@ -161,11 +167,11 @@ def pattern_tree(pattern: str, pointer: str, trees: TreeBuilder) -> Node:
         raise SchemaError(
             pointer,
             "pattern",
-            f"keyword 'pattern' is not supported: {pattern!r} is outside the regex subset "
+            f"keyword 'pattern' is not supported: {excerpt(pattern)} is outside the regex subset "
             f"({error.reason} at {error.position})",
         ) from None
     except LimitError as error:
-        raise SchemaError(pointer, "pattern", f"pattern {pattern!r}: {error}") from None
+        raise SchemaError(pointer, "pattern", f"pattern {excerpt(pattern)}: {error}") from None
     branches = []
     for branch in parsed:
         head = [] if branch.anchored_start else [any_run]

@@ -15,15 +15,42 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan
 
 def dumps(value) -> str:
     """Compact JSON text of `value`: `json.dumps(value, separators=(",", ":"),
-    ensure_ascii=False)` (keys in insertion order, non-ASCII raw, floats as Python's repr).
+    ensure_ascii=False)` (keys in insertion order, non-ASCII raw, floats as Python's repr),
+    except that a float holding an integer is written as that integer (`2.0` as `2`, `-0.0` as
+    `0`, `1e16` as `10000000000000000`): JSON Schema compares numbers by value, and `2.0` is
+    an integer. O(size of the value); a value with such floats is written twice.
 
     Raises:
         NonFiniteNumberError: `value` contains NaN or an infinity.
     """
     try:
-        return _ENCODER.encode(value)
+        text = _ENCODER.encode(value)
     except ValueError as error:
         raise NonFiniteNumberError(f"NaN and infinities are not JSON: {error}") from None
+    if _holds_integral_float(value):
+        text = _ENCODER.encode(json.loads(text, parse_float=_number_by_value))
+    return text
+
+
+def _number_by_value(text: str):
+    """A JSON number with a fraction or an exponent, as an int when its float is integral."""
+    number = float(text)
+    return int(number) if number.is_integer() else number
+
+
+def _holds_integral_float(value) -> bool:
+    """True when `value` is or contains a float that holds an integer (no recursion)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            if item.is_integer():
+                return True
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+    return False
 
 
 def json_key(value):
@@ -43,7 +70,9 @@ def json_key(value):
 
 
 def json_type(value) -> str:
-    """The JSON Schema type name of a Python JSON value ("integer" only for Python ints)."""
+    """The JSON Schema type name of a Python JSON value, by value: "integer" for an int and for
+    a float that holds an integer (`2.0`, as JSON Schema from draft 6 on), "number" for other
+    floats."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -51,7 +80,7 @@ def json_type(value) -> str:
     if isinstance(value, int):
         return "integer"
     if isinstance(value, float):
-        return "number"
+        return "integer" if value.is_integer() else "number"
     if isinstance(value, str):
         return "string"
     if isinstance(value, list):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from corral.automata import (
     EmptyLanguageError,
+    LimitError,
     Limits,
     TooManyDfaStatesError,
     regex_to_dfa,
@@ -16,7 +17,7 @@ from corral.automata import (
 from corral.automata.lazy import LazyDfa, lazy_regex_dfa, lazy_schema_dfa
 from corral.automata.nfa import tree_to_nfa
 from corral.automata.parse import parse
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from regex_strategies import bare_patterns
 from test_fragment_copies import schemas
@@ -69,6 +70,8 @@ def test_a_lazy_dfa_made_in_any_order_is_the_canonical_dfa(pattern, seed, rows):
         with pytest.raises(EmptyLanguageError):
             lazy_regex_dfa(pattern)
         return
+    except LimitError:  # refused by the eager construction: no canonical DFA to compare with
+        assume(False)
     lazy = lazy_regex_dfa(pattern)
     make_in_order(lazy, np.random.default_rng(seed), rows)
     made = {s: lazy.row(s) for s in range(lazy.n_states) if lazy.is_expanded(s)}

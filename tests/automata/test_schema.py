@@ -288,12 +288,23 @@ DUMPS_VALUES = [
 
 @pytest.mark.parametrize("value", DUMPS_VALUES, ids=range(len(DUMPS_VALUES)))
 def test_dumps_equals_compact_json_dumps(value):
-    assert dumps(value) == json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    """As `json.dumps`, with a float that holds an integer written as that integer."""
+    expected = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    by_value = json.loads(
+        expected, parse_float=lambda t: int(float(t)) if float(t).is_integer() else float(t)
+    )
+    assert dumps(value) == json.dumps(by_value, separators=(",", ":"), ensure_ascii=False)
 
 
 def test_dumps_keeps_key_order_and_raw_non_ascii():
     assert dumps({"b": 1, "a": "é"}) == '{"b":1,"a":"é"}'
-    assert dumps(-0.0) == "-0.0" and dumps(1e16) == "1e+16" and dumps(1.5e-05) == "1.5e-05"
+    assert dumps(1.5e-05) == "1.5e-05" and dumps(0.1) == "0.1"
+
+
+def test_dumps_writes_an_integral_float_as_its_integer():
+    """JSON Schema compares numbers by value: 2.0 is the integer 2 (issue 33, item 4)."""
+    assert dumps(-0.0) == "0" and dumps(1e16) == "10000000000000000" and dumps(2.0) == "2"
+    assert dumps({"a": [3.0, 1.5, {"b": -1.0}]}) == '{"a":[3,1.5,{"b":-1}]}'
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, [1, math.nan]])

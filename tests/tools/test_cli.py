@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from corral.tools import cli
 from corral.tools.cli import main
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from stand_in_model import StandInModel
 
 
@@ -53,6 +55,24 @@ def test_compile_json_prints_the_whole_table(capsys):
 def test_compile_refuses_a_bad_pattern_with_its_position(capsys):
     assert main(["compile", "a**"]) == 2
     assert "position 2" in capsys.readouterr().err
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    before=st.text("ab()|*", max_size=8),
+    byte=st.integers(0x80, 0xFF),
+    after=st.text("ab", max_size=4),
+)
+def test_compile_names_a_byte_of_the_pattern_that_is_not_utf8(capsys, before, byte, after):
+    """A pattern argument holding a byte that is not UTF-8 (Python's argv gives it as a
+    surrogate escape) is refused naming the byte and its place, not "matches no string"."""
+    argument = os.fsdecode(before.encode() + bytes([byte]) + after.encode())
+    capsys.readouterr()
+    assert main(["compile", argument]) == 2
+    err = capsys.readouterr().err
+    assert f"byte 0x{byte:02X} at character {len(before)}" in err and "not UTF-8" in err
 
 
 def test_compile_schema_prints_regex_size_and_samples(tmp_path, capsys):

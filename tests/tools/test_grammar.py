@@ -423,3 +423,26 @@ def test_a_recursive_schema_compiles_as_schema_to_dfa_compiles_it(schema, monkey
     named = {"type": "function", "function": {"name": "f"}}
     compile_dfa(grammar_for(tools=tools, tool_choice=named))
     assert [type(b) for b in builds] == [type(b) for b in expected]
+
+
+@pytest.mark.parametrize(
+    ("schema", "keyword", "pointer"),
+    [
+        ({"type": "integer", "enum": [1.5, 2.5]}, "enum", "/"),
+        (
+            {"properties": {"a": {"type": "integer", "const": 2.5}}, "required": ["a"]},
+            "const",
+            "/properties/a",
+        ),
+        ({"oneOf": [{"const": 1.0}, {"const": 1}]}, "oneOf", "/"),
+        ({"type": "array", "items": {"not": {}}, "minItems": 1}, "not", "/items"),
+    ],
+)
+def test_a_schema_that_admits_no_value_is_a_422_naming_keyword_and_pointer(
+    schema, keyword, pointer
+):
+    """Issue 33, item 4: "admits no value" names where, as every other 422 does."""
+    with pytest.raises(ToolError) as caught:
+        compile_dfa(schema_grammar(schema, "response_format.json_schema.schema"))
+    assert caught.value.status == 422
+    assert f"'{keyword}'" in caught.value.message and f"at '{pointer}'" in caught.value.message
