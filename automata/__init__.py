@@ -1,5 +1,5 @@
-"""corral.automata: regexes and JSON Schemas to canonical byte DFAs (DESIGN.md sections 2 and 3),
-or to DFAs made on demand (`LazyDfa`, `lazy_regex_dfa`, `lazy_schema_dfa`).
+"""corral.automata: regexes and JSON Schemas to canonical byte DFAs (docs/design.md sections 2 and
+3), or to DFAs made on demand (`LazyDfa`, `lazy_regex_dfa`, `lazy_schema_dfa`).
 
 Pure Python and NumPy; nothing here imports Numba.
 """

@@ -1,4 +1,4 @@
-"""The regex pipeline end to end (DESIGN.md section 2): pattern -> tree -> Thompson NFA -> byte
+"""The regex pipeline end to end (docs/design.md section 2): pattern -> tree -> Thompson NFA -> byte
 classes -> subset construction -> dead-state removal (only when the NFA has states with no way
 on, `Nfa.trimmed`) -> minimization (Moore's rounds, then Hopcroft's refinement if they do not
 settle) -> breadth-first numbering.
@@ -61,7 +61,7 @@ def build_dfa(node: Node, limits: Limits | None = None) -> Dfa:
 
 
 def regex_to_dfa(pattern: str, limits: Limits | None = None) -> Dfa:
-    """The canonical minimal DFA of `pattern` (DESIGN.md section 2's subset, fullmatch
+    """The canonical minimal DFA of `pattern` (docs/design.md section 2's subset, fullmatch
     semantics over UTF-8 bytes): `tree_to_dfa(parse(pattern, limits), limits)`.
 
     Raises:

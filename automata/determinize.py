@@ -1,5 +1,5 @@
-"""Thompson NFA to a trimmed DFA over byte classes (DESIGN.md section 2: "byte classes (bytes every
-edge treats alike) -> subset construction over classes -> remove states that cannot reach
+"""Thompson NFA to a trimmed DFA over byte classes (docs/design.md section 2: "byte classes (bytes
+every edge treats alike) -> subset construction over classes -> remove states that cannot reach
 acceptance").
 
 Three steps, one function each:
@@ -146,7 +146,7 @@ def subset_construction(
 
 
 class Subsets:
-    """The subset construction of an NFA over byte classes (DESIGN.md section 2), one DFA
+    """The subset construction of an NFA over byte classes (docs/design.md section 2), one DFA
     state at a time: `expand(i)` finds state i's edges, making the states they reach.
 
     A DFA state is identified by the NFA states with a byte edge in its epsilon closure and by

@@ -1,4 +1,4 @@
-"""The canonical byte DFA (DESIGN.md section 2): a dense transition table over bytes.
+"""The canonical byte DFA (docs/design.md section 2): a dense transition table over bytes.
 
 `trans[s, b]` is the state reached from state `s` on byte `b`, or -1 (dead). Every state can reach
 an accepting state; state 0 is the start; states are numbered breadth-first taking bytes 0..255 in

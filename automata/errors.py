@@ -1,5 +1,5 @@
-"""The error hierarchy of corral's compilers and kernels (STYLE.md: one hierarchy, mapped to
-OpenAI's error shape in one place, `corral.tools`).
+"""The error hierarchy of corral's compilers and kernels (one hierarchy, mapped to OpenAI's
+error shape in one place, `corral.tools`; docs/design.md section 5 "Errors").
 
 Every error corral raises on bad input is a `ConstrainError`. Subclasses carry what the API layer
 needs to name the culprit: a position in a pattern, a JSON pointer and keyword in a schema, or the
@@ -22,7 +22,7 @@ class ConstrainError(ValueError):
 
 
 class PatternError(ConstrainError):
-    """A regex outside the supported subset or malformed (DESIGN.md section 2).
+    """A regex outside the supported subset or malformed (docs/design.md section 2).
 
     Attributes:
         pattern: the pattern text.
@@ -78,7 +78,7 @@ class SubsetWorkError(LimitError):
 
 
 class SchemaError(ConstrainError):
-    """A JSON Schema outside the supported subset or malformed (DESIGN.md section 3).
+    """A JSON Schema outside the supported subset or malformed (docs/design.md section 3).
 
     Attributes:
         pointer: JSON pointer (RFC 6901) of the offending subschema, "" for the root.
@@ -103,9 +103,9 @@ class EmptySchemaError(EmptyLanguageError, SchemaError):
 class SchemaTextError(ConstrainError):
     """The schema compiles to a tree but has no regex-text rendering (a pattern combined with a
     length bound, compiled by a product automaton); use `schema_to_tree` or `schema_to_dfa`
-    (DESIGN.md section 3)."""
+    (docs/design.md section 3)."""
 
 
 class NonFiniteNumberError(ConstrainError):
-    """`dumps` was given NaN or an infinity, which JSON cannot write (DESIGN.md section 3:
+    """`dumps` was given NaN or an infinity, which JSON cannot write (docs/design.md section 3:
     "NaN and infinities refused")."""

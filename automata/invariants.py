@@ -1,4 +1,4 @@
-"""Language invariants of DFA states, a fine starting partition for minimization (DESIGN.md
+"""Language invariants of DFA states, a fine starting partition for minimization (docs/design.md
 section 2, "minimize").
 
 Moore's refinement needs one round per symbol of the shortest string that tells two states

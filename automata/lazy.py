@@ -16,7 +16,7 @@ acceptance): an NFA with states that cannot reach `ACCEPT` (`Nfa.trimmed` False)
 dropped from every closure (`live_nfa_states`), so no edge leads to a dead state and the masks
 walked on it are exact.
 
-Tables are as in DESIGN.md section 2: a row is int32 `[256]`, -1 dead.
+Tables are as in docs/design.md section 2: a row is int32 `[256]`, -1 dead.
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ class LazyDfa:
 
 
 def lazy_regex_dfa(pattern: str, limits: Limits | None = None) -> LazyDfa:
-    """A `LazyDfa` of `pattern` (DESIGN.md section 2's subset, fullmatch over UTF-8 bytes): the
+    """A `LazyDfa` of `pattern` (docs/design.md section 2's subset, fullmatch over UTF-8 bytes): the
     language of `regex_to_dfa(pattern)`.
 
     Raises:
@@ -188,7 +188,7 @@ def lazy_schema_dfa(
     schema, limits: Limits | None = None, schema_limits: SchemaLimits | None = None
 ) -> LazyDfa:
     """A `LazyDfa` of a JSON Schema's compact JSON texts: the language of
-    `schema_to_dfa(schema)` (DESIGN.md section 3), its regex tree compiled as
+    `schema_to_dfa(schema)` (docs/design.md section 3), its regex tree compiled as
     `schema_to_tree` does.
 
     Raises the errors of `schema_to_tree`, and the NFA limit of `limits`; `max_dfa_states` is

@@ -1,4 +1,4 @@
-"""Size limits of the regex and schema compilers (DESIGN.md section 2: "Limits (documented,
+"""Size limits of the regex and schema compilers (docs/design.md section 2: "Limits (documented,
 configurable) ... Past a limit: a clear error, never a hang or an out-of-memory").
 
 The defaults keep a refused blow-up to about a second of CPU and a few tens of megabytes: the
@@ -58,7 +58,7 @@ DEFAULT_LIMITS = Limits()
 
 @dataclass(frozen=True)
 class SchemaLimits:
-    """Configurable limits of the JSON Schema compiler (DESIGN.md section 3); every schema
+    """Configurable limits of the JSON Schema compiler (docs/design.md section 3); every schema
     function takes `schema_limits: SchemaLimits | None = None` (None means `SchemaLimits()`).
     Past a limit: `LimitError` naming the field, except where a bound is lowered as said.
 

@@ -1,4 +1,4 @@
-"""DFA minimization and canonical numbering (DESIGN.md section 2: "minimize (Moore or Hopcroft:
+"""DFA minimization and canonical numbering (docs/design.md section 2: "minimize (Moore or Hopcroft:
 split blocks until every state of a block moves to the same block on every class) -> number
 breadth-first from the start state, taking bytes 0..255 in order").
 

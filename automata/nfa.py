@@ -1,11 +1,11 @@
-"""Regex tree to Thompson NFA, built in continuation-passing style (DESIGN.md section 2,
+"""Regex tree to Thompson NFA, built in continuation-passing style (docs/design.md section 2,
 "Thompson NFA"; Russ Cox, "Regular Expression Matching Can Be Simple And Fast").
 
 `build(node, next_state) -> start_state` makes the states that match `node` and then continue to
 `next_state`. Calls are memoized on `(id(node), next_state)`, so a node shared by several parents
 with the same continuation (a DAG with shared tails, as the schema compiler builds for objects with
-many optional members, DESIGN.md section 3) is instantiated once and the NFA stays linear in the
-size of the DAG, not of its unfolded tree.
+many optional members, docs/design.md section 3) is instantiated once and the NFA stays linear in
+the size of the DAG, not of its unfolded tree.
 
 A state has epsilon edges (a sequence of targets) and at most one byte edge: a set of bytes (a
 256-bit int mask) and its target. State 0 is the single accepting state and has no edges.

@@ -1,4 +1,4 @@
-"""Pattern text to a regex tree of byte sets (DESIGN.md section 2, "Regex subset").
+"""Pattern text to a regex tree of byte sets (docs/design.md section 2, "Regex subset").
 
 A recursive-descent parser over the subset: literals, escapes, `\\d \\w \\s \\D \\W \\S`, `.`,
 bracket classes, groups `(...)`, `(?:...)`, `(?P<name>...)`, alternation (empty branches allowed)
@@ -59,7 +59,7 @@ ANCHOR_END = "'$' is only supported at the end of the pattern or of a top-level 
 
 
 def parse(pattern: str, limits: Limits | None = None) -> Node:
-    """Parse `pattern` (DESIGN.md section 2's subset) into a regex tree.
+    """Parse `pattern` (docs/design.md section 2's subset) into a regex tree.
 
     Returns a `Node` (`corral.automata.tree`) whose language is the set of UTF-8 encodings of
     the strings `s` with `re.fullmatch(pattern, s, re.ASCII)`.

@@ -1,7 +1,7 @@
 """Boolean algebra on canonical DFAs: intersection, union, difference and complement (the product
 construction; Hopcroft and Ullman, "Introduction to Automata Theory, Languages and Computation",
 section 3.2, "closure under boolean operations"). Regular languages are closed under all four,
-which is what lets the schema compiler (DESIGN.md section 3) compile `not`, `oneOf`, `allOf`
+which is what lets the schema compiler (docs/design.md section 3) compile `not`, `oneOf`, `allOf`
 that does not merge, and `if`/`then`/`else` exactly (`corral.automata.schema.exact`).
 
 Each operation walks the pairs of states reachable from (0, 0), breadth first and one whole

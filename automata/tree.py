@@ -1,11 +1,11 @@
 """The regex tree: the common currency between the pattern parser, the schema compiler and the
-Thompson construction (DESIGN.md section 2).
+Thompson construction (docs/design.md section 2).
 
 A tree's leaves are sets of bytes, or whole DFAs (`Automaton`, spliced in by the NFA builder);
 a non-ASCII character or class becomes alternations of sequences of byte sets (its UTF-8
 encodings). Nodes are compared by identity (`eq=False`), so a node may be shared by several
 parents: the schema compiler builds an object's optional members as a DAG whose shared tails the
-NFA construction instantiates once (DESIGN.md section 3).
+NFA construction instantiates once (docs/design.md section 3).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Unicode scalar-value ranges to UTF-8 byte-set sequences (DESIGN.md section 2: "non-ASCII
+"""Unicode scalar-value ranges to UTF-8 byte-set sequences (docs/design.md section 2: "non-ASCII
 characters and ranges become UTF-8 byte sequences").
 
 A range of code points [lo, hi] is split into sub-ranges that share their UTF-8 length and all but

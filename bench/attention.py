@@ -1,5 +1,5 @@
 """Attention over the KV cache on SmolLM2-135M's shapes (9 query heads over 3 key/value heads of
-width 64, 30 layers), printed, not asserted (DESIGN.md section 6).
+width 64, 30 layers), printed, not asserted (docs/design.md section 6).
 
     NUMBA_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE .venv/bin/python bench/attention.py
     .venv/bin/python bench/attention.py --quick      # smoke run: fewer repeats, smaller batches

@@ -1,4 +1,4 @@
-"""Compile benchmark (DESIGN.md sections 2 and 3): the time of each stage of the pipeline, for
+"""Compile benchmark (docs/design.md sections 2 and 3): the time of each stage of the pipeline, for
 five patterns, the three schemas of `bench/masks.py` and length-bounded strings.
 
 Run: `python bench/compile.py [--repeats N]`. Prints one line per grammar: the DFA's states

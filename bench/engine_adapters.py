@@ -1,6 +1,6 @@
 """One interface over four constrained-decoding engines: corral, outlines-core, XGrammar and
 llguidance, each given the SmolLM2 vocabulary (49,152 ids, EOS `<|im_end|>` = 2, the 17 control
-tokens never allowed inside text) and a regex or a JSON Schema (DESIGN.md sections 2-4).
+tokens never allowed inside text) and a regex or a JSON Schema (docs/design.md sections 2-4).
 
 Languages are aligned where the engine allows it (see bench/README.md for where they are not):
 compact JSON with no whitespace and separators `,` and `:` (outlines-core `whitespace_pattern=""`,

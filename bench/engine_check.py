@@ -5,8 +5,9 @@ Three differences are recognized from the tokens alone (`EXPLAINED`). Any other 
 direction: where corral allows tokens the other engine does not, each such token is checked by
 an independent oracle (`wider_is_sound`): the shortest completion corral's DFA gives after the
 token must parse with `json.loads` and validate with `jsonschema` (for a regex: match Python's
-`re.fullmatch` with `re.ASCII`, DESIGN.md section 2). A failed check is a corral bug. Where only
-the other engine allows more, corral's language is narrower there (sound; it shows in coverage).
+`re.fullmatch` with `re.ASCII`, docs/design.md section 2). A failed check is a corral bug. Where
+only the other engine allows more, corral's language is narrower there (sound; it shows in
+coverage).
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from engine_adapters import allowed_ids
 
 EXPLAINED = {  # category -> its explanation (bench/README.md, "Disagreements")
     "C1 in strings": "corral allows U+007F-U+009F unescaped inside JSON strings (RFC 8259 and "
-    "DESIGN.md section 3 do); the other engine does not",
+    "docs/design.md section 3 do); the other engine does not",
     "Unicode classes": "the other engine's \\d \\w \\s are Unicode (more lead bytes); corral's "
-    "are ASCII (DESIGN.md section 2, Python's re.ASCII)",
+    "are ASCII (docs/design.md section 2, Python's re.ASCII)",
     "forced bytes": "where the grammar forces the next bytes, llguidance allows only their "
     "canonical tokens; corral allows every token spelling a prefix of them",
     "corral wider, checked": "corral allows more here; every extra token's shortest completion "

@@ -1,6 +1,6 @@
 """corral against outlines-core, XGrammar and llguidance, side by side, on the SmolLM2 vocabulary
-(DESIGN.md section 4), with a differential check of the masks. Needs `pip install -e '.[bench]'`
-(see bench/README.md for alignment of the languages and the documented differences).
+(docs/design.md section 4), with a differential check of the masks. Needs `pip install -e
+'.[bench]'` (see bench/README.md for alignment of the languages and the documented differences).
 
 Three parts, each engine in its own worker process with a time cap (bench/engine_workers.py):
   1. figures: the five grammars of bench/masks.py and a deterministic sample of schemas of
@@ -70,7 +70,7 @@ EXAMPLES = {
 
 
 def compact(value) -> str:
-    """The compact JSON text of an instance (DESIGN.md section 3's writing of values)."""
+    """The compact JSON text of an instance (docs/design.md section 3's writing of values)."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 

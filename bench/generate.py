@@ -1,6 +1,6 @@
-"""Generation benchmark (DESIGN.md sections 4 and 7), printed, not asserted: completion tokens/s
-of the real SmolLM2-135M-Instruct, free and constrained, with and without jump-forward, side by
-side in one run, per workload and batch size.
+"""Generation benchmark (docs/design.md sections 4 and 7), printed, not asserted: completion
+tokens/s of the real SmolLM2-135M-Instruct, free and constrained, with and without jump-forward,
+side by side in one run, per workload and batch size.
 
 Run alone (two BLAS threads slow down up to 10x when another process computes):
     .venv/bin/python bench/generate.py [--tokens 64] [--batches 1,32] [--workloads ...] [--rounds 3]

@@ -1,4 +1,4 @@
-"""Token-mask benchmark (DESIGN.md section 4), printed, not asserted.
+"""Token-mask benchmark (docs/design.md section 4), printed, not asserted.
 
 On the SmolLM2 vocabulary (49,152 tokens, from the default model's GGUF) for five grammars, it
 prints per grammar: DFA states, the time to compile the grammar to a DFA, the time to build the

@@ -1,4 +1,4 @@
-"""Speed of corral's NumPy SmolLM2 forward pass (DESIGN.md section 6), printed, not
+"""Speed of corral's NumPy SmolLM2 forward pass (docs/design.md section 6), printed, not
 asserted.
 
     .venv/bin/python bench/model.py              # full run (alone on the machine, please)

@@ -1,4 +1,4 @@
-"""Sampler microbenchmark (DESIGN.md section 4), printed, not asserted: `sample_batch` per call
+"""Sampler microbenchmark (docs/design.md section 4), printed, not asserted: `sample_batch` per call
 on real rows, at batch 1 and 32, temperature 1 and greedy.
 
 The rows are SmolLM2-135M-Instruct's logits of `--steps` decode steps of 32 answers to

@@ -1,6 +1,6 @@
 """Schema coverage on JSONSchemaBench: every schema in ../shared/data/jsonschemabench/
 through `schema_to_dfa`, per subset compiled / refused, the ten most common refusal reasons, and
-the median and worst compile time (schema -> DFA, seconds of wall time); DESIGN.md section 3.
+the median and worst compile time (schema -> DFA, seconds of wall time); docs/design.md section 3.
 
 One schema cannot hang the run: the regex limits are the library's (`corral.automata.Limits`;
 `--max-nfa-states`, `--max-dfa-states` change them) and a wall-clock alarm (`--timeout`,

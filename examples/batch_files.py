@@ -1,5 +1,5 @@
 """What the example scripts share: where the benchmark data is, writing a Batch API input line,
-reading the answers of an output file (DESIGN.md section 7), and the `make` / `score` command
+reading the answers of an output file (docs/design.md section 7), and the `make` / `score` command
 line (a missing or unreadable file is one line on stderr and exit status 2, not a traceback)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""corral.integrations: corral inside other engines (DESIGN.md section 4's masks, section 7's
+"""corral.integrations: corral inside other engines (docs/design.md section 4's masks, section 7's
 Batch job). Each adapter is its own module, imported by name, so that its engine (an optional
 extra) is imported only by those who use it:
 

@@ -1,5 +1,5 @@
 """corral's masks inside Hugging Face `transformers`: a `LogitsProcessor` holding
-`model.generate(...)` to a regex or a JSON Schema (DESIGN.md sections 2-4), in the manner of
+`model.generate(...)` to a regex or a JSON Schema (docs/design.md sections 2-4), in the manner of
 outlines' and XGrammar's transformers processors.
 
     from corral.integrations.huggingface import logits_processor
@@ -89,7 +89,7 @@ class CorralLogitsProcessor(LogitsProcessor):
     Args:
         indexes: one `TokenIndex` for every row, or one per batch item (`RowConstraints`).
         max_new_tokens: pass `generate`'s max_new_tokens to end every answer with EOS within
-            it (the budget rule of DESIGN.md section 4, a token kept for EOS, on which
+            it (the budget rule of docs/design.md section 4, a token kept for EOS, on which
             `generate` stops: `corral.integrations.rows`); None: no budget (an answer may be
             cut).
 
@@ -118,7 +118,7 @@ def logits_processor(
 
     Args:
         tokenizer: the model's fast tokenizer (`hf_vocabulary`).
-        regex: a pattern (DESIGN.md section 2), or a list of one per batch item.
+        regex: a pattern (docs/design.md section 2), or a list of one per batch item.
         schema: a JSON Schema (section 3; dict or JSON text), or a list of one per batch item.
         max_new_tokens: as in `CorralLogitsProcessor` (pass the same value to `generate`).
         eos_token_id: as in `hf_vocabulary`.

@@ -1,5 +1,5 @@
 """corral's masks inside llama-cpp-python: a `logits_processor` holding `Llama.__call__`,
-`create_completion` or `create_chat_completion` to a regex or a JSON Schema (DESIGN.md
+`create_completion` or `create_chat_completion` to a regex or a JSON Schema (docs/design.md
 sections 2-4).
 
     from corral.integrations.llamacpp import logits_processor
@@ -67,8 +67,8 @@ def logits_processor(
     max_new_tokens: int | None = None,
     vocabulary: Vocabulary | None = None,
 ) -> LogitsProcessorList:
-    """A `llama_cpp.LogitsProcessorList` holding a call of `llm` to a regex (DESIGN.md section 2)
-    or a JSON Schema (section 3; dict or JSON text); exactly one is given. `vocabulary`: an
+    """A `llama_cpp.LogitsProcessorList` holding a call of `llm` to a regex (docs/design.md section
+    2) or a JSON Schema (section 3; dict or JSON text); exactly one is given. `vocabulary`: an
     earlier `llama_vocabulary(llm)`, to skip reading it.
 
     Raises:

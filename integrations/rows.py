@@ -1,4 +1,4 @@
-"""Constraints for rows of token ids an outside engine generates (DESIGN.md section 4), the
+"""Constraints for rows of token ids an outside engine generates (docs/design.md section 4), the
 framework-free core of the logits processors in `corral.integrations`.
 
 An outside engine (transformers' `generate`, llama-cpp-python) calls a logits processor once per
@@ -40,7 +40,7 @@ Key = tuple[int, tuple[int, ...]]
 def grammar_index(
     vocabulary: Vocabulary, regex: str | None = None, schema: dict | str | None = None
 ) -> TokenIndex:
-    """The token index of a regex (DESIGN.md section 2) or a JSON Schema (section 3; a dict or
+    """The token index of a regex (docs/design.md section 2) or a JSON Schema (section 3; a dict or
     its JSON text) over `vocabulary`; exactly one of `regex` and `schema` is given.
 
     Raises:

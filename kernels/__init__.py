@@ -1,5 +1,5 @@
 """corral.kernels: token masks over a byte trie of the vocabulary, walked by Numba, and the masked
-sampler (DESIGN.md section 4).
+sampler (docs/design.md section 4).
 
 - `Vocabulary`: token id -> raw bytes (None for specials) and the EOS ids.
 - `TokenIndex(dfa, vocabulary)`: packed masks per DFA state, `next_state`, `token_distance`

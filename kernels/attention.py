@@ -1,4 +1,4 @@
-"""Attention of query rows over a KV cache of ragged contexts, in one Numba kernel (DESIGN.md
+"""Attention of query rows over a KV cache of ragged contexts, in one Numba kernel (docs/design.md
 section 6; scaled dot-product attention with grouped queries, as Hugging Face's Llama).
 
 A segment is the new tokens of one sequence: n query rows at positions start..start+n-1 of

@@ -1,5 +1,5 @@
 """Budget masks: the tokens of a DFA state after which a complete answer still fits in k more
-tokens (DESIGN.md section 4; the budget rule of `corral.kernels.distance`).
+tokens (docs/design.md section 4; the budget rule of `corral.kernels.distance`).
 
 Token t is kept in state s under budget k when it is allowed there and the state it ends in is
 at token distance `0 <= distance[e] <= k` from acceptance (plus EOS when s accepts). The set

@@ -1,5 +1,5 @@
 """One answer's walk through a grammar, a matcher in the manner of XGrammar's `GrammarMatcher`
-(DESIGN.md section 4).
+(docs/design.md section 4).
 
 A `Constraint` holds the DFA state reached by the text written so far. `mask()` says which tokens
 may come next; `advance(token)` moves on and refuses a token the grammar does not allow;

@@ -1,4 +1,4 @@
-"""The fewest tokens from each DFA state to a complete answer (DESIGN.md section 4): the one
+"""The fewest tokens from each DFA state to a complete answer (docs/design.md section 4): the one
 budget rule, counted in tokens, of `Constraint.mask(tokens_left)` and of the engine's budget-aware
 ending (`corral.model.generate`).
 

@@ -1,4 +1,4 @@
-"""Errors raised by the kernels (DESIGN.md section 4), rooted at `ConstrainError` like the
+"""Errors raised by the kernels (docs/design.md section 4), rooted at `ConstrainError` like the
 compilers' errors, so the API layer maps them in one place."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ class VocabularyError(ConstrainError):
 
 
 class NoTokenAllowedError(ConstrainError):
-    """A mask row allows no token at all, so nothing can be sampled (DESIGN.md section 4: an
+    """A mask row allows no token at all, so nothing can be sampled (docs/design.md section 4: an
     all-false mask is an error)."""
 
 

@@ -1,4 +1,4 @@
-"""The token index of a grammar: which tokens each DFA state allows (DESIGN.md section 4).
+"""The token index of a grammar: which tokens each DFA state allows (docs/design.md section 4).
 
 Token t is allowed in state s when walking all of its bytes from s through `dfa.trans` stays
 live; the EOS ids are allowed exactly in accepting states; special (None) and empty tokens never.
@@ -78,7 +78,7 @@ def choose_mode(n_states: int, vocabulary_size: int) -> str:
 
 
 class TokenIndex:
-    """Masks and transitions of one grammar's DFA over one vocabulary (DESIGN.md section 4).
+    """Masks and transitions of one grammar's DFA over one vocabulary (docs/design.md section 4).
 
     Built once per (grammar, vocabulary) and shared, read-only, by every request using that
     grammar. Thread-safe for readers (storing a newly walked row takes a lock; two threads

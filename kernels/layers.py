@@ -1,5 +1,5 @@
 """The small per-token layers of a Llama block, RMSNorm, RoPE and SwiGLU's gating, as Numba
-kernels (DESIGN.md section 6; the formulas are Hugging Face's `LlamaRMSNorm`,
+kernels (docs/design.md section 6; the formulas are Hugging Face's `LlamaRMSNorm`,
 `apply_rotary_pos_emb` and `LlamaMLP`).
 
 At batch 1 a decode step calls them 120 times on vectors of a few hundred values, where NumPy's

@@ -1,5 +1,5 @@
 """Matrix products with weights kept in GGUF's block-quantized layouts, dequantized in registers
-with float32 accumulation (DESIGN.md section 6; the block formats are ggml's, `ggml-common.h`).
+with float32 accumulation (docs/design.md section 6; the block formats are ggml's, `ggml-common.h`).
 
 A weight matrix W [n_out, k] (Hugging Face's [out, in]) is cut along k into blocks of 32:
 

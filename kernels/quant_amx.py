@@ -1,5 +1,5 @@
 """Matrix products of block-quantized weights with int8-quantized activations on Intel AMX
-tiles (DESIGN.md section 6; Intel's Architecture Instruction Set Extensions Programming
+tiles (docs/design.md section 6; Intel's Architecture Instruction Set Extensions Programming
 Reference, chapter 3, "Intel AMX"; the weight blocks are ggml's, as in `kernels.quant_int8`).
 
 AMX adds eight tile registers of up to 16 rows of 64 bytes and `tdpbsud`, which adds to each

@@ -1,5 +1,5 @@
 """Matrix products of block-quantized weights with int8-quantized activations, in integer SIMD
-(DESIGN.md section 6; the activation blocks are ggml's Q8_1, `quantize_row_q8_1` in
+(docs/design.md section 6; the activation blocks are ggml's Q8_1, `quantize_row_q8_1` in
 `ggml-quants.c`, and the integer dot products llama.cpp's `ggml_vec_dot_q4_1_q8_1`).
 
 Each row of x is cut into blocks of 32 and each block stored as int8 with a float32 scale

@@ -1,6 +1,6 @@
 """Matrix products of block-quantized weights with several rows of float32 activations, each
 weight unpacked once in registers for a group of rows whose sums stay in registers
-(DESIGN.md section 6; the block formats are ggml's, `ggml-common.h`, as in `kernels.quant`).
+(docs/design.md section 6; the block formats are ggml's, `ggml-common.h`, as in `kernels.quant`).
 
 A kernel that vectorizes over a tile's output rows and keeps each row of x's partial sums in
 memory (as `kernels.quant`'s one-row kernels do, and its kernels of 4 and 8 rows did) loads and

@@ -1,4 +1,4 @@
-"""The masked sampler's Numba kernel: every row of a batch sampled in one call (DESIGN.md
+"""The masked sampler's Numba kernel: every row of a batch sampled in one call (docs/design.md
 section 4). The semantics are documented in `corral.kernels.sampling`, whose `sample`,
 `top_logprobs` and `sample_batch` all call `sample_rows`: there is one implementation.
 

@@ -1,4 +1,4 @@
-"""The masked sampler (DESIGN.md section 4).
+"""The masked sampler (docs/design.md section 4).
 
 Disallowed logits become -inf before the log-softmax; a mask that allows nothing is an error.
 

@@ -1,4 +1,5 @@
-"""The byte trie of a vocabulary as flat NumPy arrays in depth-first order (DESIGN.md section 4).
+"""The byte trie of a vocabulary as flat NumPy arrays in depth-first order (docs/design.md section
+4).
 
 Node 0 is the root (the empty prefix). Every other node is one byte below its parent, and the
 nodes are numbered in depth-first preorder with children sorted by byte, so a node's subtree is

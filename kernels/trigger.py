@@ -1,4 +1,4 @@
-"""The budget rule for a lazy trigger (tool_choice `auto`; DESIGN.md section 7): a call the
+"""The budget rule for a lazy trigger (tool_choice `auto`; docs/design.md section 7): a call the
 trigger opens must be finishable in the tokens left, as a constrained answer must.
 
 Free text runs until its bytes contain the trigger (`<tool_call>`); the engine then starts the

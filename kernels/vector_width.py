@@ -1,4 +1,4 @@
-"""Numba's loops in 512-bit vectors on AVX-512 CPUs (DESIGN.md section 6: the kernels' speed).
+"""Numba's loops in 512-bit vectors on AVX-512 CPUs (docs/design.md section 6: the kernels' speed).
 
 LLVM tunes Intel's AVX-512 server cores (Skylake-SP on, Sapphire and Emerald Rapids among them)
 to prefer 256-bit vectors, so Numba's vectorized loops came out in ymm registers: on one thread

@@ -1,4 +1,4 @@
-"""The vocabulary of a model as raw bytes (DESIGN.md section 4).
+"""The vocabulary of a model as raw bytes (docs/design.md section 4).
 
 A `Vocabulary` maps every token id to the bytes the token stands for, or to None for a special
 (control) token that never stands for text. It also names the EOS ids: one or more tokens that end
@@ -23,7 +23,7 @@ from corral.kernels.trie import Trie, build_trie
 
 @dataclass(frozen=True, eq=False)
 class Vocabulary:
-    """Token id -> raw bytes, plus the EOS ids (DESIGN.md section 4).
+    """Token id -> raw bytes, plus the EOS ids (docs/design.md section 4).
 
     Attributes:
         tokens: length V; `tokens[t]` is the bytes of token t, or None for a special token. An

@@ -1,5 +1,5 @@
 """Chat templates: a model's jinja2 template rendered the way transformers renders it
-(DESIGN.md section 6; transformers' `apply_chat_template`).
+(docs/design.md section 6; transformers' `apply_chat_template`).
 
 The template runs in jinja2's `ImmutableSandboxedEnvironment` with `trim_blocks` and
 `lstrip_blocks`, the `loopcontrols` extension, a `tojson` filter that keeps non-ASCII text,

@@ -1,5 +1,5 @@
 """The Llama hyperparameters corral's forward pass needs, read from a Hugging Face `config.json`
-(DESIGN.md section 6).
+(docs/design.md section 6).
 
 Only the Llama architecture is accepted (SmolLM2-135M/360M/1.7B are Llama). RoPE theta is read
 from `rope_theta` or, as newer transformers write it, from `rope_parameters["rope_theta"]`. RoPE

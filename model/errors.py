@@ -1,4 +1,5 @@
-"""Errors of `corral.model` (DESIGN.md section 6), in corral's one hierarchy under `ConstrainError`.
+"""Errors of `corral.model` (docs/design.md section 6), in corral's one hierarchy under
+`ConstrainError`.
 
 A checkpoint that cannot be used is a `ModelLoadError` naming the file and what is wrong with it;
 requests the generation engine refuses are `RequestError`s (for one request, never the batch);

@@ -1,4 +1,4 @@
-"""Batched generation under constraints, with continuous batching (DESIGN.md sections 4 and 7).
+"""Batched generation under constraints, with continuous batching (docs/design.md sections 4 and 7).
 
 A `Generator(model, batch_size, max_len=None)` runs requests on one KV cache of `batch_size` slots:
 `submit(request)` queues a request (at any time, also between steps) and returns its handle;

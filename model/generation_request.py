@@ -1,6 +1,6 @@
-"""What the generation engine takes and gives (DESIGN.md sections 4 and 7): `GenerationRequest`,
-`GenerationResult`, and the checks a request passes when it is submitted (`check_request`,
-`check_budget`), so that nothing a request carries can fail once it runs.
+"""What the generation engine takes and gives (docs/design.md sections 4 and 7):
+`GenerationRequest`, `GenerationResult`, and the checks a request passes when it is submitted
+(`check_request`, `check_budget`), so that nothing a request carries can fail once it runs.
 
 The engine (`corral.model.generate`) documents the semantics: context length, max_tokens of None,
 budget-aware ending, logit_bias, logprobs and top_logprobs.

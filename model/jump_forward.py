@@ -1,5 +1,5 @@
-"""The tokens of forced text, for jump-forward decoding (DESIGN.md section 4; SGLang's "compressed
-FSM", the jump-forward of XGrammar and llguidance).
+"""The tokens of forced text, for jump-forward decoding (docs/design.md section 4; SGLang's
+"compressed FSM", the jump-forward of XGrammar and llguidance).
 
 When a constraint forces the next bytes (`Constraint.forced_bytes`: a required key, `","`, a
 `const`, a tool call's `{"name":"f","arguments":`), the engine (`corral.model.generate`) appends

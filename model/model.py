@@ -1,5 +1,5 @@
 """`Model`: a loaded Llama's weights, tokenizer and chat template together, and the batched
-prefill/decode API over a KV cache that the generation engine drives (DESIGN.md section 6).
+prefill/decode API over a KV cache that the generation engine drives (docs/design.md section 6).
 
 The engine's loop, in shapes:
 
@@ -104,7 +104,7 @@ class Model:
 
     @cached_property
     def vocabulary(self) -> Vocabulary:
-        """The vocabulary of the token-mask kernels (DESIGN.md section 4), built once: the raw
+        """The vocabulary of the token-mask kernels (docs/design.md section 4), built once: the raw
         bytes of each of the V = `vocab_size` token ids (None for special and unused ids) and
         `eos_ids`. A `corral.kernels.Vocabulary`."""
         return vocabulary_from_tokenizer(self.tokenizer.backend, self.eos_ids, self.vocab_size)

@@ -1,4 +1,4 @@
-"""Weights kept in a GGUF's own quantization blocks, for decoding at small batches (DESIGN.md
+"""Weights kept in a GGUF's own quantization blocks, for decoding at small batches (docs/design.md
 section 6; the block formats are ggml's, computed on by `corral.kernels.quant` and
 `corral.kernels.quant_rows`).
 

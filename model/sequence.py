@@ -1,5 +1,5 @@
 """One request while it runs in a `Generator`: its tokens, logprobs and text, its constraint,
-stop strings, lazy trigger and jump-forward (DESIGN.md section 7; the decisions are in
+stop strings, lazy trigger and jump-forward (docs/design.md section 7; the decisions are in
 `corral.model.generate`'s module docstring, which this module's `LiveSequence` carries out).
 """
 

@@ -1,4 +1,4 @@
-"""Byte-level BPE tokenization through the `tokenizers` library (DESIGN.md section 6).
+"""Byte-level BPE tokenization through the `tokenizers` library (docs/design.md section 6).
 
 `tokenizer_json_from_gguf` rebuilds a Hugging Face `tokenizer.json` from a GGUF file's metadata
 (`tokenizer.ggml.tokens`, `.merges`, `.token_type`, `.pre`): a BPE model over GPT-2's byte-to-

@@ -1,5 +1,5 @@
 """Readers of a tokenizer's token bytes: a `corral.kernels.Vocabulary` from a tokenizer.json or a
-GGUF file's metadata (DESIGN.md sections 4 and 6).
+GGUF file's metadata (docs/design.md sections 4 and 6).
 
 - Byte-level BPE vocabularies (GPT-2, SmolLM2, Llama 3, Qwen) write each byte as a printable
   character (GPT-2's byte-to-unicode table, `bytes_to_unicode`); `gpt2_token_bytes` undoes it.

@@ -1,5 +1,5 @@
 """Model tensors on disk: safetensors in, GGUF -> Hugging Face folder conversion out, and where
-conversions are cached (DESIGN.md section 6).
+conversions are cached (docs/design.md section 6).
 
 `read_safetensors` memory-maps a `.safetensors` file (float32 zero-copy, float16 and bfloat16
 widened) and `load_folder_tensors` checks a folder's tensors against the shapes its config.json

@@ -1,4 +1,4 @@
-"""Example JSON Schemas shared by more than one test module (DESIGN.md section 3).
+"""Example JSON Schemas shared by more than one test module (docs/design.md section 3).
 
 - `WEATHER`: an OpenAI tool definition (tests/tools, tests/kernels).
 - `ALGEBRA_SCHEMAS`: schemas compiled by products of DFAs (also in `HAND_SCHEMAS`).

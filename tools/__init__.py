@@ -1,4 +1,4 @@
-"""corral.tools: the OpenAI surface (DESIGN.md section 5): requests, grammars per tool_choice,
+"""corral.tools: the OpenAI surface (docs/design.md section 5): requests, grammars per tool_choice,
 rendering with tools, the streaming tool-call parser and the answer's JSON shapes.
 
 Modules: `request` (parse_tool_request, the table of fields), `messages` (checks of the

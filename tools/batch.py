@@ -1,4 +1,4 @@
-"""The main job: an OpenAI Batch API input file in, its output file out (DESIGN.md section 7).
+"""The main job: an OpenAI Batch API input file in, its output file out (docs/design.md section 7).
 
 Each input line is `{"custom_id", "method": "POST", "url": "/v1/chat/completions", "body"}`, the
 body a chat completions request (tools, tool_choice, response_format, ...). Each output line is

@@ -1,5 +1,5 @@
 """BFCL's function descriptions as JSON Schema (used by the tests and the main job,
-DESIGN.md section 7).
+docs/design.md section 7).
 
 The Berkeley Function Calling Leaderboard writes parameter types in Python's words: `dict`,
 `float`, `tuple`, `any`. `bfcl_to_json_schema` renames them to JSON Schema's (`object`,

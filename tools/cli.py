@@ -1,5 +1,5 @@
 """The `corral` command line: `corral compile` (a pattern or schema to its DFA),
-`corral generate` (the main job, DESIGN.md section 7) and `corral serve` (the HTTP server).
+`corral generate` (the main job, docs/design.md section 7) and `corral serve` (the HTTP server).
 
 Decisions:
 - Every input error (a bad argument, a file that is missing, a folder, unreadable, not UTF-8 or

@@ -1,5 +1,5 @@
 """`ToolError`: an API error in OpenAI's shape, and the one place where corral's `ConstrainError`
-becomes one (DESIGN.md section 5, "Errors"; STYLE.md: one hierarchy, mapped in one place).
+becomes one (docs/design.md section 5, "Errors": one hierarchy, mapped in one place).
 
 Shape: `{"error": {"message": ..., "type": ..., "param": ..., "code": ...}}`. Malformed requests
 are 400 `invalid_request_error`, and so are fields corral does not honour (code

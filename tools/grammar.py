@@ -1,10 +1,9 @@
 """The grammar of an answer, per tool_choice and response_format, and the one place where
-grammars are compiled (DESIGN.md sections 4 and 5; tool-calls-spec section 2.4,
-`grammar_by_tool_choice`).
+grammars are compiled (docs/design.md sections 4 and 5).
 
 A call is `<tool_call>{"name":"NAME","arguments":ARGS}</tool_call>` (compact JSON, the name
 written as a JSON string), ARGS being the JSON objects of the tool's `parameters` compiled by
-DESIGN.md section 3; calls are separated by `\\n`. Arguments are always a JSON object (the
+docs/design.md section 3; calls are separated by `\\n`. Arguments are always a JSON object (the
 streaming parser takes nothing else as a call): the parameters' language is intersected with the
 JSON texts that begin with `{`. So `{}` or a schema without `type` gives any JSON object nested
 at most `SchemaLimits.any_value_depth` levels, a type list its object branch, and a schema that
@@ -84,7 +83,7 @@ class Text:
 
 @dataclass(frozen=True, eq=False)
 class Schema:
-    """The JSON values of a JSON Schema (DESIGN.md section 3); `param` names the request field
+    """The JSON values of a JSON Schema (docs/design.md section 3); `param` names the request field
     that holds it, for errors."""
 
     schema: dict
@@ -109,7 +108,8 @@ class JsonObject:
 
 @dataclass(frozen=True)
 class Regex:
-    """A regex of DESIGN.md section 2's subset; `param` names where it came from, for errors."""
+    """A regex of docs/design.md section 2's subset; `param` names where it came from, for
+    errors."""
 
     pattern: str
     param: str
@@ -212,7 +212,7 @@ def _key(e):
 
 
 def _pattern(e) -> str:
-    """The regex text of an expression (DESIGN.md section 2's subset)."""
+    """The regex text of an expression (docs/design.md section 2's subset)."""
     if isinstance(e, Text):
         return automata.escape(e.text)
     if isinstance(e, Schema):
@@ -420,7 +420,7 @@ def schema_grammar(schema: dict, param: str = "schema") -> Grammar:
 
 
 def regex_grammar(pattern: str, param: str = "regex") -> Grammar:
-    """The grammar of a regex (DESIGN.md section 2) from the first token. Raises ToolError 422
+    """The grammar of a regex (docs/design.md section 2) from the first token. Raises ToolError 422
     naming `param` for what the subset refuses."""
     return _grammar(Regex(pattern, param), None, param)
 
@@ -486,7 +486,7 @@ def compile_dfa(grammar: Grammar) -> Dfa:
 
 
 class GrammarCompiler:
-    """Grammars to token indexes over one vocabulary, with one bounded cache (DESIGN.md
+    """Grammars to token indexes over one vocabulary, with one bounded cache (docs/design.md
     section 4: an index is built once and shared by every request that uses its grammar).
 
     The cache maps `Grammar.key` to its `TokenIndex` and keeps the `max_entries` most recently

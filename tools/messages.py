@@ -1,4 +1,4 @@
-"""Checking the `messages` of a chat-completion request (DESIGN.md section 5, "Rendering"):
+"""Checking the `messages` of a chat-completion request (docs/design.md section 5, "Rendering"):
 roles, text content, and the tool calls of assistant turns, each error a `ToolError` naming the
 message index (`messages[2].tool_calls[0].function.arguments`).
 """

@@ -1,5 +1,5 @@
 """The OpenAPI 3.0 document of what `corral serve` answers (the subset of OpenAI's chat
-completions API it serves, DESIGN.md section 5), served at `/openapi.json`.
+completions API it serves, docs/design.md section 5), served at `/openapi.json`.
 
 Request fields are described as `corral.tools.request` validates them (a body the document
 allows may still be refused with a 400 or 422, e.g. a schema outside the subset); every

@@ -1,7 +1,7 @@
-"""The streaming tool-call parser: generated text in, `ToolEvent`s out (DESIGN.md section 5,
-"Streaming parser"; tool-calls-spec sections 2.5 and 3).
+"""The streaming tool-call parser: generated text in, `ToolEvent`s out (docs/design.md section 5,
+"Streaming parser").
 
-One explicit state machine over characters (not re-parsing partial JSON, as STYLE.md warns):
+One explicit state machine over characters (not re-parsing partial JSON and diffing strings):
 
 - TEXT: outside a call. Text is emitted as `Content`, except a suffix that could still become
   `<tool_call>`, which is held back until it either completes the opener (-> HEADER) or cannot.
@@ -33,7 +33,7 @@ import json
 from corral.tools.shapes import Arguments, CallStart, Content, ToolEvent
 
 OPENER = "<tool_call>"
-"""The text that opens a call (DESIGN.md section 5); `corral.tools.grammar` and
+"""The text that opens a call (docs/design.md section 5); `corral.tools.grammar` and
 `corral.tools.render` write calls with it."""
 CLOSER = "</tool_call>"
 SEPARATOR = "\n"
@@ -48,7 +48,7 @@ _CLOSE_STEPS = ("}", CLOSER)
 
 
 class ToolParser:
-    """Incremental parser of one answer's text (DESIGN.md section 5).
+    """Incremental parser of one answer's text (docs/design.md section 5).
 
     `push(piece)` returns the events the piece completes; `finish()` those left when the answer
     ends. Within one returned list, adjacent `Content` events and adjacent `Arguments` of the same

@@ -1,4 +1,4 @@
-"""The main job on a Ray cluster with Ray Data (DESIGN.md section 7): `corral generate INPUT -o
+"""The main job on a Ray cluster with Ray Data (docs/design.md section 7): `corral generate INPUT -o
 OUTPUT --ray [ADDRESS]`, or `run_batch_ray` from Python.
 
 The input's lines are split into shards, a shard is one row of a Ray dataset, and

@@ -1,5 +1,5 @@
-"""Rendering a conversation with tools into the model's prompt (DESIGN.md section 5,
-"Rendering"; tool-calls-spec section 2.4, `render_messages_with_tools`).
+"""Rendering a conversation with tools into the model's prompt (docs/design.md section 5,
+"Rendering").
 
 OpenAI messages become the plain `{"role","content"}` turns every chat template understands:
 

@@ -1,8 +1,8 @@
-"""Reading a chat-completion request: `parse_tool_request(body) -> ToolRequest` (DESIGN.md
-section 5; tool-calls-spec sections 2.4 and 4, `parse_tool_request_hand_example`).
+"""Reading a chat-completion request: `parse_tool_request(body) -> ToolRequest` (docs/design.md
+section 5).
 
 The body is read with `json.loads`, which keeps the key order of every schema (property order is
-part of the language, DESIGN.md section 3). Every field the engine uses is validated and
+part of the language, docs/design.md section 3). Every field the engine uses is validated and
 normalized here; schemas are not compiled here but by `corral.tools.grammar`, which refuses what
 the schema subset cannot serve with a 422 naming the field (`tools[0].function.parameters`).
 

@@ -1,5 +1,5 @@
-"""`corral serve`: an OpenAI-compatible HTTP server on starlette and uvicorn (DESIGN.md section 1,
-"HTTP server"; the shapes and errors of section 5).
+"""`corral serve`: an OpenAI-compatible HTTP server on starlette and uvicorn (docs/design.md section
+1, "HTTP server"; the shapes and errors of section 5).
 
 Routes: `POST /v1/chat/completions` (what `corral generate` honours, with the same validation,
 error shapes and status codes: `corral.tools.request`, `corral.tools.batch.Engine`; `stream:

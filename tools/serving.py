@@ -1,4 +1,4 @@
-"""The engine thread behind `corral serve` (DESIGN.md section 1, "HTTP server"; the engine of
+"""The engine thread behind `corral serve` (docs/design.md section 1, "HTTP server"; the engine of
 section 7): one thread owns the model and one `Generator`, so the event loop never waits on it.
 
 `EngineThread.submit(job)` hands a `Job` (the engine requests of one chat request's `n`

@@ -1,4 +1,4 @@
-"""Tool-call events and the OpenAI JSON shapes built from them (DESIGN.md section 5, "Shapes").
+"""Tool-call events and the OpenAI JSON shapes built from them (docs/design.md section 5, "Shapes").
 
 The streaming parser (`corral.tools.parser`) turns generated text into `ToolEvent`s; this module
 folds events into an answer (`collect`), and writes the chat-completion `message` and the stream's

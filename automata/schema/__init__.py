@@ -1,4 +1,4 @@
-"""corral.automata.schema: JSON Schema to a regex tree, regex text and canonical DFA (DESIGN.md
+"""corral.automata.schema: JSON Schema to a regex tree, regex text and canonical DFA (docs/design.md
 section 3).
 
 The language is compact JSON (no whitespace) with object members in the order the schema lists
@@ -9,16 +9,17 @@ larger. A schema is lowered to an intermediate form (`form`) with two back ends:
 - the tree back end (`schema_to_tree`, the primary path): regex-tree nodes (`corral.automata.tree`)
   in which an object's members form a DAG with shared tails, so an object with n optional members
   costs O(n) NFA states (the NFA construction instantiates a shared tail once);
-- the text back end (`json_schema_to_regex`): DESIGN.md's nested form, e.g. two optional integers
-  x, y give `\\{(?:"x":INT(?:,"y":INT)?|(?:"y":INT|))\\}`. It grows quadratically with optional
-  members; past `SchemaLimits.max_regex_length` characters it raises `LimitError`.
+- the text back end (`json_schema_to_regex`): docs/design.md's nested form, e.g. two optional
+  integers x, y give `\\{(?:"x":INT(?:,"y":INT)?|(?:"y":INT|))\\}`. It grows quadratically with
+  optional members; past `SchemaLimits.max_regex_length` characters it raises `LimitError`.
 
 Supported keywords (anything else that is a JSON Schema keyword of any draft is refused with a
 `SchemaError` naming the keyword and the JSON pointer of the subschema):
-- DESIGN.md's subset: `type` (a name or a list), `enum`, `const`, `items`, `minItems`, `maxItems`,
-  `properties`, `required`, `additionalProperties` (the language has no members the schema does
-  not name; a `required` name `properties` does not list is written after the listed members,
-  with a value its matching `patternProperties` or else `additionalProperties` allows), `anyOf`.
+- docs/design.md's subset: `type` (a name or a list), `enum`, `const`, `items`, `minItems`,
+  `maxItems`, `properties`, `required`, `additionalProperties` (the language has no members the
+  schema does not name; a `required` name `properties` does not list is written after the listed
+  members, with a value its matching `patternProperties` or else `additionalProperties` allows),
+  `anyOf`.
 - Beyond it, where it is sound:
   - `$ref` to a local JSON pointer (`#`, `#/definitions/..`, `#/$defs/..`, any `#/...`) or to a
     root-relative URI equal to the root's `$id`, and `#name` anchors (`$anchor`, or `$id`/`id`
@@ -53,7 +54,7 @@ Supported keywords (anything else that is a JSON Schema keyword of any draft is 
     but for the controls, `"` and `\\`, which take short escapes or `\\u00XX` (as `json.dumps`
     spells them; a `\\u` escape of another character is a second spelling of a value already
     written, left out: it costs 7 DFA states per string; `strings.PLAIN_STRING_FORM`). Any JSON
-    value's strings (`{}`, `json_object_regex`) keep DESIGN.md's `\\u` escapes.
+    value's strings (`{}`, `json_object_regex`) keep docs/design.md's `\\u` escapes.
     `minLength`/`maxLength` (characters as Python counts them; an escape counts as
     one, a `\\u` surrogate pair too; `\\u` escapes are written only in strings with a
     `maxLength` up to 16, which keeps longer counted strings' DFAs small; a lone surrogate
@@ -106,7 +107,7 @@ Supported keywords (anything else that is a JSON Schema keyword of any draft is 
   With no type-specific keyword at all (`{}`, `true`, an untyped schema, an array without
   `items`) the language is any JSON value with containers nested at most
   `SchemaLimits.any_value_depth` levels (the `json_object_regex` machinery); depth 0 refuses it.
-  An object schema without `properties` is `{}` only (DESIGN.md).
+  An object schema without `properties` is `{}` only (docs/design.md).
 - Annotations change nothing: title, description, default, examples, $schema, $id, id (draft 4),
   $comment, deprecated, readOnly, writeOnly, definitions, $defs, $anchor, $dynamicAnchor,
   $recursiveAnchor, $vocabulary, contentEncoding, contentMediaType, contentSchema (annotations

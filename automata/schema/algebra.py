@@ -138,7 +138,7 @@ class Algebra:
 
     def intern(self, dfa: Dfa) -> Dfa:
         """The one `Dfa` object of this compile with `dfa`'s tables: canonical tables are equal
-        exactly when the languages are (DESIGN.md section 2), so `_product` can memoize on the
+        exactly when the languages are (docs/design.md section 2), so `_product` can memoize on the
         operands' identity. A digest hit is confirmed by comparing the tables. A DFA this
         method returned before is returned at once (its table is not hashed again: `_product`
         interns both operands of every product, most of them interned already)."""

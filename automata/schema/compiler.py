@@ -1,5 +1,5 @@
 """The schema compiler: a parsed JSON Schema to the schema form, one subschema at a time, and the
-public entry points `schema_to_tree`, `schema_to_dfa` and `json_schema_to_regex` (DESIGN.md
+public entry points `schema_to_tree`, `schema_to_dfa` and `json_schema_to_regex` (docs/design.md
 section 3; the supported subset is listed in `corral.automata.schema`).
 
 `Compiler.compile` dispatches on what a subschema holds: `$ref` (inlined; a cycle is unrolled up
@@ -466,7 +466,7 @@ def shallower_recursion(schema_limits: SchemaLimits) -> list[SchemaLimits]:
     to 1: the unrolling depths tried, in order, when a compile that unrolled a `$ref` cycle
     passes an NFA or DFA state limit (`STATE_LIMIT_ERRORS`). Each depth's language is a subset
     of the previous one's (a deeper occurrence is cut to the empty language), so every retry
-    stays sound (DESIGN.md section 3: a sub-language, never a larger one)."""
+    stays sound (docs/design.md section 3: a sub-language, never a larger one)."""
     depths = range(schema_limits.max_recursion, 0, -1) if schema_limits.max_recursion > 1 else ()
     return [replace(schema_limits, max_recursion=d) for d in depths] or [schema_limits]
 
@@ -599,7 +599,7 @@ def schema_to_tree(
     schema, limits: Limits | None = None, schema_limits: SchemaLimits | None = None
 ) -> Node:
     """The regex tree (`corral.automata.tree`, a DAG with shared tails) of the compact JSON
-    texts valid against `schema` (DESIGN.md section 3; the parsed schema, key order kept).
+    texts valid against `schema` (docs/design.md section 3; the parsed schema, key order kept).
     Compose it with other trees and pass it to `tree_to_dfa`. A compile that unrolls a `$ref`
     cycle and passes a state limit is retried with a shallower unrolling (`compile_schema`).
 
@@ -627,8 +627,8 @@ def schema_to_dfa(
 def json_schema_to_regex(
     schema, limits: Limits | None = None, schema_limits: SchemaLimits | None = None
 ) -> str:
-    """The regex text of the schema's language, in DESIGN.md section 3's form (members nested as
-    `\\{(?:"x":INT(?:,"y":INT)?|(?:"y":INT|))\\}`), readable by `corral.automata.parse`.
+    """The regex text of the schema's language, in docs/design.md section 3's form (members nested
+    as `\\{(?:"x":INT(?:,"y":INT)?|(?:"y":INT|))\\}`), readable by `corral.automata.parse`.
 
     Raises the errors of `schema_to_tree`, and:
         LimitError (`max_regex_length`): the text would be longer than the limit (it grows

@@ -1,5 +1,5 @@
 """Arrays and objects of a JSON Schema: the lowering of `array` and `object` subschemas to the
-schema form (DESIGN.md section 3: "array with `items`: minItems / maxItems exact"; "object:
+schema form (docs/design.md section 3: "array with `items`: minItems / maxItems exact"; "object:
 `properties` in the given order; `required` members always, the others possibly, with a comma
 exactly between members").
 

@@ -1,4 +1,4 @@
-"""Disjointness proofs for `oneOf` (DESIGN.md section 3, beyond the subset).
+"""Disjointness proofs for `oneOf` (docs/design.md section 3, beyond the subset).
 
 `oneOf` is compiled as `anyOf` only when no value of one branch's language can validate against
 another branch: their possible types differ, or the other branch requires a member this branch

@@ -1,5 +1,5 @@
 """Exactness of compiled subschemas, and the canonical universe negation works in (docs/algebra.md;
-DESIGN.md section 3 says a schema's language may be a sub-language of its valid instances: safe
+docs/design.md section 3 says a schema's language may be a sub-language of its valid instances: safe
 for a positive constraint, unsound under `not`).
 
 The universe `U` (`UNIVERSE`, a regex of JSON tokens) is compact JSON spelt one way per value:

@@ -1,4 +1,4 @@
-"""The intermediate form of a compiled schema, and its tree builder (DESIGN.md section 3).
+"""The intermediate form of a compiled schema, and its tree builder (docs/design.md section 3).
 
 A schema is lowered to a small expression over JSON text: `Lit` (exact text), `Regex` (regex
 text), `Subtree` (a regex tree: patterns, products), `Seq`, `Choice`, `Repeat` and `Object`
@@ -44,7 +44,7 @@ class Lit:
 
 @dataclass(frozen=True, eq=False)
 class Regex:
-    """A fragment given as regex text (DESIGN.md section 2's subset); `precedence` 1 =
+    """A fragment given as regex text (docs/design.md section 2's subset); `precedence` 1 =
     alternation, 2 = sequence, 3 = atom (how much the text binds, for the text back end)."""
 
     text: str
@@ -130,7 +130,7 @@ class TreeBuilder:
     An object's members become `{` Alt_j(m_j after(j+1)) `}` where after(i) = Concat(o_i, ...,
     o_{n-1}) and o_i is `,m_i` or `(,m_i)?`: every Concat lists the same o nodes, so the NFA
     construction (memoized on node and continuation) builds each o_i once and the NFA stays
-    linear in the number of members (DESIGN.md section 3, "shared tails").
+    linear in the number of members (docs/design.md section 3, "shared tails").
     """
 
     def __init__(self, limits: Limits | None):

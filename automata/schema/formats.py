@@ -1,8 +1,8 @@
-"""The `format` values with a strict regex (DESIGN.md section 3, beyond the subset: "`format` with
-a strict regex"), the OpenAPI formats read as ranges or as no constraint, and the unknown formats
-validators ignore.
+"""The `format` values with a strict regex (docs/design.md section 3, beyond the subset: "`format`
+with a strict regex"), the OpenAPI formats read as ranges or as no constraint, and the unknown
+formats validators ignore.
 
-Every text is in DESIGN.md section 2's regex subset and means the same to Python's `re`. Each
+Every text is in docs/design.md section 2's regex subset and means the same to Python's `re`. Each
 language is a subset of what the `jsonschema` format checker (with its format extras) accepts:
 - date-time, date, time: RFC 3339 (years 0001 to 9999, February 29 exactly in leap years, which
   is a property of the year's digits: the last two a non-zero multiple of 4, or `00` after a

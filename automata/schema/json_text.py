@@ -1,8 +1,8 @@
-"""The languages of compact JSON text that need no schema (DESIGN.md section 3): the scalars,
+"""The languages of compact JSON text that need no schema (docs/design.md section 3): the scalars,
 any JSON value with containers nested at most some depth, and any JSON object
 (`json_object_regex`, for `response_format: {"type": "json_object"}`).
 
-The regex texts are in DESIGN.md section 2's subset and mean the same to Python's `re`.
+The regex texts are in docs/design.md section 2's subset and mean the same to Python's `re`.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def json_object_form(depth: int):
 
 def json_object_regex(depth: int) -> str:
     """Regex text of any compact JSON object whose containers (objects and arrays, the outer
-    object included) nest at most `depth` levels; members in any order (DESIGN.md section 3;
+    object included) nest at most `depth` levels; members in any order (docs/design.md section 3;
     depth 3 for `response_format: {"type": "json_object"}`). `depth` >= 1, else ValueError."""
     if depth < 1:
         raise ValueError("json_object_regex needs depth >= 1")

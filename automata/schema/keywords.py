@@ -1,4 +1,4 @@
-"""Keyword tables of the schema compiler (DESIGN.md section 3: "Annotations are accepted and
+"""Keyword tables of the schema compiler (docs/design.md section 3: "Annotations are accepted and
 change nothing ... Every other keyword is refused with an error naming it"), and the small
 readers every lowering step shares: JSON pointers, refusals, counts.
 """
@@ -19,7 +19,8 @@ ANNOTATIONS = frozenset(
         "contentMediaType", "contentSchema",
     }
 )  # fmt: skip
-"""Keys accepted and ignored (DESIGN.md's annotations, plus containers and 2020-12 annotations)."""
+"""Keys accepted and ignored (docs/design.md's annotations, plus containers and 2020-12
+annotations)."""
 
 ALL_KEYWORDS = frozenset(
     {

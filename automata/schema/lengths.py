@@ -1,4 +1,4 @@
-"""Character-length analyses of a DFA over UTF-8 (DESIGN.md section 3: string `minLength` and
+"""Character-length analyses of a DFA over UTF-8 (docs/design.md section 3: string `minLength` and
 `maxLength` next to a `pattern` or `format`).
 
 A character starts at a byte below 0x80 or at 0xC0 and above; continuation bytes (0x80..0xBF)

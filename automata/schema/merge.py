@@ -1,4 +1,4 @@
-"""Merging of `allOf` parts into one schema (DESIGN.md section 3, beyond the subset).
+"""Merging of `allOf` parts into one schema (docs/design.md section 3, beyond the subset).
 
 `allOf` compiles when its parts merge: `type` lists intersect (an integer is a number),
 `required` unite, `properties` merge member by member (a member one part does not list must

@@ -1,5 +1,5 @@
-"""`multipleOf` (DESIGN.md section 3, beyond the subset): the integers divisible by a step, as a
-product of a decimal range automaton with the remainder of the digits read so far.
+"""`multipleOf` (docs/design.md section 3, beyond the subset): the integers divisible by a step, as
+a product of a decimal range automaton with the remainder of the digits read so far.
 
 Divisibility of a decimal integer by k is a k-state property of its digits (reading digit d
 takes remainder r to (10 r + d) mod k). The range DFA (`corral.automata.schema.numbers`) is

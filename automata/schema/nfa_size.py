@@ -1,5 +1,5 @@
 """The NFA size of a schema form, counted without building it: how many states the Thompson
-construction (`corral.automata.nfa`) would make for `TreeBuilder.build(form)` (DESIGN.md
+construction (`corral.automata.nfa`) would make for `TreeBuilder.build(form)` (docs/design.md
 section 2, "Limits"; section 3, "shared tails").
 
 `nfa_states(form, trees, most)` replays the NFA builder's memo, keyed on (form node,

@@ -1,4 +1,4 @@
-"""Numbers of a JSON Schema (DESIGN.md section 3, beyond the subset: `minimum`, `maximum`,
+"""Numbers of a JSON Schema (docs/design.md section 3, beyond the subset: `minimum`, `maximum`,
 `exclusiveMinimum`, `exclusiveMaximum`, `multipleOf` through `corral.automata.schema.multiples`):
 bounds to regex text, and the lowering of `integer` and `number` subschemas to the schema form.
 

@@ -1,4 +1,4 @@
-"""`$ref` resolution inside one schema document (DESIGN.md section 3, beyond the subset).
+"""`$ref` resolution inside one schema document (docs/design.md section 3, beyond the subset).
 
 A `$ref` may name a local JSON pointer (`#`, `#/definitions/..`, `#/$defs/..`, any `#/...`), a
 root-relative URI equal to the root's `$id`, or a `#name` anchor (`$anchor`, or `$id`/`id`

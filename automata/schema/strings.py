@@ -1,4 +1,4 @@
-"""Strings of a JSON Schema (DESIGN.md section 3: "string: `"`, then any scalar value >= U+0020
+"""Strings of a JSON Schema (docs/design.md section 3: "string: `"`, then any scalar value >= U+0020
 except `"` and `\\`, or one of the escapes ..."; beyond the subset: `minLength`, `maxLength`,
 `pattern`, `format`): the lowering of a `string` subschema to the schema form.
 

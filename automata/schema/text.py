@@ -1,7 +1,7 @@
-"""The regex-text back end of the schema form (DESIGN.md section 3), used only by
+"""The regex-text back end of the schema form (docs/design.md section 3), used only by
 `json_schema_to_regex`, `json_object_regex` and the CLI; compiling goes through the tree.
 
-An object is written in DESIGN.md's nested form: two optional integers x, y give
+An object is written in docs/design.md's nested form: two optional integers x, y give
 `\\{(?:"x":INT(?:,"y":INT)?|(?:"y":INT|))\\}`. It grows quadratically with the number of
 optional members, so the renderer estimates the length first and raises `LimitError`
 (`max_regex_length`) before building a text past the limit. Literals are written with
@@ -49,7 +49,7 @@ def _children(node) -> list:
 
 
 class TextRenderer:
-    """Form -> regex text in DESIGN.md's form, checking the length before building any text.
+    """Form -> regex text in docs/design.md's form, checking the length before building any text.
 
     Raises (from `render`):
         LimitError (`max_regex_length`): the text would be longer than `limit` characters.
@@ -128,7 +128,7 @@ class TextRenderer:
         return out
 
     def _object(self, node: Object) -> str:
-        """DESIGN.md's nested form, built from the last member back:
+        """docs/design.md's nested form, built from the last member back:
         after(i) = `(?:,m_i)?` after(i+1) (`,m_i` when required);
         none(i) = `(?:m_i after(i+1)|none(i+1))` (`m_i after(i+1)` when required)."""
         members = [(self._render(m), required) for m, required in node.members]

@@ -1,4 +1,4 @@
-"""JSON values as the schema compiler writes and compares them (DESIGN.md section 3: "Values
+"""JSON values as the schema compiler writes and compares them (docs/design.md section 3: "Values
 written by the schema (enum, const) are Python's `json.dumps(v, separators=(",", ":"),
 ensure_ascii=False)`").
 """

@@ -1,4 +1,4 @@
-"""Hypothesis strategies that write pattern text in DESIGN.md section 2's regex subset, and a
+"""Hypothesis strategies that write pattern text in docs/design.md section 2's regex subset, and a
 brute-force minimality check; shared by the regex tests."""
 
 from __future__ import annotations

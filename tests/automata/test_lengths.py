@@ -1,7 +1,7 @@
-"""`minLength` / `maxLength` next to a `pattern` (DESIGN.md section 3), applied by the product of
-the pattern's DFA with a character counter (`corral.automata.schema.lengths.length_product`):
+"""`minLength` / `maxLength` next to a `pattern` (docs/design.md section 3), applied by the product
+of the pattern's DFA with a character counter (`corral.automata.schema.lengths.length_product`):
 the compiled schema accepts exactly the strings that `re.search` the pattern (classes read as
-ASCII, DESIGN.md section 2) and whose length in
+ASCII, docs/design.md section 2) and whose length in
 characters is within the bounds, checked on every string of up to six characters over a small
 alphabet of one-, two- and three-byte characters."""
 

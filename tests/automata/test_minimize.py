@@ -1,4 +1,4 @@
-"""Minimization (DESIGN.md section 2): Hopcroft's refinement (Valmari-Lehtinen) against Moore's
+"""Minimization (docs/design.md section 2): Hopcroft's refinement (Valmari-Lehtinen) against Moore's
 refinement kept here as the oracle. Both are run on the same trimmed DFAs, from random patterns,
 random tables and the schemas of the sample data, and must give identical canonical tables."""
 

@@ -1,5 +1,5 @@
-"""The regex pipeline's results: DESIGN.md section 2's worked example, canonical form, minimality,
-UTF-8 handling, shared tails, `escape`, and the JSON string pattern of section 3."""
+"""The regex pipeline's results: docs/design.md section 2's worked example, canonical form,
+minimality, UTF-8 handling, shared tails, `escape`, and the JSON string pattern of section 3."""
 
 from __future__ import annotations
 
@@ -254,7 +254,7 @@ def test_trailing_dollar_does_not_match_a_final_newline():
 
 def _optional_members(names: list[str]):
     """`{` then the members, each optional, with commas only between the present ones, `}`:
-    the DAG the schema compiler builds (DESIGN.md section 3). `rest[i]` is what may follow once
+    the DAG the schema compiler builds (docs/design.md section 3). `rest[i]` is what may follow once
     something was written: shared by `rest[i - 1]` and `first[i - 1]`."""
     members = [literal_bytes(f'"{n}":1'.encode()) for n in names]
     comma = byte_set(b",")

@@ -1,5 +1,6 @@
-"""DESIGN.md section 2's oracle, checked on random patterns of the whole subset: for every str `s`
-without surrogates, `dfa.matches(s.encode("utf-8")) == (re.fullmatch(p, s, re.ASCII) is not None)`.
+"""docs/design.md section 2's oracle, checked on random patterns of the whole subset: for every str
+`s` without surrogates, `dfa.matches(s.encode("utf-8")) == (re.fullmatch(p, s, re.ASCII) is not
+None)`.
 """
 
 from __future__ import annotations

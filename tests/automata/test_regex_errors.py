@@ -1,5 +1,5 @@
 """Refused patterns name their position and reason; an empty language and every limit have their
-own error (DESIGN.md section 2, "Everything else ... is refused with an error naming the
+own error (docs/design.md section 2, "Everything else ... is refused with an error naming the
 position" and "Limits")."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The JSON Schema compiler (DESIGN.md section 3): worked examples, soundness on
+"""The JSON Schema compiler (docs/design.md section 3): worked examples, soundness on
 hand-made schemas, dumps, refusals with keyword and pointer, json_object_regex and the pitfalls."""
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def accepts(schema, text: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# 1. DESIGN.md's worked examples
+# 1. docs/design.md's worked examples
 
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 XY = {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}}
@@ -79,7 +79,7 @@ def test_city_schema_regex_text():
     # a schema's plain string: every value, `\u` only for the controls (strings.PLAIN_STRING_FORM)
     plain = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u00[01][0-9a-fA-F])*"'
     assert json_schema_to_regex(CITY) == r'\{"city":' + plain + r"\}"
-    # any JSON value's strings: DESIGN.md's `\u` and four hex digits, less the lone surrogates
+    # any JSON value's strings: docs/design.md's `\u` and four hex digits, less the lone surrogates
     # (a pair is one escape)
     unicode = (
         r"\\u(?:[0-9a-cA-Ce-fE-F][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}"

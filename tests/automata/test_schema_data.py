@@ -1,4 +1,4 @@
-"""The schema compiler against third-party data (DESIGN.md section 3): the official
+"""The schema compiler against third-party data (docs/design.md section 3): the official
 JSON-Schema-Test-Suite (draft 2020-12) and the schemas of JSONSchemaBench and BFCL.
 
 Soundness: every string sampled from a compiled schema's DFA parses and validates with
@@ -84,7 +84,7 @@ def _property_orders(schema) -> list[list[str]]:
 
 
 def outside_by_design(schema, value) -> str | None:
-    """Why a valid instance lies outside corral's language by design (DESIGN.md section 3 and
+    """Why a valid instance lies outside corral's language by design (docs/design.md section 3 and
     schema.py's documented sub-languages), or None when it should be accepted."""
     orders = _property_orders(schema)
     reasons = []

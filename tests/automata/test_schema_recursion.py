@@ -1,5 +1,5 @@
 """Recursive schemas past a state limit: the `$ref` unrolling is made shallower before the schema
-is refused (DESIGN.md section 3: the language is a sub-language of the schema's; the depths
+is refused (docs/design.md section 3: the language is a sub-language of the schema's; the depths
 tried are `corral.automata.schema.compiler.shallower_recursion`)."""
 
 import json

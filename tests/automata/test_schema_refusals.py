@@ -1,4 +1,4 @@
-"""The schemas corral used to refuse most often (DESIGN.md section 3, beyond the subset): the
+"""The schemas corral used to refuse most often (docs/design.md section 3, beyond the subset): the
 formats hostname, idn-hostname, ipv6, duration and exact leap years; unknown formats; required
 names not in `properties`; non-integer number bounds; `multipleOf`; `\\u` escapes in strings;
 `minProperties` one above the listed members; `uniqueItems` over a finite item language.

@@ -64,7 +64,7 @@ def random_vocabularies(draw, max_size: int = 80) -> Vocabulary:
 
 
 def oracle_allowed(dfa: Dfa, vocabulary: Vocabulary, state: int) -> set[int]:
-    """The token ids allowed in `state` by DESIGN.md section 4, walking every token's bytes."""
+    """The token ids allowed in `state` by docs/design.md section 4, walking every token's bytes."""
     allowed = set()
     for t, data in enumerate(vocabulary.tokens):
         if t in vocabulary.eos_ids:

@@ -2,7 +2,7 @@
 quantization (two int8 parts on one scale) against its bound, the products against the
 dequantized weights times the dequantized activations, on random shapes and batches; and the
 property the forward pass relies on, that a row's result is the same bit for bit whatever rows
-share its pass (the one-row VNNI kernel included). DESIGN.md section 6."""
+share its pass (the one-row VNNI kernel included). docs/design.md section 6."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The ragged attention kernel against the textbook softmax(q k^T) v, one query row and head at a
-time in float64 (DESIGN.md section 6): random ragged segments (a few rows of one slot, as a
+time in float64 (docs/design.md section 6): random ragged segments (a few rows of one slot, as a
 jump-forward chunk, mixed with single decode rows), grouped heads, rows of no segment left as
 they were, and no read past a row's own context."""
 

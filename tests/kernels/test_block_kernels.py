@@ -1,5 +1,5 @@
 """The block-quantized matrix products against NumPy on the dequantized weights, the block
-unpacking against gguf's own dequantizer (ggml's Q4_1 and Q8_0 formats) (DESIGN.md section 6).
+unpacking against gguf's own dequantizer (ggml's Q4_1 and Q8_0 formats) (docs/design.md section 6).
 Attention over ragged contexts is tested in test_attention.py, the int8-activation kernels in
 test_int8_kernels.py, the kernels of several rows in test_row_kernels.py."""
 

@@ -1,7 +1,7 @@
 """Budget masks from the per-state tables of `corral.kernels.budget` equal the walk for one budget
 (`one_mask` with a limit, the trie walk every budget mask used to be), on random DFAs and
 vocabularies, and on schemas of the test data over the real SmolLM2 vocabulary; the saturation
-budget is exactly the first budget whose mask is the plain mask (DESIGN.md section 4)."""
+budget is exactly the first budget whose mask is the plain mask (docs/design.md section 4)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Whatever the logits, constrained output parses and satisfies its schema (DESIGN.md section 4).
-Walks with random logits at temperature 1 through each schema's index end in EOS, and their text
+"""Whatever the logits, constrained output parses and satisfies its schema (docs/design.md section
+4). Walks with random logits at temperature 1 through each schema's index end in EOS, and their text
 passes `json.loads` and `jsonschema`. The schemas: a set of this module's, and the hand-made
 schemas shared with the schema compiler's tests (`example_schemas.HAND_SCHEMAS`)."""
 

@@ -1,6 +1,6 @@
 """Every state's mask equals a pure-Python walk of every token's bytes, and
 `next_state` agrees with `Dfa.step`, for random DFAs, random patterns and random vocabularies
-(DESIGN.md section 4)."""
+(docs/design.md section 4)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The int8-activation block kernels (`corral.kernels.quant_int8`) against NumPy: the
 activation quantization (ggml's Q8_1 and its residual) against its formulas, the word-tile
 layout against the quants it was made from, and the products against the dequantized weights
-times the dequantized activations, on random shapes and batches (DESIGN.md section 6)."""
+times the dequantized activations, on random shapes and batches (docs/design.md section 6)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """RMSNorm and RoPE kernels against their textbook NumPy formulas in float64 (Hugging Face's
-`LlamaRMSNorm` and `apply_rotary_pos_emb` with `rotate_half`; DESIGN.md section 6)."""
+`LlamaRMSNorm` and `apply_rotary_pos_emb` with `rotate_half`; docs/design.md section 6)."""
 
 from __future__ import annotations
 

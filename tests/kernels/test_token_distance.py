@@ -1,6 +1,6 @@
-"""`TokenIndex.token_distance` (the budget rule, DESIGN.md section 4) against a brute-force search
-over every token from every state (`brute_force_token_distance`). The masks within a token budget
-are checked against the same oracle in test_index_oracle.py."""
+"""`TokenIndex.token_distance` (the budget rule, docs/design.md section 4) against a brute-force
+search over every token from every state (`brute_force_token_distance`). The masks within a token
+budget are checked against the same oracle in test_index_oracle.py."""
 
 from __future__ import annotations
 

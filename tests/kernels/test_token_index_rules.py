@@ -1,4 +1,4 @@
-"""The rules of DESIGN.md section 4 on small hand-made grammars, and the `Constraint` matcher's
+"""The rules of docs/design.md section 4 on small hand-made grammars, and the `Constraint` matcher's
 API (mask with a token budget, advance by tokens and by bytes)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""The `Vocabulary` value type and the byte trie (DESIGN.md section 4): token ids to raw bytes from
-a list, decoding, spelling a byte string in tokens. The readers of tokenizer files are tested in
-tests/model/test_vocabulary_readers.py."""
+"""The `Vocabulary` value type and the byte trie (docs/design.md section 4): token ids to raw bytes
+from a list, decoding, spelling a byte string in tokens. The readers of tokenizer files are tested
+in tests/model/test_vocabulary_readers.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Write the reference fixture of tests/model: what Hugging Face transformers (on torch, float32)
-computes from the same GGUF weights corral uses (DESIGN.md section 6).
+computes from the same GGUF weights corral uses (docs/design.md section 6).
 
 transformers is an independent reference: it reads the GGUF itself, dequantizes with its own
 code, undoes llama.cpp's q/k permutation itself, and runs its own Llama. This script never imports

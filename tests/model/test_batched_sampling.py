@@ -1,4 +1,4 @@
-"""The engine samples every row of a step in one `sample_batch` call (DESIGN.md section 4):
+"""The engine samples every row of a step in one `sample_batch` call (docs/design.md section 4):
 mixed rows (free, constrained, greedy, penalized, with top_logprobs) give what they give alone,
 and the KV cache receives the tokens the answer records."""
 

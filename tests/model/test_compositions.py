@@ -1,5 +1,5 @@
 """Batch invariance: a token's logits are the same bit for bit however the passes that led to it
-were made up (DESIGN.md section 6), on every numerics plan this machine runs: a prompt
+were made up (docs/design.md section 6), on every numerics plan this machine runs: a prompt
 prefilled whole or in pieces, after a prefix copied from another slot (the prefix cache),
 token by token, alone or beside other sequences in passes of any size (prompts of more than
 `quant.QUANTIZED_MAX_ROWS` tokens included), so a seeded request samples the same tokens alone,

@@ -1,6 +1,6 @@
-"""One request never takes the batch down (DESIGN.md section 7): the context length, a max_tokens
-of None, the KV cache sized from what admitted requests can use and from the memory available,
-and every check on what a request carries made at `Generator.submit`."""
+"""One request never takes the batch down (docs/design.md section 7): the context length, a
+max_tokens of None, the KV cache sized from what admitted requests can use and from the memory
+available, and every check on what a request carries made at `Generator.submit`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""logprobs, top_logprobs and logit_bias in the generation engine (DESIGN.md section 4): the
+"""logprobs, top_logprobs and logit_bias in the generation engine (docs/design.md section 4): the
 logprob of a token is the one the sampler used (over the allowed tokens for a constrained step),
 the top alternatives are over the same distribution, and a bias is added before the mask."""
 

@@ -1,7 +1,7 @@
 """The int8-activation paths (`quant.INT8_ACTIVATIONS`: activations quantized by blocks to two
 int8 parts, on AMX tiles, `kernels.quant_amx`, the default where the CPU has AMX, and on AVX-512
 VNNI, `kernels.quant_int8`) against the float32 path on the same weights, at the bar of
-anything that quantizes further than the model's own blocks (DESIGN.md section 6): greedy
+anything that quantizes further than the model's own blocks (docs/design.md section 6): greedy
 tokens identical on the reference prompts for 20 tokens, and the mean log-likelihood of a
 fixed text within 1%."""
 

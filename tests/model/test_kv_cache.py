@@ -1,6 +1,6 @@
-"""KV-cache correctness (DESIGN.md section 6): prefill of N tokens then decode equals one prefill of
-N + 1; a ragged batch equals its sequences run one at a time; slots in any order; chunked and
-extended prefill; cache bookkeeping and errors. Mostly on a tiny random Llama (fast), and once
+"""KV-cache correctness (docs/design.md section 6): prefill of N tokens then decode equals one
+prefill of N + 1; a ragged batch equals its sequences run one at a time; slots in any order; chunked
+and extended prefill; cache bookkeeping and errors. Mostly on a tiny random Llama (fast), and once
 on the real model. The caches are float32, where the passes agree to float32 rounding; a float16
 cache computes the same over rounded keys and values (test_float16_cache.py), and the real
 model's ragged batch is checked in both."""
@@ -14,7 +14,7 @@ from corral.model import quant as model_quant
 
 ATOL = 2e-5
 RAGGED_TOLERANCE = {np.float32: 1e-3, np.float16: 5e-3}
-"""The real model's ragged batch against one sequence at a time, in logits. float32: DESIGN.md
+"""The real model's ragged batch against one sequence at a time, in logits. float32: docs/design.md
 section 6's tolerance (1.1e-4 was seen on one logit of 49,152); the two compositions sum in other
 orders (the blocks' kernels for 3 rows and for 4 give the same row's keys a float32 ulp or so
 apart). float16: where two such keys straddle a float16 rounding boundary they are stored one

@@ -1,4 +1,4 @@
-"""The forward pass's pieces against their textbook formulas (DESIGN.md section 6): a prefill
+"""The forward pass's pieces against their textbook formulas (docs/design.md section 6): a prefill
 pass's attention of grouped queries is softmax(q k^T) v per query head over its key/value head's
 positions up to its own, whichever route a segment takes."""
 

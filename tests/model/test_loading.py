@@ -1,5 +1,5 @@
-"""Loading (DESIGN.md section 6): Hugging Face folders and GGUF files load, and every broken file
-gets a `ModelLoadError` naming it: a missing file, malformed JSON or safetensors, a config of
+"""Loading (docs/design.md section 6): Hugging Face folders and GGUF files load, and every broken
+file gets a `ModelLoadError` naming it: a missing file, malformed JSON or safetensors, a config of
 another architecture, a tensor missing or of the wrong shape. On tiny synthetic checkpoints."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The masked LM head (`llama.lm_head`'s `allowed`, DESIGN.md section 4: the mask comes before
+"""The masked LM head (`llama.lm_head`'s `allowed`, docs/design.md section 4: the mask comes before
 the log-softmax, so a constrained row needs only the logits its mask allows): a chosen logit is
 the whole head's at batch 1 bit for bit on the blocks, within float rounding on float32 rows;
 every other logit of a masked row is -inf; rows asked whole are the whole head's."""

@@ -1,5 +1,5 @@
 """Decoding from a GGUF's own quantization blocks against the float32 path on the same weights
-(DESIGN.md section 6): logits within 1e-3 and identical greedy tokens on the reference prompts,
+(docs/design.md section 6): logits within 1e-3 and identical greedy tokens on the reference prompts,
 the q/k row order, and the choice of weights at load time. The KV caches are float32: the
 float16 default's rounding is held to its own bar (test_float16_cache.py)."""
 

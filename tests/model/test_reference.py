@@ -1,6 +1,6 @@
 """The real SmolLM2-135M-Instruct against Hugging Face transformers on the same GGUF weights
 (tests/model/reference.json, written by make_reference.py): logits, greedy continuations,
-tokenizer encodings and decodings, chat-template renderings (DESIGN.md section 6). The forward
+tokenizer encodings and decodings, chat-template renderings (docs/design.md section 6). The forward
 pass is the reference path's, over a float32 KV cache (`load_model(..., kv_dtype=np.float32)`):
 the float16 default is a further quantization, held to its own bar in test_float16_cache.py."""
 
@@ -16,7 +16,7 @@ HERE_REFERENCE = json.loads((Path(__file__).parent / "reference.json").read_text
 PROMPTS = [prompt["name"] for prompt in HERE_REFERENCE["prompts"]]
 TEXTS = range(len(HERE_REFERENCE["tokenizer"]))
 CHATS = range(len(HERE_REFERENCE["chat"]))
-LOGIT_TOLERANCE = 1e-3  # DESIGN.md section 6: float32 NumPy vs torch agree to about 2e-5
+LOGIT_TOLERANCE = 1e-3  # docs/design.md section 6: float32 NumPy vs torch agree to about 2e-5
 
 pytestmark = pytest.mark.usefixtures("float32_kv_cache")
 

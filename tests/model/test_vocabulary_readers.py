@@ -1,4 +1,4 @@
-"""Reading token bytes from tokenizer files (DESIGN.md sections 4 and 6): GPT-2's byte table,
+"""Reading token bytes from tokenizer files (docs/design.md sections 4 and 6): GPT-2's byte table,
 SentencePiece pieces, a tokenizers.Tokenizer / tokenizer.json, GGUF metadata, and the model's own
 `Model.vocabulary`."""
 
@@ -157,7 +157,7 @@ def test_from_gguf_refuses_unknown_model(tmp_path):
 
 @pytest.mark.slow
 def test_model_vocabulary_marks_specials(model):
-    """tool-calls-spec section 4, `vocab_bytes_marks_specials`: the chat markers and EOS are None,
+    """docs/design.md section 4, the vocabulary: the chat markers and EOS are None,
     text tokens spell their text; built once per model."""
     vocabulary = model.vocabulary
     assert isinstance(vocabulary, Vocabulary) and vocabulary is model.vocabulary

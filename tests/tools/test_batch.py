@@ -1,4 +1,4 @@
-"""The main job (DESIGN.md section 7): end to end with the real SmolLM2-135M-Instruct, a Batch
+"""The main job (docs/design.md section 7): end to end with the real SmolLM2-135M-Instruct, a Batch
 API file of mixed requests checked with `jsonschema`, independent of corral's compiler; and on
 the stand-in model, the per-line errors (any exception while preparing or submitting a line),
 duplicate custom_ids, the progress phases and torn tails."""

@@ -1,4 +1,4 @@
-"""The main job against inputs a new user can throw at it (DESIGN.md section 7): a line whose
+"""The main job against inputs a new user can throw at it (docs/design.md section 7): a line whose
 prompt is far past the context is refused before it is tokenized (the bound it relies on,
 checked on the real tokenizer), a resumed run counts the lines it skipped, and the command line
 does not import `jsonschema` (seconds on every `corral` command) until an answer is checked."""

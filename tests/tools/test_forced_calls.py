@@ -1,5 +1,5 @@
-"""Forced calls from a model with random logits (DESIGN.md sections 4 and 5; tool-calls-spec
-section 4: forced_call_from_a_random_model_is_valid).
+"""Forced calls from a model with random logits (docs/design.md sections 4 and 5:
+a forced call from a random model is valid).
 
 Whatever the logits, text sampled under a forced tool_choice's grammar holds calls that the parser
 extracts and whose arguments validate against the tool's parameters. The vocabulary is

@@ -1,5 +1,5 @@
-"""Grammars per tool_choice and response_format, and the one compile site (DESIGN.md
-sections 4 and 5; tool-calls-spec section 4: grammar_by_tool_choice)."""
+"""Grammars per tool_choice and response_format, and the one compile site (docs/design.md
+sections 4 and 5: the grammar by tool_choice)."""
 
 import json
 import re

@@ -1,5 +1,5 @@
-"""Grammar reuse (DESIGN.md section 4: an index is built once and shared): the `GrammarCompiler`
-counts its hits and misses, and a batch run's summary line reports them."""
+"""Grammar reuse (docs/design.md section 4: an index is built once and shared): the
+`GrammarCompiler` counts its hits and misses, and a batch run's summary line reports them."""
 
 from __future__ import annotations
 

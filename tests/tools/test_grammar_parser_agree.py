@@ -1,4 +1,4 @@
-"""The tool grammar and the streaming parser agree (DESIGN.md section 5): every text a tool
+"""The tool grammar and the streaming parser agree (docs/design.md section 5): every text a tool
 grammar's DFA accepts, pushed to the parser in random pieces, comes out as calls of the request's
 tools whose arguments are JSON objects that validate against the tool's `parameters`, with no
 content for a forced call. Checked for every tool_choice (named, required with and without

@@ -1,7 +1,7 @@
 """Greedy answers of the real SmolLM2 with the masked LM head on and off (`Generator`'s
 `masked_head`), on BFCL forced calls and JSONSchemaBench schemas: at batch 1 the chosen logits
 are the whole head's bit for bit, so the answers are the same token for token; at a larger
-batch every answer still validates (DESIGN.md section 4: the mask is applied before the
+batch every answer still validates (docs/design.md section 4: the mask is applied before the
 log-softmax, so the logits it removes are never read)."""
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""The streaming tool-call parser (DESIGN.md section 5; tool-calls-spec section 4:
-parser_hand_example, parser_holds_back_only_real_markup, parser_parallel_calls,
-parser_is_split_invariant)."""
+"""The streaming tool-call parser (docs/design.md section 5: the worked example,
+only real markup held back, parallel calls, split invariance)."""
 
 import json
 import random

@@ -1,6 +1,5 @@
-"""Rendering conversations with tools (DESIGN.md section 5 "Rendering"; tool-calls-spec
-section 4: render_messages_with_tools; vocab_bytes_marks_specials is in
-tests/model/test_vocabulary_readers.py)."""
+"""Rendering conversations with tools (docs/design.md section 5 "Rendering"; the
+vocabulary's special tokens are tested in tests/model/test_vocabulary_readers.py)."""
 
 import pytest
 from corral.model.tokenizer import PromptText

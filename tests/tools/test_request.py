@@ -1,5 +1,4 @@
-"""Reading chat-completion requests (DESIGN.md section 5; tool-calls-spec section 4:
-parse_tool_request_hand_example)."""
+"""Reading chat-completion requests (docs/design.md section 5)."""
 
 import json
 

@@ -1,5 +1,5 @@
 """Whatever a request body holds, reading it raises only `ToolError`, and compiling its grammar
-raises only `ToolError` (DESIGN.md section 5, "Errors"; section 7: a bad line gets its own
+raises only `ToolError` (docs/design.md section 5, "Errors"; section 7: a bad line gets its own
 error line). Random JSON in every field, random schemas with extreme numbers, deep nesting,
 unusual strings and member names (lone surrogates among them), in dicts and in JSON text."""
 

@@ -1,5 +1,4 @@
-"""The OpenAI message and delta shapes (DESIGN.md section 5 "Shapes"; tool-calls-spec section 4:
-message_and_delta_json_shapes)."""
+"""The OpenAI message and delta shapes (docs/design.md section 5 "Shapes")."""
 
 import json
 from dataclasses import dataclass
