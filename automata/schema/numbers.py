@@ -413,10 +413,11 @@ def lower_number(schema: dict, pointer: str):
     digits (`SHORT_NUMBER_FORM`), else a range without exponent
     (exact for integer bounds, see the module docstring; for other bounds, the decimals on the
     right side of each bound's float, `float_bound`). Values stay within +-2**53
-    (`MAX_EXACT_FLOAT_BOUND`): a larger upper bound is lowered to it and a smaller lower bound
-    raised to it (a sub-language). With `multipleOf`, the integers `lower_integer` writes (a
-    sub-language). Raises SchemaError naming the keyword on a refused `multipleOf`, on a
-    `minimum` above 2**53 or a `maximum` below -2**53, or on an empty range."""
+    (`MAX_EXACT_FLOAT_BOUND`): a larger upper bound is lowered to it, a smaller lower bound
+    raised to it, and a missing side of a one-sided range set to it (a sub-language: never the
+    hundreds of digits that a double parser reads as infinity). With `multipleOf`, the integers
+    `lower_integer` writes (a sub-language). Raises SchemaError naming the keyword on a refused
+    `multipleOf`, on a `minimum` above 2**53 or a `maximum` below -2**53, or on an empty range."""
     if "multipleOf" in schema:
         return lower_integer(schema, pointer)
     low, high = bounds(schema, pointer)
@@ -431,6 +432,8 @@ def lower_number(schema: dict, pointer: str):
         low = (-largest, False, low[2])
     if high is not None and high[0] > largest:
         high = (largest, False, high[2])
+    low = (-largest, False, high[2]) if low is None else low  # one bound: the other at 2**53,
+    high = (largest, False, low[2]) if high is None else high  # so a reader holds a finite double
     if any(isinstance(b[0], float) and not b[0].is_integer() for b in (low, high) if b):
         text = decimal_range(
             None if low is None else float_bound(low[0], low[1], upward=True),

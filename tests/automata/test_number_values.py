@@ -14,6 +14,7 @@ import math
 import re
 
 import jsonschema
+import pytest
 from corral.automata import (
     ConstrainError,
     EmptyLanguageError,
@@ -21,6 +22,7 @@ from corral.automata import (
     regex_to_dfa,
     schema_to_dfa,
 )
+from corral.automata.product import intersection
 from corral.automata.schema.json_text import SHORT_NUMBER
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -170,3 +172,24 @@ def test_refusals_are_constrain_errors():
         schema_to_dfa({"const": 2.0, "type": "string"})
     except ConstrainError as error:
         assert isinstance(error, SchemaError) and error.keyword == "const"
+
+
+_TOO_LONG = regex_to_dfa(r"-?[0-9]{17,}(\.[0-9]+)?")
+"""Numbers with 17 or more integer digits: past 2**53, up to those a double reads as infinity."""
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    bound=st.one_of(
+        st.integers(-(2**53), 2**53), st.floats(-1e15, 1e15, allow_nan=False).map(float)
+    ),
+    keyword=st.sampled_from(["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"]),
+)
+def test_a_one_sided_number_range_stays_within_2_to_the_53(bound, keyword):
+    """A `number` with one bound writes no number of 17 or more integer digits (a reader holds
+    every one as a finite double), and keeps the numbers on the bound's side up to 2**53."""
+    dfa = schema_to_dfa({"type": "number", keyword: bound})
+    with pytest.raises(EmptyLanguageError):
+        intersection(dfa, _TOO_LONG)
+    inside = 2**53 if keyword in ("minimum", "exclusiveMinimum") else -(2**53)
+    assert dfa.matches(str(inside).encode())
