@@ -377,7 +377,8 @@ def check_values(body: dict) -> None:
         elif isinstance(value, (dict, list)):
             if depth >= MAX_NESTING:
                 param = _param(place)
-                raise invalid(param, f"'{param}' is nested deeper than {MAX_NESTING} levels.")
+                where = param if len(param) <= 80 else f"{param[:80]}... ({len(param)} characters)"
+                raise invalid(param, f"'{where}' is nested deeper than {MAX_NESTING} levels.")
             if isinstance(value, list):
                 stack.extend((v, (place, [i]), depth + 1) for i, v in enumerate(value))
                 continue

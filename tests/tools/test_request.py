@@ -422,6 +422,21 @@ def test_nesting_deeper_than_the_limit_is_a_400_naming_where(request_body, where
     assert error.param.count("[") + error.param.count(".") + 1 == MAX_NESTING  # path components
 
 
+@given(
+    name=st.text(st.characters(codec="utf-8"), min_size=1, max_size=40),
+    extra=st.integers(1, 300),
+)
+def test_a_nesting_error_quotes_the_start_of_its_path(name, extra):
+    """The message names where the nesting starts and the limit, in a few lines however long
+    the names along the path (the param keeps the whole path)."""
+    value = "x"
+    for _ in range(MAX_NESTING + extra):
+        value = {name: value}
+    error = refused(body(metadata=value))
+    assert f"deeper than {MAX_NESTING} levels" in error.message
+    assert error.message.startswith("'metadata") and len(error.message) < 200
+
+
 @pytest.mark.parametrize(
     ("text", "param"),
     [
