@@ -380,8 +380,9 @@ class Compiler:
         return choice(out)
 
 
-def _node_at(root, pointer: str):
-    """The node of `root` the JSON `pointer` names, or None."""
+def _walk(root, pointer: str):
+    """`(token, node)` for each token of the JSON `pointer` in turn, while it names a node of
+    `root`."""
     node = root
     for token in pointer.split("/")[1:]:
         key = token.replace("~1", "/").replace("~0", "~")
@@ -390,8 +391,16 @@ def _node_at(root, pointer: str):
         elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
             node = node[int(key)]
         else:
-            return None
-    return node
+            return
+        yield token, node
+
+
+def _node_at(root, pointer: str):
+    """The node of `root` the JSON `pointer` names, or None."""
+    path = [node for _, node in _walk(root, pointer)]
+    if len(path) < pointer.count("/"):
+        return None
+    return path[-1] if path else root
 
 
 _DISPATCH_ORDER = (
@@ -415,17 +424,7 @@ def resolvable_prefix(root, pointer: str) -> str:
     merged or rewritten subschemas (an `anyOf` branch with its parent's keywords, a conditional
     rewritten to `anyOf`) carries a path of the merged result; it is reported at the deepest
     node of the document on that path."""
-    node, out = root, ""
-    for token in pointer.split("/")[1:]:
-        key = token.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and key in node:
-            node = node[key]
-        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
-            node = node[int(key)]
-        else:
-            break
-        out = f"{out}/{token}"
-    return out
+    return "".join(f"/{token}" for token, _ in _walk(root, pointer))
 
 
 def _compile(schema, compiler: Compiler):
