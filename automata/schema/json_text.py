@@ -77,16 +77,17 @@ for _form in (
     pin_fragment(_form.text)  # parsed once per process, instances copied (`form.pin_fragment`)
 
 
-def any_value(depth: int, cache: dict):
-    """The form of any JSON value with containers nested at most `depth` levels; `cache`
-    (depth -> form) shares the inner levels between calls of one compile."""
+def any_value(depth: int, cache: dict, number=NUMBER_FORM):
+    """The form of any JSON value with containers nested at most `depth` levels, its numbers
+    those of the form `number`; `cache` (depth -> form) shares the inner levels between calls
+    of one compile (one `number` per cache)."""
     if depth in cache:
         return cache[depth]
-    scalars = [STRING_FORM, NUMBER_FORM, Lit("true"), Lit("false"), NULL_FORM]
+    scalars = [STRING_FORM, number, Lit("true"), Lit("false"), NULL_FORM]
     if depth == 0:
         out = choice(scalars)
     else:
-        inner = any_value(depth - 1, cache)
+        inner = any_value(depth - 1, cache, number)
         out = choice([*scalars, _object_of(inner), _array_of(inner)])
     cache[depth] = out
     return out
@@ -106,8 +107,9 @@ def _array_of(item):
 
 def json_object_form(depth: int):
     """The form of any JSON object whose containers (itself included) nest at most `depth`
-    levels, `depth` >= 1."""
-    return _object_of(any_value(depth - 1, {}))
+    levels, `depth` >= 1; its numbers finite doubles of at most 17 digits (`SHORT_NUMBER`, as
+    an unbounded `number` schema's), never `1e400` or the 150 digits a small model writes."""
+    return _object_of(any_value(depth - 1, {}, SHORT_NUMBER_FORM))
 
 
 def json_object_regex(depth: int) -> str:

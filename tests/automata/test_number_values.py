@@ -23,7 +23,7 @@ from corral.automata import (
     schema_to_dfa,
 )
 from corral.automata.product import intersection
-from corral.automata.schema.json_text import SHORT_NUMBER
+from corral.automata.schema.json_text import SHORT_NUMBER, json_object_regex
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -193,3 +193,20 @@ def test_a_one_sided_number_range_stays_within_2_to_the_53(bound, keyword):
         intersection(dfa, _TOO_LONG)
     inside = 2**53 if keyword in ("minimum", "exclusiveMinimum") else -(2**53)
     assert dfa.matches(str(inside).encode())
+
+
+_JSON_OBJECT = regex_to_dfa(json_object_regex(3))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    mantissa=st.from_regex(re.compile(r"-?(0|[1-9][0-9]{0,30})(\.[0-9]{1,30})?"), fullmatch=True),
+    exponent=st.one_of(st.none(), st.integers(-999, 999)),
+    nested=st.booleans(),
+)
+def test_json_object_numbers_are_those_of_an_unbounded_number(mantissa, exponent, nested):
+    """`response_format: json_object` writes the numbers `{"type": "number"}` writes: finite
+    doubles of at most 17 digits, at any depth."""
+    text = mantissa if exponent is None else f"{mantissa}e{exponent}"
+    value = f'{{"a":[{text}]}}' if nested else f'{{"a":{text}}}'
+    assert _JSON_OBJECT.matches(value.encode()) == _NUMBER.matches(text.encode()), value
