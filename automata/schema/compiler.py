@@ -56,7 +56,7 @@ from corral.automata.schema.keywords import (
 from corral.automata.schema.merge import Merger, desugar, type_names
 from corral.automata.schema.nfa_size import check_nfa_states
 from corral.automata.schema.numbers import lower_integer, lower_number
-from corral.automata.schema.refs import RefResolver, has_own_id, ref_siblings
+from corral.automata.schema.refs import RefResolver, has_own_id, ref_siblings, walk_pointer
 from corral.automata.schema.strings import lower_string
 from corral.automata.schema.text import TextRenderer
 from corral.automata.schema.values import check_document, dumps, json_key, json_type
@@ -380,24 +380,9 @@ class Compiler:
         return choice(out)
 
 
-def _walk(root, pointer: str):
-    """`(token, node)` for each token of the JSON `pointer` in turn, while it names a node of
-    `root`."""
-    node = root
-    for token in pointer.split("/")[1:]:
-        key = token.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and key in node:
-            node = node[key]
-        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
-            node = node[int(key)]
-        else:
-            return
-        yield token, node
-
-
 def _node_at(root, pointer: str):
     """The node of `root` the JSON `pointer` names, or None."""
-    path = [node for _, node in _walk(root, pointer)]
+    path = [node for _, node in walk_pointer(root, pointer)]
     if len(path) < pointer.count("/"):
         return None
     return path[-1] if path else root
@@ -424,7 +409,7 @@ def resolvable_prefix(root, pointer: str) -> str:
     merged or rewritten subschemas (an `anyOf` branch with its parent's keywords, a conditional
     rewritten to `anyOf`) carries a path of the merged result; it is reported at the deepest
     node of the document on that path."""
-    return "".join(f"/{token}" for token, _ in _walk(root, pointer))
+    return "".join(f"/{token}" for token, _ in walk_pointer(root, pointer))
 
 
 def _compile(schema, compiler: Compiler):

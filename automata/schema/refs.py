@@ -66,16 +66,10 @@ class RefResolver:
         fragment = unquote(fragment)
         if fragment and not fragment.startswith("/"):
             return self._resolve_anchor(fragment, ref, pointer)
-        target = self.root
-        for token in fragment.split("/")[1:] if fragment else []:
-            token = token.replace("~1", "/").replace("~0", "~")
-            if isinstance(target, dict) and token in target:
-                target = target[token]
-            elif isinstance(target, list) and token.isdigit() and int(token) < len(target):
-                target = target[int(token)]
-            else:
-                raise SchemaError(pointer, "$ref", f"$ref {ref!r} does not resolve")
-        return fragment, target
+        path = [node for _, node in walk_pointer(self.root, fragment)]
+        if len(path) < fragment.count("/"):
+            raise SchemaError(pointer, "$ref", f"$ref {ref!r} does not resolve")
+        return fragment, path[-1] if path else self.root
 
     def _resolve_anchor(self, name: str, ref: str, pointer: str) -> tuple[str, object]:
         """The subschema with anchor `name`, searched depth-first outside value keywords and
@@ -98,3 +92,18 @@ class RefResolver:
             elif isinstance(node, list):
                 stack.extend((child(where, i), v) for i, v in enumerate(node))
         raise SchemaError(pointer, "$ref", f"$ref {ref!r} does not resolve")
+
+
+def walk_pointer(root, pointer: str):
+    """`(token, node)` for each token of the JSON `pointer` (RFC 6901, `~1` and `~0` unescaped)
+    in turn, while it names a node of `root`; it stops at the first token that names none."""
+    node = root
+    for token in pointer.split("/")[1:]:
+        key = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]
+        else:
+            return
+        yield token, node
