@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from corral.kernels.attention import ragged_attention
+from corral.kernels.compute.attention import ragged_attention
 from corral.model import llama
 
 LAYERS, Q_HEADS, KV_HEADS, WIDTH = 30, 9, 3, 64
@@ -117,20 +117,24 @@ def bandwidth_gb_s(repeat: int) -> float:
 
 
 def baseline_kernel(revision: str):
-    """`ragged_attention` as it stood at a git revision (its kernels/attention.py imported from
-    a temporary file), or None when git or the revision is not there."""
+    """`ragged_attention` as it stood at a git revision (its attention module, at
+    kernels/compute/attention.py or before the split at kernels/attention.py, imported from a
+    temporary file), or None when git or the revision is not there."""
     root = Path(__file__).resolve().parent.parent
-    try:
-        shown = subprocess.run(
-            ["git", "show", f"{revision}:kernels/attention.py"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    except OSError:
-        return None
-    if shown.returncode != 0:
+    for where in ("kernels/compute/attention.py", "kernels/attention.py"):
+        try:
+            shown = subprocess.run(
+                ["git", "show", f"{revision}:{where}"],
+                cwd=root,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+        except OSError:
+            return None
+        if shown.returncode == 0:
+            break
+    else:
         return None
     path = Path(tempfile.mkdtemp(prefix="corral-attention-")) / "attention_baseline.py"
     path.write_text(shown.stdout)

@@ -124,7 +124,7 @@ class CorralEngine:
 
 class CorralLazyEngine(CorralEngine):
     """corral with its DFA made on demand: schema or regex -> `LazyDfa` -> `LazyTokenIndex`
-    (`corral.kernels.lazy_index`), whose masks equal the `TokenIndex`'s of the canonical DFA.
+    (`corral.kernels.masks.lazy_index`), whose masks equal the `TokenIndex`'s of the canonical DFA.
     Only the states the walks reach are made, as llguidance's lexer does; the DFA-state limit
     is met as states are made, not at compile. The generation engine does not use it (its
     budget needs every state)."""
@@ -134,7 +134,7 @@ class CorralLazyEngine(CorralEngine):
     def __init__(self, vocabulary, tokenizer_json: str):
         super().__init__(vocabulary, tokenizer_json)
         from corral.automata.lazy import lazy_regex_dfa
-        from corral.kernels.lazy_index import LazyTokenIndex
+        from corral.kernels.masks.lazy_index import LazyTokenIndex
 
         # The worker's warm-up masks once; a session's second new mask finishes the DFA
         # (`LazyTokenIndex.finish`), whose kernel is loaded here, before any timing.

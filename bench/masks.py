@@ -138,9 +138,9 @@ def first_budgeted_mask(dfa, vocabulary):
 
 def lazy_first_mask(kind: str, grammar, vocabulary):
     """The start state's mask of a fresh grammar whose DFA is made on demand: only the states
-    that mask's walks reach (`corral.kernels.lazy_index`)."""
+    that mask's walks reach (`corral.kernels.masks.lazy_index`)."""
     from corral.automata.lazy import lazy_regex_dfa, lazy_schema_dfa
-    from corral.kernels.lazy_index import LazyTokenIndex
+    from corral.kernels.masks.lazy_index import LazyTokenIndex
 
     dfa = lazy_regex_dfa(grammar) if kind == "regex" else lazy_schema_dfa(grammar)
     return LazyTokenIndex(dfa, vocabulary).mask(0)

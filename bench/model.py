@@ -147,7 +147,7 @@ def corral_speeds(model, batches: list[int], steps: int, quick: bool) -> dict[st
 
 
 ATTENTION_KERNELS = ("rope_store", "ragged_attention")
-"""The kernels a decode step's attention goes through (`corral.kernels.attention`)."""
+"""The kernels a decode step's attention goes through (`corral.kernels.compute.attention`)."""
 
 
 def step_breakdown(model, batch: int, steps: int) -> dict[str, float]:
@@ -155,7 +155,7 @@ def step_breakdown(model, batch: int, steps: int) -> dict[str, float]:
     (`llama.linear`, `llama.lm_head` and the attention kernels `rope_store` and
     `ragged_attention`, wrapped for the run): the q/k/v/o and MLP products, attention (RoPE,
     cache writes and the kernel), the LM head, the rest."""
-    from corral.kernels import attention as attention_kernels
+    from corral.kernels.compute import attention as attention_kernels
     from corral.model import llama
 
     rng = np.random.default_rng(1)

@@ -55,17 +55,17 @@ os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 # it sets NUMBA_CPU_FEATURES before Numba is first imported; see the module)
 import corral.kernels.vector_width  # noqa: E402, F401, I001
 
-from corral.kernels.constraint import Constraint  # noqa: E402
+from corral.kernels.masks.constraint import Constraint  # noqa: E402
 from corral.kernels.errors import NoTokenAllowedError, TokenNotAllowedError, VocabularyError
-from corral.kernels.index import (
+from corral.kernels.masks.index import (
     EAGER_LIMIT_BYTES,
     TokenIndex,
     choose_mode,
     few_allowed_ids,
     unpack_ids,
 )
-from corral.kernels.lazy_index import LazyTokenIndex
-from corral.kernels.sampling import (
+from corral.kernels.masks.lazy_index import LazyTokenIndex
+from corral.kernels.masks.sampling import (
     GREEDY,
     BatchSample,
     SamplingParams,
@@ -76,8 +76,8 @@ from corral.kernels.sampling import (
     sample_batch,
     top_logprobs,
 )
-from corral.kernels.trie import Trie, build_trie
-from corral.kernels.vocabulary import Vocabulary
+from corral.kernels.masks.trie import Trie, build_trie
+from corral.kernels.masks.vocabulary import Vocabulary
 
 __all__ = [
     "BatchSample",

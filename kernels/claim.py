@@ -1,7 +1,7 @@
 """Work handed out one item at a time from a shared counter, for parallel loops whose items cost
 unequal times or whose threads start at unequal times (a sleeping OpenMP worker wakes tens of
 microseconds late): a thread claims its next item when it is done with the last, so none waits
-for a share fixed in advance. `corral.kernels.sample_rows` and `corral.kernels.attention` use it.
+for a share fixed in advance. `masks.sample_rows` and `compute.attention` use it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Cephes' `expf` polynomial, shared by the Numba kernels that need a vectorizable exp (the
-softmax of `corral.kernels.attention` and the sampler's weights in `corral.kernels.sample_rows`):
+softmax of `compute.attention` and the sampler's weights in `masks.sample_rows`):
 Numba's `np.exp` on float32 is a call LLVM does not vectorize.
 
 S. L. Moshier, Cephes Math Library, `expf.c`: exp(x) = 2^n exp(r) with n = round(x / ln 2) and

@@ -4,12 +4,12 @@ CPU to bring the cache line holding `array[i]` into its caches and return at onc
 `prefetcht1` into L2 on x86; nothing where the target has none). A prefetch is a hint: it
 changes no value.
 
-- The sampler (`corral.kernels.sample_rows`) prefetches the next row's logits while it computes
+- The sampler (`masks.sample_rows`) prefetches the next row's logits while it computes
   the weights of the current one: its exp pass is bound by arithmetic, the next row's first pass
   by memory (a forward pass has just written the logits, 196 KB a row, and evicted them from the
   core's own caches), so the two overlap.
-- The one-row block products (`corral.kernels.quant`) fetch the columns of a tile ahead, and
-  decode attention's four-key path (`corral.kernels.attention`) fetches keys and values rows
+- The one-row block products (`corral.kernels.compute.quant`) fetch the columns of a tile ahead, and
+  decode attention's four-key path (`corral.kernels.compute.attention`) fetches keys and values rows
   ahead into L2: on the 2-core machine of bench/attention.py one thread's decode attention from
   memory took about 5% less than with `prefetcht0`.
 """

@@ -2,7 +2,7 @@
 
 LLVM tunes Intel's AVX-512 server cores (Skylake-SP on, Sapphire and Emerald Rapids among them)
 to prefer 256-bit vectors, so Numba's vectorized loops came out in ymm registers: on one thread
-the one-row block products of `corral.kernels.quant` took a quarter (Q4_1) to a half (Q8_0)
+the one-row block products of `corral.kernels.compute.quant` took a quarter (Q4_1) to a half (Q8_0)
 longer than in zmm, with the same results. Importing this module (`corral.kernels` does, before
 Numba) sets NUMBA_CPU_FEATURES to the host's features with 512-bit vectors preferred, unless the
 user set it, the CPU lacks AVX-512F, or its features cannot be read. Numba reads the variable

@@ -52,7 +52,7 @@ Decisions:
   (`Vocabulary.spell`: its own token if the vocabulary has one, else single-byte tokens), so the
   constraint always starts cleanly. The budget rule covers the call the trigger opens: with
   `budget_aware`, a token that would complete the trigger is allowed only while the tokens left
-  can finish the shortest call after it (`corral.kernels.trigger`); when some is banned, the
+  can finish the shortest call after it (`corral.kernels.masks.trigger`); when some is banned, the
   free text is sampled under a mask without it (its logprobs over the tokens allowed). So a
   call is never cut by `max_tokens` and its markup never left in the content.
 - Stop strings apply to free text only: inside a constrained answer they would cut valid JSON.

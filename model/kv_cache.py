@@ -32,8 +32,8 @@ from __future__ import annotations
 import os
 
 import numpy as np
-from corral.kernels import quant_amx
-from corral.kernels.attention import float16_supported
+from corral.kernels.compute import quant_amx
+from corral.kernels.compute.attention import float16_supported
 from corral.model.config import LlamaConfig
 from corral.model.errors import CacheError
 

@@ -39,9 +39,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from corral.kernels import attention as attention_kernels
-from corral.kernels import layers as layer_kernels
-from corral.kernels import quant as quant_kernels
+from corral.kernels.compute import attention as attention_kernels
+from corral.kernels.compute import layers as layer_kernels
+from corral.kernels.compute import quant as quant_kernels
 from corral.model.config import LlamaConfig
 from corral.model.quant import HEAD_ACTIVATION_PARTS, QUANTIZED_MAX_ROWS, every_pass
 

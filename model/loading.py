@@ -29,7 +29,7 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
-from corral.kernels import layers, quant_amx, quant_rows
+from corral.kernels.compute import layers, quant_amx, quant_rows
 from corral.kernels.jit_cache import is_cached
 from corral.model import llama, quant
 from corral.model.config import LlamaConfig

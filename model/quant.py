@@ -1,6 +1,6 @@
 """Weights kept in a GGUF's own quantization blocks, for decoding at small batches (docs/design.md
-section 6; the block formats are ggml's, computed on by `corral.kernels.quant` and
-`corral.kernels.quant_rows`).
+section 6; the block formats are ggml's, computed on by `corral.kernels.compute.quant` and
+`corral.kernels.compute.quant_rows`).
 
 A Llama GGUF stores most matrices as Q4_1 or Q8_0 blocks of 32 weights along the input axis.
 `quantized_layers` reads them as they are (no re-quantization), undoes llama.cpp's q/k row
@@ -25,7 +25,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-from corral.kernels import quant, quant_amx, quant_int8, quant_rows, vector_width
+from corral.kernels import vector_width
+from corral.kernels.compute import quant, quant_amx, quant_int8, quant_rows
 from corral.model.config import LlamaConfig
 from corral.model.errors import ModelLoadError
 

@@ -9,7 +9,7 @@ from collections import deque
 
 import numpy as np
 from corral.kernels import TokenNotAllowedError, Vocabulary, few_allowed_ids, top_logprobs
-from corral.kernels.trigger import trigger_mask
+from corral.kernels.masks.trigger import trigger_mask
 from corral.model.generation_request import GenerationRequest, GenerationResult
 from corral.model.jump_forward import ForcedTokenizer
 

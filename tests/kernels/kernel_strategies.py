@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from corral.automata.dfa import Dfa
 from corral.kernels import Vocabulary
-from corral.kernels.trie import BYTE_CATEGORY, N_CATEGORIES
+from corral.kernels.masks.trie import BYTE_CATEGORY, N_CATEGORIES
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 

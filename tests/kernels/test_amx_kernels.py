@@ -1,4 +1,4 @@
-"""The AMX int8-activation kernels (`corral.kernels.quant_amx`) against NumPy: the activation
+"""The AMX int8-activation kernels (`compute.quant_amx`) against NumPy: the activation
 quantization (two int8 parts on one scale) against its bound, the products against the
 dequantized weights times the dequantized activations, on random shapes and batches; and the
 property the forward pass relies on, that a row's result is the same bit for bit whatever rows
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from corral.kernels import quant_amx
+from corral.kernels.compute import quant_amx
 from corral.model import quant as model_quant
 from corral.model.quant import BlockMatrix
 from hypothesis import given, settings

@@ -9,7 +9,7 @@ import numba
 import numpy as np
 import pytest
 from compile_state import compile_afresh
-from corral.kernels import attention
+from corral.kernels.compute import attention
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -231,7 +231,7 @@ def decode_cells(rng, n_slots):
 def test_rope_store_equals_rope_then_scale_then_store_rows_bit_for_bit(seed, n_slots, strided):
     """The fused call against the separate steps the forward pass took before (`layers.rope`,
     q times hd^-1/2, `store_rows`), on a C-order projection or BLAS's transposed one."""
-    from corral.kernels import layers
+    from corral.kernels.compute import layers
 
     rng = np.random.default_rng(seed)
     q_heads, kv_heads, width, max_len, slots, positions = decode_cells(rng, n_slots)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from corral.kernels import quant
+from corral.kernels.compute import quant
 from corral.model import quant as model_quant
 from corral.model.quant import BlockMatrix
 
@@ -119,7 +119,7 @@ def test_unknown_block_types_and_partial_blocks_are_refused():
 @pytest.mark.parametrize("setting", [None, True])
 def test_without_the_int8_kernels_products_stay_in_float_when_int8_is_asked(monkeypatch, setting):
     # a CPU without AMX nor AVX-512 VNNI (or an llvmlite that cannot build the kernels)
-    from corral.kernels import quant_amx, quant_int8, quant_rows
+    from corral.kernels.compute import quant_amx, quant_int8, quant_rows
 
     monkeypatch.setattr(quant_amx, "available", lambda: False)
     monkeypatch.setattr(quant_int8, "available", lambda: False)

@@ -1,4 +1,4 @@
-"""Budget masks from the per-state tables of `corral.kernels.budget` equal the walk for one budget
+"""Budget masks from the per-state tables of `masks.budget` equal the walk for one budget
 (`one_mask` with a limit, the trie walk every budget mask used to be), on random DFAs and
 vocabularies, and on schemas of the test data over the real SmolLM2 vocabulary; the saturation
 budget is exactly the first budget whose mask is the plain mask (docs/design.md section 4)."""
@@ -10,7 +10,8 @@ import json
 import numpy as np
 import pytest
 from corral.automata import ConstrainError, schema_to_dfa
-from corral.kernels import Constraint, TokenIndex, budget
+from corral.kernels import Constraint, TokenIndex
+from corral.kernels.masks import budget
 from hypothesis import given
 from hypothesis import strategies as st
 from kernel_strategies import SETTINGS, random_dfas, random_vocabularies

@@ -1,4 +1,4 @@
-"""The int8-activation block kernels (`corral.kernels.quant_int8`) against NumPy: the
+"""The int8-activation block kernels (`corral.kernels.compute.quant_int8`) against NumPy: the
 activation quantization (ggml's Q8_1 and its residual) against its formulas, the word-tile
 layout against the quants it was made from, and the products against the dequantized weights
 times the dequantized activations, on random shapes and batches (docs/design.md section 6)."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from corral.kernels import quant_int8, quant_rows
+from corral.kernels.compute import quant_int8, quant_rows
 from corral.model import quant as model_quant
 from corral.model.quant import BlockMatrix
 from test_block_kernels import random_blocks
@@ -128,7 +128,7 @@ def test_each_row_of_a_batch_equals_its_product_alone(rows):
 
 
 def test_tiled_matrix_matmul_takes_the_vnni_kernels_when_switched_on_without_amx(monkeypatch):
-    from corral.kernels import quant_amx
+    from corral.kernels.compute import quant_amx
 
     rng = np.random.default_rng(3)
     matrix = BlockMatrix.from_blocks("Q8_0", random_blocks(rng, "Q8_0", 70, 96))

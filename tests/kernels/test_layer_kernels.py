@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from corral.kernels import layers
+from corral.kernels.compute import layers
 from scipy.special import expit
 
 

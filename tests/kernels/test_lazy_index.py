@@ -1,4 +1,4 @@
-"""`LazyTokenIndex` (corral.kernels.lazy_index): the masks and transitions of a DFA made on
+"""`LazyTokenIndex` (corral.kernels.masks.lazy_index): the masks and transitions of a DFA made on
 demand equal a brute-force walk of every token on the canonical DFA, and `TokenIndex`'s on the
 real SmolLM2 vocabulary, state for state along the same tokens, however few states one walk
 may report."""
@@ -10,8 +10,8 @@ import pytest
 from corral.automata import EmptyLanguageError, regex_to_dfa, schema_to_dfa
 from corral.automata.lazy import lazy_regex_dfa, lazy_schema_dfa
 from corral.kernels import TokenIndex, unpack_ids
-from corral.kernels import lazy_index as lazy_index_module
-from corral.kernels.lazy_index import LazyTokenIndex
+from corral.kernels.masks import lazy_index as lazy_index_module
+from corral.kernels.masks.lazy_index import LazyTokenIndex
 from hypothesis import given
 from hypothesis import strategies as st
 from kernel_strategies import SETTINGS, mask_ids, oracle_allowed, random_vocabularies

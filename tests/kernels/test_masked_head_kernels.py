@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from corral.kernels import few_allowed_ids, quant, unpack_ids
+from corral.kernels import few_allowed_ids, unpack_ids
+from corral.kernels.compute import quant
 from corral.model import quant as model_quant
 from corral.model.quant import BlockMatrix
 from hypothesis import given, settings

@@ -1,4 +1,4 @@
-"""The block kernels of several rows of float32 activations (`corral.kernels.quant_rows`)
+"""The block kernels of several rows of float32 activations (`corral.kernels.compute.quant_rows`)
 against NumPy in float64 on the dequantized weights, on random shapes and odd row counts, and
 each row of a pass against its product alone (docs/design.md section 6)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 import pytest
-from corral.kernels import quant, quant_rows
+from corral.kernels.compute import quant, quant_rows
 from corral.model import quant as model_quant
 from corral.model.quant import BlockMatrix
 from hypothesis import given, settings

@@ -9,8 +9,8 @@ import numba
 import numpy as np
 import pytest
 from corral.kernels import NoTokenAllowedError, SamplingParams, sample, sample_batch, top_logprobs
-from corral.kernels import sample_rows as kernel
 from corral.kernels.expf import exp_nonpositive
+from corral.kernels.masks import sample_rows as kernel
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -210,7 +210,7 @@ def test_the_parallel_sampler_equals_the_serial_one(v, params, threads, seed):
 def test_batches_go_parallel_from_the_threshold(monkeypatch):
     """`parallel=None` picks `sample_rows_parallel` from `PARALLEL_MIN_ROWS` rows on (when
     Numba has more than one thread), `sample_rows` below it and when told False."""
-    from corral.kernels import sampling
+    from corral.kernels.masks import sampling
 
     calls = []
     for name in ("sample_rows", "sample_rows_parallel"):

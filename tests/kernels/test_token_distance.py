@@ -37,7 +37,7 @@ def test_states_with_more_token_ends_than_the_scratch_table_holds():
     than `token_graph` keeps per state in its first pass: that state is walked again."""
     from corral.automata import regex_to_dfa
     from corral.kernels import Vocabulary
-    from corral.kernels.distance import _ENDS_WIDTH
+    from corral.kernels.masks.distance import _ENDS_WIDTH
 
     tokens = [b"a" * k for k in range(1, 81)] + [b"b", b"ab", None]
     vocabulary = Vocabulary.from_list(tokens, eos_ids=[len(tokens) - 1])

@@ -14,7 +14,7 @@ from corral.kernels import (
     Vocabulary,
     choose_mode,
 )
-from corral.kernels.index import unique_rows
+from corral.kernels.masks.index import unique_rows
 from hypothesis import given
 from hypothesis import strategies as st
 from kernel_strategies import SETTINGS, mask_ids, oracle_allowed, random_dfas, random_vocabularies
@@ -215,7 +215,7 @@ def test_advance_follows_the_oracle_through_the_memo(dfa, vocabulary, walk, limi
     taken in an accepting state or the end state accepts and allows no text token, and a
     refusal (with the state and done left as they were) exactly when the oracle forbids the
     token; the same step taken twice agrees with itself."""
-    import corral.kernels.index as index_module
+    import corral.kernels.masks.index as index_module
 
     index = TokenIndex(dfa, vocabulary)
     old_limit, index_module.AFTER_MEMO_LIMIT = index_module.AFTER_MEMO_LIMIT, limit

@@ -1,4 +1,4 @@
-"""The lazy trigger's budget rule (`corral.kernels.trigger`) against a brute force: for random
+"""The lazy trigger's budget rule (`corral.kernels.masks.trigger`) against a brute force: for random
 DFAs, vocabularies, triggers, texts and budgets, a token is banned exactly when it completes the
 trigger and the tokens left cannot finish the shortest call after it, counted as the engine
 writes it (the token's bytes after the trigger walked into the call, or the token respelled),
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from corral.automata import regex_to_dfa
 from corral.kernels import Constraint, TokenIndex, Vocabulary
-from corral.kernels.trigger import TriggerBudget, kmp_table, trigger_mask
+from corral.kernels.masks.trigger import TriggerBudget, kmp_table, trigger_mask
 from hypothesis import given
 from hypothesis import strategies as st
 from kernel_strategies import (

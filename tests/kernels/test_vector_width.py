@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import llvmlite.binding as llvm
 import pytest
-from corral.kernels import quant_rows
+from corral.kernels.compute import quant_rows
 from corral.kernels.vector_width import has_avx512, wide_vector_features
 
 

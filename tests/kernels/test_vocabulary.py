@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from corral.kernels import Vocabulary, VocabularyError, build_trie
-from corral.kernels.trie import BYTE_CATEGORY
+from corral.kernels.masks.trie import BYTE_CATEGORY
 from hypothesis import given, settings
 from kernel_strategies import random_vocabularies
 

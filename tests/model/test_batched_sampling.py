@@ -73,7 +73,7 @@ def test_generation_is_the_same_with_the_parallel_sampler_on_and_off(monkeypatch
     """A batch past `PARALLEL_MIN_ROWS` (the engine's default `sample_batch` takes the parallel
     kernel there) gives the same answers, tokens, logprobs and top lists with every step's rows
     sampled in parallel as with them all on the calling thread."""
-    from corral.kernels import sampling
+    from corral.kernels.masks import sampling
 
     requests = [r for _ in range(4) for r in mixed_requests()]
     assert len(requests) >= sampling.PARALLEL_MIN_ROWS

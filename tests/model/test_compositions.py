@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from corral.kernels import attention as attention_kernels
-from corral.kernels import quant_amx, quant_int8
+from corral.kernels.compute import attention as attention_kernels
+from corral.kernels.compute import quant_amx, quant_int8
 from corral.model import quant
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -21,7 +21,7 @@ import numba
 import numpy as np
 import pytest
 from compile_state import compile_afresh
-from corral.kernels import attention as attention_kernels
+from corral.kernels.compute import attention as attention_kernels
 from corral.model import llama, load_model, quant
 from corral.model.kv_cache import DEFAULT_DTYPE, KVCache
 from corral.model.llama import SHORT_SEGMENT
@@ -38,7 +38,7 @@ LIKELIHOOD_TOLERANCE = 0.01  # relative, of the mean log-likelihood (issue 15)
 WITHOUT_F16C = """
 from types import SimpleNamespace
 import numpy as np
-from corral.kernels import attention
+from corral.kernels.compute import attention
 from corral.model import kv_cache
 assert not attention.float16_supported()
 assert kv_cache.DEFAULT_DTYPE is np.float32

@@ -141,7 +141,7 @@ def test_trigger_respells_a_token_that_runs_into_refused_bytes():
 
 def test_a_trigger_too_late_for_the_budget_is_not_written():
     """Under a trigger, the budget cannot be checked up front: the trigger is allowed only while
-    the tokens left can finish the shortest call (`corral.kernels.trigger`), so a model that
+    the tokens left can finish the shortest call (`corral.kernels.masks.trigger`), so a model that
     wants to call with too few tokens left writes other text (`length`), and the rest of the
     batch is unaffected."""
     script = tokens(b"<tool", b"_call>")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from corral.kernels import quant_amx, quant_int8
+from corral.kernels.compute import quant_amx, quant_int8
 from corral.model import load_model
 from corral.model import quant as model_quant
 from test_quantized_weights import decode_last

@@ -1,4 +1,4 @@
-"""A tool call opened under `auto` is finishable (corral.kernels.trigger, through `corral
+"""A tool call opened under `auto` is finishable (corral.kernels.masks.trigger, through `corral
 serve`): a stand-in model that wants to write `Sure. <tool_call>{...}` (byte tokens and a few
 longer ones holding the trigger, some with bytes after it), with random small `max_tokens`,
 never leaves call markup in the content, streamed or not; and every call it makes is complete."""

@@ -1,10 +1,10 @@
 """Budget masks: the tokens of a DFA state after which a complete answer still fits in k more
-tokens (docs/design.md section 4; the budget rule of `corral.kernels.distance`).
+tokens (docs/design.md section 4; the budget rule of `corral.kernels.masks.distance`).
 
 Token t is kept in state s under budget k when it is allowed there and the state it ends in is
 at token distance `0 <= distance[e] <= k` from acceptance (plus EOS when s accepts). The set
 depends on k only through the distinct distances of s's end states, which the token graph already
-lists (`corral.kernels.distance.token_graph`: the distinct end states of every state, from the
+lists (`corral.kernels.masks.distance.token_graph`: the distinct end states of every state, from the
 same walk as the masks). So, per state:
 
 - `saturation[s]`, the largest distance among its end states (a large sentinel when some end
@@ -30,7 +30,7 @@ from collections import OrderedDict
 import numba
 import numpy as np
 from corral.automata.graph import distances_to
-from corral.kernels.distance import token_graph
+from corral.kernels.masks.distance import token_graph
 
 CACHE_ROWS = 2048
 """The most budget rows (`level_rows`) kept per index, whole states least recently used out
@@ -46,7 +46,7 @@ class BudgetMasks:
 
     Args:
         trans: int32 `[n_states, 256]`, the DFA table (-1 dead); accept: bool `[n_states]`.
-        loops: uint16 `[n_states]`, `corral.kernels.trie.loop_categories(trans)`.
+        loops: uint16 `[n_states]`, `corral.kernels.masks.trie.loop_categories(trans)`.
         trie: the vocabulary's `corral.kernels.Trie`.
         eos: int32 `[n_eos]`, the EOS ids (set in the rows of accepting states).
         n_words: `ceil(V / 32)`.
@@ -147,7 +147,7 @@ def level_rows(trans, loops, accept, trie, eos, n_words, max_depth, state, dista
     token distance `0 <= distance[e] <= levels[j]` (`levels`: int32 `[m]`, ascending, the
     distinct distances >= 0 of `state`'s end states), and the EOS ids when `state` accepts.
 
-    One trie walk as `corral.kernels.index`'s (a subtree whose byte categories all loop at its
+    One trie walk as `corral.kernels.masks.index`'s (a subtree whose byte categories all loop at its
     parent's state ends there whole), each token's bit set in the row of its end distance, then
     the rows OR-ed cumulatively: O(nodes visited * log m + allowed tokens + m * n_words).
     """

@@ -1,5 +1,5 @@
 """The masked sampler's Numba kernel: every row of a batch sampled in one call (docs/design.md
-section 4). The semantics are documented in `corral.kernels.sampling`, whose `sample`,
+section 4). The semantics are documented in `corral.kernels.masks.sampling`, whose `sample`,
 `top_logprobs` and `sample_batch` all call `sample_rows`: there is one implementation.
 
 A row's tokens are its positions 0..n-1 with one bit each in a packed uint32 mask (bit i % 32 of

@@ -6,7 +6,7 @@ At batch 1 a decode step calls them 120 times on vectors of a few hundred values
 per-operation overhead (an einsum, temporaries, broadcasting) costs more than the arithmetic;
 one compiled call per use does the same work in a single pass over the data. Where a layer
 follows a residual sum (`add_rms_norm`) or precedes the cache write (`rope_store` in
-`corral.kernels.attention`), the one call does both, with the same float32 operations as the
+`corral.kernels.compute.attention`), the one call does both, with the same float32 operations as the
 separate steps (so the same results, bit for bit).
 """
 

@@ -36,9 +36,9 @@ import weakref
 
 import numba
 import numpy as np
-from corral.kernels.constraint import Constraint
 from corral.kernels.errors import TokenNotAllowedError, VocabularyError
-from corral.kernels.vocabulary import Vocabulary
+from corral.kernels.masks.constraint import Constraint
+from corral.kernels.masks.vocabulary import Vocabulary
 
 UNREACHABLE = np.iinfo(np.int32).max
 """The cost of a token after which no token sequence completes the call."""
@@ -66,7 +66,7 @@ def kmp_table(trigger: bytes) -> np.ndarray:
 
 @numba.njit(cache=True)
 def completing_nodes(kmp, start, byte, depth, end):
-    """int32 `[n]`: the trie nodes (preorder, `corral.kernels.trie`) whose path, read from
+    """int32 `[n]`: the trie nodes (preorder, `corral.kernels.masks.trie`) whose path, read from
     automaton state `start` of `kmp` (`kmp_table`), first completes the trigger at the node:
     every token of the node's subtree completes it `depth[node]` bytes in. O(nodes visited),
     at most the trie's size."""

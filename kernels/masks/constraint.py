@@ -27,7 +27,7 @@ import weakref
 import numba
 import numpy as np
 from corral.kernels.errors import TokenNotAllowedError
-from corral.kernels.index import TokenIndex
+from corral.kernels.masks.index import TokenIndex
 
 _FORCED: weakref.WeakKeyDictionary[TokenIndex, tuple[np.ndarray, np.ndarray]] = (
     weakref.WeakKeyDictionary()

@@ -7,7 +7,7 @@ the same bytes are all kept: each is an allowed token wherever its bytes are.
 
 It is built once per model (`corral.model.Model.vocabulary`; the readers of tokenizer files live
 in `corral.model.vocabulary`) and shared by every grammar's `TokenIndex`. The byte trie that the
-mask kernels walk (`corral.kernels.trie`) is built on first use and cached on the object.
+mask kernels walk (`corral.kernels.masks.trie`) is built on first use and cached on the object.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from functools import cached_property
 
 import numpy as np
 from corral.kernels.errors import VocabularyError
-from corral.kernels.trie import Trie, build_trie
+from corral.kernels.masks.trie import Trie, build_trie
 
 
 @dataclass(frozen=True, eq=False)

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from corral.kernels.quant import block_sums
+from corral.kernels.compute.quant import block_sums
 from corral.kernels.vector_width import has_avx512
 from llvmlite import ir
 from numba import types

@@ -5,11 +5,11 @@ live; the EOS ids are allowed exactly in accepting states; special (None) and em
 Masks are packed bitsets, `uint32[ceil(V / 32)]`, bit `t % 32` of word `t // 32` is token t (the
 layout XGrammar and vLLM use).
 
-A mask is one depth-first walk of the vocabulary's byte trie (`corral.kernels.trie`) from s: the
+A mask is one depth-first walk of the vocabulary's byte trie (`masks.trie`) from s: the
 walk keeps a stack of DFA states by depth, reads each node's byte from its parent's state, skips a
 whole subtree at the first dead state, and writes bits straight into the packed row. A subtree
 whose bytes all fall in byte categories on which the current state loops to itself (the inside of
-a JSON string) is allowed whole without visiting it (`corral.kernels.trie`). The cost is
+a JSON string) is allowed whole without visiting it (`corral.kernels.masks.trie`). The cost is
 O(visited nodes + allowed tokens), not O(total bytes of the vocabulary).
 
 Three modes:
@@ -27,10 +27,10 @@ Three modes:
 gives the same masks.
 
 Budget-aware ending (`Constraint.mask(tokens_left)`, used by the generation engine):
-`token_distance[s]` is the fewest text tokens from s to acceptance (`corral.kernels.distance`), and
+`token_distance[s]` is the fewest text tokens from s to acceptance (`masks.distance`), and
 `mask_within_tokens(s, k)` allows only the tokens that end in a state at token distance <= k (plus
 EOS in accepting states): the plain mask from a per-state saturation budget on, below it one row
-of a per-state table that one trie walk fills for every budget at once (`corral.kernels.budget`).
+of a per-state table that one trie walk fills for every budget at once (`masks.budget`).
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ from collections import OrderedDict
 import numba
 import numpy as np
 from corral.automata.dfa import Dfa
-from corral.kernels.budget import BudgetMasks
-from corral.kernels.distance import byte_distance
-from corral.kernels.trie import loop_categories
-from corral.kernels.vocabulary import Vocabulary
+from corral.kernels.masks.budget import BudgetMasks
+from corral.kernels.masks.distance import byte_distance
+from corral.kernels.masks.trie import loop_categories
+from corral.kernels.masks.vocabulary import Vocabulary
 
 EAGER_LIMIT_BYTES = 32 << 20
 """All-states tables larger than this many bytes are kept in a bounded LRU (lazy) instead."""
@@ -208,7 +208,7 @@ class TokenIndex:
 
     @functools.cached_property
     def _budget(self) -> BudgetMasks:
-        """The token distances and budget masks (`corral.kernels.budget`), built on first use."""
+        """The token distances and budget masks (`masks.budget`), built on first use."""
         return BudgetMasks(
             self._trans, self._accept, self._loops, self._trie, self._eos, self._n_words
         )
@@ -217,7 +217,7 @@ class TokenIndex:
     def token_distance(self) -> np.ndarray:
         """int32 `[n_states]`: the fewest text tokens from each state to acceptance (0 in
         accepting states, -1 where no token sequence reaches it), read-only. Computed on first
-        use (`corral.kernels.distance.token_graph`, about an all-states trie walk, and a BFS),
+        use (`corral.kernels.masks.distance.token_graph`, about an all-states trie walk, and a BFS),
         then kept."""
         return self._budget.distance
 
@@ -231,7 +231,7 @@ class TokenIndex:
     def token_distance_bound(self) -> np.ndarray:
         """int32 `[n_states]`: an upper bound on `token_distance` that needs no trie walk: the
         fewest bytes to acceptance over the bytes that are text tokens of their own
-        (`corral.kernels.distance.byte_distance`), each byte one token; -1 where those bytes
+        (`corral.kernels.masks.distance.byte_distance`), each byte one token; -1 where those bytes
         alone never reach acceptance (the bound says nothing there). O(n_states * 256)."""
         usable = self.vocabulary.single_byte_tokens
         bound = byte_distance(self._trans, self._accept, usable)
@@ -265,7 +265,7 @@ class TokenIndex:
         """`mask_within_tokens(state, max_tokens)`, or None when that mask is all-false.
 
         The plain mask (`mask`) from the state's saturation budget on (known from the token
-        graph, O(1)); below it a row of the state's budget table (`corral.kernels.budget`): one
+        graph, O(1)); below it a row of the state's budget table (`masks.budget`): one
         trie walk on the state's first budget below saturation, kept in a bounded LRU, then
         O(log distinct distances). In visit mode that walk also stores the plain mask of a
         state not yet visited when its last row is that mask.
@@ -444,7 +444,7 @@ def few_allowed_ids(mask: np.ndarray, limit: int) -> np.ndarray | None:
 
 
 # --------------------------------------------------------------------------------------------
-# Numba kernels. The trie arrays are described in corral.kernels.trie.
+# Numba kernels. The trie arrays are described in corral.kernels.masks.trie.
 
 
 @numba.njit(cache=True)
@@ -487,7 +487,7 @@ def _near(distance, s, limit):
 def _walk(trans, loops, state, trie, distance, limit, stack, row, pending):
     """Set in `row` the bit of every token whose bytes stay live from `state` (and, when
     `limit` >= 0, that ends at most `limit` tokens from acceptance, see `_near`). Returns the
-    number of edges met into states not made yet (a lazy table, `corral.kernels.lazy_index`,
+    number of edges met into states not made yet (a lazy table, `corral.kernels.masks.lazy_index`,
     writes state t's incoming edges as -(t + 2)): the first `len(pending)` of those states are
     written in `pending`, and their subtrees are skipped like dead ones, so the row is complete
     only when 0 is returned (an eager table has none).

@@ -24,10 +24,10 @@ Decisions (what OpenAI, vLLM and Hugging Face users expect):
 - min-p compares weights: it keeps the tokens whose weight is at least min_p times the largest.
 
 One implementation: `sample_batch` samples every row of a batch in one Numba call
-(`corral.kernels.sample_rows`; parallel over rows from `PARALLEL_MIN_ROWS` rows); `sample`,
+(`corral.kernels.masks.sample_rows`; parallel over rows from `PARALLEL_MIN_ROWS` rows); `sample`,
 `top_logprobs` and `constrained_sample_batch` are calls of it, so a row sampled alone or in a batch
 gets the same token, logprob and top list, bit for bit. Its work per row is over the allowed tokens
-only, with no sort of the vocabulary (see `corral.kernels.sample_rows` for the passes and their
+only, with no sort of the vocabulary (see `masks.sample_rows` for the passes and their
 costs).
 """
 
@@ -40,9 +40,9 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
-from corral.kernels import sample_rows as kernel
-from corral.kernels.constraint import Constraint
 from corral.kernels.errors import NoTokenAllowedError
+from corral.kernels.masks import sample_rows as kernel
+from corral.kernels.masks.constraint import Constraint
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ def sample(
         NoTokenAllowedError: the mask allows no token.
         ValueError: the mask does not fit the logits.
 
-    O(V / 32 + n_allowed), see `corral.kernels.sample_rows`.
+    O(V / 32 + n_allowed), see `corral.kernels.masks.sample_rows`.
     """
     logits = np.asarray(logits, dtype=np.float32)
     uniform = 0.0 if params.greedy else rng.random()
@@ -297,7 +297,7 @@ def sample_batch(
         ValueError: lengths or shapes that do not agree, a mask with bits beyond V.
 
     O(B * (V / 32 + n_allowed)) plus penalties, truncation and top lists: see
-    `corral.kernels.sample_rows`.
+    `corral.kernels.masks.sample_rows`.
     """
     logits = _contiguous(logits, np.float32)
     if logits.ndim != 2:

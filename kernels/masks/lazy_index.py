@@ -3,7 +3,7 @@ without its whole DFA (issue 16, time to first mask).
 
 `TokenIndex` walks a finished table. A `LazyTokenIndex` keeps a table of the rows made so far,
 in which an edge into a state whose row is not made yet is written -(t + 2) instead of t. The
-trie walk (`corral.kernels.index.lazy_mask`) skips such an edge's subtree as if it were dead and
+trie walk (`masks.index.lazy_mask`) skips such an edge's subtree as if it were dead and
 returns the states it met; their rows are made (`LazyDfa.row`), the edges into them rewritten
 to t, and the state is walked again, until a walk meets none. A mask then costs the rows of
 the states within a token's bytes of it, and a walk per round; the finished mask is kept.
@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import numpy as np
 from corral.automata.lazy import LazyDfa
-from corral.kernels.index import check_bytes, check_token, lazy_mask, unpack_ids
-from corral.kernels.trie import BYTE_CATEGORY, loop_categories
-from corral.kernels.vocabulary import Vocabulary
+from corral.kernels.masks.index import check_bytes, check_token, lazy_mask, unpack_ids
+from corral.kernels.masks.trie import BYTE_CATEGORY, loop_categories
+from corral.kernels.masks.vocabulary import Vocabulary
 
 PENDING_SLOTS = 256
 """The states a walk reports at most per round (more are met again in the next round)."""

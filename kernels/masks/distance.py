@@ -6,9 +6,9 @@ Bytes would be the wrong unit: `"celsius"` is 9 bytes and 3 tokens, and the engi
 only budgets that truly cannot hold an answer and steer only when it must. The token graph has an
 edge s -> e when some text token's bytes lead from s to e; the token distance is a breadth-first
 search over it towards the accepting states (`corral.automata.graph.distances_to`, run by
-`corral.kernels.budget.BudgetMasks`, which keeps the graph for the budget masks).
+`corral.kernels.masks.budget.BudgetMasks`, which keeps the graph for the budget masks).
 
-The edges come from the same trie walk as the masks (`corral.kernels.index`): a walk from s visits
+The edges come from the same trie walk as the masks (`masks.index`): a walk from s visits
 every token that stays live, and the state on the walk's stack at a node holding tokens is where
 those tokens end.
 """
@@ -27,7 +27,7 @@ def _ends(trans, loops, s, trie, stack, seen, out):
     """Write into `out` the distinct states where a text token from `s` ends; return how many.
     `seen` is a scratch bool array `[n_states]`, left all-False. A subtree whose byte categories
     all loop at its parent's state ends wholly there and is skipped, as in the mask walk
-    (`corral.kernels.index`). O(nodes visited)."""
+    (`corral.kernels.masks.index`). O(nodes visited)."""
     byte, depth, end, categories, token_start = trie
     stack[0] = s
     n = 0
@@ -68,7 +68,7 @@ def token_graph(trans, loops, trie, max_depth):
     """The token graph in CSR form: `(start int64 [n_states + 1], targets int32 [n_edges])`,
     the distinct end states of state s being `targets[start[s]:start[s + 1]]`. `trie` is the
     tuple (byte, depth, end, categories, token_start); `loops` uint16 `[n_states]` the byte
-    categories on which each state loops (`corral.kernels.index.loop_categories`).
+    categories on which each state loops (`corral.kernels.masks.index.loop_categories`).
 
     One trie walk per state, parallel over chunks of states (each chunk allocates its scratch
     arrays once), keeping up to `_ENDS_WIDTH` end states per state in a scratch table; only a
