@@ -63,7 +63,7 @@ def numpy_decode(q, keys, values, slots, lengths, out):
 
 EVICT_BYTES = 1 << 30
 """Bytes written between runs of a cold variant: more than the last-level cache (300 MiB on the
-machine of bench/results/2026-12-01-late), so that its keys and values come from memory."""
+2-core benchmark machine of 2026-12-01), so that its keys and values come from memory."""
 
 
 def race(variants: dict, repeat: int, cold: tuple[str, ...] = ()) -> dict[str, float]:

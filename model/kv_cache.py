@@ -49,7 +49,7 @@ float16 in registers (`kernels.attention.float16_supported`); float32 elsewhere.
 activations the products of a token differ by a float32 ulp or so between passes of different
 sizes, and a float16 cache stores some of those keys a float16 ulp apart: logits then differ by
 up to a few 1e-3 between a request alone and in a batch, enough to change a sampled token
-(5 of 30 sampled requests, bench/results/2026-12-01-s9-kv16d/batch-invariance.txt), where over
+(5 of 30 sampled requests, bench/results/README.md, float16 KV cache), where over
 float32 they differ by about 3e-5."""
 
 

@@ -74,7 +74,7 @@ LARGEST_GROUP = 16 if has_avx512() else 8
 of `WIDTH` lanes) fit AVX2's 16 registers. On a 2-core AMD EPYC with AVX2 only (Zen 3) the LM
 head (Q8_0, 49,152 x 576) took 28.6 ms for 16 rows in one group of 16 lanes, 52.5 ms for 32;
 in groups of 8 and two passes of 8 lanes, 10.1 and 19.7 ms; in groups of 16 and 8 lanes, 33.5
-ms for 32 (bench/results/2026-12-02-s12/README.md). A row's sums do not depend on its group."""
+ms for 32 (bench/results/README.md). A row's sums do not depend on its group."""
 
 
 def spans(group: int) -> tuple[int, ...]:

@@ -20,7 +20,7 @@ orders (the blocks' kernels for 3 rows and for 4 give the same row's keys a floa
 apart). float16: where two such keys straddle a float16 rounding boundary they are stored one
 float16 ulp (2^13 float32 ulps) apart, and the next layers' keys drift further: 2.3e-4 to
 2.9e-3 over six draws of three sequences, against 1.1e-2 to 1.5e-2 between a float16 and a
-float32 cache (bench/results/2026-12-01-s9-kv16d/compositions.txt)."""
+float32 cache (bench/results/README.md, float16 KV cache)."""
 
 pytestmark = pytest.mark.usefixtures("float32_kv_cache")
 

@@ -259,7 +259,7 @@ def test_same_request_same_output_alone_or_in_a_batch(engine, monkeypatch, kv_dt
     AMX, `quant.every_pass`: tests/model/test_compositions.py). Elsewhere, over float16, a key
     computed a float32 ulp apart is sometimes stored a float16 ulp apart, logits move by up to
     a few 1e-3, and a draw near a boundary may fall the other way (5 of 30 sampled requests
-    parted: bench/results/2026-12-01-s9-kv16d/batch-invariance.txt): there the same requests
+    parted: bench/results/README.md, float16 KV cache): there the same requests
     are held to it greedily."""
     monkeypatch.setattr(engine.model, "kv_dtype", getattr(np, kv_dtype))
     exact = kv_dtype == "float32" or quant.every_pass()
