@@ -1,6 +1,6 @@
 """The schema compiler: a parsed JSON Schema to the schema form, one subschema at a time, and the
 public entry points `schema_to_tree`, `schema_to_dfa` and `json_schema_to_regex` (docs/design.md
-section 3; the supported subset is listed in `corral.automata.schema`).
+section 3; the supported subset, keyword by keyword: docs/subsets.md).
 
 `Compiler.compile` dispatches on what a subschema holds: `$ref` (inlined; a cycle is unrolled up
 to `SchemaLimits.max_recursion` occurrences of one target on a path, deeper is the empty
