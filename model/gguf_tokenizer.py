@@ -266,7 +266,12 @@ def load_gguf_tokenizer(path: str | Path, size: int | None = None) -> GGUFTokeni
             a tokenizer model or pre-tokenizer corral does not support (naming it).
     """
     fields = read_gguf_metadata(path, prefixes=("tokenizer.",))
-    tokenizer = Tokenizer.from_dict(tokenizer_json_from_gguf(fields, path))
+    try:
+        tokenizer = Tokenizer.from_dict(tokenizer_json_from_gguf(fields, path))
+    except ModelLoadError:
+        raise
+    except Exception as error:  # tokenizers raises a bare Exception (e.g. a merge of no token)
+        raise ModelLoadError(path, f"malformed tokenizer metadata: {error}") from error
     try:
         vocabulary = vocabulary_from_fields(fields, size)
     except Exception as error:  # VocabularyError: a missing or inconsistent field
