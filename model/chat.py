@@ -19,6 +19,7 @@ from functools import lru_cache
 
 import jinja2
 import jinja2.ext
+import jinja2.meta
 from corral.model.errors import ChatTemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -70,6 +71,28 @@ def compile_template(template: str) -> jinja2.Template:
         return env.from_string(template)
     except jinja2.exceptions.TemplateSyntaxError as error:
         raise ChatTemplateError(f"chat template syntax error: {error}") from error
+
+
+@lru_cache(maxsize=8)
+def template_variables(template: str) -> frozenset[str]:
+    """The variables a chat template reads from its context (e.g. `messages`, `tools`,
+    `bos_token`, `enable_thinking`): what a caller may pass it.
+
+    Raises:
+        ChatTemplateError: the template is not valid jinja2.
+    """
+    environment = compile_template(template).environment
+    try:
+        return frozenset(jinja2.meta.find_undeclared_variables(environment.parse(template)))
+    except jinja2.exceptions.TemplateSyntaxError as error:
+        raise ChatTemplateError(f"chat template syntax error: {error}") from error
+
+
+def takes_tools(template: str) -> bool:
+    """Whether the template reads `tools` (Qwen2.5, Qwen3, Llama 3.x, Mistral, Hermes 3,
+    gpt-oss, Gemma 4 do; SmolLM2, Gemma 2, Phi-3 do not): a caller passes tool schemas to a
+    template that takes them, and otherwise describes them itself."""
+    return "tools" in template_variables(template)
 
 
 def render_chat(

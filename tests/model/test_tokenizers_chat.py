@@ -7,7 +7,7 @@ with a conversation that calls a tool and `tools` given; against transformers'
 from __future__ import annotations
 
 import pytest
-from corral.model.chat import render_chat
+from corral.model.chat import render_chat, takes_tools
 from corral.model.errors import ChatTemplateError
 from corral.model.gguf_tokenizer import load_gguf_tokenizer
 
@@ -146,3 +146,28 @@ def test_generation_block_renders_as_transformers():
     text = render_chat(GENERATION, messages, True, SPECIAL)
     assert text.startswith("user: hi\nhello<s>")
     assert text == transformers_render(GENERATION, messages, None, SPECIAL)
+
+
+TAKES_TOOLS = set(TEMPLATES) - {"google-gemma-2-2b-it", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"}
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_takes_tools_iff_the_rendering_depends_on_tools(full_data, name):
+    """`takes_tools` against the rendering itself: with and without `tools` the text differs
+    exactly when the template reads them."""
+    template = template_text(full_data, name)
+    messages = conversation(name)[:2]
+    try:
+        without = render_chat(template, messages, True, SPECIAL)
+    except ChatTemplateError:  # Hermes 3's tool-use template: tools required
+        without = None
+    with_tools = render_chat(template, messages, True, SPECIAL, tools=TOOLS)
+    assert takes_tools(template) == (with_tools != without) == (name in TAKES_TOOLS)
+
+
+def test_takes_tools_reads_the_template():
+    assert not takes_tools(GENERATION)
+    assert takes_tools("{% if tools %}{{ tools | tojson }}{% endif %}")
+    assert not takes_tools("{% set tools = [] %}{{ tools }}")  # its own variable
+    with pytest.raises(ChatTemplateError, match="syntax"):
+        takes_tools("{% if tools %}")
