@@ -16,6 +16,7 @@ The full-data cases are skipped, with one line of reason, when the data is absen
 from __future__ import annotations
 
 import importlib.util
+import unicodedata
 from functools import cache
 from pathlib import Path
 
@@ -104,7 +105,8 @@ def test_test_vectors(name):
 @pytest.mark.parametrize("name", SAMPLE + FULL)
 def test_vocabulary_bytes_spell_the_texts(name):
     """The bytes of the expected ids (not corral's) join to the text: SentencePiece's `▁` is a
-    space (and a space is prefixed to the text), `<0xNN>` that byte, GPT-2's alphabet bytes."""
+    space (and a space is prefixed to the text), `<0xNN>` that byte, GPT-2's alphabet bytes; and
+    `Tokenizer.decode` of them is the text."""
     tokenizer, vocabulary = loaded(name).tokenizer, loaded(name).vocabulary
     backend = tokenizer.backend
     added = [token.content for token in backend.get_added_tokens_decoder().values()]
@@ -116,6 +118,8 @@ def test_vocabulary_bytes_spell_the_texts(name):
         if backend.normalizer is not None:  # NFC (Qwen2); SentencePiece's spaces
             expected = backend.normalizer.normalize_str(text).replace("\u2581", " ")
         assert vocabulary.decode(ids) == expected.encode("utf-8"), text
+        # and the tokenizer's decoder gives the text back (SentencePiece's prefix space dropped)
+        assert tokenizer.decode(ids) in (text, unicodedata.normalize("NFC", text)), text
         checked += 1
     assert checked >= len(vectors(name)) - 3
 
