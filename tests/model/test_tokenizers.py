@@ -26,6 +26,7 @@ from corral.kernels import TokenIndex
 from corral.model.errors import ModelLoadError
 from corral.model.gguf_metadata import read_gguf_metadata
 from corral.model.gguf_tokenizer import load_gguf_tokenizer
+from corral.model.tokenizer import PromptText
 from corral.model.vocabulary import GGUF_UNKNOWN, GGUF_UNUSED, vocabulary_from_tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -211,6 +212,26 @@ def test_special_tokens_cut_the_text_as_llama_cpp_does(pieces):
     assert loaded("toy-spm").tokenizer.encode(text) == reference("toy-spm").encode(text)
     ascii_text = "".join(piece for piece in pieces if piece.isascii())
     assert loaded("toy-bpe").tokenizer.encode(ascii_text) == reference("toy-bpe").encode(ascii_text)
+
+
+@PROPERTY
+@given(pieces=st.lists(UNICODE | st.just("<|ctl|>"), max_size=5), name=st.sampled_from(SAMPLE))
+def test_special_token_text_in_a_literal_span_is_text(pieces, name):
+    """A chat message's content (a `PromptText` literal span) never gives a control token's id,
+    and its bytes are the content's (after SentencePiece's prefix space: one, the content being
+    one text fragment)."""
+    content = "".join(pieces)
+    if name == "toy-bpe":
+        content = "".join(piece for piece in pieces if piece.isascii())
+    text = PromptText("<|ctl|>" + content + "<|ctl|>", [(7, 7 + len(content))])
+    loaded_ = loaded(name)
+    control = loaded_.tokenizer.token_id("<|ctl|>")
+    ids = loaded_.tokenizer.encode(text)
+    assert ids[0] == ids[-1] == control and control not in ids[1:-1]
+    spelled = content.replace("\u2581", " ")
+    if name == "toy-spm" and content:
+        spelled = " " + spelled
+    assert loaded_.vocabulary.decode(ids[1:-1]) == spelled.encode("utf-8")
 
 
 # A JSON-ish pattern: an object of one key and a number, string or literal.
