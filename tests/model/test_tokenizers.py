@@ -293,3 +293,15 @@ def test_damaged_gguf_is_refused_cleanly(tmp_path_factory, cut, flip):
         load_gguf_tokenizer(path)
     except ModelLoadError as error:
         assert error.path == path
+
+
+@pytest.mark.parametrize("name", [*SAMPLE, FULL[0]])
+def test_metadata_reader_equals_gguf_reader(name):
+    """`read_gguf_metadata` against `gguf`'s own reader, key by key."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(vocab_file(name))
+    expected = {k: f.contents() for k, f in reader.fields.items() if not k.startswith("GGUF.")}
+    assert read_gguf_metadata(vocab_file(name)) == expected
+    prefixed = read_gguf_metadata(vocab_file(name), prefixes=("tokenizer.ggml.t",))
+    assert prefixed == {k: v for k, v in expected.items() if k.startswith("tokenizer.ggml.t")}
