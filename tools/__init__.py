@@ -25,17 +25,8 @@ from corral.tools.grammar import (
 from corral.tools.parser import ToolParser, parse_text
 from corral.tools.render import render_messages, render_prompt, render_request, tools_prompt
 from corral.tools.request import ResponseFormat, Tool, ToolRequest, parse_tool_request
-from corral.tools.shapes import (
-    Arguments,
-    CallStart,
-    Content,
-    ToolCall,
-    ToolEvent,
-    collect,
-    delta_json,
-    finish_reason,
-    message_json,
-)
+from corral.tools.events import Arguments, CallStart, Content, ToolCall, ToolEvent, collect
+from corral.tools.shapes import delta_json, finish_reason, message_json
 
 __all__ = [
     "Arguments",

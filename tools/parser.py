@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 
-from corral.tools.shapes import Arguments, CallStart, Content, ToolEvent
+from corral.tools.events import Arguments, CallStart, Content, ToolEvent
 
 OPENER = "<tool_call>"
 """The text that opens a call (docs/design.md section 5); `corral.tools.grammar` and

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 
 from corral.model.generate import GenerationRequest, GenerationResult, Generator
 from corral.model.generation_request import text_decoder
+from corral.tools.events import CallStart, Content, ToolEvent
 from corral.tools.parser import ToolParser
-from corral.tools.shapes import CallStart, Content, ToolEvent
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily
 

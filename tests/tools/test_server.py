@@ -17,9 +17,9 @@ import openai
 import pytest
 from corral.model.generate import GenerationResult
 from corral.tools.cli import main
+from corral.tools.events import CallStart, Content, ToolCall, collect
 from corral.tools.server import ServerConfig, background_server
 from corral.tools.serving import ChoiceStream
-from corral.tools.shapes import CallStart, Content, ToolCall, collect
 from example_schemas import WEATHER
 from hypothesis import given
 from hypothesis import strategies as st
