@@ -40,7 +40,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from corral.automata import ConstrainError
 from corral.kernels import Constraint, SamplingParams
 from corral.model import kv_cache
 from corral.model.errors import ContextLengthError, RequestError
@@ -50,7 +49,7 @@ from corral.model.generate import (
     GenerationStats,
     Generator,
 )
-from corral.tools.errors import ToolError, refused
+from corral.tools.errors import openai_error, refused
 from corral.tools.grammar import DEFAULT_MAX_GRAMMARS, GrammarCompiler, grammar
 from corral.tools.prompt_bound import PromptBound
 from corral.tools.render import render_request
@@ -373,24 +372,6 @@ def _count(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
-def error_body(error: Exception) -> tuple[int, dict]:
-    """`(status, body)` of the error line of a request that raised `error` before it ran: a
-    `ToolError` keeps its own; a `ConstrainError` (a max_tokens below the shortest answer, a
-    prompt past the context: their `param` and `code` are kept), and a value Python cannot
-    convert, encode or recurse through, is a 400; anything else is a 500 `server_error` naming
-    the exception."""
-    if isinstance(error, ToolError):
-        return error.status, error.to_json()
-    if isinstance(error, RequestError):
-        return 400, refused(error).to_json()
-    named = f"{type(error).__name__}: {error}"
-    if isinstance(error, ConstrainError | RecursionError | OverflowError | UnicodeError):
-        param, code = getattr(error, "param", None), getattr(error, "code", None)
-        return 400, ToolError(400, param, code or "invalid_value", named).to_json()
-    server = {"message": named, "type": "server_error", "param": None, "code": "server_error"}
-    return 500, {"error": server}
-
-
 class _Writer:
     """Writes output lines to a text stream, each flushed at once, and counts the error lines."""
 
@@ -411,7 +392,8 @@ class _Writer:
     def failure(self, line: _Line, error: Exception) -> None:
         """The error line of a line that raised `error` (then its duplicates' lines)."""
         line.failed = True
-        self.write(line.custom_id, *error_body(error), None)
+        answer = openai_error(error)
+        self.write(line.custom_id, answer.status, answer.to_json(), None)
         self.duplicates(line)
 
     def duplicates(self, line: _Line) -> None:

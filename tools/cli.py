@@ -71,7 +71,7 @@ from corral.tools.batch import (
     run_batch,
     served_name,
 )
-from corral.tools.errors import ToolError
+from corral.tools.errors import ToolError, openai_error
 from corral.tools.grammar import compile_dfa, regex_grammar, schema_grammar
 
 INTERRUPTED = 130
@@ -543,7 +543,7 @@ def _generate_quick(args: argparse.Namespace, model, dfa: Dfa) -> int:
             print(result.text, flush=True)
             printed += 1
     except ConstrainError as error:  # a budget too small, a prompt past the context (submit)
-        return _fail("generate", error)
+        return _fail("generate", openai_error(error).message)
     except (KeyboardInterrupt, SystemError) as error:
         if not _interrupted(error):
             raise

@@ -63,7 +63,7 @@ from corral.model.errors import CacheError, RequestError
 from corral.model.generate import check_request
 from corral.tools import openapi
 from corral.tools.batch import Engine
-from corral.tools.errors import ToolError, refused
+from corral.tools.errors import ToolError, engine_failure, openai_error, refused
 from corral.tools.request import (
     ToolRequest,
     check_model,
@@ -118,22 +118,10 @@ class ServerConfig:
     cors_origins: tuple[str, ...] = ()
 
 
-def error_response(
-    status: int,
-    message: str,
-    kind: str,
-    param: str | None = None,
-    code: str | None = None,
-    headers: dict | None = None,
-) -> JSONResponse:
-    """An error in OpenAI's shape."""
-    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
-    return JSONResponse(body, status_code=status, headers=headers)
-
-
-def tool_error_response(error: ToolError) -> JSONResponse:
-    """The response for a `ToolError`: its status and OpenAI-shaped body."""
-    return JSONResponse(error.to_json(), status_code=error.status)
+def error_response(error: ToolError, headers: dict | None = None) -> JSONResponse:
+    """The response for an API error: its status and OpenAI-shaped body
+    (`corral.tools.errors`)."""
+    return JSONResponse(error.to_json(), status_code=error.status, headers=headers)
 
 
 class CountRequests:
@@ -208,9 +196,9 @@ class Server:
         async def not_found(request: Request, exc: HTTPException) -> Response:
             if exc.status_code == 405:  # starlette's exception carries the Allow header
                 message = f"Method {request.method} is not allowed on {request.url.path}."
-                return error_response(405, message, "invalid_request_error", headers=exc.headers)
+                return error_response(ToolError(405, None, None, message), exc.headers)
             message = f"Unknown route {request.method} {request.url.path}."
-            return error_response(exc.status_code, message, "invalid_request_error")
+            return error_response(ToolError(exc.status_code, None, None, message))
 
         routes = [
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
@@ -272,7 +260,7 @@ class Server:
         try:
             check_model(request.path_params["model"], self.config.model_name)
         except ToolError as error:
-            return tool_error_response(error)
+            return error_response(error)
         return JSONResponse(self._model_object())
 
     def _check_key(self, request: Request) -> Response | None:
@@ -288,17 +276,17 @@ class Server:
         if scheme.lower() == "bearer" and hmac.compare_digest(sent, key.encode("utf-8")):
             return None
         message = "Missing API key." if not given else "Incorrect API key provided."
-        return error_response(401, message, "invalid_request_error", None, "invalid_api_key")
+        return error_response(ToolError(401, None, "invalid_api_key", message))
 
     async def _read_body(self, request: Request) -> bytes | Response:
         """The request body, or the error response for a wrong content type or size."""
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if kind != "application/json":
             message = f"Content-Type must be application/json, not {kind or 'missing'}."
-            return error_response(415, message, "invalid_request_error", None, "invalid_type")
+            return error_response(ToolError(415, None, "invalid_type", message))
         limit = self.config.max_body_bytes
         too_large = error_response(
-            413, f"The body is larger than {limit} bytes.", "invalid_request_error"
+            ToolError(413, None, None, f"The body is larger than {limit} bytes.")
         )
         if int(request.headers.get("content-length") or 0) > limit:
             return too_large
@@ -320,11 +308,12 @@ class Server:
             return body
         try:  # off the event loop: the work grows with the body
             parsed, stream, include_usage, choices = await run_in_threadpool(self._prepare, body)
-        except ToolError as error:
-            return tool_error_response(error)
+        except Exception as error:  # any fault of one request is its error (as a Batch line's)
+            return error_response(openai_error(error))
         if not self.thread.admit(len(choices)):
             message = "The server is busy: the batch is full and the waiting queue too."
-            return error_response(429, message, "rate_limit_error", None, "rate_limit_exceeded")
+            busy = ToolError(429, None, "rate_limit_exceeded", message, "rate_limit_error")
+            return error_response(busy)
         loop = asyncio.get_running_loop()
         # a streamed choice with logprobs is sent when it ends (see the module docstring)
         job = Job(choices, stream and not parsed.logprobs, loop, asyncio.Queue())
@@ -341,7 +330,7 @@ class Server:
                         return Response(status_code=499)  # nobody reads it; frees the slots
                     continue
                 if event[0] == "error":
-                    return self._engine_error(event[1])
+                    return error_response(engine_failure(event[1]))
                 if event[0] == "done":
                     results[event[1]] = event[2]
         finally:
@@ -385,11 +374,6 @@ class Server:
             ]
         except RequestError as error:
             raise refused(error) from None
-
-    def _engine_error(self, error: Exception) -> Response:
-        if isinstance(error, ToolError):
-            return tool_error_response(error)
-        return error_response(500, f"The engine failed: {error}", "server_error")
 
     def _completion(self, request: ToolRequest, results: dict) -> dict:
         """The `chat.completion` body (`corral.tools.shapes.completion_json`, as `corral
@@ -453,7 +437,7 @@ class Server:
             while ended < n:
                 event = await job.events.get()
                 if event[0] == "error":
-                    error = self._engine_error(event[1])
+                    error = error_response(engine_failure(event[1]))
                     yield {"data": error.body.decode("utf-8")}
                     return
                 i = event[1]
