@@ -40,21 +40,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from corral.kernels import Constraint, SamplingParams
 from corral.model import kv_cache
-from corral.model.errors import ContextLengthError, RequestError
+from corral.model.errors import RequestError
 from corral.model.generate import (
     GenerationRequest,
     GenerationResult,
     GenerationStats,
     Generator,
 )
-from corral.tools.errors import openai_error, refused
-from corral.tools.grammar import DEFAULT_MAX_GRAMMARS, GrammarCompiler, grammar
-from corral.tools.prompt_bound import PromptBound
-from corral.tools.render import render_request
+from corral.tools.completions import Completions
+from corral.tools.errors import openai_error
 from corral.tools.request import ToolRequest, check_model, parse_tool_request
-from corral.tools.shapes import completion_json
 from tqdm import tqdm
 
 DEFAULT_MAX_TOKENS = 512
@@ -72,98 +68,6 @@ class _Line:
     results: dict[int, GenerationResult] = field(default_factory=dict)
     duplicates: list[int] = field(default_factory=list)  # later lines with the same custom_id
     failed: bool = False
-
-
-DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
-
-
-def served_name(model_path: str | Path | None) -> str:
-    """The name a model is served under (the `model` of requests and answers, as vLLM's
-    `--served-model-name` defaults to the model's path): SmolLM2-135M-Instruct for the default
-    model (None), else the name of the `--model` folder, or of the GGUF file without `.gguf`."""
-    if model_path is None:
-        return DEFAULT_MODEL_NAME
-    path = Path(model_path)
-    return path.stem if path.suffix == ".gguf" else path.name
-
-
-class Engine:
-    """A model, its vocabulary, and the `GrammarCompiler` whose bounded cache of token indexes
-    every request shares.
-
-    Args:
-        model: a `corral.model.Model`.
-        model_name: the served model's name: answers carry it, and a request naming another
-            model is refused (`corral.tools.request.check_model`; `served_name`).
-        max_grammars: how many token indexes the compiler keeps (`DEFAULT_MAX_GRAMMARS`).
-    """
-
-    def __init__(
-        self,
-        model,
-        model_name: str = DEFAULT_MODEL_NAME,
-        max_grammars: int = DEFAULT_MAX_GRAMMARS,
-    ):
-        self.model = model
-        self.model_name = model_name
-        self.vocabulary = model.vocabulary
-        self.compiler = GrammarCompiler(self.vocabulary, max_grammars)
-        self.prompt_bound = PromptBound.of(model)
-
-    def requests(
-        self, request: ToolRequest, default_max_tokens: int | None = None
-    ) -> list[GenerationRequest]:
-        """The engine requests of a chat request's `n` choices (their budget is checked when
-        they are submitted, `Generator.submit`).
-
-        Raises ToolError: 422 for a schema the subset refuses or a grammar past a size limit;
-        400 for messages the template refuses, and 400 `context_length_exceeded` (param
-        `messages`) for a prompt that fills the model's context, found before any grammar is
-        built (from its length, then from its tokens): the tools' schemas are in the prompt, so
-        a grammar of tools is built only for schemas that fit in the context."""
-        text = render_request(self.model, request)
-        context = self.model.context_length
-        self.prompt_bound.check(text, context)  # from the length, before it is tokenized
-        prompt = self.model.tokenizer.encode(text)
-        if len(prompt) >= context:
-            raise refused(ContextLengthError(context, len(prompt), None))
-        constraint, trigger = None, None
-        found = grammar(request)
-        if found is not None:
-            constraint = Constraint(self.compiler.index(found))
-            trigger = found.trigger
-        params = SamplingParams(
-            temperature=request.temperature,
-            top_p=request.top_p,
-            presence_penalty=request.presence_penalty,
-            frequency_penalty=request.frequency_penalty,
-        )
-        max_tokens = request.max_tokens or default_max_tokens
-        out = []
-        for i in range(request.n):
-            seed = None if request.seed is None else (request.seed + i) % 2**64
-            out.append(
-                GenerationRequest(
-                    prompt,
-                    max_tokens,
-                    params,
-                    seed,
-                    request.stop,
-                    constraint,
-                    trigger,
-                    logit_bias=dict(request.logit_bias) or None,
-                    top_logprobs=(request.top_logprobs or 0) if request.logprobs else None,
-                    jump_forward=request.jump_forward,
-                )
-            )
-        return out
-
-    def completion(self, line: _Line) -> dict:
-        """The `chat.completion` body of a finished line (`corral.tools.shapes.completion_json`)."""
-        results = [line.results[i] for i in range(len(line.choices))]
-        return completion_json(
-            line.request, results, uuid.uuid4().hex[:12], self.model_name, self.vocabulary
-        )
 
 
 def output_line(custom_id, status: int | None, body: dict | None, error: dict | None) -> str:
@@ -408,7 +312,7 @@ class _Writer:
 
 
 def run_batch(
-    engine: Engine,
+    engine: Completions,
     lines: Iterable[str],
     out,
     skip: set[str] = frozenset(),
@@ -422,7 +326,7 @@ def run_batch(
     (see the module docstring for duplicates, phases and the KV cache).
 
     Args:
-        engine: the `Engine` (model and token index cache).
+        engine: the `Completions` (model, served name and token index cache).
         lines: the input file's lines (str), blank ones ignored.
         out: a text stream; every line written is flushed at once.
         skip: custom_ids already answered (`done_ids`): their lines are not run again.
@@ -652,7 +556,7 @@ def _submit(
 def _finish(engine, line: _Line, writer: _Writer) -> None:
     """Write a finished line's answer (then its duplicates' error lines) and count it."""
     summary = writer.summary
-    body = engine.completion(line)
+    body = engine.completion(line.request, [line.results[i] for i in range(len(line.choices))])
     summary.requests += 1
     summary.answers += len(body["choices"])
     for choice in body["choices"]:

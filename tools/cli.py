@@ -63,14 +63,13 @@ from corral.model.generate import GenerationRequest, iter_generate
 from corral.model.generation_request import check_request
 from corral.tools.batch import (
     DEFAULT_MAX_TOKENS,
-    Engine,
     NotBatchOutputError,
     done_ids,
     drop_torn_tail,
     input_lines,
     run_batch,
-    served_name,
 )
+from corral.tools.completions import Completions, served_name
 from corral.tools.errors import ToolError, openai_error
 from corral.tools.grammar import compile_dfa, regex_grammar, schema_grammar
 
@@ -474,7 +473,7 @@ def _generate_batch(
                                     not args.quiet, args.model, args.ray or None)  # fmt: skip
         else:
             summary = run_batch(
-                Engine(model, served_name(args.model)), lines, out, skip, args.batch_size,
+                Completions(model, served_name(args.model)), lines, out, skip, args.batch_size,
                 max_tokens, not args.quiet,
                 prefix_cache=not args.no_prefix_cache,
             )  # fmt: skip

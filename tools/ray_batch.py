@@ -33,7 +33,8 @@ import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import fields
 
-from corral.tools.batch import BatchSummary, LineError, read_line, served_name
+from corral.tools.batch import BatchSummary, LineError, read_line
+from corral.tools.completions import served_name
 from tqdm import tqdm
 
 LINES_PER_SHARD = 64
@@ -81,9 +82,9 @@ class BatchActor:
 
     def __init__(self, model, skip, batch_size: int, default_max_tokens: int | None):
         from corral.model import load_model
-        from corral.tools.batch import Engine
+        from corral.tools.completions import Completions
 
-        self.engine = Engine(load_model(model, progress=False), served_name(model))
+        self.engine = Completions(load_model(model, progress=False), served_name(model))
         self.skip = set(skip)
         self.batch_size = batch_size
         self.default_max_tokens = default_max_tokens

@@ -2,7 +2,7 @@
 1, "HTTP server"; the shapes and errors of section 5).
 
 Routes: `POST /v1/chat/completions` (what `corral generate` honours, with the same validation,
-error shapes and status codes: `corral.tools.request`, `corral.tools.batch.Engine`; `stream:
+error shapes and status codes: `corral.tools.request`, `corral.tools.completions`; `stream:
 true` sends server-sent events through `sse-starlette`: `data: {chunk}` lines ending with
 `data: [DONE]`), `GET /v1/models`, `GET /v1/models/{model}` (OpenAI's model object),
 `GET /health`, `GET /metrics` (Prometheus text format) and `GET /openapi.json` (the subset
@@ -62,7 +62,7 @@ from corral.model import load_model
 from corral.model.errors import CacheError, RequestError
 from corral.model.generate import check_request
 from corral.tools import openapi
-from corral.tools.batch import Engine
+from corral.tools.completions import Completions
 from corral.tools.errors import ToolError, engine_failure, openai_error, refused
 from corral.tools.request import (
     ToolRequest,
@@ -153,17 +153,17 @@ class CountRequests:
 
 
 class Server:
-    """The routes of one server over one `Engine` (model, vocabulary, grammar compiler).
+    """The routes of one server over one `Completions` (model, vocabulary, grammar compiler).
 
     Args:
-        engine: a `corral.tools.batch.Engine`.
+        engine: a `corral.tools.completions.Completions`.
         config: a `ServerConfig`.
 
     Raises:
         CacheError: `config.max_len` is more than the model's context length.
     """
 
-    def __init__(self, engine: Engine, config: ServerConfig = ServerConfig()):
+    def __init__(self, engine: Completions, config: ServerConfig = ServerConfig()):
         context = engine.model.context_length
         if config.max_len > context:  # vLLM refuses a max_model_len past the model's too
             raise CacheError(
@@ -348,10 +348,10 @@ class Server:
         return parsed, stream, include_usage, self._engine_requests(parsed)
 
     def _engine_requests(self, request: ToolRequest) -> list:
-        """The engine requests of `request` (`Engine.requests`), checked as the engine's
+        """The engine requests of `request` (`Completions.requests`), checked as the engine's
         `submit` will check them (`check_request`: the model's context, this server's
         `max_len`, the budget), so that submitting cannot fail. A request without `max_tokens`
-        gets what `max_len` leaves. Raises ToolError: as `Engine.requests` does, and 400
+        gets what `max_len` leaves. Raises ToolError: as `Completions.requests` does, and 400
         (`refused`) for what the engine would refuse."""
         model = self.engine.model
         size = len(self.engine.vocabulary.tokens)
@@ -484,7 +484,7 @@ def background_server(model, config: ServerConfig = ServerConfig(), host: str = 
     Raises:
         RuntimeError: uvicorn did not start within 30 s.
     """
-    server = Server(Engine(model, config.model_name), config)
+    server = Server(Completions(model, config.model_name), config)
     port = free_port(host)
     settings = uvicorn.Config(server.app(), host=host, port=port, log_level="warning")
     uv = uvicorn.Server(settings)
@@ -514,5 +514,5 @@ def serve(
     Raises:
         ConstrainError: the model cannot be loaded (`corral.model.load_model`).
     """
-    engine = Engine(load_model(model_path), config.model_name)
+    engine = Completions(load_model(model_path), config.model_name)
     uvicorn.run(Server(engine, config).app(), host=host, port=port, log_level="info")

@@ -555,7 +555,7 @@ def test_serve_no_prefix_cache_reaches_the_engine_thread(monkeypatch, flag, expe
     built = []
 
     def fake_serve(model_path, host, port, config):  # what serve() builds, without uvicorn
-        built.append(server.Server(server.Engine(StandInModel()), config))
+        built.append(server.Server(server.Completions(StandInModel()), config))
 
     monkeypatch.setattr(server, "serve", fake_serve)
     with socket.create_server(("127.0.0.1", 0)) as probe:  # a port free a moment ago
