@@ -1,31 +1,13 @@
 """The main job: an OpenAI Batch API input file in, its output file out (docs/design.md section 7).
 
-Each input line is `{"custom_id", "method": "POST", "url": "/v1/chat/completions", "body"}`, the
-body a chat completions request (tools, tool_choice, response_format, ...). Each output line is
-`{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"}`, the body a
-`chat.completion`, or the error body the API would answer (400, 422; 500 for a fault of corral's
-own). A line that is not even a request object gets `"response": null` and an
-`"error": {"code", "message"}` (OpenAI's form for lines that cannot run). Every other line still
-runs: whatever goes wrong while a line is read, validated, compiled or submitted to the engine
-becomes that line's error line.
-
-Decisions:
-- custom_ids are unique (the Batch API requires it): the first line with an id runs, a later one
-  gets an error line with code `duplicate_custom_id` naming both line numbers, written right after
-  the first line's own output line, so an id in the output means all its lines are answered.
-- Lines are written as they finish (not in input order, as in OpenAI's output files), each
-  flushed, so an interrupted run keeps what it finished; `skip` (from `done_ids`) skips the
-  custom_ids already in the output file, after `drop_torn_tail` removed a last line cut mid-write.
-- Two phases, each with its progress bar: `prepare` reads, validates and compiles every line (the
-  token indexes of distinct grammars are built here, once each), then `requests` generates.
-- `max_tokens` absent (and no `--max-tokens` default) means what the context leaves, as in the
-  OpenAI API: such a line's slot holds the whole context, whatever its neighbours ask. The KV
-  cache is sized from the lines' needs (prompt plus `max_tokens`, or the context) and the memory
-  available, in at most two groups run one after the other (`_plan`, docs/batch-memory.md): the
-  lines whose need fits `batch_size` slots, then the longer ones in the slots that fit. A line
-  whose need does not fit even one slot is a 400 `kv_cache_memory_exceeded` naming the figures
-  and the max_tokens that fits; a line past the context is a 400 `context_length_exceeded`
-  naming the figures, refused at submit. Never is a line held to another line's limit.
+`run_batch` answers each input line `{"custom_id", "method": "POST", "url":
+"/v1/chat/completions", "body"}` with an output line `{"id", "custom_id", "response":
+{"status_code", "request_id", "body"}, "error"}`, written as lines finish: the `chat.completion`,
+or the error the API would answer (`corral.tools.errors.openai_error`). A line that is no request
+object gets `"response": null` and `"error": {"code", "message"}`; a later line reusing a
+custom_id gets a `duplicate_custom_id` error line right after the first line's. Whatever goes
+wrong with one line is that line's error line, and the other lines still run. The KV caches are
+grouped by the lines' needs (`_plan`, docs/batch-memory.md).
 """
 
 from __future__ import annotations
@@ -33,12 +15,10 @@ from __future__ import annotations
 import codecs
 import itertools
 import json
-import os
 import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from corral.model import kv_cache
 from corral.model.errors import RequestError
@@ -50,6 +30,7 @@ from corral.model.generate import (
 )
 from corral.tools.completions import Completions
 from corral.tools.errors import openai_error
+from corral.tools.output_file import write_line
 from corral.tools.request import ToolRequest, check_model, parse_tool_request
 from tqdm import tqdm
 
@@ -154,75 +135,6 @@ def read_line(text: str, number: int) -> tuple[str, dict]:
     return custom_id, item["body"]
 
 
-def done_ids(output: Path) -> set[str]:
-    """The custom_ids already written to `output` (for `--resume`); a line that is not a JSON
-    object with a custom_id (a torn last line) is ignored."""
-    ids = set()
-    if output.exists():
-        for text in output.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                ids.add(json.loads(text)["custom_id"])
-            except (json.JSONDecodeError, KeyError, TypeError):
-                continue
-    return ids
-
-
-class NotBatchOutputError(ValueError):
-    """A file `--resume` was to go on with holds a line that corral does not write."""
-
-
-class OutputWriteError(OSError):
-    """The output file could not be written (a full disk, an I/O error): the lines written
-    before stay whole."""
-
-
-def _is_output_line(line: bytes) -> bool:
-    """True for a Batch output line (`output_line`): a JSON object with a `custom_id`."""
-    try:
-        item = json.loads(line.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        return False
-    return isinstance(item, dict) and isinstance(item.get("custom_id", 0), str | None)
-
-
-_LINE_START = b'{"id": "batch_req_'
-"""How every line `output_line` writes begins."""
-
-
-def drop_torn_tail(output: Path) -> int:
-    """Make `output` end at its last whole Batch output line, so that appending keeps it valid
-    JSONL: the bytes after the last newline (a line cut mid-write: `_Writer` writes a line and its
-    newline in one flushed call) go, and so do lines of NUL bytes at the end (what a crash can
-    leave in a file's last blocks). The request of a dropped line runs again, since its
-    custom_id is then not in `done_ids`.
-
-    Nothing else is ever dropped: when a whole line is not a Batch output line (a JSON object
-    with a `custom_id`), or the cut tail does not start as `output_line` starts one
-    (`{"id": "batch_req_`, or a cut of that), the file is not corral's output and is left as
-    it is.
-
-    Returns the number of bytes dropped (0 when the file ends cleanly or does not exist).
-    Raises NotBatchOutputError naming the first such line; OSError when the file cannot be read
-    or truncated."""
-    if not output.exists():
-        return 0
-    data = output.read_bytes()
-    *whole, tail = data.split(b"\n")
-    keep = len(whole)
-    while keep and not whole[keep - 1].strip(b"\x00"):
-        keep -= 1  # empty or NUL-only lines at the end
-    for number, line in enumerate(whole[:keep], 1):
-        if not _is_output_line(line):
-            raise NotBatchOutputError(f"{output}: line {number} is not a Batch output line")
-    torn = tail.startswith(_LINE_START) or _LINE_START.startswith(tail)
-    if tail.strip(b"\x00") and not torn:
-        raise NotBatchOutputError(f"{output}: line {len(whole) + 1} is not a Batch output line")
-    end = sum(len(line) + 1 for line in whole[:keep])
-    if end < len(data):
-        os.truncate(output, end)
-    return len(data) - end
-
-
 @dataclass
 class BatchSummary:
     """Counts of a batch run: lines answered and their answers (choices: `n` a line),
@@ -285,11 +197,7 @@ class _Writer:
 
     def write(self, custom_id, status: int | None, body: dict | None, error: dict | None):
         """Write one line and flush it. Raises OutputWriteError when the stream cannot take it."""
-        try:
-            self.out.write(output_line(custom_id, status, body, error) + "\n")
-            self.out.flush()
-        except OSError as error:
-            raise OutputWriteError(error.errno, error.strerror) from error
+        write_line(self.out, output_line(custom_id, status, body, error))
         if status != 200:
             self.summary.errors += 1
 

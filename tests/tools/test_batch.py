@@ -17,10 +17,6 @@ from corral.model import quant
 from corral.model.generate import generate
 from corral.tools.batch import (
     LineError,
-    NotBatchOutputError,
-    OutputWriteError,
-    done_ids,
-    drop_torn_tail,
     input_lines,
     output_line,
     read_line,
@@ -29,6 +25,7 @@ from corral.tools.batch import (
 )
 from corral.tools.completions import Completions, served_name
 from corral.tools.errors import ToolError
+from corral.tools.output_file import NotBatchOutputError, OutputWriteError, done_ids, drop_torn_tail
 from corral.tools.request import parse_tool_request
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
