@@ -1,45 +1,12 @@
-"""The grammar of an answer, per tool_choice and response_format, and the one place where
-grammars are compiled (docs/design.md sections 4 and 5).
+"""The grammar of an answer per tool_choice and response_format, and the one place where grammars
+are compiled (docs/design.md sections 4 and 5; its decisions: docs/tools.md, "Grammars").
 
-A call is `<tool_call>{"name":"NAME","arguments":ARGS}</tool_call>` (compact JSON, the name
-written as a JSON string), ARGS being the JSON objects of the tool's `parameters` compiled by
-docs/design.md section 3; calls are separated by `\\n`. Arguments are always a JSON object (the
-streaming parser takes nothing else as a call): the parameters' language is intersected with the
-JSON texts that begin with `{`. So `{}` or a schema without `type` gives any JSON object nested
-at most `SchemaLimits.any_value_depth` levels, a type list its object branch, and a schema that
-admits no object at all is a 422 naming `tools[i].function.parameters`.
-
-- named function f: exactly one call of f, from the first token (no trigger).
-- `required`: one call of any tool, or 1 to 4 calls joined by `\\n` when `parallel_tool_calls`
-  (the OpenAI default) is true (no trigger).
-- `auto`: free text; once the output ends with the trigger `<tool_call>`, the rest of one call,
-  `{"name":...,"arguments":...}</tool_call>`, is constrained.
-- `none`, or no tools: free text (no grammar), or the response_format language (no trigger).
-
-Decisions (the specification says "the rest of one call"):
-- Under `auto`, the grammar is what follows the trigger, and it ends with the call: its last
-  state accepts and allows nothing but EOS, so a call ends the answer. Text may come before the
-  call, not after it, and there is at most one call. Clients that want several calls in one turn
-  ask for `required` (parallel calls are a forced-call feature here).
-- Under `auto` with a `json_object` or `json_schema` response_format, the answer is constrained
-  from the first token to be either that JSON (the content) or one call: the content must match
-  the format, so free text is not allowed, and the trigger is not needed.
-- Under a named function or `required`, response_format does not apply (the answer is calls).
-- A schema is compiled when a grammar uses it, and a refusal is a 422 naming its field
-  (`tools[i].function.parameters`, `response_format.json_schema.schema`): under tool_choice
-  `none` the tools are neither shown to the model nor compiled, and under a named function only
-  that tool's schema is.
-
-A grammar is written once, as a small expression (`Text`, `Schema`, `Arguments`, `JsonObject`,
-`Regex`, `Seq`, `Alt`, `Repeat`). From it come the regex tree the DFA is built from (each schema
-through `corral.automata.schema.compiler.unrolled_tree`, so a large schema never goes through
-its possibly quadratic text, and a recursive one skips the `$ref` unrollings `schema_to_dfa`
-skips), the cache key (the expression as compact JSON) and, only on demand, the regex text
-(`Grammar.pattern`, for display and tests).
-
-`GrammarCompiler(vocabulary)` turns grammars into token indexes, keeping the most recently used
-ones in one bounded cache keyed by `Grammar.key`, in the manner of XGrammar's `GrammarCompiler`
-cache: `corral generate`, its quick `--schema`/`--regex` form and a server share it.
+`grammar(request)` writes a `Grammar` as a small expression (`Text`, `Schema`, `Arguments`,
+`JsonObject`, `Regex`, `Seq`, `Alt`, `Repeat`), from which come its regex tree, its cache key
+(the expression as compact JSON) and, on demand, its regex text. A call is
+`<tool_call>{"name":"NAME","arguments":ARGS}</tool_call>`, ARGS the JSON objects of the tool's
+`parameters`. `compile_dfa` builds a grammar's DFA; `GrammarCompiler` keeps the token indexes of
+the most recently used grammars in one bounded cache, shared by every request.
 """
 
 from __future__ import annotations

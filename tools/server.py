@@ -1,47 +1,13 @@
-"""`corral serve`: an OpenAI-compatible HTTP server on starlette and uvicorn (docs/design.md section
-1, "HTTP server"; the shapes and errors of section 5).
+"""`corral serve`: an OpenAI-compatible HTTP server on starlette and uvicorn (docs/design.md
+section 9; its decisions: docs/tools.md, "Server").
 
-Routes: `POST /v1/chat/completions` (what `corral generate` honours, with the same validation,
-error shapes and status codes: `corral.tools.request`, `corral.tools.completions`; `stream:
-true` sends server-sent events through `sse-starlette`: `data: {chunk}` lines ending with
-`data: [DONE]`), `GET /v1/models`, `GET /v1/models/{model}` (OpenAI's model object),
-`GET /health`, `GET /metrics` (Prometheus text format) and `GET /openapi.json` (the subset
-served). The model runs in one engine thread (`corral.tools.serving.EngineThread`); the event
-loop never waits on it, nor on any work that grows with a request: it only reads the body
-(up to `max_body_bytes`); parsing the JSON, validating it (`corral.tools.request`, linear in
-the body), rendering the prompt and compiling grammars run in starlette's thread pool, the
-shared `GrammarCompiler` caching their token indexes. So `/health` answers while a maximal
-body is read and refused.
-
-Decisions:
-- Errors keep OpenAI's shape `{"error": {"message", "type", "param", "code"}}`: 400 for a
-  malformed body (not JSON: code `invalid_json`), 401 for a wrong or missing `Authorization:
-  Bearer` key when the server has one (the scheme's case does not matter, RFC 9110; `/health`
-  and `/metrics` stay open), 404 for an unknown route, 405 for a wrong method with the `Allow`
-  header (RFC 9110), 413 past `max_body_bytes`, 415 for a content type other than JSON, 429
-  when the batch is full and `max_waiting` choices already wait, 500 when the engine fails a
-  request.
-- A context overflow is one answer: a 400 `context_length_exceeded` naming the figures, whose
-  `param` names the field to change: `max_tokens` when the prompt fits but leaves less than
-  `max_tokens` (past this server's `max_len` or past the model's context alike), `messages`
-  when the prompt alone fills `max_len`. A request without `max_tokens` gets what `max_len`
-  leaves (the engine's `check_request`, run before the request is queued).
-- CORS is off unless `cors_origins` names origins (`--cors-origin`): then starlette's
-  `CORSMiddleware` answers browsers' preflights (`OPTIONS`, before the key is checked, as
-  browsers send none) and marks every answer to those origins, errors included.
-- `model` must be absent or the served model's name (`ServerConfig.model_name`): any other
-  is a 404 `model_not_found` naming both, as the OpenAI API and vLLM answer; answers carry the
-  served name.
-- A non-streamed answer is the body `corral generate` writes
-  (`corral.tools.shapes.completion_json`), logprobs and top_logprobs included. A streamed
-  request with `logprobs: true` gets them as the OpenAI API sends them: each chunk's
-  `choices[i].logprobs.content` holds the entries of the tokens whose bytes its delta carries
-  (a token whose bytes were held back, a tool-call marker or a stop string's possible start,
-  goes with the next chunk that carries text, or with the last one); such a choice's chunks are
-  sent when it ends, since the engine reports its tokens then. Without logprobs, chunks carry
-  `logprobs: null` and text is sent as it is generated.
-- A client that disconnects cancels its choices; their slots are free at the next decode step
-  (a streamed request notices at once, a plain one within `DISCONNECT_POLL_SECONDS`).
+Routes: `POST /v1/chat/completions` (the validation, shapes and errors of a Batch line, through
+the shared `corral.tools.completions.Completions`; `stream: true` sends server-sent events
+ending with `data: [DONE]`), `GET /v1/models`, `GET /v1/models/{model}`, `GET /health`,
+`GET /metrics` (Prometheus text) and `GET /openapi.json`. The model runs in one engine thread
+(`corral.tools.serving.EngineThread`); the event loop only reads bodies (up to
+`max_body_bytes`): parsing, validating, rendering and compiling run in starlette's thread pool.
+Every error is OpenAI's shape (`corral.tools.errors`).
 """
 
 from __future__ import annotations
