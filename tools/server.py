@@ -28,7 +28,7 @@ from corral.model import load_model
 from corral.model.errors import CacheError, RequestError
 from corral.model.generate import check_request
 from corral.tools import openapi
-from corral.tools.completions import Completions
+from corral.tools.completions import DEFAULT_MODEL_NAME, Completions
 from corral.tools.errors import ToolError, engine_failure, openai_error, refused
 from corral.tools.request import (
     ToolRequest,
@@ -78,7 +78,7 @@ class ServerConfig:
     max_waiting: int = DEFAULT_MAX_WAITING
     max_body_bytes: int = 4 * 1024 * 1024
     api_key: str | None = None
-    model_name: str = "SmolLM2-135M-Instruct"
+    model_name: str = DEFAULT_MODEL_NAME
     default_max_tokens: int | None = None
     prefix_cache: bool = True
     cors_origins: tuple[str, ...] = ()
