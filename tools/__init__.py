@@ -1,11 +1,6 @@
 """corral.tools: the OpenAI surface (docs/design.md section 5): requests, grammars per tool_choice,
-rendering with tools, the streaming tool-call parser and the answer's JSON shapes.
-
-Modules: `request` (parse_tool_request, the table of fields), `messages` (checks of the
-messages), `errors` (ToolError, the one place a ConstrainError
-becomes OpenAI's error shape), `grammar` (grammars per tool_choice; `GrammarCompiler`, the one
-cache of token indexes), `render`, `parser` (ToolParser), `shapes` (events,
-message, delta, logprobs and chat.completion JSON), `bfcl` (BFCL schemas to JSON Schema).
+rendering with tools, the streaming tool-call parser and the answer's JSON shapes; the Batch job,
+the server and the `corral` command (ARCHITECTURE.md maps the modules).
 """
 
 # First, for its effect: corral.kernels sets the thread variables before NumPy loads OpenBLAS
@@ -25,17 +20,8 @@ from corral.tools.grammar import (
 from corral.tools.parser import ToolParser, parse_text
 from corral.tools.render import render_messages, render_prompt, render_request, tools_prompt
 from corral.tools.request import ResponseFormat, Tool, ToolRequest, parse_tool_request
-from corral.tools.shapes import (
-    Arguments,
-    CallStart,
-    Content,
-    ToolCall,
-    ToolEvent,
-    collect,
-    delta_json,
-    finish_reason,
-    message_json,
-)
+from corral.tools.events import Arguments, CallStart, Content, ToolCall, ToolEvent, collect
+from corral.tools.shapes import delta_json, finish_reason, message_json
 
 __all__ = [
     "Arguments",

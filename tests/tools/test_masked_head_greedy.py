@@ -12,7 +12,7 @@ import pytest
 from corral.kernels import SamplingParams
 from corral.model.generate import GenerationStats, generate
 from corral.model.quant import int8_kernel
-from corral.tools.batch import Engine
+from corral.tools.completions import Completions
 from test_jump_forward_greedy import bench_bodies, bfcl_bodies, cases, check_valid
 
 pytestmark = pytest.mark.slow
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def found(smollm2, sample_data):
-    engine = Engine(smollm2)
+    engine = Completions(smollm2)
     found = cases(engine, bfcl_bodies(sample_data)) + cases(engine, bench_bodies(sample_data))
     assert len(found) >= 9
     return found
