@@ -47,14 +47,16 @@ def _apply(decoded, n_cols, x, col0, partial, totals, scale, minimum, sums, sum_
         partial[:] = 0.0
         for j in range(n_cols):
             x_j = x[b, col0 + j]
+            row = decoded[j]
             for r in range(TILE):
-                partial[r] += decoded[j, r] * x_j
+                partial[r] += row[r] * x_j
+        total = totals[b]
         for r in range(TILE):
-            totals[b, r] += scale[r] * partial[r]
+            total[r] += scale[r] * partial[r]
         if with_min:
             x_sum = sums[b, sum_index]
             for r in range(TILE):
-                totals[b, r] += minimum[r] * x_sum
+                total[r] += minimum[r] * x_sum
 
 
 @numba.njit(cache=True, inline="always")
@@ -83,11 +85,12 @@ def q4_k_matmul(x, sums, d, dmin, scales, minimums, quants, out):  # pragma: no 
         totals = np.zeros((x.shape[0], TILE), np.float32)
         for block in range(n_super):
             for s in range(8):
-                shift = 4 * (s & 1)
+                shift = np.uint8(4 * (s & 1))
                 base = block * 128 + 32 * (s >> 1)
                 for j in range(32):
+                    column, row = quants[t, base + j], decoded[j]
                     for r in range(TILE):
-                        decoded[j, r] = np.float32((quants[t, base + j, r] >> shift) & 15)
+                        row[r] = np.float32((column[r] >> shift) & np.uint8(15))
                 sub = block * 8 + s
                 for r in range(TILE):
                     scale[r] = d[t, block, r] * np.float32(scales[t, sub, r])
