@@ -22,9 +22,10 @@ row] (what `gguf.GGUFReader` gives for a quantized tensor), each row cut along k
     Q5_1  32 weights in 24 bytes: d, m (float16), fifth bits, nibbles; w = d q + m.
 
 `repack` keeps every quant byte as stored and only moves it: the output rows are cut into
-tiles of `TILE` rows (the last padded with zero rows), and inside a tile every field is stored
-column by column (`[n_tiles, columns, TILE]`), so the `TILE` bytes one column of a block holds
-for the tile's rows are contiguous and one x value multiplies a vector of rows. The float16
+`n_tiles` tiles of `tile` rows (`tile_shape`; the last padded with zero rows), and inside a
+tile every field is stored column by column (`[n_tiles, columns, tile]`), so the `tile` bytes
+one column of a block holds for the tile's rows are contiguous and one x value multiplies a
+vector of rows. The float16
 scales are widened to float32 and the packed 6-bit scales and minimums of Q4_K / Q5_K unpacked
 to one byte each, so a tiled matrix is a little larger than its blocks (Q4_K 152 bytes per 256
 weights against 144, Q5_K 184 against 176, Q6_K 212 against 210, Q5_0 24 against 22, Q4_0 20
@@ -38,9 +39,26 @@ from dataclasses import dataclass
 import numpy as np
 from corral.kernels.compute.quant import tile_rows
 
-TILE = 64
-"""Output rows of a tile: one 64-byte cache line of a column of quants, four 512-bit vectors
-of float32 sums."""
+MAX_TILE = 256
+"""The most output rows a tile holds. The one-row kernels (`kquant_row`) keep a tile's sums in
+memory and run over a column's rows in one vector loop: on a 2048 x 8192 Q4_K matrix (a
+2-core AMD EPYC, shared) tiles of 64 rows took 7.9 ms a product, of 256 rows 1.8 ms."""
+
+
+def tile_shape(n_out: int) -> tuple[int, int]:
+    """(n_tiles, tile): the fewest tiles of at most `MAX_TILE` rows covering n_out rows, each
+    a multiple of 16 rows (one 512-bit vector of float32), at least two where n_out > 64 so
+    that two threads share the product.
+
+    Raises:
+        ValueError: n_out < 1.
+    """
+    if n_out < 1:
+        raise ValueError(f"a matrix needs at least one output row, got {n_out}")
+    n_tiles = max(-(-n_out // MAX_TILE), 2 if n_out > 64 else 1)
+    tile = -(-n_out // n_tiles)
+    return n_tiles, -(-tile // 16) * 16
+
 
 BLOCK_BYTES = {
     "Q4_K": (256, 144),
@@ -69,7 +87,7 @@ class KQuantMatrix:
     """A weight matrix W [n_out, k] in column tiles (`repack`).
 
     kind: a key of `BLOCK_BYTES`; n_out, k: W's shape; arrays: the tiled fields named by
-    `FIELDS[kind]`, each C-contiguous [n_tiles, columns, TILE], n_tiles = ceil(n_out / TILE):
+    `FIELDS[kind]`, each C-contiguous [n_tiles, columns, tile] (`tile_shape(n_out)`):
     d, dmin, m float32 (a column per block); scales, minimums uint8 (a column per sub-block of
     32; Q6_K's scales int8, one per sub-block of 16); high_bits uint8 (Q5_K: a column per byte
     of fifth bits) or uint32 (Q5_0, Q5_1: a column per block); quants uint8 (a column per
@@ -160,6 +178,6 @@ def repack(raw: np.ndarray, kind: str) -> KQuantMatrix:
             bits = np.ascontiguousarray(blocks[..., start : start + 4]).view("<u4")[..., 0]
             fields["high_bits"] = bits.astype(np.uint32)
         fields["quants"] = nibbles(size - 16, 16)
-    n_tiles = -(-n_out // TILE)
-    arrays = tuple(tile_rows(fields[name], n_tiles, TILE) for name in FIELDS[kind])
+    n_tiles, tile = tile_shape(n_out)
+    arrays = tuple(tile_rows(fields[name], n_tiles, tile) for name in FIELDS[kind])
     return KQuantMatrix(kind, n_out, n_blocks * weights, arrays)

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from corral.kernels.compute.kquant_layout import BLOCK_BYTES, TILE, repack
-from corral.kernels.compute.kquants import ROWS, kquant_matmul
+from corral.kernels.compute.kquant_layout import BLOCK_BYTES, MAX_TILE, repack
+from corral.kernels.compute.kquant_rows import ROWS
+from corral.kernels.compute.kquants import kquant_matmul
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -72,11 +73,12 @@ def error_bound(raw: np.ndarray, kind: str, x: np.ndarray) -> np.ndarray:
 
 @st.composite
 def products(draw):
-    """(kind, raw blocks, x): n_out from 1 to 3 tiles and a bit (rarely a multiple of `TILE`),
+    """(kind, raw blocks, x): n_out from 1 to 3 tiles and a bit (tiles of 16 to `MAX_TILE`
+    rows with padding rows, in parallel chunks of 64 rows and a smaller last one),
     k from one block to a few hundred weights, 1 to `ROWS` + 6 rows of x."""
     kind = draw(st.sampled_from(KINDS))
     weights = BLOCK_BYTES[kind][0]
-    n_out = draw(st.integers(1, 3 * TILE + 5))
+    n_out = draw(st.integers(1, 3 * MAX_TILE + 5))
     k = weights * draw(st.integers(1, 3 if weights == 256 else 24))
     batch = draw(st.one_of(st.integers(1, 9), st.integers(1, ROWS + 6)))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
@@ -140,7 +142,7 @@ def test_the_tiles_hold_no_float32_copy_of_the_weights():
     """The tiled matrix is about the size of its blocks (scales widened, padding rows)."""
     rng = np.random.default_rng(2)
     for kind in KINDS:
-        raw = random_blocks(rng, kind, TILE, 512)
+        raw = random_blocks(rng, kind, MAX_TILE, 512)
         assert raw.nbytes < repack(raw, kind).nbytes <= 1.2 * raw.nbytes
 
 
