@@ -92,10 +92,10 @@ def q5_k_row(x, sums, d, dmin, scales, minimums, high_bits, quants, out):  # pra
                         for r in range(tile):  # q = nibble + 16 fifth bit, exact in float32
                             byte, bits = column[r], fifth[r]
                             low = np.float32(np.uint8(byte & _LOW)) + (
-                                _16 if bits & low_bit else _0
+                                _16 if np.uint8(bits & low_bit) else _0
                             )  # noqa: E501
                             high = np.float32(np.uint8(byte >> _FOUR)) + (
-                                _16 if bits & high_bit else _0
+                                _16 if np.uint8(bits & high_bit) else _0
                             )
                             low_sum[r] += low * x_low
                             high_sum[r] += high * x_high
@@ -180,7 +180,7 @@ def small_row(x, sums, d, m, high_bits, quants, offset, five, with_min, out):  #
                     for r in range(tile):
                         q = np.float32(np.uint8(column[r] & _LOW))
                         if five:
-                            q += _16 if fifth[r] & bit else _0
+                            q += _16 if np.uint32(fifth[r] & bit) else _0
                         partial[r] += (q - shift_by) * x_j
                 for j in range(16):  # columns 16-31: the high nibbles
                     column, x_j = quants[t, block * 16 + j], x[b, block * 32 + 16 + j]
@@ -188,7 +188,7 @@ def small_row(x, sums, d, m, high_bits, quants, offset, five, with_min, out):  #
                     for r in range(tile):
                         q = np.float32(np.uint8(column[r] >> _FOUR))
                         if five:
-                            q += _16 if fifth[r] & bit else _0
+                            q += _16 if np.uint32(fifth[r] & bit) else _0
                         partial[r] += (q - shift_by) * x_j
                 minimum = m[t, block] if with_min else d[t, block]
                 scaled_add(total, partial, d[t, block], minimum, sums[b, block], with_min)

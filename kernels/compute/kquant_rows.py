@@ -200,10 +200,10 @@ def q5_k_matmul(x, sums, d, dmin, scales, minimums, high_bits, quants, out):  # 
                     for r in range(LANES):  # q = nibble + 16 fifth bit, exact in float32
                         bits = fifth[r]
                         low_row[r] = np.float32(np.uint8(column[r] & _LOW)) + (
-                            _16 if bits & low_bit else _0
+                            _16 if np.uint8(bits & low_bit) else _0
                         )
                         high_row[r] = np.float32(np.uint8(column[r] >> _FOUR)) + (
-                            _16 if bits & high_bit else _0
+                            _16 if np.uint8(bits & high_bit) else _0
                         )
                 for half in range(2):
                     sub = block * 8 + 2 * c + half
@@ -293,8 +293,8 @@ def small_matmul(x, sums, d, m, high_bits, quants, offset, five, with_min, out):
                     low_q = np.float32(np.uint8(column[r] & _LOW))
                     high_q = np.float32(np.uint8(column[r] >> _FOUR))
                     if five:
-                        low_q += _16 if fifth[r] & low_bit else _0
-                        high_q += _16 if fifth[r] & high_bit else _0
+                        low_q += _16 if np.uint32(fifth[r] & low_bit) else _0
+                        high_q += _16 if np.uint32(fifth[r] & high_bit) else _0
                     low_row[r] = low_q - shift_by
                     high_row[r] = high_q - shift_by
             scale = d[t, block, lo:hi]
