@@ -12,6 +12,12 @@ holds one copy (a 2048 x 8192 Q4_K matrix is 10 MB, the L3 of a 2-core EPYC slic
 are `kernels.compute.quant.q4_1_matmul` (the one-row kernel streaming the weights) and
 `kernels.compute.quant_rows.float_matmul` (the model's float path for one row and several). Run
 it alone on a quiet machine: on a shared one the figures move with the other load.
+
+Measured 2026-12-06 on a 2-core AMD EPYC (AVX-512) shared with other jobs (load average about
+10), `--repeats 15`, 2048 x 8192, ms a call: batch 1, Q4_K 3.5 (2.9 GB/s), Q5_K 8.4, Q6_K 8.1,
+Q5_0 7.6, Q4_1 `q4_1_matmul` 4.8 (2.6 GB/s), Q4_1 `float_matmul` 7.3; batch 8, K-quants 36 to
+44, Q4_1 `float_matmul` 12.0; batch 32, K-quants 109 to 124, Q4_1 `float_matmul` 108. To be
+measured again alone.
 """
 
 from __future__ import annotations
