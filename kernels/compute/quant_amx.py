@@ -923,12 +923,12 @@ def row_matmul(x, scales, coefs, words, out):
     return _row_matmul(x, scales, coefs, words, out)
 
 
-def _trusted_matmul(x, scales, coefs, words, out):
-    """`amx_matmul` (one row: `row_matmul`) without the checks, for a caller whose arguments are
-    right by construction (`corral.model.quant.TiledMatrix`, which lays the weights out itself
-    and checks x): at batch 1 the checks took about 1 ms of a 10 ms decode step (121 products).
-    Private: wrong arguments would crash it, where the public wrappers raise. Arguments as
-    `amx_matmul`'s; needs `available()`. Returns out."""
+def unchecked_matmul(x, scales, coefs, words, out):
+    """`amx_matmul` (one row: `row_matmul`) without the argument checks, for a caller whose
+    arguments are right by construction (`corral.model.quant.TiledMatrix` lays the weights out
+    itself and checks x; the checks cost about a tenth of a batch-1 decode step). Wrong
+    arguments crash the process, where `amx_matmul` raises. Arguments as `amx_matmul`'s; needs
+    `available()`. Returns out."""
     if x.shape[0] == 1:
         return _row_matmul(x, scales, coefs, words, out)
     return _amx_matmul(x, scales, coefs, words, out)
