@@ -361,6 +361,7 @@ def prefill(
     """Run the tokens of one or more sequences through the model in one pass, writing their keys
     and values into the cache.
 
+    params: `build_params`' weights with "plan", the model's `ComputePlan` (`Model` sets it).
     segments: (slot, start, n) per sequence, in the order of `tokens`: its n tokens go to cache
     slot `slot` at positions start..start+n-1 (slots distinct). keys, values [L, S, Hkv, T, hd]
     (updated); tokens int [N], N = sum of the n; cos, sin [> every start + n, hd/2]

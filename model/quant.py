@@ -238,14 +238,9 @@ parts) -> float32 [B, n_out]."""
 
 
 def packed(matrices: list[TiledMatrix]) -> list[TiledMatrix]:
-    """The same matrices with their arrays copied into one allocation, each 64-byte aligned.
-
-    A decode step streams some 120 matrices of 0.3 to 2 MB, each its own allocation of 4 KB
-    pages, and the kernels read each matrix at strides of kilobytes: a TLB miss every block or
-    so. NumPy asks Linux for transparent huge pages for allocations of 4 MB and more
-    (`madvise`), which one allocation of all of them is: one thread, the default model's 121
-    products (the LM head's included) from memory took 10.3 instead of 11.5 ms at batch 1 and
-    63.2 instead of 67.6 ms at batch 32 (scratch A/B, alone).  -> [TiledMatrix]"""
+    """The same matrices with their arrays copied into one allocation, each 64-byte aligned (one
+    allocation of 4 MB or more gets transparent huge pages: fewer TLB misses; docs/numerics.md,
+    "Block products").  -> [TiledMatrix]"""
     fields = ("scales", "minimums", "quants", "words")
     arrays = [getattr(m, f) for m in matrices for f in fields if getattr(m, f) is not None]
     arena = np.empty(sum(-(-a.nbytes // 64) * 64 for a in arrays) + 64, np.uint8)
