@@ -626,6 +626,7 @@ def _info(args: argparse.Namespace) -> int:
     print("plan (load_model() of the default model):")
     for name, value in vars(plan).items():
         print(f"  {name}: {value}")
+    print("int8 activations (load_model(plan=...)):")
     for activations in ("int8-amx", "int8-vnni"):
         reason = ComputePlan(activations, 16).missing()
         print(f"  {activations}: {'runs here' if reason is None else reason}")
