@@ -38,9 +38,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-from corral.kernels.compute.attention import ragged_attention
-from corral.model import llama
+from corral.kernels.threads import configure
+
+configure()  # corral's process settings, before NumPy and Numba load (docs/numerics.md)
+
+import numpy as np  # noqa: E402
+from corral.kernels.compute.attention import ragged_attention  # noqa: E402
+from corral.model import llama  # noqa: E402
 
 LAYERS, Q_HEADS, KV_HEADS, WIDTH = 30, 9, 3, 64
 

@@ -63,13 +63,17 @@ import statistics
 import time
 from pathlib import Path
 
-import numpy as np
-from corral.kernels import Constraint, SamplingParams, TokenIndex, sample_batch
-from corral.model import load_model
-from corral.model.generate import GenerationRequest, GenerationStats, generate
-from corral.model.generation_request import BudgetTooSmallError, check_budget
-from corral.tools import ToolError, bfcl_tools, parse_tool_request
-from corral.tools.completions import Completions
+from corral.kernels.threads import configure
+
+configure()  # corral's process settings, before NumPy and Numba load (docs/numerics.md)
+
+import numpy as np  # noqa: E402
+from corral.kernels import Constraint, SamplingParams, TokenIndex, sample_batch  # noqa: E402
+from corral.model import load_model  # noqa: E402
+from corral.model.generate import GenerationRequest, GenerationStats, generate  # noqa: E402
+from corral.model.generation_request import BudgetTooSmallError, check_budget  # noqa: E402
+from corral.tools import ToolError, bfcl_tools, parse_tool_request  # noqa: E402
+from corral.tools.completions import Completions  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 PROFILE = {

@@ -3,25 +3,66 @@ rendering with tools, the streaming tool-call parser and the answer's JSON shape
 the server and the `corral` command (ARCHITECTURE.md maps the modules).
 """
 
-# First, for its effect: corral.kernels sets the thread variables before NumPy loads OpenBLAS
-# (the `corral` command's first import is this package)
-import corral.kernels  # noqa: F401, I001
+# Names load on first use (PEP 562): the `corral` command (`corral.tools.command`) configures
+# the threads before NumPy and Numba load (`corral.kernels.threads.configure`)
+import importlib
 
-from corral.tools.bfcl import bfcl_to_json_schema, bfcl_tools
-from corral.tools.errors import ToolError
-from corral.tools.grammar import (
-    Grammar,
-    GrammarCompiler,
-    compile_dfa,
-    grammar,
-    regex_grammar,
-    schema_grammar,
-)
-from corral.tools.parser import ToolParser, parse_text
-from corral.tools.render import render_messages, render_prompt, render_request, tools_prompt
-from corral.tools.request import ResponseFormat, Tool, ToolRequest, parse_tool_request
-from corral.tools.events import Arguments, CallStart, Content, ToolCall, ToolEvent, collect
-from corral.tools.shapes import delta_json, finish_reason, message_json
+_MODULES = {
+    "corral.tools.bfcl": (
+        "bfcl_to_json_schema",
+        "bfcl_tools",
+    ),
+    "corral.tools.errors": ("ToolError",),
+    "corral.tools.grammar": (
+        "Grammar",
+        "GrammarCompiler",
+        "compile_dfa",
+        "grammar",
+        "regex_grammar",
+        "schema_grammar",
+    ),
+    "corral.tools.parser": (
+        "ToolParser",
+        "parse_text",
+    ),
+    "corral.tools.render": (
+        "render_messages",
+        "render_prompt",
+        "render_request",
+        "tools_prompt",
+    ),
+    "corral.tools.request": (
+        "ResponseFormat",
+        "Tool",
+        "ToolRequest",
+        "parse_tool_request",
+    ),
+    "corral.tools.events": (
+        "Arguments",
+        "CallStart",
+        "Content",
+        "ToolCall",
+        "ToolEvent",
+        "collect",
+    ),
+    "corral.tools.shapes": (
+        "delta_json",
+        "finish_reason",
+        "message_json",
+    ),
+}
+_WHERE = {name: module for module, names in _MODULES.items() for name in names}
+
+
+def __getattr__(name: str):
+    """The public name `name`, imported from its module on first use."""
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'corral.tools' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Arguments",

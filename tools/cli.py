@@ -514,6 +514,42 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+INFO_FEATURES = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vnni", "amx-tile", "amx-int8")
+"""The CPU features `corral info` reports: those the plans' kernels use (`ComputePlan.needs`)."""
+
+INFO_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPENBLAS_THREAD_TIMEOUT",
+                  "NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                  "NUMBA_CPU_FEATURES")  # fmt: skip
+"""The environment variables `corral info` prints (docs/numerics.md, "Threads")."""
+
+
+def _info(args: argparse.Namespace) -> int:
+    """`corral info`: the host's CPU features, the plan a fresh `load_model()` of the default
+    (quantized) model chooses with its reason for each choice, and the thread settings."""
+    import llvmlite.binding as llvm
+    import numba
+    from corral.kernels.compute.plan import ComputePlan, cpu_features
+
+    features = cpu_features()
+    print(f"cpu: {llvm.get_host_cpu_name()}")
+    print("features: " + " ".join(f"{'+' if f in features else '-'}{f}" for f in INFO_FEATURES))
+    plan = ComputePlan.detect()
+    print("plan (load_model() of the default model):")
+    for name, value in vars(plan).items():
+        print(f"  {name}: {value}")
+    print("int8 activations (load_model(plan=...)):")
+    for activations in ("int8-amx", "int8-vnni"):
+        reason = ComputePlan(activations, 16).missing()
+        print(f"  {activations}: {'runs here' if reason is None else reason}")
+    print(f"threads: numba {numba.config.NUMBA_NUM_THREADS} ({numba.config.THREADING_LAYER})")
+    for name in INFO_VARIABLES:
+        value = os.environ.get(name)
+        if value is not None and len(value) > 60:
+            value = value[:57] + "..."
+        print(f"  {name}={value if value is not None else '(unset)'}")
+    return 0
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -623,6 +659,10 @@ def main(argv: list[str] | None = None) -> int:
         help="prefill every prompt whole (default: reuse prompt prefixes already prefilled)",
     )
     serve.set_defaults(run=_serve)
+    info = commands.add_parser(
+        "info", help="the CPU features found, the numerics plan load_model() chooses, the threads"
+    )
+    info.set_defaults(run=_info)
     args, extra = parser.parse_known_args(argv)
     if extra:  # named by the command they were given to, as its own parser names its errors
         commands.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")

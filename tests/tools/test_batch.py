@@ -6,14 +6,13 @@ duplicate custom_ids, the progress phases and torn tails."""
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import io
 import json
 
 import jsonschema
-import numpy as np
 import pytest
 from corral.automata import ConstrainError
-from corral.model import quant
 from corral.model.generate import generate
 from corral.tools.batch import (
     LineError,
@@ -246,19 +245,19 @@ def test_bad_line_and_good_line(engine, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kv_dtype", ["float32", "float16"])
-def test_same_request_same_output_alone_or_in_a_batch(engine, monkeypatch, kv_dtype):
+def test_same_request_same_output_alone_or_in_a_batch(engine, kv_dtype):
     """The same request with the same seed gives the same output alone or batched (with the
     real model, whose batched BLAS calls round differently only in the last bits).
 
     Sampled requests are held to it over a float32 KV cache, and over float16 where the
     forward pass is the same bit for bit in any composition of passes (int8 activations on
-    AMX, `quant.every_pass`: tests/model/test_compositions.py). Elsewhere, over float16, a key
+    AMX, the plan's `every_pass`: tests/model/test_compositions.py). Elsewhere, over float16, a key
     computed a float32 ulp apart is sometimes stored a float16 ulp apart, logits move by up to
     a few 1e-3, and a draw near a boundary may fall the other way (5 of 30 sampled requests
     parted: bench/results/README.md, float16 KV cache): there the same requests
     are held to it greedily."""
-    monkeypatch.setattr(engine.model, "kv_dtype", getattr(np, kv_dtype))
-    exact = kv_dtype == "float32" or quant.every_pass()
+    model = engine.model.with_plan(dataclasses.replace(engine.model.plan, kv_dtype=kv_dtype))
+    exact = kv_dtype == "float32" or model.plan.every_pass
     sampling = {} if exact else {"temperature": 0}
     bodies = [
         {"messages": ASK, "tools": [WEATHER], "tool_choice": NAMED, "seed": 11, "max_tokens": 40},
@@ -267,8 +266,8 @@ def test_same_request_same_output_alone_or_in_a_batch(engine, monkeypatch, kv_dt
     ]
     bodies = [body | sampling for body in bodies]
     requests = [engine.requests(parse_tool_request(b), 64)[0] for b in bodies]
-    alone = [generate(engine.model, [r])[0] for r in requests]
-    together = generate(engine.model, requests, batch_size=3)
+    alone = [generate(model, [r])[0] for r in requests]
+    together = generate(model, requests, batch_size=3)
     assert [r.token_ids for r in together] == [r.token_ids for r in alone]
 
 
