@@ -97,8 +97,9 @@ class LlamaConfig:
         embed_scale: the embeddings are multiplied by this (float32; Gemma's sqrt(d)), or None.
         query_pre_attn_scalar: attention scores are scaled by its inverse square root (Gemma
             3), or None for hd^-1/2.
-        attn_logit_softcapping: c, attention scores become c tanh(s / c) (Gemma), or None.
-        final_logit_softcapping: c, logits become c tanh(z / c) (Gemma), or None.
+        final_logit_softcapping: c, logits become c tanh(z / c) (Gemma), or None. (Gemma 3's
+            `attn_logit_softcapping` is read by neither transformers' Gemma 3 nor llama.cpp's,
+            and not by corral: docs/models.md.)
     """
 
     vocab_size: int
@@ -127,7 +128,6 @@ class LlamaConfig:
     hidden_act: str = "silu"
     embed_scale: float | None = None
     query_pre_attn_scalar: float | None = None
-    attn_logit_softcapping: float | None = None
     final_logit_softcapping: float | None = None
 
     @property
@@ -236,9 +236,6 @@ class LlamaConfig:
             query_pre_attn_scalar=optional("query_pre_attn_scalar", 256.0, float)
             if gemma
             else None,
-            attn_logit_softcapping=optional("attn_logit_softcapping", None, float)
-            if gemma
-            else None,
             final_logit_softcapping=(
                 optional("final_logit_softcapping", None, float) if gemma else None
             ),
@@ -276,7 +273,6 @@ class LlamaConfig:
                 "hidden_activation": self.hidden_act,
                 "rope_local_base_freq": self.rope_local_theta,
                 "query_pre_attn_scalar": self.query_pre_attn_scalar,
-                "attn_logit_softcapping": self.attn_logit_softcapping,
                 "final_logit_softcapping": self.final_logit_softcapping,
             }
         else:

@@ -30,8 +30,8 @@ The relatives' differences, by config field: biases on the q/k/v (and output) pr
 RMSNorm of each q and k head before RoPE (`qkv_extras`); Gemma 3's `1 + weight` norms (folded
 into the weights by `build_params`), its norms of the attention's and the MLP's outputs
 (`project_out`, `mlp`), GELU-tanh gating, embeddings scaled by sqrt(d), its own attention scale
-and softcappings; sliding-window layers (`config.window`), with their own RoPE table for Gemma 3
-(`rope_tables`: one per kind, `layer["rope"]` picks it).
+and final logit softcapping; sliding-window layers (`config.window`), with their own RoPE table
+for Gemma 3 (`rope_tables`: one per kind, `layer["rope"]` picks it).
 
 `attention_prefill` (and `decode`, through `kernels.attention.rope_store`) writes the new keys
 and values into one layer's cache and attends over it; one slot's keys for a layer are a
@@ -400,14 +400,12 @@ def attention_prefill(
     layer_values: np.ndarray,
     plan: PrefillPlan,
     window: int = 0,
-    softcap: float | None = None,
     scale: float | None = None,
 ) -> np.ndarray:
     """Causal self-attention of the new tokens of one or more sequences, each over its own slot
     of one layer's cache, after writing their keys and values into it: token i sees positions
     0..plan.positions[i] of slot plan.slots[i] (the last `window` of them when window > 0).
-    Scores are q.k times `scale` (hd^-1/2 when None), capped by `softcap` (c tanh(s / c))
-    when it is set.
+    Scores are q.k times `scale` (hd^-1/2 when None).
 
     The tokens of short segments go through one ragged kernel call
     (`kernels.attention.ragged_attention`); each long segment is attended by `attend_prompt`.
@@ -418,16 +416,15 @@ def attention_prefill(
     n_tokens, hkv, hd = k.shape
     attention_kernels.store_rows(k, v, layer_keys, layer_values, plan.slots, plan.positions)
     scaled = q * np.float32(hd**-0.5 if scale is None else scale)  # [N, Hq, hd]
-    softcap = np.float32(softcap or 0.0)
     out = np.empty(q.shape, np.float32)  # [N, Hq, hd]
     if len(plan.short):
         attention_kernels.ragged_attention(
-            scaled, layer_keys, layer_values, plan.short, out, window, softcap
+            scaled, layer_keys, layer_values, plan.short, out, window
         )
     for segment in plan.long:
         slot, rows = segment.slot, segment.rows
         out[rows] = attend_prompt(
-            scaled[rows], layer_keys[slot], layer_values[slot], segment.start, window, softcap
+            scaled[rows], layer_keys[slot], layer_values[slot], segment.start, window
         )  # [n, Hq, hd]
     return out.reshape(n_tokens, -1)  # [N, Hq hd]
 
@@ -444,12 +441,10 @@ def attend_prompt(
     values: np.ndarray,
     start: int,
     window: int = 0,
-    softcap: float = 0.0,
 ) -> np.ndarray:
     """Causal attention of one sequence's n new tokens at positions start..start+n-1 over its
     cache slot (written up to start + n): token i sees positions 0..start+i (with `window`
     w > 0, start+i-w+1..start+i: a block's products then begin at its first row's first key).
-    `softcap` c > 0 caps the scores, c tanh(s / c).
 
     For each block of `PROMPT_BLOCK` queries, the query heads of a key/value head stacked:
     scores one batched GEMM over the key/value heads, the causal softmax one compiled pass
@@ -474,7 +469,7 @@ def attend_prompt(
         # [m, Hq, hd] -> [Hkv, G, m, hd]
         scores = block.reshape(hkv, group * m, hd) @ keys[:, begin:end].swapaxes(-1, -2)
         # [Hkv, G m, hd] x [Hkv, hd, end - begin] -> [Hkv, G m, end - begin]
-        attention_kernels.causal_softmax_(scores, start + first - begin, m, window, softcap)
+        attention_kernels.causal_softmax_(scores, start + first - begin, m, window)
         attended = scores @ values[:, begin:end]
         # [Hkv, G m, end - begin] x [Hkv, end - begin, hd] -> [Hkv, G m, hd]
         out[first : first + m] = (
@@ -528,7 +523,7 @@ def prefill(
         q, k, v = project_qkv(x, layer, config, cos[kind], sin[kind])  # [N, d] -> [N, Hq|Hkv, hd]
         attended = attention_prefill(
             q, k, v, layer_keys, layer_values, plan,
-            layer["window"], config.attn_logit_softcapping, config.attention_scale,
+            layer["window"], config.attention_scale,
         )  # [N, Hq hd]  # fmt: skip
         x += project_out(attended, layer, config)  # [N, Hq hd] -> [N, d]
         h = rms_norm(x, layer["mlp_norm"], config.rms_norm_eps)  # [N, d] -> [N, d]
@@ -566,7 +561,6 @@ def decode(
     segments = decode_segments(slots, positions)  # [B, 4]
     hq, hd, eps = config.num_attention_heads, config.head_dim, config.rms_norm_eps
     scale = np.float32(config.attention_scale)
-    softcap = np.float32(config.attn_logit_softcapping or 0.0)
     x = embed(params, config, tokens)  # [B] -> [B, d]
     h = rms_norm(x, params["layers"][0]["attn_norm"], eps)  # [B, d] -> [B, d]
     norms = [layer["attn_norm"] for layer in params["layers"][1:]] + [params["norm"]]
@@ -582,7 +576,7 @@ def decode(
         )
         attended = np.empty(q.shape, np.float32)
         attention_kernels.ragged_attention(
-            q, layer_keys, layer_values, segments, attended, layer["window"], softcap
+            q, layer_keys, layer_values, segments, attended, layer["window"]
         )
         o = project_out(attended.reshape(len(slots), -1), layer, config)  # [B, Hq hd] -> [B, d]
         h = layer_kernels.add_rms_norm(x, o, layer["mlp_norm"], eps, np.empty_like(x))

@@ -119,14 +119,13 @@ _SOFTMAX_ROWS = 16  # rows of `causal_softmax_` per parallel task
 
 
 @numba.njit(cache=True, parallel=True, fastmath=_FASTMATH)
-def causal_softmax_(scores, first, n, window=0, softcap=0.0):  # pragma: no cover - compiled
+def causal_softmax_(scores, first, n, window=0):  # pragma: no cover - compiled
     """The causal softmax of a prompt block's scores, in place: row r of each head is query
     i = r % n, at position first + i, which sees positions 0..first + i (with a sliding
     `window` w > 0, only the last w of them: first + i - w + 1..first + i); its scores there
     become their softmax (`_softmax_`'s polynomial exp), the others 0. What the textbook writes
-    as `softmax(scores + causal bias)`, without forming the bias or any exp of -inf. With
-    `softcap` c > 0 the scores seen are first capped, s -> c tanh(s / c) (Gemma's attention
-    softcapping). O(H R T), parallel over tasks of `_SOFTMAX_ROWS` rows.
+    as `softmax(scores + causal bias)`, without forming the bias or any exp of -inf.
+    O(H R T), parallel over tasks of `_SOFTMAX_ROWS` rows.
 
     scores float32 [H, R, T], C-contiguous, R a multiple of n (the G query heads of a key/value
     head, n queries each, head-major: row g n + i), first + n <= T (not checked here: the
@@ -140,9 +139,6 @@ def causal_softmax_(scores, first, n, window=0, softcap=0.0):  # pragma: no cove
         for row in range(task * _SOFTMAX_ROWS, min((task + 1) * _SOFTMAX_ROWS, heads * n_rows)):
             seen = first + row % n_rows % n + 1
             low = max(0, seen - window) if window > 0 else 0
-            if softcap > 0.0:
-                for t in range(low, seen):
-                    flat[row, t] = np.tanh(flat[row, t] / softcap) * softcap
             _softmax_(flat[row, low:seen], lanes)
             flat[row, :low] = 0.0
             flat[row, seen:] = 0.0
@@ -418,10 +414,10 @@ def _axpy4(acc, r, rows, t, w0, w1, w2, w3, width):  # pragma: no cover - compil
 
 
 @numba.njit(cache=True, fastmath=_FASTMATH)
-def _attend(q, keys, values, slot, start, first, n, head, out, window, softcap):  # pragma: no cover
+def _attend(q, keys, values, slot, start, first, n, head, out, window):  # pragma: no cover
     """One task of `ragged_attention`: the G query heads of key/value head `head` of the n rows
     first..first+n-1, row first + j over positions 0..start+j of slot `slot` (the last
-    `window` of them when window > 0; scores capped by `softcap` when it is > 0).
+    `window` of them when window > 0).
     O(G n (start + n) hd)
 
     The task's R = G n query rows are copied into one `[R, hd]` block; row r = j G + g is query
@@ -504,9 +500,6 @@ def _attend(q, keys, values, slot, start, first, n, head, out, window, softcap):
         seen = start + r // group + 1
         low = max(0, seen - window) if window > 0 else 0
         row = scores[r * length : (r + 1) * length]
-        if softcap > 0.0:
-            for u in range(low, seen):
-                row[u] = np.tanh(row[u] / softcap) * softcap
         _softmax_(row[low:seen], lanes)
         row[:low] = 0.0
         row[seen:] = 0.0
@@ -653,7 +646,6 @@ def ragged_attention(
     segments: np.ndarray,
     out: np.ndarray,
     window: int = 0,
-    softcap: float = 0.0,
 ) -> np.ndarray:
     """Causal attention of the query rows of ragged segments, each over its own cache slot.
 
@@ -661,9 +653,7 @@ def ragged_attention(
     sit at positions start..start+n-1 of slot `slot`: for each such row r = first + j and query
     head h, out[r, h] = softmax(q[r, h] . keys[slot, h // G, :start+j+1]) values[same].
     With a sliding `window` w > 0 a row sees only its last w positions, start+j-w+1..start+j
-    (Mistral's and Gemma's sliding-window layers); with `softcap` c > 0 each score s becomes
-    c tanh(s / c) before the softmax (Gemma's attention softcapping). Neither changes a row's
-    arithmetic when 0 (the defaults).
+    (Mistral's and Gemma's sliding-window layers; 0, the default, changes nothing).
     Rows of no segment are left as they were. A decode step is B segments of n = 1.
     O(Hq hd sum of n (start + n)), parallel over the (segment, key/value head) pairs, taken by
     Numba's threads one at a time as they free up (a thread that shares its core with another
@@ -681,14 +671,11 @@ def ragged_attention(
     keys, values = cache_bits(keys), cache_bits(values)
     claimed = np.zeros(1, np.int64)  # the first task not taken yet
     workers = numba.config.NUMBA_NUM_THREADS
-    window, softcap = int(window), np.float32(softcap)
-    return _ragged_attention(q, keys, values, segments, out, claimed, workers, window, softcap)
+    return _ragged_attention(q, keys, values, segments, out, claimed, workers, int(window))
 
 
 @numba.njit(cache=True, parallel=True, fastmath=_FASTMATH)
-def _ragged_attention(
-    q, keys, values, segments, out, claimed, workers, window, softcap
-):  # pragma: no cover
+def _ragged_attention(q, keys, values, segments, out, claimed, workers, window):  # pragma: no cover
     """`ragged_attention`'s parallel loop over the (segment, key/value head) pairs, taken one
     at a time from the counter `claimed` (int64 [1], 0: `kernels.claim`) by `workers` loops
     (Numba's thread count at most: loops beyond the threads in use find nothing left; asking
@@ -700,6 +687,6 @@ def _ragged_attention(
         while task < n_tasks:
             segment, head = task // kv_heads, task % kv_heads
             slot, start, first, n = segments[segment]
-            _attend(q, keys, values, slot, start, first, n, head, out, window, softcap)
+            _attend(q, keys, values, slot, start, first, n, head, out, window)
             task = claim(claimed)
     return out
