@@ -142,8 +142,10 @@ class LlamaConfig:
         return self.sliding_window if sliding and self.sliding_window else 0
 
     def local_rope(self, layer: int) -> bool:
-        """Whether layer `layer` takes the sliding layers' own RoPE base (`rope_local_theta`)."""
-        return self.rope_local_theta is not None and self.window(layer) > 0
+        """Whether layer `layer` takes the sliding layers' own RoPE base (`rope_local_theta`):
+        a "sliding_attention" layer of Gemma 3, even when `sliding_window` is None."""
+        sliding = bool(self.layer_types) and self.layer_types[layer] == "sliding_attention"
+        return self.rope_local_theta is not None and sliding
 
     @classmethod
     def from_dict(cls, raw: dict, path: str | Path = "config.json") -> LlamaConfig:

@@ -229,6 +229,7 @@ CONFIG_CASES = [
     ("qwen3", {"use_sliding_window": True,
                "layer_types": ["full_attention"] * 7 + ["sliding_attention"]}),
     ("gemma3_text", {}),  # every 6th layer full, RoPE bases 1e6 and 1e4, tied, head_dim 256
+    ("gemma3_text", {"sliding_window": None}),  # no window, the local RoPE base all the same
     ("gemma3_text", {"sliding_window_pattern": 3, "rope_theta": 5e5, "rope_local_base_freq": 2e4,
                      "rope_scaling": {"rope_type": "linear", "factor": 8.0}}),
 ]  # fmt: skip
@@ -255,6 +256,8 @@ def test_a_config_reads_as_transformers_reads_it(family, fields):
             sliding = theirs.layer_types[layer] == "sliding_attention"
             window = theirs.sliding_window if sliding else None
         assert ours.window(layer) == (window or 0), layer
+        if family == "gemma3_text":  # Gemma3RotaryEmbedding: by layer type
+            assert ours.local_rope(layer) == (theirs.layer_types[layer] == "sliding_attention")
     rope = theirs.rope_parameters
     if family == "gemma3_text":
         assert ours.rope_local_theta == rope["sliding_attention"]["rope_theta"]
@@ -314,3 +317,15 @@ def test_another_architecture_is_refused_by_name(tmp_path, tiny, fields, named):
 def test_a_setting_corral_does_not_implement_is_refused(family, fields, message):
     with pytest.raises(ModelLoadError, match=message):
         LlamaConfig.from_dict({"model_type": family, **MINIMAL, **fields})
+
+
+def test_the_masked_head_softcaps_the_allowed_logits_and_keeps_the_rest_at_minus_inf(checkpoints):
+    """Gemma's final logit softcapping on the masked LM head (`llama.lm_head`'s `allowed`): the
+    allowed logits are the whole head's, the others -inf (not -c, tanh's limit)."""
+    model = load_model(checkpoints["gemma3_softcap"]["float32"], progress=False)
+    ids, allowed = list(range(10, 30)), [3, 50, 200]
+    whole = model.prefill(model.new_cache(1, 32), 0, ids)
+    masked = model.prefill_batch(model.new_cache(1, 32), [0], [ids], allowed=[allowed])[0]
+    assert np.abs(whole).max() <= 5.0  # final_logit_softcapping 5
+    np.testing.assert_allclose(masked[allowed], whole[allowed], rtol=0, atol=1e-5)
+    assert np.isneginf(np.delete(masked, allowed)).all()
