@@ -284,15 +284,16 @@ def test_to_dict_reads_back_as_the_same_config(family, fields):
         ({"model_type": "qwen2_moe"}, "qwen2_moe"),
         ({"model_type": None, "architectures": ["GPT2LMHeadModel"]}, "GPT2LMHeadModel"),
         ({"model_type": "llama", "architectures": ["LlamaForSequenceClassification"]}, "llama"),
+        ({"model_type": None, "architectures": [42]}, "42"),
     ],
 )
 def test_another_architecture_is_refused_by_name(tmp_path, tiny, fields, named):
     config = {**tiny.config(), **fields}
     (tiny.write(tmp_path / "model") / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ModelLoadError, match=f"architecture '{named}' is not supported") as error:
+    with pytest.raises(ModelLoadError, match=f"architecture '?{named}'? is not supported") as error:
         load_model(tmp_path / "model", progress=False)
     message = str(error.value)
-    assert all(name in message for name in config.get("architectures") or [])
+    assert all(str(name) in message for name in config.get("architectures") or [])
     assert "qwen3 (Qwen3ForCausalLM)" in message  # what is supported
     assert error.value.path.name == "config.json"
 
@@ -312,6 +313,8 @@ def test_another_architecture_is_refused_by_name(tmp_path, tiny, fields, named):
                          "factor": 2.0}}}, "RoPE scaling on sliding layers"),
         ("mistral", {"sliding_window": 0}, "'sliding_window' must be a positive int"),
         ("qwen3", {"layer_types": ["full_attention"]}, "'layer_types' must give one"),
+        ("gemma3_text", {"query_pre_attn_scalar": 0}, "'query_pre_attn_scalar' must be positive"),
+        ("gemma3_text", {"final_logit_softcapping": -1.0}, "'final_logit_softcapping' must be"),
     ],
 )  # fmt: skip
 def test_a_setting_corral_does_not_implement_is_refused(family, fields, message):
