@@ -1,5 +1,6 @@
 """The Llama forward pass in NumPy, float32, over a KV cache, with batched prefill and decode
-(docs/design.md section 6).
+(docs/design.md section 6), for Llama and the relatives `config.LlamaConfig` describes (Mistral,
+Qwen2/3, Gemma 3: docs/models.md), each difference switched on by a config field.
 
 Pure functions of NumPy arrays in the manner of picoGPT's gpt2.py, each signed with the shapes it
 maps. Notation: N new tokens in a pass (the tokens of one or more sequences in prefill, one token
@@ -18,12 +19,19 @@ quantization blocks, which `linear` and `lm_head` read for passes of up to
 plan says (`ComputePlan.every_pass`). A pass is the textbook loop,
 one layer at a time:
 
-    x = embed[tokens]                                           # [N] -> [N, d]
+    x = embed[tokens] (* embed_scale)                           # [N] -> [N, d]
     for layer, layer_keys, layer_values in zip(layers, keys, values):
         q, k, v = project_qkv(x, layer, config, cos, sin)       # [N, d] -> [N, Hq|Hkv, hd]
-        x += linear(attention_*(q, k, v, layer_keys, layer_values, ...), layer, "w_o")
-        x += mlp(rms_norm(x, ...), ...)                         # [N, d] -> [N, d]
+        x += project_out(attention_*(q, k, v, layer_keys, layer_values, ...), layer, config)
+        x += mlp(rms_norm(x, ...), layer, config)               # [N, d] -> [N, d]
     rms_norm(x, norm)                                           # [N, d] -> [N, d]
+
+The relatives' differences, by config field: biases on the q/k/v (and output) projections,
+RMSNorm of each q and k head before RoPE (`qkv_extras`); Gemma 3's `1 + weight` norms (folded
+into the weights by `build_params`), its norms of the attention's and the MLP's outputs
+(`project_out`, `mlp`), GELU-tanh gating, embeddings scaled by sqrt(d), its own attention scale
+and final logit softcapping; sliding-window layers (`config.window`), with their own RoPE table
+for Gemma 3 (`rope_tables`: one per kind, `layer["rope"]` picks it).
 
 `attention_prefill` (and `decode`, through `kernels.attention.rope_store`) writes the new keys
 and values into one layer's cache and attends over it; one slot's keys for a layer are a
@@ -57,9 +65,18 @@ def build_params(
     (`quant.quantized_layers`'s result) is given.
 
     Returns:
-        {"embed": [V, d], "lm_head": [d, V], "lm_head_rows": [V, d], "norm": [d], "layers": [L x {
+        {"embed": [V, d], "lm_head": [d, V], "lm_head_rows": [V, d], "norm": [d],
+         "logit_softcap": config.final_logit_softcapping, "layers": [L x {
             "attn_norm": [d], "w_qkv": [(Hq + 2 Hkv) hd, d], "w_o": [d, Hq hd],
-            "mlp_norm": [d], "w_gate_up": [2F, d], "w_down": [d, F]}]}
+            "mlp_norm": [d], "w_gate_up": [2F, d], "w_down": [d, F],
+            "window": int (`config.window`, 0: the whole context), "rope": int (0, or 1 for a
+            layer of Gemma 3's local RoPE: the index into `rope_tables`),
+            and as the config has them "b_qkv": [(Hq + 2 Hkv) hd], "b_o": [d], "q_norm": [hd],
+            "k_norm": [hd], "attn_out_norm": [d], "mlp_out_norm": [d]}]}
+        Norm weights are stored as the factors they apply: `config.norm_offset` + weight (in
+        float32, as transformers' Gemma computes `1.0 + weight`). `mlp_norm` is the norm before
+        the MLP: Llama's `post_attention_layernorm`, Gemma 3's `pre_feedforward_layernorm`
+        (whose `post_attention_layernorm` is "attn_out_norm").
         The LM head is kept both ways: [d, V] for batched GEMMs, [V, d] (the embedding table
         itself when tied, possibly still memory-mapped) for one row's matrix-vector product.
         With `blocks`, each layer also holds "blocks" ({"w_qkv", "w_o", "w_gate_up", "w_down":
@@ -74,26 +91,44 @@ def build_params(
     def stacked(*names: str) -> np.ndarray:  # [out_1, in], [out_2, in], ... -> [out, in]
         return np.ascontiguousarray(np.concatenate([get(name) for name in names], axis=0))
 
+    def norm(name: str) -> np.ndarray:  # the factor the norm applies: offset + weight
+        if config.norm_offset:
+            return get(name) + np.float32(config.norm_offset)
+        return np.array(get(name))
+
     layers = []
     for i in range(config.num_hidden_layers):
         p = f"model.layers.{i}."
-        layers.append(
-            {
-                "attn_norm": np.array(get(p + "input_layernorm.weight")),
-                "w_qkv": stacked(*(p + f"self_attn.{x}_proj.weight" for x in "qkv")),
-                "w_o": stacked(p + "self_attn.o_proj.weight"),
-                "mlp_norm": np.array(get(p + "post_attention_layernorm.weight")),
-                "w_gate_up": stacked(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"),
-                "w_down": stacked(p + "mlp.down_proj.weight"),
-            }
-        )
+        pre_mlp = "pre_feedforward_layernorm" if config.post_norms else "post_attention_layernorm"
+        layer = {
+            "attn_norm": norm(p + "input_layernorm.weight"),
+            "w_qkv": stacked(*(p + f"self_attn.{x}_proj.weight" for x in "qkv")),
+            "w_o": stacked(p + "self_attn.o_proj.weight"),
+            "mlp_norm": norm(p + pre_mlp + ".weight"),
+            "w_gate_up": stacked(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"),
+            "w_down": stacked(p + "mlp.down_proj.weight"),
+            "window": config.window(i),
+            "rope": int(config.local_rope(i)),
+        }
+        if config.attention_bias:
+            layer["b_qkv"] = stacked(*(p + f"self_attn.{x}_proj.bias" for x in "qkv"))
+        if config.attention_out_bias:
+            layer["b_o"] = stacked(p + "self_attn.o_proj.bias")
+        if config.qk_norm:
+            layer["q_norm"] = norm(p + "self_attn.q_norm.weight")
+            layer["k_norm"] = norm(p + "self_attn.k_norm.weight")
+        if config.post_norms:
+            layer["attn_out_norm"] = norm(p + "post_attention_layernorm.weight")
+            layer["mlp_out_norm"] = norm(p + "post_feedforward_layernorm.weight")
+        layers.append(layer)
     embed = np.ascontiguousarray(get("model.embed_tokens.weight"))
     head = embed if config.tie_word_embeddings else get("lm_head.weight")
     params = {
         "embed": embed,
         "lm_head": np.ascontiguousarray(head.T),
         "lm_head_rows": head if head is embed else np.ascontiguousarray(head),
-        "norm": np.array(get("model.norm.weight")),
+        "norm": norm("model.norm.weight"),
+        "logit_softcap": config.final_logit_softcapping,
         "layers": layers,
     }
     if blocks is not None:
@@ -105,13 +140,42 @@ def build_params(
     return params
 
 
-def rope_tables(theta: float, head_dim: int, n_positions: int) -> tuple[np.ndarray, np.ndarray]:
-    """RoPE's cos and sin for positions 0..n_positions-1.  -> [n_positions, hd/2] x 2 (float32)
+def rope_frequencies(theta: float, head_dim: int, scaling: dict | None = None) -> np.ndarray:
+    """RoPE's inverse frequencies.  -> float64 [hd/2]
 
-    Frequencies theta^(-2i/hd), i < hd/2, as Hugging Face's Llama (default rope type).
+    theta^(-2i/hd), i < hd/2, as Hugging Face's Llama (default rope type); with `scaling`
+    (`LlamaConfig.rope_scaling`) "linear", divided by its factor; "llama3", transformers'
+    `_compute_llama3_parameters`: wavelengths 2 pi / f longer than original / low_freq_factor
+    divided by the factor, shorter than original / high_freq_factor kept, those between
+    interpolated.
     """
     inv_freq = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
-    angles = np.arange(n_positions, dtype=np.float64)[:, None] * inv_freq[None, :]
+    if scaling is None:
+        return inv_freq
+    factor = scaling["factor"]
+    if scaling["rope_type"] == "linear":
+        return inv_freq / factor
+    low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    original = scaling["original_max_position_embeddings"]
+    wavelength = 2 * np.pi / inv_freq
+    scaled = np.where(wavelength > original / low, inv_freq / factor, inv_freq)
+    smooth = (original / wavelength - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelength >= original / high) & (wavelength <= original / low)
+    return np.where(medium, smoothed, scaled)
+
+
+def rope_tables(config: LlamaConfig, n_positions: int) -> tuple[np.ndarray, np.ndarray]:
+    """RoPE's cos and sin for positions 0..n_positions-1, for each kind of layer: the model's
+    (`rope_theta`, `rope_scaling`), then Gemma 3's sliding layers' own (`rope_local_theta`)
+    when it has one.  -> [K, n_positions, hd/2] x 2 (float32), K = 1 or 2; layer["rope"] (see
+    `build_params`) is its kind's index.
+    """
+    kinds = [rope_frequencies(config.rope_theta, config.head_dim, config.rope_scaling)]
+    if config.rope_local_theta is not None:
+        kinds.append(rope_frequencies(config.rope_local_theta, config.head_dim))
+    positions = np.arange(n_positions, dtype=np.float64)
+    angles = np.stack([positions[:, None] * inv_freq[None, :] for inv_freq in kinds])
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
 
@@ -154,8 +218,12 @@ def linear(x: np.ndarray, layer: dict, name: str) -> np.ndarray:
     return (layer[name] @ x.T).T  # [out, in] x [in, N] -> [out, N] -> [N, out]
 
 
-def mlp(x: np.ndarray, layer: dict) -> np.ndarray:
+def mlp(x: np.ndarray, layer: dict, config: LlamaConfig | None = None) -> np.ndarray:
     """SwiGLU: down(silu(gate(x)) * up(x)).  [N, d], layer weights ([2F, d], [d, F]) -> [N, d]
+
+    With `config.hidden_act` "gelu_pytorch_tanh" the gating is GELU's tanh form instead
+    (`gelu_tanh`, Gemma's GeGLU), and with `config.post_norms` the result goes through the
+    layer's "mlp_out_norm" (Gemma 3's `post_feedforward_layernorm`).
 
     The gating is one compiled pass (`kernels.layers.swiglu`, a vectorized exp), for every
     pass alike: a Numba loop over libm's tanh or exp would cost about 60 ms a batch-64 step.
@@ -166,26 +234,71 @@ def mlp(x: np.ndarray, layer: dict) -> np.ndarray:
     """
     gate_up = linear(x, layer, "w_gate_up")  # [N, d] -> [N, 2F]
     n, width = x.shape[0], layer["w_down"].shape[1]
-    if gate_up.flags.c_contiguous:  # the blocks' result: each row its two halves
+    if config is not None and config.hidden_act != "silu":  # GeGLU, in NumPy
+        hidden = np.ascontiguousarray(gelu_tanh(gate_up[:, :width]) * gate_up[:, width:])
+    elif gate_up.flags.c_contiguous:  # the blocks' result: each row its two halves
         hidden = layer_kernels.swiglu_rows(gate_up, np.empty((n, width), np.float32))  # [N, F]
     else:  # BLAS's: gate_up.T is C-order [2F, N]
         gate_up_t = gate_up.T
         out = np.empty((width, n), np.float32)
         hidden = layer_kernels.swiglu(gate_up_t[:width], gate_up_t[width:], out).T  # [N, F]
-    return linear(hidden, layer, "w_down")  # [N, F] -> [N, d]
+    out = linear(hidden, layer, "w_down")  # [N, F] -> [N, d]
+    if config is not None and config.post_norms:
+        return rms_norm(out, layer["mlp_out_norm"], config.rms_norm_eps)
+    return out
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """GELU's tanh approximation (PyTorch's `gelu(approximate="tanh")`, transformers'
+    "gelu_pytorch_tanh"): 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), in float32.
+    [...] -> [...] (a new array)"""
+    x = np.asarray(x, dtype=np.float32)
+    inner = np.float32(np.sqrt(2 / np.pi)) * (x + np.float32(0.044715) * x * x * x)
+    return np.float32(0.5) * x * (np.float32(1.0) + np.tanh(inner))
+
+
+def qkv_extras(qkv: np.ndarray, layer: dict, config: LlamaConfig) -> np.ndarray:
+    """The steps between the fused q/k/v projection and RoPE that some relatives of Llama take:
+    the projections' biases ("b_qkv": Qwen2, `attention_bias`), then an RMSNorm over each head
+    of q and of k ("q_norm", "k_norm": Qwen3, Gemma 3). Llama's qkv is returned as it is.
+
+    [N, (Hq + 2 Hkv) hd] -> [N, (Hq + 2 Hkv) hd]
+    """
+    if "b_qkv" in layer:
+        qkv = qkv + layer["b_qkv"]
+    if "q_norm" not in layer:
+        return qkv
+    n = qkv.shape[0]
+    hq, hkv, hd = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+    eps = config.rms_norm_eps
+    q = rms_norm(qkv[:, : hq * hd].reshape(n * hq, hd), layer["q_norm"], eps)  # [N Hq, hd]
+    k = rms_norm(qkv[:, hq * hd : (hq + hkv) * hd].reshape(n * hkv, hd), layer["k_norm"], eps)
+    return np.concatenate([q.reshape(n, -1), k.reshape(n, -1), qkv[:, (hq + hkv) * hd :]], axis=1)
+
+
+def project_out(attended: np.ndarray, layer: dict, config: LlamaConfig) -> np.ndarray:
+    """The attention's output projection, with its bias ("b_o") and Gemma 3's norm of it
+    ("attn_out_norm", its `post_attention_layernorm`) when the layer has them.
+    [N, Hq hd] -> [N, d]"""
+    out = linear(attended, layer, "w_o")
+    if "b_o" in layer:
+        out = out + layer["b_o"]
+    if config.post_norms:
+        out = rms_norm(out, layer["attn_out_norm"], config.rms_norm_eps)
+    return out
 
 
 def project_qkv(
     x: np.ndarray, layer: dict, config: LlamaConfig, cos: np.ndarray, sin: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """RMSNorm, then the q/k/v projections, with RoPE on q and k.
+    """RMSNorm, then the q/k/v projections (and `qkv_extras`), with RoPE on q and k.
 
     [N, d], layer weights, config, [N, 1, hd/2] x 2 -> q [N, Hq, hd], k [N, Hkv, hd], v [N, Hkv, hd]
     """
     n = x.shape[0]
     hq, hkv, hd = config.num_attention_heads, config.num_key_value_heads, config.head_dim
     qkv = linear(rms_norm(x, layer["attn_norm"], config.rms_norm_eps), layer, "w_qkv")
-    # [N, d] -> [N, (Hq + 2 Hkv) hd]
+    qkv = qkv_extras(qkv, layer, config)  # [N, d] -> [N, (Hq + 2 Hkv) hd]
     qk = rope(qkv[:, : (hq + hkv) * hd].reshape(n, hq + hkv, hd), cos, sin)  # [N, Hq + Hkv, hd]
     v = qkv[:, (hq + hkv) * hd :].reshape(n, hkv, hd)  # [N, Hkv, hd]
     return qk[:, :hq], qk[:, hq:], v
@@ -269,10 +382,13 @@ def attention_prefill(
     layer_keys: np.ndarray,
     layer_values: np.ndarray,
     plan: PrefillPlan,
+    window: int = 0,
+    scale: float | None = None,
 ) -> np.ndarray:
     """Causal self-attention of the new tokens of one or more sequences, each over its own slot
     of one layer's cache, after writing their keys and values into it: token i sees positions
-    0..plan.positions[i] of slot plan.slots[i].
+    0..plan.positions[i] of slot plan.slots[i] (the last `window` of them when window > 0).
+    Scores are q.k times `scale` (hd^-1/2 when None).
 
     The tokens of short segments go through one ragged kernel call
     (`kernels.attention.ragged_attention`); each long segment is attended by `attend_prompt`.
@@ -282,14 +398,16 @@ def attention_prefill(
     """
     n_tokens, hkv, hd = k.shape
     attention_kernels.store_rows(k, v, layer_keys, layer_values, plan.slots, plan.positions)
-    scaled = q * np.float32(hd**-0.5)  # [N, Hq, hd]
+    scaled = q * np.float32(hd**-0.5 if scale is None else scale)  # [N, Hq, hd]
     out = np.empty(q.shape, np.float32)  # [N, Hq, hd]
     if len(plan.short):
-        attention_kernels.ragged_attention(scaled, layer_keys, layer_values, plan.short, out)
+        attention_kernels.ragged_attention(
+            scaled, layer_keys, layer_values, plan.short, out, window
+        )
     for segment in plan.long:
         slot, rows = segment.slot, segment.rows
         out[rows] = attend_prompt(
-            scaled[rows], layer_keys[slot], layer_values[slot], segment.start
+            scaled[rows], layer_keys[slot], layer_values[slot], segment.start, window
         )  # [n, Hq, hd]
     return out.reshape(n_tokens, -1)  # [N, Hq hd]
 
@@ -300,9 +418,16 @@ the keys up to its own last position: the GEMMs skip most of the causal mask's f
 (5/8 of the full products for 256 tokens), and each block's scores stay small."""
 
 
-def attend_prompt(q: np.ndarray, keys: np.ndarray, values: np.ndarray, start: int) -> np.ndarray:
+def attend_prompt(
+    q: np.ndarray,
+    keys: np.ndarray,
+    values: np.ndarray,
+    start: int,
+    window: int = 0,
+) -> np.ndarray:
     """Causal attention of one sequence's n new tokens at positions start..start+n-1 over its
-    cache slot (written up to start + n): token i sees positions 0..start+i.
+    cache slot (written up to start + n): token i sees positions 0..start+i (with `window`
+    w > 0, start+i-w+1..start+i: a block's products then begin at its first row's first key).
 
     For each block of `PROMPT_BLOCK` queries, the query heads of a key/value head stacked:
     scores one batched GEMM over the key/value heads, the causal softmax one compiled pass
@@ -322,12 +447,14 @@ def attend_prompt(q: np.ndarray, keys: np.ndarray, values: np.ndarray, start: in
     for first in range(0, n, PROMPT_BLOCK):
         m = min(PROMPT_BLOCK, n - first)
         end = start + first + m
+        begin = max(0, start + first - window + 1) if window > 0 else 0
         block = q[first : first + m].reshape(m, hkv, group, hd).transpose(1, 2, 0, 3)
         # [m, Hq, hd] -> [Hkv, G, m, hd]
-        scores = block.reshape(hkv, group * m, hd) @ keys[:, :end].swapaxes(-1, -2)
-        # [Hkv, G m, hd] x [Hkv, hd, end] -> [Hkv, G m, end]
-        attention_kernels.causal_softmax_(scores, start + first, m)
-        attended = scores @ values[:, :end]  # [Hkv, G m, end] x [Hkv, end, hd] -> [Hkv, G m, hd]
+        scores = block.reshape(hkv, group * m, hd) @ keys[:, begin:end].swapaxes(-1, -2)
+        # [Hkv, G m, hd] x [Hkv, hd, end - begin] -> [Hkv, G m, end - begin]
+        attention_kernels.causal_softmax_(scores, start + first - begin, m, window)
+        attended = scores @ values[:, begin:end]
+        # [Hkv, G m, end - begin] x [Hkv, end - begin, hd] -> [Hkv, G m, hd]
         out[first : first + m] = (
             attended.reshape(hkv, group, m, hd).transpose(2, 0, 1, 3).reshape(m, hq, hd)
         )  # [Hkv, G, m, hd] -> [m, Hq, hd]
@@ -364,8 +491,8 @@ def prefill(
     params: `build_params`' weights with "plan", the model's `ComputePlan` (`Model` sets it).
     segments: (slot, start, n) per sequence, in the order of `tokens`: its n tokens go to cache
     slot `slot` at positions start..start+n-1 (slots distinct). keys, values [L, S, Hkv, T, hd]
-    (updated); tokens int [N], N = sum of the n; cos, sin [> every start + n, hd/2]
-    -> final hidden states [N, d] (after the last RMSNorm)
+    (updated); tokens int [N], N = sum of the n; cos, sin [K, > every start + n, hd/2]
+    (`rope_tables`) -> final hidden states [N, d] (after the last RMSNorm)
 
     The projections and the MLP are one GEMM over all N tokens, so short prompts share one
     read of the weights; attention is one ragged kernel call per layer over the short segments
@@ -373,14 +500,17 @@ def prefill(
     (`attention_prefill`).
     """
     plan = plan_prefill(segments, params["plan"].positional_attention)
-    x = params["embed"][tokens]  # [N] -> [N, d]
-    cos, sin = cos[plan.positions, None, :], sin[plan.positions, None, :]  # [N, 1, hd/2]
+    x = embed(params, config, tokens)  # [N] -> [N, d]
+    cos, sin = cos[:, plan.positions, None, :], sin[:, plan.positions, None, :]  # [K, N, 1, hd/2]
     for layer, layer_keys, layer_values in zip(params["layers"], keys, values, strict=True):
-        q, k, v = project_qkv(x, layer, config, cos, sin)  # [N, d] -> [N, Hq|Hkv, hd]
-        attended = attention_prefill(q, k, v, layer_keys, layer_values, plan)  # [N, Hq hd]
-        x += linear(attended, layer, "w_o")  # [N, Hq hd] -> [N, d]
+        kind = layer["rope"]
+        q, k, v = project_qkv(x, layer, config, cos[kind], sin[kind])  # [N, d] -> [N, Hq|Hkv, hd]
+        attended = attention_prefill(
+            q, k, v, layer_keys, layer_values, plan, layer["window"], config.attention_scale
+        )  # [N, Hq hd]
+        x += project_out(attended, layer, config)  # [N, Hq hd] -> [N, d]
         h = rms_norm(x, layer["mlp_norm"], config.rms_norm_eps)  # [N, d] -> [N, d]
-        x += mlp(h, layer)  # [N, d] -> [N, d]
+        x += mlp(h, layer, config)  # [N, d] -> [N, d]
     return rms_norm(x, params["norm"], config.rms_norm_eps)  # [N, d] -> [N, d]
 
 
@@ -398,7 +528,8 @@ def decode(
     """One decode step: token b goes to cache slot slots[b] at position positions[b].
 
     keys, values [L, S, Hkv, T, hd] (updated); slots, positions, tokens int [B] (slots
-    distinct); cos, sin [> max(positions), hd/2] -> final hidden states [B, d]
+    distinct); cos, sin [K, > max(positions), hd/2] (`rope_tables`) -> final hidden states
+    [B, d]
 
     Each slot's positions up to its own are read, nothing else. The steps are `prefill`'s
     with the small ones fused, for the few rows of decode, where each call's overhead is
@@ -412,24 +543,38 @@ def decode(
     positions = np.asarray(positions, dtype=np.int64)
     segments = decode_segments(slots, positions)  # [B, 4]
     hq, hd, eps = config.num_attention_heads, config.head_dim, config.rms_norm_eps
-    scale = np.float32(hd**-0.5)
-    x = params["embed"][tokens]  # [B] -> [B, d]
+    scale = np.float32(config.attention_scale)
+    x = embed(params, config, tokens)  # [B] -> [B, d]
     h = rms_norm(x, params["layers"][0]["attn_norm"], eps)  # [B, d] -> [B, d]
     norms = [layer["attn_norm"] for layer in params["layers"][1:]] + [params["norm"]]
     for layer, layer_keys, layer_values, next_norm in zip(
         params["layers"], keys, values, norms, strict=True
     ):
         qkv = linear(h, layer, "w_qkv")  # [B, d] -> [B, (Hq + 2 Hkv) hd]
+        qkv = qkv_extras(qkv, layer, config)
         q = np.empty((len(slots), hq, hd), np.float32)  # RoPE'd, scaled; k, v into the cache
+        kind = layer["rope"]
         attention_kernels.rope_store(
-            qkv, cos, sin, hq, scale, layer_keys, layer_values, slots, positions, q
+            qkv, cos[kind], sin[kind], hq, scale, layer_keys, layer_values, slots, positions, q
         )
         attended = np.empty(q.shape, np.float32)
-        attention_kernels.ragged_attention(q, layer_keys, layer_values, segments, attended)
-        o = linear(attended.reshape(len(slots), -1), layer, "w_o")  # [B, Hq hd] -> [B, d]
+        attention_kernels.ragged_attention(
+            q, layer_keys, layer_values, segments, attended, layer["window"]
+        )
+        o = project_out(attended.reshape(len(slots), -1), layer, config)  # [B, Hq hd] -> [B, d]
         h = layer_kernels.add_rms_norm(x, o, layer["mlp_norm"], eps, np.empty_like(x))
-        h = layer_kernels.add_rms_norm(x, mlp(h, layer), next_norm, eps, np.empty_like(x))
+        h = layer_kernels.add_rms_norm(x, mlp(h, layer, config), next_norm, eps, np.empty_like(x))
     return h  # x after the last layer, through the final RMSNorm: [B, d]
+
+
+def embed(params: dict, config: LlamaConfig, tokens: np.ndarray) -> np.ndarray:
+    """The tokens' embeddings, times `config.embed_scale` (as float32, Gemma's sqrt(d), as
+    transformers' `Gemma3TextScaledWordEmbedding`) when it is set.  int [N] -> [N, d] (a new
+    array)"""
+    x = params["embed"][tokens]  # [N] -> [N, d]
+    if config.embed_scale is not None:
+        x *= np.float32(config.embed_scale)
+    return x
 
 
 MASKED_HEAD_MAX = 256
@@ -459,6 +604,9 @@ def lm_head(params: dict, hidden: np.ndarray, allowed=None) -> np.ndarray:
     same as a whole row's at batch 1 on float32 activations, within the usual rounding of
     passes of other sizes); otherwise it is the float32 rows' dot product.
 
+    With `params["logit_softcap"]` c set (Gemma's `final_logit_softcapping`), every logit z
+    computed becomes c tanh(z / c) (the -inf of a masked head stay -inf).
+
     Raises:
         ValueError: `allowed` has not one entry a row, or an id outside 0..V-1.
     """
@@ -485,17 +633,28 @@ def lm_head(params: dict, hidden: np.ndarray, allowed=None) -> np.ndarray:
         if blocks is not None:
             chosen = np.empty(len(ids), np.float32)
             quant_kernels.q8_0_chosen_rows(hidden[i], ids, blocks.scales, blocks.quants, chosen)
-            out[i, ids] = chosen
         else:
-            out[i, ids] = rows[ids] @ hidden[i]  # [n, d] x [d] -> [n]
+            chosen = rows[ids] @ hidden[i]  # [n, d] x [d] -> [n]
+        out[i, ids] = softcap(chosen, params.get("logit_softcap"))
     return out
+
+
+def softcap(logits: np.ndarray, cap: float | None) -> np.ndarray:
+    """cap tanh(logits / cap) in float32 (Gemma's softcapping), or `logits` itself when cap is
+    None.  [...] -> [...]"""
+    if cap is None:
+        return logits
+    cap = np.float32(cap)
+    return np.tanh(logits / cap) * cap
 
 
 def _whole_head(params: dict, hidden: np.ndarray) -> np.ndarray:
     """Every logit of each row (`lm_head` without `allowed`).  [N, d] -> [N, V] float32"""
     blocks = params.get("lm_head_blocks")
     if blocks is not None and blocks.takes(hidden.shape[0]):
-        return blocks.matmul(hidden, HEAD_ACTIVATION_PARTS)
-    if hidden.shape[0] == 1:
-        return (params["lm_head_rows"] @ hidden[0])[None, :]  # [V, d] x [d] -> [1, V]
-    return hidden @ params["lm_head"]  # [N, d] -> [N, V]
+        logits = blocks.matmul(hidden, HEAD_ACTIVATION_PARTS)
+    elif hidden.shape[0] == 1:
+        logits = (params["lm_head_rows"] @ hidden[0])[None, :]  # [V, d] x [d] -> [1, V]
+    else:
+        logits = hidden @ params["lm_head"]  # [N, d] -> [N, V]
+    return softcap(logits, params.get("logit_softcap"))

@@ -77,7 +77,7 @@ class Model:
         if eos_token is not None and tokenizer.token_id(eos_token) is not None:
             eos.add(tokenizer.token_id(eos_token))
         self.eos_ids = tuple(sorted(eos))
-        self._cos = self._sin = np.zeros((0, config.head_dim // 2), np.float32)
+        self._cos = self._sin = np.zeros((1, 0, config.head_dim // 2), np.float32)
 
     @property
     def kv_dtype(self) -> type:
@@ -328,12 +328,10 @@ class Model:
             raise CacheError(f"token ids must be within 0..{self.vocab_size - 1}")
 
     def _rope(self, n_positions: int) -> tuple[np.ndarray, np.ndarray]:
-        """cos, sin [>= n_positions, hd/2], grown (doubling) on demand."""
-        if len(self._cos) < n_positions:
-            size = max(n_positions, 2 * len(self._cos), 1024)
-            self._cos, self._sin = llama.rope_tables(
-                self.config.rope_theta, self.config.head_dim, size
-            )
+        """cos, sin [K, >= n_positions, hd/2] (`llama.rope_tables`), grown (doubling) on demand."""
+        if self._cos.shape[1] < n_positions:
+            size = max(n_positions, 2 * self._cos.shape[1], 1024)
+            self._cos, self._sin = llama.rope_tables(self.config, size)
         return self._cos, self._sin
 
 

@@ -61,7 +61,10 @@ def cache_dir() -> Path:
 
 
 def expected_shapes(config: LlamaConfig) -> dict[str, tuple[int, ...]]:
-    """Every tensor a Llama checkpoint must hold, by Hugging Face name -> shape ([out, in])."""
+    """Every tensor a checkpoint of the Llama family must hold, by Hugging Face name -> shape
+    ([out, in]): Llama's, plus the q/k/v biases (`attention_bias`), the output projection's
+    (`attention_out_bias`), the per-head q/k norms (`qk_norm`) and Gemma 3's norms before and
+    after the MLP (`post_norms`; its `post_attention_layernorm` then follows the attention)."""
     d, f, hd = config.hidden_size, config.intermediate_size, config.head_dim
     q, kv = config.num_attention_heads * hd, config.num_key_value_heads * hd
     shapes = {"model.embed_tokens.weight": (config.vocab_size, d), "model.norm.weight": (d,)}
@@ -80,6 +83,18 @@ def expected_shapes(config: LlamaConfig) -> dict[str, tuple[int, ...]]:
             p + "mlp.up_proj.weight": (f, d),
             p + "mlp.down_proj.weight": (d, f),
         }
+        if config.attention_bias:
+            biases = {"q": q, "k": kv, "v": kv}
+            shapes |= {p + f"self_attn.{x}_proj.bias": (n,) for x, n in biases.items()}
+        if config.attention_out_bias:
+            shapes[p + "self_attn.o_proj.bias"] = (d,)
+        if config.qk_norm:
+            shapes |= {p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,)}
+        if config.post_norms:
+            shapes |= {
+                p + "pre_feedforward_layernorm.weight": (d,),
+                p + "post_feedforward_layernorm.weight": (d,),
+            }
     return shapes
 
 

@@ -68,11 +68,12 @@ _SOFTMAX_ROWS = 16  # rows of `causal_softmax_` per parallel task
 
 
 @numba.njit(cache=True, parallel=True, fastmath=_FASTMATH)
-def causal_softmax_(scores, first, n):  # pragma: no cover - compiled
+def causal_softmax_(scores, first, n, window=0):  # pragma: no cover - compiled
     """The causal softmax of a prompt block's scores, in place: row r of each head is query
-    i = r % n, at position first + i, which sees positions 0..first + i; its scores there become
-    their softmax (`_softmax_`'s polynomial exp), the others 0. What the textbook writes as
-    `softmax(scores + causal bias)`, without forming the bias or any exp of -inf.
+    i = r % n, at position first + i, which sees positions 0..first + i (with a sliding
+    `window` w > 0, only the last w of them: first + i - w + 1..first + i); its scores there
+    become their softmax (`_softmax_`'s polynomial exp), the others 0. What the textbook writes
+    as `softmax(scores + causal bias)`, without forming the bias or any exp of -inf.
     O(H R T), parallel over tasks of `_SOFTMAX_ROWS` rows.
 
     scores float32 [H, R, T], C-contiguous, R a multiple of n (the G query heads of a key/value
@@ -86,7 +87,9 @@ def causal_softmax_(scores, first, n):  # pragma: no cover - compiled
         lanes = np.empty(_LANES, np.float32)
         for row in range(task * _SOFTMAX_ROWS, min((task + 1) * _SOFTMAX_ROWS, heads * n_rows)):
             seen = first + row % n_rows % n + 1
-            _softmax_(flat[row, :seen], lanes)
+            low = max(0, seen - window) if window > 0 else 0
+            _softmax_(flat[row, low:seen], lanes)
+            flat[row, :low] = 0.0
             flat[row, seen:] = 0.0
 
 
@@ -360,9 +363,10 @@ def _axpy4(acc, r, rows, t, w0, w1, w2, w3, width):  # pragma: no cover - compil
 
 
 @numba.njit(cache=True, fastmath=_FASTMATH)
-def _attend(q, keys, values, slot, start, first, n, head, out):  # pragma: no cover - compiled
+def _attend(q, keys, values, slot, start, first, n, head, out, window):  # pragma: no cover
     """One task of `ragged_attention`: the G query heads of key/value head `head` of the n rows
-    first..first+n-1, row first + j over positions 0..start+j of slot `slot`.
+    first..first+n-1, row first + j over positions 0..start+j of slot `slot` (the last
+    `window` of them when window > 0).
     O(G n (start + n) hd)
 
     The task's R = G n query rows are copied into one `[R, hd]` block; row r = j G + g is query
@@ -375,7 +379,10 @@ def _attend(q, keys, values, slot, start, first, n, head, out):  # pragma: no co
     scores past a row's own position are zeroed after the softmax, so a row's output depends
     on no key past its position (the values there, the segment's own new tokens, are
     multiplied by zero). The sums run in the same order whatever the other tasks of the call:
-    a row's output does not depend on how its batch is made up.
+    a row's output does not depend on how its batch is made up. With a sliding window the
+    loops over keys and values start at the block of 16 holding the first row's first key
+    (the blocks before it would add exact zeros), and a row's scores before its window are
+    zeroed with those past its position.
     """
     group = q.shape[1] // keys.shape[1]
     width = q.shape[2]
@@ -392,8 +399,9 @@ def _attend(q, keys, values, slot, start, first, n, head, out):  # pragma: no co
     key_run = key_rows.reshape(-1)  # [T hd], for the prefetches
     value_run = value_rows.reshape(-1)
     scores = np.empty(n_rows * length, np.float32)  # row r's at r length ..
+    origin = max(0, start - window + 1) // _BLOCK * _BLOCK if window > 0 else 0
     if width == 64:  # each score made as the row's own position alone decides
-        t = 0
+        t = origin
         while t + _BLOCK <= length:  # keys t..t+15, for every row that sees all 16
             for r in range(max(0, t + _BLOCK - 1 - start) * group, n_rows):
                 _scores16(queries, r * 64, key_run, t * 64, scores, r * length + t)
@@ -415,7 +423,7 @@ def _attend(q, keys, values, slot, start, first, n, head, out):  # pragma: no co
                 u += 1
         t = length  # nothing left for the general path below
     else:
-        t = 0
+        t = origin
     while t + 4 <= length:  # keys t..t+3, each read once for every row that sees t
         for u in range(t, t + 4):
             _prefetch_row(key_run, value_run, u + _PREFETCH_ROWS, length, width)
@@ -439,13 +447,15 @@ def _attend(q, keys, values, slot, start, first, n, head, out):  # pragma: no co
     lanes = np.empty(_LANES, np.float32)
     for r in range(n_rows):
         seen = start + r // group + 1
+        low = max(0, seen - window) if window > 0 else 0
         row = scores[r * length : (r + 1) * length]
-        _softmax_(row[:seen], lanes)
+        _softmax_(row[low:seen], lanes)
+        row[:low] = 0.0
         row[seen:] = 0.0
     attended = np.zeros((n_rows, width), np.float32)  # local: no aliasing with `values`
     end = length * width
     if width == 64:  # as the scores: blocks of 16 a row sees whole, then its own last ones
-        t = 0
+        t = origin
         while t + _BLOCK <= length:
             for r in range(max(0, t + _BLOCK - 1 - start) * group, n_rows):
                 _weighted16(attended, r * 64, scores, r * length + t, value_run, t * 64)
@@ -465,7 +475,7 @@ def _attend(q, keys, values, slot, start, first, n, head, out):  # pragma: no co
                 u += 1
         t = length
     else:
-        t = 0
+        t = origin
     while t + 4 <= length:  # values t..t+3, each read once for every row that sees t
         ahead = (t + _PREFETCH_ROWS) * width
         if ahead + 4 * width <= end:
@@ -579,13 +589,20 @@ def _rope_store_token(
 
 
 def ragged_attention(
-    q: np.ndarray, keys: np.ndarray, values: np.ndarray, segments: np.ndarray, out: np.ndarray
+    q: np.ndarray,
+    keys: np.ndarray,
+    values: np.ndarray,
+    segments: np.ndarray,
+    out: np.ndarray,
+    window: int = 0,
 ) -> np.ndarray:
     """Causal attention of the query rows of ragged segments, each over its own cache slot.
 
     Segment (slot, start, first, n) is n rows, first..first+n-1, of one sequence whose tokens
     sit at positions start..start+n-1 of slot `slot`: for each such row r = first + j and query
     head h, out[r, h] = softmax(q[r, h] . keys[slot, h // G, :start+j+1]) values[same].
+    With a sliding `window` w > 0 a row sees only its last w positions, start+j-w+1..start+j
+    (Mistral's and Gemma's sliding-window layers; 0, the default, changes nothing).
     Rows of no segment are left as they were. A decode step is B segments of n = 1.
     O(Hq hd sum of n (start + n)), parallel over the (segment, key/value head) pairs, taken by
     Numba's threads one at a time as they free up (a thread that shares its core with another
@@ -602,13 +619,12 @@ def ragged_attention(
     """
     keys, values = cache_bits(keys), cache_bits(values)
     claimed = np.zeros(1, np.int64)  # the first task not taken yet
-    return _ragged_attention(
-        q, keys, values, segments, out, claimed, numba.config.NUMBA_NUM_THREADS
-    )
+    workers = numba.config.NUMBA_NUM_THREADS
+    return _ragged_attention(q, keys, values, segments, out, claimed, workers, int(window))
 
 
 @numba.njit(cache=True, parallel=True, fastmath=_FASTMATH)
-def _ragged_attention(q, keys, values, segments, out, claimed, workers):  # pragma: no cover
+def _ragged_attention(q, keys, values, segments, out, claimed, workers, window):  # pragma: no cover
     """`ragged_attention`'s parallel loop over the (segment, key/value head) pairs, taken one
     at a time from the counter `claimed` (int64 [1], 0: `kernels.claim`) by `workers` loops
     (Numba's thread count at most: loops beyond the threads in use find nothing left; asking
@@ -620,6 +636,6 @@ def _ragged_attention(q, keys, values, segments, out, claimed, workers):  # prag
         while task < n_tasks:
             segment, head = task // kv_heads, task % kv_heads
             slot, start, first, n = segments[segment]
-            _attend(q, keys, values, slot, start, first, n, head, out)
+            _attend(q, keys, values, slot, start, first, n, head, out, window)
             task = claim(claimed)
     return out

@@ -80,7 +80,7 @@ def test_malformed_json_is_named(folder, name):
     "overrides, found",
     [
         ({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}, "gpt2"),
-        ({"model_type": "mistral", "architectures": ["MistralForCausalLM"]}, "mistral"),
+        ({"model_type": "phi3", "architectures": ["Phi3ForCausalLM"]}, "phi3"),
     ],
 )
 def test_a_config_of_another_architecture_is_refused(folder, overrides, found, tiny):
@@ -91,9 +91,9 @@ def test_a_config_of_another_architecture_is_refused(folder, overrides, found, t
 
 
 def test_rope_scaling_is_refused_not_ignored(folder, tiny):
-    config = tiny.config(rope_scaling={"rope_type": "llama3", "factor": 8.0})
+    config = tiny.config(rope_scaling={"rope_type": "yarn", "factor": 8.0})
     (folder / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ModelLoadError, match="RoPE scaling 'llama3'"):
+    with pytest.raises(ModelLoadError, match="RoPE scaling 'yarn'"):
         load_model(folder)
 
 
