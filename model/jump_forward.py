@@ -25,6 +25,11 @@ before an incomplete UTF-8 character at either end (a tokenizer reads text, not 
 is committed is checked to spell exactly the forced bytes it stands for, in text tokens of the
 vocabulary; otherwise nothing is committed.
 
+A special token spelled by its symbol (`Vocabulary.with_special_symbols`, docs/special-tokens.md)
+is committed as its id, never as text: the text before it is tokenized alone and whole (a special
+token ends a pre-token, as the tokenizer splits added tokens first), then the special id, then the
+text after it by the rules above.
+
 A tokenizer without a `tokenizers` backend (only `encode(text) -> ids`, as the engine's test
 stand-ins have) commits every token but the last: exact for a byte-level tokenizer without
 merges, and the rule to replace for any other.
@@ -35,6 +40,7 @@ from __future__ import annotations
 import functools
 import weakref
 
+from corral.automata.special import SYMBOL_LENGTH, SYMBOL_MARKER
 from corral.kernels import Constraint, TokenIndex, Vocabulary
 
 CACHE_SIZE = 4096
@@ -123,6 +129,40 @@ class ForcedTokenizer:
         return states[constraint.state]
 
     def _tokens(self, forced: bytes, follow: bytes | None) -> tuple[int, ...]:
+        at = forced.find(SYMBOL_MARKER) if self.vocabulary.special_texts else -1
+        if at < 0:
+            return self._text_tokens(forced, follow)
+        head, symbol = forced[:at], forced[at : at + SYMBOL_LENGTH]
+        ids = self._text_before_special(head) if head else ()
+        digits = symbol[1:]
+        if (
+            len(symbol) < SYMBOL_LENGTH
+            or not digits.isdigit()
+            or sum(map(len, self._spelled(ids))) != at
+        ):
+            return ids  # a symbol cut short (two specials still possible), or head left open
+        special = int(digits)
+        if special not in self.vocabulary.special_texts:
+            return ids
+        return (*ids, special, *self._tokens(forced[at + SYMBOL_LENGTH :], follow))
+
+    def _spelled(self, ids: tuple[int, ...]) -> list[bytes]:
+        return [self.vocabulary.tokens[t] or b"" for t in ids]
+
+    def _text_before_special(self, head: bytes) -> tuple[int, ...]:
+        """The tokens of `head`, text right before a special token: all of them when the
+        tokenizer's tokens of the whole text spell it exactly, else `_text_tokens`' prefix."""
+        text = _complete_characters(head)
+        if text and len(text.encode("utf-8")) == len(head):
+            if self._backend is not None:
+                ids = self._backend.encode(text, add_special_tokens=False).ids
+            else:
+                ids = list(self.tokenizer.encode(text))
+            if b"".join(self._spelled(tuple(ids))) == head and all(self._spelled(tuple(ids))):
+                return tuple(int(t) for t in ids)
+        return self._text_tokens(head, b"")
+
+    def _text_tokens(self, forced: bytes, follow: bytes | None) -> tuple[int, ...]:
         text = _complete_characters(forced)
         if not text:
             return ()
