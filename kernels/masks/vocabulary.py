@@ -66,7 +66,9 @@ class Vocabulary:
         for t, text in self.special_texts.items():
             if not 0 <= t < self.size or t in self.eos_ids:
                 raise VocabularyError(f"special token {t} is not a non-EOS id of the vocabulary")
-            if not isinstance(text, bytes) or self.tokens[t] != special_symbol(t):
+            if not isinstance(text, bytes):
+                raise VocabularyError(f"the text of special token {t} must be bytes")
+            if self.tokens[t] != special_symbol(t):
                 raise VocabularyError(f"special token {t} must be spelled by its symbol")
         marker = bytes([SYMBOL_MARKER])
         for t, data in enumerate(self.tokens):
@@ -89,8 +91,9 @@ class Vocabulary:
             no sequence of text tokens spells a symbol; other tokens and EOS as they were.
 
         Raises:
-            VocabularyError: an id out of range, an EOS id, or a token that is not special,
-                naming the id; ValueError from `special_symbol` for an id above its limit.
+            VocabularyError: an id out of range, an EOS id, a token that is not special, or a
+                text that is not str or bytes, naming the id.
+            ValueError: an id above `MAX_SYMBOL_ID` (`special_symbol`).
         """
         texts = dict(self.special_texts)
         for t, text in specials.items():
@@ -103,7 +106,9 @@ class Vocabulary:
                 raise VocabularyError(
                     f"token {t} is a text token ({self.tokens[t]!r}), not special"
                 )
-            texts[t] = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+            if not isinstance(text, str | bytes):
+                raise VocabularyError(f"the text of special token {t} is not str or bytes")
+            texts[t] = text.encode("utf-8") if isinstance(text, str) else text
         marker = bytes([SYMBOL_MARKER])
         tokens = [None if data and marker in data else data for data in self.tokens]
         for t in texts:

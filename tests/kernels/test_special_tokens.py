@@ -161,6 +161,10 @@ def test_with_special_symbols_refusals():
         plain.with_special_symbols({20: "</s>"})
     with pytest.raises(VocabularyError, match="special token 21 is outside"):
         plain.with_special_symbols({21: "x"})
+    with pytest.raises(VocabularyError, match="text of special token 19 is not str or bytes"):
+        plain.with_special_symbols({19: 5})
+    with pytest.raises(VocabularyError, match="text of special token 5 must be bytes"):
+        Vocabulary(vocabulary.tokens, (), {5: "<|python_tag|>"})
     again = vocabulary.with_special_symbols({PYTHON_TAG: "<|python_tag|>", 19: "[TOOL_CALLS]"})
     assert again.special_texts == {PYTHON_TAG: b"<|python_tag|>", 19: b"[TOOL_CALLS]"}
     with pytest.raises(VocabularyError, match="text token 16 holds byte 0xFF"):
