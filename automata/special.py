@@ -78,6 +78,15 @@ def split_symbols(data: bytes) -> list[bytes | int]:
     return out
 
 
+def complete_symbols_length(data: bytes) -> int:
+    """The length of the longest prefix of `data` that does not end inside a symbol: `len(data)`
+    unless a 0xFF in its last `SYMBOL_LENGTH - 1` bytes starts a symbol not yet whole. A
+    streaming parser splits that prefix (`split_symbols`) and keeps the rest for the next
+    chunk. O(SYMBOL_LENGTH)."""
+    at = data.find(SYMBOL_MARKER, max(0, len(data) - SYMBOL_LENGTH + 1))
+    return len(data) if at < 0 else at
+
+
 def read_token_reference(
     text: str, pos: int, token_id_of: Mapping[str, int] | Callable[[str], int | None]
 ) -> tuple[int, int]:

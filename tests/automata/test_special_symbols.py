@@ -12,6 +12,7 @@ from corral.automata.errors import ConstrainError, PatternError
 from corral.automata.special import (
     MAX_SYMBOL_ID,
     SYMBOL_LENGTH,
+    complete_symbols_length,
     read_token_reference,
     special_symbol,
     special_token,
@@ -108,3 +109,35 @@ def test_symbol_tree_is_the_symbol():
     dfa = tree_to_dfa(special_token(123))
     assert dfa.accept[dfa.step(0, special_symbol(123))]
     assert np.count_nonzero(dfa.trans[0] >= 0) == 1
+
+
+def merged(pieces: list[bytes | int]) -> list[bytes | int]:
+    """Adjacent text runs joined, empty ones dropped."""
+    out: list[bytes | int] = []
+    for piece in pieces:
+        if isinstance(piece, bytes) and out and isinstance(out[-1], bytes):
+            out[-1] += piece
+        elif piece != b"":
+            out.append(piece)
+    return out
+
+
+@SETTINGS
+@given(
+    pieces=st.lists(st.text(max_size=4).map(str.encode) | st.integers(0, MAX_SYMBOL_ID)),
+    cuts=st.lists(st.integers(0, 200), max_size=6),
+)
+def test_streamed_symbols_split_as_the_whole(pieces, cuts):
+    """Text and symbols cut into chunks anywhere: splitting each chunk's complete prefix and
+    carrying the rest gives the pieces of the whole."""
+    data = b"".join(special_symbol(p) if isinstance(p, int) else p for p in pieces)
+    assert split_symbols(data) == merged(pieces)
+    out: list[bytes | int] = []
+    held = b""
+    bounds = sorted({0, len(data), *(c for c in cuts if c <= len(data))})
+    for lo, hi in zip(bounds, bounds[1:], strict=False):
+        held += data[lo:hi]
+        n = complete_symbols_length(held)
+        out += split_symbols(held[:n])
+        held = held[n:]
+    assert held == b"" and merged(out) == merged(pieces)

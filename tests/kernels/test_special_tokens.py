@@ -9,9 +9,10 @@ from __future__ import annotations
 import pytest
 from corral.automata import json_object_tree, parse, tree_to_dfa
 from corral.automata.errors import ConstrainError
+from corral.automata.lazy import LazyDfa
 from corral.automata.special import special_symbol, special_token
 from corral.automata.tree import Alt, Concat, Repeat, literal_bytes
-from corral.kernels import TokenIndex, Vocabulary
+from corral.kernels import LazyTokenIndex, TokenIndex, Vocabulary
 from corral.kernels.errors import VocabularyError
 from hypothesis import assume, given
 from hypothesis import strategies as st
@@ -122,6 +123,30 @@ def test_python_tag_then_json_allows_the_tag_at_the_start_only():
     assert state >= 0 and index.allowed(state).tolist() == [6, 14]  # `{`, `{"`
     # the plain vocabulary never allows the special token, and byte tokens would forge its symbol
     assert TokenIndex(dfa, plain).allowed(0).tolist() == [16, 17]
+
+
+@SETTINGS
+@given(data=st.data(), pair=vocabularies_with_specials())
+def test_lazy_masks_with_symbols_equal_eager_masks(data, pair):
+    """A `LazyTokenIndex` over the tree's `LazyDfa` gives the eager index's masks along random
+    walks of allowed tokens (the two number their states differently)."""
+    plain, specials = pair
+    vocabulary = plain.with_special_symbols(specials)
+    tree = language_tree(data.draw, [*specials, plain.size])
+    try:
+        eager = TokenIndex(tree_to_dfa(tree), vocabulary)
+    except ConstrainError:
+        assume(False)
+    lazy = LazyTokenIndex(LazyDfa(tree), vocabulary)
+    state, lazy_state = 0, 0
+    for _ in range(6):
+        allowed = eager.allowed(state).tolist()
+        assert lazy.allowed(lazy_state).tolist() == allowed
+        text = [t for t in allowed if t not in vocabulary.eos_ids]
+        if not text:
+            break
+        token = data.draw(st.sampled_from(text))
+        state, lazy_state = eager.next_state(state, token), lazy.next_state(lazy_state, token)
 
 
 def test_optional_special_token_and_text_alternative():
