@@ -132,33 +132,26 @@ class ForcedTokenizer:
         at = forced.find(SYMBOL_MARKER) if self.vocabulary.special_texts else -1
         if at < 0:
             return self._text_tokens(forced, follow)
-        head, symbol = forced[:at], forced[at : at + SYMBOL_LENGTH]
-        ids = self._text_before_special(head) if head else ()
-        digits = symbol[1:]
-        if (
-            len(symbol) < SYMBOL_LENGTH
-            or not digits.isdigit()
-            or sum(map(len, self._spelled(ids))) != at
-        ):
-            return ids  # a symbol cut short (two specials still possible), or head left open
-        special = int(digits)
-        if special not in self.vocabulary.special_texts:
+        ids = self._text_before_special(forced[:at]) if at else ()
+        digits = forced[at + 1 : at + SYMBOL_LENGTH]
+        whole = len(digits) == SYMBOL_LENGTH - 1 and digits.isdigit()
+        if len(self.vocabulary.decode(ids)) < at or not whole:
+            return ids  # the text before is left open, or a symbol cut short (several possible)
+        if int(digits) not in self.vocabulary.special_texts:
             return ids
-        return (*ids, special, *self._tokens(forced[at + SYMBOL_LENGTH :], follow))
-
-    def _spelled(self, ids: tuple[int, ...]) -> list[bytes]:
-        return [self.vocabulary.tokens[t] or b"" for t in ids]
+        return (*ids, int(digits), *self._tokens(forced[at + SYMBOL_LENGTH :], follow))
 
     def _text_before_special(self, head: bytes) -> tuple[int, ...]:
-        """The tokens of `head`, text right before a special token: all of them when the
-        tokenizer's tokens of the whole text spell it exactly, else `_text_tokens`' prefix."""
+        """The tokens of `head`, text right before a special token: the tokenizer's tokens of
+        the whole of it when they are text tokens spelling it exactly, else `_text_tokens`'."""
         text = _complete_characters(head)
         if text and len(text.encode("utf-8")) == len(head):
             if self._backend is not None:
                 ids = self._backend.encode(text, add_special_tokens=False).ids
             else:
                 ids = list(self.tokenizer.encode(text))
-            if b"".join(self._spelled(tuple(ids))) == head and all(self._spelled(tuple(ids))):
+            pieces = [self.vocabulary.tokens[t] for t in ids]
+            if all(pieces) and b"".join(pieces) == head:
                 return tuple(int(t) for t in ids)
         return self._text_tokens(head, b"")
 
