@@ -282,16 +282,19 @@ class _Parser:
             low, high = {"?": (0, 1), "*": (0, None), "+": (1, None)}[tok[1]]
             return Rep(atom, low, high)
         if self.is_op("~"):
+            pos = self.peek()[2]
             self.i += 1
             low = high = int(self.take("number")[1])
             if self.is_op(".."):
                 self.i += 1
                 high = int(self.take("number")[1])
             if high < low:
-                raise self.error(f"repetition ~ {low}..{high}: the maximum is below the minimum")
+                raise self.error(
+                    f"repetition ~ {low}..{high}: the maximum is below the minimum", pos
+                )
             if high > self.limits.max_repetition:
                 raise self.error(
-                    f"repetition bound above max_repetition={self.limits.max_repetition}"
+                    f"repetition bound above max_repetition={self.limits.max_repetition}", pos
                 )
             return Rep(atom, low, high)
         return atom
