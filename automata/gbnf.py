@@ -15,7 +15,7 @@ refuses it), and anything malformed.
 
 from __future__ import annotations
 
-from corral.automata.errors import GrammarError
+from corral.automata.errors import GrammarError, PatternTooLongError
 from corral.automata.grammar_tree import (
     Choice,
     CompiledGrammar,
@@ -28,6 +28,7 @@ from corral.automata.grammar_tree import (
     left_recursive_rule,
 )
 from corral.automata.limits import DEFAULT_LIMITS, Limits
+from corral.automata.parse import MAX_GROUP_DEPTH
 from corral.automata.tree import literal_bytes
 from corral.automata.utf8 import MAX_SCALAR, complement, ranges_to_tree
 
@@ -45,6 +46,7 @@ class _Parser:
         self.text = text
         self.pos = 0
         self.limits = limits
+        self.depth = 0  # groups open
 
     def where(self, pos: int | None = None) -> tuple[int, int]:
         pos = self.pos if pos is None else pos
@@ -129,9 +131,13 @@ class _Parser:
                 self.pos += 1
                 item = Leaf(ANY_CHAR)
             elif c == "(":
+                self.depth += 1
+                if self.depth > MAX_GROUP_DEPTH:
+                    raise self.error(f"groups nested deeper than {MAX_GROUP_DEPTH}")
                 self.pos += 1
                 self.space(True)
                 body = self.alternatives(nested=True)
+                self.depth -= 1
                 if self.peek() != ")":
                     raise self.error("expected ')'", start if not self.peek() else None)
                 self.pos += 1
@@ -253,12 +259,20 @@ def parse_gbnf(text: str, limits: Limits | None = None) -> Grammar:
 
     Raises:
         TypeError: `text` is not a str.
+        PatternTooLongError: `text` is longer than `limits.max_pattern_length` characters.
         GrammarError: a syntax error, a refused construct, an undefined rule or left recursion,
             with its 1-based line and column (and `.rule` for a rule at fault).
     """
     if not isinstance(text, str):
         raise TypeError(f"a GBNF grammar is a str, not {type(text).__name__}")
-    grammar = _Parser(text, limits or DEFAULT_LIMITS).grammar()
+    limits = limits or DEFAULT_LIMITS
+    if len(text) > limits.max_pattern_length:
+        raise PatternTooLongError(
+            "max_pattern_length",
+            limits.max_pattern_length,
+            f"the grammar has {len(text)} characters",
+        )
+    grammar = _Parser(text, limits).grammar()
     from corral.automata.grammar_tree import check_references
 
     check_references(grammar)

@@ -384,13 +384,26 @@ def unroll(grammar: Grammar, max_recursion: int, limits: Limits | None = None):
 
     Raises:
         GrammarError: undefined rule or missing start rule.
-        TooManyNfaStatesError: the unrolled tree has more than `limits.max_nfa_states` nodes.
+        TooManyNfaStatesError: the unrolled tree has more than `limits.max_nfa_states` nodes,
+            or nests deeper than Python's stack allows.
     """
     check_references(grammar)
-    unroller = _Unroller(grammar, max(1, max_recursion), limits or DEFAULT_LIMITS)
-    with deep_recursion():
-        tree = unroller.rule(grammar.start, {})
+    limits = limits or DEFAULT_LIMITS
+    unroller = _Unroller(grammar, max(1, max_recursion), limits)
+    try:
+        with deep_recursion():
+            tree = unroller.rule(grammar.start, {})
+    except RecursionError:
+        raise _too_deep(limits) from None
     return tree, tuple(sorted(unroller.cut))
+
+
+def _too_deep(limits: Limits) -> TooManyNfaStatesError:
+    """The error for a derivation nested deeper than Python's stack allows (`deep_recursion`):
+    counted as a state limit, so a recursive grammar is unrolled again shallower."""
+    return TooManyNfaStatesError(
+        "max_nfa_states", limits.max_nfa_states, "the grammar's rules nest too deep to build"
+    )
 
 
 def recursive_rules(grammar: Grammar) -> tuple[str, ...]:
@@ -398,6 +411,12 @@ def recursive_rules(grammar: Grammar) -> tuple[str, ...]:
     right-linear rewriting), sorted."""
     check_references(grammar)
     return tuple(sorted(_Unroller(grammar, 1, DEFAULT_LIMITS).recursive))
+
+
+def _names(rules: tuple[str, ...], most: int = 10) -> str:
+    """The rule names for a message, the first `most` and a count of the rest."""
+    shown = ", ".join(rules[:most])
+    return shown + (f" and {len(rules) - most} more" if len(rules) > most else "")
 
 
 _SHALLOWER = (TooManyNfaStatesError, TooManyDfaStatesError, SubsetWorkError)
@@ -428,14 +447,17 @@ def compile_grammar(
     for d in range(depth, 0, -1):
         try:
             tree, cut = unroll(grammar, d, limits)
-            dfa = tree_to_dfa(tree, limits)
+            try:
+                dfa = tree_to_dfa(tree, limits)
+            except RecursionError:
+                raise _too_deep(limits or DEFAULT_LIMITS) from None
         except _SHALLOWER as error:
             if not recursive:
                 raise
             first = first or error
             continue
         except EmptyLanguageError as error:
-            where = f" (recursion of {', '.join(cut)} cut at depth {d})" if cut else ""
+            where = f" (recursion of {_names(cut)} cut at depth {d})" if cut else ""
             raise EmptyLanguageError(f"the grammar derives no string{where}") from error
         return CompiledGrammar(dfa, d, cut)
     assert first is not None
@@ -443,6 +465,6 @@ def compile_grammar(
         first.limit,
         first.value,
         f"the grammar passes a state limit even with its recursive rules "
-        f"({', '.join(recursive)}) unrolled 1 deep",
+        f"({_names(recursive)}) unrolled 1 deep",
         rules=recursive,
     ) from first

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 
-from corral.automata.errors import GrammarError, PatternError
+from corral.automata.errors import GrammarError, PatternError, PatternTooLongError
 from corral.automata.grammar_tree import (
     Choice,
     CompiledGrammar,
@@ -39,7 +39,7 @@ from corral.automata.grammar_tree import (
     references,
 )
 from corral.automata.limits import DEFAULT_LIMITS, Limits
-from corral.automata.parse import parse
+from corral.automata.parse import MAX_GROUP_DEPTH, parse
 from corral.automata.tree import literal_bytes
 from corral.automata.utf8 import MAX_SCALAR, ranges_to_tree
 
@@ -123,6 +123,7 @@ class _Parser:
         self.where: dict = {}
         self.ignored: list = []
         self.in_terminal = False
+        self.depth = 0  # groups open
 
     def where_of(self, pos: int) -> tuple[int, int]:
         return self.text.count("\n", 0, pos) + 1, pos - (self.text.rfind("\n", 0, pos) + 1) + 1
@@ -302,9 +303,13 @@ class _Parser:
     def atom(self):
         kind, value, pos = self.peek()
         if kind == "op" and value in ("(", "["):
+            self.depth += 1
+            if self.depth > MAX_GROUP_DEPTH:
+                raise self.error(f"groups nested deeper than {MAX_GROUP_DEPTH}")
             self.i += 1
             self.skip_newlines(True)
             body = self.expansions()
+            self.depth -= 1
             self.skip_newlines(True)
             self.take("op", ")" if value == "(" else "]")
             return body if value == "(" else Rep(body, 0, 1)
@@ -415,12 +420,20 @@ def parse_lark(text: str, limits: Limits | None = None) -> Grammar:
 
     Raises:
         TypeError: `text` is not a str.
+        PatternTooLongError: `text` is longer than `limits.max_pattern_length` characters.
         GrammarError: a syntax error, a refused construct or an undefined name, with its
             1-based line and column (and `.rule` for a name at fault).
     """
     if not isinstance(text, str):
         raise TypeError(f"a Lark grammar is a str, not {type(text).__name__}")
-    grammar = _Parser(text, limits or DEFAULT_LIMITS).grammar()
+    limits = limits or DEFAULT_LIMITS
+    if len(text) > limits.max_pattern_length:
+        raise PatternTooLongError(
+            "max_pattern_length",
+            limits.max_pattern_length,
+            f"the grammar has {len(text)} characters",
+        )
+    grammar = _Parser(text, limits).grammar()
     check_references(grammar)
     for name, body in grammar.rules.items():
         if _is_terminal(name):

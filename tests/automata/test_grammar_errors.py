@@ -19,6 +19,7 @@ from corral.automata import (
     GrammarError,
     GrammarTooLargeError,
     Limits,
+    PatternTooLongError,
     compile_grammar_text,
     grammar_to_dfa,
 )
@@ -140,3 +141,11 @@ def test_common_terminals_match_lark(name):
     drawn = samples(dfa, seed=len(name), n=30)
     for s in drawn + mutations(drawn, seed=1, per_text=5, alphabet='"\\ \n\t*/#-+.eE0_a'):
         assert dfa.matches(s.encode("utf-8")) == oracle.accepts(s), (name, s)
+
+
+def test_deep_or_long_grammars_are_refused_not_crashed():
+    for syntax, head in (("gbnf", "root ::= "), ("lark", "start: ")):
+        with pytest.raises(GrammarError, match="nested deeper than 200"):
+            compile_grammar_text(head + "(" * 300 + '"a"' + ")" * 300, syntax)
+    with pytest.raises(PatternTooLongError, match="max_pattern_length"):
+        compile_grammar_text("root ::= " + '"a" ' * 30_000)
