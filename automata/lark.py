@@ -87,9 +87,9 @@ _TOKEN = re.compile(
   | (?P<string>"(?:[^"\\\n]|\\.)*"i?)
   | (?P<regex>/(?!/)(?:[^/\\\n]|\\.)+/[a-z]*)
   | (?P<directive>%[a-z]+)
-  | (?P<name>[?!]?[A-Za-z_][A-Za-z_0-9]*)
+  | (?P<name>[A-Za-z_][A-Za-z_0-9]*)
   | (?P<number>[0-9]+)
-  | (?P<op>->|\.\.|[:|()\[\]?*+~,.{}])
+  | (?P<op>->|\.\.|[:|()\[\]?!*+~,.{}])
     """,
     re.VERBOSE,
 )
@@ -189,8 +189,10 @@ class _Parser:
         self.where[name] = self.where_of(pos)
 
     def definition(self) -> None:
-        _, raw, pos = self.take("name")
-        name = raw.lstrip("?!")
+        pos = self.peek()[2]
+        modifier = self.peek()[1] if self.is_op("?") or self.is_op("!") else ""
+        self.i += bool(modifier)
+        name = self.take("name")[1]
         if self.is_op("{"):
             raise self.error("templates are not supported")
         if self.is_op("."):  # a priority: changes which parse wins, not the language
@@ -200,8 +202,8 @@ class _Parser:
             self.take("number")
         self.take("op", ":")
         self.in_terminal = _is_terminal(name)
-        if self.in_terminal and raw != name:
-            raise self.error(f"a terminal takes no modifier: {raw!r}", pos)
+        if self.in_terminal and modifier:
+            raise self.error(f"a terminal takes no modifier: {modifier}{name}", pos)
         body = self.expansions()
         self.end_of_statement()
         self.define(name, body, pos)
@@ -332,8 +334,6 @@ class _Parser:
             self.i += 1
             return self.token(Leaf(self.regex(value, pos)))
         if kind == "name":
-            if value[0] in "?!":
-                raise self.error(f"unexpected {value!r}")
             if self.is_op("{", 1):
                 raise self.error("templates are not supported")
             self.i += 1

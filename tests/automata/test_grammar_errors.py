@@ -149,3 +149,19 @@ def test_deep_or_long_grammars_are_refused_not_crashed():
             compile_grammar_text(head + "(" * 300 + '"a"' + ")" * 300, syntax)
     with pytest.raises(PatternTooLongError, match="max_pattern_length"):
         compile_grammar_text("root ::= " + '"a" ' * 30_000)
+
+
+def test_lark_modifiers_priorities_aliases_and_comments_change_no_language():
+    text = (
+        "?start: x? y -> both // a comment\n"
+        '!x: "a"i\n'
+        '_y.2: "b" | "c".."e"\n'
+        "    | /[0-9]+/ ~ 2\n"
+        "y: _y\n"
+    )
+    dfa = grammar_to_dfa(text, "lark")
+    oracle = LarkOracle(text)
+    for s in ["ab", "Ab", "b", "d", "ae", "f", "a", "1212", "a12", "12", "aab", ""]:
+        assert dfa.matches(s.encode()) == oracle.accepts(s), s
+    with pytest.raises(GrammarError, match="a terminal takes no modifier: [?]A"):
+        compile_grammar_text('start: A\n?A: "a"', "lark")
