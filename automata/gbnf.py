@@ -1,7 +1,7 @@
 """GBNF, llama.cpp's grammar format, to a `Grammar` (`corral.automata.grammar_tree`;
 docs/grammars.md).
 
-The dialect of llama.cpp's grammars/README.md: rules `name ::= alternatives`, the start rule
+The dialect llama.cpp documents: rules `name ::= alternatives`, the start rule
 `root`; string literals `"..."` and character classes `[...]`, `[^...]` with ranges, and the
 escapes `\\xHH \\uHHHH \\UHHHHHHHH \\t \\r \\n \\\\ \\" \\[ \\]`; `.` (any character);
 alternation `|`, groups `(...)`, repetition `* + ? {m} {m,} {m,n}`; comments `#` to the end of

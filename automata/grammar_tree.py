@@ -41,7 +41,7 @@ from corral.automata.tree import EMPTY, Alt, Concat, Node, Repeat
 
 DEFAULT_MAX_RECURSION = 5
 """How many times one recursive rule may occur on a path of the expansion unless the caller says
-otherwise (docs/grammars.md: llama.cpp's json.gbnf nests values 5 deep in about 1,000 states)."""
+otherwise (docs/grammars.md: llama.cpp's JSON grammar, 5 levels deep, is 5,461 states)."""
 
 NOTHING = Alt(())
 """The empty language: a reference cut past the recursion bound."""

@@ -4,7 +4,7 @@
   with Lark given the same grammar translated by hand (tests/data/grammars/lark/), and so does
   every mutation of them the DFA accepts (never wider). A grammar whose recursion is not cut
   must agree with Lark on the mutations both ways (exact).
-- The GBNF cases of llama.cpp's tests/test-grammar-integration.cpp, re-expressed as data
+- The GBNF cases of llama.cpp's grammar integration test, re-expressed as data
   (tests/data/grammars/llama_integration.json): strings that must and must not match, grammars
   llama.cpp fails to build, and the cases corral refuses on purpose, counted.
 
@@ -20,11 +20,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SAMPLE_DATA, full_data_folder
 from corral.automata import GrammarError, compile_grammar_text
 from grammar_oracle import LarkOracle, mutations, samples
 
-GRAMMARS = SAMPLE_DATA / "grammars"
+GRAMMARS = Path(__file__).resolve().parents[1] / "data" / "grammars"
 LARK = GRAMMARS / "lark"
 CASES = json.loads((GRAMMARS / "llama_integration.json").read_text(encoding="utf-8"))["cases"]
 
@@ -42,9 +41,9 @@ def grammar_folder(request) -> Path:
     """llama.cpp's grammars/: the sample shipped in tests/data, then the full data's."""
     if request.param == "sample":
         return GRAMMARS / "llama.cpp" / "grammars"
-    folder = full_data_folder() / "llama.cpp" / "grammars"
+    folder = request.getfixturevalue("full_data") / "llama.cpp" / "grammars"  # skips if absent
     if not folder.is_dir():
-        pytest.skip(f"llama.cpp grammars not found at {folder}: set CORRAL_TEST_DATA")
+        pytest.skip(f"llama.cpp grammars not found at {folder}")
     return folder
 
 
