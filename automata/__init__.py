@@ -1,5 +1,6 @@
 """corral.automata: regexes and JSON Schemas to canonical byte DFAs (docs/design.md sections 2 and
-3), or to DFAs made on demand (`LazyDfa`, `lazy_regex_dfa`, `lazy_schema_dfa`).
+3), or to DFAs made on demand (`LazyDfa`, `lazy_regex_dfa`, `lazy_schema_dfa`); GBNF and Lark
+grammars to DFAs, recursion unrolled to a bound (docs/grammars.md).
 
 Pure Python and NumPy; nothing here imports Numba.
 """
@@ -10,6 +11,8 @@ from corral.automata.errors import (
     ConstrainError,
     EmptyLanguageError,
     EmptySchemaError,
+    GrammarError,
+    GrammarTooLargeError,
     LimitError,
     NonFiniteNumberError,
     PatternError,
@@ -21,6 +24,10 @@ from corral.automata.errors import (
     TooManyDfaStatesError,
     TooManyNfaStatesError,
 )
+from corral.automata.gbnf import gbnf_to_dfa
+from corral.automata.grammar_tree import CompiledGrammar
+from corral.automata.grammars import compile_grammar_text, grammar_to_dfa
+from corral.automata.lark import lark_to_dfa
 from corral.automata.lazy import LazyDfa, lazy_regex_dfa, lazy_schema_dfa
 from corral.automata.limits import Limits, SchemaLimits
 from corral.automata.parse import escape, parse
@@ -39,6 +46,9 @@ __all__ = [
     "Dfa",
     "EmptyLanguageError",
     "EmptySchemaError",
+    "CompiledGrammar",
+    "GrammarError",
+    "GrammarTooLargeError",
     "LazyDfa",
     "LimitError",
     "Limits",
@@ -61,6 +71,10 @@ __all__ = [
     "schema_to_dfa",
     "schema_to_tree",
     "escape",
+    "compile_grammar_text",
+    "gbnf_to_dfa",
+    "grammar_to_dfa",
+    "lark_to_dfa",
     "parse",
     "regex_to_dfa",
     "tree_to_dfa",

@@ -109,3 +109,30 @@ class SchemaTextError(ConstrainError):
 class NonFiniteNumberError(ConstrainError):
     """`dumps` was given NaN or an infinity, which JSON cannot write (docs/design.md section 3:
     "NaN and infinities refused")."""
+
+
+class GrammarError(ConstrainError):
+    """A GBNF or Lark grammar that is malformed or outside the supported dialect
+    (docs/grammars.md): a syntax error, an undefined rule, a refused construct.
+
+    Attributes:
+        line, column: 1-based position of the offending place in the grammar text.
+        reason: what is wrong there, in a few words.
+        rule: the rule at fault when one is (an undefined or left-recursive rule), else None.
+    """
+
+    def __init__(self, line: int, column: int, reason: str, rule: str | None = None):
+        self.line = line
+        self.column = column
+        self.reason = reason
+        self.rule = rule
+        super().__init__(f"line {line} column {column}: {reason}")
+
+
+class GrammarTooLargeError(LimitError):
+    """A recursive grammar passes a state limit even with its recursion unrolled one level deep
+    (`corral.automata.grammar_tree.compile_grammar`). `rules` names the recursive rules."""
+
+    def __init__(self, limit: str, value: int, detail: str, rules: tuple[str, ...]):
+        self.rules = rules
+        super().__init__(limit, value, detail)

@@ -1,4 +1,4 @@
-"""The `corral` command line: `corral compile` (a pattern or schema to its DFA),
+"""The `corral` command line: `corral compile` (a pattern, schema or grammar to its DFA),
 `corral generate` (the main job, docs/design.md section 7) and `corral serve` (the HTTP server).
 
 Decisions:
@@ -43,6 +43,7 @@ from corral.automata import (
     ConstrainError,
     Dfa,
     SchemaLimits,
+    compile_grammar_text,
     json_schema_to_regex,
     regex_to_dfa,
     schema_to_dfa,
@@ -140,15 +141,21 @@ def _compile(args: argparse.Namespace) -> int:
     null where the schema has no regex text, `trans` and `accept` the whole table)."""
     if args.pattern is not None and args.schema is not None:
         return _fail("compile", "give a pattern or --schema FILE, not both")
-    if args.pattern is None and args.schema is None:
-        return _fail("compile", "give a pattern or --schema FILE")
+    if args.grammar is not None and (args.pattern is not None or args.schema is not None):
+        return _fail("compile", "give --grammar FILE alone, not with a pattern or --schema")
+    if args.pattern is None and args.schema is None and args.grammar is None:
+        return _fail("compile", "give a pattern, --schema FILE or --grammar FILE")
     if args.samples is None:
-        args.samples = 5 if args.schema is not None else 0
+        args.samples = 0 if args.pattern is not None else 5
     if args.samples < 0:
         return _fail("compile", f"--samples must be at least 0, not {args.samples}")
-    regex = None
+    regex = grammar = None
     try:
-        if args.schema is not None:
+        if args.grammar is not None:
+            syntax = args.syntax or ("lark" if args.grammar.endswith(".lark") else "gbnf")
+            grammar = compile_grammar_text(read_text(args.grammar), syntax)
+            dfa = grammar.dfa
+        elif args.schema is not None:
             schema = read_json(args.schema)
             dfa = schema_to_dfa(schema)
             # the text may be refused where the tree is not: regex stays None
@@ -168,21 +175,30 @@ def _compile(args: argparse.Namespace) -> int:
     except (ConstrainError, InputError) as error:
         return _fail("compile", error)
     except RecursionError:
-        return _fail("compile", _too_deep(args.schema or "the pattern"))
+        return _fail("compile", _too_deep(args.schema or args.grammar or "the pattern"))
     accepting = np.flatnonzero(dfa.accept).tolist()
     rng = np.random.default_rng(0)
     # a schema's strings are UTF-8; a pattern's may hold any bytes (shown as \xNN escapes)
     samples = [
         dfa.sample(rng).decode("utf-8", errors="backslashreplace") for _ in range(args.samples)
     ]
+    depth = None
+    if grammar is not None:  # exact, or cut at a depth (docs/grammars.md)
+        depth = {"exact": grammar.exact, "max_recursion": grammar.max_recursion}
+        depth["cut_rules"] = list(grammar.cut_rules)
     if args.json:
         facts = {"states": dfa.n_states, "live_edges": dfa.n_live_edges, "accepting": accepting}
-        if args.schema is not None:
+        if depth is not None:
+            facts |= depth | {"samples": samples}
+        elif args.schema is not None:
             facts |= {"regex": regex, "samples": samples}
         elif samples:
             facts |= {"samples": samples}
         print(json.dumps(facts | {"trans": dfa.trans.tolist(), "accept": dfa.accept.tolist()}))
         return 0
+    if grammar is not None:
+        cut = f"cut at depth {grammar.max_recursion} ({', '.join(grammar.cut_rules)})"
+        print(f"grammar: {'exact' if grammar.exact else cut}")
     if args.schema is not None:
         if regex is None:
             print("(this schema has no regex text; its DFA follows)")
@@ -578,7 +594,13 @@ def main(argv: list[str] | None = None) -> int:
     compile_.add_argument("pattern", nargs="?", help="a regex (the subset docs/subsets.md lists)")
     compile_.add_argument("--schema", help="a JSON Schema file: print its regex, DFA, samples")
     compile_.add_argument(
-        "--samples", type=int, help="sample strings to print (--schema: 5; a pattern: 0)"
+        "--grammar", help="a GBNF or Lark grammar file: print exact or cut depth, DFA, samples"
+    )
+    compile_.add_argument(
+        "--syntax", choices=["gbnf", "lark"], help="--grammar's syntax (default: .lark is lark)"
+    )
+    compile_.add_argument(
+        "--samples", type=int, help="sample strings to print (a pattern: 0; else 5)"
     )
     compile_.add_argument("--json", action="store_true", help="print the whole table as JSON")
     compile_.set_defaults(run=_compile)
