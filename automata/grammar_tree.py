@@ -31,12 +31,10 @@ from corral.automata.errors import (
     EmptyLanguageError,
     GrammarError,
     GrammarTooLargeError,
-    LimitError,
-    SubsetWorkError,
-    TooManyDfaStatesError,
     TooManyNfaStatesError,
 )
 from corral.automata.limits import DEFAULT_LIMITS, Limits
+from corral.automata.shallower import STATE_LIMIT_ERRORS, StateLimit, retry_shallower
 from corral.automata.tree import EMPTY, Alt, Concat, Node, Repeat
 
 DEFAULT_MAX_RECURSION = 5
@@ -419,10 +417,6 @@ def _names(rules: tuple[str, ...], most: int = 10) -> str:
     return shown + (f" and {len(rules) - most} more" if len(rules) > most else "")
 
 
-_SHALLOWER = (TooManyNfaStatesError, TooManyDfaStatesError, SubsetWorkError)
-"""The errors after which a cut grammar is unrolled again one level shallower."""
-
-
 def compile_grammar(
     grammar: Grammar, limits: Limits | None = None, max_recursion: int | None = None
 ) -> CompiledGrammar:
@@ -443,28 +437,31 @@ def compile_grammar(
     if depth < 1:
         raise ValueError(f"max_recursion must be at least 1, got {max_recursion}")
     recursive = recursive_rules(grammar)
-    first: LimitError | None = None
-    for d in range(depth, 0, -1):
+
+    def attempt(d: int) -> CompiledGrammar:
         try:
             tree, cut = unroll(grammar, d, limits)
             try:
                 dfa = tree_to_dfa(tree, limits)
             except RecursionError:
                 raise _too_deep(limits or DEFAULT_LIMITS) from None
-        except _SHALLOWER as error:
-            if not recursive:
-                raise
-            first = first or error
-            continue
+        except STATE_LIMIT_ERRORS as error:
+            raise StateLimit(error, bool(recursive), d) from None
         except EmptyLanguageError as error:
             where = f" (recursion of {_names(cut)} cut at depth {d})" if cut else ""
             raise EmptyLanguageError(f"the grammar derives no string{where}") from error
         return CompiledGrammar(dfa, d, cut)
-    assert first is not None
+
+    try:
+        return retry_shallower(attempt, depth, stop=())[0]
+    except STATE_LIMIT_ERRORS as first:
+        if not recursive:
+            raise
+        error = first
     raise GrammarTooLargeError(
-        first.limit,
-        first.value,
+        error.limit,
+        error.value,
         f"the grammar passes a state limit even with its recursive rules "
         f"({_names(recursive)}) unrolled 1 deep",
         rules=recursive,
-    ) from first
+    ) from error

@@ -1,15 +1,12 @@
 """Tokenization through the `tokenizers` library (docs/design.md section 6, docs/tokenizers.md).
 
-`tokenizer_json_from_gguf` rebuilds a Hugging Face `tokenizer.json` from a GGUF file's metadata
-(`corral.model.gguf_tokenizer`: byte-level BPE with the pre-tokenizer llama.cpp names by
-`tokenizer.ggml.pre`, SentencePiece with byte fallback, Gemma 4's BPE), so encodings equal those
-of the model's own Hugging Face tokenizer.
-
-`Tokenizer` wraps it with what corral needs: `encode`, `decode` and `token_id`. `encode` takes
-the spans of the text that are literal (a chat prompt's message contents, `PromptText`): a
-special token's text inside them (a user's `<|im_end|>\n<|im_start|>system`) is tokenized as
-text, so message content can never forge a chat turn. Each token id's raw
-bytes (the input of the token-mask kernels) are read by `corral.model.vocabulary`.
+`Tokenizer` wraps a `tokenizers` tokenizer (from a `tokenizer.json`, or one rebuilt from a GGUF
+file's metadata by `corral.model.gguf_tokenizer`) with what corral needs: `encode`, `decode`
+and `token_id`. `encode` takes the spans of the text that are literal (a chat prompt's message
+contents, `PromptText`): a special token's text inside them (a user's
+`<|im_end|>\n<|im_start|>system`) is tokenized as text, so message content can never forge a
+chat turn. Each token id's raw bytes (the input of the token-mask kernels) are read by
+`corral.model.vocabulary`.
 """
 
 from __future__ import annotations
@@ -20,14 +17,6 @@ from pathlib import Path
 
 from corral.model.errors import ModelLoadError
 from tokenizers import Tokenizer as HFTokenizer
-
-
-def tokenizer_json_from_gguf(fields: dict, source: str | Path) -> dict:
-    """A Hugging Face `tokenizer.json` dict from GGUF tokenizer metadata: see
-    `corral.model.gguf_tokenizer.tokenizer_json_from_gguf` (imported from there when called)."""
-    from corral.model.gguf_tokenizer import tokenizer_json_from_gguf as build
-
-    return build(fields, source)
 
 
 class PromptText(str):

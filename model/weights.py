@@ -26,7 +26,7 @@ import numpy as np
 import platformdirs
 from corral.model.config import LlamaConfig
 from corral.model.errors import ModelLoadError
-from corral.model.tokenizer import tokenizer_json_from_gguf
+from corral.model.gguf_tokenizer import tokenizer_json_from_gguf
 
 # GGUF tensor names -> Hugging Face names ("{i}" is the layer index).
 _GGUF_NAMES = {

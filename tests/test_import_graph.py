@@ -69,3 +69,20 @@ def test_no_import_cycle_among_corral_modules():
         groups.setdefault(label, []).append(name)
     cycles = [group for group in groups.values() if len(group) > 1]
     assert cycles == []
+
+
+def test_public_names_are_not_shadowed_by_submodules():
+    """Every name a package exports (`__all__`) is what its module defines, also after all of
+    the package's submodules are imported: a lazily loaded name (PEP 562) that shares a
+    submodule's name would be the submodule once it is imported."""
+    import importlib
+
+    names = modules()
+    for name in sorted(names):
+        if not name.startswith("corral.integrations"):  # they import their optional engines
+            importlib.import_module(name)
+    for package in ("corral.automata", "corral.kernels", "corral.model", "corral.tools"):
+        module = importlib.import_module(package)
+        for public in getattr(module, "__all__", ()):
+            value = getattr(module, public)
+            assert not isinstance(value, type(module)), f"{package}.{public} is a module"

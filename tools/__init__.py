@@ -4,7 +4,9 @@ the server and the `corral` command (ARCHITECTURE.md maps the modules).
 """
 
 # Names load on first use (PEP 562): the `corral` command (`corral.tools.command`) configures
-# the threads before NumPy and Numba load (`corral.kernels.threads.configure`)
+# the threads before NumPy and Numba load (`corral.kernels.threads.configure`). A lazy name
+# cannot share a submodule's name (importing the submodule sets that attribute): the function
+# `grammar` is `corral.tools.grammar.grammar`.
 import importlib
 
 _MODULES = {
@@ -17,7 +19,6 @@ _MODULES = {
         "Grammar",
         "GrammarCompiler",
         "compile_dfa",
-        "grammar",
         "regex_grammar",
         "schema_grammar",
     ),
@@ -83,7 +84,6 @@ __all__ = [
     "compile_dfa",
     "delta_json",
     "finish_reason",
-    "grammar",
     "message_json",
     "parse_text",
     "parse_tool_request",

@@ -21,14 +21,9 @@ from corral import automata
 from corral.automata import ConstrainError, Dfa
 from corral.automata import tree as regex_tree
 from corral.automata.limits import DEFAULT_SCHEMA_LIMITS
-from corral.automata.schema.compiler import (
-    STATE_LIMIT_ERRORS,
-    StateLimit,
-    Unrolling,
-    retry_shallower,
-    unrolled_tree,
-)
+from corral.automata.schema.compiler import Unrolling, unrolled_tree
 from corral.automata.schema.values import check_document
+from corral.automata.shallower import STATE_LIMIT_ERRORS, StateLimit, retry_shallower
 from corral.automata.tree_ops import ALL_BYTES, is_empty, starting_with
 from corral.kernels import TokenIndex, Vocabulary
 from corral.tools.errors import ToolError, unsupported
@@ -345,7 +340,7 @@ def _content(request: ToolRequest) -> tuple[object | None, str]:
 def compile_dfa(grammar: Grammar) -> Dfa:
     """The canonical DFA of a grammar (`corral.automata.tree_to_dfa`), built anew. Past an NFA
     or DFA state limit, a grammar whose schemas unrolled a `$ref` cycle is built again with a
-    shallower unrolling (`corral.automata.schema.compiler.retry_shallower`, the loop
+    shallower unrolling (`corral.automata.shallower.retry_shallower`, the loop
     `schema_to_dfa` runs): a schema alone compiles here to the same DFA as there, trying the
     same depths. Raises ToolError 422 `unsupported_parameter` naming `grammar.param` when
     every depth passes a limit (with the first error: a skipped unrolling's, else the first

@@ -31,9 +31,6 @@ from corral.automata.errors import (
     LimitError,
     NonFiniteNumberError,
     SchemaError,
-    SubsetWorkError,
-    TooManyDfaStatesError,
-    TooManyNfaStatesError,
 )
 from corral.automata.limits import DEFAULT_SCHEMA_LIMITS, Limits, SchemaLimits
 from corral.automata.schema.algebra import Algebra, is_empty_range
@@ -60,6 +57,7 @@ from corral.automata.schema.refs import RefResolver, has_own_id, ref_siblings, w
 from corral.automata.schema.strings import lower_string
 from corral.automata.schema.text import TextRenderer
 from corral.automata.schema.values import check_document, dumps, json_key, json_type
+from corral.automata.shallower import STATE_LIMIT_ERRORS, StateLimit, retry_shallower
 from corral.automata.tree import Node
 
 
@@ -440,7 +438,6 @@ def _check(schema) -> None:
     check_document(schema)
 
 
-STATE_LIMIT_ERRORS = (TooManyNfaStatesError, TooManyDfaStatesError, SubsetWorkError)
 """The errors after which a recursive schema is compiled again with a shallower unrolling (the
 state limits and the subset construction's work limit)."""
 
@@ -538,44 +535,6 @@ def _compile_schema(schema, limits, schema_limits: SchemaLimits, build):
 
     ((result, recursive), depth), first = retry_shallower(attempt, schema_limits.max_recursion)
     return result, recursive, depth, first
-
-
-class StateLimit(Exception):
-    """An attempt of `retry_shallower` passed a state limit (`error`, one of
-    `STATE_LIMIT_ERRORS`); `recursive`: its language depended on the unrolling depth (a `$ref`
-    cycle was unrolled); `depth`: the deepest `max_recursion` it used."""
-
-    def __init__(self, error: ConstrainError, recursive: bool, depth: int):
-        self.error, self.recursive, self.depth = error, recursive, depth
-
-
-def retry_shallower(attempt, depth: int, first=None, stop=(ConstrainError,)):
-    """The one loop of "a shallower `$ref` unrolling on a state limit", for a schema alone
-    (`compile_schema`) or a grammar around schemas (`corral.tools.grammar.compile_dfa`).
-
-    Calls `attempt(depth)`; while it raises `StateLimit` with `recursive` and a `depth` above
-    1, calls it again at one below that depth (the depths of `shallower_recursion`). Returns
-    `(attempt's result, first)`, `first` the first failed attempt's error (or the `first`
-    given: a deeper unrolling the caller already skipped), its traceback dropped.
-
-    Raises: `first` when the depths run out, or when an attempt after a failed one raises one
-    of `stop` (a shallower depth's own error is not reported); an error of `stop` from an
-    attempt before any failure, as it is.
-    """
-    while True:
-        try:
-            return attempt(depth), first
-        except StateLimit as failed:
-            if first is None:  # the failed attempt's frames are freed now
-                first = failed.error.with_traceback(None)
-            if not failed.recursive or failed.depth <= 1:
-                break
-            depth = failed.depth - 1
-        except stop:
-            if first is None:
-                raise
-            break
-    raise first
 
 
 def _attempt(schema, limits: Limits | None, schema_limits: SchemaLimits, build, shallower: bool):

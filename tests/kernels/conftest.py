@@ -23,7 +23,8 @@ def smollm2_gguf(tmp_path_factory):
 @pytest.fixture(scope="session")
 def smollm2(smollm2_gguf):
     """(Vocabulary from the GGUF metadata, the model's tokenizer rebuilt from the same file)."""
-    from corral.model.tokenizer import Tokenizer, tokenizer_json_from_gguf
+    from corral.model.gguf_tokenizer import tokenizer_json_from_gguf
+    from corral.model.tokenizer import Tokenizer
     from corral.model.vocabulary import vocabulary_from_gguf
     from gguf import GGUFReader
 

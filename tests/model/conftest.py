@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from corral.kernels.compute.plan import ComputePlan
 from corral.model import LlamaConfig, load_model
-from corral.model.tokenizer import tokenizer_json_from_gguf
+from corral.model.gguf_tokenizer import tokenizer_json_from_gguf
 from corral.model.vocabulary import bytes_to_unicode
 from corral.model.weights import expected_shapes
 from safetensors.numpy import save_file

@@ -13,8 +13,9 @@ import jsonschema
 import numpy as np
 import pytest
 from corral.kernels import Constraint, SamplingParams, TokenIndex, constrained_sample
-from corral.tools import bfcl_tools, collect, grammar, parse_text, parse_tool_request
+from corral.tools import bfcl_tools, collect, parse_text, parse_tool_request
 from corral.tools.completions import Completions
+from corral.tools.grammar import grammar
 from example_schemas import WEATHER
 
 pytestmark = pytest.mark.slow

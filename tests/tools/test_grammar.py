@@ -21,11 +21,11 @@ from corral.tools import (
     GrammarCompiler,
     ToolError,
     compile_dfa,
-    grammar,
     parse_tool_request,
     regex_grammar,
     schema_grammar,
 )
+from corral.tools.grammar import grammar
 
 WEATHER_PARAMETERS = {
     "type": "object",

@@ -15,15 +15,8 @@ import jsonschema
 import numpy as np
 import pytest
 from corral.automata import schema_to_dfa
-from corral.tools import (
-    ToolError,
-    ToolParser,
-    bfcl_tools,
-    collect,
-    compile_dfa,
-    grammar,
-    parse_tool_request,
-)
+from corral.tools import ToolError, ToolParser, bfcl_tools, collect, compile_dfa, parse_tool_request
+from corral.tools.grammar import grammar
 from corral.tools.parser import OPENER
 from example_schemas import HAND_SCHEMAS, WEATHER
 from hypothesis import HealthCheck, given, settings

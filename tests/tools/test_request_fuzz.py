@@ -7,7 +7,8 @@ import contextlib
 import json
 
 import pytest
-from corral.tools import ToolError, compile_dfa, grammar, parse_tool_request, schema_grammar
+from corral.tools import ToolError, compile_dfa, parse_tool_request, schema_grammar
+from corral.tools.grammar import grammar
 from corral.tools.request import FIELDS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
