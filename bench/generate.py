@@ -64,7 +64,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from corral.kernels import Constraint, SamplingParams, TokenIndex, sample_batch
+from corral.kernels import Constraint, SampleRow, SamplingParams, TokenIndex, sample_batch
 from corral.model import load_model
 from corral.model.generate import GenerationRequest, GenerationStats, generate
 from corral.model.generation_request import BudgetTooSmallError, check_budget
@@ -236,7 +236,10 @@ def _sampler_steps(model, prompt, index, params, batch, steps, tokens):
         started = time.perf_counter()
         masks = [c.mask(n) for c, n in zip(walks, left, strict=True)]
         masked = time.perf_counter()
-        out = sample_batch(logits, masks, [params] * batch, rng.random(batch))
+        uniforms = rng.random(batch)
+        out = sample_batch(
+            logits, [SampleRow(b, masks[b], params, uniforms[b]) for b in range(batch)]
+        )
         tokens_out = out.tokens.tolist()
         sampled = time.perf_counter()
         for c, token in zip(walks, tokens_out, strict=True):

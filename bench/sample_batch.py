@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from corral.kernels import Constraint, SamplingParams, sample_batch
+from corral.kernels import Constraint, SampleRow, SamplingParams, sample_batch
 from corral.model import load_model
 from corral.tools.batch import Engine
 
@@ -54,7 +54,9 @@ def capture(steps: int) -> tuple[np.ndarray, np.ndarray]:
         masks = [c.mask(n) for c, n in zip(walks, left, strict=True)]
         all_logits.append(logits.copy())
         all_masks.append(np.stack(masks))
-        tokens = sample_batch(logits, masks, params, rng.random(BATCH)).tokens.tolist()
+        uniforms = rng.random(BATCH)
+        rows = [SampleRow(b, masks[b], params[b], uniforms[b]) for b in range(BATCH)]
+        tokens = sample_batch(logits, rows).tokens.tolist()
         for c, token in zip(walks, tokens, strict=True):
             c.advance(token)
         left = [n - 1 for n in left]
@@ -70,7 +72,7 @@ def main() -> None:
     logits, masks = capture(args.steps)
     kinds = {"t=1": SamplingParams(temperature=1.0), "greedy": SamplingParams(temperature=0.0)}
     rng = np.random.default_rng(0)
-    sample_batch(logits[0, :2], list(masks[0, :2]), [kinds["t=1"]] * 2, [0.5, 0.5])  # compile
+    sample_batch(logits[0, :2], [SampleRow(b, masks[0, b], kinds["t=1"], 0.5) for b in (0, 1)])
     allowed = np.unpackbits(masks.view(np.uint8), axis=-1).sum(-1)
     dense = np.mean(allowed * 4 >= logits.shape[-1])
     print(f"{args.steps} steps x {BATCH} rows; {100 * dense:.0f}% of the rows read in place")
@@ -85,7 +87,10 @@ def main() -> None:
                         row_masks = list(masks[step, :batch])
                         uniforms = rng.random(batch)
                         started = time.perf_counter()
-                        sample_batch(rows, row_masks, [params] * batch, uniforms, parallel=parallel)
+                        records = [
+                            SampleRow(b, row_masks[b], params, uniforms[b]) for b in range(batch)
+                        ]
+                        sample_batch(rows, records, parallel=parallel)
                         spent.append(time.perf_counter() - started)
             default, serial = (1e6 * np.median(times[k]) for k in (None, False))
             print(f"{batch:>5} {name:>6} | {default:>11.1f} | {serial:>10.1f}")

@@ -120,7 +120,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from corral.kernels import Vocabulary, sample_batch
+from corral.kernels import Vocabulary, few_allowed_ids, sample_batch
 from corral.model import kv_cache
 from corral.model.generation_request import (
     BudgetTooSmallError,
@@ -132,7 +132,7 @@ from corral.model.generation_request import (
 )
 from corral.model.jump_forward import ForcedTokenizer
 from corral.model.llama import MASKED_HEAD_MAX
-from corral.model.sequence import LiveSequence
+from corral.model.sequence import Finish, Force, LiveSequence, Need, Sample
 
 __all__ = [
     "BudgetTooSmallError",
@@ -254,6 +254,7 @@ class Generator:
         self._held: dict[int, np.ndarray] = {}  # slot -> the tokens its first positions hold
         self._waiting: deque[tuple[int, GenerationRequest]] = deque()
         self._live: list[LiveSequence] = []
+        self._needs: dict[int, Need] = {}  # handle -> what its next step needs (`_ask`)
         self._handles = 0
 
     @property
@@ -299,8 +300,7 @@ class Generator:
         for i, seq in enumerate(self._live):
             if seq.handle == handle:
                 del self._live[i]
-                self.stats.completion_tokens += seq.generated
-                self._free.append(seq.slot)
+                self._release(seq)
                 return True
         return False
 
@@ -332,7 +332,8 @@ class Generator:
         stats = self.stats
         started = time.perf_counter()
         self._choose()
-        finished, chunks, still = [], [], []
+        finished: list[tuple[int, GenerationResult]] = []
+        chunks, still = [], []
         for seq in self._live:
             if seq.finish_reason is None:
                 # ids[-1]: the sampled token (after a trigger's respelling, the new one)
@@ -340,53 +341,59 @@ class Generator:
                 stats.forced_tokens += len(chunk) - 1
                 # an ending sequence needs no logits, no forward pass, unless its forced
                 # tokens wait for their logprobs from the pass that writes them
-                if not seq.ends_now() or seq.awaiting:
+                if not isinstance(self._ask(seq), Finish) or seq.awaiting:
                     chunks.append(chunk)
                     still.append(seq)
                     continue
-            stats.completion_tokens += seq.generated
-            self._free.append(seq.slot)
-            finished.append((seq.handle, seq.result()))
+            finished.append(self._release(seq))
         stats.mask_and_sample_seconds += time.perf_counter() - started
         self._live = still
         if still:
             self._decode(chunks)
             for seq in self._live:
                 if seq.finish_reason is not None:  # it ran for its forced tokens' logprobs
-                    stats.completion_tokens += seq.generated
-                    self._free.append(seq.slot)
-                    finished.append((seq.handle, seq.result()))
+                    finished.append(self._release(seq))
             self._live = [seq for seq in self._live if seq.finish_reason is None]
         return finished
 
+    def _ask(self, seq: LiveSequence) -> Need:
+        """Ask `seq` what its next step needs (`LiveSequence.need`), once per step, after the
+        step's tokens are written: the answer is kept for the masked LM head (`_allowed`) and
+        the next `_choose`, and a `Finish` ends the sequence now."""
+        need = self._needs[seq.handle] = seq.need()
+        if isinstance(need, Finish):
+            seq.finish(need.reason)
+        return need
+
+    def _release(self, seq: LiveSequence) -> tuple[int, GenerationResult]:
+        """Free the slot of `seq`, which ended or was cancelled, count its tokens, and return
+        `(handle, result)`."""
+        self.stats.completion_tokens += seq.generated
+        self._free.append(seq.slot)
+        self._needs.pop(seq.handle, None)
+        return seq.handle, seq.result()
+
     def _choose(self) -> None:
-        """Pick the next token of every live sequence: endings and forced tokens first, then
-        every sequence that samples, in one `sample_batch` call per block of logits (one in a
-        decode step; the prefill's block and biased rows are blocks of their own)."""
-        groups: dict[int, list[tuple[LiveSequence, np.ndarray | None]]] = {}
+        """Act on every live sequence's need (`_ask`): a `Force` writes its token, and every
+        `Sample` is drawn in one `sample_batch` call per block of logits (one in a decode step;
+        the prefill's block and biased rows are blocks of their own)."""
+        groups: dict[int, tuple[list[LiveSequence], list]] = {}
         for seq in self._live:
-            if seq.finish_reason is None:
-                mask = seq.before_sample()
-                if mask is not False:
-                    group = groups.setdefault(id(seq.block), [])
-                    group.append((seq, None if mask is True else mask))
-        for group in groups.values():
-            sampling = [seq for seq, _ in group]
-            penalized = any(seq.request.params.penalized for seq in sampling)
-            out = sample_batch(
-                sampling[0].block,
-                [mask for _, mask in group],
-                [seq.request.params for seq in sampling],
-                [seq.uniform() for seq in sampling],
-                [seq.prompt for seq in sampling] if penalized else None,
-                [seq.ids for seq in sampling] if penalized else None,
-                [seq.request.top_logprobs or 0 for seq in sampling],
-                [seq.row for seq in sampling],
-            )
+            if seq.finish_reason is not None:  # a `Finish`
+                continue
+            need = self._needs[seq.handle]
+            if isinstance(need, Force):
+                seq.take_forced()
+            else:
+                sampling, rows = groups.setdefault(id(seq.block), ([], []))
+                sampling.append(seq)
+                rows.append(seq.sample_row(need))
+        for sampling, rows in groups.values():
+            out = sample_batch(sampling[0].block, rows)
             tokens, logprobs = out.tokens.tolist(), out.logprobs.tolist()
             for b, seq in enumerate(sampling):
                 top = out.top(b) if seq.top is not None else None
-                seq.after_sample(tokens[b], logprobs[b], top, self._eos_ids)
+                seq.take_sampled(tokens[b], logprobs[b], top, self._eos_ids)
 
     def _admit(self) -> None:
         """Give waiting requests free slots and prefill their prompts (with the text forced at
@@ -399,6 +406,7 @@ class Generator:
             seq = LiveSequence(handle, request, -1, self.vocabulary, jump)
             forced = seq.jump_forward()  # forced text at the start goes with the prompt
             self.stats.forced_tokens += len(forced)
+            self._ask(seq)
             admitted.append((seq, np.concatenate([seq.prompt, np.asarray(forced, np.int64)])))
         if not admitted:
             return
@@ -502,12 +510,15 @@ class Generator:
         return logits, ends.tolist()
 
     def _allowed(self, sequences: list[LiveSequence]) -> dict:
-        """The masked LM head's argument of a pass over `sequences`: {"allowed": each one's
-        `next_allowed` ids (at most `MASKED_HEAD_MAX`)}, or {} when the head is off or every
-        row needs its logits whole (so a model without `allowed` is called as before)."""
+        """The masked LM head's argument of a pass over `sequences`: {"allowed": for each one,
+        the ids (int32, ascending) its next token may take when its need is a constrained
+        `Sample` whose mask allows at most `MASKED_HEAD_MAX` tokens, else None (the logits
+        whole)}, or {} when the head is off or every row needs its logits whole (so a model
+        without `allowed` is called as before). Everything a sample reads under a mask (its
+        logprob, `top_logprobs`, a `logit_bias`, penalties) is at allowed ids."""
         if not self._masked:
             return {}
-        allowed = [seq.next_allowed(MASKED_HEAD_MAX) for seq in sequences]
+        allowed = [_head_ids(self._needs[seq.handle]) for seq in sequences]
         if all(ids is None for ids in allowed):
             return {}
         self.stats.masked_rows += sum(ids is not None for ids in allowed)
@@ -571,6 +582,14 @@ def generate(
     for index, result in run:
         results[index] = result
     return results  # type: ignore[return-value]
+
+
+def _head_ids(need: Need) -> np.ndarray | None:
+    """The ids (int32) the masked LM head computes for a row whose next step is `need`: those
+    of a constrained `Sample`'s mask when it allows at most `MASKED_HEAD_MAX`; else None."""
+    if isinstance(need, Sample) and need.constrained:
+        return few_allowed_ids(need.mask, MASKED_HEAD_MAX)
+    return None
 
 
 def _shared_prefix(held: np.ndarray, tokens: np.ndarray, limit: int) -> int:
