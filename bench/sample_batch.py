@@ -12,6 +12,18 @@ rows) and on the calling thread alone (`parallel=False`), the two taking turns c
 
 Run alone (other processes on the cores change every figure):
     .venv/bin/python bench/sample_batch.py [--steps 40] [--rounds 3]
+
+Figures behind the sampler's settings (shared 2-core machine):
+- `PARALLEL_MIN_ROWS` = 16: sampled right after a forward pass (the worker asleep after
+  libgomp's spin, as after the engine's masks), parallel over serial took 1.2-1.9 times as long
+  at 4 rows, 1.0-1.6 at 8, 0.8-1.3 at 16 and 0.7-0.8 at 32: a sleeping worker takes tens of
+  microseconds to come (more when another process holds its core), which only a batch's worth
+  of rows (about 25 us each, dense) repays.
+- `LANE_SETS` = 4: with one set of lanes the peak pass of a 49,152-token row took 7 us, with
+  four sets in memory 5 us, held in vector registers (`_peak_groups`) 3 us, cache-resident.
+- Building the kernel's inputs: each NumPy call costs microseconds to tens of microseconds
+  after a forward pass (cold caches); `numba.get_num_threads()` takes two locks (18-25 us after
+  a forward pass), so `sample_batch` reads `numba.config.NUMBA_NUM_THREADS` instead.
 """
 
 from __future__ import annotations

@@ -1,34 +1,11 @@
-"""The masked sampler (docs/design.md section 4).
+"""The masked sampler: `SamplingParams`, `sample_batch` (a batch's `SampleRow`s in one Numba call,
+a `BatchSample`), and its one-row forms `sample` and `top_logprobs`.
 
-Disallowed logits become -inf before the log-softmax; a mask that allows nothing is an error.
-
-Decisions (what OpenAI, vLLM and Hugging Face users expect):
-- The reported logprob is the model's log-softmax over the allowed tokens: computed from the raw
-  logits restricted to the mask, before penalties, temperature, top-k, top-p and min-p (vLLM's
-  default "raw" logprobs, with the grammar's mask applied since the grammar is part of the model's
-  output space here). So greedy and sampled runs report the same number for the same token.
-- The processing order is Hugging Face's: repetition penalty, presence and frequency penalties,
-  temperature, top-k, top-p, min-p. Presence and frequency penalties count the tokens generated so
-  far (`output_ids`), as in OpenAI's API and vLLM; the repetition penalty (vLLM's, multiplicative)
-  looks at prompt and output tokens.
-- Temperature 0 is greedy: the allowed token with the largest raw logit, the lowest id on ties;
-  penalties still apply to greedy choice (as in vLLM), the logprob stays the raw one.
-- Truncation keeps ties: top-k keeps every token tied with the k-th largest, top-p every token tied
-  with the last one needed to reach p.
-
-- A draw is the inverse CDF at one uniform number from the caller's generator
-  (`numpy.random.Generator.random()`, none when greedy), so a request's tokens depend on its own
-  seed only, alone or in any batch. Weights are float32, summed in float32 per 32 tokens and in
-  float64 over those; a token whose weight `exp((score - top) / temperature)` is below
-  float32's smallest normal (exp(-87)) weighs 0.
-- min-p compares weights: it keeps the tokens whose weight is at least min_p times the largest.
-
-One implementation: `sample_batch` samples every row of a batch in one Numba call
-(`corral.kernels.masks.sample_rows`; parallel over rows from `PARALLEL_MIN_ROWS` rows); `sample`,
-`top_logprobs` and `constrained_sample_batch` are calls of it, so a row sampled alone or in a batch
-gets the same token, logprob and top list, bit for bit. Its work per row is over the allowed tokens
-only, with no sort of the vocabulary (see `masks.sample_rows` for the passes and their
-costs).
+Disallowed logits become -inf before the log-softmax; a mask that allows nothing is an error; the
+logprob is the log-softmax over the allowed tokens, before penalties, temperature and truncation.
+Every function here calls the one kernel (`corral.kernels.masks.sample_rows`), so a row gets the
+same token, logprob and top list alone or in a batch, bit for bit. The semantics and the
+decisions behind them: docs/engine.md ("The sampler") and docs/design.md section 4.
 """
 
 from __future__ import annotations
@@ -228,11 +205,8 @@ _NO_IDS = np.zeros(0, np.int64)
 N_COLUMNS = len(_param_row(GREEDY))
 PARALLEL_MIN_ROWS = 16
 """`sample_batch` spreads batches of at least this many rows over Numba's threads (when it
-has more than one) unless told otherwise. Sampled right after a forward pass (the worker asleep
-after libgomp's spin, as after the engine's masks), on the shared 2-core machine, parallel over
-serial took 1.2-1.9 times as long at 4 rows, 1.0-1.6 at 8, 0.8-1.3 at 16 and 0.7-0.8 at 32: a
-sleeping worker takes tens of microseconds to come (more when another process holds its core),
-which only a batch's worth of rows (about 25 us each, dense) repays."""
+has more than one) unless told otherwise: below it, waking a sleeping worker costs more than
+the rows it takes (figures: bench/sample_batch.py)."""
 
 
 def _contiguous(array, dtype) -> np.ndarray:
@@ -326,9 +300,9 @@ def sample_batch(
     logprobs = np.empty(b_rows, np.float64)
     top_ids, top_logprobs = _top_arrays(b_rows, int(k))
     top_counts = np.empty(b_rows, np.int64)
-    # Numba's thread count, not numba.get_num_threads(), which takes two locks (18-25 us after a
-    # forward pass): under a lower numba.set_num_threads the loops past the threads in use take
-    # no row, as in `kernels.attention`'s counter
+    # Numba's thread count, not numba.get_num_threads(), which takes two locks (bench/
+    # sample_batch.py): under a lower numba.set_num_threads the loops past the threads in use
+    # take no row, as in `kernels.attention`'s counter
     threads = numba.config.NUMBA_NUM_THREADS
     if parallel is None:
         parallel = b_rows >= PARALLEL_MIN_ROWS and threads > 1
