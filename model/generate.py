@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from corral.kernels import Vocabulary, few_allowed_ids, sample_batch
+from corral.kernels import SampleRow, Vocabulary, few_allowed_ids, sample_batch
 from corral.model import kv_cache
 from corral.model.generation_request import (
     BudgetTooSmallError,
@@ -276,7 +276,7 @@ class Generator:
         """Act on every live sequence's need (`_ask`): a `Force` writes its token, and every
         `Sample` is drawn in one `sample_batch` call per block of logits (one in a decode step;
         the prefill's block and biased rows are blocks of their own)."""
-        groups: dict[int, tuple[list[LiveSequence], list]] = {}
+        groups: dict[int, tuple[list[LiveSequence], list[SampleRow]]] = {}
         for seq in self._live:
             if seq.finish_reason is not None:  # a `Finish`
                 continue
