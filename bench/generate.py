@@ -68,7 +68,7 @@ from corral.kernels.threads import configure
 configure()  # corral's process settings, before NumPy and Numba load (docs/numerics.md)
 
 import numpy as np  # noqa: E402
-from corral.kernels import Constraint, SamplingParams, TokenIndex, sample_batch  # noqa: E402
+from corral.kernels import Constraint, SampleRow, SamplingParams, TokenIndex, sample_batch  # noqa: E402
 from corral.model import load_model  # noqa: E402
 from corral.model.generate import GenerationRequest, GenerationStats, generate  # noqa: E402
 from corral.model.generation_request import BudgetTooSmallError, check_budget  # noqa: E402
@@ -242,7 +242,10 @@ def _sampler_steps(model, prompt, index, params, batch, steps, tokens):
         started = time.perf_counter()
         masks = [c.mask(n) for c, n in zip(walks, left, strict=True)]
         masked = time.perf_counter()
-        out = sample_batch(logits, masks, [params] * batch, rng.random(batch))
+        uniforms = rng.random(batch)
+        out = sample_batch(
+            logits, [SampleRow(b, masks[b], params, uniforms[b]) for b in range(batch)]
+        )
         tokens_out = out.tokens.tolist()
         sampled = time.perf_counter()
         for c, token in zip(walks, tokens_out, strict=True):

@@ -229,7 +229,7 @@ def sampler_rows(vocabulary, index, bank, steps: int, batches=(1, 8, 32)) -> Non
     """Per-step microseconds of masks + sampling + advances for B rows of SmolLM2-size logits
     at temperature 1: constrained rows (B walks through `index`) and free rows, sampled by one
     `sample_batch` call or by B one-row `sample` calls (the same draws)."""
-    from corral.kernels import Constraint, SamplingParams, sample, sample_batch
+    from corral.kernels import Constraint, SampleRow, SamplingParams, sample, sample_batch
 
     params = SamplingParams()
     print(f"batched sampler ({index.n_states}-state grammar, {vocabulary.size} logits a row):")
@@ -254,9 +254,8 @@ def sampler_rows(vocabulary, index, bank, steps: int, batches=(1, 8, 32)) -> Non
                     uniforms = rng.random(b_rows)
                     if mode != "one-row":
                         parallel = mode == "parallel"
-                        tokens = sample_batch(
-                            block, masks, [params] * b_rows, uniforms, parallel=parallel
-                        ).tokens
+                        rows = [SampleRow(b, masks[b], params, uniforms[b]) for b in range(b_rows)]
+                        tokens = sample_batch(block, rows, parallel=parallel).tokens
                     else:
                         tokens = [sample(block[b], params, rng, masks[b])[0] for b in range(b_rows)]
                     if kind == "constrained":

@@ -12,6 +12,18 @@ rows) and on the calling thread alone (`parallel=False`), the two taking turns c
 
 Run alone (other processes on the cores change every figure):
     .venv/bin/python bench/sample_batch.py [--steps 40] [--rounds 3]
+
+Figures behind the sampler's settings (shared 2-core machine):
+- `PARALLEL_MIN_ROWS` = 16: sampled right after a forward pass (the worker asleep after
+  libgomp's spin, as after the engine's masks), parallel over serial took 1.2-1.9 times as long
+  at 4 rows, 1.0-1.6 at 8, 0.8-1.3 at 16 and 0.7-0.8 at 32: a sleeping worker takes tens of
+  microseconds to come (more when another process holds its core), which only a batch's worth
+  of rows (about 25 us each, dense) repays.
+- `LANE_SETS` = 4: with one set of lanes the peak pass of a 49,152-token row took 7 us, with
+  four sets in memory 5 us, held in vector registers (`_peak_groups`) 3 us, cache-resident.
+- Building the kernel's inputs: each NumPy call costs microseconds to tens of microseconds
+  after a forward pass (cold caches); `numba.get_num_threads()` takes two locks (18-25 us after
+  a forward pass), so `sample_batch` reads `numba.config.NUMBA_NUM_THREADS` instead.
 """
 
 from __future__ import annotations
@@ -22,7 +34,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from corral.kernels import Constraint, SamplingParams, sample_batch
+from corral.kernels import Constraint, SampleRow, SamplingParams, sample_batch
 from corral.model import load_model
 from corral.tools.completions import Completions
 
@@ -54,7 +66,9 @@ def capture(steps: int) -> tuple[np.ndarray, np.ndarray]:
         masks = [c.mask(n) for c, n in zip(walks, left, strict=True)]
         all_logits.append(logits.copy())
         all_masks.append(np.stack(masks))
-        tokens = sample_batch(logits, masks, params, rng.random(BATCH)).tokens.tolist()
+        uniforms = rng.random(BATCH)
+        rows = [SampleRow(b, masks[b], params[b], uniforms[b]) for b in range(BATCH)]
+        tokens = sample_batch(logits, rows).tokens.tolist()
         for c, token in zip(walks, tokens, strict=True):
             c.advance(token)
         left = [n - 1 for n in left]
@@ -70,7 +84,7 @@ def main() -> None:
     logits, masks = capture(args.steps)
     kinds = {"t=1": SamplingParams(temperature=1.0), "greedy": SamplingParams(temperature=0.0)}
     rng = np.random.default_rng(0)
-    sample_batch(logits[0, :2], list(masks[0, :2]), [kinds["t=1"]] * 2, [0.5, 0.5])  # compile
+    sample_batch(logits[0, :2], [SampleRow(b, masks[0, b], kinds["t=1"], 0.5) for b in (0, 1)])
     allowed = np.unpackbits(masks.view(np.uint8), axis=-1).sum(-1)
     dense = np.mean(allowed * 4 >= logits.shape[-1])
     print(f"{args.steps} steps x {BATCH} rows; {100 * dense:.0f}% of the rows read in place")
@@ -85,7 +99,10 @@ def main() -> None:
                         row_masks = list(masks[step, :batch])
                         uniforms = rng.random(batch)
                         started = time.perf_counter()
-                        sample_batch(rows, row_masks, [params] * batch, uniforms, parallel=parallel)
+                        records = [
+                            SampleRow(b, row_masks[b], params, uniforms[b]) for b in range(batch)
+                        ]
+                        sample_batch(rows, records, parallel=parallel)
                         spent.append(time.perf_counter() - started)
             default, serial = (1e6 * np.median(times[k]) for k in (None, False))
             print(f"{batch:>5} {name:>6} | {default:>11.1f} | {serial:>10.1f}")

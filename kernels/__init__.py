@@ -9,7 +9,7 @@ sampler (docs/design.md section 4).
 - `Constraint(index)`: one answer's matcher: `mask(tokens_left=None)`, `advance(token)`,
   `advance_bytes(data)`, `tokens_to_complete()`, `forced_bytes()` (jump-forward),
   `is_complete()`, `done`, `copy()`.
-- `SamplingParams`, `sample_batch` (every row of a batch in one Numba call, a `BatchSample`),
+- `SamplingParams`, `sample_batch` (a batch's `SampleRow`s in one Numba call, a `BatchSample`),
   `sample`, `top_logprobs`, `constrained_sample`, `constrained_sample_batch`, `apply_mask`.
 
 Names load on first use (PEP 562), so `import corral.kernels.threads` (whose `configure` must
@@ -32,6 +32,7 @@ _MODULES = {
     "corral.kernels.masks.sampling": (
         "GREEDY",
         "BatchSample",
+        "SampleRow",
         "SamplingParams",
         "apply_mask",
         "constrained_sample",
@@ -67,6 +68,7 @@ __all__ = [
     "Constraint",
     "LazyTokenIndex",
     "NoTokenAllowedError",
+    "SampleRow",
     "SamplingParams",
     "TokenIndex",
     "TokenNotAllowedError",

@@ -1,113 +1,12 @@
-"""Batched generation under constraints, with continuous batching (docs/design.md sections 4 and 7).
+"""Batched generation under constraints, with continuous batching: the engine (`Generator`) and
+its thin loops over a fixed list of requests (`iter_generate`, `generate`).
 
-A `Generator(model, batch_size, max_len=None)` runs requests on one KV cache of `batch_size` slots:
-`submit(request)` queues a request (at any time, also between steps) and returns its handle;
-`step()` prefills the prompts of waiting requests into free slots, picks one token for every live
-sequence, and decodes them all together, one forward pass for the whole batch; it returns the
-`(handle, GenerationResult)` of the sequences that ended, whose slots go to the next waiting
-requests. Between steps, `partial_text()` shows what each live sequence wrote so far (streaming)
-and `cancel(handle)` drops a request (a client that went away). At each step the masks of all
-sampling sequences are applied before the log-softmax and their tokens drawn in one Numba call
-(`corral.kernels.sample_batch` over the rows of the last forward pass, each row with its own
-settings and one uniform draw from its request's generator), and each `Constraint` advances.
-`iter_generate` and `generate` are thin loops over a `Generator` for a fixed list of requests.
-
-The engine knows nothing of HTTP or OpenAI shapes: a request is prompt token ids, sampling
-settings, an optional `Constraint` and an optional trigger string.
-
-Decisions:
-- Context (OpenAI's behaviour): a slot holds `max_len` tokens, the model's context by default
-  (`Model.context_length`, 8,192 for SmolLM2) and never more; like vLLM's `max_model_len`, it is
-  the context the engine serves. `submit` refuses, for that request only, a prompt plus
-  `max_tokens` beyond it (`ContextLengthError`, code `context_length_exceeded`, naming the
-  figures); a `max_tokens` of None takes what the context leaves (context - prompt). Every check
-  on a request (`check_request`) runs at `submit`, so nothing a request carries can fail a later
-  `step` and take the batch down.
-- Memory: the cache is sized from what admitted requests can use (`max_len`, never a raw
-  `max_tokens`) and from the memory available: `batch_size` is lowered to the slots that fit in
-  half of it (`corral.model.kv_cache.slots_that_fit`), said once with a `CacheWarning`; when not
-  even one slot fits the `Generator` is refused with a `CacheError` giving the figures.
-  `iter_generate` sizes its engine from its requests: max_len is the longest prompt plus
-  max_tokens among them, at most the context.
-- logit_bias (OpenAI's semantics): token id -> a bias in [-100, 100] added to the logits before
-  anything else, before the mask, so a bias can never let a masked token through. The logprobs
-  reported below are those of the biased logits, the distribution the sampler draws from.
-- Logprobs: every generated token's logprob is the one the sampler used (`corral.kernels.sample`:
-  the log-softmax over the allowed tokens for a constrained token, over the whole vocabulary for
-  free text and for tokens the engine forces). With `top_logprobs=k` the result also holds, per
-  token, the k most likely alternatives `(token id, logprob)` over the same distribution
-  (`corral.kernels.top_logprobs`), so the chosen token's logprob equals its entry there.
-- Budget-aware ending (on by default, `GenerationRequest.budget_aware`): a constrained answer is
-  never cut mid-JSON by `max_tokens`. The engine keeps the invariant "the fewest tokens from the
-  constraint's state to a complete answer (`Constraint.tokens_to_complete`, a BFS over the token
-  graph) <= tokens left" by sampling under `Constraint.mask(tokens_left)`: the plain mask while
-  tokens are plenty, else only the tokens after which a complete answer still fits. An answer that
-  is complete when the budget runs out ends with finish_reason `stop`. A budget too small for any
-  answer is refused at `submit` (`BudgetTooSmallError`, `check_budget`). Turned off, the answer is
-  cut at `max_tokens` (finish_reason `length`).
-- Lazy trigger (tool_choice `auto`, llama.cpp's grammar triggers): the output is free until its
-  bytes contain the trigger; the bytes after it, if any, are walked through the constraint
-  (`Constraint.advance_bytes`). If the token that completed the trigger carries bytes the grammar
-  refuses, it is replaced by tokens spelling exactly the text up to the trigger's end
-  (`Vocabulary.spell`: its own token if the vocabulary has one, else single-byte tokens), so the
-  constraint always starts cleanly. The budget rule covers the call the trigger opens: with
-  `budget_aware`, a token that would complete the trigger is allowed only while the tokens left
-  can finish the shortest call after it (`corral.kernels.masks.trigger`); when some is banned, the
-  free text is sampled under a mask without it (its logprobs over the tokens allowed). So a
-  call is never cut by `max_tokens` and its markup never left in the content.
-- Stop strings apply to free text only: inside a constrained answer they would cut valid JSON.
-  The text is cut before the stop string, which is not returned (OpenAI's behaviour).
-- EOS ends a sequence and is not part of its text, `token_ids` or `logprobs`, nor of
-  `completion_tokens`, which counts the tokens of `token_ids`, as OpenAI's `usage` counts the
-  tokens its `logprobs.content` lists. `max_tokens` bounds the tokens generated, EOS included
-  (a sequence that samples EOS as its last allowed token has `max_tokens - 1` completion
-  tokens and finish_reason `stop`).
-- Jump-forward (on by default, `GenerationRequest.jump_forward`; SGLang's compressed FSM): the
-  tokens of the text the constraint forces (`corral.model.jump_forward`) follow the step's
-  sampled token in the same forward pass, a chunk at the slot's position as prefill writes a
-  prompt (`prefill_batch`; then every row of the step goes through that one pass); forced text
-  at the start goes with the prompt. They are completion tokens with logprob 0.0 (the grammar
-  chose them), taken only while the budget rule holds after them. A request asking for
-  `top_logprobs` keeps jump-forward, so that asking for logprobs changes no answer: its forced
-  tokens' logprobs (and top alternatives) come from the pass that writes them, which gives the
-  logits at each forced position (`prefill_batch`'s `last`), over the whole vocabulary as
-  every forced token's; a sequence that ends with forced tokens still takes that pass (its
-  last, whose next-token logits go unused). Its own passes are those of the request without
-  logprobs but for two things: the prefix cache reuses no position whose logits the forced
-  tokens need, and that last pass; where passes of other compositions round otherwise (float32
-  activations, without AMX: see "Each request has its own ..." below) logits may move by that
-  rounding, as between batch shapes. On a model whose `prefill_batch` has no `last`,
-  such a request samples every token instead. Off for a model without a `tokenizer`, and while
-  a respelled trigger is written; turned off, every token is sampled, as in an engine without
-  it.
-- A sequence that the next step would end whatever the logits (its answer complete with nothing
-  left to allow, or its budget spent) ends as soon as its last token is chosen: its last token
-  is not fed to the model, so the step's forward pass has one row fewer, and a batch of one
-  saves its last pass.
-- Prefix cache (on by default, `Generator(prefix_cache=...)`; vLLM's automatic prefix caching,
-  SGLang's RadixAttention): a batch or a server sends the same system prompt and tools again and
-  again. Each slot remembers the token ids its prompt (with the text forced at the start) wrote,
-  for as long as the slot lives and, once it ends, until the slot is taken again (the least
-  recently freed slot is taken first; the slots are the bound). A new prompt whose ids start with
-  at least `MIN_SHARED` of a held prompt's ids (token ids, never text) has those positions' keys
-  and values copied into its slot (`KVCache.copy_prefix`; a free slot holding it is taken as it
-  is), and only the rest is prefilled; the last prompt token always is, for its logits. A prefix
-  that another prompt of the same admission writes is copied once that prompt's pass has run,
-  and the rest prefilled in a later pass. Keys and values depend only on the tokens before them,
-  so the outputs are those of a run without the cache up to float rounding (GEMMs over other
-  row counts).
-- Masked LM head (on by default, `Generator(masked_head=...)`): the mask a constrained row will
-  be sampled under is known before the forward pass that gives its logits, and it often allows
-  a handful of tokens (after a value, `,` or `}`; a number's digits; an enum). Then only those
-  tokens' logits are computed (`llama.lm_head`'s `allowed`, at most `llama.MASKED_HEAD_MAX`
-  tokens), the others left at -inf, which the mask removes anyway: the head reads a few rows of
-  its 49,152 instead of all (at batch 1 about a sixth of a decode step). The chosen logits are
-  those the whole head gives a row at batch 1 bit for bit, so greedy answers at batch 1 are the
-  same with the head masked or not. Rows that need every logit (free text, forced tokens,
-  whose logprob is over the whole vocabulary) are computed whole.
-- Each request has its own `numpy.random.Generator` seeded by its `seed`, so the same request
-  gives the same tokens alone or in any batch, up to float rounding that differs between batch
-  shapes in BLAS (logits agree to ~1e-5; a token could flip only on a near-tie).
+A `Generator` runs `GenerationRequest`s on one KV cache: `submit` queues one, `step` admits
+waiting requests, picks one token for every live sequence (one `sample_batch` call) and decodes
+them in one forward pass, returning the `GenerationResult`s of those that ended. Each sequence
+is asked once a token what it needs (`LiveSequence.need`: `Sample`, `Force`, `Finish`). The
+decisions behind the engine (context, memory, budget, trigger, logprobs, jump-forward, prefix
+cache, masked LM head, seeds) are in docs/engine.md.
 """
 
 from __future__ import annotations
@@ -120,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from corral.kernels import Vocabulary, sample_batch
+from corral.kernels import SampleRow, Vocabulary, few_allowed_ids, sample_batch
 from corral.model import kv_cache
 from corral.model.generation_request import (
     BudgetTooSmallError,
@@ -132,7 +31,7 @@ from corral.model.generation_request import (
 )
 from corral.model.jump_forward import ForcedTokenizer
 from corral.model.llama import MASKED_HEAD_MAX
-from corral.model.sequence import LiveSequence
+from corral.model.sequence import Finish, Force, LiveSequence, Need, Sample
 
 __all__ = [
     "BudgetTooSmallError",
@@ -181,7 +80,7 @@ class GenerationStats:
 
 
 class Generator:
-    """The engine: continuous batching of requests over one KV cache (see the module docstring).
+    """The engine: continuous batching of requests over one KV cache (docs/engine.md).
 
     Args:
         model: a `corral.model.Model`, or anything with `new_cache(n_slots, max_len)`,
@@ -194,11 +93,11 @@ class Generator:
             length and the context the engine serves; None or more than the model's
             `context_length`: the model's context.
         stats: updated in place as steps run, if given (else a fresh `GenerationStats`).
-        prefix_cache: reuse the keys and values of a prompt's longest cached prefix (see the
-            module docstring); on only when the model's cache has `copy_prefix(source,
+        prefix_cache: reuse the keys and values of a prompt's longest cached prefix
+            (docs/engine.md); on only when the model's cache has `copy_prefix(source,
             target, length)`, as `KVCache` has. False: every prompt is prefilled whole.
         masked_head: compute only the allowed tokens' logits of a constrained row whose mask
-            allows few (see the module docstring); on only when the model's `decode` and
+            allows few (docs/engine.md); on only when the model's `decode` and
             `prefill_batch` take `allowed`, as `Model`'s do. False: every row's logits whole.
 
     Attributes:
@@ -254,6 +153,7 @@ class Generator:
         self._held: dict[int, np.ndarray] = {}  # slot -> the tokens its first positions hold
         self._waiting: deque[tuple[int, GenerationRequest]] = deque()
         self._live: list[LiveSequence] = []
+        self._needs: dict[int, Need] = {}  # handle -> what its next step needs (`_ask`)
         self._handles = 0
 
     @property
@@ -299,8 +199,7 @@ class Generator:
         for i, seq in enumerate(self._live):
             if seq.handle == handle:
                 del self._live[i]
-                self.stats.completion_tokens += seq.generated
-                self._free.append(seq.slot)
+                self._release(seq)
                 return True
         return False
 
@@ -332,7 +231,8 @@ class Generator:
         stats = self.stats
         started = time.perf_counter()
         self._choose()
-        finished, chunks, still = [], [], []
+        finished: list[tuple[int, GenerationResult]] = []
+        chunks, still = [], []
         for seq in self._live:
             if seq.finish_reason is None:
                 # ids[-1]: the sampled token (after a trigger's respelling, the new one)
@@ -340,53 +240,59 @@ class Generator:
                 stats.forced_tokens += len(chunk) - 1
                 # an ending sequence needs no logits, no forward pass, unless its forced
                 # tokens wait for their logprobs from the pass that writes them
-                if not seq.ends_now() or seq.awaiting:
+                if not isinstance(self._ask(seq), Finish) or seq.awaiting:
                     chunks.append(chunk)
                     still.append(seq)
                     continue
-            stats.completion_tokens += seq.generated
-            self._free.append(seq.slot)
-            finished.append((seq.handle, seq.result()))
+            finished.append(self._release(seq))
         stats.mask_and_sample_seconds += time.perf_counter() - started
         self._live = still
         if still:
             self._decode(chunks)
             for seq in self._live:
                 if seq.finish_reason is not None:  # it ran for its forced tokens' logprobs
-                    stats.completion_tokens += seq.generated
-                    self._free.append(seq.slot)
-                    finished.append((seq.handle, seq.result()))
+                    finished.append(self._release(seq))
             self._live = [seq for seq in self._live if seq.finish_reason is None]
         return finished
 
+    def _ask(self, seq: LiveSequence) -> Need:
+        """Ask `seq` what its next step needs (`LiveSequence.need`), once per step, after the
+        step's tokens are written: the answer is kept for the masked LM head (`_allowed`) and
+        the next `_choose`, and a `Finish` ends the sequence now."""
+        need = self._needs[seq.handle] = seq.need()
+        if isinstance(need, Finish):
+            seq.finish(need.reason)
+        return need
+
+    def _release(self, seq: LiveSequence) -> tuple[int, GenerationResult]:
+        """Free the slot of `seq`, which ended or was cancelled, count its tokens, and return
+        `(handle, result)`."""
+        self.stats.completion_tokens += seq.generated
+        self._free.append(seq.slot)
+        self._needs.pop(seq.handle, None)
+        return seq.handle, seq.result()
+
     def _choose(self) -> None:
-        """Pick the next token of every live sequence: endings and forced tokens first, then
-        every sequence that samples, in one `sample_batch` call per block of logits (one in a
-        decode step; the prefill's block and biased rows are blocks of their own)."""
-        groups: dict[int, list[tuple[LiveSequence, np.ndarray | None]]] = {}
+        """Act on every live sequence's need (`_ask`): a `Force` writes its token, and every
+        `Sample` is drawn in one `sample_batch` call per block of logits (one in a decode step;
+        the prefill's block and biased rows are blocks of their own)."""
+        groups: dict[int, tuple[list[LiveSequence], list[SampleRow]]] = {}
         for seq in self._live:
-            if seq.finish_reason is None:
-                mask = seq.before_sample()
-                if mask is not False:
-                    group = groups.setdefault(id(seq.block), [])
-                    group.append((seq, None if mask is True else mask))
-        for group in groups.values():
-            sampling = [seq for seq, _ in group]
-            penalized = any(seq.request.params.penalized for seq in sampling)
-            out = sample_batch(
-                sampling[0].block,
-                [mask for _, mask in group],
-                [seq.request.params for seq in sampling],
-                [seq.uniform() for seq in sampling],
-                [seq.prompt for seq in sampling] if penalized else None,
-                [seq.ids for seq in sampling] if penalized else None,
-                [seq.request.top_logprobs or 0 for seq in sampling],
-                [seq.row for seq in sampling],
-            )
+            if seq.finish_reason is not None:  # a `Finish`
+                continue
+            need = self._needs[seq.handle]
+            if isinstance(need, Force):
+                seq.take_forced()
+            else:
+                sampling, rows = groups.setdefault(id(seq.block), ([], []))
+                sampling.append(seq)
+                rows.append(seq.sample_row(need))
+        for sampling, rows in groups.values():
+            out = sample_batch(sampling[0].block, rows)
             tokens, logprobs = out.tokens.tolist(), out.logprobs.tolist()
             for b, seq in enumerate(sampling):
                 top = out.top(b) if seq.top is not None else None
-                seq.after_sample(tokens[b], logprobs[b], top, self._eos_ids)
+                seq.take_sampled(tokens[b], logprobs[b], top, self._eos_ids)
 
     def _admit(self) -> None:
         """Give waiting requests free slots and prefill their prompts (with the text forced at
@@ -399,6 +305,7 @@ class Generator:
             seq = LiveSequence(handle, request, -1, self.vocabulary, jump)
             forced = seq.jump_forward()  # forced text at the start goes with the prompt
             self.stats.forced_tokens += len(forced)
+            self._ask(seq)
             admitted.append((seq, np.concatenate([seq.prompt, np.asarray(forced, np.int64)])))
         if not admitted:
             return
@@ -502,12 +409,15 @@ class Generator:
         return logits, ends.tolist()
 
     def _allowed(self, sequences: list[LiveSequence]) -> dict:
-        """The masked LM head's argument of a pass over `sequences`: {"allowed": each one's
-        `next_allowed` ids (at most `MASKED_HEAD_MAX`)}, or {} when the head is off or every
-        row needs its logits whole (so a model without `allowed` is called as before)."""
+        """The masked LM head's argument of a pass over `sequences`: {"allowed": for each one,
+        the ids (int32, ascending) its next token may take when its need is a constrained
+        `Sample` whose mask allows at most `MASKED_HEAD_MAX` tokens, else None (the logits
+        whole)}, or {} when the head is off or every row needs its logits whole (so a model
+        without `allowed` is called as before). Everything a sample reads under a mask (its
+        logprob, `top_logprobs`, a `logit_bias`, penalties) is at allowed ids."""
         if not self._masked:
             return {}
-        allowed = [seq.next_allowed(MASKED_HEAD_MAX) for seq in sequences]
+        allowed = [_head_ids(self._needs[seq.handle]) for seq in sequences]
         if all(ids is None for ids in allowed):
             return {}
         self.stats.masked_rows += sum(ids is not None for ids in allowed)
@@ -571,6 +481,14 @@ def generate(
     for index, result in run:
         results[index] = result
     return results  # type: ignore[return-value]
+
+
+def _head_ids(need: Need) -> np.ndarray | None:
+    """The ids (int32) the masked LM head computes for a row whose next step is `need`: those
+    of a constrained `Sample`'s mask when it allows at most `MASKED_HEAD_MAX`; else None."""
+    if isinstance(need, Sample) and need.constrained:
+        return few_allowed_ids(need.mask, MASKED_HEAD_MAX)
+    return None
 
 
 def _shared_prefix(held: np.ndarray, tokens: np.ndarray, limit: int) -> int:

@@ -1,38 +1,8 @@
-"""The tokens of forced text, for jump-forward decoding (docs/design.md section 4; SGLang's
-"compressed FSM", the jump-forward of XGrammar and llguidance).
-
-When a constraint forces the next bytes (`Constraint.forced_bytes`: a required key, `","`, a
-`const`, a tool call's `{"name":"f","arguments":`), the engine (`corral.model.generate`) appends
-their tokens in one forward pass instead of one decode step per token. `ForcedTokenizer` says which
-tokens: those the model's own tokenizer writes for the forced text, so the model sees canonical
-tokens, minus the tail whose tokens could still change with the bytes that follow.
-
-Which tokens are final: a byte-level BPE tokenizer (GPT-2's and SmolLM2's) first splits text into
-pre-tokens by a regular expression, then merges bytes within each pre-token only. Appending text
-can change the last pre-token (`":` may grow to `":"`, a run of digits or letters may go on) but
-not the ones before it, whose matches end before it starts. So the tokens of every pre-token but
-the last are committed, and the last one's bytes are left to the masked sampler, unless the
-grammar says what may follow: when every byte it allows right after the forced text is ASCII and
-the pre-tokenizer, asked for the text followed by that character, starts a new pre-token there
-(`":` before a digit or `t` of `true`; `"` before a key's first letter; `}}` at the end of the
-answer, where nothing but EOS follows), the last pre-token is final as well and its tokens are
-committed too. Text ending in whitespace (whose pre-token rule looks two characters ahead), text
-cut before an added token or inside a character, and a tokenizer with a normalizer keep the rule
-above. Text that could
-begin one of the tokenizer's added tokens (`<|im_end|>`, ...) is left open too, since an added
-token is matched before pre-tokenization and could span the boundary; and the forced text is cut
-before an incomplete UTF-8 character at either end (a tokenizer reads text, not bytes). Whatever
-is committed is checked to spell exactly the forced bytes it stands for, in text tokens of the
-vocabulary; otherwise nothing is committed.
-
-A special token spelled by its symbol (`Vocabulary.with_special_symbols`, docs/special-tokens.md)
-is committed as its id, never as text: the text before it is tokenized alone and whole (a special
-token ends a pre-token, as the tokenizer splits added tokens first), then the special id, then the
-text after it by the rules above.
-
-A tokenizer without a `tokenizers` backend (only `encode(text) -> ids`, as the engine's test
-stand-ins have) commits every token but the last: exact for a byte-level tokenizer without
-merges, and the rule to replace for any other.
+"""The tokens of forced text, for jump-forward decoding (SGLang's "compressed FSM", the
+jump-forward of XGrammar and llguidance): `ForcedTokenizer` says which tokens the engine writes for
+the bytes a constraint forces (`Constraint.forced_bytes`), the model's own tokenizer's, minus the
+tail whose tokens the bytes that follow could still change. Which tokens are final, and why:
+docs/engine.md ("Jump-forward: which forced tokens are final").
 """
 
 from __future__ import annotations
@@ -51,7 +21,7 @@ index's entries are dropped and rebuilt as they are met again."""
 
 
 class ForcedTokenizer:
-    """Forced bytes -> the token ids to commit for them (see the module docstring).
+    """Forced bytes -> the token ids to commit for them (docs/engine.md).
 
     Args:
         tokenizer: the model's tokenizer: a `corral.model.Tokenizer` (its `backend`, a
@@ -76,8 +46,8 @@ class ForcedTokenizer:
         """The token ids to commit for `forced` (the bytes a constraint forces next): the
         tokenizer's own tokens of a prefix of it whose boundaries no following byte can change,
         possibly none. Their bytes concatenate to a prefix of `forced`. `follow`: the bytes
-        that may come right after `forced` (b"": none, the answer ends), or None (any); see the
-        module docstring for when it lets the last pre-token be committed. O(len(forced)) tokenizer
+        that may come right after `forced` (b"": none, the answer ends), or None (any); see
+        docs/engine.md for when it lets the last pre-token be committed. O(len(forced)) tokenizer
         work plus one pre-tokenizer call per byte of `follow`, cached per instance
         (`CACHE_SIZE` texts)."""
         key = None if follow is None else bytes(sorted(set(follow)))

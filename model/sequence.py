@@ -1,17 +1,55 @@
-"""One request while it runs in a `Generator`: its tokens, logprobs and text, its constraint,
-stop strings, lazy trigger and jump-forward (docs/design.md section 7; the decisions are in
-`corral.model.generate`'s module docstring, which this module's `LiveSequence` carries out).
+"""One request while it runs in a `Generator` (`LiveSequence`: its tokens, logprobs and text, its
+constraint, stop strings, lazy trigger and jump-forward) and what it needs at its next step
+(`Need`: `Sample`, `Force` or `Finish`). The rules it carries out are in docs/engine.md.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
-from corral.kernels import TokenNotAllowedError, Vocabulary, few_allowed_ids, top_logprobs
+from corral.kernels import SampleRow, TokenNotAllowedError, Vocabulary, top_logprobs
 from corral.kernels.masks.trigger import trigger_mask
 from corral.model.generation_request import GenerationRequest, GenerationResult
 from corral.model.jump_forward import ForcedTokenizer
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Sample:
+    """The next token is sampled from the logits the sequence receives.
+
+    Attributes:
+        mask: packed uint32 `[ceil(V / 32)]` of the tokens allowed (shared: never written), or
+            None for the whole vocabulary.
+        constrained: the mask is the constraint's, so that only the logits of the tokens it
+            allows are needed (the masked LM head); False for free text, masked or not.
+    """
+
+    mask: np.ndarray | None = None
+    constrained: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Force:
+    """The next token is `token`, already chosen (the rest of a respelled trigger): it is
+    written with its logprob over the whole vocabulary, so the logits are needed whole."""
+
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """The sequence ends whatever the logits, with finish_reason `reason` ("stop" or
+    "length"): it needs no forward pass."""
+
+    reason: str
+
+
+Need = Sample | Force | Finish
+"""What a sequence needs at its next step (`LiveSequence.need`)."""
+FREE = Sample()
+"""Free text without a mask."""
 
 
 class LiveSequence:
@@ -93,59 +131,59 @@ class LiveSequence:
             block[0, self._bias_ids] += self._bias_values
         self.block, self.row, self.logits = block, row, block[row]
 
-    def ends_now(self) -> bool:
-        """End the sequence if nothing the model could say would continue it (`finish_reason`
-        set): its answer is complete with nothing left to allow, or its budget is spent. The
-        engine asks before a forward pass, which such a sequence does not need."""
+    def need(self) -> Need:
+        """What the next step needs, from the state alone (no side effect; the logits are not
+        read): `Finish` when nothing the model could say would continue the sequence (its
+        answer complete with nothing left to allow: "stop"; its budget spent: "stop" if the
+        answer is complete, else "length"); `Force` for a token already chosen; else `Sample`
+        under the constraint's mask (with the budget rule when `budget_aware`), or free text,
+        under a lazy trigger's budget mask when some token may not complete the trigger yet.
+        The engine asks once per step, after the step's tokens are written."""
         constraint = self.constraint
-        if constraint is not None and constraint.done:
-            self.finish_reason = "stop"
-        elif self.request.max_tokens - self.generated <= 0:
-            complete = constraint is not None and constraint.is_complete()
-            self.finish_reason = "stop" if complete else "length"
-        return self.finish_reason is not None
-
-    def before_sample(self) -> np.ndarray | bool:
-        """This step's work before sampling: end the sequence (`ends_now`) or take a forced
-        token (recorded here), returning False; else return the packed mask to sample under,
-        or True for free text."""
-        if self.ends_now():
-            return False
         left = self.request.max_tokens - self.generated
-        constraint = self.constraint
+        if constraint is not None and constraint.done:
+            return Finish("stop")
+        if left <= 0:
+            complete = constraint is not None and constraint.is_complete()
+            return Finish("stop" if complete else "length")
         if self.forced:
-            token, start = self.forced.popleft(), len(self.text)
-            self._record(token, _logprob(self.logits, token), None)
-            if self.constraint is None:
-                self._after_free_text(start)
-            return False
+            return Force(self.forced[0])
         if constraint is None:
             if self.waiting is not None and self._trigger and self.request.budget_aware:
                 # a trigger may open a call only while the tokens left can finish it
                 mask = trigger_mask(self.waiting, self._trigger, self.text, left)
-                return True if mask is None else mask
-            return True
-        return constraint.mask(left if self.request.budget_aware else None)
+                return FREE if mask is None else Sample(mask)
+            return FREE
+        return Sample(constraint.mask(left if self.request.budget_aware else None), True)
 
-    def next_allowed(self, limit: int) -> np.ndarray | None:
-        """The ids (int32) of the tokens the next sample may take, when the mask it will be
-        drawn under (`before_sample`'s) allows at most `limit` of them; else None: the next
-        logits are needed whole (free text, a forced token next, whose logprob is over the
-        whole vocabulary, a sequence about to end, or a mask that allows more). Everything a
-        sample reads under a mask (its logprob, `top_logprobs`, a `logit_bias`, penalties) is
-        at allowed ids. The engine asks after the step's tokens are written, for the masked LM
-        head (`corral.model.llama.lm_head`)."""
-        constraint = self.constraint
-        left = self.request.max_tokens - self.generated
-        if constraint is None or constraint.done or left <= 0 or self.forced:
-            return None
-        return few_allowed_ids(constraint.mask(left if self.request.budget_aware else None), limit)
+    def finish(self, reason: str) -> None:
+        """End the sequence with finish_reason `reason` (a `Finish`'s)."""
+        self.finish_reason = reason
 
-    def uniform(self) -> float:
-        """This sequence's draw for its next sampled token (none when greedy: 0.0)."""
-        return 0.0 if self.request.params.greedy else self.rng.random()
+    def take_forced(self) -> None:
+        """Write the forced token (a `Force`'s) with its logprob over the whole vocabulary of
+        the logits received, then look for stop strings and the trigger in free text."""
+        token, start = self.forced.popleft(), len(self.text)
+        self._record(token, _logprob(self.logits, token), None)
+        if self.constraint is None:
+            self._after_free_text(start)
 
-    def after_sample(
+    def sample_row(self, need: Sample) -> SampleRow:
+        """The `sample_batch` row of this step's token under `need`, at the row of the logits
+        received; draws its uniform from the request's generator (none when greedy)."""
+        request = self.request
+        uniform = 0.0 if request.params.greedy else self.rng.random()
+        return SampleRow(
+            self.row,
+            need.mask,
+            request.params,
+            uniform,
+            self.prompt,
+            self.ids,
+            request.top_logprobs or 0,
+        )
+
+    def take_sampled(
         self, token: int, logprob: float, top: tuple[tuple[int, float], ...] | None, eos_ids
     ) -> None:
         """Take the sampled `token`, its logprob and top list (under the mask it was sampled
@@ -164,7 +202,7 @@ class LiveSequence:
             self._after_free_text(start)
 
     def jump_forward(self) -> list[int]:
-        """Record and return the tokens jump-forward writes now (see the module docstring):
+        """Record and return the tokens jump-forward writes now (docs/engine.md):
         those of the text the constraint forces, within the budget; [] when there are none.
         Their logprobs are 0.0 (the grammar chose them), or, for a request asking for
         top_logprobs, the model's, from the pass that writes them (`awaiting`)."""

@@ -1,6 +1,6 @@
-"""The masked sampler's Numba kernel: every row of a batch sampled in one call (docs/design.md
-section 4). The semantics are documented in `corral.kernels.masks.sampling`, whose `sample`,
-`top_logprobs` and `sample_batch` all call `sample_rows`: there is one implementation.
+"""The masked sampler's Numba kernel: every row of a batch sampled in one call (semantics:
+docs/engine.md, "The sampler"). `corral.kernels.masks.sampling`'s `sample`, `top_logprobs` and
+`sample_batch` all call `sample_rows`: there is one implementation.
 
 A row's tokens are its positions 0..n-1 with one bit each in a packed uint32 mask (bit i % 32 of
 word i // 32). A free row is read in place with a mask of ones; a constrained row is read in place
@@ -25,19 +25,9 @@ positions:
    O(n / BLOCK + BLOCK);
 5. the `n_top[b]` best allowed positions by value (ties: lower id first).
 
-Speed: the passes over the row are loops LLVM vectorizes (checked in `inspect_asm`): a mask word is
-a vector mask (a loop of constant trip count BLOCK over its bits), not branches; the exp is Cephes'
-branch-free `expf` (`corral.kernels.expf.exp_nonpositive`; Numba's scalar `math.exp` is a call LLVM
-does not vectorize); the peak is kept in `LANE_SETS` sets of `BLOCK` lanes of elementwise maxima (a
-maximum in one loop-carried variable is not vectorized without LLVM's no-NaN flag, which -inf and
-NaN logits forbid; one set made every word wait for the previous word's stores, and the peak pass
-took 7 us of a 49,152-token row where four sets in memory take 5), held in vector registers by a
-loop of plain LLVM vector IR (`_peak_groups`: 3 us, cache-resident). Nothing of the vocabulary's
-size is allocated for a free or dense row without penalties. A row's first pass over its mask words
-(the sums, or the gather of a sparse row) prefetches the next row's logits when that row is read in
-place (`corral.kernels.prefetch`): the sums are bound by arithmetic, the next row's peak pass by
-memory (the forward pass has just written the logits and they have left the core's caches), so one
-row's memory traffic overlaps the other's exp. Prefetches change no value.
+The passes are loops LLVM vectorizes, and a row's first pass prefetches the next row's logits
+(docs/engine.md, "The sampler"; figures: bench/sample_batch.py).
+
 Top-k and top-p never sort the vocabulary: a histogram of the scores in buckets of one temperature
 (one e-fold of weight) finds the few candidates that can matter, and only those are sorted (one
 `np.sort`, the only generic NumPy routine compiled here). `sample_rows` runs the rows on one thread,

@@ -1,34 +1,11 @@
-"""The masked sampler (docs/design.md section 4).
+"""The masked sampler: `SamplingParams`, `sample_batch` (a batch's `SampleRow`s in one Numba call,
+a `BatchSample`), and its one-row forms `sample` and `top_logprobs`.
 
-Disallowed logits become -inf before the log-softmax; a mask that allows nothing is an error.
-
-Decisions (what OpenAI, vLLM and Hugging Face users expect):
-- The reported logprob is the model's log-softmax over the allowed tokens: computed from the raw
-  logits restricted to the mask, before penalties, temperature, top-k, top-p and min-p (vLLM's
-  default "raw" logprobs, with the grammar's mask applied since the grammar is part of the model's
-  output space here). So greedy and sampled runs report the same number for the same token.
-- The processing order is Hugging Face's: repetition penalty, presence and frequency penalties,
-  temperature, top-k, top-p, min-p. Presence and frequency penalties count the tokens generated so
-  far (`output_ids`), as in OpenAI's API and vLLM; the repetition penalty (vLLM's, multiplicative)
-  looks at prompt and output tokens.
-- Temperature 0 is greedy: the allowed token with the largest raw logit, the lowest id on ties;
-  penalties still apply to greedy choice (as in vLLM), the logprob stays the raw one.
-- Truncation keeps ties: top-k keeps every token tied with the k-th largest, top-p every token tied
-  with the last one needed to reach p.
-
-- A draw is the inverse CDF at one uniform number from the caller's generator
-  (`numpy.random.Generator.random()`, none when greedy), so a request's tokens depend on its own
-  seed only, alone or in any batch. Weights are float32, summed in float32 per 32 tokens and in
-  float64 over those; a token whose weight `exp((score - top) / temperature)` is below
-  float32's smallest normal (exp(-87)) weighs 0.
-- min-p compares weights: it keeps the tokens whose weight is at least min_p times the largest.
-
-One implementation: `sample_batch` samples every row of a batch in one Numba call
-(`corral.kernels.masks.sample_rows`; parallel over rows from `PARALLEL_MIN_ROWS` rows); `sample`,
-`top_logprobs` and `constrained_sample_batch` are calls of it, so a row sampled alone or in a batch
-gets the same token, logprob and top list, bit for bit. Its work per row is over the allowed tokens
-only, with no sort of the vocabulary (see `masks.sample_rows` for the passes and their
-costs).
+Disallowed logits become -inf before the log-softmax; a mask that allows nothing is an error; the
+logprob is the log-softmax over the allowed tokens, before penalties, temperature and truncation.
+Every function here calls the one kernel (`corral.kernels.masks.sample_rows`), so a row gets the
+same token, logprob and top list alone or in a batch, bit for bit. The semantics and the
+decisions behind them: docs/engine.md ("The sampler") and docs/design.md section 4.
 """
 
 from __future__ import annotations
@@ -37,6 +14,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -98,6 +76,31 @@ class SamplingParams:
 GREEDY = SamplingParams(temperature=0.0)
 
 
+class SampleRow(NamedTuple):
+    """One row of a `sample_batch` call: where its logits are and how to pick its token.
+
+    Attributes:
+        row: the row of the call's float32 `[N, V]` logits to sample from, 0 <= row < N (rows
+            of the last forward pass are sampled in place this way; rows may repeat).
+        mask: packed uint32 `[ceil(V / 32)]`, bits at or beyond V clear; None for a free row.
+        params: the row's `SamplingParams`.
+        uniform: the draw in [0, 1) (ignored when greedy): the token is the inverse CDF at it.
+            Taking it from the request's own generator keeps each row's tokens independent of
+            the batch.
+        prompt_ids, output_ids: token ids (ints, or an int ndarray) for the penalties, read
+            only when a penalty is on.
+        n_top: how many top_logprobs to list, >= 0.
+    """
+
+    row: int
+    mask: np.ndarray | None
+    params: SamplingParams
+    uniform: float
+    prompt_ids: Sequence[int] | np.ndarray = ()
+    output_ids: Sequence[int] | np.ndarray = ()
+    n_top: int = 0
+
+
 def sample(
     logits: np.ndarray,
     params: SamplingParams,
@@ -128,7 +131,7 @@ def sample(
     """
     logits = np.asarray(logits, dtype=np.float32)
     uniform = 0.0 if params.greedy else rng.random()
-    out = sample_batch(logits[None], [mask], [params], [uniform], [prompt_ids], [output_ids])
+    out = sample_batch(logits[None], [SampleRow(0, mask, params, uniform, prompt_ids, output_ids)])
     return int(out.tokens[0]), float(out.logprobs[0])
 
 
@@ -153,7 +156,7 @@ def top_logprobs(
     O(V / 32 + n_allowed * (1 + inserts * k / n_allowed)).
     """
     logits = np.asarray(logits, dtype=np.float32)
-    out = sample_batch(logits[None], [mask], [GREEDY], [0.0], n_top=[max(n, 0)])
+    out = sample_batch(logits[None], [SampleRow(0, mask, GREEDY, 0.0, n_top=max(n, 0))])
     k = int(out.top_counts[0])
     return out.top_ids[0, :k].copy(), out.top_logprobs[0, :k].copy()
 
@@ -202,11 +205,8 @@ _NO_IDS = np.zeros(0, np.int64)
 N_COLUMNS = len(_param_row(GREEDY))
 PARALLEL_MIN_ROWS = 16
 """`sample_batch` spreads batches of at least this many rows over Numba's threads (when it
-has more than one) unless told otherwise. Sampled right after a forward pass (the worker asleep
-after libgomp's spin, as after the engine's masks), on the shared 2-core machine, parallel over
-serial took 1.2-1.9 times as long at 4 rows, 1.0-1.6 at 8, 0.8-1.3 at 16 and 0.7-0.8 at 32: a
-sleeping worker takes tens of microseconds to come (more when another process holds its core),
-which only a batch's worth of rows (about 25 us each, dense) repays."""
+has more than one) unless told otherwise: below it, waking a sleeping worker costs more than
+the rows it takes (figures: bench/sample_batch.py)."""
 
 
 def _contiguous(array, dtype) -> np.ndarray:
@@ -215,12 +215,6 @@ def _contiguous(array, dtype) -> np.ndarray:
     if type(array) is np.ndarray and array.dtype == dtype and array.flags.c_contiguous:
         return array
     return np.ascontiguousarray(array, dtype=dtype)
-
-
-@functools.lru_cache(maxsize=8)
-def _counting(n: int) -> np.ndarray:
-    """int64 `[n]`: 0, 1, ..., n - 1 (kept: the kernel reads it, never writes it)."""
-    return np.arange(n, dtype=np.int64)
 
 
 @functools.lru_cache(maxsize=8)
@@ -242,13 +236,11 @@ def _top_arrays(n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     return np.empty((n, k), np.int64), np.empty((n, k), np.float64)
 
 
-def _ragged(ids: Sequence[Sequence[int] | np.ndarray] | None, rows: int, used: list[bool]):
+def _ragged(ids: Sequence[Sequence[int] | np.ndarray], rows: int, used: list[bool]):
     """Rows of ids back to back (int64) and their starts (int64 `[rows + 1]`); a row not `used`
     is left empty."""
-    if ids is None or not any(used):
+    if not any(used):
         return _NO_IDS, _zeros(rows + 1)
-    if len(ids) != rows:
-        raise ValueError(f"{len(ids)} rows of ids for {rows} rows of logits")
     parts = [np.asarray(ids[b], dtype=np.int64) if used[b] else _NO_IDS for b in range(rows)]
     starts = np.zeros(rows + 1, np.int64)
     np.cumsum([len(part) for part in parts], out=starts[1:])
@@ -256,31 +248,14 @@ def _ragged(ids: Sequence[Sequence[int] | np.ndarray] | None, rows: int, used: l
 
 
 def sample_batch(
-    logits: np.ndarray,
-    masks: Sequence[np.ndarray | None],
-    params: Sequence[SamplingParams],
-    uniforms: Sequence[float] | np.ndarray,
-    prompt_ids: Sequence[Sequence[int] | np.ndarray] | None = None,
-    output_ids: Sequence[Sequence[int] | np.ndarray] | None = None,
-    n_top: Sequence[int] | None = None,
-    rows: Sequence[int] | np.ndarray | None = None,
-    parallel: bool | None = None,
+    logits: np.ndarray, rows: Sequence[SampleRow], parallel: bool | None = None
 ) -> BatchSample:
     """Sample every row of a batch in one Numba call, each row with its own mask, settings,
     penalties and draw.
 
     Args:
         logits: float32 `[N, V]`, the model's raw logits (read, never written).
-        masks: B packed uint32 `[ceil(V / 32)]` masks, None for a free row.
-        params: B `SamplingParams`.
-        uniforms: B draws in [0, 1) (ignored for greedy rows): row b's draw is the inverse CDF
-            at `uniforms[b]`. Taking them from each request's own generator keeps each row's
-            tokens independent of the batch.
-        prompt_ids, output_ids: B rows of token ids for the penalties (read only for rows with
-            a penalty on), or None.
-        n_top: B counts of top_logprobs wanted (>= 0), or None for none.
-        rows: B row indexes into `logits` (int), or None for rows 0..B-1 (then N == B). Rows of
-            the last decode's logits can be sampled in place this way.
+        rows: B `SampleRow`s; result b is `rows[b]`'s.
         parallel: spread the rows over Numba's threads (`sample_rows_parallel`: the calling
             thread starts at once, the others take rows as they wake); the same results.
             None (the default): when there are at least `PARALLEL_MIN_ROWS` rows and Numba
@@ -294,7 +269,9 @@ def sample_batch(
 
     Raises:
         NoTokenAllowedError: a row's mask allows no token (the message names the row).
-        ValueError: lengths or shapes that do not agree, a mask with bits beyond V.
+        TypeError: an element of `rows` is not a `SampleRow`.
+        ValueError: logits not `[N, V]`, a row index outside them, a negative `n_top`, a mask
+            not of `ceil(V / 32)` words or with bits beyond V.
 
     O(B * (V / 32 + n_allowed)) plus penalties, truncation and top lists: see
     `corral.kernels.masks.sample_rows`.
@@ -302,33 +279,30 @@ def sample_batch(
     logits = _contiguous(logits, np.float32)
     if logits.ndim != 2:
         raise ValueError(f"logits must be [N, V], not of shape {logits.shape}")
-    b_rows = len(masks)
-    if rows is None and logits.shape[0] != b_rows:
-        raise ValueError(f"{logits.shape[0]} rows of logits for {b_rows} masks")
-    row_ids = _counting(b_rows) if rows is None else np.asarray(rows, dtype=np.int64)
-    rows = range(b_rows) if rows is None else rows
-    if len(rows) != b_rows or len(params) != b_rows or len(uniforms) != b_rows:
-        raise ValueError(
-            f"{b_rows} masks, {len(rows)} rows, {len(params)} params and "
-            f"{len(uniforms)} uniforms: one of each per row"
-        )
-    if b_rows and not (min(rows) >= 0 and max(rows) < logits.shape[0]):
+    b_rows = len(rows)
+    if not all(isinstance(r, SampleRow) for r in rows):
+        raise TypeError("sample_batch takes a sequence of SampleRow records")
+    row_index, masks, params, uniforms, prompt_ids, output_ids, n_top = (
+        zip(*rows, strict=True) if b_rows else ((),) * len(SampleRow._fields)
+    )
+    if b_rows and not (min(row_index) >= 0 and max(row_index) < logits.shape[0]):
         raise ValueError(f"a row index outside the {logits.shape[0]} rows of logits")
-    wanted = _zeros(b_rows) if n_top is None else np.asarray(n_top, dtype=np.int64)
-    if len(wanted) != b_rows or (n_top is not None and b_rows and min(n_top) < 0):
-        raise ValueError(f"n_top must be {b_rows} counts >= 0")
+    row_ids = np.asarray(row_index, dtype=np.int64)
+    k = max(n_top, default=0)
+    if min(n_top, default=0) < 0:
+        raise ValueError(f"n_top must be >= 0, not {min(n_top)}")
+    wanted = np.asarray(n_top, dtype=np.int64) if k else _zeros(b_rows)
     mask_block, mask_rows = _stack_masks(masks, logits.shape[1])
     table, penalized = _param_table(params)
     prompt, prompt_start = _ragged(prompt_ids, b_rows, penalized)
     output, output_start = _ragged(output_ids, b_rows, penalized)
-    k = int(max(n_top)) if n_top is not None and b_rows else 0
     tokens = np.empty(b_rows, np.int64)
     logprobs = np.empty(b_rows, np.float64)
-    top_ids, top_logprobs = _top_arrays(b_rows, k)
+    top_ids, top_logprobs = _top_arrays(b_rows, int(k))
     top_counts = np.empty(b_rows, np.int64)
-    # Numba's thread count, not numba.get_num_threads(), which takes two locks (18-25 us after a
-    # forward pass): under a lower numba.set_num_threads the loops past the threads in use take
-    # no row, as in `kernels.attention`'s counter
+    # Numba's thread count, not numba.get_num_threads(), which takes two locks (bench/
+    # sample_batch.py): under a lower numba.set_num_threads the loops past the threads in use
+    # take no row, as in `kernels.attention`'s counter
     threads = numba.config.NUMBA_NUM_THREADS
     if parallel is None:
         parallel = b_rows >= PARALLEL_MIN_ROWS and threads > 1
@@ -489,6 +463,13 @@ def constrained_sample_batch(
     every = [params] * b_rows if isinstance(params, SamplingParams) else list(params)
     generators = [rngs] * b_rows if isinstance(rngs, np.random.Generator) else list(rngs)
     uniforms = [0.0 if p.greedy else g.random() for p, g in zip(every, generators, strict=True)]
-    masks = [None if c is None else c.mask() for c in constraints]
-    out = sample_batch(logits, masks, every, uniforms, prompt_ids, output_ids)
+    prompts = prompt_ids if prompt_ids is not None else [()] * b_rows
+    outputs = output_ids if output_ids is not None else [()] * b_rows
+    rows = [
+        SampleRow(b, None if c is None else c.mask(), p, u, prompt, output)
+        for b, (c, p, u, prompt, output) in enumerate(
+            zip(constraints, every, uniforms, prompts, outputs, strict=True)
+        )
+    ]
+    out = sample_batch(logits, rows)
     return out.tokens, out.logprobs.astype(np.float32)

@@ -8,7 +8,14 @@ from __future__ import annotations
 import numba
 import numpy as np
 import pytest
-from corral.kernels import NoTokenAllowedError, SamplingParams, sample, sample_batch, top_logprobs
+from corral.kernels import (
+    NoTokenAllowedError,
+    SampleRow,
+    SamplingParams,
+    sample,
+    sample_batch,
+    top_logprobs,
+)
 from corral.kernels.expf import exp_nonpositive
 from corral.kernels.masks import sample_rows as kernel
 from hypothesis import assume, given, settings
@@ -21,6 +28,17 @@ def pack(allowed: np.ndarray) -> np.ndarray:
     padded = np.zeros(allowed.shape[:-1] + ((v + 31) // 32 * 32,), dtype=bool)
     padded[..., :v] = allowed
     return np.packbits(padded, axis=-1, bitorder="little").view("<u4")
+
+
+def rows_of(masks, params, uniforms, prompts=None, outputs=None, n_top=None, rows=None):
+    """`SampleRow`s of B rows from per-field lists (None: the field's default; rows 0..B-1)."""
+    b_rows = len(masks)
+    prompts = [()] * b_rows if prompts is None else prompts
+    outputs = [()] * b_rows if outputs is None else outputs
+    n_top = [0] * b_rows if n_top is None else n_top
+    rows = range(b_rows) if rows is None else rows
+    fields = zip(rows, masks, params, uniforms, prompts, outputs, n_top, strict=True)
+    return [SampleRow(int(r), m, p, float(u), a, o, int(k)) for r, m, p, u, a, o, k in fields]
 
 
 params_strategy = st.builds(
@@ -57,7 +75,7 @@ def test_batch_equals_one_row_sampler(v, params, density, seed):
     seeds = rng.integers(0, 2**31, b_rows)
     generators = [np.random.default_rng(s) for s in seeds]
     uniforms = [0.0 if p.greedy else g.random() for p, g in zip(params, generators, strict=True)]
-    out = sample_batch(logits, masks, params, uniforms, prompts, outputs, n_top, rows)
+    out = sample_batch(logits, rows_of(masks, params, uniforms, prompts, outputs, n_top, rows))
     for b in range(b_rows):
         row = logits[rows[b]]
         token, logprob = sample(
@@ -131,7 +149,7 @@ def test_agrees_with_a_float64_numpy_reference(v, params, density, seed):
         reference_scores(logits, allowed, params, prompt, output), params, uniform
     )
     assume(expected is not None)
-    out = sample_batch(logits[None], [pack(allowed)], [params], [uniform], [prompt], [output])
+    out = sample_batch(logits[None], [SampleRow(0, pack(allowed), params, uniform, prompt, output)])
     assert int(out.tokens[0]) == expected
     masked = np.where(allowed, logits.astype(np.float64), -np.inf)
     log_softmax = masked - masked.max() - np.log(np.exp(masked - masked.max()).sum())
@@ -147,19 +165,18 @@ def test_rows_are_independent_of_their_neighbours():
     params = [SamplingParams(temperature=1.0, top_p=0.9), SamplingParams(top_k=5)] * 2
     params.append(SamplingParams(temperature=0.0))
     uniforms = rng.random(5)
-    first = sample_batch(logits, masks, params, uniforms, n_top=[3] * 5)
+    first = sample_batch(logits, rows_of(masks, params, uniforms, n_top=[3] * 5))
     order = [4, 2, 0, 3, 1]
     moved = sample_batch(
         logits[order],
-        [masks[i] for i in order],
-        [params[i] for i in order],
-        uniforms[order],
-        n_top=[3] * 5,
+        rows_of(
+            [masks[i] for i in order], [params[i] for i in order], uniforms[order], n_top=[3] * 5
+        ),
     )
     assert first.tokens[order].tolist() == moved.tokens.tolist()
     assert first.logprobs[order].tolist() == moved.logprobs.tolist()
     assert [first.top(i) for i in order] == [moved.top(b) for b in range(5)]
-    spread = sample_batch(logits, masks, params, uniforms, n_top=[3] * 5, parallel=True)
+    spread = sample_batch(logits, rows_of(masks, params, uniforms, n_top=[3] * 5), parallel=True)
     assert spread.tokens.tolist() == first.tokens.tolist()
     assert spread.logprobs.tolist() == first.logprobs.tolist()
     assert [spread.top(b) for b in range(5)] == [first.top(b) for b in range(5)]
@@ -191,7 +208,7 @@ def test_the_parallel_sampler_equals_the_serial_one(v, params, threads, seed):
     outputs = [rng.integers(0, v, rng.integers(0, 9)) for _ in range(b_rows)]
     n_top = rng.integers(0, 6, b_rows).tolist()
     uniforms = rng.random(b_rows)
-    arguments = (logits, masks, params, uniforms, prompts, outputs, n_top, rows)
+    arguments = (logits, rows_of(masks, params, uniforms, prompts, outputs, n_top, rows))
     serial = sample_batch(*arguments, parallel=False)
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     try:
@@ -222,8 +239,8 @@ def test_batches_go_parallel_from_the_threshold(monkeypatch):
     logits = np.zeros((least, 40), np.float32)
     for b_rows, parallel in ((least - 1, None), (least, None), (least, False), (2, True)):
         free = [None] * b_rows
-        sample_batch(logits[:b_rows], free, [SamplingParams()] * b_rows, [0.5] * b_rows,
-                     parallel=parallel)  # fmt: skip
+        rows = rows_of(free, [SamplingParams()] * b_rows, [0.5] * b_rows)
+        sample_batch(logits[:b_rows], rows, parallel=parallel)
     many = numba.get_num_threads() > 1
     wide = "sample_rows_parallel" if many else "sample_rows"
     assert calls == ["sample_rows", wide, "sample_rows", "sample_rows_parallel"]
@@ -252,16 +269,24 @@ def test_the_peak_is_the_largest_allowed_logit(v, density, special, seed):
 
 def test_a_row_that_allows_nothing_is_named_and_shapes_are_checked():
     logits = np.zeros((2, 40), np.float32)
+    two = [SamplingParams()] * 2
     with pytest.raises(NoTokenAllowedError, match="row 1"):
-        sample_batch(logits, [None, np.zeros(2, np.uint32)], [SamplingParams()] * 2, [0.0, 0.0])
+        sample_batch(logits, rows_of([None, np.zeros(2, np.uint32)], two, [0.0, 0.0]))
     with pytest.raises(ValueError, match="words"):
-        sample_batch(logits, [np.ones(1, np.uint32), None], [SamplingParams()] * 2, [0.0, 0.0])
+        sample_batch(logits, rows_of([np.ones(1, np.uint32), None], two, [0.0, 0.0]))
     with pytest.raises(ValueError, match="beyond"):
-        sample_batch(logits, [np.full(2, 2**31, np.uint32), None], [SamplingParams()] * 2, [0, 0])
-    with pytest.raises(ValueError, match="one of each per row"):
-        sample_batch(logits, [None, None], [SamplingParams()], [0.0, 0.0])
-    with pytest.raises(ValueError, match="outside"):
-        sample_batch(logits, [None], [SamplingParams()], [0.0], rows=[2])
+        sample_batch(logits, rows_of([np.full(2, 2**31, np.uint32), None], two, [0, 0]))
+    for row in (2, -1):
+        with pytest.raises(ValueError, match="outside"):
+            sample_batch(logits, [SampleRow(row, None, SamplingParams(), 0.0)])
+    with pytest.raises(ValueError, match="n_top"):
+        sample_batch(logits, [SampleRow(0, None, SamplingParams(), 0.0, n_top=-1)])
+    with pytest.raises(TypeError, match="SampleRow"):
+        sample_batch(logits, [(0, None, SamplingParams(), 0.0)])
+    with pytest.raises(ValueError, match=r"\[N, V\]"):
+        sample_batch(logits[0], [SampleRow(0, None, SamplingParams(), 0.0)])
+    empty = sample_batch(logits, [])
+    assert empty.tokens.shape == (0,) and empty.top_ids.shape == (0, 0)
 
 
 def test_rows_of_minus_inf_allowed_logits_are_uniform():
@@ -272,7 +297,7 @@ def test_rows_of_minus_inf_allowed_logits_are_uniform():
     allowed = np.zeros(10, bool)
     allowed[[2, 5, 7]] = True
     for uniform, token in ((0.1, 2), (0.5, 5), (0.9, 7)):
-        out = sample_batch(logits, [pack(allowed)], [SamplingParams()], [uniform])
+        out = sample_batch(logits, [SampleRow(0, pack(allowed), SamplingParams(), uniform)])
         assert int(out.tokens[0]) == token
         assert float(out.logprobs[0]) == pytest.approx(-np.log(3))
 
@@ -323,7 +348,7 @@ def test_a_full_vocabulary_row_and_wide_truncation():
     for b, p in enumerate(params):
         for uniform in (0.0, 0.5, 0.999):
             expected = reference_draw(logits[b].astype(np.float64), p, uniform)
-            out = sample_batch(logits[b : b + 1], [None], [p], [uniform])
+            out = sample_batch(logits, [SampleRow(b, None, p, uniform)])
             if expected is not None:
                 assert int(out.tokens[0]) == expected
 
@@ -341,7 +366,7 @@ def test_disallowed_tokens_never_show_even_when_they_lead(density):
     minus_inf = np.flatnonzero(allowed)[::7]
     logits[minus_inf] = -np.inf
     mask = pack(allowed)
-    out = sample_batch(logits[None], [mask], [SamplingParams(temperature=0)], [0.0])
+    out = sample_batch(logits[None], [SampleRow(0, mask, SamplingParams(temperature=0), 0.0)])
     finite = np.where(allowed, logits, -np.inf)
     assert int(out.tokens[0]) == int(np.argmax(finite))
     many = [
@@ -351,10 +376,9 @@ def test_disallowed_tokens_never_show_even_when_they_lead(density):
     ]
     for params in many:
         uniforms = rng.random(50)
-        outs = sample_batch(
-            np.repeat(logits[None], 50, 0), [mask] * 50, [params] * 50, uniforms,
-            output_ids=[rng.integers(0, v, 20)] * 50,
-        )  # fmt: skip
+        output = rng.integers(0, v, 20)
+        rows = [SampleRow(b, mask, params, u, output_ids=output) for b, u in enumerate(uniforms)]
+        outs = sample_batch(np.repeat(logits[None], 50, 0), rows)
         assert allowed[outs.tokens].all()
         assert np.isfinite(logits[outs.tokens]).all()
     n_allowed = int(allowed.sum())
@@ -395,7 +419,7 @@ def test_a_tiny_temperature_takes_the_largest_logit(temperature):
     logits = rng.standard_normal((2, 3000)).astype(np.float32)
     allowed = rng.random((2, 3000)) < np.array([[0.9], [0.05]])
     params = [SamplingParams(temperature=temperature)] * 2
-    out = sample_batch(logits, [pack(allowed[0]), pack(allowed[1])], params, [0.99, 0.5])
+    out = sample_batch(logits, rows_of([pack(allowed[0]), pack(allowed[1])], params, [0.99, 0.5]))
     expected = np.argmax(np.where(allowed, logits, -np.inf), axis=1)
     assert out.tokens.tolist() == expected.tolist()
 
@@ -412,7 +436,7 @@ def test_settings_made_afresh_each_call_are_read_afresh():
     for i in range(300):
         kind = i % 3
         made = SamplingParams(temperature=0.0 if kind == 0 else 1.0, top_k=1 if kind == 1 else 0)
-        tokens = sample_batch(logits, [None] * 3, [made] * 3, [0.999] * 3).tokens
+        tokens = sample_batch(logits, rows_of([None] * 3, [made] * 3, [0.999] * 3)).tokens
         del made  # its identity free for the next call's settings
         if kind < 2:
             np.testing.assert_array_equal(tokens, best)

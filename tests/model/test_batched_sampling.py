@@ -32,9 +32,9 @@ def mixed_requests():
 def test_one_sample_batch_call_per_step_and_rows_as_alone(monkeypatch):
     calls = []
 
-    def counting(logits, masks, *args, **kwargs):
-        calls.append(len(masks))
-        return sample_batch(logits, masks, *args, **kwargs)
+    def counting(logits, rows, **kwargs):
+        calls.append(len(rows))
+        return sample_batch(logits, rows, **kwargs)
 
     alone = [generate(FakeModel(), [r])[0] for r in mixed_requests()]
     monkeypatch.setattr(generate_module, "sample_batch", counting)
