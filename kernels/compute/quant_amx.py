@@ -912,7 +912,7 @@ def row_matmul(x, scales, coefs, words, out):
 def unchecked_matmul(x, scales, coefs, words, out):
     """`amx_matmul` (one row: `row_matmul`) without the argument checks, for a caller whose
     arguments are right by construction (`corral.model.quant.TiledMatrix` lays the weights out
-    itself and checks x; the checks cost about a tenth of a batch-1 decode step). Wrong
+    itself and checks x; the checks are a noticeable share of a batch-1 decode step). Wrong
     arguments crash the process, where `amx_matmul` raises. Arguments as `amx_matmul`'s; needs
     `available()`. Returns out."""
     if x.shape[0] == 1:

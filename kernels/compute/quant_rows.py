@@ -26,8 +26,8 @@ BLOCK = 32
 
 WORDS_PER_TURN = 2
 """The 64-byte words of quants one turn of an intrinsic's loop unpacks (Q4_1 has 4 a block, Q8_0
-8): a longer turn computes faster, but LLVM compiled a fully unrolled block of 16 rows (512
-multiply-adds) in over a minute."""
+8): a longer turn computes faster, but a fully unrolled block of 16 rows (512 multiply-adds)
+takes LLVM far longer to compile."""
 
 LANES = 16
 """Output rows of one block of word tiles (16 float32 lanes of a 512-bit vector)."""
