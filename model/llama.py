@@ -11,10 +11,8 @@ V vocabulary, L layers; the KV cache holds S slots of T positions, `[L, S, Hkv, 
 Weights are a plain dict (`build_params`), stored output-major as Hugging Face stores them
 ([out, in]), with q/k/v merged into one matrix and gate/up into another: every projection is one
 BLAS GEMM `W @ x^T`, whose large operand (the weights) comes first and whose result `[out, N]` is
-read through its transpose `[N, out]` (a view, no copy). For the skinny products of decode
-(N = 2 to 64 rows) OpenBLAS ran this orientation faster than `x @ W` with W [in, out], and
-prefill's N = 256 no slower. A model loaded from a GGUF also keeps each matrix in its
-quantization blocks, which `linear` and `lm_head` read for passes of up to
+read through its transpose `[N, out]` (a view, no copy). A model loaded from a GGUF also keeps
+each matrix in its quantization blocks, which `linear` and `lm_head` read for passes of up to
 `quant.QUANTIZED_MAX_ROWS` rows (decode, jump-forward chunks), passes of every size where the
 plan says (`ComputePlan.every_pass`). A pass is the textbook loop,
 one layer at a time:
@@ -226,11 +224,10 @@ def mlp(x: np.ndarray, layer: dict, config: LlamaConfig | None = None) -> np.nda
     layer's "mlp_out_norm" (Gemma 3's `post_feedforward_layernorm`).
 
     The gating is one compiled pass (`kernels.layers.swiglu`, a vectorized exp), for every
-    pass alike: a Numba loop over libm's tanh or exp would cost about 60 ms a batch-64 step.
-    It runs along the contiguous axis: BLAS's [N, 2F] result is the transpose of a C-order
-    [2F, N] one, so there the gating computes [F, N] from its two halves and w_down reads that
-    as its x^T, no copy (row by row over the [N, 2F] view, every read is a cache line of its
-    own: that took about a third of a 256-token prefill).
+    pass alike. It runs along the contiguous axis: BLAS's [N, 2F] result is the transpose of a
+    C-order [2F, N] one, so there the gating computes [F, N] from its two halves and w_down
+    reads that as its x^T, no copy (row by row over the [N, 2F] view, every read would be a
+    cache line of its own).
     """
     gate_up = linear(x, layer, "w_gate_up")  # [N, d] -> [N, 2F]
     n, width = x.shape[0], layer["w_down"].shape[1]
@@ -580,11 +577,8 @@ def embed(params: dict, config: LlamaConfig, tokens: np.ndarray) -> np.ndarray:
 MASKED_HEAD_MAX = 256
 """The most tokens a row's mask may allow for the masked LM head to compute only theirs
 (`lm_head`'s `allowed`; the engine asks for it, `corral.model.generate.Generator`). Its kernel
-(`kernels.quant.q8_0_chosen_rows`) took about 0.85 us a token on a 2-core AMD EPYC with
-AVX-512 (256 tokens: 0.21 ms), against 1.5 ms for the whole head at batch 1 and about 0.36 ms
-a row at batch 32 (scratch timing, alone). Constrained masks are mostly tiny or nearly the whole
-vocabulary: on the JSONSchemaBench workload of bench/generate.py half of the sampled steps
-allowed at most 45 tokens, and the same share at most 4,096."""
+(`kernels.quant.q8_0_chosen_rows`) costs O(allowed x d) against the whole head's O(V x d);
+constrained masks are mostly tiny or nearly the whole vocabulary."""
 
 
 def lm_head(params: dict, hidden: np.ndarray, allowed=None) -> np.ndarray:
