@@ -20,8 +20,8 @@ q * x over the block's 32 columns and are added in as scale * sum + minimum * (t
 of x, `block_sums`). The float32 path's weights are these same dequantized values, so the two
 paths differ only in the order of the float32 additions. The kernels here compute y = x W^T
 for one row of x (decode at batch 1), where the product streams the weights from memory;
-passes of several rows go to `kernels.quant_rows`, which unpacks each weight once for a group
-of rows and keeps their sums in registers.
+passes of several rows go to `kernels.compute.quant_rows`, which unpacks each weight once for a
+group of rows and keeps their sums in registers.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def block_sums(x):  # pragma: no cover - compiled
 def q4_1_matmul(x, x_block_sums, scales, minimums, quants, out):  # pragma: no cover - compiled
     """out = x W^T for W in tiled Q4_1 blocks.  O(B n_out k) flops; each tile's quants are read
     once from memory, from L2 for the B rows of x after the first. Each output's sums run in
-    `kernels.quant_rows`' order (a fused multiply-add a weight, columns j and j + 16 in turn,
+    `quant_rows`' order (a fused multiply-add a weight, columns j and j + 16 in turn,
     then the scale's and the minimum's), so a row's results equal its row of
     `quant_rows.float_matmul` bit for bit, as `q8_0_matmul`'s do.
 

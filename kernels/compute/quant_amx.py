@@ -1,6 +1,6 @@
 """Matrix products of block-quantized weights with int8-quantized activations on Intel AMX
 tiles (docs/design.md section 6; Intel's Architecture Instruction Set Extensions Programming
-Reference, chapter 3, "Intel AMX"; the weight blocks are ggml's, as in `kernels.quant_int8`).
+Reference, chapter 3, "Intel AMX"; the weight blocks are ggml's, as in `quant_int8`).
 
 AMX adds eight tile registers of up to 16 rows of 64 bytes and `tdpbsud`, which adds to each
 int32 element of a 16 x 16 tile C the dot products of a row of A (signed bytes) with a column of
@@ -86,7 +86,7 @@ PREFETCH_BYTES = 4096
 """How far ahead in the word tiles `row_matmul` asks for the weights (into L2): one row of x
 streams the weights from memory, and the hardware prefetchers lose the stream when other
 processes share the caches (the float32-activation kernels prefetch likewise,
-`kernels.quant.PREFETCH_COLUMNS`)."""
+`kernels.compute.quant.PREFETCH_COLUMNS`)."""
 
 _ARCH_REQ_XCOMP_PERM = 0x1023  # arch/x86/include/uapi/asm/prctl.h
 _XFEATURE_XTILEDATA = 18

@@ -92,7 +92,7 @@ def _emit_block_product(context, builder, arg_types, args, width, nibbles, group
     from 0, the columns as the words hold them: Q4_1's word w gives columns 4w, 4w + 16, 4w + 1,
     ..., Q8_0's 4w .. 4w + 3), then added to the total by fused multiply-adds (the scale's, then
     the minimum's): a row's results depend on that row of x alone, and a Q8_0 row's are
-    `kernels.quant.q8_0_chosen_rows`'s (the masked LM head).
+    `kernels.compute.quant.q8_0_chosen_rows`'s (the masked LM head).
     """
     i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
     vec, fvec = ir.VectorType(i32, width), ir.VectorType(f32, width)
