@@ -37,11 +37,8 @@ the blocks of k:
 A row's result depends on that row alone, whatever rows share its tiles: a token's logits are
 the same in any pass (prefill whole or in pieces, any batch).
 
-Linux hands AMX's tile data state to a process only on request (`arch_prctl(ARCH_REQ_XCOMP_PERM,
-XFEATURE_XTILEDATA)`, the kernel's Documentation/arch/x86/xstate.rst): `available()` makes the
-request, once per process, before any tile instruction runs; every thread of the process may then
-use the tiles. Each parallel task loads the tile configuration (`ldtilecfg`, per-thread state)
-itself and releases the tiles at its end.
+The tiles need Linux's grant (`granted()`); each parallel task loads the tile configuration
+(`ldtilecfg`, per-thread state) itself and releases the tiles at its end.
 """
 
 from __future__ import annotations
@@ -592,7 +589,11 @@ _row_q4_1, _row_q8_0 = _make_row_product(4), _make_row_product(8)
 @functools.cache
 def granted() -> bool:
     """Whether this process may use AMX: the host CPU has AMX-TILE and AMX-INT8 (and AVX-512
-    for the vector code) and Linux grants the tile data state (asked for here, once)."""
+    for the vector code) and Linux grants the tile data state, which it hands to a process
+    only on request (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, Linux's
+    Documentation/arch/x86/xstate.rst). The request is made here, once per process, before
+    any tile instruction runs (`available()` calls this); every thread of the process may then
+    use the tiles."""
     features = llvm.get_host_cpu_features()
     if not (features.get("amx-int8") and features.get("amx-tile") and features.get("avx512f")):
         return False
