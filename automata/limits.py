@@ -22,23 +22,20 @@ class Limits:
         max_repetition: largest bound accepted in a counted repetition `{m}`, `{m,}`, `{m,n}`
             (default 1,000, the largest count JSON Schema string lengths commonly use).
             Past it: `RepetitionTooLargeError`.
-        max_nfa_states: most states the Thompson NFA may have (default 250,000, about 0.5 s of
-            construction). Past it: `TooManyNfaStatesError`, raised while building.
+        max_nfa_states: most states the Thompson NFA may have (default 250,000). Past it:
+            `TooManyNfaStatesError`, raised while building.
         max_dfa_states: most states subset construction may create before minimization
-            (default 40,000: the large Kubernetes and Skaffold schemas of JSONSchemaBench need
-            22,000 to 26,000, and Snowplow's event schemas with many strings of `maxLength`
-            255 to 8,192 30,000 to 40,000, a table of at most 40 MB; each counted character
-            of a string costs about 13 states, for UTF-8 sequences and escapes). Past it:
+            (default 40,000, a table of at most 40 MB; each counted character of a string
+            costs about 13 states, for UTF-8 sequences and escapes). Past it:
             `TooManyDfaStatesError`, raised while building.
-        max_subset_work: most work subset construction may do (default 200,000,000, about a
-            second of CPU): NFA states gathered into the DFA states' sets, one unit each, and
-            each step of its Python loops (an NFA state visited by a closure search or read by
-            a kernel's loops, an (edge, class) pair of an atom plan), `PYTHON_STEP_UNITS` (20)
-            each (`corral.automata.determinize`). It bounds what `max_dfa_states` does not: DFA
+        max_subset_work: most work subset construction may do (default 200,000,000): NFA
+            states gathered into the DFA states' sets, one unit each, and each step of its
+            Python loops (an NFA state visited by a closure search or read by a kernel's loops,
+            an (edge, class) pair of an atom plan), `PYTHON_STEP_UNITS` (20) each
+            (`corral.automata.determinize`). It bounds what `max_dfa_states` does not: DFA
             states that are large sets of NFA states, as in `((a?){1000}){4}` (a DFA of 4,001
-            states, each a set of up to 8,000 NFA states: 85 s before the limit). On a third
-            of JSONSchemaBench and BFCL, the most any schema needs is about 60,000,000. Past it:
-            `SubsetWorkError`, raised while building.
+            states, each a set of up to 8,000 NFA states). Past it: `SubsetWorkError`, raised
+            while building.
 
     A parsed pattern's NFA is also counted before it is built
     (`corral.automata.nfa.check_tree_states`): `(a{1000}){1000}` is refused by
@@ -85,8 +82,7 @@ class SchemaLimits:
             intersections, `if`/`then`/`else`: `corral.automata.schema.algebra`) may build in
             one compile, summed over its sub-schema automata and products (default 150,000):
             past it the schema is refused, as a blow-up, rather than compiled for many
-            seconds (JSONSchemaBench's avro-avsc built 870,000 in 27 s over its three `$ref`
-            depths).
+            seconds.
     """
 
     max_depth: int = 64

@@ -86,10 +86,9 @@ class _Partition:
 
 def moore_budget(trans: np.ndarray) -> int:
     """The Moore rounds `equivalence_blocks` tries before Hopcroft's refinement: about as many
-    as cost the time Hopcroft's would take (past the budget, a partition pays both), from
-    timings of this code in CPython on JSONSchemaBench's DFAs: Hopcroft's 150 us plus 0.3 to
-    0.8 us per live edge and halving (m log2 n; the more, the larger the DFA), a Moore round
-    20 us plus about 15 ns per state and live edge. Between 8 (a small DFA settles in a few
+    as cost the time Hopcroft's would take (past the budget, a partition pays both), by a cost
+    model in microseconds: Hopcroft's 150 plus 0.5 per live edge and halving (m log2 n), a Moore
+    round 20 plus 0.015 per state and live edge. Between 8 (a small DFA settles in a few
     cheap rounds, where Hopcroft's fixed cost is the larger) and 1,024 (a large schema's DFA
     may need a hundred rounds, still far cheaper than Hopcroft's refinement in Python)."""
     n = trans.shape[0]
@@ -118,21 +117,19 @@ def initial_blocks(trans: np.ndarray, accept: np.ndarray) -> np.ndarray:
 PLAIN_MOORE_ROUNDS = 24
 """Moore's rounds from {accepting, other} before `initial_blocks` is computed. Its search
 (a table scan and a breadth-first search in Python) costs about a dozen rounds, and most
-schema DFAs settle in fewer rounds without it (the 12-property schema of `bench/masks.py` in
-18, the tool-call and city schemas in 6); a chain leaves at the first check past three rounds
+schema DFAs settle in fewer rounds without it; a chain leaves at the first check past three rounds
 (`moore_refine`'s chain stop). A DFA still refining after them (a few slowly splitting ones)
 pays these rounds on top. The result does not depend on this number."""
 
 PLAIN_MOORE_MAX_STATES = 1000
 """DFAs with more states start from `initial_blocks` at once. A chain (a counted string or
 array, the largest DFAs) pays the plain rounds before the chain stop on top of the rest; past
-this size that was measured to cost more than the plain rounds save (`bench/compile.py`'s
-counted strings, JSONSchemaBench DFAs of 1,500 to 3,200 states)."""
+this size they cost more than they save."""
 
 FIRST_MOORE_ROUNDS = 32
 """Moore's rounds from `initial_blocks` (intersected with the partition the plain rounds
-left) before the language invariants are computed. Most schema DFAs of JSONSchemaBench settle
-in 2 to 20 rounds from it, each far cheaper than the invariants; a chain (a counted string) is
+left) before the language invariants are computed. Most schema DFAs settle in fewer rounds
+from it, each far cheaper than the invariants; a chain (a counted string) is
 still sent to them after a few rounds by `moore_refine`'s chain stop, which projects the rounds
 left from the pace of the splits."""
 
@@ -404,7 +401,7 @@ def minimize(trans: np.ndarray, accept: np.ndarray) -> tuple[np.ndarray, np.ndar
     rank[order] = np.arange(n_blocks)
     members = first[order]
     block = np.append(rank[block], -1).astype(np.int32)  # at index -1: dead stays dead
-    quotient = np.take(block, trans[members])  # (np.take: half the time of block[...] here)
+    quotient = np.take(block, trans[members])  # np.take: faster than block[...]
     return quotient, accept[members].copy()
 
 

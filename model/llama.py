@@ -11,10 +11,8 @@ V vocabulary, L layers; the KV cache holds S slots of T positions, `[L, S, Hkv, 
 Weights are a plain dict (`build_params`), stored output-major as Hugging Face stores them
 ([out, in]), with q/k/v merged into one matrix and gate/up into another: every projection is one
 BLAS GEMM `W @ x^T`, whose large operand (the weights) comes first and whose result `[out, N]` is
-read through its transpose `[N, out]` (a view, no copy). For the skinny products of decode
-(N = 2 to 64 rows) OpenBLAS ran this orientation faster than `x @ W` with W [in, out], and
-prefill's N = 256 no slower. A model loaded from a GGUF also keeps each matrix in its
-quantization blocks, which `linear` and `lm_head` read for passes of up to
+read through its transpose `[N, out]` (a view, no copy). A model loaded from a GGUF also keeps
+each matrix in its quantization blocks, which `linear` and `lm_head` read for passes of up to
 `quant.QUANTIZED_MAX_ROWS` rows (decode, jump-forward chunks), passes of every size where the
 plan says (`ComputePlan.every_pass`). A pass is the textbook loop,
 one layer at a time:
@@ -33,11 +31,11 @@ into the weights by `build_params`), its norms of the attention's and the MLP's 
 and final logit softcapping; sliding-window layers (`config.window`), with their own RoPE table
 for Gemma 3 (`rope_tables`: one per kind, `layer["rope"]` picks it).
 
-`attention_prefill` (and `decode`, through `kernels.attention.rope_store`) writes the new keys
-and values into one layer's cache and attends over it; one slot's keys for a layer are a
+`attention_prefill` (and `decode`, through `kernels.compute.attention.rope_store`) writes the new
+keys and values into one layer's cache and attends over it; one slot's keys for a layer are a
 contiguous `[Hkv, T, hd]` block. Decode,
 and the short segments of a prefill pass (jump-forward chunks), run one Numba kernel over every
-query row's own context (`kernels.attention.ragged_attention`); a long prompt is attended in
+query row's own context (`kernels.compute.attention.ragged_attention`); a long prompt is attended in
 blocks of queries, each as two batched GEMMs over its heads and tokens around a compiled causal
 softmax (`attend_prompt`): the GEMMs reuse each key many times.
 """
@@ -184,14 +182,14 @@ def rope_tables(config: LlamaConfig, n_positions: int) -> tuple[np.ndarray, np.n
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
-    """RMSNorm (`kernels.layers.rms_norm`).  [N, d], [d] -> [N, d] (a new array)"""
+    """RMSNorm (`kernels.compute.layers.rms_norm`).  [N, d], [d] -> [N, d] (a new array)"""
     x = np.ascontiguousarray(x, dtype=np.float32)
     return layer_kernels.rms_norm(x, weight, eps, np.empty(x.shape, np.float32))
 
 
 def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     """Rotate each head's two halves by its position's angles (Hugging Face's `rotate_half`;
-    `kernels.layers.rope`).
+    `kernels.compute.layers.rope`).
 
     [N, h, hd], [N, 1, hd/2], [N, 1, hd/2] -> [N, h, hd] (a new array)
     """
@@ -225,12 +223,11 @@ def mlp(x: np.ndarray, layer: dict, config: LlamaConfig | None = None) -> np.nda
     (`gelu_tanh`, Gemma's GeGLU), and with `config.post_norms` the result goes through the
     layer's "mlp_out_norm" (Gemma 3's `post_feedforward_layernorm`).
 
-    The gating is one compiled pass (`kernels.layers.swiglu`, a vectorized exp), for every
-    pass alike: a Numba loop over libm's tanh or exp would cost about 60 ms a batch-64 step.
-    It runs along the contiguous axis: BLAS's [N, 2F] result is the transpose of a C-order
-    [2F, N] one, so there the gating computes [F, N] from its two halves and w_down reads that
-    as its x^T, no copy (row by row over the [N, 2F] view, every read is a cache line of its
-    own: that took about a third of a 256-token prefill).
+    The gating is one compiled pass (`kernels.compute.layers.swiglu`, a vectorized exp), for every
+    pass alike. It runs along the contiguous axis: BLAS's [N, 2F] result is the transpose of a
+    C-order [2F, N] one, so there the gating computes [F, N] from its two halves and w_down
+    reads that as its x^T, no copy (row by row over the [N, 2F] view, every read would be a
+    cache line of its own).
     """
     gate_up = linear(x, layer, "w_gate_up")  # [N, d] -> [N, 2F]
     n, width = x.shape[0], layer["w_down"].shape[1]
@@ -337,7 +334,7 @@ class PrefillPlan:
     Attributes:
         slots, positions: int64 [N], token i goes to slot slots[i] at position positions[i].
         short: int64 [M, 4], the segments of at most `SHORT_SEGMENT` tokens as rows (slot,
-            start, first token, n): `kernels.attention.ragged_attention`'s segments.
+            start, first token, n): `kernels.compute.attention.ragged_attention`'s segments.
         long: the other segments, attended one by one (`Segment`).
     """
 
@@ -391,7 +388,8 @@ def attention_prefill(
     Scores are q.k times `scale` (hd^-1/2 when None).
 
     The tokens of short segments go through one ragged kernel call
-    (`kernels.attention.ragged_attention`); each long segment is attended by `attend_prompt`.
+    (`kernels.compute.attention.ragged_attention`); each long segment is attended by
+    `attend_prompt`.
 
     q [N, Hq, hd], k [N, Hkv, hd], v [N, Hkv, hd]; layer_keys, layer_values [S, Hkv, T, hd]
     (updated); plan from `plan_prefill` -> [N, Hq hd]
@@ -431,7 +429,8 @@ def attend_prompt(
 
     For each block of `PROMPT_BLOCK` queries, the query heads of a key/value head stacked:
     scores one batched GEMM over the key/value heads, the causal softmax one compiled pass
-    (`kernels.attention.causal_softmax_`, the masked entries set to 0), the values another GEMM.
+    (`kernels.compute.attention.causal_softmax_`, the masked entries set to 0), the values
+    another GEMM.
 
     q [n, Hq, hd] (already scaled by hd^-1/2); keys, values float32 or float16
     [Hkv, >= start + n, hd] (float16 is converted to float32 once, for the GEMMs)
@@ -462,7 +461,7 @@ def attend_prompt(
 
 
 def decode_segments(slots: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """A decode step's rows as `kernels.attention.ragged_attention`'s segments: row b is one
+    """A decode step's rows as `kernels.compute.attention.ragged_attention`'s segments: row b is one
     token of slot slots[b] at position positions[b].
 
     slots, positions int64 [B] -> int64 [B, 4], rows (slot, start = position, first = b, n = 1)
@@ -534,10 +533,10 @@ def decode(
     Each slot's positions up to its own are read, nothing else. The steps are `prefill`'s
     with the small ones fused, for the few rows of decode, where each call's overhead is
     comparable to its arithmetic: RoPE, the query scaling and the cache write are one call
-    (`kernels.attention.rope_store`, the same float32 operations as `project_qkv` then the
+    (`kernels.compute.attention.rope_store`, the same float32 operations as `project_qkv` then the
     cache write and scaling of `attention_prefill`), each residual sum goes with the RMSNorm
     after it
-    (`kernels.layers.add_rms_norm`); the results are the unfused steps' bit for bit.
+    (`kernels.compute.layers.add_rms_norm`); the results are the unfused steps' bit for bit.
     """
     slots = np.asarray(slots, dtype=np.int64)
     positions = np.asarray(positions, dtype=np.int64)
@@ -580,11 +579,8 @@ def embed(params: dict, config: LlamaConfig, tokens: np.ndarray) -> np.ndarray:
 MASKED_HEAD_MAX = 256
 """The most tokens a row's mask may allow for the masked LM head to compute only theirs
 (`lm_head`'s `allowed`; the engine asks for it, `corral.model.generate.Generator`). Its kernel
-(`kernels.quant.q8_0_chosen_rows`) took about 0.85 us a token on a 2-core AMD EPYC with
-AVX-512 (256 tokens: 0.21 ms), against 1.5 ms for the whole head at batch 1 and about 0.36 ms
-a row at batch 32 (scratch timing, alone). Constrained masks are mostly tiny or nearly the whole
-vocabulary: on the JSONSchemaBench workload of bench/generate.py half of the sampled steps
-allowed at most 45 tokens, and the same share at most 4,096."""
+(`kernels.compute.quant.q8_0_chosen_rows`) costs O(allowed x d) against the whole head's O(V x d);
+constrained masks are mostly tiny or nearly the whole vocabulary."""
 
 
 def lm_head(params: dict, hidden: np.ndarray, allowed=None) -> np.ndarray:
@@ -600,7 +596,7 @@ def lm_head(params: dict, hidden: np.ndarray, allowed=None) -> np.ndarray:
     row i with ids computes the logits of those tokens only, and holds -inf at every other
     (a constrained step needs only the logits its mask allows; the mask is applied before the
     log-softmax, docs/design.md section 4). From Q8_0 blocks (`params["lm_head_block_rows"]`) a
-    chosen logit is the one-row product's bit for bit (`kernels.quant.q8_0_chosen_rows`; the
+    chosen logit is the one-row product's bit for bit (`kernels.compute.quant.q8_0_chosen_rows`; the
     same as a whole row's at batch 1 on float32 activations, within the usual rounding of
     passes of other sizes); otherwise it is the float32 rows' dot product.
 

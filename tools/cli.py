@@ -1,27 +1,8 @@
 """The `corral` command line: `corral compile` (a pattern, schema or grammar to its DFA),
 `corral generate` (the main job, docs/design.md section 7) and `corral serve` (the HTTP server).
 
-Decisions:
-- Every input error (a bad argument, a file that is missing, a folder, unreadable, not UTF-8 or
-  not JSON, a schema the subset refuses or nested too deep to read, an output path that cannot be
-  used; for `corral serve`, a number out of range, an address it cannot listen on or a
-  `--cors-origin` that is not an origin) is one line
-  on stderr and exit status 2, found before the model loads. A UTF-8 byte-order mark at the start
-  of a file is accepted.
-- No output overwrites anything, and a run appends whole lines only (`corral.tools.output_file`;
-  a write the disk refuses stops the run: status 1, the whole lines kept).
-- The quick form prints each answer as it finishes (in the order they finish).
-- Ctrl-C (exit status 130) says truthfully what was kept: how many answers were printed, or how
-  many complete lines the output file holds, or that no output was written (a run that wrote
-  nothing leaves no file behind; its summary line then names no output file either).
-- `--max-tokens` is held to the model's context by the engine's own rule (`check_request`, as
-  the server's 400): the quick form is refused (status 2) when its prompt plus `--max-tokens`
-  exceed the context; the Batch form, once the model is loaded and before any line runs, when
-  `--max-tokens` exceeds the context less the shortest prompt, one token (`max_tokens_problem`).
-  With `--ray` the driver loads no model: each line that takes the default is refused alone.
-- Blank input lines (whitespace only) carry no custom_id, so an error line could not be matched
-  to a request: they get none, and the summary line counts them. An input of blank lines only
-  (or empty) has nothing to run: it says so at once, loading no model.
+Every input error is one line on stderr and exit status 2, found before the model loads; the
+rules for the output file, Ctrl-C and `--max-tokens` are in docs/tools.md ("The command line").
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A lower bound on a prompt's token count from its text alone, so that a prompt far past the
-model's context is refused before it is tokenized (docs/design.md section 7: a bad line gets its own
-error line; tokenizing a 50 MB line took minutes and gigabytes only to be refused).
+model's context is refused before it is tokenized, in time and memory linear in its bytes
+(docs/design.md section 7: a bad line gets its own error line).
 
 The bound: a token stands for at most `max_token_bytes` bytes of text, and every byte of the
 text is covered by some token except those with no token of their own, which a byte-level BPE

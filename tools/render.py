@@ -1,28 +1,7 @@
 """Rendering a conversation with tools into the model's prompt (docs/design.md section 5,
-"Rendering").
-
-OpenAI messages become the plain `{"role","content"}` turns every chat template understands:
-
-- the tools are described in a system message, in the Hermes/Qwen style small instruct models
-  are trained on (a `<tools>` block with one function JSON per line, and the instruction to answer
-  with `<tool_call>{"name":...,"arguments":...}</tool_call>`); it is appended to the first system
-  message if there is one, else it becomes a system message of its own at the start;
-- `developer` turns are system turns;
-- an assistant turn's `tool_calls` are written back as `<tool_call>` blocks exactly as the
-  grammar generates them (`corral.tools.grammar`): the content text, then the calls joined by
-  `\\n`, arguments verbatim when given as a JSON string, compact JSON when given as an object;
-- `tool` messages become a user turn wrapping each result in `<tool_response>\\n...\\n
-  </tool_response>` (consecutive tool messages share one user turn, joined by `\\n`).
-
-Then the model's own jinja2 chat template renders the turns. So a conversation renders the way it
-was generated, and the model sees its earlier calls in the form it must produce.
-
-The prompt is a `PromptText` that knows where each turn's content lies (`literal_spans`): the
-tokenizer then tokenizes a special token's text inside content (`<|im_end|>\n<|im_start|>system`
-typed by a user) as text, so content cannot forge a turn. The spans come from rendering the
-turns once more with a unique marker for each content: when the template copies content verbatim
-(SmolLM2's does), putting the contents back in place of the markers gives the prompt exactly;
-otherwise the prompt carries no spans.
+"Rendering"): OpenAI messages to plain `{"role","content"}` turns (`render_messages`), then the
+model's own chat template (`render_prompt`, `render_request`), so a conversation renders the way
+it was generated and the model sees its earlier calls in the form it must produce.
 """
 
 from __future__ import annotations
@@ -73,7 +52,20 @@ def call_text(name: str, arguments: str) -> str:
 
 def render_messages(messages, tools=()) -> list[dict]:
     """OpenAI chat messages (and the tools, when calls are allowed) -> `[{"role","content"}]`
-    turns with roles system, user and assistant, as the module docstring describes.
+    turns with roles system, user and assistant, which every chat template understands:
+
+    - the tools are described in a system message, in the Hermes/Qwen style small instruct
+      models are trained on (a `<tools>` block with one function JSON per line, and the
+      instruction to answer with `<tool_call>{"name":...,"arguments":...}</tool_call>`); it is
+      appended to the first system message if there is one, else it becomes a system message
+      of its own at the start;
+    - `developer` turns are system turns;
+    - an assistant turn's `tool_calls` are written back as `<tool_call>` blocks exactly as the
+      grammar generates them (`corral.tools.grammar`): the content text, then the calls joined
+      by `\\n`, arguments verbatim when given as a JSON string, compact JSON when given as an
+      object;
+    - `tool` messages become a user turn wrapping each result in `<tool_response>\\n...\\n
+      </tool_response>` (consecutive tool messages share one user turn, joined by `\\n`).
 
     Raises ToolError (400) for malformed messages, naming the message index (arguments that are
     not JSON: `messages[i].tool_calls[j].function.arguments`).
@@ -126,6 +118,11 @@ def render_prompt(template, messages, tools=(), add_generation_prompt: bool = Tr
     `render_chat(turns, add_generation_prompt=...)` method (a `corral.model.Model`), or such a
     callable. The tools are never passed to the template: they are already in the system turn.
 
+    The prompt is a `PromptText` that knows where each turn's content lies (`literal_spans`):
+    the tokenizer then tokenizes a special token's text inside content
+    (`<|im_end|>\\n<|im_start|>system` typed by a user) as text, so content cannot forge a
+    turn. When the template does not copy contents verbatim, the prompt carries no spans.
+
     Raises ToolError: 400 for malformed messages, and 400 (param `messages`) when the template
     refuses the conversation.
     """
@@ -143,7 +140,10 @@ def render_request(
 
 
 def _render(template, turns: list[dict], add_generation_prompt: bool, extra: dict) -> PromptText:
-    """The prompt, with the spans of the turns' contents (see the module docstring)."""
+    """The prompt, with the spans of the turns' contents (`render_prompt`): the turns rendered
+    once more with a unique marker for each content; when the template copies content verbatim
+    (SmolLM2's does), putting the contents back in place of the markers gives the prompt
+    exactly, and the markers' places are the spans."""
     text = _render_text(template, turns, add_generation_prompt, extra)
     nonce = uuid.uuid4().hex
     marked = [{**turn, "content": f"<corral-{nonce}-{k}>"} for k, turn in enumerate(turns)]

@@ -1,48 +1,7 @@
 """Reading a chat-completion request: `parse_tool_request(body) -> ToolRequest` (docs/design.md
-section 5).
-
-The body is read with `json.loads`, which keeps the key order of every schema (property order is
-part of the language, docs/design.md section 3). Every field the engine uses is validated and
-normalized here; schemas are not compiled here but by `corral.tools.grammar`, which refuses what
-the schema subset cannot serve with a 422 naming the field (`tools[0].function.parameters`).
-
-A malformed request is a 400 `invalid_request_error` naming the param: a body that is not a JSON
-object, `messages` missing or malformed, `tools` not a list or longer than `MAX_TOOLS` (128,
-OpenAI's limit: code `array_above_max_length`), a tool without a valid name or with a non-object
-`parameters`, duplicate tool names, `tool_choice` naming an unknown tool or given
-without tools, an unknown `response_format` type, sampling parameters of the wrong type or out
-of OpenAI's ranges. Content parts that are not text are a 422 `unsupported_parameter`.
-
-Nothing is accepted and then ignored: every top-level field is in the table `FIELDS`, which says
-whether corral honours it, accepts it because it cannot change the output (the identifiers
-`user`, `safety_identifier`, `prompt_cache_key`, and `metadata`, `store`), or refuses it unless
-its value asks for nothing corral does not do (`service_tier` `auto`/`default`, `modalities`
-`["text"]`, `prompt_cache_retention` `in_memory`), or refuses it with a 400
-`unsupported_parameter` naming it (`stream: true`, which a Batch line cannot use, the deprecated
-`functions` / `function_call`, `audio`, `prediction`, ...; null counts as absent). A field the
-API does not define is a 400 `unknown_parameter` naming it.
-
-Any value Python cannot convert, encode or recurse through is that request's 400 naming the
-param, checked first over the whole body without recursion (`check_values`): a string or key
-that is not UTF-8 text (a lone surrogate, `"\\ud800"`), NaN or an infinity (`NaN`, `Infinity`,
-`1e400` in the JSON text), an integer beyond the range of a double (2**1024), nesting deeper than
-`MAX_NESTING` levels. Reading a body is linear in its size (a server runs it off its event loop).
-
-Decisions where OpenAI is silent or where corral differs: `tools: []` counts as no tools; tool
-names are `[A-Za-z0-9_.-]{1,64}` (OpenAI's set plus `.`, which BFCL's names use); a tool without
-`parameters` takes no arguments (`{}`); `strict` is accepted and changes nothing (corral always
-enforces the schema); `max_completion_tokens` or the older `max_tokens`, not both (a 400
-naming `max_tokens`, as OpenAI answers); `stop` ends free text only, so it is refused (400
-naming it) where the whole answer is grammar-constrained (a `json_object` or `json_schema`
-response_format, tool_choice `required` or a named function: cutting would break the JSON);
-under tool_choice `auto` a stop string ends the text before a call, never the call itself;
-`seed` is an
-int64 (OpenAI's range) kept as its unsigned 64-bit value (`seed mod 2**64`: the engine's random
-generators take non-negative seeds); `top_logprobs` needs `logprobs: true`.
-
-One field is corral's own (not OpenAI's): `jump_forward`, a boolean, true by default. False asks
-the engine to sample every token even where the grammar forces the text (see
-`corral.model.generate`, jump-forward); the answer's language is the same either way.
+section 5), every field the engine uses validated and normalized, every error a `ToolError` naming
+the param. Schemas are compiled later, by `corral.tools.grammar`. Where corral chose what OpenAI
+leaves open: docs/tools.md ("Requests").
 """
 
 from __future__ import annotations
@@ -254,9 +213,32 @@ def streaming_fields(body: dict) -> tuple[dict, bool, bool]:
 def parse_tool_request(body: str | bytes | dict, vocabulary_size: int | None = None) -> ToolRequest:
     """Validate a chat-completion request body (JSON text or an already-parsed dict).
 
-    Returns a `ToolRequest`. Raises `ToolError` (400 or 422, see the module docstring), and
-    nothing else whatever the body holds; pass a dict that came from `json.loads` so that schema
-    key order is the client's. `vocabulary_size` (V) bounds the token ids of `logit_bias`.
+    Returns a `ToolRequest`. Raises `ToolError`, and nothing else whatever the body holds; pass a
+    dict that came from `json.loads` so that schema key order is the client's (property order is
+    part of the language, docs/design.md section 3). `vocabulary_size` (V) bounds the token ids
+    of `logit_bias`. Linear in the body's size (a server runs it off its event loop).
+
+    Raises:
+        ToolError: 400 `invalid_request_error` naming the param for a malformed request: a body
+            that is not a JSON object, `messages` missing or malformed, `tools` not a list or
+            longer than `MAX_TOOLS` (128, OpenAI's limit: code `array_above_max_length`), a tool
+            without a valid name or with a non-object `parameters`, duplicate tool names,
+            `tool_choice` naming an unknown tool or given without tools, an unknown
+            `response_format` type, sampling parameters of the wrong type or out of OpenAI's
+            ranges. 422 `unsupported_parameter` for content parts that are not text.
+            Every top-level field is in `FIELDS`: honoured; accepted because it cannot change
+            the output (the identifiers `user`, `safety_identifier`, `prompt_cache_key`, and
+            `metadata`, `store`); refused unless its value asks for nothing corral does not do
+            (`service_tier` `auto`/`default`, `modalities` `["text"]`,
+            `prompt_cache_retention` `in_memory`); or refused with a 400
+            `unsupported_parameter` naming it (`stream: true`, which a Batch line cannot use,
+            the deprecated `functions` / `function_call`, `audio`, `prediction`, ...; null
+            counts as absent). A field the API does not define is a 400 `unknown_parameter`.
+            A value Python cannot convert, encode or recurse through is a 400 naming the
+            param, checked first over the whole body without recursion (`check_values`): a
+            string or key that is not UTF-8 text (a lone surrogate, `"\\ud800"`), NaN or an
+            infinity (`NaN`, `Infinity`, `1e400` in the JSON text), an integer beyond the range
+            of a double (2**1024), nesting deeper than `MAX_NESTING` levels.
     """
     body = read_body(body)
     listed = body.get("tools")

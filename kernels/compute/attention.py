@@ -526,8 +526,8 @@ def _store_rows(k, v, keys, values, slots, positions):  # pragma: no cover - com
 
 def rope_store(qkv, cos, sin, q_heads, scale, keys, values, slots, positions, q_out):
     """From the fused q/k/v projection of N new tokens: RoPE on the queries and keys
-    (`kernels.layers.rope`'s rotation), the queries scaled for attention, the keys and values
-    written into one layer's cache (as `store_rows`), in one pass. O(N (Hq + Hkv) hd)
+    (`kernels.compute.layers.rope`'s rotation), the queries scaled for attention, the keys and
+    values written into one layer's cache (as `store_rows`), in one pass. O(N (Hq + Hkv) hd)
 
     qkv float32 [N, (Hq + 2 Hkv) hd] (any strides: q's heads, then k's, then v's); cos, sin
     float32 [P, hd/2], the angle tables (row positions[i] is token i's); q_heads Hq; scale the

@@ -85,9 +85,9 @@ def swiglu_halves(gate_up, out):  # pragma: no cover - compiled
     silu(gate_up[i, :F]) * gate_up[i, F:].  O(N F), every loop vectorizable.
 
     gate_up float32 [N, 2F] (C-contiguous: the halves of a row as slices would be arrays of
-    any layout, whose loops Numba compiles with run-time strides, unvectorized: 3 ns a value
-    against a fraction of one here); out float32 [N, F] (written). Returns out. The same
-    float32 operations as `swiglu`, so the same results bit for bit.
+    any layout, whose loops Numba compiles with run-time strides, unvectorized); out float32
+    [N, F] (written). Returns out. The same float32 operations as `swiglu`, so the same results
+    bit for bit.
     """
     scale_bits = np.empty(out.shape[1], np.int32)
     for i in range(out.shape[0]):
@@ -112,8 +112,8 @@ def _swiglu_row(gate_up, out, i, scale_bits):  # pragma: no cover - compiled
 
 
 PARALLEL_ROWS = 16
-"""From this many rows `swiglu_rows` spreads them over Numba's threads (`swiglu_halves_parallel`):
-at batch 64 the gating took about 6 ms of a 110 ms decode step on one thread."""
+"""From this many rows `swiglu_rows` spreads them over Numba's threads
+(`swiglu_halves_parallel`)."""
 
 
 def swiglu_rows(gate_up, out):

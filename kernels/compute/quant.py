@@ -20,8 +20,8 @@ q * x over the block's 32 columns and are added in as scale * sum + minimum * (t
 of x, `block_sums`). The float32 path's weights are these same dequantized values, so the two
 paths differ only in the order of the float32 additions. The kernels here compute y = x W^T
 for one row of x (decode at batch 1), where the product streams the weights from memory;
-passes of several rows go to `kernels.quant_rows`, which unpacks each weight once for a group
-of rows and keeps their sums in registers.
+passes of several rows go to `kernels.compute.quant_rows`, which unpacks each weight once for a
+group of rows and keeps their sums in registers.
 """
 
 from __future__ import annotations
@@ -42,8 +42,7 @@ _FASTMATH = {"reassoc", "contract", "nsz"}  # reassociation lets the rows' lanes
 PREFETCH_COLUMNS = 16
 """How many columns of a tile ahead the one-row kernels ask for (8 KB ahead in a tile of 512
 rows of Q4_1): a decode step's weights (about 100 MB) come from memory, not from cache, and
-with the hardware's prefetching alone the one-row product of a cold gate/up matrix took about
-a fifth longer on one thread."""
+the hardware's prefetching alone leaves the one-row product of a cold matrix waiting on them."""
 
 
 @numba.njit(cache=True, inline="always")
@@ -99,7 +98,7 @@ def block_sums(x):  # pragma: no cover - compiled
 def q4_1_matmul(x, x_block_sums, scales, minimums, quants, out):  # pragma: no cover - compiled
     """out = x W^T for W in tiled Q4_1 blocks.  O(B n_out k) flops; each tile's quants are read
     once from memory, from L2 for the B rows of x after the first. Each output's sums run in
-    `kernels.quant_rows`' order (a fused multiply-add a weight, columns j and j + 16 in turn,
+    `quant_rows`' order (a fused multiply-add a weight, columns j and j + 16 in turn,
     then the scale's and the minimum's), so a row's results equal its row of
     `quant_rows.float_matmul` bit for bit, as `q8_0_matmul`'s do.
 

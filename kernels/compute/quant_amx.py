@@ -1,6 +1,6 @@
 """Matrix products of block-quantized weights with int8-quantized activations on Intel AMX
 tiles (docs/design.md section 6; Intel's Architecture Instruction Set Extensions Programming
-Reference, chapter 3, "Intel AMX"; the weight blocks are ggml's, as in `kernels.quant_int8`).
+Reference, chapter 3, "Intel AMX"; the weight blocks are ggml's, as in `quant_int8`).
 
 AMX adds eight tile registers of up to 16 rows of 64 bytes and `tdpbsud`, which adds to each
 int32 element of a 16 x 16 tile C the dot products of a row of A (signed bytes) with a column of
@@ -37,11 +37,8 @@ the blocks of k:
 A row's result depends on that row alone, whatever rows share its tiles: a token's logits are
 the same in any pass (prefill whole or in pieces, any batch).
 
-Linux hands AMX's tile data state to a process only on request (`arch_prctl(ARCH_REQ_XCOMP_PERM,
-XFEATURE_XTILEDATA)`, the kernel's Documentation/arch/x86/xstate.rst): `available()` makes the
-request, once per process, before any tile instruction runs; every thread of the process may then
-use the tiles. Each parallel task loads the tile configuration (`ldtilecfg`, per-thread state)
-itself and releases the tiles at its end.
+The tiles need Linux's grant (`granted()`); each parallel task loads the tile configuration
+(`ldtilecfg`, per-thread state) itself and releases the tiles at its end.
 """
 
 from __future__ import annotations
@@ -86,7 +83,7 @@ PREFETCH_BYTES = 4096
 """How far ahead in the word tiles `row_matmul` asks for the weights (into L2): one row of x
 streams the weights from memory, and the hardware prefetchers lose the stream when other
 processes share the caches (the float32-activation kernels prefetch likewise,
-`kernels.quant.PREFETCH_COLUMNS`)."""
+`kernels.compute.quant.PREFETCH_COLUMNS`)."""
 
 _ARCH_REQ_XCOMP_PERM = 0x1023  # arch/x86/include/uapi/asm/prctl.h
 _XFEATURE_XTILEDATA = 18
@@ -592,7 +589,11 @@ _row_q4_1, _row_q8_0 = _make_row_product(4), _make_row_product(8)
 @functools.cache
 def granted() -> bool:
     """Whether this process may use AMX: the host CPU has AMX-TILE and AMX-INT8 (and AVX-512
-    for the vector code) and Linux grants the tile data state (asked for here, once)."""
+    for the vector code) and Linux grants the tile data state, which it hands to a process
+    only on request (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, Linux's
+    Documentation/arch/x86/xstate.rst). The request is made here, once per process, before
+    any tile instruction runs (`available()` calls this); every thread of the process may then
+    use the tiles."""
     features = llvm.get_host_cpu_features()
     if not (features.get("amx-int8") and features.get("amx-tile") and features.get("avx512f")):
         return False
@@ -912,7 +913,7 @@ def row_matmul(x, scales, coefs, words, out):
 def unchecked_matmul(x, scales, coefs, words, out):
     """`amx_matmul` (one row: `row_matmul`) without the argument checks, for a caller whose
     arguments are right by construction (`corral.model.quant.TiledMatrix` lays the weights out
-    itself and checks x; the checks cost about a tenth of a batch-1 decode step). Wrong
+    itself and checks x; the checks are a noticeable share of a batch-1 decode step). Wrong
     arguments crash the process, where `amx_matmul` raises. Arguments as `amx_matmul`'s; needs
     `available()`. Returns out."""
     if x.shape[0] == 1:

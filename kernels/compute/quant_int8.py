@@ -32,7 +32,7 @@ lane of `vpdpbusd` each:
 
 `available()` tells whether the kernels run here (avx512bw and avx512vnni, and a product that
 compiles and checks); where they do not, the callers use the float32-activation kernels of
-`kernels.quant`.
+`kernels.compute.quant`.
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ BLOCK = 32
 
 WORDS_PER_TURN = 2
 """The 64-byte words of quants one turn of an intrinsic's loop unpacks (Q4_1 has 4 a block, Q8_0
-8): a longer turn computes faster, but LLVM compiled a fully unrolled block of 16 rows (512
-multiply-adds) in over a minute."""
+8): a longer turn computes faster, but a fully unrolled block of 16 rows (512 multiply-adds)
+takes LLVM far longer to compile."""
 
 LANES = 16
 """Output rows of one block of word tiles (16 float32 lanes of a 512-bit vector)."""
@@ -92,7 +92,7 @@ def _emit_block_product(context, builder, arg_types, args, width, nibbles, group
     from 0, the columns as the words hold them: Q4_1's word w gives columns 4w, 4w + 16, 4w + 1,
     ..., Q8_0's 4w .. 4w + 3), then added to the total by fused multiply-adds (the scale's, then
     the minimum's): a row's results depend on that row of x alone, and a Q8_0 row's are
-    `kernels.quant.q8_0_chosen_rows`'s (the masked LM head).
+    `kernels.compute.quant.q8_0_chosen_rows`'s (the masked LM head).
     """
     i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
     vec, fvec = ir.VectorType(i32, width), ir.VectorType(f32, width)
