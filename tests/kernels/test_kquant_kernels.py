@@ -1,0 +1,179 @@
+"""The K-quant and 5-bit block products (`kernels.compute.kquants`, tiles from
+`kernels.compute.kquant_layout`) against gguf's own NumPy dequantization times a float64
+product, on random blocks and odd shapes; their batch invariance; their argument errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from corral.kernels.compute.kquant_layout import BLOCK_BYTES, MAX_TILE, repack
+from corral.kernels.compute.kquant_rows import ROWS
+from corral.kernels.compute.kquants import kquant_matmul
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+gguf = pytest.importorskip("gguf")  # a dependency of corral; the oracle of the block formats
+
+KINDS = ("Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q4_0", "Q5_1")
+
+HALVES = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "Q5_0": (0,), "Q4_0": (0,)}
+"""Each kind's float16 fields (byte offsets in a block) that random bytes would fill with
+infinities and NaNs: random blocks get finite scales there."""
+
+QUANT_BYTES = {"Q4_K": (16, 144), "Q5_K": (16, 176), "Q5_1": (4, 24)}
+"""The byte range of the quants (fifth bits included) of the kinds with a minimum."""
+
+
+def random_blocks(rng: np.random.Generator, kind: str, n_out: int, k: int) -> np.ndarray:
+    """Raw GGUF blocks of a random n_out x k matrix: uint8 [n_out, bytes per row].
+
+    Where gguf quantizes the kind (Q5_0, Q4_0, Q5_1), the blocks of a random float matrix,
+    a few rows scaled up or down by 2^+-8 and some blocks all zero; the K-quants (which gguf
+    only dequantizes) as random bytes with random finite float16 scales of either sign."""
+    weights, size = BLOCK_BYTES[kind]
+    if kind not in HALVES or kind in ("Q5_0", "Q4_0"):
+        w = rng.standard_normal((n_out, k)).astype(np.float32)
+        w *= np.exp2(rng.integers(-8, 9, (n_out, 1))).astype(np.float32)
+        w.reshape(n_out, -1, 32)[rng.random((n_out, k // 32)) < 0.1] = 0.0
+        return gguf.quants.quantize(w, gguf.GGMLQuantizationType[kind]).reshape(n_out, -1)
+    raw = rng.integers(0, 256, (n_out, k // weights, size), dtype=np.uint8)
+    for start in HALVES[kind]:
+        scale = rng.uniform(-0.1, 0.1, raw.shape[:2] + (1,)) * np.exp2(rng.integers(-6, 7))
+        raw[..., start : start + 2] = scale.astype(np.float16).view(np.uint8)
+    return raw.reshape(n_out, -1)
+
+
+def dequantized(raw: np.ndarray, kind: str, n_out: int) -> np.ndarray:
+    """gguf's dequantization of the blocks, in float64: [n_out, k]."""
+    w = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[kind])
+    return w.reshape(n_out, -1).astype(np.float64)
+
+
+def error_bound(raw: np.ndarray, kind: str, x: np.ndarray) -> np.ndarray:
+    """A bound on |float32 product - exact product| for each output: float64 [B, n_out].
+
+    A kernel sums a sub-block's n <= 32 products q_j x_j (exact in float64 is q_j x_j times
+    1 + delta, |delta| <= u = 2^-24, per rounding), scales the sum, adds the minimum's term
+    minimum * sum_j x_j, and adds the sub-blocks' terms one after another: every term passes
+    through at most 32 + 2 k / 16 + 4 roundings, each of relative size <= u, so the error is at
+    most depth u (1 + depth u) times sum_j (|scale q_j| + |minimum|) |x_j|. With W = scale q -
+    minimum and W0 = -minimum (the same blocks with their quants zeroed, dequantized by gguf),
+    |scale q_j| + |minimum| <= |W_j| + 2 |W0_j|."""
+    n_out, k = raw.shape[0], x.shape[1]
+    magnitude = np.abs(dequantized(raw, kind, n_out))
+    if kind in QUANT_BYTES:
+        start, end = QUANT_BYTES[kind]
+        zeroed = raw.reshape(n_out, -1, BLOCK_BYTES[kind][1]).copy()
+        zeroed[..., start:end] = 0
+        magnitude += 2 * np.abs(dequantized(zeroed.reshape(n_out, -1), kind, n_out))
+    depth = 32 + 2 * k // 16 + 4
+    u = 2.0**-24
+    return depth * u * (1 + depth * u) * (np.abs(x.astype(np.float64)) @ magnitude.T)
+
+
+@st.composite
+def products(draw):
+    """(kind, raw blocks, x): n_out from 1 to 3 tiles and a bit (tiles of 16 to `MAX_TILE`
+    rows with padding rows, in parallel chunks of 64 rows and a smaller last one),
+    k from one block to a few hundred weights, 1 to `ROWS` + 6 rows of x."""
+    kind = draw(st.sampled_from(KINDS))
+    weights = BLOCK_BYTES[kind][0]
+    n_out = draw(st.integers(1, 3 * MAX_TILE + 5))
+    k = weights * draw(st.integers(1, 3 if weights == 256 else 24))
+    batch = draw(st.one_of(st.integers(1, 9), st.integers(1, ROWS + 6)))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    x = rng.standard_normal((batch, k)).astype(np.float32)
+    x *= np.exp2(rng.integers(-4, 5, (batch, 1))).astype(np.float32)
+    return kind, random_blocks(rng, kind, n_out, k), x
+
+
+def test_the_random_blocks_are_what_gguf_dequantizes():
+    """The oracle's side: every kind's random blocks dequantize to finite weights of the
+    right shape (a layout test of `random_blocks` itself)."""
+    rng = np.random.default_rng(0)
+    for kind in KINDS:
+        raw = random_blocks(rng, kind, 3, 512)
+        w = dequantized(raw, kind, 3)
+        assert w.shape == (3, 512) and np.isfinite(w).all() and np.abs(w).max() > 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(products())
+def test_products_equal_gguf_dequantized_times_float64(case):
+    kind, raw, x = case
+    n_out = raw.shape[0]
+    w = repack(raw, kind)
+    assert (w.n_out, w.k) == (n_out, x.shape[1])
+    got = kquant_matmul(x, w)
+    assert got.shape == (x.shape[0], n_out) and got.dtype == np.float32
+    expected = x.astype(np.float64) @ dequantized(raw, kind, n_out).T
+    error = np.abs(got - expected)
+    bound = error_bound(raw, kind, x)
+    worst = np.unravel_index(np.argmax(error - bound), error.shape)
+    assert (error <= bound).all(), (kind, worst, error[worst], bound[worst])
+
+
+@settings(max_examples=30, deadline=None)
+@given(products(), st.data())
+def test_a_row_gets_the_same_bits_alone_as_in_any_batch(case, data):
+    """Batch invariance: row i of a product of B rows equals, bit for bit, the product of
+    row i alone and of row i within another subset of the rows (other neighbours, another
+    position, another chunk of `ROWS`)."""
+    kind, raw, x = case
+    w = repack(raw, kind)
+    whole = kquant_matmul(x, w)
+    i = data.draw(st.integers(0, x.shape[0] - 1))
+    np.testing.assert_array_equal(kquant_matmul(x[i], w), whole[i])
+    order = data.draw(st.permutations(range(x.shape[0])))
+    np.testing.assert_array_equal(kquant_matmul(x[list(order)], w), whole[list(order)])
+
+
+def test_out_is_written_and_returned():
+    rng = np.random.default_rng(1)
+    raw = random_blocks(rng, "Q4_K", 70, 256)
+    w = repack(raw, "Q4_K")
+    x = rng.standard_normal((3, 256)).astype(np.float32)
+    out = np.full((3, 70), np.nan, np.float32)
+    assert kquant_matmul(x, w, out) is out
+    np.testing.assert_array_equal(out, kquant_matmul(x, w))
+
+
+def test_the_tiles_hold_no_float32_copy_of_the_weights():
+    """The tiled matrix is about the size of its blocks (scales widened, padding rows)."""
+    rng = np.random.default_rng(2)
+    for kind in KINDS:
+        raw = random_blocks(rng, kind, MAX_TILE, 512)
+        assert raw.nbytes < repack(raw, kind).nbytes <= 1.2 * raw.nbytes
+
+
+@pytest.mark.parametrize(
+    ("raw", "kind", "message"),
+    [
+        (np.zeros((2, 144), np.uint8), "Q3_K", "kind must be one of"),
+        (np.zeros((2, 144), np.uint8), "q4_k", "kind must be one of"),
+        (np.zeros((2, 145), np.uint8), "Q4_K", "whole number of 144-byte blocks, got 145"),
+        (np.zeros((2, 0), np.uint8), "Q5_0", "whole number of 22-byte blocks, got 0"),
+        (np.zeros((0, 22), np.uint8), "Q5_0", r"uint8 \[n_out >= 1"),
+        (np.zeros(22, np.uint8), "Q5_0", r"uint8 \[n_out >= 1"),
+        (np.zeros((2, 22), np.int8), "Q5_0", r"got int8 \(2, 22\)"),
+    ],
+)
+def test_repack_names_what_is_wrong(raw, kind, message):
+    with pytest.raises(ValueError, match=message):
+        repack(raw, kind)
+
+
+@pytest.mark.parametrize(
+    ("x", "out", "message"),
+    [
+        (np.zeros((2, 255), np.float32), None, r"x must be float32 \[B, 256\]"),
+        (np.zeros((2, 256), np.float64), None, r"got float64 \(2, 256\)"),
+        (np.zeros((1, 2, 256), np.float32), None, r"x must be float32"),
+        (np.zeros((2, 256), np.float32), np.zeros((2, 69), np.float32), r"out must be"),
+        (np.zeros((2, 256), np.float32), np.zeros((2, 70), np.float64), r"out must be"),
+    ],
+)
+def test_matmul_names_what_is_wrong(x, out, message):
+    w = repack(random_blocks(np.random.default_rng(3), "Q4_K", 70, 256), "Q4_K")
+    with pytest.raises(ValueError, match=message):
+        kquant_matmul(x, w, out)
