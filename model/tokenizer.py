@@ -1,11 +1,9 @@
-"""Byte-level BPE tokenization through the `tokenizers` library (docs/design.md section 6).
+"""Tokenization through the `tokenizers` library (docs/design.md section 6, docs/tokenizers.md).
 
 `tokenizer_json_from_gguf` rebuilds a Hugging Face `tokenizer.json` from a GGUF file's metadata
-(`tokenizer.ggml.tokens`, `.merges`, `.token_type`, `.pre`): a BPE model over GPT-2's byte-to-
-unicode alphabet, the pre-tokenizer llama.cpp names by `.pre` (SmolLM2's "smollm": every digit
-alone, then GPT-2's regex, exactly Hugging Face's `Sequence[Digits(individual_digits),
-ByteLevel]`), the ByteLevel decoder, and the control tokens as special added tokens. Encodings and
-decodings then equal those of the model's own Hugging Face tokenizer.
+(`corral.model.gguf_tokenizer`: byte-level BPE with the pre-tokenizer llama.cpp names by
+`tokenizer.ggml.pre`, SentencePiece with byte fallback, Gemma 4's BPE), so encodings equal those
+of the model's own Hugging Face tokenizer.
 
 `Tokenizer` wraps it with what corral needs: `encode`, `decode` and `token_id`. `encode` takes
 the spans of the text that are literal (a chat prompt's message contents, `PromptText`): a
@@ -21,86 +19,15 @@ import json
 from pathlib import Path
 
 from corral.model.errors import ModelLoadError
-from corral.model.vocabulary import GGUF_CONTROL, GGUF_NORMAL, GGUF_USER_DEFINED
 from tokenizers import Tokenizer as HFTokenizer
-
-# llama.cpp pre-tokenizer names -> whether digits are split one by one before GPT-2's regex.
-_PRE_TOKENIZERS = {
-    "default": False,
-    "gpt2": False,
-    "gpt-2": False,
-    "smollm": True,
-    "starcoder": True,
-    "refact": True,
-}
 
 
 def tokenizer_json_from_gguf(fields: dict, source: str | Path) -> dict:
-    """Build a Hugging Face `tokenizer.json` dict from GGUF metadata.
+    """A Hugging Face `tokenizer.json` dict from GGUF tokenizer metadata: see
+    `corral.model.gguf_tokenizer.tokenizer_json_from_gguf` (imported from there when called)."""
+    from corral.model.gguf_tokenizer import tokenizer_json_from_gguf as build
 
-    Args:
-        fields: GGUF key -> Python value (`tokenizer.ggml.tokens`: list[str], `.merges`:
-            list[str] of "left right", `.token_type`: list[int], `.pre`: str, ...).
-        source: the GGUF file, named in errors.
-
-    Raises:
-        ModelLoadError: the tokenizer is not byte-level BPE ("gpt2"), its pre-tokenizer is one
-            corral does not know, or the token list is missing.
-    """
-    kind = fields.get("tokenizer.ggml.model")
-    if kind != "gpt2":
-        raise ModelLoadError(source, f"tokenizer model {kind!r} is not supported (only gpt2 BPE)")
-    pre = fields.get("tokenizer.ggml.pre", "default")
-    if pre not in _PRE_TOKENIZERS:
-        raise ModelLoadError(source, f"pre-tokenizer {pre!r} is not supported")
-    tokens = fields.get("tokenizer.ggml.tokens")
-    merges = fields.get("tokenizer.ggml.merges")
-    if not tokens or merges is None:
-        raise ModelLoadError(source, "tokenizer.ggml.tokens or tokenizer.ggml.merges missing")
-    types = fields.get("tokenizer.ggml.token_type") or [GGUF_NORMAL] * len(tokens)
-
-    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True}
-    pre_tokenizer = {**byte_level, "use_regex": True}
-    if _PRE_TOKENIZERS[pre]:
-        pre_tokenizer = {
-            "type": "Sequence",
-            "pretokenizers": [{"type": "Digits", "individual_digits": True}, pre_tokenizer],
-        }
-    added = [
-        {
-            "id": index,
-            "content": token,
-            "single_word": False,
-            "lstrip": False,
-            "rstrip": False,
-            "normalized": False,
-            "special": kind_ == GGUF_CONTROL,
-        }
-        for index, (token, kind_) in enumerate(zip(tokens, types, strict=True))
-        if kind_ in (GGUF_CONTROL, GGUF_USER_DEFINED)
-    ]
-    return {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": added,
-        "normalizer": None,
-        "pre_tokenizer": pre_tokenizer,
-        "post_processor": {**byte_level, "trim_offsets": False, "use_regex": True},
-        "decoder": {**byte_level, "use_regex": True},
-        "model": {
-            "type": "BPE",
-            "dropout": None,
-            "unk_token": None,
-            "continuing_subword_prefix": None,
-            "end_of_word_suffix": None,
-            "fuse_unk": False,
-            "byte_fallback": False,
-            "ignore_merges": False,
-            "vocab": {token: index for index, token in enumerate(tokens)},
-            "merges": [merge.split(" ", 1) for merge in merges],
-        },
-    }
+    return build(fields, source)
 
 
 class PromptText(str):
@@ -117,7 +44,7 @@ class PromptText(str):
 
 
 class Tokenizer:
-    """A byte-level BPE tokenizer (a `tokenizers.Tokenizer` underneath, as `.backend`).
+    """A tokenizer (a `tokenizers.Tokenizer` underneath, as `.backend`).
 
     Special tokens written in the text (e.g. `<|im_start|>`) encode to their ids, as Hugging
     Face's tokenizers do by default; no BOS or EOS is added.

@@ -123,51 +123,65 @@ def vocabulary_from_gguf(gguf: object, size: int | None = None) -> Vocabulary:
 
     Reads `tokenizer.ggml.tokens`, `tokenizer.ggml.token_type`, `tokenizer.ggml.model` and
     `tokenizer.ggml.eos_token_id` (plus `tokenizer.ggml.eot_token_id` when present and
-    different: both end an answer). `size` as in `vocabulary_from_tokenizer`.
+    different: both end an answer). A path is read by `corral.model.gguf_metadata` (seconds on a
+    262k-token vocabulary, where `GGUFReader` takes minutes). `size` as in
+    `vocabulary_from_tokenizer`.
 
     Raises:
         VocabularyError: the metadata is missing or names an unknown tokenizer model.
     """
     from gguf import GGUFReader  # deferred, as in corral.model.weights: a heavy import
 
-    reader = gguf if isinstance(gguf, GGUFReader) else GGUFReader(str(gguf))
-    fields = reader.fields
+    if isinstance(gguf, GGUFReader):
+        fields = {}
+        for key, field in gguf.fields.items():
+            if key.startswith("tokenizer.ggml."):
+                fields[key] = field.contents()
+    else:
+        from corral.model.gguf_metadata import read_gguf_metadata
+
+        fields = read_gguf_metadata(gguf, prefixes=("tokenizer.ggml.",))
+    return vocabulary_from_fields(fields, size)
+
+
+def vocabulary_from_fields(fields: dict, size: int | None = None) -> Vocabulary:
+    """A `Vocabulary` from GGUF tokenizer metadata, key -> Python value (as
+    `vocabulary_from_gguf` describes). Per `tokenizer.ggml.token_type`: a normal token is decoded
+    per `tokenizer.ggml.model` (`gpt2`: GPT-2's byte alphabet; `llama`, `gemma4`: SentencePiece,
+    `▁` a space), a byte token `<0xNN>` is that byte, a user-defined token its UTF-8 text, a
+    control, unknown or unused token None.
+
+    Raises:
+        VocabularyError: a field is missing, token types and tokens differ in length, or the
+            tokenizer model is unknown.
+    """
     try:
-        texts = _strings(fields["tokenizer.ggml.tokens"])
-        kinds = [int(k) for k in _values(fields["tokenizer.ggml.token_type"])]
-        model = bytes(fields["tokenizer.ggml.model"].parts[-1]).decode("utf-8")
+        texts = fields["tokenizer.ggml.tokens"]
+        kinds = fields["tokenizer.ggml.token_type"]
+        model = fields["tokenizer.ggml.model"]
     except KeyError as missing:
         raise VocabularyError(f"GGUF metadata lacks {missing}") from None
+    if len(kinds) != len(texts):
+        raise VocabularyError("tokenizer.ggml.token_type and .tokens differ in length")
     if model == "gpt2":
         decode = gpt2_token_bytes
-    elif model == "llama":
+    elif model in ("llama", "gemma4"):
         decode = sentencepiece_token_bytes
     else:
         raise VocabularyError(f"unsupported GGUF tokenizer model {model!r}")
     tokens: list[bytes | None] = [None] * len(texts)
-    for t, (raw, kind) in enumerate(zip(texts, kinds, strict=True)):
-        text = raw.decode("utf-8", errors="replace")
+    for t, (text, kind) in enumerate(zip(texts, kinds, strict=True)):
         if kind == GGUF_NORMAL:
             tokens[t] = decode(text)
         elif kind == GGUF_BYTE:
             tokens[t] = sentencepiece_token_bytes(text)
         elif kind == GGUF_USER_DEFINED:
-            tokens[t] = raw
+            tokens[t] = text.encode("utf-8")
     eos = []
     for key in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"):
         if key in fields:
-            eos.append(int(fields[key].parts[-1][0]))
+            eos.append(int(fields[key]))
     return Vocabulary(tuple(_fit(tokens, size)), tuple(eos))
-
-
-def _strings(field: object) -> list[bytes]:
-    """The items of a GGUF array-of-strings field, as bytes."""
-    return [bytes(field.parts[i]) for i in field.data]
-
-
-def _values(field: object) -> list:
-    """The items of a GGUF array-of-numbers field."""
-    return [field.parts[i][0] for i in field.data]
 
 
 def _mentions_byte_level(component: object) -> bool:
