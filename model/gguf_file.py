@@ -135,11 +135,13 @@ def read_gguf_file(path: str | Path) -> GGUFFile:
         try:
             buffer = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
         except ValueError as error:  # an empty file
-            raise ModelLoadError(path, f"not a GGUF file: {error}") from error
+            raise ModelLoadError(path, f"not a readable GGUF file: {error}") from error
     try:
         fields, tensors = _parse(buffer, path)
     except (struct.error, ValueError, IndexError, UnicodeDecodeError) as error:
-        raise ModelLoadError(path, f"truncated or malformed GGUF file: {error}") from error
+        raise ModelLoadError(
+            path, f"not a readable GGUF file: truncated or malformed: {error}"
+        ) from error
     return GGUFFile(path, fields, tensors, np.frombuffer(buffer, np.uint8))
 
 
@@ -148,7 +150,7 @@ def _parse(buffer, path: Path) -> tuple[dict, dict[str, TensorInfo]]:
 
     magic, version = struct.unpack_from("<4sI", buffer, 0)
     if magic != b"GGUF":
-        raise ModelLoadError(path, "not a GGUF file (no GGUF magic)")
+        raise ModelLoadError(path, "not a readable GGUF file: no GGUF magic")
     if version not in (2, 3):
         raise ModelLoadError(path, f"GGUF version {version} is not supported (only 2 and 3)")
     n_tensors, n_fields = struct.unpack_from("<QQ", buffer, 8)

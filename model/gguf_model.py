@@ -494,14 +494,14 @@ def gguf_params(gguf: GGUFFile, config: LlamaConfig) -> dict:
         })  # fmt: skip
     head_name = "token_embd.weight" if config.tie_word_embeddings else "output.weight"
     head_parts = _matrix_parts(gguf, config, [head_name], [(config.vocab_size, d)])
-    # every part in its layout; the Q4_1 / Q8_0 tiles packed in one allocation (quant.packed)
+    # every part in its layout; the layers' Q4_1 / Q8_0 tiles packed in one allocation
+    # (quant.packed: fewer TLB misses), the head's arrays large allocations of their own
     built = [[_part(kind, rows) for kind, rows in parts]
-             for layer in grouped for parts in layer.values()] + [
-            [_part(kind, rows) for kind, rows in head_parts]]  # fmt: skip
+             for layer in grouped for parts in layer.values()]  # fmt: skip
     tiled = [p for parts in built for p in parts if isinstance(p, quant.TiledMatrix)]
     packed = dict(zip(map(id, tiled), quant.packed(tiled), strict=True)) if tiled else {}
     matrices = [GGUFMatrix(tuple(packed.get(id(p), p) for p in parts)) for parts in built]
-    head = matrices.pop()
+    head = GGUFMatrix(tuple(_part(kind, rows) for kind, rows in head_parts))
 
     layers = []
     for i in range(config.num_hidden_layers):
@@ -516,7 +516,8 @@ def gguf_params(gguf: GGUFFile, config: LlamaConfig) -> dict:
             "blocks": blocks,
         }
         if config.attention_bias:
-            biases = [vector(p + f"attn_{x}.bias", n) for x, n in zip("qkv", (q, kv, kv))]
+            widths = {"q": q, "k": kv, "v": kv}
+            biases = [vector(p + f"attn_{x}.bias", n) for x, n in widths.items()]
             for j, x in enumerate("qk"):
                 order = _unpermute(gguf, config, p + f"attn_{x}.bias")
                 if order is not None:
@@ -551,8 +552,6 @@ def gguf_params(gguf: GGUFFile, config: LlamaConfig) -> dict:
         "layers": layers,
         "lm_head_blocks": head,
     }
-    if head_kind == "Q8_0":  # the masked head's chosen rows (kernels.compute.quant)
-        params["lm_head_block_rows"] = quant.BlockMatrix.from_blocks("Q8_0", gguf.raw(head_name))
     return params
 
 
