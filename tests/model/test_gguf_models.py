@@ -489,7 +489,9 @@ def test_real_gemma3_270m_q4_k_m_against_transformers(gemma3_path):
     for _ in range(9):
         tokens.append(model.decode(cache, list(range(len(prompts))), tokens[-1]).argmax(-1))
     tokens = np.stack(tokens, axis=1)
-    assert model.tokenizer.decode(tokens[0]).startswith(" the capital of the country of France.")
+    texts = [model.tokenizer.decode(row) for row in tokens]
+    print(f"greedy continuations: {texts}")
+    assert texts[0].startswith(" the capital of the country of France.")
     reference = transformers.AutoModelForCausalLM.from_pretrained(
         gemma3_path.parent, gguf_file=gemma3_path.name, dtype=torch.float32,
         attn_implementation="eager",
@@ -507,6 +509,7 @@ def test_real_gemma3_270m_q4_k_m_against_transformers(gemma3_path):
     assert max(errors) <= GEMMA3_TOLERANCE
 
 
-GEMMA3_TOLERANCE = 5e-3
-"""Logits of a 262k vocabulary, of magnitude about 30: the same dequantized weights in float32,
-summed in other orders through 18 layers (measured in the report)."""
+GEMMA3_TOLERANCE = 1e-3
+"""The same dequantized weights in float32 on both sides, summed in other orders through 18
+layers: the largest difference measured over the three prompts was 5.5e-5 (logits of magnitude
+about 30), docs/models.md."""
