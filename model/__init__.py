@@ -1,5 +1,6 @@
-"""corral.model: SmolLM2 (Llama) on the CPU in NumPy: weights, tokenizer, chat template, forward
-pass with a KV cache and batched decode (docs/design.md section 6).
+"""corral.model: SmolLM2 and the Llama family (Llama 3, Mistral, Qwen2/3, Gemma 3 text:
+docs/models.md) on the CPU in NumPy: weights, tokenizer, chat template, forward pass with a KV
+cache and batched decode (docs/design.md section 6).
 
 Modules: `config` (LlamaConfig from config.json), `weights` (safetensors, GGUF conversion, the
 cache dir), `tokenizer`, `chat` (chat templates), `llama` (the forward pass, pure functions),

@@ -135,15 +135,18 @@ class LlamaConfig:
         """The factor of the attention scores: query_pre_attn_scalar^-1/2, else hd^-1/2."""
         return (self.query_pre_attn_scalar or self.head_dim) ** -0.5
 
+    def sliding(self, layer: int) -> bool:
+        """Whether layer `layer` (0-based) is a "sliding_attention" layer."""
+        return bool(self.layer_types) and self.layer_types[layer] == "sliding_attention"
+
     def window(self, layer: int) -> int:
-        """The sliding window w of layer `layer` (0-based), or 0 when it attends to the whole
-        context."""
-        sliding = self.layer_types and self.layer_types[layer] == "sliding_attention"
-        return self.sliding_window if sliding and self.sliding_window else 0
+        """The sliding window w of layer `layer`, or 0 when it attends to the whole context."""
+        return self.sliding_window if self.sliding(layer) and self.sliding_window else 0
 
     def local_rope(self, layer: int) -> bool:
-        """Whether layer `layer` takes the sliding layers' own RoPE base (`rope_local_theta`)."""
-        return self.rope_local_theta is not None and self.window(layer) > 0
+        """Whether layer `layer` takes the sliding layers' own RoPE base (`rope_local_theta`):
+        a sliding layer of Gemma 3, even when `sliding_window` is None."""
+        return self.rope_local_theta is not None and self.sliding(layer)
 
     @classmethod
     def from_dict(cls, raw: dict, path: str | Path = "config.json") -> LlamaConfig:
@@ -201,6 +204,9 @@ class LlamaConfig:
         refuse_unless("mlp_bias", (False, None), False)
         refuse_unless("partial_rotary_factor", (1, 1.0, None), None)
         bias = bool(raw.get("attention_bias", False))
+        for key in ("query_pre_attn_scalar", "final_logit_softcapping"):
+            if gemma and raw.get(key) is not None and optional(key, None, float) <= 0:
+                raise ModelLoadError(path, f"{key!r} must be positive, got {raw[key]!r}")
         eos = raw.get("eos_token_id")
         eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
         return cls(
@@ -309,7 +315,8 @@ def _family(raw: dict, path) -> str:
         raise ModelLoadError(path, f"'architectures' must be a list, got {architectures!r}")
     if model_type is None:
         by_class = {name: family for family, name in ARCHITECTURES.items()}
-        model_type = next((by_class[a] for a in architectures if a in by_class), None)
+        found = [by_class[a] for a in architectures if isinstance(a, str) and a in by_class]
+        model_type = found[0] if found else None
     expected = ARCHITECTURES.get(model_type) if isinstance(model_type, str) else None
     if expected is None or (architectures and expected not in architectures):
         found = model_type or (architectures[0] if architectures else "unknown")

@@ -234,13 +234,9 @@ def mlp(x: np.ndarray, layer: dict, config: LlamaConfig | None = None) -> np.nda
     """
     gate_up = linear(x, layer, "w_gate_up")  # [N, d] -> [N, 2F]
     n, width = x.shape[0], layer["w_down"].shape[1]
-    if config is not None and config.hidden_act != "silu":
-        hidden = gelu_tanh(gate_up[:, :width]) * gate_up[:, width:]  # [N, F]
-        out = linear(np.ascontiguousarray(hidden), layer, "w_down")  # [N, F] -> [N, d]
-        return (
-            rms_norm(out, layer["mlp_out_norm"], config.rms_norm_eps) if config.post_norms else out
-        )
-    if gate_up.flags.c_contiguous:  # the blocks' result: each row its two halves
+    if config is not None and config.hidden_act != "silu":  # GeGLU, in NumPy
+        hidden = np.ascontiguousarray(gelu_tanh(gate_up[:, :width]) * gate_up[:, width:])
+    elif gate_up.flags.c_contiguous:  # the blocks' result: each row its two halves
         hidden = layer_kernels.swiglu_rows(gate_up, np.empty((n, width), np.float32))  # [N, F]
     else:  # BLAS's: gate_up.T is C-order [2F, N]
         gate_up_t = gate_up.T
@@ -522,9 +518,8 @@ def prefill(
         kind = layer["rope"]
         q, k, v = project_qkv(x, layer, config, cos[kind], sin[kind])  # [N, d] -> [N, Hq|Hkv, hd]
         attended = attention_prefill(
-            q, k, v, layer_keys, layer_values, plan,
-            layer["window"], config.attention_scale,
-        )  # [N, Hq hd]  # fmt: skip
+            q, k, v, layer_keys, layer_values, plan, layer["window"], config.attention_scale
+        )  # [N, Hq hd]
         x += project_out(attended, layer, config)  # [N, Hq hd] -> [N, d]
         h = rms_norm(x, layer["mlp_norm"], config.rms_norm_eps)  # [N, d] -> [N, d]
         x += mlp(h, layer, config)  # [N, d] -> [N, d]
