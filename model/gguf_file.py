@@ -60,12 +60,23 @@ class GGUFFile:
             Python values, arrays as lists).
         tensors: name -> `TensorInfo`, in the file's order.
         data: the whole file, memory-mapped read-only (uint8).
+        mapping: the `mmap.mmap` under `data`.
     """
 
     path: Path
     fields: dict
     tensors: dict[str, TensorInfo]
     data: np.ndarray
+    mapping: mmap.mmap
+
+    def release(self) -> None:
+        """Drop the file's pages from the process's resident set (`madvise(MADV_DONTNEED)`;
+        a no-op where the platform lacks it): after the weights are laid out, only the
+        embedding's rows are read again, and they are mapped back as they are looked up (the
+        pages stay in the page cache)."""
+        advice = getattr(mmap, "MADV_DONTNEED", None)
+        if advice is not None:
+            self.mapping.madvise(advice)
 
     def raw(self, name: str) -> np.ndarray:
         """A tensor's bytes, one row of its last axis a row: uint8 [rows, bytes per row], a
@@ -142,7 +153,7 @@ def read_gguf_file(path: str | Path) -> GGUFFile:
         raise ModelLoadError(
             path, f"not a readable GGUF file: truncated or malformed: {error}"
         ) from error
-    return GGUFFile(path, fields, tensors, np.frombuffer(buffer, np.uint8))
+    return GGUFFile(path, fields, tensors, np.frombuffer(buffer, np.uint8), buffer)
 
 
 def _parse(buffer, path: Path) -> tuple[dict, dict[str, TensorInfo]]:

@@ -612,6 +612,7 @@ def load_gguf_model(path, quantized: bool = True):
         params = gguf_params(gguf, config)
     else:
         params = llama.build_params(config, hf_tensors(gguf, config))
+    gguf.release()  # the blocks are copied into their layouts; the embedding maps back
     model = Model(
         config,
         params,
