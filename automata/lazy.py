@@ -1,13 +1,10 @@
 """A DFA made on demand: the subset construction of a regex tree's NFA, one state at a time, as
-a caller asks for states (issue 16: the first mask of a fresh grammar sooner).
+a caller asks for states, so that a grammar's first mask comes before its whole DFA
+(docs/python.md, "Masks made on demand").
 
-`tree_to_dfa` makes every state, removes the dead ones, minimizes and numbers the result
-canonically before any mask can be walked; most of a schema's compile is those steps
-(`bench/compile.py`). A `LazyDfa` stops after the Thompson NFA: a state's row is made the
-first time it is asked for (`Subsets.expand`, each byte its own class), so a mask walked from
-the start state costs the states within a token's bytes of it, not the whole DFA. outlines-core
-and XGrammar build their automata ahead; llguidance's lexer makes its states as it meets them,
-and it is the engine the benchmark's time to first mask is compared with.
+A `LazyDfa` stops after the Thompson NFA: a state's row is made the first time it is asked for
+(`Subsets.expand`, each byte its own class), so a mask walked from the start state costs the
+states within a token's bytes of it, not the whole DFA.
 
 What a `LazyDfa` is not: minimal or canonical. Its states are numbered in the order they are
 made, and two states may accept the same strings; `to_dfa()` makes the rest and gives the

@@ -14,19 +14,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-import pytest
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "model"))
 import conftest  # noqa: E402 - the tiny tokenizer's files
 import test_architectures as cases  # noqa: E402 - leaves the root off sys.path, imports torch
-from corral.model import Model, quant  # noqa: E402
 
 
 def main() -> None:
-    Model.kv_dtype = np.float32  # the reference path, as the test's float32_kv_cache fixture
-    quant.INT8_ACTIVATIONS = False
-    root, patch, rows = Path(tempfile.mkdtemp()), pytest.MonkeyPatch(), []
+    root, rows = Path(tempfile.mkdtemp()), []  # compare() takes the reference plan
     torch, transformers = cases.torch, cases.transformers
     for seed, (name, (config_class, fields)) in enumerate(cases.ARCHITECTURES.items()):
         config = getattr(transformers, config_class)(**cases.COMMON, **fields)
@@ -39,7 +33,7 @@ def main() -> None:
             folder = conftest.write_tiny_folder(root / f"{name}-{dtype}")
             model.to(getattr(torch, dtype)).save_pretrained(folder)
             for positional in (True, False):
-                result = cases.compare(name, dtype, folder, positional, patch)
+                result = cases.compare(name, dtype, folder, positional)
                 rows.append((name, dtype, positional, result["error"]))
     print("| architecture | weights | prompt attention | max logit error | greedy tokens |")
     print("|---|---|---|---|---|")

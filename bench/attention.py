@@ -38,9 +38,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-from corral.kernels.compute.attention import ragged_attention
-from corral.model import llama
+from corral.kernels.threads import configure
+
+configure()  # corral's process settings, before NumPy and Numba load (docs/numerics.md)
+
+import numpy as np  # noqa: E402
+from corral.kernels.compute.attention import ragged_attention  # noqa: E402
+from corral.model import llama  # noqa: E402
 
 LAYERS, Q_HEADS, KV_HEADS, WIDTH = 30, 9, 3, 64
 
@@ -63,7 +67,7 @@ def numpy_decode(q, keys, values, slots, lengths, out):
 
 EVICT_BYTES = 1 << 30
 """Bytes written between runs of a cold variant: more than the last-level cache (300 MiB on the
-machine of bench/results/2026-12-01-late), so that its keys and values come from memory."""
+2-core benchmark machine of 2026-12-01), so that its keys and values come from memory."""
 
 
 def race(variants: dict, repeat: int, cold: tuple[str, ...] = ()) -> dict[str, float]:

@@ -9,9 +9,9 @@ whether every run agreed; the exit status is 1 when one did not.
     .venv/bin/python bench/batch_invariance.py            # the default model, the default plan
     .venv/bin/python bench/batch_invariance.py --int8     # int8 activations (VNNI or AMX)
 
-The plan is the one `corral generate` runs with (`corral.model.quant`'s defaults); with
-`--int8` each child (`python -c`, then the command's `main`) first sets
-`quant.INT8_ACTIVATIONS = True`.
+The plan is the one `corral generate` runs with (`ComputePlan.detect`'s default); with `--int8`
+each child (`python -c`, then the command's `main`) first makes `ComputePlan.detect` choose
+int8 activations (`int8_activations=True`).
 """
 
 from __future__ import annotations
@@ -99,8 +99,13 @@ def lines(with_filler: bool) -> list[str]:
 
 def run(input_path: Path, output: Path, batch_size: int, int8: bool, resume: bool = False):
     """`corral generate INPUT -o OUTPUT --batch-size N [--resume] --quiet` in a child."""
-    setup = "import corral.model.quant as q; q.INT8_ACTIVATIONS = True; " if int8 else ""
-    code = f"{setup}import sys; from corral.tools.cli import main; sys.exit(main())"
+    setup = (
+        "import functools; from corral.kernels.compute.plan import ComputePlan as P; "
+        "P.detect = staticmethod(functools.partial(P.detect, int8_activations=True)); "
+        if int8
+        else ""
+    )
+    code = f"{setup}import sys; from corral.tools.command import main; sys.exit(main())"
     argv = [str(input_path), "-o", str(output), "--batch-size", str(batch_size), "--quiet"]
     command = [sys.executable, "-c", code, "generate", *argv, *(["--resume"] if resume else [])]
     subprocess.run(command, check=True)

@@ -25,7 +25,7 @@ Run:  .venv/bin/python bench/engines.py [--results DIR] [--engines corral,xgramm
           [--skip fixed|sample|coverage] [--report] [--repeats 7] [--sample 200] [--walk 200]
           [--exact]
           [--limit N] [--subset NAME ...] [--timeout 60] [--cover-timeout 60] [--retry timeout]
-          [--json out.json] [--plot masks.png]
+          [--json out.json] [--plot masks.png (default: bench/results/engines-masks.png)]
 Coverage is stored per engine in DIR and resumed (bench/engine_store.py); bench/README.md has
 the recipes. Small run while developing: --sample 10 --limit 5 --subset Github_easy.
 """
@@ -49,6 +49,7 @@ from engine_store import Store, coverage_cells, engine_version, median_ms, schem
 from engine_workers import Worker, load_vocabulary
 from masks import GRAMMARS
 
+RESULTS = Path(__file__).resolve().parent / "results"  # the current figures and plots
 DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "jsonschemabench"
 
 MEASURE_ORDER = ("corral", "corral-lazy", "llguidance", "xgrammar", "outlines-core")
@@ -382,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--report", action="store_true", help="only print the stored coverage")
     parser.add_argument("--json", type=Path, help="write every figure here")
-    parser.add_argument("--plot", type=Path, default=Path("engines-masks.png"))
+    parser.add_argument("--plot", type=Path, default=RESULTS / "engines-masks.png")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `kill`: stop the workers too
     started = time.process_time()

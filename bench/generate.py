@@ -14,7 +14,7 @@ Workloads (`--workloads`, comma-separated):
 
 Each row runs R = max(B, the workload's distinct prompts) requests on B slots (so a batch-1 row
 answers every prompt of its workload in turn, not one) at temperature 1 (seeds 0..R-1) through
-`corral.tools.batch.Engine`, which renders the prompts and compiles the grammars, with at most
+`corral.tools.completions.Completions` (it renders the prompts, compiles the grammars), at most
 --tokens tokens per answer:
 - free: the same prompts without a grammar, EOS made impossible, so every answer writes --tokens;
 - json: under the grammar, jump-forward off (every token sampled) and on (forced text appended in
@@ -63,13 +63,17 @@ import statistics
 import time
 from pathlib import Path
 
-import numpy as np
-from corral.kernels import Constraint, SamplingParams, TokenIndex, sample_batch
-from corral.model import load_model
-from corral.model.generate import GenerationRequest, GenerationStats, generate
-from corral.model.generation_request import BudgetTooSmallError, check_budget
-from corral.tools import ToolError, bfcl_tools, parse_tool_request
-from corral.tools.batch import Engine
+from corral.kernels.threads import configure
+
+configure()  # corral's process settings, before NumPy and Numba load (docs/numerics.md)
+
+import numpy as np  # noqa: E402
+from corral.kernels import Constraint, SamplingParams, TokenIndex, sample_batch  # noqa: E402
+from corral.model import load_model  # noqa: E402
+from corral.model.generate import GenerationRequest, GenerationStats, generate  # noqa: E402
+from corral.model.generation_request import BudgetTooSmallError, check_budget  # noqa: E402
+from corral.tools import ToolError, bfcl_tools, parse_tool_request  # noqa: E402
+from corral.tools.completions import Completions  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 PROFILE = {
@@ -154,7 +158,9 @@ WORKLOADS = {
 }
 
 
-def engine_requests(engine: Engine, bodies: list[dict], tokens: int) -> list[GenerationRequest]:
+def engine_requests(
+    engine: Completions, bodies: list[dict], tokens: int
+) -> list[GenerationRequest]:
     """One temperature-1 request per body (seed 0) for the first `N_BODIES` bodies that compile,
     whose prompt has at most `MAX_PROMPT` tokens and whose shortest answer fits in `tokens`."""
     out = []
@@ -262,7 +268,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     model = load_model()
-    engine = Engine(model)
+    engine = Completions(model)
     free_model = NoEos(model)
     print(f"up to {args.tokens} tokens per answer; temperature 1")
     header = (

@@ -31,7 +31,11 @@ import time
 import zipfile
 from pathlib import Path
 
-import numpy as np
+from corral.kernels.threads import configure
+
+configure()  # corral's process settings, before NumPy and Numba load (docs/numerics.md)
+
+import numpy as np  # noqa: E402
 
 TOOL_CALL_SCHEMA = {
     "type": "object",

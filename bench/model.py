@@ -8,10 +8,10 @@ Prints, in one run:
   - the machine: memory bandwidth as BLAS reads it (a 1 GiB float32 matrix-vector product) and
     the float32 GEMM rate (a 2048 x 2048 x 2048 product), with the same thread count;
   - corral, four times: the default model decoding from its GGUF's Q4_1/Q8_0 blocks with its
-    activations quantized to int8 (`quant.INT8_ACTIVATIONS = True`: on AMX tiles where the CPU
-    has AMX, the default there; else on AVX-512 VNNI), for passes of every size with positional
-    attention, over the default KV cache (`kv_cache.DEFAULT_DTYPE`: float16 on AMX); with
-    float32 activations over a float32 cache, batch-invariant (`quant.BATCH_INVARIANT`, the
+    activations quantized to int8 (`ComputePlan.detect(int8_activations=True)`: on AMX tiles
+    where the CPU has AMX, the default there; else on AVX-512 VNNI), for passes of every size
+    with positional attention, over the plan's KV cache (float16 on AMX); with
+    float32 activations over a float32 cache, batch-invariant (`ComputePlan.batch_invariant`, the
     default without AMX: blocks for passes of every size, positional attention) and not
     ("variant": blocks up to `QUANTIZED_MAX_ROWS` tokens, prompts on float32 BLAS GEMMs and
     their attention in BLAS GEMMs, one row on `kernels.quant`'s one-row kernels: what the
@@ -58,15 +58,18 @@ THREAD_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPENBLAS_THREAD_TIMEOU
 """The environment variables that decide how idle OpenMP (Numba's) and OpenBLAS threads wait."""
 
 USER_THREAD_ENVIRONMENT = {name: os.environ.get(name) for name in THREAD_VARIABLES}
-"""Those variables before corral is imported (`corral.kernels` sets OMP_WAIT_POLICY=PASSIVE with
-GOMP_SPINCOUNT=3000 and OPENBLAS_THREAD_TIMEOUT=4 where the user did not set them)."""
+"""Those variables before `corral.kernels.threads.configure` (which sets OMP_WAIT_POLICY=PASSIVE
+with GOMP_SPINCOUNT=3000 and OPENBLAS_THREAD_TIMEOUT=4 where the user did not set them)."""
 
 if "--references-only" not in sys.argv:  # the references' child keeps the user's variables
-    # corral's thread variables before NumPy loads OpenBLAS, as the `corral` command has them
-    import corral.kernels  # noqa: F401
+    # corral's process settings before NumPy and Numba load, as the `corral` command has them
+    from corral.kernels.threads import configure
+
+    configure()
 
 CORRAL_SPIN_COUNT = "3000"
-"""The GOMP_SPINCOUNT `corral.kernels` sets when the user set no OpenMP wait variable."""
+"""The GOMP_SPINCOUNT `corral.kernels.threads.configure` sets when the user set no OpenMP wait
+variable."""
 
 import numpy as np  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
@@ -218,58 +221,49 @@ def bytes_per_token(model) -> dict[str, float]:
     return {"weights": weights / 1e6, "kv": kv / 1e6}
 
 
-@contextlib.contextmanager
-def activations(int8: bool):
-    """`quant.INT8_ACTIVATIONS` set to `int8` (True or False) inside the
-    block (where the CPU lacks AMX and AVX-512 VNNI, the float32-activation kernels serve
-    either way)."""
-    from corral.model import quant
+def int8_plan():
+    """The plan of the int8-activation row: int8 on AMX where it runs, else on AVX-512 VNNI, else
+    float32 (`ComputePlan.detect(int8_activations=True)`), over the default KV cache."""
+    from corral.kernels.compute.plan import ComputePlan
 
-    saved = quant.INT8_ACTIVATIONS
-    quant.INT8_ACTIVATIONS = int8
-    try:
-        yield
-    finally:
-        quant.INT8_ACTIVATIONS = saved
+    return ComputePlan.detect(int8_activations=True)
+
+
+def float32_plan(invariant: bool, quantized: bool = True):
+    """The plan of a float32-activation row over a float32 KV cache, batch-invariant or not."""
+    from corral.kernels.compute.plan import ComputePlan
+
+    return ComputePlan.detect(
+        int8_activations=False, batch_invariant=invariant, kv_dtype="float32", quantized=quantized
+    )
 
 
 def int8_label() -> str:
-    """The int8-activation row's name: the kernel that serves it here (`quant.int8_kernel`),
-    starred when it is the default."""
-    from corral.model import quant
+    """The int8-activation row's name: the kernel that serves it here, starred when it is the
+    default."""
+    from corral.kernels.compute.plan import ComputePlan
 
-    with activations(True):
-        kernel = quant.int8_kernel()
-    kind = {"amx": "AMX", "vnni": "VNNI"}.get(kernel, "none: float32")
-    return f"corral (Q4_1, int8 x {kind}){' *' if quant.int8_kernel() == 'amx' else ''}"
+    kind = {"int8-amx": "AMX", "int8-vnni": "VNNI"}.get(int8_plan().activations, "none: float32")
+    star = " *" if ComputePlan.detect().activations == "int8-amx" else ""
+    return f"corral (Q4_1, int8 x {kind}){star}"
 
 
 def float32_label(invariant: bool) -> str:
-    """The float32-activation row's name (float32 KV cache too) with `quant.BATCH_INVARIANT`
-    on or off, starred when it is the default (no AMX here, the switch as it stands)."""
-    from corral.model import quant
+    """The float32-activation row's name (float32 KV cache too), batch-invariant or not,
+    starred when it is the default (no AMX here, batch invariance as `detect` has it)."""
+    from corral.kernels.compute.plan import ComputePlan
 
-    default = quant.int8_kernel() is None and invariant == quant.BATCH_INVARIANT
-    return f"corral (Q4_1, float32 x{'' if invariant else ', variant'}){' *' if default else ''}"
-
-
-@contextlib.contextmanager
-def batch_invariant(on: bool):
-    """`quant.BATCH_INVARIANT` set to `on` inside the block."""
-    from corral.model import quant
-
-    saved = quant.BATCH_INVARIANT
-    quant.BATCH_INVARIANT = on
-    try:
-        yield
-    finally:
-        quant.BATCH_INVARIANT = saved
+    default = ComputePlan.detect()
+    star = default.activations == "float32" and invariant == default.batch_invariant
+    return f"corral (Q4_1, float32 x{'' if invariant else ', variant'}){' *' if star else ''}"
 
 
 def matrix_speeds(model, batches: list[int], repeat: int) -> dict[tuple[int, str], dict]:
     """Each block matrix of layer 0 and the LM head alone: microseconds per product with int8
     and float32 activations (taking turns, so that other load hits both) and GB/s of its
     blocks.  -> {(batch, matrix): {"bytes": MB, "int8": us, "float32": us}}"""
+    import dataclasses
+
     from corral.model import quant
 
     matrices = dict(model.params["layers"][0]["blocks"])
@@ -282,13 +276,15 @@ def matrix_speeds(model, batches: list[int], repeat: int) -> dict[tuple[int, str
             parts = quant.HEAD_ACTIVATION_PARTS if name == "lm_head" else quant.ACTIVATION_PARTS
             times = {"int8": [], "float32": []}
 
-            def product(matrix=matrix, x=x, parts=parts):
-                matrix.matmul(x, parts)
+            plans = {"int8": int8_plan(), "float32": float32_plan(True)}
+            planned = {kind: dataclasses.replace(matrix, plan=plans[kind]) for kind in times}
+
+            def product(kind, x=x, parts=parts, planned=planned):
+                planned[kind].matmul(x, parts)
 
             for _ in range(repeat):
                 for kind in times:
-                    with activations(kind == "int8"):
-                        times[kind].append(best_time(product, 3))
+                    times[kind].append(best_time(lambda kind=kind: product(kind), 3))
             results[batch, name] = {"bytes": matrix.nbytes / 1e6}
             results[batch, name].update({kind: min(t) * 1e6 for kind, t in times.items()})
     return results
@@ -296,8 +292,8 @@ def matrix_speeds(model, batches: list[int], repeat: int) -> dict[tuple[int, str
 
 def crossover(model, batches: list[int], steps: int) -> dict[int, tuple[float, float]]:
     """Decode tokens/s by batch with the quantization blocks forced on and off
-    (`llama.QUANTIZED_MAX_ROWS`), to place the switch from blocks to float32 GEMMs."""
-    from corral.model import llama
+    (`quant.QUANTIZED_MAX_ROWS`), to place the switch from blocks to float32 GEMMs."""
+    from corral.model import quant as llama  # the module whose switch `TiledMatrix.takes` reads
 
     rng = np.random.default_rng(2)
     cache = model.new_cache(max(batches), PROMPT_TOKENS + 4)
@@ -508,29 +504,23 @@ def main() -> None:
             f"(float32 matrix-vector), GEMM {facts['gemm_gflop_s']:.0f} GFLOP/s (float32)"
         )
         quantized = load_model(progress=False)
-        from corral.model.kv_cache import DEFAULT_DTYPE
-
-        models = {  # name: (model, int8 activations, KV cache dtype, batch-invariant)
-            int8_label(): (quantized, True, DEFAULT_DTYPE, True),
-            float32_label(True): (quantized, False, np.float32, True),  # the default without AMX
-            float32_label(False): (quantized, False, np.float32, False),
-            "corral (NumPy float32)": (  # the reference path: float32 weights and KV cache
-                load_model(progress=False, weights="float32", kv_dtype=np.float32),
-                False,
-                np.float32,
-                False,
+        models = {  # name: the model on its plan (`Model.with_plan`)
+            int8_label(): quantized.with_plan(int8_plan()),
+            float32_label(True): quantized.with_plan(float32_plan(True)),  # the default w/o AMX
+            float32_label(False): quantized.with_plan(float32_plan(False)),
+            "corral (NumPy float32)": load_model(  # the reference path: float32 weights and cache
+                progress=False, weights="float32", plan=float32_plan(False, quantized=False)
             ),
         }
         table, breakdowns = {}, {}
-        for name, (model, int8, kv_dtype, invariant) in models.items():
-            model.kv_dtype = kv_dtype
-            with activations(int8), batch_invariant(invariant):
-                table[name] = corral_speeds(model, batches, steps, args.quick)
-                breakdowns[name] = {b: step_breakdown(model, b, steps) for b in batches}
-        with activations(False), batch_invariant(False):  # where the blocks stop without it
-            switch = crossover(
-                quantized, [1, 2, 4] if args.quick else [1, 2, 4, 8, 16, 32, 64], steps
-            )
+        for name, model in models.items():
+            table[name] = corral_speeds(model, batches, steps, args.quick)
+            breakdowns[name] = {b: step_breakdown(model, b, steps) for b in batches}
+        switch = crossover(  # where the blocks stop without batch invariance
+            models[float32_label(False)],
+            [1, 2, 4] if args.quick else [1, 2, 4, 8, 16, 32, 64],
+            steps,
+        )
         products = matrix_speeds(quantized, batches[:2], 2 if args.quick else 5)
         spins = spin_speeds(batches, steps, args.threads, args.quick)
         if not args.no_references:
@@ -552,8 +542,7 @@ def main() -> None:
         print(f"{name:32s}{cells}")
 
     print("\nbatch 1: bytes read per token and the share of the measured bandwidth")
-    for name, (model, _, kv_dtype, _) in models.items():
-        model.kv_dtype = kv_dtype
+    for name, model in models.items():
         read = bytes_per_token(model)
         mb = read["weights"] + read["kv"]
         rate = mb * table[name]["decode_1"] / 1e3  # GB/s
@@ -562,7 +551,7 @@ def main() -> None:
             f" = {rate:5.1f} GB/s, {rate / facts['bandwidth_gb_s']:4.0%} of the bandwidth"
         )
     names = ("w_qkv", "w_o", "w_gate_up", "w_down")
-    layers = models["corral (NumPy float32)"][0].params["layers"]  # the float32 weights
+    layers = models["corral (NumPy float32)"].params["layers"]  # the float32 weights
     flops = 2 * sum(layer[name].size for layer in layers for name in names)
     flops += 2 * quantized.params["embed"].size  # the LM head
     print("\nbatch 32+: share of the measured float32 GEMM rate (weight products only)")

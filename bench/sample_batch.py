@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from corral.kernels import Constraint, SamplingParams, sample_batch
 from corral.model import load_model
-from corral.tools.batch import Engine
+from corral.tools.completions import Completions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import generate  # noqa: E402  (bench/generate.py: the profile workload)
@@ -37,7 +37,7 @@ def capture(steps: int) -> tuple[np.ndarray, np.ndarray]:
     """float32 `[steps, 32, V]` logits and uint32 `[steps, 32, ceil(V / 32)]` masks of `steps`
     decode steps of 32 profile answers (an answer that ends starts again)."""
     model = load_model()
-    request = generate.engine_requests(Engine(model), generate.profile_bodies(), 256)[0]
+    request = generate.engine_requests(Completions(model), generate.profile_bodies(), 256)[0]
     prompt, index = list(request.prompt_ids), request.constraint.index
     cache = model.new_cache(BATCH, len(prompt) + steps + 2)
     slots = list(range(BATCH))

@@ -22,7 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import openai
 from corral.model import load_model
-from corral.tools.batch import Engine, run_batch
+from corral.tools.batch import run_batch
+from corral.tools.completions import Completions
 from corral.tools.server import ServerConfig, background_server
 
 WEATHER = {
@@ -88,7 +89,7 @@ def through_server(client, bodies: list[dict], clients: int) -> tuple[float, int
     return time.perf_counter() - started, sum(t for _, t in results), [f for f, _ in results]
 
 
-def through_generate(engine: Engine, bodies: list[dict], clients: int) -> tuple[float, int]:
+def through_generate(engine: Completions, bodies: list[dict], clients: int) -> tuple[float, int]:
     lines = [
         json.dumps({"custom_id": str(i), "method": "POST", "url": "/v1/chat/completions",
                     "body": body})
@@ -105,7 +106,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=48, help="max_tokens per request (48)")
     args = parser.parse_args()
     model = load_model()
-    engine = Engine(model)
+    engine = Completions(model)
     config = ServerConfig(batch_size=16, max_len=512)
     print(
         f"{'workload':12} {'clients':>7} {'req/s':>7} {'tok/s':>7} {'ttft p50':>9} "

@@ -9,21 +9,7 @@ outlines' and XGrammar's transformers processors.
 This module imports `torch` and `transformers` (the optional extra `corral[transformers]`);
 nothing else in corral imports it.
 
-Decisions:
-- The vocabulary is read from the tokenizer's `tokenizers` backend (a fast tokenizer) by
-  `corral.model.vocabulary.vocabulary_from_tokenizer`: byte-level BPE (GPT-2, SmolLM2, Llama 3,
-  Qwen) and SentencePiece-style vocabularies with byte fallback (`<0xNN>` tokens, Llama 2,
-  Mistral) are read; any other (WordPiece, a BPE or Unigram model without byte fallback, a slow
-  tokenizer) is refused with a `VocabularyError`, since its tokens are not raw bytes.
-- With a SentencePiece vocabulary, a token's `▁` is a space: a decoder that strips the leading
-  space of a sequence (Metaspace `prepend_scheme`) makes `tokenizer.decode` of the generated
-  ids alone differ from the constrained text by that one space when the grammar allows a
-  leading space.
-- EOS ids: `eos_token_id` as given (pass `model.generation_config.eos_token_id`, which may be a
-  list, so that the ids the mask allows are the ids `generate` stops on), else the tokenizer's.
-- Rows, beams, finished rows and the budget are `corral.integrations.rows.RowConstraints`'s:
-  one constraint per row, keyed by its generated ids (beam search is handled), EOS allowed
-  exactly in accepting states, only EOS once an answer is finished.
+How it reads the vocabulary, EOS ids and rows: docs/integrations.md.
 """
 
 from __future__ import annotations

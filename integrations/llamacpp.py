@@ -10,17 +10,7 @@ sections 2-4).
 This module imports `llama_cpp` (the optional extra `corral[llamacpp]`); nothing else in corral
 imports it.
 
-Decisions:
-- The vocabulary is read from the GGUF file's tokenizer metadata
-  (`corral.model.vocabulary.vocabulary_from_gguf`: byte-level and SentencePiece byte-fallback
-  vocabularies, control tokens never allowed), padded to `llm.n_vocab()`. Its EOS ids are the
-  file's EOS and end-of-turn tokens, the tokens llama.cpp stops on.
-- llama-cpp-python calls the processor with one row (`input_ids` int `[length]`, `scores`
-  float32 `[n_vocab]`); the rows, EOS and budget rules are `RowConstraints`'s. A processor may
-  serve successive calls (a call whose ids are not one token longer starts anew).
-- llama.cpp stops with finish_reason `stop` on a sampled EOS only: once `max_tokens` text
-  tokens are out it reports `length`, complete answer or not. So the budget keeps a token for
-  EOS (`RowConstraints`).
+How it reads the vocabulary, EOS ids and rows: docs/integrations.md.
 """
 
 from __future__ import annotations

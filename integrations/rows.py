@@ -1,29 +1,6 @@
-"""Constraints for rows of token ids an outside engine generates (docs/design.md section 4), the
-framework-free core of the logits processors in `corral.integrations`.
-
-An outside engine (transformers' `generate`, llama-cpp-python) calls a logits processor once per
-step with every row's ids so far (prompt and generated tokens) and the logits of the next token.
-`RowConstraints` turns the ids into each row's allowed tokens:
-
-- The state of a row is found from its generated ids alone, keyed by them: a row's ids are
-  its parent's ids (the previous step's key) plus one token. So rows may be reordered or copied
-  between steps (beam search keeps the best beams, in any order) and the states stay right;
-  a key not seen at the previous step is replayed from the start state.
-- The first call of a generation fixes the prompt length: the ids before it are not constrained.
-  A call whose rows are not one token longer than the previous call's starts a new generation,
-  so one processor may serve successive `generate` calls.
-- EOS (any of the vocabulary's EOS ids) is allowed exactly in accepting states. A finished row
-  (EOS taken, or a complete answer with no text token left: `Constraint.done`) allows only EOS,
-  and the tokens an engine appends to a finished row (padding) are ignored.
-- With `max_new_tokens`, the budget rule of corral's engine applies, counting the EOS token the
-  host engine needs to stop: only the tokens after which a complete answer and then EOS still fit
-  in the tokens left are allowed (`Constraint.mask(tokens_left)` over the tokens left but one),
-  and on the last token only EOS once the answer is complete. corral's own engine ends a complete
-  answer at its budget with finish_reason `stop` and no EOS; transformers' `generate` and
-  llama-cpp-python stop on a sampled EOS only, and report an answer whose last text token takes
-  the last of `max_new_tokens` as cut (llama.cpp's finish_reason `length`, no EOS in the row).
-  So an answer needing n text tokens ends with EOS whenever `max_new_tokens >= n + 1`.
-"""
+"""Constraints for the rows of token ids an outside engine generates (transformers' `generate`,
+llama-cpp-python): `RowConstraints`, the framework-free core of `corral.integrations`' logits
+processors (docs/design.md section 4; why each rule: docs/integrations.md)."""
 
 from __future__ import annotations
 
@@ -68,7 +45,19 @@ def unpack_rows(masks: np.ndarray, width: int) -> np.ndarray:
 
 
 class RowConstraints:
-    """The allowed tokens of each row of a batch at each step (see the module docstring).
+    """The allowed tokens of each row of a batch at each step.
+
+    - A row's state is found from its generated ids alone, keyed by them (a row's ids are its
+      parent's plus one token), so rows may be reordered or copied between steps (beam search);
+      a key not seen at the previous step is replayed from the start state.
+    - The first call fixes the prompt length (those ids are not constrained); a call whose rows
+      are not one token longer than the previous call's starts a new generation.
+    - EOS (any of the vocabulary's EOS ids) is allowed exactly in accepting states. A finished
+      row (EOS taken, or a complete answer with no text token left) allows only EOS; tokens an
+      engine appends to a finished row (padding) are ignored.
+    - With `max_new_tokens`, only tokens after which a complete answer and then EOS still fit in
+      the tokens left are allowed, and on the last token only EOS once the answer is complete:
+      an answer needing n text tokens ends with EOS whenever `max_new_tokens >= n + 1`.
 
     Args:
         indexes: one `TokenIndex` for every row, or one per batch item: with B indexes, the

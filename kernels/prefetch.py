@@ -10,8 +10,7 @@ changes no value.
   core's own caches), so the two overlap.
 - The one-row block products (`corral.kernels.compute.quant`) fetch the columns of a tile ahead, and
   decode attention's four-key path (`corral.kernels.compute.attention`) fetches keys and values rows
-  ahead into L2: on the 2-core machine of bench/attention.py one thread's decode attention from
-  memory took about 5% less than with `prefetcht0`.
+  ahead into L2 (`prefetch_l2`), which `bench/attention.py` found quicker than `prefetcht0`.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
-"""Numba's loops in 512-bit vectors on AVX-512 CPUs (docs/design.md section 6: the kernels' speed).
-
-LLVM tunes Intel's AVX-512 server cores (Skylake-SP on, Sapphire and Emerald Rapids among them)
-to prefer 256-bit vectors, so Numba's vectorized loops came out in ymm registers: on one thread
-the one-row block products of `corral.kernels.compute.quant` took a quarter (Q4_1) to a half (Q8_0)
-longer than in zmm, with the same results. Importing this module (`corral.kernels` does, before
-Numba) sets NUMBA_CPU_FEATURES to the host's features with 512-bit vectors preferred, unless the
-user set it, the CPU lacks AVX-512F, or its features cannot be read. Numba reads the variable
-when it is first imported: where it was imported before corral, its own choice stays.
+"""The host CPU's vector width as Numba sees it: whether it has AVX-512 (`has_avx512`), and the
+features that make LLVM prefer 512-bit vectors there (`wide_vector_features`, which
+`corral.kernels.threads.configure` hands Numba; docs/numerics.md, "Threads and vector width").
+Imports neither NumPy nor Numba.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 
 
 @functools.cache
@@ -34,7 +28,3 @@ def wide_vector_features() -> str | None:
     except Exception:  # noqa: BLE001 - any failure: leave Numba's own choice
         return None
     return features + ",-prefer-256-bit" if "+avx512f" in features.split(",") else None
-
-
-if "NUMBA_CPU_FEATURES" not in os.environ and (_features := wide_vector_features()):
-    os.environ["NUMBA_CPU_FEATURES"] = _features

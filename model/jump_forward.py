@@ -25,6 +25,11 @@ before an incomplete UTF-8 character at either end (a tokenizer reads text, not 
 is committed is checked to spell exactly the forced bytes it stands for, in text tokens of the
 vocabulary; otherwise nothing is committed.
 
+A special token spelled by its symbol (`Vocabulary.with_special_symbols`, docs/special-tokens.md)
+is committed as its id, never as text: the text before it is tokenized alone and whole (a special
+token ends a pre-token, as the tokenizer splits added tokens first), then the special id, then the
+text after it by the rules above.
+
 A tokenizer without a `tokenizers` backend (only `encode(text) -> ids`, as the engine's test
 stand-ins have) commits every token but the last: exact for a byte-level tokenizer without
 merges, and the rule to replace for any other.
@@ -35,6 +40,7 @@ from __future__ import annotations
 import functools
 import weakref
 
+from corral.automata.special import SYMBOL_LENGTH, SYMBOL_MARKER
 from corral.kernels import Constraint, TokenIndex, Vocabulary
 
 CACHE_SIZE = 4096
@@ -123,6 +129,33 @@ class ForcedTokenizer:
         return states[constraint.state]
 
     def _tokens(self, forced: bytes, follow: bytes | None) -> tuple[int, ...]:
+        at = forced.find(SYMBOL_MARKER) if self.vocabulary.special_texts else -1
+        if at < 0:
+            return self._text_tokens(forced, follow)
+        ids = self._text_before_special(forced[:at]) if at else ()
+        digits = forced[at + 1 : at + SYMBOL_LENGTH]
+        whole = len(digits) == SYMBOL_LENGTH - 1 and digits.isdigit()
+        if len(self.vocabulary.decode(ids)) < at or not whole:
+            return ids  # the text before is left open, or a symbol cut short (several possible)
+        if int(digits) not in self.vocabulary.special_texts:
+            return ids
+        return (*ids, int(digits), *self._tokens(forced[at + SYMBOL_LENGTH :], follow))
+
+    def _text_before_special(self, head: bytes) -> tuple[int, ...]:
+        """The tokens of `head`, text right before a special token: the tokenizer's tokens of
+        the whole of it when they are text tokens spelling it exactly, else `_text_tokens`'."""
+        text = _complete_characters(head)
+        if text and len(text.encode("utf-8")) == len(head):
+            if self._backend is not None:
+                ids = self._backend.encode(text, add_special_tokens=False).ids
+            else:
+                ids = list(self.tokenizer.encode(text))
+            pieces = [self.vocabulary.tokens[t] for t in ids]
+            if all(pieces) and b"".join(pieces) == head:
+                return tuple(int(t) for t in ids)
+        return self._text_tokens(head, b"")
+
+    def _text_tokens(self, forced: bytes, follow: bytes | None) -> tuple[int, ...]:
         text = _complete_characters(forced)
         if not text:
             return ()

@@ -8,8 +8,8 @@ slot holds; the forward pass (`Model.prefill`, `Model.decode`) writes keys and v
 advances it, and this class only does the bookkeeping between requests: reset, truncate, copy a
 prefix.
 
-The keys and values are float16 by default where the CPU has AMX (`DEFAULT_DTYPE`, as llama.cpp's
-default cache; float32 elsewhere, see `DEFAULT_DTYPE`): half the memory of
+The keys and values are float32 or float16 (a model's `ComputePlan.kv_dtype`; float16, as
+llama.cpp's default cache, where the model runs on AMX): float16 takes half the memory of
 float32 and half the bytes that decode attention streams. The kernels widen them to float32 in
 registers and compute in float32, so a float16 cache computes what float32 arithmetic over the
 rounded keys and values computes; tests/model/test_float16_cache.py holds it to the float32
@@ -18,7 +18,7 @@ bits). `KVCache(..., dtype=np.float32)` keeps them in float32, the reference pat
 tests/model/test_reference.py compares with transformers at 1e-3.
 
 Memory: a cache takes `KVCache.bytes_needed(config, n_slots, max_len, dtype)` bytes (23 KB a token
-for SmolLM2-135M in float16, the default, 46 KB in float32, so 189 MB or 377 MB a slot of its
+for SmolLM2-135M in float16, 46 KB in float32, so 189 MB or 377 MB a slot of its
 8,192-token context). Before the engine allocates one it asks
 `slots_that_fit` how many slots fit in `MEMORY_SHARE` (half) of the memory available now
 (`available_memory`: /proc/meminfo's MemAvailable, else `os.sysconf`); the other half is left to
@@ -32,7 +32,6 @@ from __future__ import annotations
 import os
 
 import numpy as np
-from corral.kernels.compute import quant_amx
 from corral.kernels.compute.attention import float16_supported
 from corral.model.config import LlamaConfig
 from corral.model.errors import CacheError
@@ -40,17 +39,9 @@ from corral.model.errors import CacheError
 DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 """The dtypes a KV cache may hold."""
 
-DEFAULT_DTYPE = np.float16 if float16_supported() and quant_amx.granted() else np.float32
-"""The dtype of a KV cache when none is given (`KVCache`, `Model.kv_dtype`, the engine's memory
-check): float16 (see the module docstring) where the default forward pass is the same bit for
-bit however its passes are made up, that is where int8 activations on AMX serve
-(`kernels.quant_amx.granted()`, `model.quant.INT8_ACTIVATIONS`) and the kernels convert
-float16 in registers (`kernels.attention.float16_supported`); float32 elsewhere. On float32
-activations the products of a token differ by a float32 ulp or so between passes of different
-sizes, and a float16 cache stores some of those keys a float16 ulp apart: logits then differ by
-up to a few 1e-3 between a request alone and in a batch, enough to change a sampled token
-(5 of 30 sampled requests, bench/results/2026-12-01-s9-kv16d/batch-invariance.txt), where over
-float32 they differ by about 3e-5."""
+DEFAULT_DTYPE = np.float32
+"""The dtype of a KV cache when none is given (`KVCache`, `bytes_needed`); a model's caches take
+its plan's `kv_dtype` (`Model.new_cache`; docs/numerics.md, "The KV cache")."""
 
 
 class KVCache:
@@ -63,7 +54,7 @@ class KVCache:
         lengths: int64 [n_slots], tokens cached per slot (the next token's position).
 
     Args:
-        dtype: np.float16 (the default, `DEFAULT_DTYPE`) or np.float32, the keys' and values'
+        dtype: np.float32 (the default, `DEFAULT_DTYPE`) or np.float16, the keys' and values'
             storage.
 
     Raises:

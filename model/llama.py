@@ -16,7 +16,7 @@ read through its transpose `[N, out]` (a view, no copy). For the skinny products
 prefill's N = 256 no slower. A model loaded from a GGUF also keeps each matrix in its
 quantization blocks, which `linear` and `lm_head` read for passes of up to
 `quant.QUANTIZED_MAX_ROWS` rows (decode, jump-forward chunks), passes of every size where the
-CPU has AMX (`quant.every_pass`). A pass is the textbook loop,
+plan says (`ComputePlan.every_pass`). A pass is the textbook loop,
 one layer at a time:
 
     x = embed[tokens] (* embed_scale)                           # [N] -> [N, d]
@@ -51,7 +51,7 @@ from corral.kernels.compute import attention as attention_kernels
 from corral.kernels.compute import layers as layer_kernels
 from corral.kernels.compute import quant as quant_kernels
 from corral.model.config import LlamaConfig
-from corral.model.quant import HEAD_ACTIVATION_PARTS, QUANTIZED_MAX_ROWS, every_pass
+from corral.model.quant import HEAD_ACTIVATION_PARTS
 
 # ----------------------------------------------------------------------------------------------
 # Weights
@@ -205,15 +205,15 @@ def linear(x: np.ndarray, layer: dict, name: str) -> np.ndarray:
     [N, in] -> [N, out] float32 (C order from the blocks; from BLAS the transpose of a C-order
     [out, N] result, i.e. Fortran order: callers treat it as any [N, out] array)
 
-    A pass of at most `QUANTIZED_MAX_ROWS` rows, or of any size where `quant.every_pass` (AMX,
-    `quant.BATCH_INVARIANT`),
+    A pass of at most `QUANTIZED_MAX_ROWS` rows, or of any size under the plan's `every_pass`
+    (`quant.TiledMatrix.takes`),
     reads the matrix's quantization blocks when the layer has them
     (`quant.TiledMatrix.matmul`); otherwise one float32 BLAS GEMM W x^T, the
     weights as the left operand (x^T is a view: for x in Fortran order, as `linear` returns, it
     is C-contiguous).
     """
     blocks = layer.get("blocks")
-    if blocks is not None and (x.shape[0] <= QUANTIZED_MAX_ROWS or every_pass()):
+    if blocks is not None and blocks[name].takes(x.shape[0]):
         return blocks[name].matmul(x)
     return (layer[name] @ x.T).T  # [out, in] x [in, N] -> [out, N] -> [N, out]
 
@@ -308,18 +308,6 @@ def project_qkv(
 # Attention over one layer's cache
 
 
-POSITIONAL_ATTENTION: bool | None = None
-"""Whether every prefill pass is attended by the ragged kernel, its segments cut into pieces of at
-most `SHORT_SEGMENT` tokens (`plan_prefill`); otherwise long segments (prompts) go to
-`attend_prompt`. None (the default): where every pass takes the blocks (`quant.every_pass`: on
-AMX, and under `quant.BATCH_INVARIANT`), whose products of a row are the same in any pass. With
-head width 64 the ragged kernel sums a row's scores and values in an order its position alone
-fixes (`kernels.attention`), so a token attends alike in a prompt prefilled whole, in pieces,
-token by token or in any batch: with the blocks' products, the same bit for bit for a row in any
-pass, its logits are the same bit for bit (tests/model/test_compositions.py). `attend_prompt`'s
-GEMMs sum in orders that depend on the block's shape (float32 rounding apart, about 3e-5 in the
-logits on float32 activations, magnified to about 2e-3 by int8 ones)."""
-
 SHORT_SEGMENT = 32
 """Segments of a prefill pass with at most this many new tokens (a decode step's token, a
 jump-forward chunk) are attended by the ragged kernel, all of them in one call per layer;
@@ -359,10 +347,10 @@ class PrefillPlan:
     long: tuple[Segment, ...]
 
 
-def plan_prefill(segments: list[tuple[int, int, int]]) -> PrefillPlan:
+def plan_prefill(segments: list[tuple[int, int, int]], positional: bool = True) -> PrefillPlan:
     """Plan a prefill pass.  segments [(slot, start, n)] in token order -> `PrefillPlan`
 
-    Under `POSITIONAL_ATTENTION` (by default: where `quant.every_pass`) every segment is cut into
+    With `positional` (the plan's `positional_attention`) every segment is cut into
     pieces of at most `SHORT_SEGMENT` tokens (each a valid segment: its rows see the cache up to
     their own positions, written before attention), all for the ragged kernel, which then has many
     tasks for its threads."""
@@ -372,7 +360,6 @@ def plan_prefill(segments: list[tuple[int, int, int]]) -> PrefillPlan:
     slots = np.repeat(table[:, 0], sizes)
     positions = np.arange(int(sizes.sum()), dtype=np.int64) + np.repeat(table[:, 1] - first, sizes)
     rows = np.column_stack([table[:, :2], first, sizes])  # [M, 4]: slot, start, first, n
-    positional = every_pass() if POSITIONAL_ATTENTION is None else POSITIONAL_ATTENTION
     if positional:  # every segment cut into short pieces, all for the ragged kernel
         pieces = [
             (slot, start + i, row + i, min(SHORT_SEGMENT, n - i))
@@ -501,6 +488,7 @@ def prefill(
     """Run the tokens of one or more sequences through the model in one pass, writing their keys
     and values into the cache.
 
+    params: `build_params`' weights with "plan", the model's `ComputePlan` (`Model` sets it).
     segments: (slot, start, n) per sequence, in the order of `tokens`: its n tokens go to cache
     slot `slot` at positions start..start+n-1 (slots distinct). keys, values [L, S, Hkv, T, hd]
     (updated); tokens int [N], N = sum of the n; cos, sin [K, > every start + n, hd/2]
@@ -511,7 +499,7 @@ def prefill(
     (decode-like steps, jump-forward chunks) and a batched matmul per long one
     (`attention_prefill`).
     """
-    plan = plan_prefill(segments)
+    plan = plan_prefill(segments, params["plan"].positional_attention)
     x = embed(params, config, tokens)  # [N] -> [N, d]
     cos, sin = cos[:, plan.positions, None, :], sin[:, plan.positions, None, :]  # [K, N, 1, hd/2]
     for layer, layer_keys, layer_values in zip(params["layers"], keys, values, strict=True):
@@ -602,7 +590,7 @@ allowed at most 45 tokens, and the same share at most 4,096."""
 def lm_head(params: dict, hidden: np.ndarray, allowed=None) -> np.ndarray:
     """Logits of the tied (or separate) LM head.  [N, d] -> [N, V] float32
 
-    At most `QUANTIZED_MAX_ROWS` rows (any number where `quant.every_pass`) read the head's
+    At most `QUANTIZED_MAX_ROWS` rows (any number under the plan's `every_pass`) read the head's
     quantization blocks when there are any;
     else one row uses the [V, d] table as a matrix-vector product, more rows one [N, d] x
     [d, V] GEMM. With int8 activations the head quantizes its input in
@@ -663,7 +651,7 @@ def softcap(logits: np.ndarray, cap: float | None) -> np.ndarray:
 def _whole_head(params: dict, hidden: np.ndarray) -> np.ndarray:
     """Every logit of each row (`lm_head` without `allowed`).  [N, d] -> [N, V] float32"""
     blocks = params.get("lm_head_blocks")
-    if blocks is not None and (hidden.shape[0] <= QUANTIZED_MAX_ROWS or every_pass()):
+    if blocks is not None and blocks.takes(hidden.shape[0]):
         logits = blocks.matmul(hidden, HEAD_ACTIVATION_PARTS)
     elif hidden.shape[0] == 1:
         logits = (params["lm_head_rows"] @ hidden[0])[None, :]  # [V, d] x [d] -> [1, V]

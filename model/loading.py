@@ -10,9 +10,9 @@ downloaded once (docs/design.md section 6).
 beside the float32 copy (`corral.model.quant`; small passes read the blocks, large ones the
 float32 GEMM), "float32" the float32 copy alone (the reference path), "auto" (the default) the
 blocks when the model came from a GGUF whose matrices are all in supported block types. The
-default model keeps its GGUF beside the converted folder (`default_gguf`). `kv_dtype` chooses the KV
-cache's storage (`Model.kv_dtype`): by default float16 where int8 activations on AMX serve the
-model, else float32 (`load_model`), np.float32 for the reference path (`corral.model.kv_cache`).
+default model keeps its GGUF beside the converted folder (`default_gguf`). `plan` (a
+`ComputePlan`, by default `ComputePlan.detect` for the host) says how the products and attention
+run and the KV cache's dtype, which `kv_dtype` may set alone.
 
 Every file is read and checked here or in `weights`, `config` and `tokenizer`: a missing or
 malformed file raises `ModelLoadError` naming it.
@@ -29,9 +29,10 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
-from corral.kernels.compute import layers, quant_amx, quant_rows
+from corral.kernels.compute import layers, quant_amx, quant_int8, quant_rows
+from corral.kernels.compute.plan import ComputePlan
 from corral.kernels.jit_cache import is_cached
-from corral.model import llama, quant
+from corral.model import llama
 from corral.model.config import LlamaConfig
 from corral.model.errors import ModelLoadError
 from corral.model.gguf_model import load_gguf_model
@@ -52,6 +53,7 @@ def load_model(
     progress: bool = True,
     weights: str = "auto",
     kv_dtype=None,
+    plan: ComputePlan | None = None,
 ) -> Model:
     """Load a model.
 
@@ -63,19 +65,18 @@ def load_model(
         progress: show progress bars for the download and conversion.
         weights: "auto", "quantized" or "float32" (see the module docstring); `Model.weights`
             says which was loaded.
-        kv_dtype: None for the default KV cache dtype, or np.float16 or np.float32 (the
-            reference path): the model's `kv_dtype`. The default is float16
-            (`kv_cache.DEFAULT_DTYPE`) where the model's passes are the same bit for bit
-            however they are made up (quantized weights with int8 activations on AMX,
-            `quant.int8_kernel()`, as `quant.INT8_ACTIVATIONS` stands when the model loads);
-            float32 otherwise (float32 weights, float32 activations, no AMX).
+        kv_dtype: None for the plan's KV cache dtype, or np.float16 or np.float32 (the
+            reference path), which replaces it.
+        plan: None for `ComputePlan.detect(quantized=...)`, the host's default for the weights
+            loaded (float16 KV caches only for quantized weights on AMX); or a `ComputePlan`.
+            `Model.plan` is the one chosen.
 
     Raises:
         ModelLoadError: naming the file at fault: `path` if it does not exist, else see
             `load_folder`, `weights.convert_gguf` and `gguf_model.load_gguf_model`; "quantized"
             for a folder without a GGUF or a GGUF whose matrices are all float.
-        ValueError: `weights` is not one of `WEIGHTS`, or `kv_dtype` is neither float16 nor
-            float32.
+        ValueError: `weights` is not one of `WEIGHTS`, `kv_dtype` is neither float16 nor
+            float32, or `plan` cannot run on this host (`ComputePlan.missing`).
     """
     if weights not in WEIGHTS:
         raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
@@ -86,6 +87,8 @@ def load_model(
             raise ValueError(f"kv_dtype must be float16 or float32, got {kv_dtype!r}") from None
         if wanted not in DTYPES:
             raise ValueError(f"kv_dtype must be float16 or float32, got {wanted}")
+    if plan is not None and (reason := plan.missing()) is not None:
+        raise ValueError(f"{plan} cannot run here: {reason}")
     if path is None:
         folder = default_model_folder(progress=progress)
         gguf = default_gguf() if weights != "float32" else None
@@ -106,14 +109,15 @@ def load_model(
         if weights == "quantized" and gguf is None:
             raise ModelLoadError(folder, "quantized weights need a GGUF file; a folder is float32")
         model = load_folder(folder, gguf, required=weights == "quantized")
+    if plan is None:
+        plan = ComputePlan.detect(quantized=model.weights == "quantized")
+    if kv_dtype is not None:
+        plan = dataclasses.replace(plan, kv_dtype=np.dtype(kv_dtype).name)
+    model = model.with_plan(plan)
     if progress and not kernels_cached(model):
         print("corral: compiling the model's Numba kernels: this first run on the machine waits "
               "about a minute before its first tokens (later runs load them from Numba's cache)",
               file=sys.stderr)  # fmt: skip
-    if kv_dtype is not None:
-        model.kv_dtype = np.dtype(kv_dtype).type
-    elif model.weights != "quantized" or quant.int8_kernel() != "amx":
-        model.kv_dtype = np.float32  # float16 only where every pass is the same bit for bit
     return model
 
 
@@ -122,9 +126,12 @@ def kernels_cached(model: Model) -> bool:
     first (the per-token layers, and the block products when it reads quantization blocks):
     False on a machine's first run, which compiles them (`corral.kernels.jit_cache`)."""
     kernels = [layers.rms_norm]
-    if model.weights == "quantized":  # the AMX kernels when they serve (asking no compile)
-        amx = quant.INT8_ACTIVATIONS is not False and quant_amx.granted()
-        kernels += list(quant_amx.KERNELS) if amx else [quant_rows.float_matmul]
+    if model.weights == "quantized":  # the plan's block products
+        kernels += {
+            "int8-amx": list(quant_amx.KERNELS),
+            "int8-vnni": [quant_int8.int8_matmul],
+            "float32": [quant_rows.FLOAT_MATMUL[model.plan.lanes]],
+        }[model.plan.activations]
     return all(is_cached(kernel) for kernel in kernels)
 
 

@@ -18,15 +18,18 @@ The arithmetic is `corral.model.llama`'s; loading a model from files is `corral.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 from corral.kernels import Vocabulary
+from corral.kernels.compute.plan import ComputePlan
 from corral.model import llama
 from corral.model.chat import render_chat
 from corral.model.errors import CacheError, ChatTemplateError
-from corral.model.kv_cache import DEFAULT_DTYPE, KVCache
+from corral.model.kv_cache import KVCache
 from corral.model.vocabulary import vocabulary_from_tokenizer
 
 
@@ -41,25 +44,28 @@ class Model:
         eos_ids: tuple of token ids that end generation (config.json's and the tokenizer's EOS).
         vocabulary: the token bytes and EOS ids of the mask kernels (`corral.kernels.Vocabulary`).
         vocab_size: V, the width of the logits (config.json's vocab_size).
-        params: the weights, as `llama.build_params` lays them out.
+        params: the weights, as `llama.build_params` lays them out, and "plan": `plan`.
+        plan: the `ComputePlan` the forward pass follows (its products, attention and KV
+            cache dtype), chosen by `load_model`; `with_plan` gives the model on another.
         weights: "quantized" when decode reads the GGUF's quantization blocks (passes of at
             most `quant.QUANTIZED_MAX_ROWS` tokens), else "float32".
         path: the Hugging Face folder the model was loaded from.
         prefill_chunk: prompts longer than this are prefilled in chunks of this many tokens,
             to bound the attention scores' memory (Hq x chunk x length floats).
-        kv_dtype: the dtype of the caches `new_cache` makes: np.float16 (the default,
-            `kv_cache.DEFAULT_DTYPE`: half the memory and the bytes decode attention reads) or
-            np.float32 (the reference path; see `corral.model.kv_cache`). Set it on the
-            instance (or with `load_model(..., kv_dtype=...)`) before making a cache or a
-            `Generator`.
+        kv_dtype: the plan's KV cache dtype as a NumPy type (np.float32 or np.float16).
+
+    Args:
+        plan: None for `ComputePlan.detect` (the host's default for these weights).
     """
 
     prefill_chunk = 1024
-    kv_dtype = DEFAULT_DTYPE
 
-    def __init__(self, config, params, tokenizer, chat_template, special_tokens, path):
+    def __init__(self, config, params, tokenizer, chat_template, special_tokens, path, plan=None):
         self.config = config
-        self.params = params
+        if plan is None:
+            plan = ComputePlan.detect(quantized="lm_head_blocks" in params)
+        self.plan = plan
+        self.params = _bound(params, plan)
         self.tokenizer = tokenizer
         self.chat_template = chat_template
         self.special_tokens = special_tokens
@@ -72,6 +78,26 @@ class Model:
             eos.add(tokenizer.token_id(eos_token))
         self.eos_ids = tuple(sorted(eos))
         self._cos = self._sin = np.zeros((1, 0, config.head_dim // 2), np.float32)
+
+    @property
+    def kv_dtype(self) -> type:
+        """The dtype of the caches `new_cache` makes (the plan's `kv_dtype`): np.float32 or
+        np.float16."""
+        return np.dtype(self.plan.kv_dtype).type
+
+    def with_plan(self, plan: ComputePlan) -> Model:
+        """The same model (weights shared, not copied) computing as `plan` says.
+
+        Raises:
+            ValueError: `plan` cannot run on this host (`ComputePlan.missing`).
+        """
+        reason = plan.missing()
+        if reason is not None:
+            raise ValueError(f"{plan} cannot run here: {reason}")
+        other = copy.copy(self)
+        other.plan = plan
+        other.params = _bound(self.params, plan)
+        return other
 
     def __repr__(self) -> str:
         c = self.config
@@ -307,3 +333,22 @@ class Model:
             size = max(n_positions, 2 * self._cos.shape[1], 1024)
             self._cos, self._sin = llama.rope_tables(self.config, size)
         return self._cos, self._sin
+
+
+def _bound(params: dict, plan: ComputePlan) -> dict:
+    """`params` with "plan" set to `plan`, and its quantization blocks (`quant.TiledMatrix`)
+    computing as `plan` says (new dicts; the arrays are shared)."""
+
+    def bind(matrix):
+        return dataclasses.replace(matrix, plan=plan)
+
+    out = {**params, "plan": plan}
+    out["layers"] = [
+        {**layer, "blocks": {n: bind(m) for n, m in layer["blocks"].items()}}
+        if "blocks" in layer
+        else layer
+        for layer in params["layers"]
+    ]
+    if "lm_head_blocks" in params:
+        out["lm_head_blocks"] = bind(params["lm_head_blocks"])
+    return out

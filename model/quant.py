@@ -1,21 +1,10 @@
-"""Weights kept in a GGUF's own quantization blocks, for decoding at small batches (docs/design.md
-section 6; the block formats are ggml's, computed on by `corral.kernels.compute.quant` and
-`corral.kernels.compute.quant_rows`).
-
-A Llama GGUF stores most matrices as Q4_1 or Q8_0 blocks of 32 weights along the input axis.
-`quantized_layers` reads them as they are (no re-quantization), undoes llama.cpp's q/k row
-permutation (whole rows move, so blocks stay intact), stacks q/k/v and gate/up as the float32
-path does (all on `BlockMatrix`, each block unpacked into a float32 scale (and minimum) and its
-quants, row by row), and finally lays each matrix out in the kernels' tiles (`TiledMatrix`):
+"""Weights kept in a GGUF's own quantization blocks (Q4_1, Q8_0), read as they are and laid out
+for the block kernels (`TiledMatrix`), whose `matmul` computes x W^T the way the model's
+`ComputePlan` says (docs/numerics.md, "Block products"):
 
     {"layers": [L x {"w_qkv", "w_o", "w_gate_up", "w_down": TiledMatrix}], "lm_head": TiledMatrix}
 
-`TiledMatrix.matmul` computes x W^T with the kernels: where the CPU has AMX, on x quantized by
-blocks to int8 on AMX tiles for passes of every size (the default, `INT8_ACTIVATIONS`,
-`every_pass`, `kernels.quant_amx`); elsewhere on x in float32 (or int8 on AVX-512 VNNI when
-asked), for passes of at most `QUANTIZED_MAX_ROWS` rows, where reading 4 to 7 times fewer bytes
-than float32 wins, larger passes going to float32 BLAS GEMMs. The
-weights are the float32 path's own (its weights are these blocks dequantized), so on float32
+The weights are the float32 path's own (its weights are these blocks dequantized), so on float32
 activations the two differ only in rounding order.
 """
 
@@ -25,109 +14,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-from corral.kernels import vector_width
 from corral.kernels.compute import quant, quant_amx, quant_int8, quant_rows
+from corral.kernels.compute.plan import ComputePlan
 from corral.model.config import LlamaConfig
 from corral.model.errors import ModelLoadError
 
 QUANTIZED_MAX_ROWS = 64
-"""The most rows of x (tokens in a pass) computed from the blocks, the LM head's included;
-more go to float32 BLAS GEMMs. Passes of several rows unpack each weight once for up to 16
-rows and keep the sums in registers (`kernels.quant_rows`), which on one thread multiplied at
-about the rate of OpenBLAS's float32 GEMM on weights in cache from 32 to 64 rows, and ahead of
-it below 32 (where the GEMM is bound by reading its 4 to 7 times larger weights); a decode step
-at batch 16 to 64 and jump-forward chunks of 9 to 64 tokens were as fast or faster from the
-blocks. Past 64 rows the GEMM's rate keeps growing (prefill), so it takes them. bench/model.py
-prints decode with the blocks forced on and off at batch 1 to 64 to place this switch."""
-
-INT8_ACTIVATIONS: bool | None = None
-"""Whether `TiledMatrix.matmul` quantizes x by blocks to int8 and takes integer dot products
-rather than computing on x in float32 (`kernels.quant` and `kernels.quant_rows`):
-
-- None (the default): int8 on AMX tiles where the CPU has them (`kernels.quant_amx.available()`,
-  Intel Xeon from Sapphire Rapids on), for passes of every size, the prompts' included
-  (`every_pass`); float32 elsewhere.
-- True: the same, and where there is no AMX int8 on AVX-512 VNNI (`kernels.quant_int8`, where
-  `available()`) for passes of at most `QUANTIZED_MAX_ROWS` rows, of every size under
-  `BATCH_INVARIANT` (the default).
-- False: float32 activations, the path whose logits are within 1e-3 of the float32 weights'
-  (tests/model/test_reference.py).
-
-Both int8 kernels meet the accuracy bar of quantizing activations (greedy tokens and a text's
-mean log-likelihood against the float32 path, tests/model/test_int8_activations.py). On AMX a
-row's products are the same bit for bit whatever rows share its pass (`kernels.quant_amx`) and
-attention sums in an order its positions alone fix (`llama.POSITIONAL_ATTENTION`), so a
-token's logits are the same bit for bit however its passes are made up: a prompt prefilled
-whole or after a prefix-cache hit, alone or in a batch, a jump-forward chunk or token by token
-(tests/model/test_compositions.py). So they are under `BATCH_INVARIANT` on float32
-activations and on VNNI (whose integer sums are exact, and whose float operations on them are a
-row's own). Without it, passes of different sizes agree to about 3e-5 on float32 activations,
-and int8 would magnify that: rounding to int8 moves where float32 rounding crosses a
-quantization step, to about 2e-3, enough to change sampled tokens. The VNNI kernel stays
-opt-in: quantized activations are a further approximation of the float32 path."""
-
-
-def int8_kernel() -> str | None:
-    """The int8-activation kernel `TiledMatrix.matmul` uses under `INT8_ACTIVATIONS`: "amx",
-    "vnni", or None (float32 activations).
-
-    Raises:
-        ValueError: `INT8_ACTIVATIONS` is not None, True or False (0 would read as "on")."""
-    if INT8_ACTIVATIONS is not None and not isinstance(INT8_ACTIVATIONS, bool):
-        raise ValueError(
-            f"corral.model.quant.INT8_ACTIVATIONS must be None, True or False, "
-            f"got {INT8_ACTIVATIONS!r}"
-        )
-    if INT8_ACTIVATIONS is False:
-        return None
-    if quant_amx.available():
-        return "amx"
-    if INT8_ACTIVATIONS and quant_int8.available():
-        return "vnni"
-    return None
-
-
-BATCH_INVARIANT = True
-"""Whether a token's logits are the same bit for bit however its passes are made up on every
-CPU, not only with AMX's products: passes of every size take the blocks (`every_pass`), whose
-kernels sum a row in one order whatever rows share its pass (`kernels.quant_rows`, and the
-one-row kernels of `kernels.quant` in the same order), and attention sums in an order a token's
-position alone fixes (`llama.POSITIONAL_ATTENTION`). A seeded request then samples the same
-tokens alone or in any batch, after a prefix-cache hit or a `--resume` or not, with
-jump-forward chunks or token by token (tests/model/test_compositions.py). False: prompts of
-more than `QUANTIZED_MAX_ROWS` tokens go to float32 BLAS GEMMs and `llama.attend_prompt`, and a
-token's logits differ by float32 rounding (about 3e-5) between passes of different sizes, which
-can change a sampled token on a near-tie. The cost is in bench/model.py (the float32-activation
-rows with it on and off). Without blocks (`load_model(weights="float32")`) every product is a
-BLAS GEMM whatever this says."""
-
-
-def every_pass() -> bool:
-    """Whether passes of every size take the blocks (`llama.linear`, `llama.lm_head`), not only
-    those of at most `QUANTIZED_MAX_ROWS` rows: when the AMX kernel serves (`int8_kernel`) or
-    under `BATCH_INVARIANT`."""
-    return int8_kernel() == "amx" or BATCH_INVARIANT
-
-
-ONE_ROW_Q4_1_IN_REGISTERS = not vector_width.has_avx512()
-"""Where True (CPUs without AVX-512), one row of x times a Q4_1 matrix (a layer's) goes to
-`kernels.quant_rows` as a group of one (its sums in registers) rather than to the one-row
-kernels of `kernels.quant`, which keep a tile's partial sums in L1 and load and store them for
-every 8 weights in AVX2's 256-bit vectors: on a 2-core Zen 3 a batch-1 decode step (256-token
-context) took 11.9-12.3 ms against 14.8-17.0 (medians of 60 steps, three runs each, taking
-turns). The LM head (Q8_0, 32 MB read from memory) stays with the one-row kernel and its
-prefetches: sent to `quant_rows` as well, the step was slower in three runs of three. With
-AVX-512 the one-row kernels store half as often and stream at the memory's rate."""
+"""The most rows of x (tokens in a pass) computed from the blocks, the LM head's included, unless
+the plan's `every_pass`; more go to float32 BLAS GEMMs (docs/numerics.md)."""
 
 ACTIVATION_PARTS = 2
-"""The int8 parts x is quantized in for the layers' matrices: one part (Q8_1 alone, as
-llama.cpp) moved SmolLM2's logits by up to 1 and changed greedy tokens on two of the four
-reference prompts; two parts (an error of a 508th of a Q8_1 step) kept them, at about twice
-one part's integer work."""
+"""The int8 parts x is quantized in on VNNI for the layers' matrices (docs/numerics.md)."""
 
 HEAD_ACTIVATION_PARTS = 3
-"""The parts for the LM head, whose products are the logits themselves: three keep them
-within 1e-4 of the float32 path's (two parts: about 1.3e-3)."""
+"""The parts for the LM head, whose products are the logits themselves (docs/numerics.md)."""
 
 SUPPORTED = ("Q4_1", "Q8_0")
 """The GGUF block types the kernels compute on."""
@@ -161,8 +61,9 @@ class BlockMatrix:
         extra = 0 if self.minimums is None else self.minimums.nbytes
         return self.quants.nbytes + self.scales.nbytes + extra
 
-    def tiled(self) -> TiledMatrix:
-        """The same blocks in the kernels' tiled layout (`kernels.quant.tile_rows`)."""
+    def tiled(self, plan: ComputePlan = ComputePlan()) -> TiledMatrix:  # noqa: B008 - frozen
+        """The same blocks in the kernels' tiled layout (`kernels.quant.tile_rows`), computed on
+        as `plan` says."""
         n_out, k = self.shape
         n_tiles, tile = quant.tile_shape(n_out)
         minimums = None
@@ -177,6 +78,7 @@ class BlockMatrix:
             minimums,
             quant.tile_rows(self.quants, n_tiles, tile),
             words,
+            plan,
         )
 
     def dequantize(self) -> np.ndarray:
@@ -247,6 +149,7 @@ class TiledMatrix:
         words: the same quants in `kernels.quant_int8`'s word tiles (uint8 [n_tiles, k/32,
             tile/16, W, 16, 4]) for the kernels of passes of several rows (`kernels.quant_rows`)
             and the int8-activation kernels.
+        plan: the `ComputePlan` whose kernels `matmul` calls.
     """
 
     kind: str
@@ -256,11 +159,18 @@ class TiledMatrix:
     minimums: np.ndarray | None
     quants: np.ndarray
     words: np.ndarray
+    plan: ComputePlan = ComputePlan()  # noqa: RUF009 - frozen
 
     @property
     def shape(self) -> tuple[int, int]:
         """(n_out, k)."""
         return self.n_out, self.k
+
+    def takes(self, rows: int) -> bool:
+        """Whether a pass of `rows` rows of x reads these blocks (`llama.linear`,
+        `llama.lm_head`), not the float32 GEMM: at most `QUANTIZED_MAX_ROWS`, or any number
+        under the plan's `every_pass`."""
+        return rows <= QUANTIZED_MAX_ROWS or self.plan.every_pass
 
     @property
     def nbytes(self) -> int:
@@ -269,20 +179,14 @@ class TiledMatrix:
         return self.quants.nbytes + self.scales.nbytes + extra
 
     def matmul(self, x: np.ndarray, parts: int = ACTIVATION_PARTS) -> np.ndarray:
-        """x W^T.  float32 [B, k] -> float32 [B, n_out] (float32 accumulation).
-
-        Under `INT8_ACTIVATIONS` (`int8_kernel()`), each row of x is quantized by blocks of 32
-        to two int8 parts and multiplies the weights in integer arithmetic: on AMX tiles
-        (`kernels.quant_amx._trusted_matmul`: `amx_matmul`, one row `row_matmul`, without
-        their argument checks, which this class's layout meets; the two parts on one scale,
-        `parts` unused) or in
-        AVX-512 VNNI (`kernels.quant_int8.int8_matmul`: ggml's Q8_1, then the Q8_1 of what it
-        leaves over, `parts` parts). Otherwise x stays float32: one row goes to the one-row
-        kernels (`kernels.quant`, which stream the weights from memory; a Q4_1 matrix's row
-        to `quant_rows` where `ONE_ROW_Q4_1_IN_REGISTERS`: the sums are the same bit for bit
-        in either), several rows to
-        `kernels.quant_rows.float_matmul` (each weight unpacked once for a group of up to 16
-        rows).
+        """x W^T.  float32 [B, k] -> float32 [B, n_out] (float32 accumulation), by the kernel
+        of the plan's `activations` (`MATMULS`): "int8-amx", x quantized by blocks in two int8
+        parts on one scale, on AMX tiles (one row: the same sums in VNNI; `parts` unused);
+        "int8-vnni", x quantized in `parts` int8 parts (ggml's Q8_1, then the Q8_1 of what it
+        leaves over); "float32", several rows through `quant_rows` (each weight unpacked once
+        for a group of up to 16 rows), one row through the one-row streaming kernels of
+        `kernels.compute.quant` (a Q4_1 matrix's to `quant_rows` where the plan's
+        `one_row_q4_1_in_registers`: the same sums bit for bit).
 
         Raises:
             ValueError: x is not two-dimensional with k columns, or parts < 1.
@@ -292,37 +196,51 @@ class TiledMatrix:
             raise ValueError(f"x must be [B, {self.k}], got shape {x.shape}")
         if parts < 1:
             raise ValueError(f"x is quantized in at least one part, got parts={parts}")
-        rows = x.shape[0]
-        coefs = self.minimums if self.kind == "Q4_1" else self.scales
-        kernel = int8_kernel()
-        if kernel == "amx":  # one row: the same sums in VNNI, without 16-row tiles
-            out = np.empty((rows, self.n_out), np.float32)  # the layout is right by construction
-            return quant_amx._trusted_matmul(x, self.scales, coefs, self.words, out)
-        if kernel == "vnni":
-            out = np.empty((rows, self.n_out), np.float32)
-            return quant_int8.int8_matmul(x, parts, self.scales, coefs, self.words, out)
-        if rows > 1 or (ONE_ROW_Q4_1_IN_REGISTERS and self.kind == "Q4_1"):
-            out = np.empty((rows, self.n_out), np.float32)
-            return quant_rows.float_matmul(x, self.scales, coefs, self.words, out)
-        n_tiles, _, tile = self.scales.shape
-        out = np.empty((rows, n_tiles * tile), np.float32)
-        if self.kind == "Q4_1":
-            sums = quant.block_sums(x)
-            quant.q4_1_matmul(x, sums, self.scales, self.minimums, self.quants, out)
-        else:
-            quant.q8_0_matmul(x, self.scales, self.quants, out)
-        return np.ascontiguousarray(out[:, : self.n_out])
+        return MATMULS[self.plan.activations](self, x, parts)
+
+
+def _amx_matmul(matrix: TiledMatrix, x: np.ndarray, parts: int) -> np.ndarray:
+    """`TiledMatrix.matmul` on AMX tiles (`quant_amx.unchecked_matmul`: the layout is right by
+    construction)."""
+    coefs = matrix.minimums if matrix.kind == "Q4_1" else matrix.scales
+    out = np.empty((x.shape[0], matrix.n_out), np.float32)
+    return quant_amx.unchecked_matmul(x, matrix.scales, coefs, matrix.words, out)
+
+
+def _vnni_matmul(matrix: TiledMatrix, x: np.ndarray, parts: int) -> np.ndarray:
+    """`TiledMatrix.matmul` on AVX-512 VNNI (`quant_int8.int8_matmul`)."""
+    coefs = matrix.minimums if matrix.kind == "Q4_1" else matrix.scales
+    out = np.empty((x.shape[0], matrix.n_out), np.float32)
+    return quant_int8.int8_matmul(x, parts, matrix.scales, coefs, matrix.words, out)
+
+
+def _float_matmul(matrix: TiledMatrix, x: np.ndarray, parts: int) -> np.ndarray:
+    """`TiledMatrix.matmul` on float32 activations (`parts` unused)."""
+    rows, plan = x.shape[0], matrix.plan
+    if rows > 1 or (plan.one_row_q4_1_in_registers and matrix.kind == "Q4_1"):
+        coefs = matrix.minimums if matrix.kind == "Q4_1" else matrix.scales
+        out = np.empty((rows, matrix.n_out), np.float32)
+        kernel = quant_rows.FLOAT_MATMUL[plan.lanes]
+        return kernel(x, matrix.scales, coefs, matrix.words, out)
+    n_tiles, _, tile = matrix.scales.shape
+    out = np.empty((rows, n_tiles * tile), np.float32)
+    if matrix.kind == "Q4_1":
+        sums = quant.block_sums(x)
+        quant.q4_1_matmul(x, sums, matrix.scales, matrix.minimums, matrix.quants, out)
+    else:
+        quant.q8_0_matmul(x, matrix.scales, matrix.quants, out)
+    return np.ascontiguousarray(out[:, : matrix.n_out])
+
+
+MATMULS = {"int8-amx": _amx_matmul, "int8-vnni": _vnni_matmul, "float32": _float_matmul}
+"""`TiledMatrix.matmul`'s kernels by the plan's `activations`: (matrix, x float32 [B, k] C-order,
+parts) -> float32 [B, n_out]."""
 
 
 def packed(matrices: list[TiledMatrix]) -> list[TiledMatrix]:
-    """The same matrices with their arrays copied into one allocation, each 64-byte aligned.
-
-    A decode step streams some 120 matrices of 0.3 to 2 MB, each its own allocation of 4 KB
-    pages, and the kernels read each matrix at strides of kilobytes: a TLB miss every block or
-    so. NumPy asks Linux for transparent huge pages for allocations of 4 MB and more
-    (`madvise`), which one allocation of all of them is: one thread, the default model's 121
-    products (the LM head's included) from memory took 10.3 instead of 11.5 ms at batch 1 and
-    63.2 instead of 67.6 ms at batch 32 (scratch A/B, alone).  -> [TiledMatrix]"""
+    """The same matrices with their arrays copied into one allocation, each 64-byte aligned (one
+    allocation of 4 MB or more gets transparent huge pages: fewer TLB misses; docs/numerics.md,
+    "Block products").  -> [TiledMatrix]"""
     fields = ("scales", "minimums", "quants", "words")
     arrays = [getattr(m, f) for m in matrices for f in fields if getattr(m, f) is not None]
     arena = np.empty(sum(-(-a.nbytes // 64) * 64 for a in arrays) + 64, np.uint8)
@@ -345,9 +263,14 @@ def unpermute_order(n_rows: int, n_heads: int) -> np.ndarray:
     return np.arange(n_rows).reshape(n_heads, n_rows // n_heads // 2, 2).swapaxes(1, 2).ravel()
 
 
-def quantized_layers(gguf_path: str | Path, config: LlamaConfig) -> dict | None:
-    """The block-quantized matrices of a Llama GGUF, laid out as the forward pass uses them;
-    None when a matrix is in a block type the kernels lack (the float32 path then serves).
+def quantized_layers(
+    gguf_path: str | Path,
+    config: LlamaConfig,
+    plan: ComputePlan = ComputePlan(),  # noqa: B008 - frozen
+) -> dict | None:
+    """The block-quantized matrices of a Llama GGUF, laid out as the forward pass uses them and
+    computed on as `plan` says; None when a matrix is in a block type the kernels lack (the
+    float32 path then serves).
 
     Returns:
         {"layers": [L x {"w_qkv": [(Hq + 2 Hkv) hd, d], "w_o": [d, Hq hd],
@@ -400,13 +323,13 @@ def quantized_layers(gguf_path: str | Path, config: LlamaConfig) -> dict | None:
         }
         if any(value is None for value in layer.values()):
             return None
-        layers.append({name: value.tiled() for name, value in layer.items()})
+        layers.append({name: value.tiled(plan) for name, value in layer.items()})
     head = "output.weight" if "output.weight" in tensors else "token_embd.weight"
     lm_head = matrix(head)
     if lm_head is None:
         return None
     names = list(layers[0])
-    every = packed([layer[name] for layer in layers for name in names] + [lm_head.tiled()])
+    every = packed([layer[name] for layer in layers for name in names] + [lm_head.tiled(plan)])
     layers = [dict(zip(names, every[i * len(names) : (i + 1) * len(names)], strict=True))
               for i in range(len(layers))]  # fmt: skip
     out = {"layers": layers, "lm_head": every[-1]}

@@ -1,7 +1,8 @@
 """Shared test set-up.
 
-Threads: keep Numba's and BLAS's threads from oversubscribing the 2 cores (the environment is set
-before NumPy or Numba is imported by any test module).
+Threads: keep Numba's and BLAS's threads from oversubscribing the 2 cores, and take corral's
+process settings (`corral.kernels.threads.configure`, as the `corral` command does): the
+environment is set before NumPy or Numba is imported by any test module.
 
 Third-party test data (JSONSchemaBench, the JSON-Schema-Test-Suite, BFCL), laid out as
 shared/data/README.md describes, comes in two sizes:
@@ -17,6 +18,10 @@ import os
 os.environ.setdefault("NUMBA_NUM_THREADS", "2")
 for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_name, "1")
+
+from corral.kernels.threads import configure  # noqa: E402
+
+configure()
 
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402

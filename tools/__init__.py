@@ -1,41 +1,68 @@
 """corral.tools: the OpenAI surface (docs/design.md section 5): requests, grammars per tool_choice,
-rendering with tools, the streaming tool-call parser and the answer's JSON shapes.
-
-Modules: `request` (parse_tool_request, the table of fields), `messages` (checks of the
-messages), `errors` (ToolError, the one place a ConstrainError
-becomes OpenAI's error shape), `grammar` (grammars per tool_choice; `GrammarCompiler`, the one
-cache of token indexes), `render`, `parser` (ToolParser), `shapes` (events,
-message, delta, logprobs and chat.completion JSON), `bfcl` (BFCL schemas to JSON Schema).
+rendering with tools, the streaming tool-call parser and the answer's JSON shapes; the Batch job,
+the server and the `corral` command (ARCHITECTURE.md maps the modules).
 """
 
-# First, for its effect: corral.kernels sets the thread variables before NumPy loads OpenBLAS
-# (the `corral` command's first import is this package)
-import corral.kernels  # noqa: F401, I001
+# Names load on first use (PEP 562): the `corral` command (`corral.tools.command`) configures
+# the threads before NumPy and Numba load (`corral.kernels.threads.configure`)
+import importlib
 
-from corral.tools.bfcl import bfcl_to_json_schema, bfcl_tools
-from corral.tools.errors import ToolError
-from corral.tools.grammar import (
-    Grammar,
-    GrammarCompiler,
-    compile_dfa,
-    grammar,
-    regex_grammar,
-    schema_grammar,
-)
-from corral.tools.parser import ToolParser, parse_text
-from corral.tools.render import render_messages, render_prompt, render_request, tools_prompt
-from corral.tools.request import ResponseFormat, Tool, ToolRequest, parse_tool_request
-from corral.tools.shapes import (
-    Arguments,
-    CallStart,
-    Content,
-    ToolCall,
-    ToolEvent,
-    collect,
-    delta_json,
-    finish_reason,
-    message_json,
-)
+_MODULES = {
+    "corral.tools.bfcl": (
+        "bfcl_to_json_schema",
+        "bfcl_tools",
+    ),
+    "corral.tools.errors": ("ToolError",),
+    "corral.tools.grammar": (
+        "Grammar",
+        "GrammarCompiler",
+        "compile_dfa",
+        "grammar",
+        "regex_grammar",
+        "schema_grammar",
+    ),
+    "corral.tools.parser": (
+        "ToolParser",
+        "parse_text",
+    ),
+    "corral.tools.render": (
+        "render_messages",
+        "render_prompt",
+        "render_request",
+        "tools_prompt",
+    ),
+    "corral.tools.request": (
+        "ResponseFormat",
+        "Tool",
+        "ToolRequest",
+        "parse_tool_request",
+    ),
+    "corral.tools.events": (
+        "Arguments",
+        "CallStart",
+        "Content",
+        "ToolCall",
+        "ToolEvent",
+        "collect",
+    ),
+    "corral.tools.shapes": (
+        "delta_json",
+        "finish_reason",
+        "message_json",
+    ),
+}
+_WHERE = {name: module for module, names in _MODULES.items() for name in names}
+
+
+def __getattr__(name: str):
+    """The public name `name`, imported from its module on first use."""
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'corral.tools' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Arguments",

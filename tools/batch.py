@@ -1,31 +1,13 @@
 """The main job: an OpenAI Batch API input file in, its output file out (docs/design.md section 7).
 
-Each input line is `{"custom_id", "method": "POST", "url": "/v1/chat/completions", "body"}`, the
-body a chat completions request (tools, tool_choice, response_format, ...). Each output line is
-`{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"}`, the body a
-`chat.completion`, or the error body the API would answer (400, 422; 500 for a fault of corral's
-own). A line that is not even a request object gets `"response": null` and an
-`"error": {"code", "message"}` (OpenAI's form for lines that cannot run). Every other line still
-runs: whatever goes wrong while a line is read, validated, compiled or submitted to the engine
-becomes that line's error line.
-
-Decisions:
-- custom_ids are unique (the Batch API requires it): the first line with an id runs, a later one
-  gets an error line with code `duplicate_custom_id` naming both line numbers, written right after
-  the first line's own output line, so an id in the output means all its lines are answered.
-- Lines are written as they finish (not in input order, as in OpenAI's output files), each
-  flushed, so an interrupted run keeps what it finished; `skip` (from `done_ids`) skips the
-  custom_ids already in the output file, after `drop_torn_tail` removed a last line cut mid-write.
-- Two phases, each with its progress bar: `prepare` reads, validates and compiles every line (the
-  token indexes of distinct grammars are built here, once each), then `requests` generates.
-- `max_tokens` absent (and no `--max-tokens` default) means what the context leaves, as in the
-  OpenAI API: such a line's slot holds the whole context, whatever its neighbours ask. The KV
-  cache is sized from the lines' needs (prompt plus `max_tokens`, or the context) and the memory
-  available, in at most two groups run one after the other (`_plan`, docs/batch-memory.md): the
-  lines whose need fits `batch_size` slots, then the longer ones in the slots that fit. A line
-  whose need does not fit even one slot is a 400 `kv_cache_memory_exceeded` naming the figures
-  and the max_tokens that fits; a line past the context is a 400 `context_length_exceeded`
-  naming the figures, refused at submit. Never is a line held to another line's limit.
+`run_batch` answers each input line `{"custom_id", "method": "POST", "url":
+"/v1/chat/completions", "body"}` with an output line `{"id", "custom_id", "response":
+{"status_code", "request_id", "body"}, "error"}`, written as lines finish: the `chat.completion`,
+or the error the API would answer (`corral.tools.errors.openai_error`). A line that is no request
+object gets `"response": null` and `"error": {"code", "message"}`; a later line reusing a
+custom_id gets a `duplicate_custom_id` error line right after the first line's. Whatever goes
+wrong with one line is that line's error line, and the other lines still run. The KV caches are
+grouped by the lines' needs (`_plan`, docs/batch-memory.md).
 """
 
 from __future__ import annotations
@@ -33,29 +15,23 @@ from __future__ import annotations
 import codecs
 import itertools
 import json
-import os
 import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from corral.automata import ConstrainError
-from corral.kernels import Constraint, SamplingParams
 from corral.model import kv_cache
-from corral.model.errors import ContextLengthError, RequestError
+from corral.model.errors import RequestError
 from corral.model.generate import (
     GenerationRequest,
     GenerationResult,
     GenerationStats,
     Generator,
 )
-from corral.tools.errors import ToolError, refused
-from corral.tools.grammar import DEFAULT_MAX_GRAMMARS, GrammarCompiler, grammar
-from corral.tools.prompt_bound import PromptBound
-from corral.tools.render import render_request
+from corral.tools.completions import Completions
+from corral.tools.errors import openai_error
+from corral.tools.output_file import write_line
 from corral.tools.request import ToolRequest, check_model, parse_tool_request
-from corral.tools.shapes import completion_json
 from tqdm import tqdm
 
 DEFAULT_MAX_TOKENS = 512
@@ -73,98 +49,6 @@ class _Line:
     results: dict[int, GenerationResult] = field(default_factory=dict)
     duplicates: list[int] = field(default_factory=list)  # later lines with the same custom_id
     failed: bool = False
-
-
-DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
-
-
-def served_name(model_path: str | Path | None) -> str:
-    """The name a model is served under (the `model` of requests and answers, as vLLM's
-    `--served-model-name` defaults to the model's path): SmolLM2-135M-Instruct for the default
-    model (None), else the name of the `--model` folder, or of the GGUF file without `.gguf`."""
-    if model_path is None:
-        return DEFAULT_MODEL_NAME
-    path = Path(model_path)
-    return path.stem if path.suffix == ".gguf" else path.name
-
-
-class Engine:
-    """A model, its vocabulary, and the `GrammarCompiler` whose bounded cache of token indexes
-    every request shares.
-
-    Args:
-        model: a `corral.model.Model`.
-        model_name: the served model's name: answers carry it, and a request naming another
-            model is refused (`corral.tools.request.check_model`; `served_name`).
-        max_grammars: how many token indexes the compiler keeps (`DEFAULT_MAX_GRAMMARS`).
-    """
-
-    def __init__(
-        self,
-        model,
-        model_name: str = DEFAULT_MODEL_NAME,
-        max_grammars: int = DEFAULT_MAX_GRAMMARS,
-    ):
-        self.model = model
-        self.model_name = model_name
-        self.vocabulary = model.vocabulary
-        self.compiler = GrammarCompiler(self.vocabulary, max_grammars)
-        self.prompt_bound = PromptBound.of(model)
-
-    def requests(
-        self, request: ToolRequest, default_max_tokens: int | None = None
-    ) -> list[GenerationRequest]:
-        """The engine requests of a chat request's `n` choices (their budget is checked when
-        they are submitted, `Generator.submit`).
-
-        Raises ToolError: 422 for a schema the subset refuses or a grammar past a size limit;
-        400 for messages the template refuses, and 400 `context_length_exceeded` (param
-        `messages`) for a prompt that fills the model's context, found before any grammar is
-        built (from its length, then from its tokens): the tools' schemas are in the prompt, so
-        a grammar of tools is built only for schemas that fit in the context."""
-        text = render_request(self.model, request)
-        context = self.model.context_length
-        self.prompt_bound.check(text, context)  # from the length, before it is tokenized
-        prompt = self.model.tokenizer.encode(text)
-        if len(prompt) >= context:
-            raise refused(ContextLengthError(context, len(prompt), None))
-        constraint, trigger = None, None
-        found = grammar(request)
-        if found is not None:
-            constraint = Constraint(self.compiler.index(found))
-            trigger = found.trigger
-        params = SamplingParams(
-            temperature=request.temperature,
-            top_p=request.top_p,
-            presence_penalty=request.presence_penalty,
-            frequency_penalty=request.frequency_penalty,
-        )
-        max_tokens = request.max_tokens or default_max_tokens
-        out = []
-        for i in range(request.n):
-            seed = None if request.seed is None else (request.seed + i) % 2**64
-            out.append(
-                GenerationRequest(
-                    prompt,
-                    max_tokens,
-                    params,
-                    seed,
-                    request.stop,
-                    constraint,
-                    trigger,
-                    logit_bias=dict(request.logit_bias) or None,
-                    top_logprobs=(request.top_logprobs or 0) if request.logprobs else None,
-                    jump_forward=request.jump_forward,
-                )
-            )
-        return out
-
-    def completion(self, line: _Line) -> dict:
-        """The `chat.completion` body of a finished line (`corral.tools.shapes.completion_json`)."""
-        results = [line.results[i] for i in range(len(line.choices))]
-        return completion_json(
-            line.request, results, uuid.uuid4().hex[:12], self.model_name, self.vocabulary
-        )
 
 
 def output_line(custom_id, status: int | None, body: dict | None, error: dict | None) -> str:
@@ -251,75 +135,6 @@ def read_line(text: str, number: int) -> tuple[str, dict]:
     return custom_id, item["body"]
 
 
-def done_ids(output: Path) -> set[str]:
-    """The custom_ids already written to `output` (for `--resume`); a line that is not a JSON
-    object with a custom_id (a torn last line) is ignored."""
-    ids = set()
-    if output.exists():
-        for text in output.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                ids.add(json.loads(text)["custom_id"])
-            except (json.JSONDecodeError, KeyError, TypeError):
-                continue
-    return ids
-
-
-class NotBatchOutputError(ValueError):
-    """A file `--resume` was to go on with holds a line that corral does not write."""
-
-
-class OutputWriteError(OSError):
-    """The output file could not be written (a full disk, an I/O error): the lines written
-    before stay whole."""
-
-
-def _is_output_line(line: bytes) -> bool:
-    """True for a Batch output line (`output_line`): a JSON object with a `custom_id`."""
-    try:
-        item = json.loads(line.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        return False
-    return isinstance(item, dict) and isinstance(item.get("custom_id", 0), str | None)
-
-
-_LINE_START = b'{"id": "batch_req_'
-"""How every line `output_line` writes begins."""
-
-
-def drop_torn_tail(output: Path) -> int:
-    """Make `output` end at its last whole Batch output line, so that appending keeps it valid
-    JSONL: the bytes after the last newline (a line cut mid-write: `_Writer` writes a line and its
-    newline in one flushed call) go, and so do lines of NUL bytes at the end (what a crash can
-    leave in a file's last blocks). The request of a dropped line runs again, since its
-    custom_id is then not in `done_ids`.
-
-    Nothing else is ever dropped: when a whole line is not a Batch output line (a JSON object
-    with a `custom_id`), or the cut tail does not start as `output_line` starts one
-    (`{"id": "batch_req_`, or a cut of that), the file is not corral's output and is left as
-    it is.
-
-    Returns the number of bytes dropped (0 when the file ends cleanly or does not exist).
-    Raises NotBatchOutputError naming the first such line; OSError when the file cannot be read
-    or truncated."""
-    if not output.exists():
-        return 0
-    data = output.read_bytes()
-    *whole, tail = data.split(b"\n")
-    keep = len(whole)
-    while keep and not whole[keep - 1].strip(b"\x00"):
-        keep -= 1  # empty or NUL-only lines at the end
-    for number, line in enumerate(whole[:keep], 1):
-        if not _is_output_line(line):
-            raise NotBatchOutputError(f"{output}: line {number} is not a Batch output line")
-    torn = tail.startswith(_LINE_START) or _LINE_START.startswith(tail)
-    if tail.strip(b"\x00") and not torn:
-        raise NotBatchOutputError(f"{output}: line {len(whole) + 1} is not a Batch output line")
-    end = sum(len(line) + 1 for line in whole[:keep])
-    if end < len(data):
-        os.truncate(output, end)
-    return len(data) - end
-
-
 @dataclass
 class BatchSummary:
     """Counts of a batch run: lines answered and their answers (choices: `n` a line),
@@ -373,24 +188,6 @@ def _count(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
-def error_body(error: Exception) -> tuple[int, dict]:
-    """`(status, body)` of the error line of a request that raised `error` before it ran: a
-    `ToolError` keeps its own; a `ConstrainError` (a max_tokens below the shortest answer, a
-    prompt past the context: their `param` and `code` are kept), and a value Python cannot
-    convert, encode or recurse through, is a 400; anything else is a 500 `server_error` naming
-    the exception."""
-    if isinstance(error, ToolError):
-        return error.status, error.to_json()
-    if isinstance(error, RequestError):
-        return 400, refused(error).to_json()
-    named = f"{type(error).__name__}: {error}"
-    if isinstance(error, ConstrainError | RecursionError | OverflowError | UnicodeError):
-        param, code = getattr(error, "param", None), getattr(error, "code", None)
-        return 400, ToolError(400, param, code or "invalid_value", named).to_json()
-    server = {"message": named, "type": "server_error", "param": None, "code": "server_error"}
-    return 500, {"error": server}
-
-
 class _Writer:
     """Writes output lines to a text stream, each flushed at once, and counts the error lines."""
 
@@ -400,18 +197,15 @@ class _Writer:
 
     def write(self, custom_id, status: int | None, body: dict | None, error: dict | None):
         """Write one line and flush it. Raises OutputWriteError when the stream cannot take it."""
-        try:
-            self.out.write(output_line(custom_id, status, body, error) + "\n")
-            self.out.flush()
-        except OSError as error:
-            raise OutputWriteError(error.errno, error.strerror) from error
+        write_line(self.out, output_line(custom_id, status, body, error))
         if status != 200:
             self.summary.errors += 1
 
     def failure(self, line: _Line, error: Exception) -> None:
         """The error line of a line that raised `error` (then its duplicates' lines)."""
         line.failed = True
-        self.write(line.custom_id, *error_body(error), None)
+        answer = openai_error(error)
+        self.write(line.custom_id, answer.status, answer.to_json(), None)
         self.duplicates(line)
 
     def duplicates(self, line: _Line) -> None:
@@ -426,7 +220,7 @@ class _Writer:
 
 
 def run_batch(
-    engine: Engine,
+    engine: Completions,
     lines: Iterable[str],
     out,
     skip: set[str] = frozenset(),
@@ -440,7 +234,7 @@ def run_batch(
     (see the module docstring for duplicates, phases and the KV cache).
 
     Args:
-        engine: the `Engine` (model and token index cache).
+        engine: the `Completions` (model, served name and token index cache).
         lines: the input file's lines (str), blank ones ignored.
         out: a text stream; every line written is flushed at once.
         skip: custom_ids already answered (`done_ids`): their lines are not run again.
@@ -670,7 +464,7 @@ def _submit(
 def _finish(engine, line: _Line, writer: _Writer) -> None:
     """Write a finished line's answer (then its duplicates' error lines) and count it."""
     summary = writer.summary
-    body = engine.completion(line)
+    body = engine.completion(line.request, [line.results[i] for i in range(len(line.choices))])
     summary.requests += 1
     summary.answers += len(body["choices"])
     for choice in body["choices"]:

@@ -8,13 +8,8 @@ Decisions:
   `--cors-origin` that is not an origin) is one line
   on stderr and exit status 2, found before the model loads. A UTF-8 byte-order mark at the start
   of a file is accepted.
-- No output overwrites anything: `-o` must not resolve to the input file (the same path, a
-  symlink or a hard link to it); an existing non-empty output is refused unless `--resume` goes on
-  with it; the output file is only appended to, a line at a time, each flushed, and nothing else
-  in its folder is touched. `--resume` first drops a last line cut mid-write
-  (`corral.tools.batch.drop_torn_tail`), so that request runs again, and refuses a file with a
-  line corral does not write. A run holds an exclusive `flock` on its output, so two runs never
-  answer into one file. A write the disk refuses stops the run: status 1, the whole lines kept.
+- No output overwrites anything, and a run appends whole lines only (`corral.tools.output_file`;
+  a write the disk refuses stops the run: status 1, the whole lines kept).
 - The quick form prints each answer as it finishes (in the order they finish).
 - Ctrl-C (exit status 130) says truthfully what was kept: how many answers were printed, or how
   many complete lines the output file holds, or that no output was written (a run that wrote
@@ -43,11 +38,6 @@ import sys
 import urllib.parse
 from pathlib import Path
 
-try:
-    import fcntl  # POSIX: the output file's lock
-except ImportError:  # Windows: runs go unlocked
-    fcntl = None
-
 import numpy as np
 from corral.automata import (
     ConstrainError,
@@ -61,18 +51,21 @@ from corral.kernels import Constraint, SamplingParams, TokenIndex
 from corral.model import ContextLengthError, load_model
 from corral.model.generate import GenerationRequest, iter_generate
 from corral.model.generation_request import check_request
-from corral.tools.batch import (
-    DEFAULT_MAX_TOKENS,
-    Engine,
+from corral.tools.batch import DEFAULT_MAX_TOKENS, input_lines, run_batch
+from corral.tools.completions import Completions, served_name
+from corral.tools.errors import ToolError, openai_error
+from corral.tools.grammar import compile_dfa, regex_grammar, schema_grammar
+from corral.tools.output_file import (
     NotBatchOutputError,
+    OutputError,
+    check_output,
+    discard_if_empty,
     done_ids,
     drop_torn_tail,
-    input_lines,
-    run_batch,
-    served_name,
+    held,
+    nothing_written,
+    open_output,
 )
-from corral.tools.errors import ToolError
-from corral.tools.grammar import compile_dfa, regex_grammar, schema_grammar
 
 INTERRUPTED = 130
 
@@ -263,64 +256,6 @@ def _generate_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def check_output(source: Path, output: Path, resume: bool) -> None:
-    """Refuse an output path that would overwrite data or cannot be written.
-
-    Raises InputError: `output` is a folder, is in a folder that does not exist or cannot be
-    written, is the input file itself (the same file through any path, symlink or hard link:
-    `os.path.samefile`), exists, is not empty and `resume` is False, or is not a regular file
-    (a device, a pipe) and `resume` is True."""
-    if output.is_dir():
-        raise InputError(f"{output}: is a folder; -o names the output file")
-    folder = output.absolute().parent
-    if not folder.is_dir():
-        raise InputError(f"{output}: its folder does not exist")
-    if output.exists():
-        if os.path.samefile(source, output):
-            raise InputError(f"{output}: is the input file itself; give another -o path")
-        if resume and not output.is_file():  # a device or a pipe: nothing to go on with
-            raise InputError(f"{output}: is not a regular file; --resume needs one")
-        if output.stat().st_size > 0 and not resume:
-            raise InputError(
-                f"{output}: already exists and is not empty; use --resume to go on with it, "
-                "or give another -o path"
-            )
-        if not os.access(output, os.W_OK):
-            raise InputError(f"{output}: cannot be written")
-    elif not os.access(folder, os.W_OK):
-        raise InputError(f"{output}: its folder cannot be written")
-
-
-def open_output(output: Path, resume: bool):
-    """Open `output` for appending (creating it) and lock it for this run: an exclusive,
-    non-blocking `flock` (POSIX advisory lock, released when the process ends), so that two
-    runs never write one output file at once (each would answer every line). Returns the open
-    text stream.
-
-    Raises InputError: the file cannot be opened for writing (naming the system's reason),
-    another run holds its lock, or it became non-empty after `check_output` and `resume` is
-    False (another run wrote it in between)."""
-    try:
-        out = output.open("a", encoding="utf-8")
-    except OSError as error:
-        raise InputError(f"{output}: cannot open it for writing: {error.strerror}") from None
-    try:
-        if fcntl is not None:
-            fcntl.flock(out.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        out.close()
-        raise InputError(
-            f"{output}: another corral run is writing it; wait for it to end or give another "
-            "-o path"
-        ) from None
-    except OSError:
-        pass  # a file system without locks (some network ones): the run goes unlocked
-    if not resume and output.stat().st_size > 0:
-        out.close()
-        raise InputError(f"{output}: was written by another run meanwhile; give another -o path")
-    return out
-
-
 def _quick_dfa(args: argparse.Namespace) -> Dfa:
     """The DFA of the quick form's --schema or --regex. Raises InputError, ToolError."""
     if args.schema is not None:
@@ -347,7 +282,7 @@ def _generate(args: argparse.Namespace) -> int:
             check_output(source, output, args.resume)
             created = not output.exists()
             out = open_output(output, args.resume)
-    except InputError as error:
+    except (InputError, OutputError) as error:
         return _fail("generate", error)
     except ToolError as error:
         return _fail("generate", error.message)
@@ -360,8 +295,7 @@ def _generate(args: argparse.Namespace) -> int:
     finally:
         with contextlib.suppress(OSError):  # what a refused write left in its buffer
             out.close()
-        if created and output.exists() and output.stat().st_size == 0:
-            output.unlink()  # a run that wrote nothing leaves no file behind
+        discard_if_empty(output, created)
 
 
 def _load_and_run(args: argparse.Namespace, run) -> int:
@@ -382,7 +316,7 @@ def _resume_and_run(args: argparse.Namespace, lines: list[str], output: Path, ou
     if all(not text.strip() for text in lines):
         skipped = _blanks_skipped(lines)
         skipped = f" ({skipped})" if skipped else ""
-        kept = "no output was written" if _nothing_written(output) else f"{output} is unchanged"
+        kept = "no output was written" if nothing_written(output) else f"{output} is unchanged"
         print(f"corral generate: nothing to run: {args.input} holds no request line{skipped}; "
               f"{kept}", file=sys.stderr)  # fmt: skip
         return 0
@@ -474,24 +408,24 @@ def _generate_batch(
                                     not args.quiet, args.model, args.ray or None)  # fmt: skip
         else:
             summary = run_batch(
-                Engine(model, served_name(args.model)), lines, out, skip, args.batch_size,
+                Completions(model, served_name(args.model)), lines, out, skip, args.batch_size,
                 max_tokens, not args.quiet,
                 prefix_cache=not args.no_prefix_cache,
             )  # fmt: skip
     except (KeyboardInterrupt, SystemError) as error:
         if not _interrupted(error):
             raise
-        print(f"corral generate: interrupted; {_held(output)} "
+        print(f"corral generate: interrupted; {held(output)} "
               "(run the same command with --resume to go on)", file=sys.stderr)  # fmt: skip
         return INTERRUPTED
     except OSError as error:  # the output stream refused a line (OutputWriteError, Ray's writes)
         then = " (then run the same command with --resume)" if output.is_file() else ""
-        print(f"corral generate: cannot write {output}: {error.strerror}; {_held(output)}{then}",
+        print(f"corral generate: cannot write {output}: {error.strerror}; {held(output)}{then}",
               file=sys.stderr)  # fmt: skip
         return 1
     skipped = _blanks_skipped(lines)
     skipped = f", {skipped}" if skipped else ""
-    written = "; no output was written" if _nothing_written(output) else f" -> {output}"
+    written = "; no output was written" if nothing_written(output) else f" -> {output}"
     print(f"corral generate: {summary.line()}{skipped}{written}", file=sys.stderr)
     return 0
 
@@ -500,29 +434,6 @@ def _interrupted(error: BaseException) -> bool:
     """True for Ctrl-C: a KeyboardInterrupt, or the SystemError a compiled Numba function
     raises when the interrupt arrives while it returns (its `__context__` is the interrupt)."""
     return isinstance(error, KeyboardInterrupt) or isinstance(error.__context__, KeyboardInterrupt)
-
-
-def _nothing_written(output: Path) -> bool:
-    """True when `output` is a regular file still empty: no line was written to it (a run that
-    created it then removes it)."""
-    try:
-        return output.is_file() and output.stat().st_size == 0
-    except OSError:
-        return False
-
-
-def _held(output: Path) -> str:
-    """What `output` holds, for the messages of a run that stopped: its complete lines, or that
-    no output was written."""
-    if not output.is_file():  # a device (/dev/full reads as endless zeros), a pipe
-        return f"{output} is not a regular file"
-    if _nothing_written(output):
-        return "no output was written"
-    try:
-        held = output.read_bytes().count(b"\n")
-    except OSError:
-        return f"{output} cannot be read back"
-    return f"{output} holds {held} complete line{'' if held == 1 else 's'}"
 
 
 def _generate_quick(args: argparse.Namespace, model, dfa: Dfa) -> int:
@@ -543,7 +454,7 @@ def _generate_quick(args: argparse.Namespace, model, dfa: Dfa) -> int:
             print(result.text, flush=True)
             printed += 1
     except ConstrainError as error:  # a budget too small, a prompt past the context (submit)
-        return _fail("generate", error)
+        return _fail("generate", openai_error(error).message)
     except (KeyboardInterrupt, SystemError) as error:
         if not _interrupted(error):
             raise
@@ -600,6 +511,42 @@ def _serve(args: argparse.Namespace) -> int:
         serve(args.model, args.host, args.port, config)
     except ConstrainError as error:
         return _fail("serve", error)
+    return 0
+
+
+INFO_FEATURES = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vnni", "amx-tile", "amx-int8")
+"""The CPU features `corral info` reports: those the plans' kernels use (`ComputePlan.needs`)."""
+
+INFO_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPENBLAS_THREAD_TIMEOUT",
+                  "NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                  "NUMBA_CPU_FEATURES")  # fmt: skip
+"""The environment variables `corral info` prints (docs/numerics.md, "Threads")."""
+
+
+def _info(args: argparse.Namespace) -> int:
+    """`corral info`: the host's CPU features, the plan a fresh `load_model()` of the default
+    (quantized) model chooses with its reason for each choice, and the thread settings."""
+    import llvmlite.binding as llvm
+    import numba
+    from corral.kernels.compute.plan import ComputePlan, cpu_features
+
+    features = cpu_features()
+    print(f"cpu: {llvm.get_host_cpu_name()}")
+    print("features: " + " ".join(f"{'+' if f in features else '-'}{f}" for f in INFO_FEATURES))
+    plan = ComputePlan.detect()
+    print("plan (load_model() of the default model):")
+    for name, value in vars(plan).items():
+        print(f"  {name}: {value}")
+    print("int8 activations (load_model(plan=...)):")
+    for activations in ("int8-amx", "int8-vnni"):
+        reason = ComputePlan(activations, 16).missing()
+        print(f"  {activations}: {'runs here' if reason is None else reason}")
+    print(f"threads: numba {numba.config.NUMBA_NUM_THREADS} ({numba.config.THREADING_LAYER})")
+    for name in INFO_VARIABLES:
+        value = os.environ.get(name)
+        if value is not None and len(value) > 60:
+            value = value[:57] + "..."
+        print(f"  {name}={value if value is not None else '(unset)'}")
     return 0
 
 
@@ -712,6 +659,10 @@ def main(argv: list[str] | None = None) -> int:
         help="prefill every prompt whole (default: reuse prompt prefixes already prefilled)",
     )
     serve.set_defaults(run=_serve)
+    info = commands.add_parser(
+        "info", help="the CPU features found, the numerics plan load_model() chooses, the threads"
+    )
+    info.set_defaults(run=_info)
     args, extra = parser.parse_known_args(argv)
     if extra:  # named by the command they were given to, as its own parser names its errors
         commands.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")

@@ -1,10 +1,6 @@
-"""`ToolError`: an API error in OpenAI's shape, and the one place where corral's `ConstrainError`
-becomes one (docs/design.md section 5, "Errors": one hierarchy, mapped in one place).
-
-Shape: `{"error": {"message": ..., "type": ..., "param": ..., "code": ...}}`. Malformed requests
-are 400 `invalid_request_error`, and so are fields corral does not honour (code
-`unsupported_parameter`); what the regex or schema subset refuses is 422 with code
-`unsupported_parameter`, `param` naming the request field and the message naming the keyword.
+"""Errors in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`: `ToolError`, and
+the one mapping from corral's errors (and any other exception) to it, `openai_error`, which the
+Batch runner, the server and the CLI use (docs/design.md section 5, "Errors").
 """
 
 from __future__ import annotations
@@ -17,20 +13,31 @@ class ToolError(Exception):
     """An error to answer with instead of a completion.
 
     Attributes:
-        status: the HTTP status: 400 or 422, or 404 for a model not served (`check_model`).
+        status: the HTTP status: 400 or 422, 404 for a model not served (`check_model`); the
+            server's own 401, 405, 413, 415, 429; 500 for a fault of corral's own.
         param: the request field at fault, as OpenAI writes it (`tools[0].function.parameters`,
             `messages[2].tool_calls[0].function.arguments`), or None for the body as a whole.
         code: OpenAI's machine-readable code (`invalid_value`, `invalid_type`,
             `missing_required_parameter`, `unsupported_parameter`, `unknown_parameter`,
             `invalid_json`) or None.
         message: a sentence for people.
+        type: OpenAI's error `type`: `invalid_request_error` (the default), `rate_limit_error`
+            or `server_error`.
     """
 
-    def __init__(self, status: int, param: str | None, code: str | None, message: str):
+    def __init__(
+        self,
+        status: int,
+        param: str | None,
+        code: str | None,
+        message: str,
+        type: str = "invalid_request_error",
+    ):
         self.status = status
         self.param = param
         self.code = code
         self.message = message
+        self.type = type
         super().__init__(status, param, code, message)
 
     def __repr__(self) -> str:
@@ -38,11 +45,6 @@ class ToolError(Exception):
 
     def __str__(self) -> str:
         return f"{self.status} {self.param or '-'}: {self.message}"
-
-    @property
-    def type(self) -> str:
-        """OpenAI's error `type`: always `invalid_request_error` for what this layer raises."""
-        return "invalid_request_error"
 
     def to_json(self) -> dict:
         """The error body, a JSON-ready dict in OpenAI's shape."""
@@ -88,3 +90,30 @@ def refused(error: RequestError) -> ToolError:
     prompt past the context, code `context_length_exceeded`; a max_tokens below the shortest
     answer; a bad logit_bias), keeping the engine's `param` and `code`."""
     return ToolError(400, error.param, error.code, str(error))
+
+
+def openai_error(error: BaseException) -> ToolError:
+    """The API error answering a request whose reading, validation, compiling or submission
+    raised `error`: a `ToolError` is itself; a `corral.model.RequestError` (a prompt past the
+    context, a max_tokens below the shortest answer) the 400 of `refused`; another
+    `ConstrainError`, or a value Python cannot convert, encode or recurse through
+    (`OverflowError`, `UnicodeError`, `RecursionError`), a 400 `invalid_value` (the error's
+    own `param` and `code` when it has them) naming the exception; anything else a 500
+    `server_error` naming the exception."""
+    if isinstance(error, ToolError):
+        return error
+    if isinstance(error, RequestError):
+        return refused(error)
+    named = f"{type(error).__name__}: {error}"
+    if isinstance(error, ConstrainError | RecursionError | OverflowError | UnicodeError):
+        param, code = getattr(error, "param", None), getattr(error, "code", None)
+        return ToolError(400, param, code or "invalid_value", named)
+    return ToolError(500, None, "server_error", named, "server_error")
+
+
+def engine_failure(error: BaseException) -> ToolError:
+    """The 500 `server_error` for a request the engine failed after it was admitted (a failed
+    forward pass): the server's fault, whatever the exception (a `ToolError` is itself)."""
+    if isinstance(error, ToolError):
+        return error
+    return ToolError(500, None, None, f"The engine failed: {error}", "server_error")

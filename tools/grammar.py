@@ -1,45 +1,12 @@
-"""The grammar of an answer, per tool_choice and response_format, and the one place where
-grammars are compiled (docs/design.md sections 4 and 5).
+"""The grammar of an answer per tool_choice and response_format, and the one place where grammars
+are compiled (docs/design.md sections 4 and 5; its decisions: docs/tools.md, "Grammars").
 
-A call is `<tool_call>{"name":"NAME","arguments":ARGS}</tool_call>` (compact JSON, the name
-written as a JSON string), ARGS being the JSON objects of the tool's `parameters` compiled by
-docs/design.md section 3; calls are separated by `\\n`. Arguments are always a JSON object (the
-streaming parser takes nothing else as a call): the parameters' language is intersected with the
-JSON texts that begin with `{`. So `{}` or a schema without `type` gives any JSON object nested
-at most `SchemaLimits.any_value_depth` levels, a type list its object branch, and a schema that
-admits no object at all is a 422 naming `tools[i].function.parameters`.
-
-- named function f: exactly one call of f, from the first token (no trigger).
-- `required`: one call of any tool, or 1 to 4 calls joined by `\\n` when `parallel_tool_calls`
-  (the OpenAI default) is true (no trigger).
-- `auto`: free text; once the output ends with the trigger `<tool_call>`, the rest of one call,
-  `{"name":...,"arguments":...}</tool_call>`, is constrained.
-- `none`, or no tools: free text (no grammar), or the response_format language (no trigger).
-
-Decisions (the specification says "the rest of one call"):
-- Under `auto`, the grammar is what follows the trigger, and it ends with the call: its last
-  state accepts and allows nothing but EOS, so a call ends the answer. Text may come before the
-  call, not after it, and there is at most one call. Clients that want several calls in one turn
-  ask for `required` (parallel calls are a forced-call feature here).
-- Under `auto` with a `json_object` or `json_schema` response_format, the answer is constrained
-  from the first token to be either that JSON (the content) or one call: the content must match
-  the format, so free text is not allowed, and the trigger is not needed.
-- Under a named function or `required`, response_format does not apply (the answer is calls).
-- A schema is compiled when a grammar uses it, and a refusal is a 422 naming its field
-  (`tools[i].function.parameters`, `response_format.json_schema.schema`): under tool_choice
-  `none` the tools are neither shown to the model nor compiled, and under a named function only
-  that tool's schema is.
-
-A grammar is written once, as a small expression (`Text`, `Schema`, `Arguments`, `JsonObject`,
-`Regex`, `Seq`, `Alt`, `Repeat`). From it come the regex tree the DFA is built from (each schema
-through `corral.automata.schema.compiler.unrolled_tree`, so a large schema never goes through
-its possibly quadratic text, and a recursive one skips the `$ref` unrollings `schema_to_dfa`
-skips), the cache key (the expression as compact JSON) and, only on demand, the regex text
-(`Grammar.pattern`, for display and tests).
-
-`GrammarCompiler(vocabulary)` turns grammars into token indexes, keeping the most recently used
-ones in one bounded cache keyed by `Grammar.key`, in the manner of XGrammar's `GrammarCompiler`
-cache: `corral generate`, its quick `--schema`/`--regex` form and a server share it.
+`grammar(request)` writes a `Grammar` as a small expression (`Text`, `Schema`, `Arguments`,
+`JsonObject`, `Regex`, `Seq`, `Alt`, `Repeat`), from which come its regex tree, its cache key
+(the expression as compact JSON) and, on demand, its regex text. A call is
+`<tool_call>{"name":"NAME","arguments":ARGS}</tool_call>`, ARGS the JSON objects of the tool's
+`parameters`. `compile_dfa` builds a grammar's DFA; `GrammarCompiler` keeps the token indexes of
+the most recently used grammars in one bounded cache, shared by every request.
 """
 
 from __future__ import annotations
@@ -50,14 +17,19 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-import numpy as np
 from corral import automata
-from corral.automata import ConstrainError, Dfa, EmptyLanguageError
+from corral.automata import ConstrainError, Dfa
 from corral.automata import tree as regex_tree
 from corral.automata.limits import DEFAULT_SCHEMA_LIMITS
-from corral.automata.product import intersection
-from corral.automata.schema.compiler import STATE_LIMIT_ERRORS, Unrolling, unrolled_tree
+from corral.automata.schema.compiler import (
+    STATE_LIMIT_ERRORS,
+    StateLimit,
+    Unrolling,
+    retry_shallower,
+    unrolled_tree,
+)
 from corral.automata.schema.values import check_document
+from corral.automata.tree_ops import ALL_BYTES, is_empty, starting_with
 from corral.kernels import TokenIndex, Vocabulary
 from corral.tools.errors import ToolError, unsupported
 from corral.tools.parser import CLOSER, OPENER, SEPARATOR
@@ -174,7 +146,7 @@ def _tree(e, schema_limits=None, unrollings: list | None = None) -> regex_tree.N
             raise unsupported(e.param, error) from None
     if isinstance(e, Arguments):
         objects = _objects(_tree(Schema(e.schema, e.param), schema_limits, unrollings))
-        if _is_empty(objects, {}):
+        if is_empty(objects):
             raise ToolError(
                 422,
                 e.param,
@@ -220,7 +192,7 @@ def _pattern(e) -> str:
     if isinstance(e, Arguments):
         text = f"(?:{automata.json_schema_to_regex(e.schema)})"
         values = _tree(Schema(e.schema, e.param))
-        if _is_empty(_starting_with(values, ALL_BYTES & ~BRACE, {}, {}), {}):
+        if is_empty(starting_with(values, ALL_BYTES & ~BRACE)):
             return text  # the schema's values are all objects already
         return r"(?=\{)" + text  # a lookahead: Python's re reads it, the subset does not
     if isinstance(e, JsonObject):
@@ -234,94 +206,13 @@ def _pattern(e) -> str:
     return f"(?:{_pattern(e.part)}){{{e.low},{e.high}}}"
 
 
-# --- the objects of a language: a first-byte restriction of its regex tree --------------------
-
-ALL_BYTES = (1 << 256) - 1
 BRACE = 1 << ord("{")
 
 
 def _objects(node: regex_tree.Node) -> regex_tree.Node:
     """The strings of `node`'s language that begin with `{`: for a language of compact JSON
     texts, its objects."""
-    return _starting_with(node, BRACE, {}, {})
-
-
-def _starting_with(node, first: int, memo: dict, nullable: dict) -> regex_tree.Node:
-    """The non-empty strings of `node`'s language whose first byte is in `first` (a 256-bit
-    mask), as a regex tree: Brzozowski's derivative, keeping the byte. Only the items that can
-    hold the first byte are rebuilt; the rest (a schema's shared tails) is shared as it is.
-    `memo` maps id(node) to its result, so a DAG is walked once: O(nodes reached)."""
-    key = id(node)
-    if key in memo:
-        return memo[key]
-    if isinstance(node, regex_tree.ByteSet):
-        out = regex_tree.ByteSet(node.mask & first)
-    elif isinstance(node, regex_tree.Alt):
-        out = regex_tree.Alt(tuple(_starting_with(i, first, memo, nullable) for i in node.items))
-    elif isinstance(node, regex_tree.Concat):
-        options = []
-        for k, item in enumerate(node.items):
-            head = _starting_with(item, first, memo, nullable)
-            options.append(regex_tree.Concat((head, *node.items[k + 1 :])))
-            if not _is_nullable(item, nullable):
-                break
-        out = regex_tree.Alt(tuple(options))
-    elif isinstance(node, regex_tree.Automaton):
-        out = _automaton_starting_with(node.dfa, first)
-    elif node.max == 0:
-        out = regex_tree.Alt(())
-    else:  # x{lo,hi}: a first non-empty x, then x{max(lo-1,0),hi-1} (x nullable or not)
-        more = None if node.max is None else node.max - 1
-        rest = regex_tree.Repeat(node.item, max(node.min - 1, 0), more)
-        out = regex_tree.Concat((_starting_with(node.item, first, memo, nullable), rest))
-    memo[key] = out
-    return out
-
-
-def _automaton_starting_with(dfa: Dfa, first: int) -> regex_tree.Node:
-    """`_starting_with` of a finished DFA: its product with the language `[first].*` (a
-    two-state DFA), or the empty language when no string of `dfa` starts with a byte in `first`."""
-    trans = np.full((2, 256), -1, np.int32)
-    trans[0, [b for b in range(256) if first >> b & 1]] = 1
-    trans[1, :] = 1
-    try:
-        return regex_tree.Automaton(intersection(dfa, Dfa(trans, np.array([False, True]))))
-    except EmptyLanguageError:
-        return regex_tree.Alt(())
-
-
-def _is_nullable(node, memo: dict) -> bool:
-    """True when the empty string is in `node`'s language (memoized by id)."""
-    key = id(node)
-    if key not in memo:
-        if isinstance(node, regex_tree.ByteSet):
-            memo[key] = False
-        elif isinstance(node, regex_tree.Concat):
-            memo[key] = all(_is_nullable(i, memo) for i in node.items)
-        elif isinstance(node, regex_tree.Alt):
-            memo[key] = any(_is_nullable(i, memo) for i in node.items)
-        elif isinstance(node, regex_tree.Automaton):
-            memo[key] = bool(node.dfa.accept[0])
-        else:
-            memo[key] = node.min == 0 or _is_nullable(node.item, memo)
-    return memo[key]
-
-
-def _is_empty(node, memo: dict) -> bool:
-    """True when `node`'s language is empty (memoized by id)."""
-    key = id(node)
-    if key not in memo:
-        if isinstance(node, regex_tree.ByteSet):
-            memo[key] = node.mask == 0
-        elif isinstance(node, regex_tree.Concat):
-            memo[key] = any(_is_empty(i, memo) for i in node.items)
-        elif isinstance(node, regex_tree.Alt):
-            memo[key] = all(_is_empty(i, memo) for i in node.items)
-        elif isinstance(node, regex_tree.Automaton):
-            memo[key] = False  # a canonical DFA's language is never empty
-        else:
-            memo[key] = node.min > 0 and _is_empty(node.item, memo)
-    return memo[key]
+    return starting_with(node, BRACE)
 
 
 # --- grammars ---------------------------------------------------------------------------------
@@ -452,37 +343,33 @@ def _content(request: ToolRequest) -> tuple[object | None, str]:
 
 
 def compile_dfa(grammar: Grammar) -> Dfa:
-    """The canonical DFA of a grammar (`corral.automata.tree_to_dfa`), built anew. When the
-    automaton passes an NFA or DFA state limit and a schema of the grammar unrolled a `$ref`
-    cycle, the grammar's tree is built again with `max_recursion` one below the deepest
-    unrolling it used, and so on down to 1 (`corral.automata.schema.compiler.unrolled_tree`
-    skips, in each schema, the unrollings whose NFA is counted past the limit), as
-    `schema_to_dfa` does: a schema alone compiles here to the same DFA as there, trying the
+    """The canonical DFA of a grammar (`corral.automata.tree_to_dfa`), built anew. Past an NFA
+    or DFA state limit, a grammar whose schemas unrolled a `$ref` cycle is built again with a
+    shallower unrolling (`corral.automata.schema.compiler.retry_shallower`, the loop
+    `schema_to_dfa` runs): a schema alone compiles here to the same DFA as there, trying the
     same depths. Raises ToolError 422 `unsupported_parameter` naming `grammar.param` when
     every depth passes a limit (with the first error: a skipped unrolling's, else the first
     build's) or the language is empty."""
-    tree, unrollings = grammar.tree, grammar.unrollings
-    first = next((u.skipped for u in unrollings if u.skipped is not None), None)
-    while True:
+
+    deepest = DEFAULT_SCHEMA_LIMITS.max_recursion  # the depth `grammar.tree` was built at
+
+    def attempt(depth: int) -> Dfa:
+        tree, unrollings = grammar.tree, grammar.unrollings
+        if depth != deepest:  # a shallower try: the tree built again at `depth`
+            schema_limits = replace(DEFAULT_SCHEMA_LIMITS, max_recursion=depth)
+            built: list[Unrolling] = []
+            tree, unrollings = _tree(grammar.expression, schema_limits, built), tuple(built)
         try:
             return automata.tree_to_dfa(tree)
         except STATE_LIMIT_ERRORS as error:
-            first = first or error
-            deepest = max((u.max_recursion for u in unrollings if u.recursive), default=1)
-            if deepest <= 1:
-                break
-            schema_limits = replace(DEFAULT_SCHEMA_LIMITS, max_recursion=deepest - 1)
-            unrollings_now: list[Unrolling] = []
-            try:
-                tree = _tree(grammar.expression, schema_limits, unrollings_now)
-            except ToolError:  # a shallower depth's own error: the first one is reported
-                break
-            unrollings = tuple(unrollings_now)
-        except ConstrainError as error:
-            if first is None:
-                raise unsupported(grammar.param, error) from None
-            break  # a shallower depth's own error: the first one is reported
-    raise unsupported(grammar.param, first) from None
+            recursive = [u.max_recursion for u in unrollings if u.recursive]
+            raise StateLimit(error, bool(recursive), max(recursive, default=1)) from None
+
+    first = next((u.skipped for u in grammar.unrollings if u.skipped is not None), None)
+    try:
+        return retry_shallower(attempt, deepest, first, (ConstrainError, ToolError))[0]
+    except ConstrainError as error:
+        raise unsupported(grammar.param, error) from None
 
 
 class GrammarCompiler:

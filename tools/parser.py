@@ -1,36 +1,20 @@
 """The streaming tool-call parser: generated text in, `ToolEvent`s out (docs/design.md section 5,
 "Streaming parser").
 
-One explicit state machine over characters (not re-parsing partial JSON and diffing strings):
-
-- TEXT: outside a call. Text is emitted as `Content`, except a suffix that could still become
-  `<tool_call>`, which is held back until it either completes the opener (-> HEADER) or cannot.
-  Whitespace at the start of the answer or right after a call is held as a separator: it is
-  dropped when a call follows, emitted as content when other text follows, and at the end of
-  the answer emitted only when no call was made. So a turn that is only calls, with whitespace
-  before, between or after them, has no content (`collect` gives None), while whitespace after
-  text (`Sure.\n<tool_call>...`) is content, as generated.
-- HEADER: after the opener, the header `{"name":"NAME","arguments":{` is matched (JSON
-  whitespace is allowed between its tokens). When its last `{` arrives, `CallStart(index,
-  "call_<request id>_<index>", NAME)` is emitted and that `{` is the first arguments fragment.
-  If the text stops matching, everything held since the opener is released as content and the
-  offending character is read again in TEXT: only real markup is ever removed from the content.
-- ARGUMENTS: every character is passed on as an `Arguments` fragment, while brace/bracket depth
-  and string escapes are tracked; when the depth returns to 0 the value is complete (-> CLOSE).
-- CLOSE: `}` then `</tool_call>` (whitespace allowed before each) are consumed (-> TEXT). A
-  mismatch releases the held characters as content; the call itself is complete.
-
-At `finish()`, a held partial opener or an unfinished header is released as content; a call cut
-short inside its arguments keeps the fragments already emitted. The machine reads one character
-at a time and keeps all its state between pieces, so any split of the text into pieces gives the
-same events once adjacent fragments are joined (`collect` folds them to the same answer).
+One explicit state machine over characters: TEXT (outside a call; a suffix that could still
+become `<tool_call>` is held back, and whitespace at the start or after a call is held as a
+separator), HEADER (`{"name":"NAME","arguments":{`; its last `{` emits `CallStart` and is the
+first arguments fragment), ARGUMENTS (every character an `Arguments` fragment, brace depth and
+string escapes tracked) and CLOSE (`}</tool_call>`). Text that stops matching the markup is
+released as content: only real markup is removed. Any split of the text into pieces gives the
+same events once adjacent fragments are joined.
 """
 
 from __future__ import annotations
 
 import json
 
-from corral.tools.shapes import Arguments, CallStart, Content, ToolEvent
+from corral.tools.events import Arguments, CallStart, Content, ToolEvent
 
 OPENER = "<tool_call>"
 """The text that opens a call (docs/design.md section 5); `corral.tools.grammar` and
@@ -80,8 +64,9 @@ class ToolParser:
         return self._take()
 
     def finish(self) -> list[ToolEvent]:
-        """The answer ended: release held text (see the module docstring) and return the last
-        events."""
+        """The answer ended: return the last events. A held partial opener or an unfinished
+        header is released as content, held whitespace only when no call was made; a call cut
+        short inside its arguments keeps the fragments already emitted."""
         if self.finished:
             return []
         if self.state in (TEXT, HEADER) and self.held:

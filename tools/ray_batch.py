@@ -1,26 +1,10 @@
-"""The main job on a Ray cluster with Ray Data (docs/design.md section 7): `corral generate INPUT -o
-OUTPUT --ray [ADDRESS]`, or `run_batch_ray` from Python.
+"""The main job on a Ray cluster with Ray Data (docs/design.md section 7; its guarantees:
+docs/tools.md, "Ray"): `corral generate INPUT -o OUTPUT --ray [ADDRESS]`, or `run_batch_ray`.
 
-The input's lines are split into shards, a shard is one row of a Ray dataset, and
-`Dataset.map_batches` runs them on a pool of actors; each actor loads the model once and runs
-its shards through `corral.tools.batch.run_batch` (prepare, then corral's continuous batching),
-returning the shard's output lines and counts. The driver appends each finished shard's lines to
-the output file, flushed, and adds the counts up into one `BatchSummary`.
-
-The guarantees are the local run's:
-- Every line is answered once: lines are routed by their custom_id (a line without one by its
-  line number), so all the lines of a custom_id are in one shard, and `run_batch` there answers
-  the first and writes the duplicate error lines right after it, with the input's line numbers.
-- A bad line gets its error line, in its shard; the other lines still run.
-- `--resume`: the custom_ids already in the output (`done_ids`, read by the caller on the
-  driver) are skipped by every actor. A shard is written when it finishes, so an interrupted run
-  keeps the shards it finished and the lines of the shards it had started run again.
-- The summary line counts every shard; its seconds are the driver's wall time.
-
-Ray is imported only here, and this module only when the job runs with Ray (the optional extra
-`corral[ray]`). Each worker needs corral installed and the model in its cache (corral's cache
-dir, `$CORRAL_HOME`, or the folder or .gguf given as the model, at the same path on every node);
-a worker without it downloads the default model once.
+The input's lines are split into shards by custom_id (`shard_of`), `Dataset.map_batches` runs
+them on actors that load the model once each (`BatchActor`, `corral.tools.batch.run_batch` over
+a shard), and the driver appends each finished shard's lines to the output and adds up the
+counts. Ray is imported only here, and this module only with `--ray` (`corral[ray]`).
 """
 
 from __future__ import annotations
@@ -33,7 +17,8 @@ import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import fields
 
-from corral.tools.batch import BatchSummary, LineError, read_line, served_name
+from corral.tools.batch import BatchSummary, LineError, read_line
+from corral.tools.completions import served_name
 from tqdm import tqdm
 
 LINES_PER_SHARD = 64
@@ -81,9 +66,9 @@ class BatchActor:
 
     def __init__(self, model, skip, batch_size: int, default_max_tokens: int | None):
         from corral.model import load_model
-        from corral.tools.batch import Engine
+        from corral.tools.completions import Completions
 
-        self.engine = Engine(load_model(model, progress=False), served_name(model))
+        self.engine = Completions(load_model(model, progress=False), served_name(model))
         self.skip = set(skip)
         self.batch_size = batch_size
         self.default_max_tokens = default_max_tokens

@@ -1,47 +1,13 @@
-"""`corral serve`: an OpenAI-compatible HTTP server on starlette and uvicorn (docs/design.md section
-1, "HTTP server"; the shapes and errors of section 5).
+"""`corral serve`: an OpenAI-compatible HTTP server on starlette and uvicorn (docs/design.md
+section 9; its decisions: docs/tools.md, "Server").
 
-Routes: `POST /v1/chat/completions` (what `corral generate` honours, with the same validation,
-error shapes and status codes: `corral.tools.request`, `corral.tools.batch.Engine`; `stream:
-true` sends server-sent events through `sse-starlette`: `data: {chunk}` lines ending with
-`data: [DONE]`), `GET /v1/models`, `GET /v1/models/{model}` (OpenAI's model object),
-`GET /health`, `GET /metrics` (Prometheus text format) and `GET /openapi.json` (the subset
-served). The model runs in one engine thread (`corral.tools.serving.EngineThread`); the event
-loop never waits on it, nor on any work that grows with a request: it only reads the body
-(up to `max_body_bytes`); parsing the JSON, validating it (`corral.tools.request`, linear in
-the body), rendering the prompt and compiling grammars run in starlette's thread pool, the
-shared `GrammarCompiler` caching their token indexes. So `/health` answers while a maximal
-body is read and refused.
-
-Decisions:
-- Errors keep OpenAI's shape `{"error": {"message", "type", "param", "code"}}`: 400 for a
-  malformed body (not JSON: code `invalid_json`), 401 for a wrong or missing `Authorization:
-  Bearer` key when the server has one (the scheme's case does not matter, RFC 9110; `/health`
-  and `/metrics` stay open), 404 for an unknown route, 405 for a wrong method with the `Allow`
-  header (RFC 9110), 413 past `max_body_bytes`, 415 for a content type other than JSON, 429
-  when the batch is full and `max_waiting` choices already wait, 500 when the engine fails a
-  request.
-- A context overflow is one answer: a 400 `context_length_exceeded` naming the figures, whose
-  `param` names the field to change: `max_tokens` when the prompt fits but leaves less than
-  `max_tokens` (past this server's `max_len` or past the model's context alike), `messages`
-  when the prompt alone fills `max_len`. A request without `max_tokens` gets what `max_len`
-  leaves (the engine's `check_request`, run before the request is queued).
-- CORS is off unless `cors_origins` names origins (`--cors-origin`): then starlette's
-  `CORSMiddleware` answers browsers' preflights (`OPTIONS`, before the key is checked, as
-  browsers send none) and marks every answer to those origins, errors included.
-- `model` must be absent or the served model's name (`ServerConfig.model_name`): any other
-  is a 404 `model_not_found` naming both, as the OpenAI API and vLLM answer; answers carry the
-  served name.
-- A non-streamed answer is the body `corral generate` writes
-  (`corral.tools.shapes.completion_json`), logprobs and top_logprobs included. A streamed
-  request with `logprobs: true` gets them as the OpenAI API sends them: each chunk's
-  `choices[i].logprobs.content` holds the entries of the tokens whose bytes its delta carries
-  (a token whose bytes were held back, a tool-call marker or a stop string's possible start,
-  goes with the next chunk that carries text, or with the last one); such a choice's chunks are
-  sent when it ends, since the engine reports its tokens then. Without logprobs, chunks carry
-  `logprobs: null` and text is sent as it is generated.
-- A client that disconnects cancels its choices; their slots are free at the next decode step
-  (a streamed request notices at once, a plain one within `DISCONNECT_POLL_SECONDS`).
+Routes: `POST /v1/chat/completions` (the validation, shapes and errors of a Batch line, through
+the shared `corral.tools.completions.Completions`; `stream: true` sends server-sent events
+ending with `data: [DONE]`), `GET /v1/models`, `GET /v1/models/{model}`, `GET /health`,
+`GET /metrics` (Prometheus text) and `GET /openapi.json`. The model runs in one engine thread
+(`corral.tools.serving.EngineThread`); the event loop only reads bodies (up to
+`max_body_bytes`): parsing, validating, rendering and compiling run in starlette's thread pool.
+Every error is OpenAI's shape (`corral.tools.errors`).
 """
 
 from __future__ import annotations
@@ -62,8 +28,8 @@ from corral.model import load_model
 from corral.model.errors import CacheError, RequestError
 from corral.model.generate import check_request
 from corral.tools import openapi
-from corral.tools.batch import Engine
-from corral.tools.errors import ToolError, refused
+from corral.tools.completions import DEFAULT_MODEL_NAME, Completions
+from corral.tools.errors import ToolError, engine_failure, openai_error, refused
 from corral.tools.request import (
     ToolRequest,
     check_model,
@@ -112,28 +78,16 @@ class ServerConfig:
     max_waiting: int = DEFAULT_MAX_WAITING
     max_body_bytes: int = 4 * 1024 * 1024
     api_key: str | None = None
-    model_name: str = "SmolLM2-135M-Instruct"
+    model_name: str = DEFAULT_MODEL_NAME
     default_max_tokens: int | None = None
     prefix_cache: bool = True
     cors_origins: tuple[str, ...] = ()
 
 
-def error_response(
-    status: int,
-    message: str,
-    kind: str,
-    param: str | None = None,
-    code: str | None = None,
-    headers: dict | None = None,
-) -> JSONResponse:
-    """An error in OpenAI's shape."""
-    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
-    return JSONResponse(body, status_code=status, headers=headers)
-
-
-def tool_error_response(error: ToolError) -> JSONResponse:
-    """The response for a `ToolError`: its status and OpenAI-shaped body."""
-    return JSONResponse(error.to_json(), status_code=error.status)
+def error_response(error: ToolError, headers: dict | None = None) -> JSONResponse:
+    """The response for an API error: its status and OpenAI-shaped body
+    (`corral.tools.errors`)."""
+    return JSONResponse(error.to_json(), status_code=error.status, headers=headers)
 
 
 class CountRequests:
@@ -165,17 +119,17 @@ class CountRequests:
 
 
 class Server:
-    """The routes of one server over one `Engine` (model, vocabulary, grammar compiler).
+    """The routes of one server over one `Completions` (model, vocabulary, grammar compiler).
 
     Args:
-        engine: a `corral.tools.batch.Engine`.
+        engine: a `corral.tools.completions.Completions`.
         config: a `ServerConfig`.
 
     Raises:
         CacheError: `config.max_len` is more than the model's context length.
     """
 
-    def __init__(self, engine: Engine, config: ServerConfig = ServerConfig()):
+    def __init__(self, engine: Completions, config: ServerConfig = ServerConfig()):
         context = engine.model.context_length
         if config.max_len > context:  # vLLM refuses a max_model_len past the model's too
             raise CacheError(
@@ -208,9 +162,9 @@ class Server:
         async def not_found(request: Request, exc: HTTPException) -> Response:
             if exc.status_code == 405:  # starlette's exception carries the Allow header
                 message = f"Method {request.method} is not allowed on {request.url.path}."
-                return error_response(405, message, "invalid_request_error", headers=exc.headers)
+                return error_response(ToolError(405, None, None, message), exc.headers)
             message = f"Unknown route {request.method} {request.url.path}."
-            return error_response(exc.status_code, message, "invalid_request_error")
+            return error_response(ToolError(exc.status_code, None, None, message))
 
         routes = [
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
@@ -272,7 +226,7 @@ class Server:
         try:
             check_model(request.path_params["model"], self.config.model_name)
         except ToolError as error:
-            return tool_error_response(error)
+            return error_response(error)
         return JSONResponse(self._model_object())
 
     def _check_key(self, request: Request) -> Response | None:
@@ -288,17 +242,17 @@ class Server:
         if scheme.lower() == "bearer" and hmac.compare_digest(sent, key.encode("utf-8")):
             return None
         message = "Missing API key." if not given else "Incorrect API key provided."
-        return error_response(401, message, "invalid_request_error", None, "invalid_api_key")
+        return error_response(ToolError(401, None, "invalid_api_key", message))
 
     async def _read_body(self, request: Request) -> bytes | Response:
         """The request body, or the error response for a wrong content type or size."""
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if kind != "application/json":
             message = f"Content-Type must be application/json, not {kind or 'missing'}."
-            return error_response(415, message, "invalid_request_error", None, "invalid_type")
+            return error_response(ToolError(415, None, "invalid_type", message))
         limit = self.config.max_body_bytes
         too_large = error_response(
-            413, f"The body is larger than {limit} bytes.", "invalid_request_error"
+            ToolError(413, None, None, f"The body is larger than {limit} bytes.")
         )
         if int(request.headers.get("content-length") or 0) > limit:
             return too_large
@@ -320,11 +274,12 @@ class Server:
             return body
         try:  # off the event loop: the work grows with the body
             parsed, stream, include_usage, choices = await run_in_threadpool(self._prepare, body)
-        except ToolError as error:
-            return tool_error_response(error)
+        except Exception as error:  # any fault of one request is its error (as a Batch line's)
+            return error_response(openai_error(error))
         if not self.thread.admit(len(choices)):
             message = "The server is busy: the batch is full and the waiting queue too."
-            return error_response(429, message, "rate_limit_error", None, "rate_limit_exceeded")
+            busy = ToolError(429, None, "rate_limit_exceeded", message, "rate_limit_error")
+            return error_response(busy)
         loop = asyncio.get_running_loop()
         # a streamed choice with logprobs is sent when it ends (see the module docstring)
         job = Job(choices, stream and not parsed.logprobs, loop, asyncio.Queue())
@@ -341,7 +296,7 @@ class Server:
                         return Response(status_code=499)  # nobody reads it; frees the slots
                     continue
                 if event[0] == "error":
-                    return self._engine_error(event[1])
+                    return error_response(engine_failure(event[1]))
                 if event[0] == "done":
                     results[event[1]] = event[2]
         finally:
@@ -359,10 +314,10 @@ class Server:
         return parsed, stream, include_usage, self._engine_requests(parsed)
 
     def _engine_requests(self, request: ToolRequest) -> list:
-        """The engine requests of `request` (`Engine.requests`), checked as the engine's
+        """The engine requests of `request` (`Completions.requests`), checked as the engine's
         `submit` will check them (`check_request`: the model's context, this server's
         `max_len`, the budget), so that submitting cannot fail. A request without `max_tokens`
-        gets what `max_len` leaves. Raises ToolError: as `Engine.requests` does, and 400
+        gets what `max_len` leaves. Raises ToolError: as `Completions.requests` does, and 400
         (`refused`) for what the engine would refuse."""
         model = self.engine.model
         size = len(self.engine.vocabulary.tokens)
@@ -385,11 +340,6 @@ class Server:
             ]
         except RequestError as error:
             raise refused(error) from None
-
-    def _engine_error(self, error: Exception) -> Response:
-        if isinstance(error, ToolError):
-            return tool_error_response(error)
-        return error_response(500, f"The engine failed: {error}", "server_error")
 
     def _completion(self, request: ToolRequest, results: dict) -> dict:
         """The `chat.completion` body (`corral.tools.shapes.completion_json`, as `corral
@@ -453,7 +403,7 @@ class Server:
             while ended < n:
                 event = await job.events.get()
                 if event[0] == "error":
-                    error = self._engine_error(event[1])
+                    error = error_response(engine_failure(event[1]))
                     yield {"data": error.body.decode("utf-8")}
                     return
                 i = event[1]
@@ -500,7 +450,7 @@ def background_server(model, config: ServerConfig = ServerConfig(), host: str = 
     Raises:
         RuntimeError: uvicorn did not start within 30 s.
     """
-    server = Server(Engine(model, config.model_name), config)
+    server = Server(Completions(model, config.model_name), config)
     port = free_port(host)
     settings = uvicorn.Config(server.app(), host=host, port=port, log_level="warning")
     uv = uvicorn.Server(settings)
@@ -530,5 +480,5 @@ def serve(
     Raises:
         ConstrainError: the model cannot be loaded (`corral.model.load_model`).
     """
-    engine = Engine(load_model(model_path), config.model_name)
+    engine = Completions(load_model(model_path), config.model_name)
     uvicorn.run(Server(engine, config).app(), host=host, port=port, log_level="info")

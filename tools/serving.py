@@ -1,28 +1,14 @@
-"""The engine thread behind `corral serve` (docs/design.md section 1, "HTTP server"; the engine of
-section 7): one thread owns the model and one `Generator`, so the event loop never waits on it.
+"""The engine thread behind `corral serve` (docs/design.md section 9): one thread owns the model
+and one `Generator`, so the event loop never waits on it.
 
 `EngineThread.submit(job)` hands a `Job` (the engine requests of one chat request's `n`
-choices) to the thread through a thread-safe queue; the thread loops: take new jobs and
-cancellations, `Generator.submit` / `Generator.cancel` them, run one `step`, and post each
-job's events back to its asyncio loop with `loop.call_soon_threadsafe`:
-`("text", choice, new_bytes)` after a step that grew a streamed choice, `("done", choice,
-GenerationResult)` when a choice ends, `("error", exception)` when the engine failed it.
-Requests join and leave between decode steps (continuous batching); a cancelled job's slots are
-free at the next step.
-The `Generator`'s prefix cache keeps the prompts of ended requests (the same system prompt and
-tools, sent again and again) until their slots are needed; `/metrics` counts the prompt tokens
-it looked up and those whose prefill it saved (`corral_prefix_cache_queries`, `..._hits`, in
-tokens, as vLLM's `prefix_cache_queries` and `prefix_cache_hits`).
-
-Admission: the thread counts the choices it holds (`load`); `admit(n)` refuses a job once the
-batch is full and `max_waiting` choices already wait, which the server answers with a 429.
-
-`ChoiceStream` turns one streamed choice's bytes into tool-call events (the `ToolParser`'s, or
-plain `Content` when the request allows no calls), holding back the bytes a stop string could
-still remove; `replay` does it token by token from a finished result, telling which tokens each
-event carries (a streamed request with logprobs).
-With the prefix cache off (`--no-prefix-cache`), no prompt is looked up, and `/metrics` counts
-no prefix-cache queries. `Metrics` are the Prometheus series of `/metrics` (`prometheus_client`).
+choices) to the thread; each step, the thread takes new jobs and cancellations, runs one
+`Generator.step`, and posts each job's events to its asyncio loop: `("text", choice,
+new_bytes)` for a streamed choice that grew, `("done", choice, GenerationResult)` when a choice
+ends, `("error", exception)` when the engine failed it. `admit(n)` refuses a job once the batch
+is full and `max_waiting` choices wait (the server's 429). `ChoiceStream` turns one streamed
+choice's bytes into tool-call events, holding back what a stop string could still remove.
+`Metrics` are the Prometheus series of `/metrics`.
 """
 
 from __future__ import annotations
@@ -36,8 +22,8 @@ from dataclasses import dataclass, field
 
 from corral.model.generate import GenerationRequest, GenerationResult, Generator
 from corral.model.generation_request import text_decoder
+from corral.tools.events import CallStart, Content, ToolEvent
 from corral.tools.parser import ToolParser
-from corral.tools.shapes import CallStart, Content, ToolEvent
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily
 

@@ -1,89 +1,14 @@
-"""Tool-call events and the OpenAI JSON shapes built from them (docs/design.md section 5, "Shapes").
-
-The streaming parser (`corral.tools.parser`) turns generated text into `ToolEvent`s; this module
-folds events into an answer (`collect`), and writes the chat-completion `message` and the stream's
-`delta` objects exactly as OpenAI's API does:
-
-- message: `{"role":"assistant","content":null,"tool_calls":[{"id":...,"type":"function",
-  "function":{"name":...,"arguments":"<JSON text>"}}]}`; content is null, never "", when the
-  model wrote no text; `tool_calls` is left out when there is no call.
-- logprobs (when the request asks): `{"content":[{"token","logprob","bytes","top_logprobs":
-  [{"token","logprob","bytes"}]}],"refusal":null}`, one entry per generated token (`logprobs_json`).
-- the whole `chat.completion` body of a request's results (`completion_json`).
-- deltas: `{"content":"..."}` for text; `{"tool_calls":[{"index":i,"id":...,"type":"function",
-  "function":{"name":...,"arguments":""}}]}` when call i starts; `{"tool_calls":[{"index":i,
-  "function":{"arguments":"<fragment>"}}]}` for each later piece of its arguments.
+"""OpenAI's JSON shapes of an answer (docs/design.md section 5, "Shapes"): the `message` of a
+chat completion, the `delta` of a stream chunk (from `corral.tools.events`), a choice's `logprobs`
+and the whole `chat.completion` body, each written exactly as OpenAI's API writes it.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class Content:
-    """Text of the answer outside any call."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class CallStart:
-    """Call `index` (0-based, in order of appearance) to function `name` begins; `id` is
-    `call_<request id>_<index>`."""
-
-    index: int
-    id: str
-    name: str
-
-
-@dataclass(frozen=True)
-class Arguments:
-    """The next piece of call `index`'s arguments (JSON text, to be concatenated)."""
-
-    index: int
-    fragment: str
-
-
-ToolEvent = Content | CallStart | Arguments
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """One complete call: `arguments` is JSON text, exactly as the model wrote it."""
-
-    id: str
-    name: str
-    arguments: str
-
-
-def collect(events) -> tuple[str | None, list[ToolCall]]:
-    """Fold a stream of events into `(content, calls)`.
-
-    `content` is the concatenated text, or None when there is none (so it is never "" beside
-    tool calls). Raises ValueError for arguments of a call that never started.
-    """
-    text: list[str] = []
-    starts: list[CallStart] = []
-    arguments: list[list[str]] = []
-    for event in events:
-        if isinstance(event, Content):
-            text.append(event.text)
-        elif isinstance(event, CallStart):
-            if event.index != len(starts):
-                raise ValueError(f"call {event.index} starts out of order")
-            starts.append(event)
-            arguments.append([])
-        elif isinstance(event, Arguments):
-            if not 0 <= event.index < len(starts):
-                raise ValueError(f"arguments for call {event.index}, which never started")
-            arguments[event.index].append(event.fragment)
-        else:
-            raise TypeError(f"not a ToolEvent: {event!r}")
-    calls = [ToolCall(s.id, s.name, "".join(a)) for s, a in zip(starts, arguments, strict=True)]
-    content = "".join(text)
-    return (content or None), calls
+from corral.tools.events import Arguments, CallStart, Content, ToolCall, ToolEvent, collect
+from corral.tools.parser import ToolParser
 
 
 def finish_reason(calls: int | list, engine_reason: str) -> str:
@@ -115,7 +40,10 @@ def message_json(content: str | None, calls: list[ToolCall]) -> dict:
 
 
 def delta_json(event: ToolEvent) -> dict:
-    """The `delta` of one streamed chunk for `event`, as a JSON-ready dict."""
+    """The `delta` of one streamed chunk for `event`, as a JSON-ready dict: `{"content": "..."}`
+    for text; `{"tool_calls": [{"index": i, "id", "type": "function", "function": {"name",
+    "arguments": ""}}]}` when call i starts; `{"tool_calls": [{"index": i, "function":
+    {"arguments": "<fragment>"}}]}` for each later piece of its arguments."""
     if isinstance(event, Content):
         return {"content": event.text}
     if isinstance(event, CallStart):
@@ -178,8 +106,6 @@ def completion_json(request, results, request_id: str, model_name: str, vocabula
     tokens of every choice. A result's `top_logprobs` is read when present (`getattr`), so
     results without it answer with empty `top_logprobs` lists.
     """
-    from corral.tools.parser import ToolParser  # the parser imports this module's events
-
     choices = []
     prompt_tokens = completion_tokens = 0
     for i, result in enumerate(results):

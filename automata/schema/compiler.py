@@ -1,6 +1,6 @@
 """The schema compiler: a parsed JSON Schema to the schema form, one subschema at a time, and the
 public entry points `schema_to_tree`, `schema_to_dfa` and `json_schema_to_regex` (docs/design.md
-section 3; the supported subset is listed in `corral.automata.schema`).
+section 3; the supported subset, keyword by keyword: docs/subsets.md).
 
 `Compiler.compile` dispatches on what a subschema holds: `$ref` (inlined; a cycle is unrolled up
 to `SchemaLimits.max_recursion` occurrences of one target on a path, deeper is the empty
@@ -527,35 +527,59 @@ def _same(tree: Node) -> Node:
 def _compile_schema(schema, limits, schema_limits: SchemaLimits, build):
     """`compile_schema` after the document check: (result, recursive, the `max_recursion` of
     the attempt that gave it, the first failed attempt's error or None)."""
-    first = None
-    n_depths = max(schema_limits.max_recursion, 1)  # len(shallower_recursion(schema_limits))
-    for i in range(n_depths):  # the first depth is `schema_limits` itself: no copy made
-        depth_limits = schema_limits if i == 0 else shallower_recursion(schema_limits)[i]
+
+    def attempt(depth: int):
+        depth_limits = (
+            schema_limits
+            if depth == schema_limits.max_recursion  # the first depth: no copy made
+            else replace(schema_limits, max_recursion=depth)
+        )
+        return _attempt(schema, limits, depth_limits, build, depth > 1), depth
+
+    ((result, recursive), depth), first = retry_shallower(attempt, schema_limits.max_recursion)
+    return result, recursive, depth, first
+
+
+class StateLimit(Exception):
+    """An attempt of `retry_shallower` passed a state limit (`error`, one of
+    `STATE_LIMIT_ERRORS`); `recursive`: its language depended on the unrolling depth (a `$ref`
+    cycle was unrolled); `depth`: the deepest `max_recursion` it used."""
+
+    def __init__(self, error: ConstrainError, recursive: bool, depth: int):
+        self.error, self.recursive, self.depth = error, recursive, depth
+
+
+def retry_shallower(attempt, depth: int, first=None, stop=(ConstrainError,)):
+    """The one loop of "a shallower `$ref` unrolling on a state limit", for a schema alone
+    (`compile_schema`) or a grammar around schemas (`corral.tools.grammar.compile_dfa`).
+
+    Calls `attempt(depth)`; while it raises `StateLimit` with `recursive` and a `depth` above
+    1, calls it again at one below that depth (the depths of `shallower_recursion`). Returns
+    `(attempt's result, first)`, `first` the first failed attempt's error (or the `first`
+    given: a deeper unrolling the caller already skipped), its traceback dropped.
+
+    Raises: `first` when the depths run out, or when an attempt after a failed one raises one
+    of `stop` (a shallower depth's own error is not reported); an error of `stop` from an
+    attempt before any failure, as it is.
+    """
+    while True:
         try:
-            result, recursive = _attempt(schema, limits, depth_limits, build, i + 1 < n_depths)
-            return result, recursive, depth_limits.max_recursion, first
-        except _StateLimit as failed:
-            if first is None:  # a shallower depth's own error is not reported; the failed
-                first = failed.error.with_traceback(None)  # attempt's frames are freed now
-            if not failed.recursive:
+            return attempt(depth), first
+        except StateLimit as failed:
+            if first is None:  # the failed attempt's frames are freed now
+                first = failed.error.with_traceback(None)
+            if not failed.recursive or failed.depth <= 1:
                 break
-        except ConstrainError:
+            depth = failed.depth - 1
+        except stop:
             if first is None:
                 raise
             break
     raise first
 
 
-class _StateLimit(Exception):
-    """An attempt of `compile_schema` passed a state limit (`error`); `recursive`: it unrolled
-    a `$ref` cycle."""
-
-    def __init__(self, error: ConstrainError, recursive: bool):
-        self.error, self.recursive = error, recursive
-
-
 def _attempt(schema, limits: Limits | None, schema_limits: SchemaLimits, build, shallower: bool):
-    """One compile of `compile_schema`: (result, recursive); `_StateLimit` on a state limit.
+    """One compile of `compile_schema`: (result, recursive); `StateLimit` on a state limit.
     With `build` and a `shallower` depth left, a compile that unrolled a `$ref` cycle and whose
     NFA is counted past the limit (`corral.automata.schema.nfa_size.check_nfa_states`) fails at
     once with the builder's `TooManyNfaStatesError`, before the tree and the NFA are made."""
@@ -568,7 +592,7 @@ def _attempt(schema, limits: Limits | None, schema_limits: SchemaLimits, build, 
             tree = compiler.trees.build(form)
             return (tree if build is None else build(tree)), compiler.recursive
     except STATE_LIMIT_ERRORS as error:
-        raise _StateLimit(error, compiler.recursive) from None
+        raise StateLimit(error, compiler.recursive, schema_limits.max_recursion) from None
     except EmptyLanguageError as error:
         if isinstance(error, SchemaError):
             raise

@@ -1,65 +1,14 @@
-"""Attention of query rows over a KV cache of ragged contexts, in one Numba kernel (docs/design.md
-section 6; scaled dot-product attention with grouped queries, as Hugging Face's Llama).
+"""Attention of query rows over a KV cache of ragged contexts, in one Numba kernel
+(`ragged_attention`; scaled dot-product attention with grouped queries, as Hugging Face's Llama),
+and the compiled causal softmax of `llama.attend_prompt` (`causal_softmax_`).
 
-A segment is the new tokens of one sequence: n query rows at positions start..start+n-1 of
-its cache slot, each seeing the slot's positions up to its own (causal attention within the new
-tokens, full attention over the slot's earlier cache). A decode step is B segments of one row;
-a jump-forward step mixes them with segments of a few rows. One call covers them all, with no
-mask, no padding to the longest context and no Python loop over sequences.
-
-The cache layout is `[S, Hkv, T, hd]` for one layer, so the keys that a (segment, key/value
-head) pair reads are one contiguous `[start + n, hd]` run. Each parallel task takes one pair and
-streams the run once for the n G query rows it serves (G = Hq / Hkv): scores, softmax, weighted
-sum of the values. Decode attention does few multiply-adds per float it loads (G), yet on one
-thread the kernel's arithmetic took longer than its loads, from memory or not, so the arithmetic
-per key is kept small. For SmolLM2's head width 64, two intrinsics of plain LLVM vector IR take
-16 keys or values at a time: `_scores16` sums one query row's 16 dot products across their
-vector lanes together (a tree of shuffles, half those of a horizontal sum per key) and
-`_weighted16` keeps an output row in registers over 16 values; the hardware prefetchers then
-keep up with the two streams (asking for lines ahead in software, as the general path does, cost
-more than it saved: a step's 30 layers at batch 64 on one thread, keys and values from memory,
-took 62 ms without against 72 ms with, on the shared 2-core machine). Taking a token's three
-query rows at once, each key loaded and widened once for them, was faster with the cache in
-L2/L3 (0.88 times the time) but slower from memory (1.12 times at batch 32, 1.29 at 64: 30
-layers, 2 threads, alone): with one row at a time, the other rows' passes over a block hit L1
-while the memory stream keeps up. Other widths take four
-keys at a time (`_dot4`, four independent chains of FMAs and horizontal sums) and four values
-(`_axpy4`), fetched `_PREFETCH_ROWS` rows ahead (`prefetch_l2`, into L2). No array view is made
-inside the loops (each costs two atomic reference count updates), and the exponentials come from
-a vectorizable polynomial (`_softmax_`), not one libm call per score. Numba's threads take the
-tasks one at a time from a shared counter (`kernels.claim`) as they free up: on a small machine
-another process often holds one of the cores, or a sleeping worker wakes late, and an even
-static split then waits for the slowest thread. (Numba's own dynamic chunks, set around each
-call with `numba.set_parallel_chunksize`, cost about 25 us a call in Python: 1.5 ms of a
-batch-32 decode step.)
-
-Positional order. With head width 64 what makes a row's scores and weighted sum depends on the
-row's position alone, never on its segment's length: the blocks of 16 keys it sees whole go to
-`_scores16` / `_weighted16`, its last 0..15 keys four at a time then one at a time, always in
-that order. So a row attends alike, bit for bit, in a prompt prefilled whole, in pieces or
-token by token, in any batch (`llama.POSITIONAL_ATTENTION` sends every prefill here, in pieces
-of `llama.SHORT_SEGMENT` rows). Other widths read each key once for every row of the segment,
-four at a time, and round by the segment's length.
-
-A long prompt's attention can also be two GEMMs per block of queries (`llama.attend_prompt`,
-with `llama.POSITIONAL_ATTENTION` off; BLAS reuses
-each key for many queries); between them `causal_softmax_` takes the block's masked softmax in
-one compiled pass, the same `_softmax_` as the kernel's.
-
-The cache may hold float16 (corral.model's default, `KVCache(..., dtype=np.float16)`) or float32:
-float16 is half the bytes that decode, bound by memory, streams. Numba has no float16 type on
-the CPU, so the kernels take such a cache as its uint16 bits (`cache_bits`), widen each element
-or 16-element vector to float32 in registers (LLVM's `fpext`, F16C's `vcvtph2ps`) and compute in
-float32 as for a float32 cache: the results are those over the same numbers stored in float32,
-up to the order LLVM gives the sums of each compiled version (about a float32 ulp); writes round
-to nearest (`fptrunc`, as NumPy's `astype`). Where the target has no such conversion in
-registers (x86 without F16C), LLVM would call a runtime function Numba does not link and the
-process would abort: `float16_supported` tells beforehand, and `cache_bits` refuses a float16
-cache there (corral.model then defaults to float32).
-
-A key-major layout (`[S, Hkv, hd, T]`, scores vectorized over positions with no horizontal
-sums) computed faster from cache but streamed no faster from memory, where decode at batch 8+
-is bound, so the cache keeps one layout for keys and values.
+A segment is the new tokens of one sequence: n query rows at positions start..start+n-1 of its
+cache slot, each seeing the slot's positions up to its own. One layer's cache is `[S, Hkv, T,
+hd]`, float32 or float16 (taken as its uint16 bits, `cache_bits`; `float16_supported` tells
+whether this target converts float16 in registers). With head width 64 a row's scores and
+weighted sum depend on its position alone (positional order), so a row attends alike, bit for
+bit, in a prompt prefilled whole, in pieces or token by token, in any batch. docs/numerics.md
+("Attention") gives the kernel's design and figures.
 """
 
 from __future__ import annotations

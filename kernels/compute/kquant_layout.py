@@ -41,14 +41,15 @@ from corral.kernels.compute.quant import tile_rows
 
 MAX_TILE = 256
 """The most output rows a tile holds. The one-row kernels (`kquant_row`) keep a tile's sums in
-memory and run over a column's rows in one vector loop: on a 2048 x 8192 Q4_K matrix (a
-2-core AMD EPYC, shared) tiles of 64 rows took 7.9 ms a product, of 256 rows 1.8 ms."""
+memory and run over a column's rows in one vector loop, so a longer tile gives more
+independent sums per column: on a 2048 x 8192 Q4_K matrix (a 2-core AMD EPYC, shared; an
+early version of the kernel) tiles of 64 rows took 7.9 ms a product, of 256 rows 1.8 ms."""
 
 
 def tile_shape(n_out: int) -> tuple[int, int]:
     """(n_tiles, tile): the fewest tiles of at most `MAX_TILE` rows covering n_out rows, each
-    a multiple of 16 rows (one 512-bit vector of float32), at least two where n_out > 64 so
-    that two threads share the product.
+    a multiple of 64 rows (`kquant_rows.LANES`, four 512-bit vectors of float32), at least two
+    where n_out > 64 so that two threads share the product.
 
     Raises:
         ValueError: n_out < 1.
@@ -57,7 +58,7 @@ def tile_shape(n_out: int) -> tuple[int, int]:
         raise ValueError(f"a matrix needs at least one output row, got {n_out}")
     n_tiles = max(-(-n_out // MAX_TILE), 2 if n_out > 64 else 1)
     tile = -(-n_out // n_tiles)
-    return n_tiles, -(-tile // 16) * 16
+    return n_tiles, -(-tile // 64) * 64
 
 
 BLOCK_BYTES = {

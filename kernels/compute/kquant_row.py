@@ -28,6 +28,7 @@ _LOW = np.uint8(15)  # a nibble's mask
 _FOUR = np.uint8(4)  # a nibble's shift
 _ONE, _TWO, _THREE, _SIX = np.uint8(1), np.uint8(2), np.uint8(3), np.uint8(6)
 _32 = np.float32(32.0)  # Q6_K's offset
+_16, _0 = np.float32(16.0), np.float32(0.0)  # a fifth bit's weight
 
 
 @numba.njit(cache=True, parallel=True, fastmath=_FASTMATH)
@@ -83,17 +84,21 @@ def q5_k_row(x, sums, d, dmin, scales, minimums, high_bits, quants, out):  # pra
                     low_sum[:] = 0.0
                     high_sum[:] = 0.0
                     first = block * 256 + 64 * c
-                    low_bit, high_bit = np.uint8(2 * c), np.uint8(2 * c + 1)
+                    low_bit, high_bit = np.uint8(1 << (2 * c)), np.uint8(1 << (2 * c + 1))
                     for j in range(32):
                         column = quants[t, block * 128 + 32 * c + j]
                         fifth = high_bits[t, block * 32 + j]
                         x_low, x_high = x[b, first + j], x[b, first + 32 + j]
-                        for r in range(tile):
+                        for r in range(tile):  # q = nibble + 16 fifth bit, exact in float32
                             byte, bits = column[r], fifth[r]
-                            low = (byte & _LOW) | (((bits >> low_bit) & _ONE) << _FOUR)
-                            high = (byte >> _FOUR) | (((bits >> high_bit) & _ONE) << _FOUR)
-                            low_sum[r] += np.float32(np.uint8(low)) * x_low
-                            high_sum[r] += np.float32(np.uint8(high)) * x_high
+                            low = np.float32(np.uint8(byte & _LOW)) + (
+                                _16 if np.uint8(bits & low_bit) else _0
+                            )  # noqa: E501
+                            high = np.float32(np.uint8(byte >> _FOUR)) + (
+                                _16 if np.uint8(bits & high_bit) else _0
+                            )
+                            low_sum[r] += low * x_low
+                            high_sum[r] += high * x_high
                     for half in range(2):
                         sub = block * 8 + 2 * c + half
                         partial = high_sum if half else low_sum
@@ -168,22 +173,23 @@ def small_row(x, sums, d, m, high_bits, quants, offset, five, with_min, out):  #
             total = totals[b]
             for block in range(n_blocks):
                 partial[:] = 0.0
-                for half in range(2):
-                    shift = np.uint32(4 * half)
-                    for j in range(16):
-                        column = quants[t, block * 16 + j]
-                        x_j = x[b, block * 32 + 16 * half + j]
-                        bit = np.uint32(16 * half + j)
+                fifth = high_bits[t, block] if five else high_bits[0, 0]  # unread unless five
+                for j in range(16):  # columns 0-15: the low nibbles
+                    column, x_j = quants[t, block * 16 + j], x[b, block * 32 + j]
+                    bit = np.uint32(np.uint32(1) << np.uint32(j))
+                    for r in range(tile):
+                        q = np.float32(np.uint8(column[r] & _LOW))
                         if five:
-                            fifth = high_bits[t, block]
-                            for r in range(tile):
-                                q = (np.uint32(column[r]) >> shift) & np.uint32(15)
-                                q |= ((fifth[r] >> bit) & np.uint32(1)) << np.uint32(4)
-                                partial[r] += (np.float32(np.uint8(q)) - shift_by) * x_j
-                        else:
-                            for r in range(tile):
-                                q = (np.uint32(column[r]) >> shift) & np.uint32(15)
-                                partial[r] += (np.float32(np.uint8(q)) - shift_by) * x_j
+                            q += _16 if np.uint32(fifth[r] & bit) else _0
+                        partial[r] += (q - shift_by) * x_j
+                for j in range(16):  # columns 16-31: the high nibbles
+                    column, x_j = quants[t, block * 16 + j], x[b, block * 32 + 16 + j]
+                    bit = np.uint32(np.uint32(1) << np.uint32(16 + j))
+                    for r in range(tile):
+                        q = np.float32(np.uint8(column[r] >> _FOUR))
+                        if five:
+                            q += _16 if np.uint32(fifth[r] & bit) else _0
+                        partial[r] += (q - shift_by) * x_j
                 minimum = m[t, block] if with_min else d[t, block]
                 scaled_add(total, partial, d[t, block], minimum, sums[b, block], with_min)
         store(totals, out, t * tile)

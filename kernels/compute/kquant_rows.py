@@ -3,11 +3,14 @@ K-quant and 5-bit block formats (Q4_K, Q5_K, Q6_K, Q5_0, Q4_0, Q5_1), the weight
 `kquant_layout`'s column tiles once for all the rows, with float32 accumulation
 (docs/design.md section 6).
 
-For each chunk of `LANES` output rows of a tile and each sub-block (32 weights; 16 for Q6_K),
-a kernel decodes the sub-block's quants of those rows once into a small float32 buffer (the
-integers q, or q - offset for the symmetric kinds: 32 x 64 floats, 8 KB, in L1), then applies
-it to every row of x: one chain of multiply-adds per output, over the sub-block's columns in
-order, vectorized over the tile's rows, then the sub-block's scale (and minimum) in float32:
+For each chunk of `LANES` output rows of a tile (one parallel job) and each group of
+sub-blocks that share quant bytes (Q4_K / Q5_K: the two of a chunk of nibbles; Q6_K: the 8 of
+a half block; a 32-weight block), a kernel decodes those rows' quants once into float32
+buffers (the integers q, or q - offset for the symmetric kinds: 16 KB for Q4_K / Q5_K, 32 KB
+for Q6_K, 8 KB for the others), then applies each sub-block (32 weights; 16 for Q6_K) to every
+row of x, `GROUP` rows side by side: one chain of multiply-adds per output, over the
+sub-block's columns in order, vectorized over the chunk's rows, then the sub-block's scale
+(and minimum) in float32:
 
     Q4_K, Q5_K: total += (d sc) * sum_j q_j x_j + (-(dmin m)) * sum_j x_j
     Q5_1:       total += d * sum_j q_j x_j + m * sum_j x_j
@@ -34,14 +37,23 @@ import numba
 import numpy as np
 
 ROWS = 64
-"""Rows of x one pass over a chunk of a tile's weights serves: their sums (64 x 64 float32,
-16 KB) and the decoded sub-block (8 KB) stay in L1."""
+"""Rows of x one pass over a chunk of a tile's weights serves (`kquants.kquant_matmul` cuts a
+larger x): their sums take 64 x 64 float32, 16 KB."""
 
 LANES = 64
-"""Output rows of one parallel job: a tile is taken in chunks of `LANES` rows (the last
-smaller), each decoded into its own buffer of 32 x 64 float32."""
+"""Output rows of one parallel job (four 512-bit vectors of float32, a cache line of a
+column's quant bytes): a tile (a multiple of 64 rows, `kquant_layout.tile_shape`) is taken in
+chunks of `LANES` rows, each decoded into its own buffers; every loop over a chunk's lanes has
+this constant trip count."""
+
+GROUP = 4
+"""Rows of x whose sums a kernel computes side by side (`_apply`)."""
 
 _FASTMATH = {"contract"}  # fused multiply-adds, no reassociation: the per-row order is fixed
+
+_LOW, _FOUR = np.uint8(15), np.uint8(4)  # a nibble's mask and shift
+_TWO, _THREE, _SIX = np.uint8(2), np.uint8(3), np.uint8(6)
+_32, _16, _0 = np.float32(32.0), np.float32(16.0), np.float32(0.0)  # Q6_K's offset, a fifth bit
 
 
 @numba.njit(cache=True, inline="always")
@@ -79,24 +91,48 @@ def store(totals, out, start):  # pragma: no cover - compiled
 @numba.njit(cache=True, inline="always")
 def _apply(decoded, n_cols, x, col0, partial, totals, scale, minimum, sums, sum_index, with_min):
     """totals[b] += scale * (decoded^T x[b, col0:col0+n_cols]) (+ minimum * sums[b, sum_index])
-    for every row b of x, lane by lane.  O(B n_cols lanes)"""
-    lanes = partial.shape[0]
-    for b in range(x.shape[0]):
+    for every row b of x, lane by lane.  O(B n_cols LANES)
+
+    partial: float32 [GROUP, LANES]. The rows go `GROUP` at a time, then one at a time: a
+    row's chain of multiply-adds is the same either way, the group only gives the CPU more
+    independent chains (each a load, a multiply-add and a store a column, whose latency one
+    row's 4 vectors would wait on)."""
+    batch = x.shape[0]
+    b = 0
+    p0, p1, p2, p3 = partial[0], partial[1], partial[2], partial[3]
+    while b + GROUP <= batch:
         partial[:] = 0.0
         for j in range(n_cols):
-            x_j = x[b, col0 + j]
             row = decoded[j]
-            for r in range(lanes):
-                partial[r] += row[r] * x_j
-        scaled_add(totals[b], partial, scale, minimum, sums[b, sum_index], with_min)
+            x0, x1 = x[b, col0 + j], x[b + 1, col0 + j]
+            x2, x3 = x[b + 2, col0 + j], x[b + 3, col0 + j]
+            for r in range(LANES):
+                w = row[r]
+                p0[r] += w * x0
+                p1[r] += w * x1
+                p2[r] += w * x2
+                p3[r] += w * x3
+        for i in range(GROUP):
+            scaled_add(totals[b + i], partial[i], scale, minimum, sums[b + i, sum_index], with_min)
+        b += GROUP
+    while b < batch:
+        p0[:] = 0.0
+        for j in range(n_cols):
+            row = decoded[j]
+            x0 = x[b, col0 + j]
+            for r in range(LANES):
+                p0[r] += row[r] * x0
+        scaled_add(totals[b], p0, scale, minimum, sums[b, sum_index], with_min)
+        b += 1
 
 
 @numba.njit(cache=True, inline="always")
 def _chunk(job, tile):  # pragma: no cover - compiled
-    """(tile, first lane, lanes) of parallel job `job`: a tile's rows in chunks of `LANES`."""
-    chunks = -(-tile // LANES)
+    """(tile, first lane, lanes) of parallel job `job`: a tile's rows in chunks of `LANES`
+    (lanes = `LANES`: a tile is a whole number of chunks)."""
+    chunks = tile // LANES
     t, c = job // chunks, job % chunks
-    return t, c * LANES, min(LANES, tile - c * LANES)
+    return t, c * LANES, LANES
 
 
 @numba.njit(cache=True, parallel=True, fastmath=_FASTMATH)
@@ -107,28 +143,33 @@ def q4_k_matmul(x, sums, d, dmin, scales, minimums, quants, out):  # pragma: no 
     d, dmin float32 [n_tiles, k/256, tile]; scales, minimums uint8 [n_tiles, k/32, tile];
     quants uint8 [n_tiles, k/2, tile]; out float32 [B, n_out] (written)."""
     n_tiles, n_super, tile = d.shape
-    for job in numba.prange(n_tiles * -(-tile // LANES)):
+    for job in numba.prange(n_tiles * (tile // LANES)):
         t, lo, lanes = _chunk(job, tile)
         hi = lo + lanes
-        decoded = np.empty((32, lanes), np.float32)
-        partial = np.empty(lanes, np.float32)
-        scale = np.empty(lanes, np.float32)
-        minimum = np.empty(lanes, np.float32)
-        totals = np.zeros((x.shape[0], lanes), np.float32)
+        low = np.empty((32, LANES), np.float32)
+        high = np.empty((32, LANES), np.float32)
+        partial = np.empty((GROUP, LANES), np.float32)
+        scale = np.empty(LANES, np.float32)
+        minimum = np.empty(LANES, np.float32)
+        totals = np.zeros((x.shape[0], LANES), np.float32)
         for block in range(n_super):
-            for s in range(8):
-                shift = np.uint8(4 * (s & 1))
-                base = block * 128 + 32 * (s >> 1)
+            for c in range(4):  # sub-blocks 2 c (low nibbles) and 2 c + 1 (high)
                 for j in range(32):
-                    column, row = quants[t, base + j, lo:hi], decoded[j]
-                    for r in range(lanes):
-                        row[r] = np.float32(np.uint8((column[r] >> shift) & np.uint8(15)))
-                sub = block * 8 + s
-                k_scales(
-                    d[t, block, lo:hi], dmin[t, block, lo:hi], scales[t, sub, lo:hi],
-                    minimums[t, sub, lo:hi], scale, minimum,
-                )  # fmt: skip
-                _apply(decoded, 32, x, sub * 32, partial, totals, scale, minimum, sums, sub, True)
+                    column = quants[t, block * 128 + 32 * c + j, lo:hi]
+                    low_row, high_row = low[j], high[j]
+                    for r in range(LANES):
+                        low_row[r] = np.float32(np.uint8(column[r] & _LOW))
+                        high_row[r] = np.float32(np.uint8(column[r] >> _FOUR))
+                for half in range(2):
+                    sub = block * 8 + 2 * c + half
+                    k_scales(
+                        d[t, block, lo:hi], dmin[t, block, lo:hi], scales[t, sub, lo:hi],
+                        minimums[t, sub, lo:hi], scale, minimum,
+                    )  # fmt: skip
+                    decoded = high if half else low
+                    _apply(
+                        decoded, 32, x, sub * 32, partial, totals, scale, minimum, sums, sub, True
+                    )
         store(totals, out, t * tile + lo)
     return out
 
@@ -140,31 +181,40 @@ def q5_k_matmul(x, sums, d, dmin, scales, minimums, high_bits, quants, out):  # 
     As `q4_k_matmul`, with high_bits uint8 [n_tiles, k/8, tile] (bit s of column 32 i + j is
     the fifth bit of sub-block s's weight j in block i)."""
     n_tiles, n_super, tile = d.shape
-    for job in numba.prange(n_tiles * -(-tile // LANES)):
+    for job in numba.prange(n_tiles * (tile // LANES)):
         t, lo, lanes = _chunk(job, tile)
         hi = lo + lanes
-        decoded = np.empty((32, lanes), np.float32)
-        partial = np.empty(lanes, np.float32)
-        scale = np.empty(lanes, np.float32)
-        minimum = np.empty(lanes, np.float32)
-        totals = np.zeros((x.shape[0], lanes), np.float32)
+        low = np.empty((32, LANES), np.float32)
+        high = np.empty((32, LANES), np.float32)
+        partial = np.empty((GROUP, LANES), np.float32)
+        scale = np.empty(LANES, np.float32)
+        minimum = np.empty(LANES, np.float32)
+        totals = np.zeros((x.shape[0], LANES), np.float32)
         for block in range(n_super):
-            for s in range(8):
-                shift, bit = np.uint8(4 * (s & 1)), np.uint8(s)
-                base = block * 128 + 32 * (s >> 1)
+            for c in range(4):  # sub-blocks 2 c (low nibbles) and 2 c + 1 (high)
+                low_bit, high_bit = np.uint8(1 << (2 * c)), np.uint8(1 << (2 * c + 1))
                 for j in range(32):
-                    column, row = quants[t, base + j, lo:hi], decoded[j]
+                    column = quants[t, block * 128 + 32 * c + j, lo:hi]
                     fifth = high_bits[t, block * 32 + j, lo:hi]
-                    for r in range(lanes):
-                        low = (column[r] >> shift) & np.uint8(15)
-                        high = ((fifth[r] >> bit) & np.uint8(1)) << np.uint8(4)
-                        row[r] = np.float32(np.uint8(low | high))
-                sub = block * 8 + s
-                k_scales(
-                    d[t, block, lo:hi], dmin[t, block, lo:hi], scales[t, sub, lo:hi],
-                    minimums[t, sub, lo:hi], scale, minimum,
-                )  # fmt: skip
-                _apply(decoded, 32, x, sub * 32, partial, totals, scale, minimum, sums, sub, True)
+                    low_row, high_row = low[j], high[j]
+                    for r in range(LANES):  # q = nibble + 16 fifth bit, exact in float32
+                        bits = fifth[r]
+                        low_row[r] = np.float32(np.uint8(column[r] & _LOW)) + (
+                            _16 if np.uint8(bits & low_bit) else _0
+                        )
+                        high_row[r] = np.float32(np.uint8(column[r] >> _FOUR)) + (
+                            _16 if np.uint8(bits & high_bit) else _0
+                        )
+                for half in range(2):
+                    sub = block * 8 + 2 * c + half
+                    k_scales(
+                        d[t, block, lo:hi], dmin[t, block, lo:hi], scales[t, sub, lo:hi],
+                        minimums[t, sub, lo:hi], scale, minimum,
+                    )  # fmt: skip
+                    decoded = high if half else low
+                    _apply(
+                        decoded, 32, x, sub * 32, partial, totals, scale, minimum, sums, sub, True
+                    )
         store(totals, out, t * tile + lo)
     return out
 
@@ -177,30 +227,39 @@ def q6_k_matmul(x, sums, d, scales, high_bits, quants, out):  # pragma: no cover
     [n_tiles, k/16, tile]; high_bits uint8 [n_tiles, k/4, tile]; quants uint8
     [n_tiles, k/2, tile]; out float32 [B, n_out] (written)."""
     n_tiles, n_super, tile = d.shape
-    for job in numba.prange(n_tiles * -(-tile // LANES)):
+    for job in numba.prange(n_tiles * (tile // LANES)):
         t, lo, lanes = _chunk(job, tile)
         hi = lo + lanes
-        decoded = np.empty((16, lanes), np.float32)
-        partial = np.empty(lanes, np.float32)
-        scale = np.empty(lanes, np.float32)
-        totals = np.zeros((x.shape[0], lanes), np.float32)
+        decoded = np.empty((128, LANES), np.float32)
+        partial = np.empty((GROUP, LANES), np.float32)
+        scale = np.empty(LANES, np.float32)
+        totals = np.zeros((x.shape[0], LANES), np.float32)
         for block in range(n_super):
-            for s in range(16):  # weights 16 s .. 16 s + 15: e = 128 h + 32 p + l
-                h, p, l0 = s >> 3, (s & 7) >> 1, 16 * (s & 1)
-                low_base = block * 128 + 64 * h + 32 * (p & 1) + l0
-                low_shift, high_shift = np.uint8(4 * (p >> 1)), np.uint8(2 * p)
-                high_base = block * 64 + 32 * h + l0
-                for j in range(16):
-                    column, row = quants[t, low_base + j, lo:hi], decoded[j]
-                    top = high_bits[t, high_base + j, lo:hi]
-                    for r in range(lanes):
-                        low = (column[r] >> low_shift) & np.uint8(15)
-                        high = ((top[r] >> high_shift) & np.uint8(3)) << np.uint8(4)
-                        row[r] = np.float32(np.uint8(low | high)) - np.float32(32.0)
-                sub = block * 16 + s
-                for r in range(lanes):
-                    scale[r] = d[t, block, lo + r] * np.float32(scales[t, sub, lo + r])
-                _apply(decoded, 16, x, sub * 16, partial, totals, scale, scale, sums, 0, False)
+            for h in range(2):  # weights 128 h + 32 p + l, sub-block 8 h + 2 p + l // 16
+                for l in range(32):
+                    near = quants[t, block * 128 + 64 * h + l, lo:hi]  # p = 0 (low), 2 (high)
+                    far = quants[t, block * 128 + 64 * h + 32 + l, lo:hi]  # p = 1, 3
+                    top = high_bits[t, block * 64 + 32 * h + l, lo:hi]
+                    w0, w1 = decoded[l], decoded[32 + l]
+                    w2, w3 = decoded[64 + l], decoded[96 + l]
+                    for r in range(LANES):
+                        n, f, h2 = near[r], far[r], top[r]
+                        q0 = (n & _LOW) | ((h2 & _THREE) << _FOUR)
+                        q1 = (f & _LOW) | (((h2 >> _TWO) & _THREE) << _FOUR)
+                        q2 = (n >> _FOUR) | (((h2 >> _FOUR) & _THREE) << _FOUR)
+                        q3 = (f >> _FOUR) | ((h2 >> _SIX) << _FOUR)
+                        w0[r] = np.float32(np.uint8(q0)) - _32
+                        w1[r] = np.float32(np.uint8(q1)) - _32
+                        w2[r] = np.float32(np.uint8(q2)) - _32
+                        w3[r] = np.float32(np.uint8(q3)) - _32
+                for s in range(8):
+                    sub = block * 16 + 8 * h + s
+                    for r in range(LANES):
+                        scale[r] = d[t, block, lo + r] * np.float32(scales[t, sub, lo + r])
+                    _apply(
+                        decoded[16 * s : 16 * s + 16], 16, x, sub * 16, partial, totals, scale,
+                        scale, sums, 0, False,
+                    )  # fmt: skip
         store(totals, out, t * tile + lo)
     return out
 
@@ -217,28 +276,27 @@ def small_matmul(x, sums, d, m, high_bits, quants, offset, five, with_min, out):
     arrays of 3 dimensions where unread; out float32 [B, n_out] (written)."""
     n_tiles, n_blocks, tile = d.shape
     shift_by = np.float32(offset)
-    for job in numba.prange(n_tiles * -(-tile // LANES)):
+    for job in numba.prange(n_tiles * (tile // LANES)):
         t, lo, lanes = _chunk(job, tile)
         hi = lo + lanes
-        decoded = np.empty((32, lanes), np.float32)
-        partial = np.empty(lanes, np.float32)
-        totals = np.zeros((x.shape[0], lanes), np.float32)
+        decoded = np.empty((32, LANES), np.float32)
+        partial = np.empty((GROUP, LANES), np.float32)
+        totals = np.zeros((x.shape[0], LANES), np.float32)
         for block in range(n_blocks):
-            for half in range(2):
-                shift = np.uint32(4 * half)
-                for j in range(16):
-                    column, row = quants[t, block * 16 + j, lo:hi], decoded[16 * half + j]
-                    bit = np.uint32(16 * half + j)
+            fifth = high_bits[t, block, lo:hi] if five else high_bits[0, 0]  # unread unless five
+            for j in range(16):
+                column = quants[t, block * 16 + j, lo:hi]
+                low_row, high_row = decoded[j], decoded[16 + j]
+                low_bit = np.uint32(np.uint32(1) << np.uint32(j))
+                high_bit = np.uint32(np.uint32(1) << np.uint32(16 + j))
+                for r in range(LANES):
+                    low_q = np.float32(np.uint8(column[r] & _LOW))
+                    high_q = np.float32(np.uint8(column[r] >> _FOUR))
                     if five:
-                        fifth = high_bits[t, block, lo:hi]
-                        for r in range(lanes):
-                            q = (np.uint32(column[r]) >> shift) & np.uint32(15)
-                            q |= ((fifth[r] >> bit) & np.uint32(1)) << np.uint32(4)
-                            row[r] = np.float32(np.uint8(q)) - shift_by
-                    else:
-                        for r in range(lanes):
-                            q = (np.uint32(column[r]) >> shift) & np.uint32(15)
-                            row[r] = np.float32(np.uint8(q)) - shift_by
+                        low_q += _16 if np.uint32(fifth[r] & low_bit) else _0
+                        high_q += _16 if np.uint32(fifth[r] & high_bit) else _0
+                    low_row[r] = low_q - shift_by
+                    high_row[r] = high_q - shift_by
             scale = d[t, block, lo:hi]
             minimum = m[t, block, lo:hi] if with_min else scale
             _apply(

@@ -204,22 +204,67 @@ def _emit_unpack(builder, words_p, b_p) -> None:
             builder.store(value, address, align=1)
 
 
-def _make_group_product(rows: int):
-    """`_group_product` for `rows` rows of x (the tile configuration's, `_config(rows,
-    nibbles)`). The weights' kind comes from x_terms' dtype: float32 terms for Q4_1 (nibbles),
-    int32 offsets for Q8_0."""
+_GROUP_ROWS = (1, 2, 4, 8, 16)
+"""`_group_product`'s dispatch table: the rows of x a call serves (a pass's rows go in groups of
+16, the rest in one group of the next power of 2, zero rows padding it); the kind of weights
+comes from x_terms' dtype (float32 terms for Q4_1, int32 offsets for Q8_0)."""
 
-    @intrinsic
-    def group_product(
-        typingctx,
-        x_q,
-        a_start,
-        a_stride,
-        part_offset,
-        b,
-        b_start,
-        b_step,
-        n_blocks,
+
+@intrinsic
+def _group_product(
+    typingctx,
+    rows,
+    x_q,
+    a_start,
+    a_stride,
+    part_offset,
+    b,
+    b_start,
+    b_step,
+    n_blocks,
+    x_scales,
+    x_terms,
+    xs_start,
+    xs_stride,
+    scales,
+    coefs,
+    sc_start,
+    sc_step,
+    sums,
+    totals,
+):  # pragma: no cover - compiled
+    """totals = `rows` rows of x times 16 output rows of W over n_blocks blocks, the variant for
+    `rows` (one of the table `_GROUP_ROWS`) chosen by a switch:
+
+        _group_product(rows, x_q, a_start, a_stride, part_offset, b, b_start, b_step, n_blocks,
+                       x_scales, x_terms, xs_start, xs_stride, scales, coefs, sc_start,
+                       sc_step, scratch, totals)
+
+    For block j < n_blocks, the rows' blocks of x start at x_q[a_start + 16 j X_ROW + i
+    a_stride] (`quantize_rows`'s layout: the first part's 32 bytes, then the second's
+    part_offset bytes on), and b holds the word tiles, block j's at b[b_start + j b_step].
+    Q8_0: A1 and A2 are the two parts, B those 512 bytes as they lie, and two `tdpbsud`
+    give S_1 = A1 B and S_2 = A2 B; Q4_1: A is both parts (64 bytes a row), B the block's
+    256 bytes of nibbles unpacked to `B_BYTES` in scratch (16 q against the first part, q
+    against the second, `_emit_unpack`; block j + 1's while block j's tiles compute, so
+    that its stores are done when they load) and one `tdpbsud` gives S = 16 S_1 + S_2. The
+    sums go to scratch (int32 [`SCRATCH`]) in two alternating slots, so that block j's
+    tiles compute while block j - 1's sums are scaled; then for row i and lane r, with S =
+    ratio S_1 + S_2 (int32, `ratio_of(nibbles)`),
+
+        Q4_1 (x_terms float32): total[i][r] = fma(c_r, term_i, fma(float(S), d_i s_r, total))
+        Q8_0 (x_terms int32):   total[i][r] = fma(float(S - term_i), d_i s_r, total)
+
+    with d_i, term_i = x_scales, x_terms[xs_start + i xs_stride + j] and s_r, c_r =
+    scales, coefs[sc_start + j sc_step + r]; the totals start at 0, stay in vector
+    registers and are written to totals float32 [16, 16] (rows 0..rows-1) at the end. The
+    tile configuration must be `_config(rows, nibbles)`'s. Flat offsets into C-contiguous
+    arrays; nothing is bounds-checked.
+
+    Each block also asks for the same block of the next 16 output rows (its words, scales
+    and coefs) into L1 (docs/numerics.md, "Block products").
+    """
+    rest = (
         x_scales,
         x_terms,
         xs_start,
@@ -230,221 +275,178 @@ def _make_group_product(rows: int):
         sc_step,
         sums,
         totals,
-    ):  # pragma: no cover - compiled
-        """totals = `rows` rows of x times 16 output rows of W over n_blocks blocks:
+    )
+    arrays = (x_q, b, x_scales, x_terms, scales, coefs, sums, totals)
+    offsets = isinstance(x_terms, types.Array) and x_terms.dtype == types.int32  # Q8_0
+    nibbles = not offsets  # Q4_1
+    term_type = types.int32 if offsets else types.float32
+    wanted = (types.int8, types.uint8, types.float32, term_type) + (types.float32,) * 2
+    wanted += (types.int32, types.float32)
+    if any(
+        not isinstance(a, types.Array) or a.dtype != d for a, d in zip(arrays, wanted, strict=True)
+    ):
+        return None
+    sig = types.void(rows, x_q, a_start, a_stride, part_offset, b, b_start, b_step, n_blocks, *rest)
 
-            group_product(x_q, a_start, a_stride, part_offset, b, b_start, b_step, n_blocks,
-                          x_scales, x_terms, xs_start, xs_stride, scales, coefs, sc_start,
-                          sc_step, scratch, totals)
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        key = context.cast(builder, args[0], signature.args[0], types.int64)
+        done = builder.append_basic_block("group_done")
+        switch = builder.switch(key, done)
+        inner = types.void(*signature.args[1:])
+        for count in _GROUP_ROWS:
+            case = builder.append_basic_block(f"group_{count}")
+            switch.add_case(i64(count), case)
+            builder.position_at_end(case)
+            emit(context, builder, inner, args[1:], count)
+            builder.branch(done)
+        builder.position_at_end(done)
+        return context.get_dummy_value()
 
-        For block j < n_blocks, the rows' blocks of x start at x_q[a_start + 16 j X_ROW + i
-        a_stride] (`quantize_rows`'s layout: the first part's 32 bytes, then the second's
-        part_offset bytes on), and b holds the word tiles, block j's at b[b_start + j b_step].
-        Q8_0: A1 and A2 are the two parts, B those 512 bytes as they lie, and two `tdpbsud`
-        give S_1 = A1 B and S_2 = A2 B; Q4_1: A is both parts (64 bytes a row), B the block's
-        256 bytes of nibbles unpacked to `B_BYTES` in scratch (16 q against the first part, q
-        against the second, `_emit_unpack`; block j + 1's while block j's tiles compute, so
-        that its stores are done when they load) and one `tdpbsud` gives S = 16 S_1 + S_2. The
-        sums go to scratch (int32 [`SCRATCH`]) in two alternating slots, so that block j's
-        tiles compute while block j - 1's sums are scaled; then for row i and lane r, with S =
-        ratio S_1 + S_2 (int32, `ratio_of(nibbles)`),
-
-            Q4_1 (x_terms float32): total[i][r] = fma(c_r, term_i, fma(float(S), d_i s_r, total))
-            Q8_0 (x_terms int32):   total[i][r] = fma(float(S - term_i), d_i s_r, total)
-
-        with d_i, term_i = x_scales, x_terms[xs_start + i xs_stride + j] and s_r, c_r =
-        scales, coefs[sc_start + j sc_step + r]; the totals start at 0, stay in vector
-        registers and are written to totals float32 [16, 16] (rows 0..rows-1) at the end. The
-        tile configuration must be `_config(rows, nibbles)`'s. Flat offsets into C-contiguous
-        arrays; nothing is bounds-checked.
-
-        Each block also asks for the same block of the next 16 output rows (its words, scales
-        and coefs) into L1: a group of rows of x reads the whole tile one block at a time for
-        16 output rows after another, so the blocks are as many streams, a line apart from one
-        16 rows to the next, more than the hardware prefetchers follow (one thread, 121
-        products from memory at batch 32: 49.7 against 59.5 ms; a block 2 or 4 ahead for the
-        same 16 rows gained next to nothing).
-        """
-        rest = (
-            x_scales,
-            x_terms,
-            xs_start,
-            xs_stride,
-            scales,
-            coefs,
-            sc_start,
-            sc_step,
-            sums,
-            totals,
+    def emit(context, builder, signature, args, rows):  # the variant for `rows` rows of x
+        i8, i32, i64, f32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
+        vec, fvec = ir.VectorType(i32, ROWS), ir.VectorType(f32, ROWS)
+        pointer = i8.as_pointer()
+        zero = _declare(builder, "llvm.x86.tilezero", [i8])
+        load = _declare(builder, "llvm.x86.tileloadd64", [i8, pointer, i64])
+        product = _declare(builder, "llvm.x86.tdpbsud", [i8, i8, i8])
+        store = _declare(builder, "llvm.x86.tilestored64", [i8, pointer, i64])
+        prefetch = _declare(builder, "llvm.prefetch.p0", [pointer, i32, i32, i32])
+        fma = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(fvec, [fvec] * 3), "llvm.fma.v16f32"
         )
-        arrays = (x_q, b, x_scales, x_terms, scales, coefs, sums, totals)
-        offsets = isinstance(x_terms, types.Array) and x_terms.dtype == types.int32  # Q8_0
-        nibbles = not offsets  # Q4_1
-        term_type = types.int32 if offsets else types.float32
-        wanted = (types.int8, types.uint8, types.float32, term_type) + (types.float32,) * 2
-        wanted += (types.int32, types.float32)
-        if any(
-            not isinstance(a, types.Array) or a.dtype != d
-            for a, d in zip(arrays, wanted, strict=True)
-        ):
-            return None
-        sig = types.void(x_q, a_start, a_stride, part_offset, b, b_start, b_step, n_blocks, *rest)
+        a_start, a_stride, part_offset, b_start, b_step, n_blocks = (
+            args[i] for i in (1, 2, 3, 5, 6, 7)
+        )
+        xs_start, xs_stride, sc_start, sc_step = (args[i] for i in (10, 11, 14, 15))
+        x_q_p = _data(context, builder, signature, args, 0)
+        b_p = _data(context, builder, signature, args, 4)
+        x_scales_p = _data(context, builder, signature, args, 8, f32)
+        x_terms_p = _data(context, builder, signature, args, 9, i32 if offsets else f32)
+        scales_p = _data(context, builder, signature, args, 12, f32)
+        coefs_p = _data(context, builder, signature, args, 13, f32)
+        scratch_p = _data(context, builder, signature, args, 16)
+        totals_v = builder.bitcast(_data(context, builder, signature, args, 17), fvec.as_pointer())
 
-        def codegen(context, builder, signature, args):
-            i8, i32, i64, f32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
-            vec, fvec = ir.VectorType(i32, ROWS), ir.VectorType(f32, ROWS)
-            pointer = i8.as_pointer()
-            zero = _declare(builder, "llvm.x86.tilezero", [i8])
-            load = _declare(builder, "llvm.x86.tileloadd64", [i8, pointer, i64])
-            product = _declare(builder, "llvm.x86.tdpbsud", [i8, i8, i8])
-            store = _declare(builder, "llvm.x86.tilestored64", [i8, pointer, i64])
-            prefetch = _declare(builder, "llvm.prefetch.p0", [pointer, i32, i32, i32])
-            fma = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(fvec, [fvec] * 3), "llvm.fma.v16f32"
-            )
-            a_start, a_stride, part_offset, b_start, b_step, n_blocks = (
-                args[i] for i in (1, 2, 3, 5, 6, 7)
-            )
-            xs_start, xs_stride, sc_start, sc_step = (args[i] for i in (10, 11, 14, 15))
-            x_q_p = _data(context, builder, signature, args, 0)
-            b_p = _data(context, builder, signature, args, 4)
-            x_scales_p = _data(context, builder, signature, args, 8, f32)
-            x_terms_p = _data(context, builder, signature, args, 9, i32 if offsets else f32)
-            scales_p = _data(context, builder, signature, args, 12, f32)
-            coefs_p = _data(context, builder, signature, args, 13, f32)
-            scratch_p = _data(context, builder, signature, args, 16)
-            totals_v = builder.bitcast(
-                _data(context, builder, signature, args, 17), fvec.as_pointer()
-            )
+        def ratio(value):
+            return _times_ratio(builder, value, PART_RATIO)
 
-            def ratio(value):
-                return _times_ratio(builder, value, PART_RATIO)
+        def splat(value, vector=fvec):
+            return _splat(builder, value, vector)
 
-            def splat(value, vector=fvec):
-                return _splat(builder, value, vector)
+        def scalar(base, offset):
+            return builder.load(builder.gep(base, [offset]), align=4)
 
-            def scalar(base, offset):
-                return builder.load(builder.gep(base, [offset]), align=4)
+        def vector(base, offset, kind=fvec):
+            address = builder.bitcast(builder.gep(base, [offset]), kind.as_pointer())
+            return builder.load(address, align=4)
 
-            def vector(base, offset, kind=fvec):
-                address = builder.bitcast(builder.gep(base, [offset]), kind.as_pointer())
-                return builder.load(address, align=4)
+        def unpack(j, slot):  # Q4_1: block j's B from the word tiles into L1 (`slot`)
+            words = builder.gep(b_p, [builder.add(b_start, builder.mul(j, b_step))])
+            _emit_unpack(builder, words, builder.gep(scratch_p, [i64(4096 + B_BYTES * slot)]))
 
-            def unpack(j, slot):  # Q4_1: block j's B from the word tiles into L1 (`slot`)
-                words = builder.gep(b_p, [builder.add(b_start, builder.mul(j, b_step))])
-                _emit_unpack(builder, words, builder.gep(scratch_p, [i64(4096 + B_BYTES * slot)]))
+        def fetch_next(j):  # block j of the next 16 output rows (weights, scales, coefs)
+            words = 4 * 64 if nibbles else 8 * 64  # bytes of a block of 16 rows
+            ahead = builder.add(builder.add(b_start, builder.mul(j, b_step)), i64(words))
+            for line in range(0, words, 64):
+                address = builder.gep(b_p, [builder.add(ahead, i64(line))])
+                builder.call(prefetch, [address, i32(0), i32(3), i32(1)])
+            at = builder.add(builder.add(sc_start, builder.mul(j, sc_step)), i64(ROWS))
+            for base in (scales_p, coefs_p):
+                address = builder.bitcast(builder.gep(base, [at]), i8.as_pointer())
+                builder.call(prefetch, [address, i32(0), i32(3), i32(1)])
 
-            def fetch_next(j):  # block j of the next 16 output rows (weights, scales, coefs)
-                words = 4 * 64 if nibbles else 8 * 64  # bytes of a block of 16 rows
-                ahead = builder.add(builder.add(b_start, builder.mul(j, b_step)), i64(words))
-                for line in range(0, words, 64):
-                    address = builder.gep(b_p, [builder.add(ahead, i64(line))])
-                    builder.call(prefetch, [address, i32(0), i32(3), i32(1)])
-                at = builder.add(builder.add(sc_start, builder.mul(j, sc_step)), i64(ROWS))
-                for base in (scales_p, coefs_p):
-                    address = builder.bitcast(builder.gep(base, [at]), i8.as_pointer())
-                    builder.call(prefetch, [address, i32(0), i32(3), i32(1)])
-
-            def issue(j, slot):  # block j's tile products, stored to the sums of `slot` (0 or 1)
-                fetch_next(j)
-                a1 = builder.gep(x_q_p, [builder.add(a_start, builder.mul(j, i64(ROWS * X_ROW)))])
-                b_here = builder.gep(b_p, [builder.add(b_start, builder.mul(j, b_step))])
-                sums = builder.gep(scratch_p, [i64(2048 * slot)])  # rows of 64 bytes
-                if nibbles:  # both parts in one product: S = 16 S_1 + S_2
-                    # block j + 1's B (the last block's again at the end) into the other slot,
-                    # so that its stores are done when its tiles load
-                    following = builder.select(
-                        builder.icmp_signed("<", builder.add(j, i64(1)), n_blocks),
-                        builder.add(j, i64(1)),
-                        j,
-                    )
-                    unpack(following, 1 - slot)
-                    unpacked = builder.gep(scratch_p, [i64(4096 + B_BYTES * slot)])
-                    builder.call(zero, [i8(slot)])
-                    builder.call(load, [i8(_A1), a1, a_stride])
-                    builder.call(load, [i8(_B), unpacked, i64(64)])
-                    builder.call(product, [i8(slot), i8(_A1), i8(_B)])
-                    builder.call(store, [i8(slot), sums, i64(64)])
-                    return
-                c1, c2 = 2 * slot, 2 * slot + 1
-                builder.call(zero, [i8(c1)])
-                builder.call(zero, [i8(c2)])
+        def issue(j, slot):  # block j's tile products, stored to the sums of `slot` (0 or 1)
+            fetch_next(j)
+            a1 = builder.gep(x_q_p, [builder.add(a_start, builder.mul(j, i64(ROWS * X_ROW)))])
+            b_here = builder.gep(b_p, [builder.add(b_start, builder.mul(j, b_step))])
+            sums = builder.gep(scratch_p, [i64(2048 * slot)])  # rows of 64 bytes
+            if nibbles:  # both parts in one product: S = 16 S_1 + S_2
+                # block j + 1's B (the last block's again at the end) into the other slot,
+                # so that its stores are done when its tiles load
+                following = builder.select(
+                    builder.icmp_signed("<", builder.add(j, i64(1)), n_blocks),
+                    builder.add(j, i64(1)),
+                    j,
+                )
+                unpack(following, 1 - slot)
+                unpacked = builder.gep(scratch_p, [i64(4096 + B_BYTES * slot)])
+                builder.call(zero, [i8(slot)])
                 builder.call(load, [i8(_A1), a1, a_stride])
-                builder.call(load, [i8(_A2), builder.gep(a1, [part_offset]), a_stride])
-                builder.call(load, [i8(_B), b_here, i64(64)])
-                builder.call(product, [i8(c1), i8(_A1), i8(_B)])
-                builder.call(product, [i8(c2), i8(_A2), i8(_B)])
-                builder.call(store, [i8(c1), sums, i64(64)])
-                builder.call(store, [i8(c2), builder.gep(sums, [i64(1024)]), i64(64)])
+                builder.call(load, [i8(_B), unpacked, i64(64)])
+                builder.call(product, [i8(slot), i8(_A1), i8(_B)])
+                builder.call(store, [i8(slot), sums, i64(64)])
+                return
+            c1, c2 = 2 * slot, 2 * slot + 1
+            builder.call(zero, [i8(c1)])
+            builder.call(zero, [i8(c2)])
+            builder.call(load, [i8(_A1), a1, a_stride])
+            builder.call(load, [i8(_A2), builder.gep(a1, [part_offset]), a_stride])
+            builder.call(load, [i8(_B), b_here, i64(64)])
+            builder.call(product, [i8(c1), i8(_A1), i8(_B)])
+            builder.call(product, [i8(c2), i8(_A2), i8(_B)])
+            builder.call(store, [i8(c1), sums, i64(64)])
+            builder.call(store, [i8(c2), builder.gep(sums, [i64(1024)]), i64(64)])
 
-            def post(j, totals):  # block j's sums (stored by `issue`) into the totals
-                sums = builder.gep(scratch_p, [builder.mul(builder.and_(j, i64(1)), i64(2048))])
-                at = builder.add(sc_start, builder.mul(j, sc_step))
-                s, c = vector(scales_p, at), vector(coefs_p, at)
-                following = []
-                for i, total in enumerate(totals[:rows]):
-                    combined = vector(sums, i64(64 * i), vec)
-                    if not nibbles:
-                        second = vector(sums, i64(1024 + 64 * i), vec)
-                        combined = builder.add(ratio(combined), second)
-                    where = builder.add(builder.add(xs_start, builder.mul(xs_stride, i64(i))), j)
-                    if offsets:  # Q8_0: take off 128 sum(254 x_1 + x_2), in int32
-                        combined = builder.sub(combined, splat(scalar(x_terms_p, where), vec))
-                    ds = builder.fmul(splat(scalar(x_scales_p, where)), s)
-                    total = builder.call(fma, [builder.sitofp(combined, fvec), ds, total])
-                    if not offsets:  # Q4_1: the minimums times the block's sum of x
-                        total = builder.call(fma, [c, splat(scalar(x_terms_p, where)), total])
-                    following.append(total)
-                return following + totals[rows:]
+        def post(j, totals):  # block j's sums (stored by `issue`) into the totals
+            sums = builder.gep(scratch_p, [builder.mul(builder.and_(j, i64(1)), i64(2048))])
+            at = builder.add(sc_start, builder.mul(j, sc_step))
+            s, c = vector(scales_p, at), vector(coefs_p, at)
+            following = []
+            for i, total in enumerate(totals[:rows]):
+                combined = vector(sums, i64(64 * i), vec)
+                if not nibbles:
+                    second = vector(sums, i64(1024 + 64 * i), vec)
+                    combined = builder.add(ratio(combined), second)
+                where = builder.add(builder.add(xs_start, builder.mul(xs_stride, i64(i))), j)
+                if offsets:  # Q8_0: take off 128 sum(254 x_1 + x_2), in int32
+                    combined = builder.sub(combined, splat(scalar(x_terms_p, where), vec))
+                ds = builder.fmul(splat(scalar(x_scales_p, where)), s)
+                total = builder.call(fma, [builder.sitofp(combined, fvec), ds, total])
+                if not offsets:  # Q4_1: the minimums times the block's sum of x
+                    total = builder.call(fma, [c, splat(scalar(x_terms_p, where)), total])
+                following.append(total)
+            return following + totals[rows:]
 
-            # block j's tile products go out before block j - 1's sums are scaled (two sets of C
-            # tiles, alternating), so that the tiles compute while the vector units scale
-            entry = builder.block
-            loop = builder.append_basic_block("blocks")
-            odd = builder.append_basic_block("issue_odd")
-            even = builder.append_basic_block("issue_even")
-            scale = builder.append_basic_block("scale")
-            done = builder.append_basic_block("blocks_done")
-            if nibbles:
-                unpack(i64(0), 0)
-            issue(i64(0), 0)
-            builder.branch(loop)
-            builder.position_at_end(loop)
-            j = builder.phi(i64)  # the block to issue; j - 1 is scaled
-            j.add_incoming(i64(1), entry)
-            phis = [builder.phi(fvec) for _ in range(ROWS)]
-            for phi in phis:
-                phi.add_incoming(ir.Constant(fvec, [0.0] * ROWS), entry)
-            more = builder.icmp_signed("<", j, n_blocks)
-            dispatch = builder.append_basic_block("issue")
-            builder.cbranch(more, dispatch, scale)
-            builder.position_at_end(dispatch)
-            builder.cbranch(builder.icmp_unsigned("!=", builder.and_(j, i64(1)), i64(0)), odd, even)
-            for block, slot in ((odd, 1), (even, 0)):
-                builder.position_at_end(block)
-                issue(j, slot)
-                builder.branch(scale)
-            builder.position_at_end(scale)
-            following = post(builder.sub(j, i64(1)), phis)
-            j_next = builder.add(j, i64(1))
-            j.add_incoming(j_next, builder.block)
-            for phi, total in zip(phis, following, strict=True):
-                phi.add_incoming(total, builder.block)
-            builder.cbranch(builder.icmp_signed("<=", j_next, n_blocks), loop, done)
-            builder.position_at_end(done)
-            for i, value in enumerate(following[:rows]):
-                builder.store(value, builder.gep(totals_v, [i32(i)]), align=4)
-            return context.get_dummy_value()
+        # block j's tile products go out before block j - 1's sums are scaled (two sets of C
+        # tiles, alternating), so that the tiles compute while the vector units scale
+        entry = builder.block
+        loop = builder.append_basic_block("blocks")
+        odd = builder.append_basic_block("issue_odd")
+        even = builder.append_basic_block("issue_even")
+        scale = builder.append_basic_block("scale")
+        done = builder.append_basic_block("blocks_done")
+        if nibbles:
+            unpack(i64(0), 0)
+        issue(i64(0), 0)
+        builder.branch(loop)
+        builder.position_at_end(loop)
+        j = builder.phi(i64)  # the block to issue; j - 1 is scaled
+        j.add_incoming(i64(1), entry)
+        phis = [builder.phi(fvec) for _ in range(ROWS)]
+        for phi in phis:
+            phi.add_incoming(ir.Constant(fvec, [0.0] * ROWS), entry)
+        more = builder.icmp_signed("<", j, n_blocks)
+        dispatch = builder.append_basic_block("issue")
+        builder.cbranch(more, dispatch, scale)
+        builder.position_at_end(dispatch)
+        builder.cbranch(builder.icmp_unsigned("!=", builder.and_(j, i64(1)), i64(0)), odd, even)
+        for block, slot in ((odd, 1), (even, 0)):
+            builder.position_at_end(block)
+            issue(j, slot)
+            builder.branch(scale)
+        builder.position_at_end(scale)
+        following = post(builder.sub(j, i64(1)), phis)
+        j_next = builder.add(j, i64(1))
+        j.add_incoming(j_next, builder.block)
+        for phi, total in zip(phis, following, strict=True):
+            phi.add_incoming(total, builder.block)
+        builder.cbranch(builder.icmp_signed("<=", j_next, n_blocks), loop, done)
+        builder.position_at_end(done)
+        for i, value in enumerate(following[:rows]):
+            builder.store(value, builder.gep(totals_v, [i32(i)]), align=4)
 
-        return sig, codegen
-
-    return group_product
-
-
-_GROUP_ROWS = (1, 2, 4, 8, 16)
-"""Rows of x a `_group_product` call serves: a pass's rows go in groups of 16, the rest in one
-group of the next power of 2 (zero rows pad it)."""
-_group_1, _group_2, _group_4, _group_8, _group_16 = (_make_group_product(r) for r in _GROUP_ROWS)
+    return sig, codegen
 
 
 def _make_row_product(words_per_block: int):
@@ -763,22 +765,6 @@ def _quantized(x, groups, rows, nibbles):  # pragma: no cover - compiled
     return x_q, x_scales, x_terms, x_offsets
 
 
-@numba.njit(cache=True)
-def _products(group, a_args, terms, w_args, scratch, totals):  # pragma: no cover - compiled
-    """`_group_product` for `group` rows (one of `_GROUP_ROWS`); Q4_1 or Q8_0 weights by
-    `terms` (float32 terms or int32 offsets)."""
-    if group == 16:
-        _group_16(*a_args, terms, *w_args, scratch, totals)
-    elif group == 8:
-        _group_8(*a_args, terms, *w_args, scratch, totals)
-    elif group == 4:
-        _group_4(*a_args, terms, *w_args, scratch, totals)
-    elif group == 2:
-        _group_2(*a_args, terms, *w_args, scratch, totals)
-    else:
-        _group_1(*a_args, terms, *w_args, scratch, totals)
-
-
 @numba.njit(cache=True, parallel=True)
 def _amx_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
     """x W^T for W in word tiles, x quantized in two int8 parts (`quantize_rows`), the
@@ -817,10 +803,10 @@ def _amx_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
                 a_start = first * n_blocks * X_ROW  # group first // 16
                 a_args = (x_q, a_start, X_ROW, BLOCK, flat_words, b_start, step, n_blocks, x_scales)
                 w_args = (first * n_blocks, n_blocks, scales, coefs, sc_start + g * ROWS, tile)
-                if nibbles:
-                    _products(group, a_args, x_terms, w_args, scratch, totals)
+                if nibbles:  # the terms' dtype (float32, int32) is the weights' kind
+                    _group_product(group, *a_args, x_terms, *w_args, scratch, totals)
                 else:
-                    _products(group, a_args, x_offsets, w_args, scratch, totals)
+                    _group_product(group, *a_args, x_offsets, *w_args, scratch, totals)
                 column = t * tile + g * ROWS
                 for i in range(min(group, batch - first)):  # no views: each one costs
                     for r in range(min(ROWS, n_out - column)):  # two atomic reference-count
@@ -923,12 +909,12 @@ def row_matmul(x, scales, coefs, words, out):
     return _row_matmul(x, scales, coefs, words, out)
 
 
-def _trusted_matmul(x, scales, coefs, words, out):
-    """`amx_matmul` (one row: `row_matmul`) without the checks, for a caller whose arguments are
-    right by construction (`corral.model.quant.TiledMatrix`, which lays the weights out itself
-    and checks x): at batch 1 the checks took about 1 ms of a 10 ms decode step (121 products).
-    Private: wrong arguments would crash it, where the public wrappers raise. Arguments as
-    `amx_matmul`'s; needs `available()`. Returns out."""
+def unchecked_matmul(x, scales, coefs, words, out):
+    """`amx_matmul` (one row: `row_matmul`) without the argument checks, for a caller whose
+    arguments are right by construction (`corral.model.quant.TiledMatrix` lays the weights out
+    itself and checks x; the checks cost about a tenth of a batch-1 decode step). Wrong
+    arguments crash the process, where `amx_matmul` raises. Arguments as `amx_matmul`'s; needs
+    `available()`. Returns out."""
     if x.shape[0] == 1:
         return _row_matmul(x, scales, coefs, words, out)
     return _amx_matmul(x, scales, coefs, words, out)

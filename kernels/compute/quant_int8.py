@@ -17,7 +17,7 @@ cost of one more row of integer work (`int8_matmul`'s `parts`).
 
 The integer dot products are AVX-512 VNNI's `vpdpbusd` (64 unsigned-by-signed byte products
 summed into 16 int32 lanes by one instruction), called as LLVM's intrinsic from Numba
-(`_make_block_product`), so that the instruction is there whatever LLVM's vectorizer would
+(`_block_product`), so that the instruction is there whatever LLVM's vectorizer would
 make of a loop. Its left operand is unsigned: the Q4_1 nibbles are, and the Q8_0 weights are
 stored offset by 128 (q + 128, a flip of the sign bit), 128 d sum(x_q) being taken off per
 block (a negative `x_terms` with the scales as coefficients).
@@ -142,11 +142,107 @@ def word_tiles(quants: np.ndarray, kind: str, n_tiles: int, tile: int) -> np.nda
     return np.ascontiguousarray(words.transpose(0, 3, 1, 4, 2, 5))
 
 
-def _make_block_product(words_per_block: int, nibbles: bool, group: int):
-    """An intrinsic adding one block of 16 weight rows times `group` rows of x to float totals:
+GROUPS = (1, 2, 4, 8)
+"""The rows of x (parts) one intrinsic call takes."""
 
-        block_product(words, w_start, x_q, x_start, x_stride, x_scales, x_terms, xs_start,
-                      xs_stride, scales, coefs, sc_start, total, total_start, total_stride)
+PRODUCTS = tuple((nibbles, group) for nibbles in (True, False) for group in GROUPS)
+"""`_block_product`'s dispatch table: (Q4_1 `nibbles`, rows of x `group`)."""
+
+
+def _emit_block_product(context, builder, arg_types, args, nibbles, group):
+    """Emit, at the builder's position, one block of 16 weight rows times `group` rows of x
+    added to float totals (`_block_product`'s contract; `args` and `arg_types` its arguments
+    after the two keys); `nibbles`: Q4_1's 4 words of nibbles a block, else Q8_0's 8 words."""
+    words_per_block = 4 if nibbles else 8
+    i8, i32, i64, f32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
+    vec, fvec = ir.VectorType(i32, LANES), ir.VectorType(f32, LANES)
+    splits = max(1, 8 // group)  # independent accumulators a row: vpdpbusd's latency is 5
+
+    def pointer(index, element):  # the data of array argument `index`
+        array = context.make_array(arg_types[index])(context, builder, args[index])
+        return builder.bitcast(array.data, element.as_pointer())
+
+    def load(base, offset, element):  # element (a scalar or vector) at base[offset]
+        address = builder.bitcast(builder.gep(base, [offset]), element.as_pointer())
+        return builder.load(address, align=1, typ=element)
+
+    def offset(start, stride, i, extra=0):  # start + stride i + extra
+        step = builder.mul(stride, ir.Constant(i64, i))
+        return builder.add(builder.add(start, step), ir.Constant(i64, extra))
+
+    def splat(value, vector):  # value in every lane
+        single = builder.insert_element(ir.Constant(vector, None), value, i32(0))
+        return builder.shuffle_vector(single, ir.Constant(vector, None), vec([0] * LANES))
+
+    words_p, x_p = pointer(0, i8), pointer(2, i8)
+    x_scales_p, x_terms_p = pointer(5, f32), pointer(6, f32)
+    scales_p, coefs_p, total_p = pointer(9, f32), pointer(10, f32), pointer(12, f32)
+    w_start, x_start, x_stride, xs_start, xs_stride = (args[i] for i in (1, 3, 4, 7, 8))
+    sc_start, total_start, total_stride = args[11], args[13], args[14]
+    dpbusd = cgutils.get_or_insert_function(
+        builder.module,
+        ir.FunctionType(vec, [vec, vec, vec]),
+        "llvm.x86.avx512.vpdpbusd.512",
+    )
+    accs = [[vec([0] * LANES)] * splits for _ in range(group)]
+    step = 0
+    for index in range(words_per_block):
+        w = load(words_p, builder.add(w_start, i64(64 * index)), vec)
+        parts = [(w, 4 * index)]
+        if nibbles:  # low nibbles: elements j; high nibbles: elements j + 16
+            low = builder.and_(w, vec([0x0F0F0F0F] * LANES))
+            high = builder.and_(builder.lshr(w, vec([4] * LANES)), vec([0x0F0F0F0F] * LANES))
+            parts = [(low, 4 * index), (high, BLOCK // 2 + 4 * index)]
+        for operand, column in parts:
+            for i in range(group):
+                x_word = splat(load(x_p, offset(x_start, x_stride, i, column), i32), vec)
+                slot = step % splits
+                accs[i][slot] = builder.call(dpbusd, [accs[i][slot], operand, x_word])
+            step += 1
+    scale = load(scales_p, sc_start, fvec)
+    coef = load(coefs_p, sc_start, fvec)
+    for i in range(group):
+        acc = accs[i][0]
+        for other in accs[i][1:]:
+            acc = builder.add(acc, other)
+        where = offset(xs_start, xs_stride, i)
+        d = splat(load(x_scales_p, where, f32), fvec)
+        term = splat(load(x_terms_p, where, f32), fvec)
+        address = builder.gep(total_p, [offset(total_start, total_stride, i)])
+        address = builder.bitcast(address, fvec.as_pointer())
+        value = builder.load(address, align=4, typ=fvec)
+        product = builder.fmul(builder.fmul(builder.sitofp(acc, fvec), d), scale)
+        value = builder.fadd(builder.fadd(value, product), builder.fmul(coef, term))
+        builder.store(value, address, align=4)
+
+
+@intrinsic
+def _block_product(
+    typingctx,
+    nibbles,
+    group,
+    words,
+    w_start,
+    x_q,
+    x_start,
+    x_stride,
+    x_scales,
+    x_terms,
+    xs_start,
+    xs_stride,
+    scales,
+    coefs,
+    sc_start,
+    total,
+    total_start,
+    total_stride,
+):  # pragma: no cover - compiled
+    """One block of 16 weight rows times `group` rows of x added to float totals, the variant
+    chosen by a switch over the table `PRODUCTS` (another (nibbles, group) adds nothing):
+
+        _block_product(nibbles, group, words, w_start, x_q, x_start, x_stride, x_scales,
+                       x_terms, xs_start, xs_stride, scales, coefs, sc_start, total,
+                       total_start, total_stride)
 
     adds, for row i < group of x and lane r < 16,
 
@@ -154,139 +250,37 @@ def _make_block_product(words_per_block: int, nibbles: bool, group: int):
                                                    + coefs[sc_start + r] term_i
 
     where the sum runs over the block (`vpdpbusd`, exact in int32), the 16 rows' quants start
-    at byte w_start of words (word tiles, `words_per_block` 64-byte words; `nibbles`: each
-    byte holds elements j and j + 16), row i's block of x_q at byte x_start + i x_stride, and
-    d_i, term_i = x_scales, x_terms [xs_start + i xs_stride]. Flat offsets into C-contiguous
-    arrays; nothing is bounds-checked (the caller's loops stay in range).
+    at byte w_start of words (word tiles: Q4_1 (`nibbles`) 4 words, each byte elements j and
+    j + 16; Q8_0 8 words), row i's block of x_q at byte x_start + i x_stride, and d_i, term_i
+    = x_scales, x_terms [xs_start + i xs_stride]. Flat offsets into C-contiguous arrays;
+    nothing is bounds-checked (the caller's loops stay in range).
     """
-    i8, i32, i64, f32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
-    vec, fvec = ir.VectorType(i32, LANES), ir.VectorType(f32, LANES)
-    splits = max(1, 8 // group)  # independent accumulators a row: vpdpbusd's latency is 5
-
-    @intrinsic
-    def block_product(
-        typingctx,
-        words,
-        w_start,
-        x_q,
-        x_start,
-        x_stride,
-        x_scales,
-        x_terms,
-        xs_start,
-        xs_stride,
-        scales,
-        coefs,
-        sc_start,
-        total,
-        total_start,
-        total_stride,
+    arrays = (words, x_q, x_scales, x_terms, scales, coefs, total)
+    wanted = (types.uint8, types.int8) + (types.float32,) * 5
+    if any(
+        not isinstance(a, types.Array) or a.dtype != d for a, d in zip(arrays, wanted, strict=True)
     ):
-        arrays = (words, x_q, x_scales, x_terms, scales, coefs, total)
-        wanted = (types.uint8, types.int8) + (types.float32,) * 5
-        if any(
-            not isinstance(a, types.Array) or a.dtype != d
-            for a, d in zip(arrays, wanted, strict=True)
-        ):
-            return None  # a typing error: these dtypes only
-        sig = types.void(
-            words,
-            w_start,
-            x_q,
-            x_start,
-            x_stride,
-            x_scales,
-            x_terms,
-            xs_start,
-            xs_stride,
-            scales,
-            coefs,
-            sc_start,
-            total,
-            total_start,
-            total_stride,
-        )
+        return None  # a typing error: these dtypes only
+    rest = (words, w_start, x_q, x_start, x_stride, x_scales, x_terms, xs_start, xs_stride)
+    sig = types.void(nibbles, group, *rest, scales, coefs, sc_start, total, total_start,
+                     total_stride)  # fmt: skip
 
-        def codegen(context, builder, signature, args):
-            def pointer(index, element):  # the data of array argument `index`
-                array = context.make_array(signature.args[index])(context, builder, args[index])
-                return builder.bitcast(array.data, element.as_pointer())
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        flag = builder.zext(args[0], i64) if args[0].type != i64 else args[0]
+        rows = context.cast(builder, args[1], signature.args[1], types.int64)
+        done = builder.append_basic_block("product_done")
+        switch = builder.switch(builder.or_(builder.shl(flag, i64(8)), rows), done)
+        for nibbles_, group_ in PRODUCTS:
+            case = builder.append_basic_block(f"product_{int(nibbles_)}_{group_}")
+            switch.add_case(i64((int(nibbles_) << 8) | group_), case)
+            builder.position_at_end(case)
+            _emit_block_product(context, builder, signature.args[2:], args[2:], nibbles_, group_)
+            builder.branch(done)
+        builder.position_at_end(done)
+        return context.get_dummy_value()
 
-            def load(base, offset, element):  # element (a scalar or vector) at base[offset]
-                address = builder.bitcast(builder.gep(base, [offset]), element.as_pointer())
-                return builder.load(address, align=1, typ=element)
-
-            def offset(start, stride, i, extra=0):  # start + stride i + extra
-                step = builder.mul(stride, ir.Constant(i64, i))
-                return builder.add(builder.add(start, step), ir.Constant(i64, extra))
-
-            def splat(value, vector):  # value in every lane
-                single = builder.insert_element(ir.Constant(vector, None), value, i32(0))
-                return builder.shuffle_vector(single, ir.Constant(vector, None), vec([0] * LANES))
-
-            words_p, x_p = pointer(0, i8), pointer(2, i8)
-            x_scales_p, x_terms_p = pointer(5, f32), pointer(6, f32)
-            scales_p, coefs_p, total_p = pointer(9, f32), pointer(10, f32), pointer(12, f32)
-            w_start, x_start, x_stride, xs_start, xs_stride = (args[i] for i in (1, 3, 4, 7, 8))
-            sc_start, total_start, total_stride = args[11], args[13], args[14]
-            dpbusd = cgutils.get_or_insert_function(
-                builder.module,
-                ir.FunctionType(vec, [vec, vec, vec]),
-                "llvm.x86.avx512.vpdpbusd.512",
-            )
-            accs = [[vec([0] * LANES)] * splits for _ in range(group)]
-            step = 0
-            for index in range(words_per_block):
-                w = load(words_p, builder.add(w_start, i64(64 * index)), vec)
-                parts = [(w, 4 * index)]
-                if nibbles:  # low nibbles: elements j; high nibbles: elements j + 16
-                    low = builder.and_(w, vec([0x0F0F0F0F] * LANES))
-                    high = builder.and_(
-                        builder.lshr(w, vec([4] * LANES)), vec([0x0F0F0F0F] * LANES)
-                    )
-                    parts = [(low, 4 * index), (high, BLOCK // 2 + 4 * index)]
-                for operand, column in parts:
-                    for i in range(group):
-                        x_word = splat(load(x_p, offset(x_start, x_stride, i, column), i32), vec)
-                        slot = step % splits
-                        accs[i][slot] = builder.call(dpbusd, [accs[i][slot], operand, x_word])
-                    step += 1
-            scale = load(scales_p, sc_start, fvec)
-            coef = load(coefs_p, sc_start, fvec)
-            for i in range(group):
-                acc = accs[i][0]
-                for other in accs[i][1:]:
-                    acc = builder.add(acc, other)
-                where = offset(xs_start, xs_stride, i)
-                d = splat(load(x_scales_p, where, f32), fvec)
-                term = splat(load(x_terms_p, where, f32), fvec)
-                address = builder.gep(total_p, [offset(total_start, total_stride, i)])
-                address = builder.bitcast(address, fvec.as_pointer())
-                value = builder.load(address, align=4, typ=fvec)
-                product = builder.fmul(builder.fmul(builder.sitofp(acc, fvec), d), scale)
-                value = builder.fadd(builder.fadd(value, product), builder.fmul(coef, term))
-                builder.store(value, address, align=4)
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    return block_product
-
-
-_Q4_1_PRODUCTS = (
-    _make_block_product(4, True, 1),
-    _make_block_product(4, True, 2),
-    _make_block_product(4, True, 4),
-    _make_block_product(4, True, 8),
-)
-_Q8_0_PRODUCTS = (
-    _make_block_product(8, False, 1),
-    _make_block_product(8, False, 2),
-    _make_block_product(8, False, 4),
-    _make_block_product(8, False, 8),
-)
-_q4_1_1, _q4_1_2, _q4_1_4, _q4_1_8 = _Q4_1_PRODUCTS
-_q8_0_1, _q8_0_2, _q8_0_4, _q8_0_8 = _Q8_0_PRODUCTS
+    return sig, codegen
 
 
 @numba.njit(cache=True)
@@ -294,7 +288,7 @@ def _tile_products(
     x_q, x_scales, x_terms, scales, coefs, words, t, first, total
 ):  # pragma: no cover
     """total [G, tile] = rows first..first+G-1 of x times tile t of W (`int8_matmul`'s
-    arguments), G = total.shape[0] in (1, 2, 4, 8).  O(G tile k)."""
+    arguments), G = total.shape[0] in `GROUPS`.  O(G tile k)."""
     k = x_q.shape[1]
     _, n_blocks, tile = scales.shape
     group = total.shape[0]
@@ -307,25 +301,9 @@ def _tile_products(
         for g in range(lane_groups):
             start = ((t * n_blocks + block) * lane_groups + g) * chunk
             at = (t * n_blocks + block) * tile + g * LANES
-            args = (words, start, x_q, x_start, k, x_scales, x_terms, xs_start, n_blocks)
-            rest = (scales, coefs, at, total, g * LANES, tile)
-            if nibbles:
-                if group == 8:
-                    _q4_1_8(*args, *rest)
-                elif group == 4:
-                    _q4_1_4(*args, *rest)
-                elif group == 2:
-                    _q4_1_2(*args, *rest)
-                else:
-                    _q4_1_1(*args, *rest)
-            elif group == 8:
-                _q8_0_8(*args, *rest)
-            elif group == 4:
-                _q8_0_4(*args, *rest)
-            elif group == 2:
-                _q8_0_2(*args, *rest)
-            else:
-                _q8_0_1(*args, *rest)
+            _block_product(nibbles, group, words, start, x_q, x_start, k, x_scales, x_terms,
+                           xs_start, n_blocks, scales, coefs, at, total, g * LANES,
+                           tile)  # fmt: skip
 
 
 @numba.njit(cache=True, parallel=True)

@@ -17,8 +17,7 @@ same walk as the masks). So, per state:
   token fits.
 
 The rows are kept per state in a bounded LRU (`CACHE_ROWS` rows in all, least recently used
-states out), computed lazily for the states a generation visits. This replaces a walk per
-(state, budget) pair, each step of a tight budget meeting new pairs.
+states out), computed lazily for the states a generation visits.
 """
 
 from __future__ import annotations

@@ -52,11 +52,10 @@ EAGER_LIMIT_BYTES = 32 << 20
 """All-states tables larger than this many bytes are kept in a bounded LRU (lazy) instead."""
 
 PARALLEL_MIN_STATES = 1024
-"""Eager tables of DFAs with fewer states are built on the calling thread. With subtree skipping
-a state costs a few microseconds on average (about 1.5 ms for the 385 states of a 12-property
-schema at V = 49,152), so smaller DFAs finish before threads pay off; and on a machine whose
-cores are busy (the model's forward pass, other processes), waking spinning OpenMP threads was
-measured to cost ten times the work."""
+"""Eager tables of DFAs with fewer states are built on the calling thread: with subtree skipping
+a state costs a few microseconds, so smaller DFAs finish before threads pay off, and on busy
+cores (the model's forward pass, other processes) waking OpenMP threads costs more than the
+work."""
 
 _NO_DISTANCE = np.empty(0, np.int32)
 """The `distance` argument of a walk without a budget (`limit` -1: never read)."""

@@ -1,5 +1,5 @@
 """Masks of a DFA made on demand (`corral.automata.lazy.LazyDfa`): a grammar's first mask
-without its whole DFA (issue 16, time to first mask).
+without its whole DFA (docs/python.md, "Masks made on demand").
 
 `TokenIndex` walks a finished table. A `LazyTokenIndex` keeps a table of the rows made so far,
 in which an edge into a state whose row is not made yet is written -(t + 2) instead of t. The
@@ -8,9 +8,9 @@ returns the states it met; their rows are made (`LazyDfa.row`), the edges into t
 to t, and the state is walked again, until a walk meets none. A mask then costs the rows of
 the states within a token's bytes of it, and a walk per round; the finished mask is kept.
 
-Rounds add up for a state far from the rows made (one per level of states a token crosses: a
-length-bounded string's chain took up to 95 ms a mask), so by default only the first mask is
-walked this way: the next new one first makes the whole DFA at once (`finish`, about the
+Rounds add up for a state far from the rows made (one per level of states a token crosses, as
+in a length-bounded string's chain; bench/results/README.md), so by default only the first mask
+is walked this way: the next new one first makes the whole DFA at once (`finish`, about the
 eager construction's cost for the states left), and every mask after is one walk, as
 `TokenIndex`'s visit mode. The first mask comes sooner; the DFA's cost comes at the second.
 

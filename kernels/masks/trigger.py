@@ -1,8 +1,8 @@
-"""The budget rule for a lazy trigger (tool_choice `auto`; docs/design.md section 7): a call the
+"""The budget rule for a lazy trigger (tool_choice `auto`; docs/design.md section 5): a call the
 trigger opens must be finishable in the tokens left, as a constrained answer must.
 
 Free text runs until its bytes contain the trigger (`<tool_call>`); the engine then starts the
-constraint on the bytes after it (`corral.model.generate`'s module docstring, "Lazy trigger").
+constraint on the bytes after it (docs/design.md section 5, tool_choice `auto`).
 The budget rule keeps a constrained answer within `max_tokens`, but only from the trigger on: a
 trigger written with fewer tokens left than the shortest call needs would leave a call cut in
 its header, raw markup in the content. So a token that would complete the trigger is allowed

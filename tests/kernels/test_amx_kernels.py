@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from corral.kernels.compute import quant_amx
-from corral.model import quant as model_quant
+from corral.kernels.compute.plan import ComputePlan
 from corral.model.quant import BlockMatrix
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -141,21 +141,20 @@ def test_a_row_comes_out_the_same_bit_for_bit_in_any_batch_and_alone(
     )
 
 
-def test_tiled_matrix_matmul_takes_amx_by_default_and_float32_when_switched_off(monkeypatch):
+def test_tiled_matrix_matmul_takes_amx_by_default_and_float32_when_switched_off():
     rng = np.random.default_rng(3)
     matrix = BlockMatrix.from_blocks("Q4_1", random_blocks(rng, "Q4_1", 70, 96))
     x = rng.standard_normal((3, 96)).astype(np.float32)
-    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", None)  # the default
-    assert model_quant.int8_kernel() == "amx" and model_quant.every_pass()
+    plan = ComputePlan.detect()  # the default here
+    assert plan.activations == "int8-amx" and plan.every_pass and plan.kv_dtype == "float16"
     np.testing.assert_array_equal(
-        matrix.tiled().matmul(x), product(matrix, x, quant_amx.amx_matmul)
+        matrix.tiled(plan).matmul(x), product(matrix, x, quant_amx.amx_matmul)
     )
-    one = matrix.tiled().matmul(x[:1])
+    one = matrix.tiled(plan).matmul(x[:1])
     np.testing.assert_array_equal(one, product(matrix, x[:1], quant_amx.row_matmul))
-    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", False)
-    assert model_quant.int8_kernel() is None
-    assert model_quant.every_pass() == model_quant.BATCH_INVARIANT
-    assert not np.array_equal(matrix.tiled().matmul(x), product(matrix, x, quant_amx.amx_matmul))
+    off = ComputePlan.detect(int8_activations=False)
+    assert off.activations == "float32" and off.every_pass == off.batch_invariant
+    assert not np.array_equal(matrix.tiled(off).matmul(x), product(matrix, x, quant_amx.amx_matmul))
 
 
 def test_bad_arguments_are_refused_with_the_argument_named():
@@ -193,10 +192,3 @@ def test_a_nan_in_x_makes_its_rows_outputs_nan(kernel):
     x = rng.standard_normal((1, 64)).astype(np.float32)
     x[0, 40] = np.nan
     assert np.isnan(product(matrix, x, getattr(quant_amx, kernel))).all()
-
-
-@pytest.mark.parametrize("value", [0, 1, "yes", 2.5])
-def test_int8_activations_other_than_none_true_false_are_refused(monkeypatch, value):
-    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", value)
-    with pytest.raises(ValueError, match="INT8_ACTIVATIONS must be None, True or False"):
-        model_quant.int8_kernel()

@@ -462,7 +462,7 @@ def test_rope_store_and_store_rows_round_into_a_float16_cache_as_numpy(seed, n_s
 @settings(max_examples=40, deadline=None)
 @given(ragged_passes(most_rows=32), st.integers(0, 2**32 - 1))
 def test_with_head_width_64_a_row_attends_alike_in_any_segment_that_holds_it(case, seed):
-    """Positional order (`llama.POSITIONAL_ATTENTION`): with hd = 64 a row's output is the same
+    """Positional order (the plan's `positional_attention`): with hd = 64 a row's output is the same
     bit for bit whether its segment is cut into smaller ones at any rows (a prompt prefilled in
     pieces, decode steps, jump-forward chunks), since what sums its scores and values is fixed
     by its position alone."""

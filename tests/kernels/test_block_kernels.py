@@ -8,17 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from corral.kernels.compute import quant
-from corral.model import quant as model_quant
 from corral.model.quant import BlockMatrix
 
 gguf = pytest.importorskip("gguf")  # a dependency of corral; the oracle of the block layout
-
-
-@pytest.fixture(autouse=True)
-def float_activations(monkeypatch):
-    """`TiledMatrix.matmul` on the float32-activation kernels tested here (the int8 ones are
-    tested in test_int8_kernels.py)."""
-    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", False)
 
 
 def random_blocks(rng, kind: str, n_out: int, k: int) -> np.ndarray:
@@ -114,22 +106,3 @@ def test_unknown_block_types_and_partial_blocks_are_refused():
         BlockMatrix.from_blocks("Q4_K", np.zeros((2, 144), np.uint8))
     with pytest.raises(ValueError, match="whole 20-byte blocks"):
         BlockMatrix.from_blocks("Q4_1", np.zeros((2, 30), np.uint8))
-
-
-@pytest.mark.parametrize("setting", [None, True])
-def test_without_the_int8_kernels_products_stay_in_float_when_int8_is_asked(monkeypatch, setting):
-    # a CPU without AMX nor AVX-512 VNNI (or an llvmlite that cannot build the kernels)
-    from corral.kernels.compute import quant_amx, quant_int8, quant_rows
-
-    monkeypatch.setattr(quant_amx, "available", lambda: False)
-    monkeypatch.setattr(quant_int8, "available", lambda: False)
-    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", setting)
-    assert model_quant.int8_kernel() is None
-    assert model_quant.every_pass() == model_quant.BATCH_INVARIANT
-    rng = np.random.default_rng(5)
-    tiled = BlockMatrix.from_blocks("Q4_1", random_blocks(rng, "Q4_1", 20, 64)).tiled()
-    x = rng.standard_normal((2, 64)).astype(np.float32)
-    floats = quant_rows.float_matmul(
-        x, tiled.scales, tiled.minimums, tiled.words, np.empty((2, 20), np.float32)
-    )
-    np.testing.assert_array_equal(tiled.matmul(x), floats)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from corral.kernels.compute import quant_int8, quant_rows
-from corral.model import quant as model_quant
+from corral.kernels.compute.plan import ComputePlan
 from corral.model.quant import BlockMatrix
 from test_block_kernels import random_blocks
 
@@ -127,20 +127,13 @@ def test_each_row_of_a_batch_equals_its_product_alone(rows):
     np.testing.assert_allclose(int8_product(matrix, x), alone, rtol=1e-6, atol=1e-5)
 
 
-def test_tiled_matrix_matmul_takes_the_vnni_kernels_when_switched_on_without_amx(monkeypatch):
-    from corral.kernels.compute import quant_amx
-
+def test_tiled_matrix_matmul_takes_the_kernels_of_its_plan():
     rng = np.random.default_rng(3)
     matrix = BlockMatrix.from_blocks("Q8_0", random_blocks(rng, "Q8_0", 70, 96))
     x = rng.standard_normal((3, 96)).astype(np.float32)
-    monkeypatch.setattr(quant_amx, "available", lambda: False)
-    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", True)
-    assert model_quant.int8_kernel() == "vnni"
-    assert model_quant.every_pass() == model_quant.BATCH_INVARIANT
-    np.testing.assert_array_equal(matrix.tiled().matmul(x), int8_product(matrix, x))
-    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", None)  # the default: AMX, else float32
-    assert model_quant.int8_kernel() is None
-    tiled = matrix.tiled()
+    vnni = matrix.tiled(ComputePlan("int8-vnni", 16))
+    np.testing.assert_array_equal(vnni.matmul(x), int8_product(matrix, x))
+    tiled = matrix.tiled(ComputePlan("float32", 16))
     expected = quant_rows.float_matmul(
         x, tiled.scales, tiled.scales, tiled.words, np.empty((3, 70), np.float32)
     )

@@ -7,22 +7,13 @@ there are too many."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from corral.kernels import few_allowed_ids, unpack_ids
 from corral.kernels.compute import quant
-from corral.model import quant as model_quant
 from corral.model.quant import BlockMatrix
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_block_kernels import random_blocks
 from test_sample_batch import pack
-
-
-@pytest.fixture(autouse=True)
-def float_activations(monkeypatch):
-    """The one-row product on float32 activations (`q8_0_matmul`), the order the chosen rows
-    keep."""
-    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", False)
 
 
 @settings(max_examples=40, deadline=None)

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from corral.kernels.compute.plan import ComputePlan
 from corral.model import LlamaConfig, load_model
-from corral.model.model import Model
 from corral.model.tokenizer import tokenizer_json_from_gguf
 from corral.model.vocabulary import bytes_to_unicode
 from corral.model.weights import expected_shapes
@@ -33,18 +33,14 @@ def model():
     return load_model(progress=False)
 
 
-@pytest.fixture
-def float32_kv_cache(monkeypatch):
-    """Every model's KV caches in float32 (`Model.kv_dtype`) and its activations in float32
-    (`quant.INT8_ACTIVATIONS = False`), for tests of float32 arithmetic: the reference
-    comparison with transformers at 1e-3, the weights' paths against each other, pass
-    compositions at float32 rounding. The float16 cache and int8 activations, the default on
-    AMX, are further quantizations, held to their own bar (test_float16_cache.py,
-    test_int8_activations.py)."""
-    from corral.model import quant
-
-    monkeypatch.setattr(Model, "kv_dtype", np.float32)
-    monkeypatch.setattr(quant, "INT8_ACTIVATIONS", False)
+@pytest.fixture(scope="session")
+def float32_plan() -> ComputePlan:
+    """The host's plan on float32 activations over a float32 KV cache, for tests of float32
+    arithmetic: the reference comparison with transformers at 1e-3, the weights' paths against
+    each other, pass compositions at float32 rounding. The float16 cache and int8 activations,
+    the default on AMX, are further quantizations, held to their own bar
+    (test_float16_cache.py, test_int8_activations.py)."""
+    return ComputePlan.detect(int8_activations=False, kv_dtype="float32")
 
 
 @pytest.fixture(scope="session")

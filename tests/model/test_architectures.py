@@ -11,6 +11,7 @@ take the family's defaults), and what is refused and how it says so."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -18,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from corral.model import LlamaConfig, ModelLoadError, llama, load_model
+from corral.kernels.compute.plan import ComputePlan
+from corral.model import LlamaConfig, ModelLoadError, load_model
 
 # The repository's root leaves sys.path, as in tests/integrations/conftest.py: its `kernels/`
 # folder would shadow the Hugging Face `kernels` package transformers imports.
@@ -162,11 +164,14 @@ def corral_run(model, sequences: list[list[int]]):
     return first, np.stack(tokens, axis=1), steps
 
 
-def compare(name: str, dtype: str, folder, positional: bool, monkeypatch) -> dict:
+def compare(name: str, dtype: str, folder, positional: bool | None) -> dict:
     """Run corral and transformers on one checkpoint; assert they agree; return the figures
-    {"error": max |logit difference|, "greedy": whether every greedy token matched}."""
-    monkeypatch.setattr(llama, "POSITIONAL_ATTENTION", positional)
-    model = load_model(folder, progress=False)
+    {"error": max |logit difference|, "greedy": whether every greedy token matched}.
+    `positional`: the plan's prompt-attention path (None: the plan's default)."""
+    plan = ComputePlan.detect(int8_activations=False, kv_dtype="float32", quantized=False)
+    if positional is not None:
+        plan = dataclasses.replace(plan, positional_attention=positional)
+    model = load_model(folder, progress=False, plan=plan)
     sequences = prompts(len(name))
     first, tokens, steps = corral_run(model, sequences)
     full = [ids + row.tolist() for ids, row in zip(sequences, tokens, strict=True)]
@@ -194,16 +199,16 @@ def compare(name: str, dtype: str, folder, positional: bool, monkeypatch) -> dic
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("name", list(ARCHITECTURES))
-def test_logits_and_greedy_tokens_match_transformers(checkpoints, name, dtype, monkeypatch):
-    compare(name, dtype, checkpoints[name][dtype], None, monkeypatch)
+def test_logits_and_greedy_tokens_match_transformers(checkpoints, name, dtype):
+    compare(name, dtype, checkpoints[name][dtype], None)
 
 
 @pytest.mark.parametrize("name", ["llama3", "mistral", "gemma3", "gemma3_softcap"])
 @pytest.mark.parametrize("positional", [True, False])
-def test_both_prompt_attention_paths_match_transformers(checkpoints, name, positional, monkeypatch):
+def test_both_prompt_attention_paths_match_transformers(checkpoints, name, positional):
     """Prompts longer than `llama.SHORT_SEGMENT` go to the ragged kernel in pieces
-    (POSITIONAL_ATTENTION) or to `attend_prompt`'s GEMMs: each honours the windows."""
-    compare(name, "float32", checkpoints[name]["float32"], positional, monkeypatch)
+    (the plan's `positional_attention`) or to `attend_prompt`'s GEMMs: each honours the windows."""
+    compare(name, "float32", checkpoints[name]["float32"], positional)
 
 
 MINIMAL = {

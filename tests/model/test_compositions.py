@@ -5,18 +5,17 @@ token by token, alone or beside other sequences in passes of any size (prompts o
 `quant.QUANTIZED_MAX_ROWS` tokens included), so a seeded request samples the same tokens alone,
 in any batch, or after a `--resume`.
 
-The plans: float32 activations (the default without AMX, `quant.BATCH_INVARIANT`: every pass
-from the blocks, one row through `kernels.quant_rows`, `llama.POSITIONAL_ATTENTION`) over a
-float32 and a float16 KV cache; int8 activations on AVX-512 VNNI (`quant.INT8_ACTIVATIONS =
-True` without AMX); int8 on AMX tiles (the default there). Each plan the CPU lacks is skipped
-with its reason, as are float32 weights (every product a BLAS GEMM)."""
+The plans, each built directly (a `ComputePlan`): float32 activations (the default without AMX:
+every pass from the blocks, attention in positional order) in the kernels of 16 lanes (AVX-512)
+and of 8 (AVX2's shape) over a float32 and a float16 KV cache; int8 activations on AVX-512 VNNI;
+int8 on AMX tiles (the default there). Each plan the CPU lacks is skipped with its reason, as are
+float32 weights (every product a BLAS GEMM)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from corral.kernels.compute import attention as attention_kernels
-from corral.kernels.compute import quant_amx, quant_int8
+from corral.kernels.compute.plan import ComputePlan
 from corral.model import quant
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -32,40 +31,26 @@ OTHERS = (
     "1, 2, 3,",
 )
 
-PLANS = {  # name: (INT8_ACTIVATIONS, KV cache dtype, the reason it cannot run here or None)
-    "float32 x, float32 cache": (False, np.float32, None),
-    "float32 x, float16 cache": (
-        False,
-        np.float16,
-        None if attention_kernels.float16_supported() else "no float16 cache on this CPU",
-    ),
-    "int8 x on VNNI": (
-        True,
-        np.float32,
-        "AMX serves int8 here"
-        if quant_amx.available()
-        else (None if quant_int8.available() else "no AVX-512 VNNI on this CPU"),
-    ),
-    "int8 x on AMX": (None, np.float16, None if quant_amx.available() else "no AMX on this CPU"),
-    "float32 weights": (
-        False,
-        np.float32,
-        "float32 weights multiply in BLAS GEMMs, whose sums' order follows the row count",
-    ),
+PLANS = {
+    "float32 x, float32 cache": ComputePlan("float32", 16),
+    "float32 x, float16 cache": ComputePlan("float32", 16, kv_dtype="float16"),
+    "float32 x in 8 lanes (AVX2)": ComputePlan("float32", 8, one_row_q4_1_in_registers=True),
+    "int8 x on VNNI": ComputePlan("int8-vnni", 16),
+    "int8 x on AMX": ComputePlan("int8-amx", 16, kv_dtype="float16"),
+    "float32 weights": None,
 }
 
 
 @pytest.fixture(scope="module", params=list(PLANS))
-def plan(request, model):
-    """The session model under one plan (restored after the module's tests of that plan)."""
-    int8, kv_dtype, skip = PLANS[request.param]
-    if skip:
-        pytest.skip(skip)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(quant, "INT8_ACTIVATIONS", int8)
-        patch.setattr(quant, "BATCH_INVARIANT", True, raising=False)
-        patch.setattr(model, "kv_dtype", kv_dtype)
-        yield request.param
+def model(request, model):
+    """The session model under one plan (`Model.with_plan`)."""
+    plan = PLANS[request.param]
+    if plan is None:
+        pytest.skip("float32 weights multiply in BLAS GEMMs, whose sums' order follows the rows")
+    reason = plan.missing()
+    if reason is not None:
+        pytest.skip(f"{request.param}: {reason}")
+    return model.with_plan(plan)
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +66,7 @@ def others(model) -> list[list[int]]:
 
 
 @pytest.fixture(scope="module")
-def whole(model, plan, ids) -> np.ndarray:
+def whole(model, ids) -> np.ndarray:
     """The logits after every prompt position, the prompt prefilled in one pass, then the
     last token's."""
     return model.prefill(model.new_cache(1, len(ids)), 0, ids)
@@ -123,7 +108,7 @@ def test_any_composition_of_passes_gives_the_logits_of_the_prompt_whole(
     (prefilled in any number, or decoded one token each beside a one-token piece), the last
     token's logits asked with the masked LM head (where the whole head's products are float32
     ones, as the chosen rows') or whole."""
-    float_head = quant.int8_kernel() is None  # the masked head's products are float32 ones
+    float_head = model.plan.activations == "float32"  # the masked head's products are float32
     companions = data.draw(st.integers(0, 9), label="companions")
     slots = companions + 2  # the prompt's slot 0, its prefix's donor slot 1, the others
     cache = model.new_cache(slots, len(ids) + 40)

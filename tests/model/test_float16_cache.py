@@ -1,5 +1,4 @@
-"""The float16 KV cache, the default (`kv_cache.DEFAULT_DTYPE`, `Model.kv_dtype`), against the
-float32 one:
+"""The float16 KV cache (a plan's `kv_dtype`, the default on AMX), against the float32 one:
 - every pass attends over the rounded cache contents: a float16 cache computes what float32
   arithmetic over keys and values rounded to float16 where they are made computes, through the
   prompt path (`llama.attend_prompt`), the ragged kernel (decode and short segments) and the
@@ -11,6 +10,7 @@ float32 one:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import subprocess
@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 from compile_state import compile_afresh
 from corral.kernels.compute import attention as attention_kernels
-from corral.model import llama, load_model, quant
+from corral.kernels.compute.plan import ComputePlan
+from corral.model import llama, load_model
 from corral.model.kv_cache import DEFAULT_DTYPE, KVCache
 from corral.model.llama import SHORT_SEGMENT
 from test_int8_activations import TEXT, mean_log_likelihood
@@ -33,6 +34,13 @@ pytestmark = pytest.mark.skipif(
 
 STEPS = 20  # greedy tokens compared per prompt
 LIKELIHOOD_TOLERANCE = 0.01  # relative, of the mean log-likelihood (issue 15)
+
+
+def planned(model, **fields):
+    """`model` on its plan with `fields` replaced (kv_dtype: a NumPy dtype or its name)."""
+    if "kv_dtype" in fields:
+        fields["kv_dtype"] = np.dtype(fields["kv_dtype"]).name
+    return model.with_plan(dataclasses.replace(model.plan, **fields))
 
 
 WITHOUT_F16C = """
@@ -78,17 +86,18 @@ def test_without_f16c_a_float16_cache_is_refused_and_the_default_is_float32(tmp_
     reason="Numba compiles for a CPU without F16C",
 )
 def test_the_default_cache_is_float16_where_amx_serves_and_float32_is_chosen_at_load(
-    model, tiny, tmp_path, monkeypatch
+    model, tiny, tmp_path
 ):
     folder = tiny.write(tmp_path / "model")  # float32 weights: a float32 cache by default
     assert attention_kernels.float16_supported()
     assert load_model(folder).new_cache(1, 2).keys.dtype == np.float32
     assert load_model(folder, kv_dtype=np.float16).new_cache(1, 2).keys.dtype == np.float16
-    if quant.int8_kernel() == "amx":  # the default model on AMX: float16
-        assert DEFAULT_DTYPE is np.float16 and model.kv_dtype is np.float16
-        monkeypatch.setattr(quant, "INT8_ACTIVATIONS", False)  # float32 activations: float32
-        assert load_model(progress=False).kv_dtype is np.float32
-        monkeypatch.undo()
+    amx = model.plan.activations == "int8-amx"  # the default model on AMX: float16
+    assert model.kv_dtype is (np.float16 if amx else np.float32)
+    amx_features = frozenset({"avx512f", "amx-tile", "amx-int8"})
+    assert ComputePlan.detect(features=amx_features).kv_dtype == "float16"
+    assert ComputePlan.detect(int8_activations=False, features=amx_features).kv_dtype == "float32"
+    assert ComputePlan.detect(quantized=False, features=amx_features).kv_dtype == "float32"
     reference = load_model(folder, kv_dtype=np.float32)
     assert reference.kv_dtype is np.float32
     cache = reference.new_cache(1, 2)
@@ -145,26 +154,20 @@ def passes_of_every_kind(model, dtype) -> tuple[list[np.ndarray], KVCache]:
 
 @pytest.mark.parametrize("positional", [False, True])  # prompts by attend_prompt or not
 @pytest.mark.parametrize("name", ["tiny_model", "model"])
-def test_every_pass_attends_over_the_rounded_keys_and_values(
-    name, positional, monkeypatch, request
-):
+def test_every_pass_attends_over_the_rounded_keys_and_values(name, positional, request):
     """The float16 cache against float32 arithmetic over the same rounded numbers: the stored
     keys and values equal bit for bit, and the logits to float32 rounding (the two compiled
     versions of the ragged kernel may order their sums apart, `kernels.attention`; on SmolLM2
     they came out equal bit for bit). A pass that read a new key or value before its rounding
     would move the next layer's by float16's rounding, 2^-11 of them. Both versions of the
     attention kernels are compiled in this process first (`compile_state.compile_afresh`)."""
-    model = request.getfixturevalue(name)
-    monkeypatch.setattr(llama, "POSITIONAL_ATTENTION", positional)
+    model = planned(request.getfixturevalue(name), positional_attention=positional)
     for dtype in (np.float16, np.float32):  # every signature the passes need, then afresh
-        monkeypatch.setattr(model, "kv_dtype", dtype)
-        passes_of_every_kind(model, dtype)
+        passes_of_every_kind(planned(model, kv_dtype=dtype), dtype)
     compile_afresh(attention_kernels)
-    monkeypatch.setattr(model, "kv_dtype", np.float16)
-    float16, cache16 = passes_of_every_kind(model, np.float16)
+    float16, cache16 = passes_of_every_kind(planned(model, kv_dtype=np.float16), np.float16)
     request.getfixturevalue("rounded_where_made")
-    monkeypatch.setattr(model, "kv_dtype", np.float32)
-    float32, cache32 = passes_of_every_kind(model, np.float32)
+    float32, cache32 = passes_of_every_kind(planned(model, kv_dtype=np.float32), np.float32)
     np.testing.assert_array_equal(cache16.keys.astype(np.float32), cache32.keys)
     np.testing.assert_array_equal(cache16.values.astype(np.float32), cache32.values)
     for got, expected in zip(float16, float32, strict=True):
@@ -210,29 +213,21 @@ def test_greedy_tokens_of_the_reference_prompts_are_the_float32_caches(model, re
 
 @pytest.mark.slow
 @pytest.mark.parametrize("text", ["int8_text", "reference_prompts"])
-def test_mean_log_likelihood_by_decode_is_the_float32_caches_within_1_percent(
-    model, texts, text, monkeypatch
-):
+def test_mean_log_likelihood_by_decode_is_the_float32_caches_within_1_percent(model, texts, text):
     """One decode step a token (`mean_log_likelihood`), each step the ragged kernel over a
     float16 slot."""
-    monkeypatch.setattr(model, "kv_dtype", np.float32)
-    float32 = mean_log_likelihood(model, texts[text])
-    monkeypatch.setattr(model, "kv_dtype", np.float16)
-    float16 = mean_log_likelihood(model, texts[text])
+    float32 = mean_log_likelihood(planned(model, kv_dtype=np.float32), texts[text])
+    float16 = mean_log_likelihood(planned(model, kv_dtype=np.float16), texts[text])
     print(f"mean log-likelihood by decode: float32 {float32:.6f}, float16 {float16:.6f}")
     assert abs(float16 - float32) <= LIKELIHOOD_TOLERANCE * abs(float32)
     assert float16 != float32  # the caches do differ: the bar is not met by one path twice
 
 
-def test_mean_log_likelihood_of_a_prompt_is_the_float32_caches_within_1_percent(
-    model, texts, monkeypatch
-):
+def test_mean_log_likelihood_of_a_prompt_is_the_float32_caches_within_1_percent(model, texts):
     """`Model.logits` prefills the whole text in one pass (`attend_prompt` over a float16 slot)."""
     ids = texts["reference_prompts"]
-    monkeypatch.setattr(model, "kv_dtype", np.float32)
-    float32 = log_softmax_of(model.logits(ids)[:-1], ids[1:]).mean()
-    monkeypatch.setattr(model, "kv_dtype", np.float16)
-    float16 = log_softmax_of(model.logits(ids)[:-1], ids[1:]).mean()
+    float32 = log_softmax_of(planned(model, kv_dtype=np.float32).logits(ids)[:-1], ids[1:]).mean()
+    float16 = log_softmax_of(planned(model, kv_dtype=np.float16).logits(ids)[:-1], ids[1:]).mean()
     print(f"mean log-likelihood by prefill: float32 {float32:.6f}, float16 {float16:.6f}")
     assert abs(float16 - float32) <= LIKELIHOOD_TOLERANCE * abs(float32)
 

@@ -49,8 +49,6 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")  # transformers' GGUF loading needs it
 
-pytestmark = pytest.mark.usefixtures("float32_kv_cache")
-
 LOGIT_TOLERANCE = 1e-3
 VOCAB = 512
 PROMPT_LENGTHS = (1, 5, 20, 40)
@@ -306,11 +304,13 @@ ERRORS: dict[tuple[str, str], float] = {}
 
 @pytest.mark.parametrize("weight_format", FORMATS)
 @pytest.mark.parametrize("arch", list(ARCHITECTURES))
-def test_logits_and_greedy_tokens_match_transformers(tiny_models, tmp_path, arch, weight_format):
+def test_logits_and_greedy_tokens_match_transformers(
+    tiny_models, tmp_path, float32_plan, arch, weight_format
+):
     hf, config, reference_model = tiny_models[arch]
     path = tmp_path / f"{arch}-{weight_format}.gguf"
     write_gguf(path, arch, hf, reference_model, weight_format, seed=len(arch))
-    model = load_model(path, progress=False)
+    model = load_model(path, progress=False, plan=float32_plan)
     assert model.weights == ("float32" if weight_format in ("F32", "F16") else "quantized")
     assert model.config.model_type == {"gemma3": "gemma3_text"}.get(arch, arch)
     rng = np.random.default_rng(len(arch))
@@ -332,14 +332,14 @@ def test_logits_and_greedy_tokens_match_transformers(tiny_models, tmp_path, arch
     assert error <= LOGIT_TOLERANCE, f"{arch} {weight_format}: max logit error {error}"
 
 
-def test_the_float32_path_dequantizes_the_same_weights(tiny_models, tmp_path):
+def test_the_float32_path_dequantizes_the_same_weights(tiny_models, tmp_path, float32_plan):
     """load_model(weights="float32") reads every matrix dequantized (gguf_model.hf_tensors):
     the same model as the blocks within float32 rounding."""
     hf, _, reference_model = tiny_models["gemma3"]
     path = tmp_path / "gemma3-mixed.gguf"
     write_gguf(path, "gemma3", hf, reference_model, "mixed", seed=1)
-    blocks = load_model(path, progress=False)
-    float32 = load_model(path, progress=False, weights="float32")
+    blocks = load_model(path, progress=False, plan=float32_plan)
+    float32 = load_model(path, progress=False, weights="float32", plan=float32_plan)
     assert (blocks.weights, float32.weights) == ("quantized", "float32")
     ids = list(range(3, 40))
     np.testing.assert_allclose(blocks.logits(ids), float32.logits(ids), rtol=0, atol=1e-4)
@@ -475,9 +475,9 @@ def gemma3_path() -> Path:
 
 
 @pytest.mark.slow
-def test_real_gemma3_270m_q4_k_m_against_transformers(gemma3_path):
+def test_real_gemma3_270m_q4_k_m_against_transformers(gemma3_path, float32_plan):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    model = load_model(gemma3_path, progress=False)
+    model = load_model(gemma3_path, progress=False, plan=float32_plan)
     loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(f"peak RSS {loaded / 1024:.0f} MB after loading (before: {before / 1024:.0f} MB)")
     assert model.config.model_type == "gemma3_text" and model.weights == "quantized"

@@ -1,4 +1,4 @@
-"""The int8-activation paths (`quant.INT8_ACTIVATIONS`: activations quantized by blocks to two
+"""The int8-activation plans (`ComputePlan.activations`: activations quantized by blocks to two
 int8 parts, on AMX tiles, `kernels.quant_amx`, the default where the CPU has AMX, and on AVX-512
 VNNI, `kernels.quant_int8`) against the float32 path on the same weights, at the bar of
 anything that quantizes further than the model's own blocks (docs/design.md section 6): greedy
@@ -9,14 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from corral.kernels.compute import quant_amx, quant_int8
+from corral.kernels.compute.plan import ComputePlan
 from corral.model import load_model
-from corral.model import quant as model_quant
 from test_quantized_weights import decode_last
-
-pytestmark = pytest.mark.skipif(
-    not quant_int8.available(), reason="the int8 kernels need AVX-512 BW and VNNI"
-)
 
 TEXT = (
     "The history of mathematics spans thousands of years. Early civilizations in Mesopotamia"
@@ -31,15 +26,14 @@ def float32_model():
     return load_model(progress=False, weights="float32")
 
 
-@pytest.fixture(autouse=True, params=["amx", "vnni"])
-def int8_activations(request, monkeypatch):
-    """Each int8 kernel in turn: AMX where the CPU has it, VNNI with AMX switched off."""
-    if request.param == "amx" and not quant_amx.granted():
-        pytest.skip("the AMX kernels need AMX-INT8 (and Linux's permission)")
-    if request.param == "vnni":
-        monkeypatch.setattr(quant_amx, "available", lambda: False)
-    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", True)
-    assert model_quant.int8_kernel() == request.param
+@pytest.fixture(scope="module", params=["int8-amx", "int8-vnni"])
+def model(request, model):
+    """The session model under each int8 plan in turn, where this CPU runs it."""
+    plan = ComputePlan(request.param, 16)
+    reason = plan.missing()
+    if reason is not None:
+        pytest.skip(f"{request.param}: {reason}")
+    return model.with_plan(plan)
 
 
 def mean_log_likelihood(model, ids: list[int]) -> float:

@@ -7,10 +7,11 @@ model's ragged batch is checked in both."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from corral.model import CacheError
-from corral.model import quant as model_quant
 
 ATOL = 2e-5
 RAGGED_TOLERANCE = {np.float32: 1e-3, np.float16: 5e-3}
@@ -20,9 +21,13 @@ orders (the blocks' kernels for 3 rows and for 4 give the same row's keys a floa
 apart). float16: where two such keys straddle a float16 rounding boundary they are stored one
 float16 ulp (2^13 float32 ulps) apart, and the next layers' keys drift further: 2.3e-4 to
 2.9e-3 over six draws of three sequences, against 1.1e-2 to 1.5e-2 between a float16 and a
-float32 cache (bench/results/2026-12-01-s9-kv16d/compositions.txt)."""
+float32 cache (bench/results/README.md, float16 KV cache)."""
 
-pytestmark = pytest.mark.usefixtures("float32_kv_cache")
+
+@pytest.fixture(scope="module")
+def model(model, float32_plan):
+    """The default model on float32 activations over a float32 KV cache (`float32_plan`)."""
+    return model.with_plan(float32_plan)
 
 
 def random_ids(model, n, seed):
@@ -158,11 +163,10 @@ def test_cache_errors(tiny_model):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-def test_real_model_ragged_batch_equals_one_at_a_time(model, monkeypatch, dtype):
-    # float32 activations in the blocks' kernels: the int8 ones are held to their own bar
-    # (tests/model/test_int8_activations.py), and decode and prefill take different paths
-    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", False)
-    monkeypatch.setattr(model, "kv_dtype", dtype)
+def test_real_model_ragged_batch_equals_one_at_a_time(model, dtype):
+    # float32 activations in the blocks' kernels (the module's `model`): the int8 ones are held
+    # to their own bar (tests/model/test_int8_activations.py)
+    model = model.with_plan(dataclasses.replace(model.plan, kv_dtype=np.dtype(dtype).name))
     sequences = [random_ids(model, n, seed=n) for n in (4, 19, 9)]
     cache = model.new_cache(3, 24)
     for slot, ids in enumerate(sequences):

@@ -11,8 +11,7 @@ from corral.model import llama
 
 def test_plan_prefill_places_each_token_and_splits_short_from_long_segments(monkeypatch):
     monkeypatch.setattr(llama, "SHORT_SEGMENT", 3)
-    monkeypatch.setattr(llama, "POSITIONAL_ATTENTION", False)
-    plan = llama.plan_prefill([(4, 0, 2), (1, 5, 4), (0, 7, 1)])
+    plan = llama.plan_prefill([(4, 0, 2), (1, 5, 4), (0, 7, 1)], positional=False)
     assert plan.slots.tolist() == [4, 4, 1, 1, 1, 1, 0]
     assert plan.positions.tolist() == [0, 1, 5, 6, 7, 8, 7]
     assert plan.short.tolist() == [[4, 0, 0, 2], [0, 7, 6, 1]]  # (slot, start, first, n)
@@ -22,8 +21,7 @@ def test_plan_prefill_places_each_token_and_splits_short_from_long_segments(monk
 
 def test_positional_plan_cuts_every_segment_into_short_pieces(monkeypatch):
     monkeypatch.setattr(llama, "SHORT_SEGMENT", 3)
-    monkeypatch.setattr(llama, "POSITIONAL_ATTENTION", True)
-    plan = llama.plan_prefill([(4, 0, 2), (1, 5, 4), (0, 7, 7)])
+    plan = llama.plan_prefill([(4, 0, 2), (1, 5, 4), (0, 7, 7)], positional=True)
     assert plan.positions.tolist() == [0, 1, 5, 6, 7, 8, *range(7, 14)]
     assert plan.long == ()
     pieces = [[4, 0, 0, 2], [1, 5, 2, 3], [1, 8, 5, 1], [0, 7, 6, 3], [0, 10, 9, 3], [0, 13, 12, 1]]
@@ -42,7 +40,6 @@ def test_prefill_attention_of_ragged_segments_equals_the_textbook_formula(
     """Each new token sees its slot's earlier cache and the segment's tokens up to itself, by
     either route (one ragged kernel call, or blocks of queries of a segment, each over the keys
     up to its own last position), or with every segment cut into short pieces."""
-    monkeypatch.setattr(llama, "POSITIONAL_ATTENTION", positional)
     monkeypatch.setattr(llama, "SHORT_SEGMENT", short_segment)
     monkeypatch.setattr(llama, "PROMPT_BLOCK", prompt_block)
     rng = np.random.default_rng(short_segment + prompt_block)
@@ -55,7 +52,7 @@ def test_prefill_attention_of_ragged_segments_equals_the_textbook_formula(
     q = rng.standard_normal((n_tokens, kv_heads * group, hd)).astype(np.float32)
     k = rng.standard_normal((n_tokens, kv_heads, hd)).astype(np.float32)
     v = rng.standard_normal((n_tokens, kv_heads, hd)).astype(np.float32)
-    plan = llama.plan_prefill(segments)
+    plan = llama.plan_prefill(segments, positional)
     out = llama.attention_prefill(q, k, v, layer_keys, layer_values, plan)
     assert out.shape == (n_tokens, kv_heads * group * hd)
     row = 0

@@ -11,7 +11,11 @@ from corral.model import llama
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-pytestmark = pytest.mark.usefixtures("float32_kv_cache")  # float32 activations: one-row order
+
+@pytest.fixture(scope="module")
+def model(model, float32_plan):
+    """The default model on float32 activations over a float32 KV cache (`float32_plan`)."""
+    return model.with_plan(float32_plan)
 
 
 @pytest.fixture(scope="module")

@@ -8,21 +8,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from corral.model import ModelLoadError, load_model
-from corral.model import quant as model_quant
 from corral.model.quant import QUANTIZED_MAX_ROWS, unpermute_order
 from corral.model.weights import unpermute_rows
 from test_loading import write_tiny_gguf
 
 LOGIT_TOLERANCE = 1e-3  # the two paths compute with the same weights, in another order
 
-pytestmark = pytest.mark.usefixtures("float32_kv_cache")
 
-
-@pytest.fixture(autouse=True)
-def float_activations(monkeypatch):
-    """The blocks' kernels on float32 activations (the bar of the blocks used as they are);
-    the int8-activation path is held to its own in test_int8_activations.py."""
-    monkeypatch.setattr(model_quant, "INT8_ACTIVATIONS", False)
+@pytest.fixture(scope="module")
+def model(model, float32_plan):
+    """The default model on float32 activations over a float32 KV cache (`float32_plan`)."""
+    return model.with_plan(float32_plan)
 
 
 @pytest.fixture(scope="session")
@@ -93,11 +89,13 @@ def test_unpermute_order_moves_rows_as_unpermute_rows_does():
 
 
 @pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
-def test_a_quantized_gguf_decodes_like_its_float32_conversion(tmp_path, monkeypatch, tiny, kind):
+def test_a_quantized_gguf_decodes_like_its_float32_conversion(
+    tmp_path, monkeypatch, tiny, kind, float32_plan
+):
     monkeypatch.setenv("CORRAL_HOME", str(tmp_path / "home"))
     config = tiny.config(intermediate_size=64)  # every matrix's input a whole number of blocks
     write_tiny_gguf(tmp_path / "tiny.gguf", tiny, config, tiny.tensors(config), kind=kind)
-    quantized = load_model(tmp_path / "tiny.gguf", progress=False)
+    quantized = load_model(tmp_path / "tiny.gguf", progress=False, plan=float32_plan)
     float32 = load_model(tmp_path / "tiny.gguf", progress=False, weights="float32")
     assert (quantized.weights, float32.weights) == ("quantized", "float32")
     ids = quantized.tokenizer.encode("<|im_start|>user\nhello 123<|im_end|>")

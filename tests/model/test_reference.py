@@ -18,7 +18,11 @@ TEXTS = range(len(HERE_REFERENCE["tokenizer"]))
 CHATS = range(len(HERE_REFERENCE["chat"]))
 LOGIT_TOLERANCE = 1e-3  # docs/design.md section 6: float32 NumPy vs torch agree to about 2e-5
 
-pytestmark = pytest.mark.usefixtures("float32_kv_cache")
+
+@pytest.fixture(scope="module")
+def model(model, float32_plan):
+    """The default model on float32 activations over a float32 KV cache (`float32_plan`)."""
+    return model.with_plan(float32_plan)
 
 
 def prompt(reference, name) -> dict:

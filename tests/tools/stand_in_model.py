@@ -34,7 +34,7 @@ class _Cache:
 
 
 class StandInModel:
-    """What `Engine` and `Generator` use of a model: `vocabulary`, `tokenizer.encode`,
+    """What `Completions` and `Generator` use of a model: `vocabulary`, `tokenizer.encode`,
     `render_chat`, `config.max_position_embeddings`, `new_cache`, `prefill_batch`, `decode`.
 
     Args:

@@ -6,30 +6,25 @@ duplicate custom_ids, the progress phases and torn tails."""
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import io
 import json
 
 import jsonschema
-import numpy as np
 import pytest
 from corral.automata import ConstrainError
-from corral.model import quant
 from corral.model.generate import generate
 from corral.tools.batch import (
-    Engine,
     LineError,
-    NotBatchOutputError,
-    OutputWriteError,
-    done_ids,
-    drop_torn_tail,
     input_lines,
     output_line,
     read_line,
     run_batch,
-    served_name,
     valid_choice,
 )
+from corral.tools.completions import Completions, served_name
 from corral.tools.errors import ToolError
+from corral.tools.output_file import NotBatchOutputError, OutputWriteError, done_ids, drop_torn_tail
 from corral.tools.request import parse_tool_request
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
@@ -117,7 +112,7 @@ LINES = [
 
 @pytest.fixture(scope="module")
 def engine(smollm2):
-    return Engine(smollm2)
+    return Completions(smollm2)
 
 
 @pytest.mark.slow
@@ -176,7 +171,7 @@ def test_the_prefix_cache_changes_no_output_line_and_shows_in_the_summary():
         out = io.StringIO()
         summaries.append(
             run_batch(
-                Engine(StandInModel()),
+                Completions(StandInModel()),
                 lines,
                 out,
                 batch_size=2,
@@ -250,19 +245,19 @@ def test_bad_line_and_good_line(engine, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kv_dtype", ["float32", "float16"])
-def test_same_request_same_output_alone_or_in_a_batch(engine, monkeypatch, kv_dtype):
+def test_same_request_same_output_alone_or_in_a_batch(engine, kv_dtype):
     """The same request with the same seed gives the same output alone or batched (with the
     real model, whose batched BLAS calls round differently only in the last bits).
 
     Sampled requests are held to it over a float32 KV cache, and over float16 where the
     forward pass is the same bit for bit in any composition of passes (int8 activations on
-    AMX, `quant.every_pass`: tests/model/test_compositions.py). Elsewhere, over float16, a key
+    AMX, the plan's `every_pass`: tests/model/test_compositions.py). Elsewhere, over float16, a key
     computed a float32 ulp apart is sometimes stored a float16 ulp apart, logits move by up to
     a few 1e-3, and a draw near a boundary may fall the other way (5 of 30 sampled requests
-    parted: bench/results/2026-12-01-s9-kv16d/batch-invariance.txt): there the same requests
+    parted: bench/results/README.md, float16 KV cache): there the same requests
     are held to it greedily."""
-    monkeypatch.setattr(engine.model, "kv_dtype", getattr(np, kv_dtype))
-    exact = kv_dtype == "float32" or quant.every_pass()
+    model = engine.model.with_plan(dataclasses.replace(engine.model.plan, kv_dtype=kv_dtype))
+    exact = kv_dtype == "float32" or model.plan.every_pass
     sampling = {} if exact else {"temperature": 0}
     bodies = [
         {"messages": ASK, "tools": [WEATHER], "tool_choice": NAMED, "seed": 11, "max_tokens": 40},
@@ -271,8 +266,8 @@ def test_same_request_same_output_alone_or_in_a_batch(engine, monkeypatch, kv_dt
     ]
     bodies = [body | sampling for body in bodies]
     requests = [engine.requests(parse_tool_request(b), 64)[0] for b in bodies]
-    alone = [generate(engine.model, [r])[0] for r in requests]
-    together = generate(engine.model, requests, batch_size=3)
+    alone = [generate(model, [r])[0] for r in requests]
+    together = generate(model, requests, batch_size=3)
     assert [r.token_ids for r in together] == [r.token_ids for r in alone]
 
 
@@ -286,7 +281,9 @@ def quick_line(custom_id: str, **body) -> str:
 
 def run(lines, engine=None, **options) -> tuple[list[dict], object]:
     out = io.StringIO()
-    summary = run_batch(engine or Engine(StandInModel()), lines, out, progress=False, **options)
+    summary = run_batch(
+        engine or Completions(StandInModel()), lines, out, progress=False, **options
+    )
     return [json.loads(text) for text in out.getvalue().splitlines()], summary
 
 
@@ -331,7 +328,7 @@ class Boom(RuntimeError):
     ],
 )
 def test_any_exception_while_preparing_a_line_is_that_lines_error(monkeypatch, error, expected):
-    engine = Engine(StandInModel())
+    engine = Completions(StandInModel())
     requests = engine.requests
 
     def faulty(request, default_max_tokens):
@@ -360,7 +357,7 @@ def test_submit_errors_are_line_errors_and_the_cache_fits_only_what_can_run():
         quick_line("ok", max_tokens=20),
         quick_line("past-context", max_tokens=195),
     ]
-    items, summary = run(lines, Engine(model))
+    items, summary = run(lines, Completions(model))
     by_id = {i["custom_id"]: i["response"] for i in items}
     assert by_id["ok"]["status_code"] == 200 and summary.requests == 1
     for name in ("huge", "past-context"):
@@ -375,7 +372,7 @@ def test_submit_errors_are_line_errors_and_the_cache_fits_only_what_can_run():
 def test_progress_shows_the_prepare_phase_then_the_requests(capsys):
     out = io.StringIO()
     lines = [quick_line("a", response_format={"type": "json_object"}, max_tokens=30), ""]
-    run_batch(Engine(StandInModel()), lines, out, progress=True)
+    run_batch(Completions(StandInModel()), lines, out, progress=True)
     err = capsys.readouterr().err
     assert "prepare" in err and "grammars=1" in err and "requests" in err
     assert "1/1 [" in err and "/2 [" not in err  # the "" after the last newline is no line
@@ -460,7 +457,7 @@ def test_a_full_disk_stops_the_run_with_the_lines_before_it_whole():
     out = _FullDisk(room=1)
     lines = [quick_line(f"id{i}", max_tokens=3) for i in range(4)]
     with pytest.raises(OutputWriteError, match="No space left"):
-        run_batch(Engine(StandInModel()), lines, out, progress=False)
+        run_batch(Completions(StandInModel()), lines, out, progress=False)
     first, second = out.getvalue().split("\n")[:2]  # the line the disk took, the one it refused
     assert json.loads(first)["custom_id"] in {f"id{i}" for i in range(4)} and second
 

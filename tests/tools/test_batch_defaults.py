@@ -7,7 +7,8 @@ import json
 import pytest
 from corral.model import kv_cache
 from corral.model.generate import CacheWarning
-from corral.tools.batch import Engine, run_batch
+from corral.tools.batch import run_batch
+from corral.tools.completions import Completions
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from stand_in_model import StandInModel
@@ -23,7 +24,7 @@ def request_line(custom_id: str, **body) -> str:
 
 def run(lines, eos_bias=0.0, batch_size=16) -> dict[str, dict]:
     out = io.StringIO()
-    engine = Engine(StandInModel(context=CONTEXT, eos_bias=eos_bias))
+    engine = Completions(StandInModel(context=CONTEXT, eos_bias=eos_bias))
     run_batch(engine, lines, out, batch_size=batch_size, progress=False)
     items = [json.loads(text) for text in out.getvalue().splitlines()]
     return {item["custom_id"]: item["response"] for item in items}

@@ -10,7 +10,8 @@ import json
 import subprocess
 import sys
 
-from corral.tools.batch import BatchSummary, Engine, run_batch
+from corral.tools.batch import BatchSummary, run_batch
+from corral.tools.completions import Completions
 from corral.tools.render import render_request
 from corral.tools.request import parse_tool_request
 from hypothesis import given, settings
@@ -30,7 +31,7 @@ def test_a_prompt_far_past_the_context_is_refused_before_it_is_tokenized():
     model.tokenizer.encode = lambda text: encoded.append(len(text)) or real_encode(text)
     lines = [request_line("huge", "x" * 200_000), request_line("ok")]
     out = io.StringIO()
-    summary = run_batch(Engine(model), lines, out, progress=False)
+    summary = run_batch(Completions(model), lines, out, progress=False)
     by_id = {item["custom_id"]: item for item in map(json.loads, out.getvalue().splitlines())}
     error = by_id["huge"]["response"]["body"]["error"]
     assert by_id["huge"]["response"]["status_code"] == 400
@@ -45,7 +46,7 @@ def test_around_the_context_the_early_refusal_agrees_with_the_exact_count():
     # the stand-in's tokens are bytes, so the bound is exact there: a prompt is answered iff
     # its tokens (counted without corral's check) plus max_tokens fit the context
     model = StandInModel(context=256)
-    engine = Engine(model)
+    engine = Completions(model)
     statuses = set()
     for n in range(150, 260, 7):
         line = request_line("edge", "x" * n, max_tokens=4)
@@ -61,10 +62,12 @@ def test_around_the_context_the_early_refusal_agrees_with_the_exact_count():
 
 def test_a_resumed_run_counts_the_lines_it_skipped():
     lines = [request_line(i) for i in ("a", "b", "c")]
-    summary = run_batch(Engine(StandInModel()), lines, io.StringIO(), {"a", "c"}, progress=False)
+    summary = run_batch(
+        Completions(StandInModel()), lines, io.StringIO(), {"a", "c"}, progress=False
+    )
     assert (summary.requests, summary.skipped) == (1, 2)
     assert "2 lines skipped (already in the output)" in summary.line()
-    fresh = run_batch(Engine(StandInModel()), lines, io.StringIO(), progress=False)
+    fresh = run_batch(Completions(StandInModel()), lines, io.StringIO(), progress=False)
     assert fresh.skipped == 0 and "skipped" not in fresh.line()
 
 

@@ -9,10 +9,10 @@ import json
 
 import httpx
 from corral.model.generate import GenerationResult
+from corral.tools.events import collect
 from corral.tools.parser import parse_text
 from corral.tools.server import ServerConfig, background_server
 from corral.tools.serving import ChoiceStream
-from corral.tools.shapes import collect
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from stand_in_model import StandInModel

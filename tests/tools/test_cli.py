@@ -15,7 +15,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from corral.tools import cli
+from corral.tools import cli, output_file
 from corral.tools.cli import main
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -555,7 +555,7 @@ def test_serve_no_prefix_cache_reaches_the_engine_thread(monkeypatch, flag, expe
     built = []
 
     def fake_serve(model_path, host, port, config):  # what serve() builds, without uvicorn
-        built.append(server.Server(server.Engine(StandInModel()), config))
+        built.append(server.Server(server.Completions(StandInModel()), config))
 
     monkeypatch.setattr(server, "serve", fake_serve)
     with socket.create_server(("127.0.0.1", 0)) as probe:  # a port free a moment ago
@@ -571,9 +571,9 @@ def test_what_an_output_holds_is_counted_in_complete_lines(tmp_path):
     cases += [('{"a": 1}\n{"b"', "1 complete line"), ("1\n2\n", "2 complete lines")]
     for text, said in cases:
         output.write_text(text)
-        assert cli._held(output) == f"{output} holds {said}"
+        assert output_file.held(output) == f"{output} holds {said}"
     output.write_text("")  # an empty file: a run that created it removes it
-    assert cli._held(output) == "no output was written"
+    assert output_file.held(output) == "no output was written"
 
 
 def test_batch_refuses_a_max_tokens_past_the_context_before_any_line_runs(

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from corral.kernels import Constraint, SamplingParams, TokenIndex, constrained_sample
 from corral.tools import bfcl_tools, collect, grammar, parse_text, parse_tool_request
-from corral.tools.batch import Engine
+from corral.tools.completions import Completions
 from example_schemas import WEATHER
 
 pytestmark = pytest.mark.slow
@@ -25,7 +25,7 @@ BUDGET = 256  # tokens; past it the walk steers towards the end, as an engine ne
 
 @pytest.fixture(scope="module")
 def engine(smollm2):
-    return Engine(smollm2)
+    return Completions(smollm2)
 
 
 KINDS = ('"float"', '"array"', '"enum"', '"string"', '"boolean"')

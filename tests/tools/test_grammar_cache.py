@@ -8,7 +8,8 @@ import json
 
 import pytest
 from corral.kernels import Vocabulary
-from corral.tools.batch import Engine, run_batch
+from corral.tools.batch import run_batch
+from corral.tools.completions import Completions
 from corral.tools.errors import ToolError
 from corral.tools.grammar import GrammarCompiler, regex_grammar
 from stand_in_model import StandInModel
@@ -42,7 +43,7 @@ def test_the_summary_line_shows_the_grammar_cache_hit_rate_of_its_run():
     same = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
     other = {"type": "object", "properties": {"y": {"type": "boolean"}}, "required": ["y"]}
     lines = [schema_line(f"r{i}", same) for i in range(3)] + [schema_line("o", other)]
-    engine = Engine(StandInModel())
+    engine = Completions(StandInModel())
     summary = run_batch(engine, lines, io.StringIO(), progress=False)
     assert (summary.grammar_hits, summary.grammar_misses) == (2, 2)
     assert "grammar cache 2 hits / 2 misses (50% hit rate)" in summary.line()

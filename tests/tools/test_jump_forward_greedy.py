@@ -19,7 +19,7 @@ from corral.model.generate import generate
 from corral.model.generation_request import BudgetTooSmallError, check_budget
 from corral.model.jump_forward import ForcedTokenizer
 from corral.tools import ToolError, bfcl_tools, collect, parse_text, parse_tool_request
-from corral.tools.batch import Engine
+from corral.tools.completions import Completions
 
 pytestmark = pytest.mark.slow
 
@@ -92,7 +92,7 @@ def check_valid(request, result) -> None:
 
 
 def test_greedy_answers_with_and_without_jump_forward(smollm2, sample_data):
-    engine = Engine(smollm2)
+    engine = Completions(smollm2)
     found = cases(engine, bfcl_bodies(sample_data)) + cases(engine, bench_bodies(sample_data))
     assert len(found) >= N_EACH + 3
     requests = [choice for _, choice in found]

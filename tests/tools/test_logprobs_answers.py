@@ -6,7 +6,8 @@ import io
 import json
 
 import pytest
-from corral.tools.batch import Engine, run_batch
+from corral.tools.batch import run_batch
+from corral.tools.completions import Completions
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from stand_in_model import StandInModel
@@ -78,7 +79,7 @@ def test_logprobs_change_no_batch_answer_and_usage_counts_what_they_list(jobs, t
     """Lines with and without `logprobs` (free text ending on EOS, schemas with forced keys):
     the same messages and usage; `completion_tokens` is the number of `logprobs.content`
     entries."""
-    engine = Engine(StandInModel(context=512))
+    engine = Completions(StandInModel(context=512))
 
     def lines(**extra):
         return [
@@ -103,7 +104,7 @@ def test_logprobs_change_no_batch_answer_and_usage_counts_what_they_list(jobs, t
 def test_smollm2_answers_the_same_with_and_without_logprobs(smollm2):
     """The issue's case: a temperature-0 city answered the same with logprobs (jump-forward on
     in both), over several schemas and questions."""
-    engine = Engine(smollm2)
+    engine = Completions(smollm2)
     questions = ["Which city has the most people?", "Name a big city in Asia.", "Describe a cat."]
     lines = [
         (f"{k}-{q}", SCHEMAS[k], question)

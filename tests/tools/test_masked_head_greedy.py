@@ -11,8 +11,7 @@ import dataclasses
 import pytest
 from corral.kernels import SamplingParams
 from corral.model.generate import GenerationStats, generate
-from corral.model.quant import int8_kernel
-from corral.tools.batch import Engine
+from corral.tools.completions import Completions
 from test_jump_forward_greedy import bench_bodies, bfcl_bodies, cases, check_valid
 
 pytestmark = pytest.mark.slow
@@ -20,14 +19,14 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def found(smollm2, sample_data):
-    engine = Engine(smollm2)
+    engine = Completions(smollm2)
     found = cases(engine, bfcl_bodies(sample_data)) + cases(engine, bench_bodies(sample_data))
     assert len(found) >= 9
     return found
 
 
 def test_at_batch_1_greedy_answers_are_the_same_with_the_head_masked(smollm2, found):
-    if int8_kernel() is not None:
+    if smollm2.plan.activations != "float32":
         pytest.skip("int8 activations: the whole head rounds otherwise than the chosen rows")
     requests = [choice for _, choice in found]
     masked, whole = GenerationStats(), GenerationStats()
@@ -51,7 +50,7 @@ def test_logprob_settings_read_the_same_logits_with_the_head_masked(smollm2, fou
     """top_logprobs, a logit_bias and penalties read a masked row at allowed ids only, so at
     batch 1 (greedy) the tokens, logprobs and top lists are the same with the head masked or
     whole, and the masked head serves those rows too."""
-    if int8_kernel() is not None:
+    if smollm2.plan.activations != "float32":
         pytest.skip("int8 activations: the whole head rounds otherwise than the chosen rows")
     params = SamplingParams(temperature=0.0, presence_penalty=0.5, repetition_penalty=1.2)
     requests = [

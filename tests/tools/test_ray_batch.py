@@ -8,7 +8,8 @@ import io
 import json
 
 import pytest
-from corral.tools.batch import Engine, run_batch
+from corral.tools.batch import run_batch
+from corral.tools.completions import Completions
 from corral.tools.ray_batch import shard_of, shards
 from stand_in_model import StandInModel
 
@@ -61,7 +62,7 @@ def test_every_line_of_a_custom_id_is_in_one_shard():
 
 @pytest.mark.parametrize("n_shards", [1, 3, 7])
 def test_shards_run_apart_give_the_local_runs_lines(n_shards):
-    engine = Engine(StandInModel())
+    engine = Completions(StandInModel())
     local = run(LINES, engine)
     parts = ""
     for row in shards(LINES, n_shards):
@@ -87,7 +88,7 @@ def test_local_ray_run_equals_the_local_run(smollm2, tmp_path):
         quick_line("j", response_format={"type": "json_object"}, max_tokens=24, temperature=0.7)
     ]
     local_out = io.StringIO()
-    local_summary = run_batch(Engine(smollm2), lines, local_out, batch_size=4, progress=False)
+    local_summary = run_batch(Completions(smollm2), lines, local_out, batch_size=4, progress=False)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         out = io.StringIO()

@@ -355,10 +355,10 @@ def test_jump_forward_is_on_unless_the_request_turns_it_off():
 
 
 def test_the_engine_requests_carry_the_jump_forward_switch():
-    from corral.tools.batch import Engine
+    from corral.tools.completions import Completions
     from stand_in_model import StandInModel
 
-    engine = Engine(StandInModel())
+    engine = Completions(StandInModel())
     for value in (True, False):
         request = parse_tool_request(body(jump_forward=value, n=2))
         assert [r.jump_forward for r in engine.requests(request, 16)] == [value, value]

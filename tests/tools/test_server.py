@@ -17,9 +17,9 @@ import openai
 import pytest
 from corral.model.generate import GenerationResult
 from corral.tools.cli import main
+from corral.tools.events import CallStart, Content, ToolCall, collect
 from corral.tools.server import ServerConfig, background_server
 from corral.tools.serving import ChoiceStream
-from corral.tools.shapes import CallStart, Content, ToolCall, collect
 from example_schemas import WEATHER
 from hypothesis import given
 from hypothesis import strategies as st
@@ -492,10 +492,10 @@ def test_a_max_len_past_the_models_context_is_refused(smollm2):
     """`corral serve --max-len 100000` on an 8,192-token model: refused when the server is made
     (as vLLM refuses a max_model_len past the model's), naming both figures, not capped unsaid."""
     from corral.model.errors import CacheError
-    from corral.tools.batch import Engine
+    from corral.tools.completions import Completions
     from corral.tools.server import Server
 
-    engine = Engine(smollm2)
+    engine = Completions(smollm2)
     with pytest.raises(CacheError, match=r"\(--max-len\) 100000 .* context length, 8192 tokens"):
         Server(engine, ServerConfig(max_len=100_000))
     Server(engine, ServerConfig(max_len=8192))  # the whole context is allowed

@@ -6,6 +6,7 @@ every context overflow."""
 from __future__ import annotations
 
 import importlib
+import io
 import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -14,8 +15,11 @@ from urllib.parse import quote
 import httpx
 import openai
 import pytest
-from corral.tools.batch import Engine
+from corral.automata import ConstrainError
+from corral.model.errors import ContextLengthError
+from corral.tools.batch import run_batch
 from corral.tools.cli import main
+from corral.tools.completions import Completions
 from corral.tools.errors import ToolError
 from corral.tools.prompt_bound import PromptBound
 from corral.tools.render import render_request
@@ -127,7 +131,7 @@ def test_health_answers_while_a_maximal_body_is_validated(url, monkeypatch, modu
 
 def test_more_tools_than_the_limit_are_refused_before_anything_is_built(url, http, monkeypatch):
     built = []
-    monkeypatch.setattr(Engine, "requests", lambda *args: built.append(args))
+    monkeypatch.setattr(Completions, "requests", lambda *args: built.append(args))
     tools = [{"type": "function", "function": {"name": f"f{i}"}} for i in range(20_000)]
     body = {"messages": ASK, "tools": tools}
     error = error_of(http.post(f"{url}/v1/chat/completions", json=body, headers=AUTH), 400)
@@ -143,7 +147,7 @@ def test_no_grammar_is_built_for_tools_whose_prompt_fills_the_context(tools, wor
     (here with no bound from its length, as for a tokenizer with a normalizer), the request is
     refused before any grammar is built."""
     model = StandInModel(context=CONTEXT)
-    engine = Engine(model)
+    engine = Completions(model)
     engine.prompt_bound = PromptBound(None, b"")
     built = []
     index = engine.compiler.index
@@ -223,7 +227,7 @@ def test_a_browser_preflight_from_a_configured_origin_is_answered(url, http):
 
 
 def test_without_cors_origins_a_preflight_gets_no_grant():
-    server = Server(Engine(StandInModel(context=CONTEXT)), ServerConfig(max_len=MAX_LEN))
+    server = Server(Completions(StandInModel(context=CONTEXT)), ServerConfig(max_len=MAX_LEN))
     with TestClient(server.app()) as client:
         response = client.options("/v1/chat/completions", headers=PREFLIGHT)
         assert response.status_code == 405 and response.headers["allow"] == "POST"
@@ -314,3 +318,41 @@ def test_every_context_overflow_is_one_answer(url, http, model, length, max_toke
     field = "max_tokens" if prompt < MAX_LEN else "messages"
     assert (error["code"], error["param"]) == ("context_length_exceeded", field), error
     assert str(prompt) in error["message"]
+
+
+def _constrain(text):
+    return ConstrainError(text)
+
+
+def _context(text):
+    return ContextLengthError(100, 120, None)
+
+
+def _tool_error(text):
+    return ToolError(422, "tools", "unsupported_parameter", text or "no")
+
+
+def _unicode(text):
+    return UnicodeEncodeError("utf-8", text, 0, 1, "why")
+
+
+ERRORS = [RuntimeError, KeyError, ValueError, OverflowError, RecursionError]
+ERRORS += [_constrain, _context, _tool_error, _unicode]
+
+
+@settings(SERVED, max_examples=30)
+@given(make=st.sampled_from(ERRORS), text=st.text(max_size=20))
+def test_the_server_and_a_batch_line_answer_one_error_alike(monkeypatch, make, text):
+    """Whatever a request's preparation raises, the server answers the status and body the
+    Batch runner writes for that line (one mapping, `corral.tools.errors.openai_error`)."""
+    error = make(text)
+    completions = Completions(StandInModel(context=CONTEXT))
+    monkeypatch.setattr(completions, "requests", lambda *args: (_ for _ in ()).throw(error))
+    body = {"messages": ASK, "max_tokens": 2}
+    out = io.StringIO()
+    line = json.dumps({"custom_id": "a", "body": body})
+    run_batch(completions, [line], out, progress=False)
+    written = json.loads(out.getvalue())["response"]
+    with TestClient(Server(completions, ServerConfig(max_len=MAX_LEN)).app()) as client:
+        answer = client.post("/v1/chat/completions", json=body)
+    assert (answer.status_code, answer.json()) == (written["status_code"], written["body"])

@@ -1,0 +1,111 @@
+"""The adapter between OpenAI's chat completions and corral's engine: a validated request to the
+`GenerationRequest`s of its choices (prompt, grammar, sampling), and their results to the
+`chat.completion` body. The Batch runner and the server share one `Completions`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from corral.kernels import Constraint, SamplingParams
+from corral.model.errors import ContextLengthError
+from corral.model.generate import GenerationRequest, GenerationResult
+from corral.tools.errors import refused
+from corral.tools.grammar import DEFAULT_MAX_GRAMMARS, GrammarCompiler, grammar
+from corral.tools.prompt_bound import PromptBound
+from corral.tools.render import render_request
+from corral.tools.request import ToolRequest
+from corral.tools.shapes import completion_json
+
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+
+
+def served_name(model_path: str | Path | None) -> str:
+    """The name a model is served under (the `model` of requests and answers, as vLLM's
+    `--served-model-name` defaults to the model's path): SmolLM2-135M-Instruct for the default
+    model (None), else the name of the `--model` folder, or of the GGUF file without `.gguf`."""
+    if model_path is None:
+        return DEFAULT_MODEL_NAME
+    path = Path(model_path)
+    return path.stem if path.suffix == ".gguf" else path.name
+
+
+class Completions:
+    """Chat completions requests to engine requests and their results to `chat.completion`
+    bodies, over a model, its vocabulary, and the `GrammarCompiler` whose bounded cache of token
+    indexes every request shares.
+
+    Args:
+        model: a `corral.model.Model`.
+        model_name: the served model's name: answers carry it, and a request naming another
+            model is refused (`corral.tools.request.check_model`; `served_name`).
+        max_grammars: how many token indexes the compiler keeps (`DEFAULT_MAX_GRAMMARS`).
+    """
+
+    def __init__(
+        self,
+        model,
+        model_name: str = DEFAULT_MODEL_NAME,
+        max_grammars: int = DEFAULT_MAX_GRAMMARS,
+    ):
+        self.model = model
+        self.model_name = model_name
+        self.vocabulary = model.vocabulary
+        self.compiler = GrammarCompiler(self.vocabulary, max_grammars)
+        self.prompt_bound = PromptBound.of(model)
+
+    def requests(
+        self, request: ToolRequest, default_max_tokens: int | None = None
+    ) -> list[GenerationRequest]:
+        """The engine requests of a chat request's `n` choices (their budget is checked when
+        they are submitted, `Generator.submit`).
+
+        Raises ToolError: 422 for a schema the subset refuses or a grammar past a size limit;
+        400 for messages the template refuses, and 400 `context_length_exceeded` (param
+        `messages`) for a prompt that fills the model's context, found before any grammar is
+        built (from its length, then from its tokens): the tools' schemas are in the prompt, so
+        a grammar of tools is built only for schemas that fit in the context."""
+        text = render_request(self.model, request)
+        context = self.model.context_length
+        self.prompt_bound.check(text, context)  # from the length, before it is tokenized
+        prompt = self.model.tokenizer.encode(text)
+        if len(prompt) >= context:
+            raise refused(ContextLengthError(context, len(prompt), None))
+        constraint, trigger = None, None
+        found = grammar(request)
+        if found is not None:
+            constraint = Constraint(self.compiler.index(found))
+            trigger = found.trigger
+        params = SamplingParams(
+            temperature=request.temperature,
+            top_p=request.top_p,
+            presence_penalty=request.presence_penalty,
+            frequency_penalty=request.frequency_penalty,
+        )
+        max_tokens = request.max_tokens or default_max_tokens
+        out = []
+        for i in range(request.n):
+            seed = None if request.seed is None else (request.seed + i) % 2**64
+            out.append(
+                GenerationRequest(
+                    prompt,
+                    max_tokens,
+                    params,
+                    seed,
+                    request.stop,
+                    constraint,
+                    trigger,
+                    logit_bias=dict(request.logit_bias) or None,
+                    top_logprobs=(request.top_logprobs or 0) if request.logprobs else None,
+                    jump_forward=request.jump_forward,
+                )
+            )
+        return out
+
+    def completion(self, request: ToolRequest, results: list[GenerationResult]) -> dict:
+        """The `chat.completion` body answering `request` with its choices' `results`, in
+        order (`corral.tools.shapes.completion_json`, under a new request id)."""
+        return completion_json(
+            request, results, uuid.uuid4().hex[:12], self.model_name, self.vocabulary
+        )
