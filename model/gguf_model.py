@@ -10,7 +10,7 @@ file's own blocks:
 - Q4_1 and Q8_0 as `quant.TiledMatrix` (the kernels of `corral.kernels.compute.quant`, packed in
   one allocation as `quant.quantized_layers` does);
 - Q4_K, Q5_K, Q6_K, Q5_0, Q4_0 and Q5_1 as `kquant_layout.KQuantMatrix` (`kquants.kquant_matmul`,
-  float32 activations, whatever the int8 settings say);
+  float32 activations whatever the `ComputePlan` says);
 - F32, F16 and BF16 as float32 arrays (a BLAS GEMM).
 
 q/k/v and gate/up are stacked as one matrix each when they share a block type, else kept as
@@ -39,7 +39,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from corral.kernels.compute import kquant_layout, kquants
+from corral.kernels.compute import kquant_layout, kquant_row, kquant_rows, kquants
 from corral.model import llama, quant
 from corral.model.config import LlamaConfig
 from corral.model.errors import ModelLoadError
@@ -284,9 +284,7 @@ class GGUFMatrix:
     def __post_init__(self):
         if self.plan is not None:  # the plan reaches the block parts that read one
             parts = tuple(
-                dataclasses.replace(p, plan=self.plan)
-                if isinstance(p, quant.TiledMatrix) and hasattr(p, "plan")
-                else p
+                dataclasses.replace(p, plan=self.plan) if isinstance(p, quant.TiledMatrix) else p
                 for p in self.parts
             )
             object.__setattr__(self, "parts", parts)
@@ -584,6 +582,27 @@ def hf_tensors(gguf: GGUFFile, config: LlamaConfig) -> dict[str, np.ndarray]:
             tensor = tensor - np.float32(1.0)
         tensors[hf_name] = np.ascontiguousarray(tensor)
     return tensors
+
+
+_KQUANT_KERNELS = {
+    "Q4_K": (kquant_row.q4_k_row, kquant_rows.q4_k_matmul),
+    "Q5_K": (kquant_row.q5_k_row, kquant_rows.q5_k_matmul),
+    "Q6_K": (kquant_row.q6_k_row, kquant_rows.q6_k_matmul),
+}
+
+
+def kquant_kernels(params: dict) -> list:
+    """The compiled K-quant kernels the model's products call (one row and several: Numba
+    compiles each on a machine's first use), for `loading.kernels_cached`."""
+    matrices = [m for layer in params["layers"] for m in layer.get("blocks", {}).values()]
+    kinds = {
+        part.kind
+        for matrix in [*matrices, params.get("lm_head_blocks")]
+        for part in getattr(matrix, "parts", ())
+        if isinstance(part, kquant_layout.KQuantMatrix)
+    }
+    small = (kquant_row.small_row, kquant_rows.small_matmul)
+    return [kernel for kind in sorted(kinds) for kernel in _KQUANT_KERNELS.get(kind, small)]
 
 
 def is_quantized(gguf: GGUFFile) -> bool:

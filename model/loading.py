@@ -35,7 +35,7 @@ from corral.kernels.jit_cache import is_cached
 from corral.model import llama
 from corral.model.config import LlamaConfig
 from corral.model.errors import ModelLoadError
-from corral.model.gguf_model import load_gguf_model
+from corral.model.gguf_model import kquant_kernels, load_gguf_model
 from corral.model.kv_cache import DTYPES
 from corral.model.model import Model
 from corral.model.quant import quantized_layers
@@ -123,7 +123,8 @@ def load_model(
 
 def kernels_cached(model: Model) -> bool:
     """True when Numba's on-disk cache already holds the kernels `model`'s forward pass calls
-    first (the per-token layers, and the block products when it reads quantization blocks):
+    first (the per-token layers, and the block products when it reads quantization blocks,
+    K-quants' included):
     False on a machine's first run, which compiles them (`corral.kernels.jit_cache`)."""
     kernels = [layers.rms_norm]
     if model.weights == "quantized":  # the plan's block products
@@ -132,6 +133,7 @@ def kernels_cached(model: Model) -> bool:
             "int8-vnni": [quant_int8.int8_matmul],
             "float32": [quant_rows.FLOAT_MATMUL[model.plan.lanes]],
         }[model.plan.activations]
+        kernels += kquant_kernels(model.params)  # a GGUF's K-quant and 5-bit products
     return all(is_cached(kernel) for kernel in kernels)
 
 
