@@ -358,6 +358,28 @@ def test_no_float32_copy_of_a_quantized_matrix_is_kept(tiny_models, tmp_path):
     assert params["embed"][np.array([5, 7])].shape == (2, hf["hidden_size"])
 
 
+@pytest.mark.parametrize(("arch", "weight_format"), [("gemma3", "mixed"), ("qwen2", "Q6_K")])
+def test_the_masked_head_gives_the_whole_heads_logits(
+    tiny_models, tmp_path, float32_plan, arch, weight_format
+):
+    """The engine's masked LM head (`allowed`) reads the chosen rows of the head, dequantized
+    from its blocks (`QuantizedRows`): the whole head's logits there, -inf elsewhere."""
+    hf, _, reference_model = tiny_models[arch]
+    path = tmp_path / f"{arch}-{weight_format}.gguf"
+    write_gguf(path, arch, hf, reference_model, weight_format, seed=6)
+    model = load_model(path, progress=False, plan=float32_plan)
+    allowed = [np.array([3, 17, 200, 511]), None, np.array([0])]
+    cache = model.new_cache(3, 16)
+    prompts = [[5, 6, 7], [8, 9], [10]]
+    whole = model.prefill_batch(cache, [0, 1, 2], prompts)
+    cache = model.new_cache(3, 16)
+    masked = model.prefill_batch(cache, [0, 1, 2], prompts, allowed=allowed)
+    for row, ids in enumerate(allowed):
+        chosen = np.arange(VOCAB) if ids is None else ids
+        np.testing.assert_allclose(masked[row, chosen], whole[row, chosen], rtol=0, atol=1e-4)
+        assert np.isneginf(np.delete(masked[row], chosen)).all()
+
+
 # ----------------------------------------------------------------------------------------------
 # SmolLM2 read directly
 
