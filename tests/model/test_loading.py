@@ -283,7 +283,7 @@ def write_tiny_gguf(path, tiny, config, tensors, architecture="llama", kind=None
     writer.close()
 
 
-def test_a_gguf_file_converts_to_the_same_model_as_its_hugging_face_folder(
+def test_a_gguf_file_loads_as_the_same_model_as_its_hugging_face_folder(
     tmp_path, monkeypatch, tiny
 ):
     monkeypatch.setenv("CORRAL_HOME", str(tmp_path / "home"))
@@ -291,7 +291,7 @@ def test_a_gguf_file_converts_to_the_same_model_as_its_hugging_face_folder(
     write_tiny_gguf(tmp_path / "tiny.gguf", tiny, config, tiny.tensors(config))
     from_gguf = load_model(tmp_path / "tiny.gguf", progress=False)
     from_folder = load_model(tiny.write(tmp_path / "folder"))
-    assert from_gguf.path.parent == tmp_path / "home" / "models"
+    assert from_gguf.path == tmp_path / "tiny.gguf"  # read directly, nothing converted
     ids = from_folder.tokenizer.encode("<|im_start|>user\nhello 123<|im_end|>")
     assert 261 in ids  # the merged token "hell"
     assert from_gguf.tokenizer.encode("<|im_start|>user\nhello 123<|im_end|>") == ids
@@ -300,7 +300,7 @@ def test_a_gguf_file_converts_to_the_same_model_as_its_hugging_face_folder(
         [{"role": "user", "content": "x"}]
     )
     assert from_gguf.eos_ids == (2,)
-    assert load_model(tmp_path / "tiny.gguf").path == from_gguf.path  # converted once
+    assert not (tmp_path / "home" / "models").exists()
 
 
 def test_a_gguf_of_another_architecture_is_refused(tmp_path, monkeypatch, tiny):
