@@ -29,8 +29,6 @@ sys.path[:] = [p for p in sys.path if Path(p or os.getcwd()).resolve() != ROOT]
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-pytestmark = pytest.mark.usefixtures("float32_kv_cache")
-
 LOGIT_TOLERANCE = 1e-3
 VOCAB = 384
 PROMPT_LENGTHS = (1, 5, 20, 40)  # 40 > llama.SHORT_SEGMENT: a long segment
