@@ -19,13 +19,7 @@ from pathlib import Path
 
 import numpy as np
 from corral.model.errors import ModelLoadError
-
-_STRING, _ARRAY = 8, 9
-_NUMBERS = {
-    0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "?",
-    10: "<u8", 11: "<i8", 12: "<f8",
-}  # fmt: skip
-# GGUF value type -> NumPy dtype
+from corral.model.gguf_metadata import read_fields, read_string
 
 FLOAT_TYPES = ("F32", "F16", "BF16")
 """The tensor types read as float arrays."""
@@ -159,21 +153,10 @@ def read_gguf_file(path: str | Path) -> GGUFFile:
 def _parse(buffer, path: Path) -> tuple[dict, dict[str, TensorInfo]]:
     import gguf  # the block sizes of ggml's types
 
-    magic, version = struct.unpack_from("<4sI", buffer, 0)
-    if magic != b"GGUF":
-        raise ModelLoadError(path, "not a readable GGUF file: no GGUF magic")
-    if version not in (2, 3):
-        raise ModelLoadError(path, f"GGUF version {version} is not supported (only 2 and 3)")
-    n_tensors, n_fields = struct.unpack_from("<QQ", buffer, 8)
-    at, fields = 24, {}
-    for _ in range(n_fields):
-        key, at = _string(buffer, at)
-        (kind,) = struct.unpack_from("<I", buffer, at)
-        fields[key], at = _value(buffer, at + 4, kind, not key.startswith("tokenizer."), path)
-    fields = {key: value for key, value in fields.items() if value is not None}
+    fields, at, n_tensors = read_fields(buffer, path, lambda key: not key.startswith("tokenizer."))
     infos = []
     for _ in range(n_tensors):
-        name, at = _string(buffer, at)
+        name, at = read_string(buffer, at)
         (n_dims,) = struct.unpack_from("<I", buffer, at)
         dims = struct.unpack_from(f"<{n_dims}Q", buffer, at + 4)
         kind, offset = struct.unpack_from("<IQ", buffer, at + 4 + 8 * n_dims)
@@ -198,39 +181,3 @@ def _parse(buffer, path: Path) -> tuple[dict, dict[str, TensorInfo]]:
             raise ModelLoadError(path, f"tensor {name!r} runs past the end of the file")
         tensors[name] = TensorInfo(name, kind_name, shape, start + offset, nbytes)
     return fields, tensors
-
-
-def _string(buffer, at: int) -> tuple[str, int]:
-    (length,) = struct.unpack_from("<Q", buffer, at)
-    end = at + 8 + length
-    if end > len(buffer):
-        raise ValueError(f"a string runs past the end of the file at byte {at}")
-    return buffer[at + 8 : end].decode("utf-8", errors="replace"), end
-
-
-def _value(buffer, at: int, kind: int, keep: bool, path: Path) -> tuple[object, int]:
-    """(value, the offset after it) of a value of GGUF type `kind` at `at`; arrays are skipped
-    (None) unless `keep`."""
-    if kind == _STRING:
-        return _string(buffer, at)
-    if kind in _NUMBERS:
-        dtype = np.dtype(_NUMBERS[kind])
-        return np.frombuffer(buffer, dtype, 1, at)[0].item(), at + dtype.itemsize
-    if kind != _ARRAY:
-        raise ModelLoadError(path, f"unknown GGUF value type {kind} at byte {at}")
-    item, n = struct.unpack_from("<IQ", buffer, at)
-    at += 12
-    if item in _NUMBERS:
-        dtype = np.dtype(_NUMBERS[item])
-        end = at + n * dtype.itemsize
-        if end > len(buffer):
-            raise ValueError(f"an array runs past the end of the file at byte {at}")
-        return (np.frombuffer(buffer, dtype, n, at).tolist() if keep else None), end
-    items = []
-    for _ in range(n):
-        if item == _STRING and not keep:  # skipped without decoding
-            at += 8 + struct.unpack_from("<Q", buffer, at)[0]
-            continue
-        value, at = _value(buffer, at, item, keep, path)
-        items.append(value)
-    return (items if keep else None), at

@@ -66,24 +66,38 @@ def read_gguf_metadata(path: str | Path, prefixes: tuple[str, ...] = ()) -> dict
 
 
 def _read(buffer, prefixes: tuple[str, ...], path: Path) -> dict[str, object]:
+    fields, _, _ = read_fields(buffer, path, lambda key: not prefixes or key.startswith(prefixes))
+    return {key: value for key, value in fields.items() if not prefixes or key.startswith(prefixes)}
+
+
+def read_fields(buffer, path: Path, keep) -> tuple[dict[str, object], int, int]:
+    """The header and key-value section of a GGUF file in `buffer` (bytes or an mmap):
+    (fields, the offset just after them, the file's tensor count). Arrays of the keys for which
+    `keep(key)` is false are skipped over, not decoded, and left out; scalars are all kept.
+
+    Raises:
+        ModelLoadError: naming `path`, for a file that is not GGUF, of a version other than 2 or
+            3, or holds an unknown value type; `struct.error`, `ValueError` or `IndexError` for a
+            truncated one (the callers name the file).
+    """
     magic, version = struct.unpack_from("<4sI", buffer, 0)
     if magic != b"GGUF":
         raise ModelLoadError(path, "not a GGUF file (no GGUF magic)")
     if version not in (2, 3):
         raise ModelLoadError(path, f"GGUF version {version} is not supported (only 2 and 3)")
-    _, count = struct.unpack_from("<QQ", buffer, 8)
+    n_tensors, count = struct.unpack_from("<QQ", buffer, 8)
     at, fields = 24, {}
     for _ in range(count):
-        key, at = _string(buffer, at)
+        key, at = read_string(buffer, at)
         (kind,) = struct.unpack_from("<I", buffer, at)
-        keep = not prefixes or key.startswith(prefixes)
-        value, at = _value(buffer, at + 4, kind, keep, path)
-        if keep:
+        value, at = _value(buffer, at + 4, kind, keep(key), path)
+        if value is not None:
             fields[key] = value
-    return fields
+    return fields, at, n_tensors
 
 
-def _string(buffer, at: int) -> tuple[str, int]:
+def read_string(buffer, at: int) -> tuple[str, int]:
+    """(the GGUF string at byte `at`, the offset after it); invalid UTF-8 becomes U+FFFD."""
     (length,) = struct.unpack_from("<Q", buffer, at)
     end = at + 8 + length
     if end > len(buffer):
@@ -92,11 +106,10 @@ def _string(buffer, at: int) -> tuple[str, int]:
 
 
 def _value(buffer, at: int, kind: int, keep: bool, path: Path) -> tuple[object, int]:
-    """(value, offset after it) of a value of GGUF type `kind` at `at` (None when not `keep`)."""
+    """(value, the offset after it) of a value of GGUF type `kind` at `at`; an array is skipped
+    (None) unless `keep`."""
     if kind == _STRING:
-        if not keep:
-            return None, at + 8 + struct.unpack_from("<Q", buffer, at)[0]
-        return _string(buffer, at)
+        return read_string(buffer, at)
     if kind in _NUMBERS:
         dtype = np.dtype(_NUMBERS[kind])
         return np.frombuffer(buffer, dtype, 1, at)[0].item(), at + dtype.itemsize
@@ -112,6 +125,9 @@ def _value(buffer, at: int, kind: int, keep: bool, path: Path) -> tuple[object, 
         return (np.frombuffer(buffer, dtype, n, at).tolist() if keep else None), end
     items = []
     for _ in range(n):
+        if item == _STRING and not keep:  # skipped without decoding
+            at += 8 + struct.unpack_from("<Q", buffer, at)[0]
+            continue
         value, at = _value(buffer, at, item, keep, path)
         items.append(value)
     return (items if keep else None), at
