@@ -68,6 +68,7 @@ class Model:
         self.params = _bound(params, plan)
         self.tokenizer = tokenizer
         self.chat_template = chat_template
+        self.add_bos_token = False  # a raw prompt starts with BOS (a GGUF's metadata may say so)
         self.special_tokens = special_tokens
         self.path = Path(path)
         self.weights = "quantized" if "lm_head_blocks" in params else "float32"
@@ -109,6 +110,13 @@ class Model:
     # ------------------------------------------------------------------------------------------
     # Text
 
+    def raw_prompt(self, text: str) -> list[int]:
+        """The token ids of `text` as a raw prompt (no chat template): BOS first where the model
+        asks for it (`add_bos_token`), then the tokenizer's ids."""
+        ids = self.tokenizer.encode(text)
+        bos = self.config.bos_token_id
+        return [bos, *ids] if self.add_bos_token and bos is not None else list(ids)
+
     def render_chat(self, messages: list[dict], add_generation_prompt: bool = True, **extra) -> str:
         """Render a conversation with the model's chat template, as transformers'
         `apply_chat_template(..., tokenize=False)` does.
@@ -117,7 +125,10 @@ class Model:
             ChatTemplateError: the model has no template, or the template refused the messages.
         """
         if self.chat_template is None:
-            raise ChatTemplateError(f"{self.path}: the model has no chat template")
+            raise ChatTemplateError(
+                f"{self.path}: the model has no chat template (a base model), so chat messages "
+                "cannot be rendered into a prompt"
+            )
         return render_chat(
             self.chat_template, messages, add_generation_prompt, self.special_tokens, **extra
         )

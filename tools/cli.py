@@ -437,7 +437,11 @@ def _generate_quick(args: argparse.Namespace, model, dfa: Dfa) -> int:
     """`--schema FILE` or `--regex PATTERN` with `--prompt`: each answer on a line of stdout
     as soon as it finishes."""
     constraint = Constraint(TokenIndex(dfa, model.vocabulary))
-    prompt = model.tokenizer.encode(model.render_chat([{"role": "user", "content": args.prompt}]))
+    if model.chat_template is None:  # a base model continues the prompt as raw text
+        prompt = model.raw_prompt(args.prompt)
+    else:
+        chat = model.render_chat([{"role": "user", "content": args.prompt}])
+        prompt = model.tokenizer.encode(chat)
     max_tokens = args.max_tokens or DEFAULT_MAX_TOKENS
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p)
     requests = [
@@ -627,7 +631,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     generate.add_argument("--schema", help="quick form: a JSON Schema file")
     generate.add_argument("--regex", help="quick form: a regex")
-    generate.add_argument("--prompt", help="quick form: the user message")
+    generate.add_argument(
+        "--prompt",
+        help="quick form: the user message (the raw prompt for a model without a chat template)",
+    )
     generate.add_argument("-n", type=int, help="quick form: how many answers (1)")
     generate.add_argument(
         "--temperature", type=float, help="quick form: sampling temperature (1.0)"

@@ -168,6 +168,11 @@ def _render_text(template, turns: list[dict], add_generation_prompt: bool, extra
         render = getattr(template, "render_chat", template)
         return render(turns, add_generation_prompt=add_generation_prompt, **extra)
     except ChatTemplateError as error:
+        if getattr(template, "chat_template", "") is None:
+            raise invalid(
+                "messages", "The model has no chat template (a base model): chat messages cannot "
+                "be rendered into a prompt"
+            ) from None  # fmt: skip
         raise invalid("messages", f"The chat template refused the conversation: {error}") from None
 
 
