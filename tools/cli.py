@@ -23,6 +23,7 @@ import numpy as np
 from corral.automata import (
     ConstrainError,
     Dfa,
+    GrammarError,
     SchemaLimits,
     compile_grammar_text,
     json_schema_to_regex,
@@ -153,6 +154,8 @@ def _compile(args: argparse.Namespace) -> int:
                     f"the pattern is not UTF-8: byte 0x{byte:02X} at character {escaped}",
                 )
             dfa = regex_to_dfa(args.pattern)
+    except GrammarError as error:  # a line and column: of the file named
+        return _fail("compile", f"{args.grammar}: {error}")
     except (ConstrainError, InputError) as error:
         return _fail("compile", error)
     except RecursionError:

@@ -39,6 +39,6 @@ def test_compile_grammar_syntax_error_names_line_and_column(tmp_path, capsys):
     path.write_text('root ::= item\nitem ::= "a" (\n', encoding="utf-8")
     assert main(["compile", "--grammar", str(path)]) == 2
     err = capsys.readouterr().err
-    assert err.strip() == "corral compile: line 2 column 14: expected ')'"
+    assert err.strip() == f"corral compile: {path}: line 2 column 14: expected ')'"
     assert main(["compile", "a", "--grammar", str(path)]) == 2
     assert "--grammar FILE alone" in capsys.readouterr().err
