@@ -46,6 +46,8 @@ from corral.tools.output_file import done_ids, drop_torn_tail
 from corral.tools.request import read_body
 from corral.tools.serving import BackgroundJob, EngineThread
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.formparsers import MultiPartException
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
@@ -653,7 +655,12 @@ def batch_routes(service: BatchService, check_key, read_json, max_file_bytes: in
         async def replay():
             return {"type": "http.request", "body": bytes(body), "more_body": False}
 
-        async with Request(request.scope, replay).form(max_files=1) as form:
+        try:
+            form = await Request(request.scope, replay).form(max_files=1)
+        except (HTTPException, MultiPartException) as error:  # starlette's own 400
+            detail = getattr(error, "detail", None) or getattr(error, "message", str(error))
+            return invalid("file", f"The body is not a multipart form: {detail}")
+        try:
             upload, purpose = form.get("file"), form.get("purpose")
             if not isinstance(purpose, str):
                 return invalid(
@@ -667,6 +674,8 @@ def batch_routes(service: BatchService, check_key, read_json, max_file_bytes: in
                 )
             data = await upload.read()
             name = upload.filename or "upload.jsonl"
+        finally:
+            await form.close()
         return await run_in_threadpool(service.create_file, data, name, purpose)
 
     async def list_files(request: Request):
