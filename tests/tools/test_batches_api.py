@@ -329,26 +329,30 @@ def test_a_restarted_server_finishes_the_batch_answering_every_line_once(tmp_pat
 
 
 def test_an_interactive_request_does_not_wait_for_a_running_batch(tmp_path):
-    """A batch that fills every slot: an interactive request is answered while the batch has
-    most of its lines left (its lines are preempted, then run again: still once each)."""
-    n = 60
+    """A batch whose lines hold every slot for 200 steps: an interactive request of 5 tokens is
+    answered before any batch line ends (it preempts one; without preemption it would wait for
+    a line to end), and the preempted line still runs, once."""
+    n = 8
     model = SlowModel(0.01, context=CONTEXT, eos_bias=-100.0)
     with background_server(model, slow_config(tmp_path)) as (base, server):
         api = client(base, None)
-        file_id = upload(api, long_batch(n))
+        text = "".join(line(f"id{i}", max_tokens=200) + "\n" for i in range(n))
         batch_id = api.batches.create(
-            input_file_id=file_id, endpoint="/v1/chat/completions", completion_window="24h"
+            input_file_id=upload(api, text),
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
         ).id
-        wait(api, batch_id, lambda b: b.request_counts.completed >= 1)
+        deadline = time.monotonic() + 60
+        while server.thread.generator.n_live < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert server.thread.generator.n_live == 4  # the batch holds every slot
-        for _ in range(3):
-            answer = api.chat.completions.create(
-                model=server.config.model_name,
-                messages=[{"role": "user", "content": "hi"}],
-                max_tokens=5,
-            )
-            assert answer.choices[0].finish_reason == "length"
-        assert api.batches.retrieve(batch_id).request_counts.completed < n // 2
+        answer = api.chat.completions.create(
+            model=server.config.model_name,
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=5,
+        )
+        assert answer.choices[0].finish_reason == "length"
+        assert api.batches.retrieve(batch_id).request_counts.completed == 0
         batch = wait(api, batch_id, ended)
         out = items(api, batch.output_file_id)
     assert sorted(i["custom_id"] for i in out) == sorted(f"id{i}" for i in range(n))
