@@ -10,9 +10,10 @@ is full and `max_waiting` choices wait (the server's 429).
 
 Low-priority work (the Batch API's lines, `corral.tools.batch_service`) comes from
 `EngineThread.background`: the thread asks it for a few `BackgroundJob`s (`take`) only when no
-interactive choice is in the engine, into slots that are free, and an interactive job that
-finds no free slot drops (preempts) the newest background jobs, which get `("preempted",)` and
-run again later: an interactive request never waits behind batch work for more than one step.
+interactive choice is in the engine, into slots that are free, and an interactive job drops
+(preempts) the newest background jobs until it finds free slots and at most `BESIDE`
+background choices run beside it; they get `("preempted",)` and run again later: an interactive
+request never waits behind batch work for more than one step.
 A background job cancelled gets `("cancelled",)`. `ChoiceStream` turns one streamed
 choice's bytes into tool-call events, holding back what a stop string could still remove.
 `Metrics` are the Prometheus series of `/metrics`.
@@ -35,6 +36,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily
 
 DEFAULT_MAX_WAITING = 64
+BESIDE = 4
+"""The most background choices an interactive job leaves running beside it (`_preempt`)."""
 LOG = logging.getLogger("corral.serve")
 """Where the engine thread reports what it failed (a traceback), as uvicorn's own loggers do."""
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -227,6 +230,8 @@ class EngineThread:
                     op = ()
             if self.generator.has_work:
                 self._step()
+                if self._background:
+                    time.sleep(0)  # the kernels hold the GIL: let a request being read have it
             self.metrics.running.set(self.generator.n_live)
             self.metrics.waiting.set(self.generator.n_waiting)
 
@@ -240,8 +245,12 @@ class EngineThread:
                 self._apply("submit", job)
 
     def _preempt(self, n: int) -> None:
-        """Drop the newest background jobs until `n` more choices find free slots."""
+        """Drop the newest background jobs until `n` more choices find free slots and at most
+        `BESIDE` background choices run (each decode step is then not much longer than the
+        interactive choices' own)."""
+        running = sum(h in self._jobs for job in self._background for h in job.handles)
         over = self.generator.n_live + self.generator.n_waiting + n - self.batch_size
+        over = max(over, running - BESIDE)
         for job in reversed(list(self._background)):
             if over <= 0:
                 return
