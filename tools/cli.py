@@ -510,6 +510,7 @@ def _serve(args: argparse.Namespace) -> int:
         prefix_cache=not args.no_prefix_cache,
         model_name=served_name(args.model),
         cors_origins=tuple(args.cors_origin),
+        data_dir=args.data_dir,
     )
     try:
         serve(args.model, args.host, args.port, config)
@@ -665,6 +666,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="ORIGIN",
         help="answer browsers' cross-origin requests from ORIGIN (repeatable; * for any; "
         "default: none)",
+    )
+    serve.add_argument(
+        "--data-dir",
+        type=Path,
+        help="folder of the Batch API's files and batches (default: corral/serve in the "
+        "user's data folder)",
     )
     serve.add_argument(
         "--no-prefix-cache",

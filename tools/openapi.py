@@ -188,6 +188,237 @@ MODELS = {
         "data": {"type": "array", "items": MODEL},
     },
 }
+_INT = {"type": "integer", "nullable": True}
+FILE = {
+    "type": "object",
+    "required": ["id", "object", "bytes", "created_at", "filename", "purpose", "status"],
+    "properties": {
+        "id": {"type": "string"},
+        "object": {"type": "string", "enum": ["file"]},
+        "bytes": {"type": "integer"},
+        "created_at": {"type": "integer"},
+        "filename": {"type": "string"},
+        "purpose": {"type": "string", "enum": ["batch", "batch_output"]},
+        "status": {"type": "string", "enum": ["processed"]},
+        "status_details": _TEXT,
+    },
+}
+_BATCH_ERROR = {
+    "type": "object",
+    "properties": {
+        "code": {"type": "string"},
+        "message": {"type": "string"},
+        "param": _TEXT,
+        "line": _INT,
+    },
+}
+BATCH = {
+    "type": "object",
+    "required": [
+        "id", "object", "endpoint", "input_file_id", "completion_window", "status",
+        "created_at", "request_counts",
+    ],
+    "properties": {
+        "id": {"type": "string"},
+        "object": {"type": "string", "enum": ["batch"]},
+        "endpoint": {"type": "string", "enum": ["/v1/chat/completions"]},
+        "errors": {
+            "type": "object",
+            "nullable": True,
+            "properties": {
+                "object": {"type": "string", "enum": ["list"]},
+                "data": {"type": "array", "items": _BATCH_ERROR},
+            },
+        },
+        "input_file_id": {"type": "string"},
+        "completion_window": {"type": "string", "enum": ["24h"]},
+        "status": {
+            "type": "string",
+            "enum": [
+                "validating", "failed", "in_progress", "finalizing", "completed", "expired",
+                "cancelling", "cancelled",
+            ],
+        },
+        "output_file_id": _TEXT,
+        "error_file_id": _TEXT,
+        **{
+            f"{event}_at": _INT
+            for event in (
+                "created", "in_progress", "expires", "finalizing", "completed", "failed",
+                "expired", "cancelling", "cancelled",
+            )
+        },
+        "request_counts": {
+            "type": "object",
+            "required": ["total", "completed", "failed"],
+            "properties": {
+                "total": {"type": "integer"},
+                "completed": {"type": "integer"},
+                "failed": {"type": "integer"},
+            },
+        },
+        "metadata": {
+            "type": "object",
+            "nullable": True,
+            "additionalProperties": {"type": "string"},
+        },
+        "model": {"type": "string"},
+    },
+}  # fmt: skip
+CREATE_BATCH = {
+    "type": "object",
+    "required": ["input_file_id", "endpoint", "completion_window"],
+    "additionalProperties": False,
+    "properties": {
+        "input_file_id": {"type": "string"},
+        "endpoint": {"type": "string", "enum": ["/v1/chat/completions"]},
+        "completion_window": {"type": "string", "enum": ["24h"]},
+        "metadata": {
+            "type": "object",
+            "nullable": True,
+            "maxProperties": 16,
+            "additionalProperties": {"type": "string"},
+        },
+    },
+}
+
+
+def _list(item: dict) -> dict:
+    """A list object of `item`s, as the Batch API's list routes answer."""
+    return {
+        "type": "object",
+        "required": ["object", "data", "has_more"],
+        "properties": {
+            "object": {"type": "string", "enum": ["list"]},
+            "data": {"type": "array", "items": item},
+            "first_id": _TEXT,
+            "last_id": _TEXT,
+            "has_more": {"type": "boolean"},
+        },
+    }
+
+
+def _param(name: str, where: str, schema: dict) -> dict:
+    return {"name": name, "in": where, "required": where == "path", "schema": schema}
+
+
+def _batch_paths(bearer: list) -> dict:
+    """The Batch API's routes (`corral.tools.batch_service`)."""
+    file_id = _param("file_id", "path", {"type": "string"})
+    batch_id = _param("batch_id", "path", {"type": "string"})
+    after = _param("after", "query", {"type": "string"})
+    deleted = {
+        "type": "object",
+        "required": ["id", "object", "deleted"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"type": "string", "enum": ["file"]},
+            "deleted": {"type": "boolean"},
+        },
+    }
+    upload = {
+        "type": "object",
+        "required": ["file", "purpose"],
+        "properties": {
+            "file": {"type": "string", "format": "binary"},
+            "purpose": {"type": "string", "enum": ["batch"]},
+        },
+    }
+    return {
+        "/v1/files": {
+            "post": {
+                "operationId": "createFile",
+                "security": bearer,
+                "requestBody": {
+                    "required": True,
+                    "content": {"multipart/form-data": {"schema": upload}},
+                },
+                "responses": {"200": _json(FILE, "the file"), **_errors(400, 401, 413, 415)},
+            },
+            "get": {
+                "operationId": "listFiles",
+                "security": bearer,
+                "parameters": [
+                    _param("purpose", "query", {"type": "string"}),
+                    _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 10000}),
+                    after,
+                    _param("order", "query", {"type": "string", "enum": ["asc", "desc"]}),
+                ],
+                "responses": {"200": _json(_list(FILE), "the files"), **_errors(400, 401)},
+            },
+        },
+        "/v1/files/{file_id}": {
+            "get": {
+                "operationId": "retrieveFile",
+                "security": bearer,
+                "parameters": [file_id],
+                "responses": {"200": _json(FILE, "the file"), **_errors(401, 404)},
+            },
+            "delete": {
+                "operationId": "deleteFile",
+                "security": bearer,
+                "parameters": [file_id],
+                "responses": {"200": _json(deleted, "deleted"), **_errors(400, 401, 404)},
+            },
+        },
+        "/v1/files/{file_id}/content": {
+            "get": {
+                "operationId": "downloadFile",
+                "security": bearer,
+                "parameters": [file_id],
+                "responses": {
+                    "200": {
+                        "description": "the file's bytes (JSONL)",
+                        "content": {
+                            "application/octet-stream": {
+                                "schema": {"type": "string", "format": "binary"}
+                            }
+                        },
+                    },
+                    **_errors(401, 404),
+                },
+            }
+        },
+        "/v1/batches": {
+            "post": {
+                "operationId": "createBatch",
+                "security": bearer,
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": CREATE_BATCH}},
+                },
+                "responses": {
+                    "200": _json(BATCH, "the batch"),
+                    **_errors(400, 401, 404, 413, 415),
+                },
+            },
+            "get": {
+                "operationId": "listBatches",
+                "security": bearer,
+                "parameters": [
+                    _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 100}),
+                    after,
+                ],
+                "responses": {"200": _json(_list(BATCH), "the batches"), **_errors(400, 401)},
+            },
+        },
+        "/v1/batches/{batch_id}": {
+            "get": {
+                "operationId": "retrieveBatch",
+                "security": bearer,
+                "parameters": [batch_id],
+                "responses": {"200": _json(BATCH, "the batch"), **_errors(401, 404)},
+            }
+        },
+        "/v1/batches/{batch_id}/cancel": {
+            "post": {
+                "operationId": "cancelBatch",
+                "security": bearer,
+                "parameters": [batch_id],
+                "responses": {"200": _json(BATCH, "the batch"), **_errors(400, 401, 404)},
+            }
+        },
+    }
 
 
 def _json(schema: dict, description: str) -> dict:
@@ -254,6 +485,7 @@ def document(model_name: str) -> dict:
                     },
                 }
             },
+            **_batch_paths(bearer),
             "/health": {
                 "get": {
                     "operationId": "health",

@@ -4,7 +4,8 @@ section 9; its decisions: docs/tools.md, "Server").
 Routes: `POST /v1/chat/completions` (the validation, shapes and errors of a Batch line, through
 the shared `corral.tools.completions.Completions`; `stream: true` sends server-sent events
 ending with `data: [DONE]`), `GET /v1/models`, `GET /v1/models/{model}`, `GET /health`,
-`GET /metrics` (Prometheus text) and `GET /openapi.json`. The model runs in one engine thread
+`GET /metrics` (Prometheus text) and `GET /openapi.json`; the Batch API's `/v1/files` and
+`/v1/batches` routes (`corral.tools.batch_service`). The model runs in one engine thread
 (`corral.tools.serving.EngineThread`); the event loop only reads bodies (up to
 `max_body_bytes`): parsing, validating, rendering and compiling run in starlette's thread pool.
 Every error is OpenAI's shape (`corral.tools.errors`).
@@ -22,12 +23,14 @@ import time
 import uuid
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import uvicorn
 from corral.model import load_model
 from corral.model.errors import CacheError, RequestError
 from corral.model.generate import check_request
 from corral.tools import openapi
+from corral.tools.batch_service import BatchService, batch_routes, default_data_dir
 from corral.tools.completions import DEFAULT_MODEL_NAME, Completions
 from corral.tools.errors import ToolError, engine_failure, openai_error, refused
 from corral.tools.request import (
@@ -71,6 +74,8 @@ class ServerConfig:
             default, as vLLM's automatic prefix caching).
         cors_origins: the origins (`https://app.example:8443`, or `*` for any) whose pages
             may call the server from a browser (CORS); empty: no CORS headers.
+        data_dir: the folder of the Batch API's files and batches (None: `default_data_dir()`).
+        max_file_bytes: the largest file upload (`POST /v1/files`); past it, 413.
     """
 
     batch_size: int = 16
@@ -82,6 +87,8 @@ class ServerConfig:
     default_max_tokens: int | None = None
     prefix_cache: bool = True
     cors_origins: tuple[str, ...] = ()
+    data_dir: Path | None = None
+    max_file_bytes: int = 200 * 1024 * 1024
 
 
 def error_response(error: ToolError, headers: dict | None = None) -> JSONResponse:
@@ -149,6 +156,13 @@ class Server:
             config.prefix_cache,
         )
         self.created = int(time.time())
+        self.batches = BatchService(
+            engine,
+            self.thread,
+            config.data_dir or default_data_dir(),
+            config.max_len,
+            config.default_max_tokens,
+        )
 
     def app(self) -> Starlette:
         """The ASGI application; its lifespan starts and stops the engine thread."""
@@ -156,7 +170,9 @@ class Server:
         @asynccontextmanager
         async def lifespan(app):
             self.thread.start()
+            self.batches.start()
             yield
+            self.batches.stop()
             self.thread.stop()
 
         async def not_found(request: Request, exc: HTTPException) -> Response:
@@ -170,6 +186,7 @@ class Server:
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/v1/models/{model:path}", self.model, methods=["GET"]),
+            *self._batch_routes(),
             Route("/health", self.health, methods=["GET"]),
             Route("/metrics", self.metrics_text, methods=["GET"]),
             Route("/openapi.json", self.openapi, methods=["GET"]),
@@ -180,7 +197,7 @@ class Server:
                 Middleware(
                     CORSMiddleware,
                     allow_origins=list(self.config.cors_origins),
-                    allow_methods=["GET", "POST"],
+                    allow_methods=["GET", "POST", "DELETE"],
                     allow_headers=["*"],  # the openai clients send their own x-stainless-* too
                 )
             )
@@ -190,6 +207,11 @@ class Server:
             middleware=middleware,
             exception_handlers={HTTPException: not_found},
         )
+
+    def _batch_routes(self) -> list:
+        """The Batch API's routes (`corral.tools.batch_service.batch_routes`)."""
+        limit = self.config.max_file_bytes
+        return batch_routes(self.batches, self._check_key, self._read_body, limit)
 
     # --- small routes ----------------------------------------------------------------------
 

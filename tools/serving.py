@@ -6,7 +6,15 @@ choices) to the thread; each step, the thread takes new jobs and cancellations, 
 `Generator.step`, and posts each job's events to its asyncio loop: `("text", choice,
 new_bytes)` for a streamed choice that grew, `("done", choice, GenerationResult)` when a choice
 ends, `("error", exception)` when the engine failed it. `admit(n)` refuses a job once the batch
-is full and `max_waiting` choices wait (the server's 429). `ChoiceStream` turns one streamed
+is full and `max_waiting` choices wait (the server's 429).
+
+Low-priority work (the Batch API's lines, `corral.tools.batch_service`) comes from
+`EngineThread.background`: the thread asks it for a few `BackgroundJob`s (`take`) only when no
+interactive choice is in the engine, into slots that are free, and an interactive job drops
+(preempts) the newest background jobs until it finds free slots and at most `BESIDE`
+background choices run beside it; they get `("preempted",)` and run again later: an interactive
+request never waits behind batch work for more than one step.
+A background job cancelled gets `("cancelled",)`. `ChoiceStream` turns one streamed
 choice's bytes into tool-call events, holding back what a stop string could still remove.
 `Metrics` are the Prometheus series of `/metrics`.
 """
@@ -28,6 +36,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily
 
 DEFAULT_MAX_WAITING = 64
+BESIDE = 4
+"""The most background choices an interactive job leaves running beside it (`_preempt`)."""
 LOG = logging.getLogger("corral.serve")
 """Where the engine thread reports what it failed (a traceback), as uvicorn's own loggers do."""
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -106,10 +116,23 @@ class Job:
     submitted: float = field(default_factory=time.perf_counter)
     dropped: bool = False
 
+    background = False
+
     def post(self, event: tuple) -> None:
         """Hand `event` to the job's loop (from any thread); dropped if the loop is closed."""
         with contextlib.suppress(RuntimeError):
             self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+
+
+@dataclass(eq=False)
+class BackgroundJob(Job):
+    """A low-priority job (see the module docstring): not counted by `admit`, its events put
+    as `(job, event)` on `events`, a `queue.Queue` (`loop` is unused)."""
+
+    background = True
+
+    def post(self, event: tuple) -> None:
+        self.events.put((self, event))
 
 
 class EngineThread:
@@ -147,6 +170,8 @@ class EngineThread:
         self._jobs: dict[int, Job] = {}  # handle -> job
         self._last_token: dict[int, float] = {}  # handle -> time of its last new bytes
         self._lengths: dict[int, int] = {}  # handle -> bytes reported so far
+        self.background = None  # low-priority work: `take(room, empty) -> [BackgroundJob]`
+        self._background: dict[BackgroundJob, None] = {}  # in the engine, oldest first
         self._thread = threading.Thread(target=self._run, name="corral-engine", daemon=True)
 
     def start(self) -> None:
@@ -184,8 +209,13 @@ class EngineThread:
 
     # --- the thread ------------------------------------------------------------------------
 
+    def wake(self) -> None:
+        """Have the thread ask `background` for work (it has new lines)."""
+        self._inbox.put(("wake", None))
+
     def _run(self) -> None:
         while True:
+            self._feed()
             try:
                 op = self._inbox.get(block=not self.generator.has_work)
             except queue.Empty:
@@ -200,11 +230,42 @@ class EngineThread:
                     op = ()
             if self.generator.has_work:
                 self._step()
+                if self._background:
+                    time.sleep(0)  # the kernels hold the GIL: let a request being read have it
             self.metrics.running.set(self.generator.n_live)
             self.metrics.waiting.set(self.generator.n_waiting)
 
+    def _feed(self) -> None:
+        """Background jobs into free slots, when no interactive choice is in the engine."""
+        if self.background is None or self._load or self.generator.n_waiting:
+            return
+        room = self.batch_size - self.generator.n_live
+        if room > 0:
+            for job in self.background.take(room, not self.generator.has_work):
+                self._apply("submit", job)
+
+    def _preempt(self, n: int) -> None:
+        """Drop the newest background jobs until `n` more choices find free slots and at most
+        `BESIDE` background choices run (each decode step is then not much longer than the
+        interactive choices' own)."""
+        running = sum(h in self._jobs for job in self._background for h in job.handles)
+        over = self.generator.n_live + self.generator.n_waiting + n - self.batch_size
+        over = max(over, running - BESIDE)
+        for job in reversed(list(self._background)):
+            if over <= 0:
+                return
+            over -= sum(handle in self._jobs for handle in job.handles)
+            self._drop(job)
+            job.post(("preempted",))
+
     def _apply(self, kind: str, job: Job) -> None:
+        if kind == "wake":
+            return
         if kind == "submit":
+            if job.background:
+                self._background[job] = None
+            else:
+                self._preempt(len(job.choices))
             try:
                 for i, request in enumerate(job.choices):
                     handle = self.generator.submit(request)
@@ -217,6 +278,8 @@ class EngineThread:
                 job.post(("error", error))
         else:
             self._drop(job)
+            if job.background:
+                job.post(("cancelled",))
 
     def _drop(self, job: Job) -> None:
         """Cancel a job's remaining choices and give back their room (once)."""
@@ -227,6 +290,9 @@ class EngineThread:
         for handle in live:
             self.generator.cancel(handle)
             self._forget(handle)
+        if job.background:
+            self._background.pop(job, None)
+            return
         unsubmitted = len(job.choices) - len(job.handles)  # a submit that failed part-way
         with self._lock:
             self._load -= len(live) + unsubmitted
@@ -254,18 +320,22 @@ class EngineThread:
         for handle, text in self.generator.partial_text().items():
             job = self._jobs[handle]
             grown = len(text) - self._lengths[handle]
-            if grown > 0:
+            if grown > 0 and not job.background:
                 self._tick(handle, job, now)
                 self._lengths[handle] = len(text)
                 if job.stream:
                     job.post(("text", job.handles[handle], text[len(text) - grown :]))
         for handle, result in finished:
             job = self._jobs.pop(handle)
-            if result.completion_tokens and handle not in self._last_token:
+            if result.completion_tokens and handle not in self._last_token and not job.background:
                 self._tick(handle, job, now)
             self._forget(handle)
-            with self._lock:
-                self._load -= 1
+            if job.background:
+                if not any(h in self._jobs for h in job.handles):
+                    self._background.pop(job, None)
+            else:
+                with self._lock:
+                    self._load -= 1
             metrics.prompt_tokens.inc(result.prompt_tokens)
             metrics.completion_tokens.inc(result.completion_tokens)
             job.post(("done", job.handles[handle], result))

@@ -420,7 +420,7 @@ CHECKS = ",".join(
 @pytest.mark.slow
 def test_schemathesis_finds_no_server_error_and_no_nonconforming_response(smollm2, tmp_path):
     runner = os.path.join(os.path.dirname(sys.executable), "schemathesis")
-    config = ServerConfig(batch_size=4, max_len=160, default_max_tokens=8)
+    config = ServerConfig(batch_size=4, max_len=160, default_max_tokens=8, data_dir=tmp_path)
     with background_server(smollm2, config) as (url, _):
         command = [
             runner, "run", f"{url}/openapi.json", "--max-examples", "15",
