@@ -11,6 +11,7 @@ the most recently used grammars in one bounded cache, shared by every request.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections import OrderedDict
@@ -20,13 +21,18 @@ from functools import cached_property
 from corral import automata
 from corral.automata import ConstrainError, Dfa
 from corral.automata import tree as regex_tree
+from corral.automata.errors import GrammarError
+from corral.automata.gbnf import parse_gbnf
+from corral.automata.grammar_tree import unroll
+from corral.automata.grammars import compile_grammar_text
+from corral.automata.lark import parse_lark
 from corral.automata.limits import DEFAULT_SCHEMA_LIMITS
 from corral.automata.schema.compiler import Unrolling, unrolled_tree
 from corral.automata.schema.values import check_document
 from corral.automata.shallower import STATE_LIMIT_ERRORS, StateLimit, retry_shallower
 from corral.automata.tree_ops import ALL_BYTES, is_empty, starting_with
 from corral.kernels import TokenIndex, Vocabulary
-from corral.tools.errors import ToolError, unsupported
+from corral.tools.errors import ToolError, invalid, unsupported
 from corral.tools.parser import CLOSER, OPENER, SEPARATOR
 from corral.tools.request import ToolRequest
 
@@ -79,6 +85,16 @@ class Regex:
     errors."""
 
     pattern: str
+    param: str
+
+
+@dataclass(frozen=True)
+class Cfg:
+    """A context-free grammar's text in `syntax` (`gbnf` or `lark`, docs/grammars.md), recursion
+    unrolled to the deepest bound whose DFA fits alone; `param` names where it came from."""
+
+    text: str
+    syntax: str
     param: str
 
 
@@ -151,6 +167,8 @@ def _tree(e, schema_limits=None, unrollings: list | None = None) -> regex_tree.N
         return objects
     if isinstance(e, JsonObject):
         return automata.json_object_tree(e.depth)
+    if isinstance(e, Cfg):
+        return cfg_tree(e.text, e.syntax, e.param)
     if isinstance(e, Seq):
         return regex_tree.Concat(tuple(_tree(p, schema_limits, unrollings) for p in e.parts))
     if isinstance(e, Alt):
@@ -171,6 +189,8 @@ def _key(e):
         return {"json_object": e.depth}
     if isinstance(e, Regex):
         return {"regex": e.pattern}
+    if isinstance(e, Cfg):
+        return {e.syntax: e.text}
     if isinstance(e, Seq):
         return [_key(p) for p in e.parts]
     if isinstance(e, Alt):
@@ -194,6 +214,8 @@ def _pattern(e) -> str:
         return f"(?:{automata.json_object_regex(e.depth)})"
     if isinstance(e, Regex):
         return f"(?:{e.pattern})"
+    if isinstance(e, Cfg):
+        raise ValueError(f"'{e.param}' is a {e.syntax} grammar: it has no regex text")
     if isinstance(e, Seq):
         return "".join(_pattern(p) for p in e.parts)
     if isinstance(e, Alt):
@@ -202,6 +224,7 @@ def _pattern(e) -> str:
 
 
 BRACE = 1 << ord("{")
+PARSERS = {"gbnf": parse_gbnf, "lark": parse_lark}
 
 
 def _objects(node: regex_tree.Node) -> regex_tree.Node:
@@ -324,7 +347,11 @@ def _any_call(request: ToolRequest):
 
 
 def _content(request: ToolRequest) -> tuple[object | None, str]:
-    """The expression of the response_format's language (None for `text`) and its field."""
+    """The expression of the response_format's or structured_outputs' language (None for free
+    text) and its field."""
+    structured = request.structured_outputs
+    if structured is not None:
+        return structured_expression(structured.kind, structured.value), structured.param
     fmt = request.response_format
     if fmt.type == "json_object":
         return JsonObject(JSON_OBJECT_DEPTH), "response_format"
@@ -332,6 +359,47 @@ def _content(request: ToolRequest) -> tuple[object | None, str]:
         param = "response_format.json_schema.schema"
         return Schema(fmt.schema, param), param
     return None, "response_format"
+
+
+def structured_expression(kind: str, value, param: str | None = None):
+    """The expression of vLLM's `structured_outputs` entry `kind` (`regex`, `grammar`,
+    `choice`, `json`) holding `value`; `param` defaults to `structured_outputs.KIND`. A grammar
+    is GBNF when its text holds `::=`, else Lark (vLLM's rule)."""
+    param = param or f"structured_outputs.{kind}"
+    if kind == "regex":
+        return Regex(value, param)
+    if kind == "grammar":
+        return Cfg(value, "gbnf" if "::=" in value else "lark", param)
+    if kind == "choice":
+        return _alt([Text(c) for c in dict.fromkeys(value)])
+    return Schema(value, param)
+
+
+def grammar_error(param: str, error: GrammarError) -> ToolError:
+    """The error for a grammar text that corral does not compile: a construct the dialect
+    refuses (`... is not supported`, a left-recursive rule) is a 422 `unsupported_parameter`,
+    any other fault (a syntax error, an undefined rule) a 400 `invalid_value`; both name
+    `param` and the line and column."""
+    message = f"Invalid grammar in '{param}' at line {error.line} column {error.column}: "
+    if "not supported" in error.reason or "left-recursive" in error.reason:
+        return ToolError(422, param, "unsupported_parameter", message + error.reason)
+    return invalid(param, message + error.reason)
+
+
+@functools.lru_cache(maxsize=DEFAULT_MAX_GRAMMARS)
+def cfg_tree(text: str, syntax: str, param: str) -> regex_tree.Node:
+    """The regex tree of a grammar text (`Cfg`), unrolled at the deepest recursion bound at
+    which the grammar alone compiles (`corral.automata.grammars.compile_grammar_text`), the
+    most recent ones cached. Raises ToolError (`grammar_error`; 422 naming `param` for a
+    grammar past a state limit or deriving no string)."""
+    parse = PARSERS[syntax]
+    try:
+        depth = compile_grammar_text(text, syntax).max_recursion
+        return unroll(parse(text), depth)[0]
+    except GrammarError as error:
+        raise grammar_error(param, error) from None
+    except ConstrainError as error:
+        raise unsupported(param, error) from None
 
 
 # --- compiling ----------------------------------------------------------------------------

@@ -46,6 +46,7 @@ class Field:
     why: str = "corral does not support it"
 
 
+_VLLM_REMOVED = "vLLM removed it in v0.12: use 'structured_outputs': {{'{}': ...}}"
 HONOURED = Field("honoured")
 NO_EFFECT = Field("no_effect")
 FIELDS = {
@@ -68,6 +69,11 @@ FIELDS = {
     "top_logprobs": HONOURED,
     "logit_bias": HONOURED,
     "jump_forward": HONOURED,  # corral's extension (see the module docstring)
+    "structured_outputs": HONOURED,  # vLLM's extension (`StructuredOutputs`)
+    "guided_regex": Field("refused", (), _VLLM_REMOVED.format("regex")),
+    "guided_grammar": Field("refused", (), _VLLM_REMOVED.format("grammar")),
+    "guided_choice": Field("refused", (), _VLLM_REMOVED.format("choice")),
+    "guided_json": Field("refused", (), _VLLM_REMOVED.format("json")),
     "user": NO_EFFECT,
     "safety_identifier": NO_EFFECT,
     "metadata": NO_EFFECT,
@@ -89,7 +95,8 @@ FIELDS = {
     "verbosity": Field("refused", (), "corral does not steer verbosity"),
 }
 """Every top-level field of OpenAI's chat completions request, and what corral does with it
-(plus corral's one extension, `jump_forward`)."""
+(plus corral's extension `jump_forward`, vLLM's `structured_outputs`, and vLLM's removed
+`guided_*` fields, refused by name)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -121,6 +128,29 @@ class ResponseFormat:
     strict: bool | None = None
 
 
+STRUCTURED_KEYS = ("regex", "grammar", "choice", "json")
+
+
+@dataclass(frozen=True, eq=False)
+class StructuredOutputs:
+    """vLLM's request extension `structured_outputs`: exactly one of its keys.
+
+    Attributes:
+        kind: `regex` (a regex of docs/design.md section 2's subset), `grammar` (GBNF text, or
+            Lark text when it holds no `::=`, as vLLM tells them apart), `choice` (exactly one
+            of the strings) or `json` (a JSON Schema).
+        value: the pattern or grammar text (str), the choices (tuple of str), the schema (dict).
+    """
+
+    kind: str
+    value: object
+
+    @property
+    def param(self) -> str:
+        """The request field that holds the value, for errors."""
+        return f"structured_outputs.{self.kind}"
+
+
 @dataclass(frozen=True, eq=False)
 class ToolRequest:
     """A validated chat-completion request.
@@ -132,7 +162,8 @@ class ToolRequest:
     and `top_logprobs` (0 to 20, None when not asked) for the most likely alternatives;
     `logit_bias` holds `(token id, bias)` pairs, the bias in [-100, 100], added to the logits.
     `jump_forward` (corral's extension, default true): whether the engine may write the text the
-    grammar forces without sampling it token by token.
+    grammar forces without sampling it token by token. `structured_outputs` (vLLM's
+    extension, None when absent) holds the whole answer to a regex, grammar, choice or schema.
     """
 
     messages: tuple = ()
@@ -154,6 +185,7 @@ class ToolRequest:
     top_logprobs: int | None = None
     logit_bias: tuple[tuple[int, float], ...] = ()
     jump_forward: bool = True
+    structured_outputs: StructuredOutputs | None = None
 
     @property
     def calls_allowed(self) -> bool:
@@ -276,6 +308,27 @@ def parse_tool_request(body: str | bytes | dict, vocabulary_size: int | None = N
     tools = _tools(body.get("tools"))
     tool_choice, function_name = _tool_choice(body.get("tool_choice"), tools)
     response_format = _response_format(body.get("response_format"))
+    structured = _structured_outputs(body.get("structured_outputs"))
+    if structured is not None and response_format.type != "text":
+        raise invalid(
+            "structured_outputs",
+            "'structured_outputs' and a 'response_format' other than text both constrain the "
+            "whole answer: give one of them.",
+            "invalid_parameter_combination",
+        )
+    if structured is not None and tools and tool_choice != "none":
+        raise invalid(
+            "structured_outputs",
+            "'structured_outputs' constrains the whole answer, so no tool can be called: drop "
+            "it, or set 'tool_choice' to 'none'.",
+            "invalid_parameter_combination",
+        )
+    if sampling["stop"] and structured is not None:
+        raise not_honoured(
+            "stop",
+            "the whole answer is held to 'structured_outputs', and cutting it at a stop string "
+            "would leave its language",
+        )
     if sampling["stop"] and not _starts_free(tool_choice, response_format):
         raise not_honoured(
             "stop",
@@ -292,6 +345,7 @@ def parse_tool_request(body: str | bytes | dict, vocabulary_size: int | None = N
         parallel_tool_calls=True if parallel is None else parallel,
         model=model,
         max_tokens=max_tokens,
+        structured_outputs=structured,
         **sampling,
     )
 
@@ -484,6 +538,52 @@ def _response_format(value) -> ResponseFormat:
         "response_format.type",
         f"Unknown 'response_format.type' {kind!r}: use 'text', 'json_object' or 'json_schema'.",
     )
+
+
+def _structured_outputs(value) -> StructuredOutputs | None:
+    """vLLM's `structured_outputs`: an object with exactly one of `STRUCTURED_KEYS` (null ones
+    count as absent). Raises ToolError 400 naming the field: not an object, none or several
+    keys, another of vLLM's keys (`whitespace_pattern`, `structural_tag`, ...: refused by
+    name), a value of the wrong type, an empty choice list."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise invalid(
+            "structured_outputs", "'structured_outputs' must be an object.", "invalid_type"
+        )
+    given = [k for k, v in value.items() if v is not None]
+    other = [k for k in given if k not in STRUCTURED_KEYS]
+    if other:
+        raise not_honoured(
+            f"structured_outputs.{other[0]}",
+            "corral takes one of 'regex', 'grammar', 'choice' and 'json'",
+        )
+    if len(given) != 1:
+        raise invalid(
+            "structured_outputs",
+            "'structured_outputs' must hold exactly one of 'regex', 'grammar', 'choice' and "
+            f"'json', not {len(given)}.",
+        )
+    kind = given[0]
+    item = value[kind]
+    param = f"structured_outputs.{kind}"
+    if kind in ("regex", "grammar"):
+        if not isinstance(item, str):
+            raise invalid(param, f"'{param}' must be a string.", "invalid_type")
+        return StructuredOutputs(kind, item)
+    if kind == "choice":
+        if not isinstance(item, list) or not item or not all(isinstance(c, str) for c in item):
+            raise invalid(param, f"'{param}' must be a non-empty list of strings.")
+        return StructuredOutputs(kind, tuple(item))
+    if isinstance(item, str):  # vLLM takes the schema as JSON text too
+        try:
+            item = json.loads(item)
+        except ValueError as error:
+            raise invalid(param, f"'{param}' is not valid JSON: {error}") from None
+        check_values({param: item})
+    if not isinstance(item, dict):
+        raise invalid(param, f"'{param}' must be a JSON Schema object.", "invalid_type")
+    return StructuredOutputs(kind, item)
 
 
 # --- sampling fields -------------------------------------------------------------------------
