@@ -334,6 +334,12 @@ def regex_grammar(pattern: str, param: str = "regex") -> Grammar:
     return _grammar(Regex(pattern, param), None, param)
 
 
+def text_grammar(text: str, syntax: str, param: str = "grammar") -> Grammar:
+    """The grammar of a GBNF or Lark text (`syntax`: `gbnf` or `lark`) from the first token.
+    Raises ToolError as `cfg_tree` does, naming `param`."""
+    return _grammar(Cfg(text, syntax, param), None, param)
+
+
 def _call(request: ToolRequest, i: int) -> Seq:
     """`{"name":"NAME","arguments":ARGS}` for the request's tool i."""
     tool = request.tools[i]
