@@ -360,7 +360,7 @@ def _content(request: ToolRequest) -> tuple[object | None, str]:
         return structured_expression(structured.kind, structured.value), structured.param
     fmt = request.response_format
     if fmt.type == "json_object":
-        return JsonObject(JSON_OBJECT_DEPTH), "response_format"
+        return JsonObject(request.json_object_depth or JSON_OBJECT_DEPTH), "response_format"
     if fmt.type == "json_schema":
         param = "response_format.json_schema.schema"
         return Schema(fmt.schema, param), param

@@ -27,6 +27,9 @@ MAX_TOOLS = 128
 `array_above_max_length`), before the rest of the body is walked and any tool is read, rendered
 or compiled."""
 LOGIT_BIAS_RANGE = 100
+MAX_JSON_OBJECT_DEPTH = 7
+"""The deepest `json_object_depth` a request may ask for: depth 7 is a DFA of 12,459 states
+(0.9 s to build), depth 8 passes the DFA state limit while it is built (docs/tools.md)."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,7 @@ FIELDS = {
     "top_logprobs": HONOURED,
     "logit_bias": HONOURED,
     "jump_forward": HONOURED,  # corral's extension (see the module docstring)
+    "json_object_depth": HONOURED,  # corral's extension (`ToolRequest.json_object_depth`)
     "structured_outputs": HONOURED,  # vLLM's extension (`StructuredOutputs`)
     "guided_regex": Field("refused", (), _VLLM_REMOVED.format("regex")),
     "guided_grammar": Field("refused", (), _VLLM_REMOVED.format("grammar")),
@@ -95,8 +99,8 @@ FIELDS = {
     "verbosity": Field("refused", (), "corral does not steer verbosity"),
 }
 """Every top-level field of OpenAI's chat completions request, and what corral does with it
-(plus corral's extension `jump_forward`, vLLM's `structured_outputs`, and vLLM's removed
-`guided_*` fields, refused by name)."""
+(plus corral's extensions `jump_forward` and `json_object_depth`, vLLM's `structured_outputs`,
+and vLLM's removed `guided_*` fields, refused by name)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -164,6 +168,8 @@ class ToolRequest:
     `jump_forward` (corral's extension, default true): whether the engine may write the text the
     grammar forces without sampling it token by token. `structured_outputs` (vLLM's
     extension, None when absent) holds the whole answer to a regex, grammar, choice or schema.
+    `json_object_depth` (corral's extension, 1 to `MAX_JSON_OBJECT_DEPTH`, None for the
+    default, `corral.tools.grammar.JSON_OBJECT_DEPTH`): how deep a `json_object` answer nests.
     """
 
     messages: tuple = ()
@@ -186,6 +192,7 @@ class ToolRequest:
     logit_bias: tuple[tuple[int, float], ...] = ()
     jump_forward: bool = True
     structured_outputs: StructuredOutputs | None = None
+    json_object_depth: int | None = None
 
     @property
     def calls_allowed(self) -> bool:
@@ -309,6 +316,12 @@ def parse_tool_request(body: str | bytes | dict, vocabulary_size: int | None = N
     tool_choice, function_name = _tool_choice(body.get("tool_choice"), tools)
     response_format = _response_format(body.get("response_format"))
     structured = _structured_outputs(body.get("structured_outputs"))
+    depth = _integer(body, "json_object_depth", 1, MAX_JSON_OBJECT_DEPTH)
+    if depth is not None and response_format.type != "json_object":
+        raise invalid(
+            "json_object_depth",
+            "'json_object_depth' bounds a 'response_format' of type 'json_object': give one.",
+        )
     if structured is not None and response_format.type != "text":
         raise invalid(
             "structured_outputs",
@@ -346,6 +359,7 @@ def parse_tool_request(body: str | bytes | dict, vocabulary_size: int | None = N
         model=model,
         max_tokens=max_tokens,
         structured_outputs=structured,
+        json_object_depth=depth,
         **sampling,
     )
 
