@@ -48,6 +48,7 @@ from corral.tools.output_file import (
     nothing_written,
     open_output,
 )
+from corral.tools.request import MAX_JSON_OBJECT_DEPTH
 
 INTERRUPTED = 130
 
@@ -252,6 +253,14 @@ def _generate_problem(args: argparse.Namespace) -> str | None:
         return f"-n must be at least 1, not {args.n}"
     if quick and args.ray is not None:
         return "--ray runs an input file, not the quick form"
+    depth = args.json_object_depth
+    if depth is not None:
+        if quick:
+            return "--json-object-depth is an input file's (its json_object lines), not quick"
+        if not 1 <= depth <= MAX_JSON_OBJECT_DEPTH:
+            return f"--json-object-depth must be 1 to {MAX_JSON_OBJECT_DEPTH}, not {depth}"
+        if args.ray is not None:
+            return "--json-object-depth is not supported with --ray"
     if args.ray is not None and args.no_prefix_cache:
         return "--no-prefix-cache is not supported with --ray (its workers keep the cache on)"
     if args.ray is not None and importlib.util.find_spec("ray") is None:
@@ -417,7 +426,7 @@ def _generate_batch(
             summary = run_batch(
                 Completions(model, served_name(args.model)), lines, out, skip, args.batch_size,
                 max_tokens, not args.quiet,
-                prefix_cache=not args.no_prefix_cache,
+                prefix_cache=not args.no_prefix_cache, json_object_depth=args.json_object_depth,
             )  # fmt: skip
     except (KeyboardInterrupt, SystemError) as error:
         if not _interrupted(error):
@@ -642,6 +651,11 @@ def main(argv: list[str] | None = None) -> int:
         "--syntax", choices=["gbnf", "lark"], help="--grammar's syntax (default: .lark is lark)"
     )
     generate.add_argument("--prompt", help="quick form: the user message")
+    generate.add_argument(
+        "--json-object-depth",
+        type=int,
+        help="input file: how deep json_object answers nest, for lines that set none (3)",
+    )
     generate.add_argument("-n", type=int, help="quick form: how many answers (1)")
     generate.add_argument(
         "--temperature", type=float, help="quick form: sampling temperature (1.0)"
