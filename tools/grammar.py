@@ -21,6 +21,7 @@ from functools import cached_property
 from corral import automata
 from corral.automata import ConstrainError, Dfa
 from corral.automata import tree as regex_tree
+from corral.automata.compile import deep_recursion
 from corral.automata.errors import GrammarError
 from corral.automata.gbnf import parse_gbnf
 from corral.automata.grammar_tree import unroll
@@ -99,6 +100,18 @@ class Cfg:
 
 
 @dataclass(frozen=True)
+class CustomInput:
+    """A custom tool's input as a JSON string (with its quotes) whose decoded text is in the
+    language of `definition` in `syntax` (`text`: any text; `lark`; `regex`), each character
+    escaped as `json.dumps(..., ensure_ascii=False)` writes it; `param` names the tool's
+    format, for errors."""
+
+    syntax: str
+    definition: str | None
+    param: str
+
+
+@dataclass(frozen=True)
 class Seq:
     """The parts one after the other."""
 
@@ -169,6 +182,15 @@ def _tree(e, schema_limits=None, unrollings: list | None = None) -> regex_tree.N
         return automata.json_object_tree(e.depth)
     if isinstance(e, Cfg):
         return cfg_tree(e.text, e.syntax, e.param)
+    if isinstance(e, CustomInput):
+        if e.syntax == "text":
+            inner = automata.parse(r"(.|\n)*")
+        elif e.syntax == "regex":
+            inner = _tree(Regex(e.definition, e.param))
+        else:
+            inner = cfg_tree(e.definition, "lark", e.param)
+        quote = regex_tree.SINGLE_BYTES[ord('"')]
+        return regex_tree.Concat((quote, json_string_tree(inner, e.param), quote))
     if isinstance(e, Seq):
         return regex_tree.Concat(tuple(_tree(p, schema_limits, unrollings) for p in e.parts))
     if isinstance(e, Alt):
@@ -191,6 +213,8 @@ def _key(e):
         return {"regex": e.pattern}
     if isinstance(e, Cfg):
         return {e.syntax: e.text}
+    if isinstance(e, CustomInput):
+        return {"custom_input": [e.syntax, e.definition]}
     if isinstance(e, Seq):
         return [_key(p) for p in e.parts]
     if isinstance(e, Alt):
@@ -214,7 +238,7 @@ def _pattern(e) -> str:
         return f"(?:{automata.json_object_regex(e.depth)})"
     if isinstance(e, Regex):
         return f"(?:{e.pattern})"
-    if isinstance(e, Cfg):
+    if isinstance(e, (Cfg, CustomInput)):
         raise ValueError(f"'{e.param}' is a {e.syntax} grammar: it has no regex text")
     if isinstance(e, Seq):
         return "".join(_pattern(p) for p in e.parts)
@@ -344,6 +368,11 @@ def _call(request: ToolRequest, i: int) -> Seq:
     """`{"name":"NAME","arguments":ARGS}` for the request's tool i."""
     tool = request.tools[i]
     name = json.dumps(tool.name, ensure_ascii=False)
+    if tool.custom is not None:
+        syntax, definition = tool.custom
+        where = f"tools[{i}].custom.format" + (".grammar.definition" if definition else "")
+        start = '{"name":' + name + ',"arguments":{"input":'
+        return _seq(Text(start), CustomInput(syntax, definition, where), Text("}}"))
     arguments = Arguments(tool.parameters, f"tools[{i}].function.parameters")
     return _seq(Text('{"name":' + name + ',"arguments":'), arguments, Text("}"))
 
@@ -390,6 +419,47 @@ def grammar_error(param: str, error: GrammarError) -> ToolError:
     if "not supported" in error.reason or "left-recursive" in error.reason:
         return ToolError(422, param, "unsupported_parameter", message + error.reason)
     return invalid(param, message + error.reason)
+
+
+ESCAPED = {b: json.dumps(chr(b))[1:-1].encode() for b in range(0x20)} | {
+    ord('"'): b'\\"',
+    ord("\\"): b"\\\\",
+}
+"""The JSON escape of each byte a JSON string cannot hold as itself (`json.dumps`'s)."""
+ESCAPED_MASK = sum(1 << b for b in ESCAPED)
+
+
+def json_string_tree(node: regex_tree.Node, param: str) -> regex_tree.Node:
+    """The tree of the JSON string bodies (no quotes) whose decoded bytes are in `node`'s
+    language: the homomorphism that writes each byte of `ESCAPED` as its escape and any other
+    byte as itself, applied leaf by leaf (shared nodes stay shared). Linear in the tree's size.
+    Raises ToolError 422 naming `param` for a tree holding a finished DFA (`Automaton`)."""
+    done: dict[int, regex_tree.Node] = {}
+
+    def walk(n):
+        key = id(n)
+        if key in done:
+            return done[key]
+        if isinstance(n, regex_tree.ByteSet):
+            kept = n.mask & ~ESCAPED_MASK
+            options = [regex_tree.ByteSet(kept)] if kept else []
+            options += [regex_tree.literal_bytes(ESCAPED[b]) for b in ESCAPED if n.mask >> b & 1]
+            out = options[0] if len(options) == 1 else regex_tree.Alt(tuple(options))
+        elif isinstance(n, regex_tree.Concat):
+            out = regex_tree.Concat(tuple(walk(i) for i in n.items))
+        elif isinstance(n, regex_tree.Alt):
+            out = regex_tree.Alt(tuple(walk(i) for i in n.items))
+        elif isinstance(n, regex_tree.Repeat):
+            out = regex_tree.Repeat(walk(n.item), n.min, n.max)
+        else:
+            raise ToolError(
+                422, param, "unsupported_parameter", f"'{param}' cannot be written as a JSON string"
+            )
+        done[key] = out
+        return out
+
+    with deep_recursion():
+        return walk(node)
 
 
 @functools.lru_cache(maxsize=DEFAULT_MAX_GRAMMARS)

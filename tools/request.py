@@ -19,6 +19,13 @@ TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 FORMAT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 TOKEN_ID = re.compile(r"0|[1-9][0-9]{0,8}")
 NO_PARAMETERS = {"type": "object", "properties": {}}
+CUSTOM_PARAMETERS = {
+    "type": "object",
+    "properties": {"input": {"type": "string"}},
+    "required": ["input"],
+    "additionalProperties": False,
+}
+"""The arguments object a custom tool's call is written as (`Tool.custom`)."""
 MAX_NESTING = 256
 """The deepest nesting of arrays and objects in a request body (a schema at most 64 subschemas
 deep, the schema compiler's limit, fits well within it)."""
@@ -111,12 +118,24 @@ class Tool:
     parameters: dict = field(default_factory=lambda: dict(NO_PARAMETERS))
     description: str | None = None
     strict: bool | None = None
+    custom: tuple[str, str | None] | None = None
+    """For an OpenAI custom tool, `(syntax, definition)`: `("text", None)` for free text,
+    `("lark", text)` or `("regex", pattern)` for a grammar; None for a function. A custom
+    tool's `parameters` are `CUSTOM_PARAMETERS`: its call is written in the `<tool_call>`
+    envelope as the arguments `{"input": INPUT}`, INPUT a JSON string whose decoded text is in
+    the grammar's language (docs/tools.md, "Custom tools")."""
 
     def to_json(self) -> dict:
-        """The tool as OpenAI writes it: `{"type":"function","function":{...}}`."""
+        """The tool as the chat template shows it to the model: `{"type":"function",
+        "function":{...}}` (a custom tool as a function of one string `input`, its grammar
+        told in the description)."""
         function: dict = {"name": self.name}
-        if self.description is not None:
-            function["description"] = self.description
+        description = self.description
+        if self.custom is not None and self.custom[1] is not None:
+            told = f"'input' follows this {self.custom[0]} grammar:\n{self.custom[1]}"
+            description = told if description is None else f"{description}\n{told}"
+        if description is not None:
+            function["description"] = description
         function["parameters"] = self.parameters
         return {"type": "function", "function": function}
 
@@ -200,6 +219,11 @@ class ToolRequest:
         `none`): only then are the tools described in the prompt and the answer parsed for
         calls."""
         return bool(self.tools) and self.tool_choice != "none"
+
+    @property
+    def custom_names(self) -> frozenset[str]:
+        """The names of the request's custom tools (their calls are answered as `custom`)."""
+        return frozenset(t.name for t in self.tools if t.custom is not None)
 
     def tool(self, name: str) -> Tool:
         """The tool called `name`; KeyError if there is none."""
@@ -487,8 +511,16 @@ def _tools(value) -> tuple[Tool, ...]:
         where = f"tools[{i}]"
         if not isinstance(entry, dict):
             raise invalid(where, f"'{where}' must be an object.", "invalid_type")
-        if entry.get("type", "function") != "function":
-            raise invalid(f"{where}.type", f"'{where}.type' must be 'function'.")
+        kind = entry.get("type", "function")
+        if kind == "custom":
+            tool = _custom_tool(entry, where)
+            if tool.name in names:
+                raise invalid(f"{where}.custom.name", f"Duplicate tool name '{tool.name}'.")
+            names.add(tool.name)
+            tools.append(tool)
+            continue
+        if kind != "function":
+            raise invalid(f"{where}.type", f"'{where}.type' must be 'function' or 'custom'.")
         function = _field(entry, "function", where, dict, "an object", required=True)
         where += ".function"
         name = _name(function, where, TOOL_NAME, "a-z, A-Z, 0-9, '_', '.', '-'")
@@ -502,6 +534,36 @@ def _tools(value) -> tuple[Tool, ...]:
     return tuple(tools)
 
 
+def _custom_tool(entry: dict, where: str) -> Tool:
+    """An OpenAI custom tool `{"type": "custom", "custom": {"name", "description"?, "format"?}}`,
+    `format` `{"type": "text"}` (the default) or `{"type": "grammar", "grammar": {"syntax":
+    "lark" | "regex", "definition"}}`. Raises ToolError 400 naming the field."""
+    custom = _field(entry, "custom", where, dict, "an object", required=True)
+    where += ".custom"
+    name = _name(custom, where, TOOL_NAME, "a-z, A-Z, 0-9, '_', '.', '-'")
+    description = _field(custom, "description", where, str, "a string")
+    fmt = _field(custom, "format", where, dict, "an object") or {"type": "text"}
+    kind = fmt.get("type")
+    if kind == "text":
+        return Tool(name, dict(CUSTOM_PARAMETERS), description, None, ("text", None))
+    if kind != "grammar":
+        raise invalid(f"{where}.format.type", f"'{where}.format.type' must be 'text' or 'grammar'.")
+    spec = _field(fmt, "grammar", f"{where}.format", dict, "an object", required=True)
+    where += ".format.grammar"
+    syntax = spec.get("syntax")
+    if syntax not in ("lark", "regex"):
+        raise invalid(f"{where}.syntax", f"'{where}.syntax' must be 'lark' or 'regex'.")
+    definition = _field(spec, "definition", where, str, "a string", required=True)
+    return Tool(name, dict(CUSTOM_PARAMETERS), description, None, (syntax, definition))
+
+
+def check_stream(request: ToolRequest, stream: bool) -> None:
+    """Refuse `stream: true` for a request with custom tools (their calls are not streamed
+    yet). Raises ToolError 400 `unsupported_parameter` naming `stream`."""
+    if stream and request.custom_names and request.calls_allowed:
+        raise not_honoured("stream", "custom tools' calls are not streamed yet")
+
+
 def _tool_choice(value, tools: tuple[Tool, ...]) -> tuple[str, str | None]:
     if value is None:
         return ("auto" if tools else "none"), None
@@ -513,22 +575,22 @@ def _tool_choice(value, tools: tuple[Tool, ...]) -> tuple[str, str | None]:
                 "tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or a function."
             )
         return value, None
-    if not isinstance(value, dict) or value.get("type") != "function":
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind not in ("function", "custom"):
         raise invalid(
-            "tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or a function."
+            "tool_choice",
+            "'tool_choice' must be 'none', 'auto', 'required', a function or a custom tool.",
         )
-    function = value.get("function")
+    function = value.get(kind)
     name = function.get("name") if isinstance(function, dict) else None
+    param = f"tool_choice.{kind}.name"
     if not isinstance(name, str):
-        raise invalid(
-            "tool_choice.function.name",
-            "'tool_choice.function.name' must name a tool.",
-            "missing_required_parameter",
-        )
-    if all(tool.name != name for tool in tools):
-        raise invalid(
-            "tool_choice.function.name", f"'tool_choice' names '{name}', which is not in 'tools'."
-        )
+        raise invalid(param, f"'{param}' must name a tool.", "missing_required_parameter")
+    named = [tool for tool in tools if tool.name == name]
+    if not named:
+        raise invalid(param, f"'tool_choice' names '{name}', which is not in 'tools'.")
+    if (named[0].custom is not None) != (kind == "custom"):
+        raise invalid(param, f"'tool_choice' names '{name}' as a {kind} tool, which it is not.")
     return "function", name
 
 
