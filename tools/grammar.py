@@ -322,8 +322,11 @@ def grammar(request: ToolRequest) -> Grammar | None:
     if request.calls_allowed and request.tool_choice == "function":
         i = [t.name for t in tools].index(request.function_name)
         call = _seq(Text(OPENER), _call(request, i), Text(CLOSER))
-        return _grammar(call, None, f"tools[{i}].function.parameters")
-    calls_param = "tools[0].function.parameters" if len(tools) == 1 else "tools"
+        kind = "custom.format" if tools[i].custom is not None else "function.parameters"
+        return _grammar(call, None, f"tools[{i}].{kind}")
+    calls_param = "tools"
+    if len(tools) == 1:
+        calls_param = "tools[0]." + ("custom.format" if tools[0].custom else "function.parameters")
     if request.calls_allowed and request.tool_choice == "required":
         call = _seq(Text(OPENER), _any_call(request), Text(CLOSER))
         if request.parallel_tool_calls:
