@@ -14,6 +14,8 @@ import openai
 import pytest
 from corral.tools import ToolError, parse_tool_request
 from corral.tools.grammar import compile_dfa, grammar
+from corral.tools.messages import message_calls
+from corral.tools.render import call_text as rendered
 from corral.tools.server import ServerConfig, background_server
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -178,3 +180,26 @@ def test_a_stream_with_custom_tools_is_refused_by_name(client):
             model="SmolLM2-135M-Instruct", messages=ASK, tools=TOOLS, stream=True
         )
     assert "stream" in str(bad.value) and "custom" in str(bad.value)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.text(st.characters(codec="utf-8"), max_size=12))
+def test_a_replayed_custom_call_renders_as_it_was_generated(text):
+    call = {"id": "c1", "type": "custom", "custom": {"name": "note", "input": text}}
+    messages = [
+        *ASK,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "done"},
+    ]
+    request = parse_tool_request({"messages": messages, "tools": TOOLS})
+    ((name, arguments),) = message_calls(request.messages[1], 1)
+    assert rendered(name, arguments).encode() == call_text("note", text)
+    assert dfa_of(tools=TOOLS, tool_choice="required").matches(call_text("note", text))
+
+
+def test_a_malformed_replayed_custom_call_is_a_400_naming_it():
+    call = {"id": "c1", "type": "custom", "custom": {"name": "note"}}
+    messages = [*ASK, {"role": "assistant", "tool_calls": [call]}]
+    with pytest.raises(ToolError) as caught:
+        parse_tool_request({"messages": messages, "tools": TOOLS})
+    assert (caught.value.status, caught.value.param) == (400, "messages[1].tool_calls[0].custom")
