@@ -12,13 +12,14 @@ import re
 import lark
 import openai
 import pytest
-from corral.tools import ToolError, parse_tool_request
+from corral.tools import ToolError, cli, parse_tool_request
 from corral.tools.grammar import compile_dfa, grammar
 from corral.tools.messages import message_calls
 from corral.tools.render import call_text as rendered
 from corral.tools.server import ServerConfig, background_server
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from stand_in_model import StandInModel
 
 ASK = [{"role": "user", "content": "Add two numbers with the tool."}]
 SUM_LARK = """start: expr
@@ -203,3 +204,27 @@ def test_a_malformed_replayed_custom_call_is_a_400_naming_it():
     with pytest.raises(ToolError) as caught:
         parse_tool_request({"messages": messages, "tools": TOOLS})
     assert (caught.value.status, caught.value.param) == (400, "messages[1].tool_calls[0].custom")
+
+
+def test_a_batch_lines_custom_calls_are_answered_as_custom(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cli, "load_model", lambda path=None, **kwargs: StandInModel())
+    lines = []
+    for i, tool in enumerate(["calc", "code"]):
+        choice = {"type": "custom", "custom": {"name": tool}}
+        body = {"messages": ASK, "tools": TOOLS, "tool_choice": choice, "seed": i, "n": 3,
+                "max_tokens": 200}  # fmt: skip
+        lines.append(json.dumps({"custom_id": tool, "method": "POST", "url": "/v1/chat/completions",
+                                 "body": body}))  # fmt: skip
+    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
+    assert cli.main(["generate", str(tmp_path / "in.jsonl"), "--quiet"]) == 0
+    outputs = (tmp_path / "in.output.jsonl").read_text().splitlines()
+    assert len(outputs) == 2
+    for text in outputs:
+        out = json.loads(text)
+        for choice in out["response"]["body"]["choices"]:
+            (call,) = choice["message"]["tool_calls"]
+            assert call["type"] == "custom" and call["custom"]["name"] == out["custom_id"]
+            if out["custom_id"] == "calc":
+                lark.Lark(SUM_LARK).parse(call["custom"]["input"])
+            else:
+                assert re.fullmatch(CODE, call["custom"]["input"])
