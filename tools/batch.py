@@ -18,7 +18,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from corral.model import kv_cache
 from corral.model.errors import RequestError
@@ -229,6 +229,7 @@ def run_batch(
     progress: bool = True,
     numbers: Iterable[int] | None = None,
     prefix_cache: bool = True,
+    json_object_depth: int | None = None,
 ) -> BatchSummary:
     """Run the input lines and write the output lines to the text stream `out` as they finish
     (see the module docstring for duplicates, phases and the KV cache).
@@ -246,13 +247,16 @@ def run_batch(
             a part of a file run elsewhere, as `corral.tools.ray_batch` does, keeps its own).
         prefix_cache: reuse the keys and values of prompt prefixes the run already prefilled
             (`corral.model.Generator`); False: every prompt is prefilled whole.
+        json_object_depth: the `json_object_depth` of lines that set none (None: the default).
 
     Returns a `BatchSummary`. Never raises for a bad line: it becomes an error line."""
     summary = BatchSummary()
     started = time.perf_counter()
     hits, misses = engine.compiler.hits, engine.compiler.misses
     writer = _Writer(out, summary)
-    pending = _prepare(engine, lines, skip, default_max_tokens, writer, progress, numbers)
+    pending = _prepare(
+        engine, lines, skip, default_max_tokens, writer, progress, numbers, json_object_depth
+    )
     groups, refused_lines = _plan(engine, pending, batch_size)
     for line, error in refused_lines:
         writer.failure(line, error)
@@ -298,7 +302,7 @@ def _run_group(engine, group: _Group, writer: _Writer, prefix_cache, stats, bar,
 
 
 def _prepare(
-    engine, lines, skip, default_max_tokens, writer: _Writer, progress, numbers=None
+    engine, lines, skip, default_max_tokens, writer: _Writer, progress, numbers=None, depth=None
 ) -> list[_Line]:
     """Phase 1: read, validate and compile every line; write the error lines of those that fail
     and of duplicates. Returns the lines to run, in input order."""
@@ -334,6 +338,8 @@ def _prepare(
             line = _Line(custom_id, number, None, [])
             try:
                 line.request = parse_tool_request(body, engine.vocabulary.size)
+                if depth is not None and line.request.json_object_depth is None:
+                    line.request = replace(line.request, json_object_depth=depth)
                 check_model(line.request.model, engine.model_name)
                 line.choices = engine.requests(line.request, default_max_tokens)
             except Exception as error:  # any fault of one line is that line's error line

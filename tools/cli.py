@@ -37,7 +37,7 @@ from corral.model.generation_request import check_request
 from corral.tools.batch import DEFAULT_MAX_TOKENS, input_lines, run_batch
 from corral.tools.completions import Completions, served_name
 from corral.tools.errors import ToolError, openai_error
-from corral.tools.grammar import compile_dfa, regex_grammar, schema_grammar
+from corral.tools.grammar import compile_dfa, regex_grammar, schema_grammar, text_grammar
 from corral.tools.output_file import (
     NotBatchOutputError,
     OutputError,
@@ -49,6 +49,7 @@ from corral.tools.output_file import (
     nothing_written,
     open_output,
 )
+from corral.tools.request import MAX_JSON_OBJECT_DEPTH
 
 INTERRUPTED = 130
 
@@ -213,28 +214,34 @@ given one is told from a default."""
 def _generate_problem(args: argparse.Namespace) -> str | None:
     """What is wrong with `corral generate`'s arguments themselves (files are checked next);
     fills in the quick form's defaults."""
-    if args.schema is not None and args.regex is not None:
-        return "give --schema or --regex, not both"
-    quick = args.schema is not None or args.regex is not None
+    given = [f for f in ("schema", "regex", "grammar") if getattr(args, f) is not None]
+    if len(given) > 1:
+        return "give one of --schema, --regex and --grammar"
+    quick = bool(given)
+    if args.syntax is not None and args.grammar is None:
+        return "--syntax is --grammar's: give it with --grammar FILE"
     if not quick and args.input is None and args.ray and Path(args.ray).is_file():
         return (
             f"--ray took {args.ray!r} as its ADDRESS, leaving no input file; put --ray after "
             "the input file, or write --ray=ADDRESS"
         )
     if quick and args.input is not None:
-        return "an input file and the quick form's --schema/--regex: give one or the other"
+        return (
+            "an input file and the quick form's --schema/--regex/--grammar: give one or the other"
+        )
     if not quick and args.input is None:
-        return "give an input file, or --schema/--regex with --prompt"
+        return "give an input file, or --schema/--regex/--grammar with --prompt"
     for flag, (name, default) in QUICK_FLAGS.items():
         if getattr(args, name) is None:
             setattr(args, name, default)
         elif not quick:
             return (
-                f"{flag} is the quick form's (with --schema or --regex); an input file's lines "
+                f"{flag} is the quick form's (with --schema, --regex or --grammar); an input "
+                "file's lines "
                 "set their own in each body"
             )
     if quick and args.prompt is None:
-        return "--schema and --regex need --prompt"
+        return "--schema, --regex and --grammar need --prompt"
     if args.batch_size < 1:
         return f"--batch-size must be at least 1, not {args.batch_size}"
     if args.max_tokens is not None and args.max_tokens < 1:
@@ -249,6 +256,14 @@ def _generate_problem(args: argparse.Namespace) -> str | None:
         return f"-n must be at least 1, not {args.n}"
     if quick and args.ray is not None:
         return "--ray runs an input file, not the quick form"
+    depth = args.json_object_depth
+    if depth is not None:
+        if quick:
+            return "--json-object-depth is an input file's (its json_object lines), not quick"
+        if not 1 <= depth <= MAX_JSON_OBJECT_DEPTH:
+            return f"--json-object-depth must be 1 to {MAX_JSON_OBJECT_DEPTH}, not {depth}"
+        if args.ray is not None:
+            return "--json-object-depth is not supported with --ray"
     if args.ray is not None and args.no_prefix_cache:
         return "--no-prefix-cache is not supported with --ray (its workers keep the cache on)"
     if args.ray is not None and importlib.util.find_spec("ray") is None:
@@ -257,9 +272,13 @@ def _generate_problem(args: argparse.Namespace) -> str | None:
 
 
 def _quick_dfa(args: argparse.Namespace) -> Dfa:
-    """The DFA of the quick form's --schema or --regex. Raises InputError, ToolError."""
+    """The DFA of the quick form's --schema, --regex or --grammar (GBNF, or Lark for a `.lark`
+    file or `--syntax lark`). Raises InputError, ToolError."""
     if args.schema is not None:
         found = schema_grammar(read_json(args.schema), "--schema")
+    elif args.grammar is not None:
+        syntax = args.syntax or ("lark" if args.grammar.endswith(".lark") else "gbnf")
+        found = text_grammar(read_text(args.grammar), syntax, "--grammar")
     else:
         found = regex_grammar(args.regex, "--regex")
     return compile_dfa(found)
@@ -410,7 +429,7 @@ def _generate_batch(
             summary = run_batch(
                 Completions(model, served_name(args.model)), lines, out, skip, args.batch_size,
                 max_tokens, not args.quiet,
-                prefix_cache=not args.no_prefix_cache,
+                prefix_cache=not args.no_prefix_cache, json_object_depth=args.json_object_depth,
             )  # fmt: skip
     except (KeyboardInterrupt, SystemError) as error:
         if not _interrupted(error):
@@ -437,8 +456,8 @@ def _interrupted(error: BaseException) -> bool:
 
 
 def _generate_quick(args: argparse.Namespace, model, dfa: Dfa) -> int:
-    """`--schema FILE` or `--regex PATTERN` with `--prompt`: each answer on a line of stdout
-    as soon as it finishes."""
+    """`--schema FILE`, `--regex PATTERN` or `--grammar FILE` with `--prompt`: each answer on a
+    line of stdout as soon as it finishes."""
     constraint = Constraint(TokenIndex(dfa, model.vocabulary))
     if model.chat_template is None:  # a base model continues the prompt as raw text
         prompt = model.raw_prompt(args.prompt)
@@ -595,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
     compile_.set_defaults(run=_compile)
     generate = commands.add_parser(
         "generate",
-        help="run an OpenAI Batch API input file (or a quick --schema/--regex prompt)",
+        help="run an OpenAI Batch API input file (or a quick --schema/--regex/--grammar prompt)",
         description="Run an OpenAI Batch API input file of /v1/chat/completions requests and "
         "append the answers to the output file, a line each as it finishes; or, with --schema or "
         "--regex and --prompt, print -n answers as they finish. No output overwrites anything: "
@@ -635,9 +654,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     generate.add_argument("--schema", help="quick form: a JSON Schema file")
     generate.add_argument("--regex", help="quick form: a regex")
+    generate.add_argument("--grammar", help="quick form: a GBNF or Lark grammar file")
+    generate.add_argument(
+        "--syntax", choices=["gbnf", "lark"], help="--grammar's syntax (default: .lark is lark)"
+    )
     generate.add_argument(
         "--prompt",
         help="quick form: the user message (the raw prompt for a model without a chat template)",
+    )
+    generate.add_argument(
+        "--json-object-depth",
+        type=int,
+        help="input file: how deep json_object answers nest, for lines that set none (3)",
     )
     generate.add_argument("-n", type=int, help="quick form: how many answers (1)")
     generate.add_argument(

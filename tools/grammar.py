@@ -11,6 +11,7 @@ the most recently used grammars in one bounded cache, shared by every request.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections import OrderedDict
@@ -20,13 +21,19 @@ from functools import cached_property
 from corral import automata
 from corral.automata import ConstrainError, Dfa
 from corral.automata import tree as regex_tree
+from corral.automata.compile import deep_recursion
+from corral.automata.errors import GrammarError
+from corral.automata.gbnf import parse_gbnf
+from corral.automata.grammar_tree import unroll
+from corral.automata.grammars import compile_grammar_text
+from corral.automata.lark import parse_lark
 from corral.automata.limits import DEFAULT_SCHEMA_LIMITS
 from corral.automata.schema.compiler import Unrolling, unrolled_tree
 from corral.automata.schema.values import check_document
 from corral.automata.shallower import STATE_LIMIT_ERRORS, StateLimit, retry_shallower
 from corral.automata.tree_ops import ALL_BYTES, is_empty, starting_with
 from corral.kernels import TokenIndex, Vocabulary
-from corral.tools.errors import ToolError, unsupported
+from corral.tools.errors import ToolError, invalid, unsupported
 from corral.tools.parser import CLOSER, OPENER, SEPARATOR
 from corral.tools.request import ToolRequest
 
@@ -79,6 +86,28 @@ class Regex:
     errors."""
 
     pattern: str
+    param: str
+
+
+@dataclass(frozen=True)
+class Cfg:
+    """A context-free grammar's text in `syntax` (`gbnf` or `lark`, docs/grammars.md), recursion
+    unrolled to the deepest bound whose DFA fits alone; `param` names where it came from."""
+
+    text: str
+    syntax: str
+    param: str
+
+
+@dataclass(frozen=True)
+class CustomInput:
+    """A custom tool's input as a JSON string (with its quotes) whose decoded text is in the
+    language of `definition` in `syntax` (`text`: any text; `lark`; `regex`), each character
+    escaped as `json.dumps(..., ensure_ascii=False)` writes it; `param` names the tool's
+    format, for errors."""
+
+    syntax: str
+    definition: str | None
     param: str
 
 
@@ -151,6 +180,17 @@ def _tree(e, schema_limits=None, unrollings: list | None = None) -> regex_tree.N
         return objects
     if isinstance(e, JsonObject):
         return automata.json_object_tree(e.depth)
+    if isinstance(e, Cfg):
+        return cfg_tree(e.text, e.syntax, e.param)
+    if isinstance(e, CustomInput):
+        if e.syntax == "text":
+            inner = automata.parse(r"(.|\n)*")
+        elif e.syntax == "regex":
+            inner = _tree(Regex(e.definition, e.param))
+        else:
+            inner = cfg_tree(e.definition, "lark", e.param)
+        quote = regex_tree.SINGLE_BYTES[ord('"')]
+        return regex_tree.Concat((quote, json_string_tree(inner, e.param), quote))
     if isinstance(e, Seq):
         return regex_tree.Concat(tuple(_tree(p, schema_limits, unrollings) for p in e.parts))
     if isinstance(e, Alt):
@@ -171,6 +211,10 @@ def _key(e):
         return {"json_object": e.depth}
     if isinstance(e, Regex):
         return {"regex": e.pattern}
+    if isinstance(e, Cfg):
+        return {e.syntax: e.text}
+    if isinstance(e, CustomInput):
+        return {"custom_input": [e.syntax, e.definition]}
     if isinstance(e, Seq):
         return [_key(p) for p in e.parts]
     if isinstance(e, Alt):
@@ -194,6 +238,8 @@ def _pattern(e) -> str:
         return f"(?:{automata.json_object_regex(e.depth)})"
     if isinstance(e, Regex):
         return f"(?:{e.pattern})"
+    if isinstance(e, (Cfg, CustomInput)):
+        raise ValueError(f"'{e.param}' is a {e.syntax} grammar: it has no regex text")
     if isinstance(e, Seq):
         return "".join(_pattern(p) for p in e.parts)
     if isinstance(e, Alt):
@@ -202,6 +248,7 @@ def _pattern(e) -> str:
 
 
 BRACE = 1 << ord("{")
+PARSERS = {"gbnf": parse_gbnf, "lark": parse_lark}
 
 
 def _objects(node: regex_tree.Node) -> regex_tree.Node:
@@ -275,8 +322,11 @@ def grammar(request: ToolRequest) -> Grammar | None:
     if request.calls_allowed and request.tool_choice == "function":
         i = [t.name for t in tools].index(request.function_name)
         call = _seq(Text(OPENER), _call(request, i), Text(CLOSER))
-        return _grammar(call, None, f"tools[{i}].function.parameters")
-    calls_param = "tools[0].function.parameters" if len(tools) == 1 else "tools"
+        kind = "custom.format" if tools[i].custom is not None else "function.parameters"
+        return _grammar(call, None, f"tools[{i}].{kind}")
+    calls_param = "tools"
+    if len(tools) == 1:
+        calls_param = "tools[0]." + ("custom.format" if tools[0].custom else "function.parameters")
     if request.calls_allowed and request.tool_choice == "required":
         call = _seq(Text(OPENER), _any_call(request), Text(CLOSER))
         if request.parallel_tool_calls:
@@ -311,10 +361,21 @@ def regex_grammar(pattern: str, param: str = "regex") -> Grammar:
     return _grammar(Regex(pattern, param), None, param)
 
 
+def text_grammar(text: str, syntax: str, param: str = "grammar") -> Grammar:
+    """The grammar of a GBNF or Lark text (`syntax`: `gbnf` or `lark`) from the first token.
+    Raises ToolError as `cfg_tree` does, naming `param`."""
+    return _grammar(Cfg(text, syntax, param), None, param)
+
+
 def _call(request: ToolRequest, i: int) -> Seq:
     """`{"name":"NAME","arguments":ARGS}` for the request's tool i."""
     tool = request.tools[i]
     name = json.dumps(tool.name, ensure_ascii=False)
+    if tool.custom is not None:
+        syntax, definition = tool.custom
+        where = f"tools[{i}].custom.format" + (".grammar.definition" if definition else "")
+        start = '{"name":' + name + ',"arguments":{"input":'
+        return _seq(Text(start), CustomInput(syntax, definition, where), Text("}}"))
     arguments = Arguments(tool.parameters, f"tools[{i}].function.parameters")
     return _seq(Text('{"name":' + name + ',"arguments":'), arguments, Text("}"))
 
@@ -324,14 +385,100 @@ def _any_call(request: ToolRequest):
 
 
 def _content(request: ToolRequest) -> tuple[object | None, str]:
-    """The expression of the response_format's language (None for `text`) and its field."""
+    """The expression of the response_format's or structured_outputs' language (None for free
+    text) and its field."""
+    structured = request.structured_outputs
+    if structured is not None:
+        return structured_expression(structured.kind, structured.value), structured.param
     fmt = request.response_format
     if fmt.type == "json_object":
-        return JsonObject(JSON_OBJECT_DEPTH), "response_format"
+        return JsonObject(request.json_object_depth or JSON_OBJECT_DEPTH), "response_format"
     if fmt.type == "json_schema":
         param = "response_format.json_schema.schema"
         return Schema(fmt.schema, param), param
     return None, "response_format"
+
+
+def structured_expression(kind: str, value, param: str | None = None):
+    """The expression of vLLM's `structured_outputs` entry `kind` (`regex`, `grammar`,
+    `choice`, `json`) holding `value`; `param` defaults to `structured_outputs.KIND`. A grammar
+    is GBNF when its text holds `::=`, else Lark (vLLM's rule)."""
+    param = param or f"structured_outputs.{kind}"
+    if kind == "regex":
+        return Regex(value, param)
+    if kind == "grammar":
+        return Cfg(value, "gbnf" if "::=" in value else "lark", param)
+    if kind == "choice":
+        return _alt([Text(c) for c in dict.fromkeys(value)])
+    return Schema(value, param)
+
+
+def grammar_error(param: str, error: GrammarError) -> ToolError:
+    """The error for a grammar text that corral does not compile: a construct the dialect
+    refuses (`... is not supported`, a left-recursive rule) is a 422 `unsupported_parameter`,
+    any other fault (a syntax error, an undefined rule) a 400 `invalid_value`; both name
+    `param` and the line and column."""
+    message = f"Invalid grammar in '{param}' at line {error.line} column {error.column}: "
+    if "not supported" in error.reason or "left-recursive" in error.reason:
+        return ToolError(422, param, "unsupported_parameter", message + error.reason)
+    return invalid(param, message + error.reason)
+
+
+ESCAPED = {b: json.dumps(chr(b))[1:-1].encode() for b in range(0x20)} | {
+    ord('"'): b'\\"',
+    ord("\\"): b"\\\\",
+}
+"""The JSON escape of each byte a JSON string cannot hold as itself (`json.dumps`'s)."""
+ESCAPED_MASK = sum(1 << b for b in ESCAPED)
+
+
+def json_string_tree(node: regex_tree.Node, param: str) -> regex_tree.Node:
+    """The tree of the JSON string bodies (no quotes) whose decoded bytes are in `node`'s
+    language: the homomorphism that writes each byte of `ESCAPED` as its escape and any other
+    byte as itself, applied leaf by leaf (shared nodes stay shared). Linear in the tree's size.
+    Raises ToolError 422 naming `param` for a tree holding a finished DFA (`Automaton`)."""
+    done: dict[int, regex_tree.Node] = {}
+
+    def walk(n):
+        key = id(n)
+        if key in done:
+            return done[key]
+        if isinstance(n, regex_tree.ByteSet):
+            kept = n.mask & ~ESCAPED_MASK
+            options = [regex_tree.ByteSet(kept)] if kept else []
+            options += [regex_tree.literal_bytes(ESCAPED[b]) for b in ESCAPED if n.mask >> b & 1]
+            out = options[0] if len(options) == 1 else regex_tree.Alt(tuple(options))
+        elif isinstance(n, regex_tree.Concat):
+            out = regex_tree.Concat(tuple(walk(i) for i in n.items))
+        elif isinstance(n, regex_tree.Alt):
+            out = regex_tree.Alt(tuple(walk(i) for i in n.items))
+        elif isinstance(n, regex_tree.Repeat):
+            out = regex_tree.Repeat(walk(n.item), n.min, n.max)
+        else:
+            raise ToolError(
+                422, param, "unsupported_parameter", f"'{param}' cannot be written as a JSON string"
+            )
+        done[key] = out
+        return out
+
+    with deep_recursion():
+        return walk(node)
+
+
+@functools.lru_cache(maxsize=DEFAULT_MAX_GRAMMARS)
+def cfg_tree(text: str, syntax: str, param: str) -> regex_tree.Node:
+    """The regex tree of a grammar text (`Cfg`), unrolled at the deepest recursion bound at
+    which the grammar alone compiles (`corral.automata.grammars.compile_grammar_text`), the
+    most recent ones cached. Raises ToolError (`grammar_error`; 422 naming `param` for a
+    grammar past a state limit or deriving no string)."""
+    parse = PARSERS[syntax]
+    try:
+        depth = compile_grammar_text(text, syntax).max_recursion
+        return unroll(parse(text), depth)[0]
+    except GrammarError as error:
+        raise grammar_error(param, error) from None
+    except ConstrainError as error:
+        raise unsupported(param, error) from None
 
 
 # --- compiling ----------------------------------------------------------------------------

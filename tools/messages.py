@@ -119,7 +119,9 @@ def message_text(message: dict, i: int) -> str:
 
 
 def message_calls(message: dict, i: int) -> list[tuple[str, str]]:
-    """The `(name, arguments JSON text)` of each of `messages[i]`'s `tool_calls`, in order.
+    """The `(name, arguments JSON text)` of each of `messages[i]`'s `tool_calls`, in order (a
+    custom tool's call, `{"type": "custom", "custom": {"name", "input"}}`, as the arguments
+    `{"input": INPUT}` it was generated as).
 
     Arguments given as a string are kept verbatim (a conversation renders the way it was
     generated) after checking that they are JSON ("" counts as `{}`); arguments given as an object
@@ -134,6 +136,17 @@ def message_calls(message: dict, i: int) -> list[tuple[str, str]]:
     result = []
     for j, call in enumerate(calls):
         at = f"{where}[{j}]"
+        if isinstance(call, dict) and call.get("type") == "custom":  # a custom tool's call
+            custom = call.get("custom")
+            name = custom.get("name") if isinstance(custom, dict) else None
+            text = custom.get("input") if isinstance(custom, dict) else None
+            if not (isinstance(name, str) and name and isinstance(text, str)):
+                message = f"'{at}.custom' must hold a 'name' and an 'input', both strings."
+                raise invalid(f"{at}.custom", message, "invalid_type")
+            result.append(
+                (name, json.dumps({"input": text}, ensure_ascii=False, separators=(",", ":")))
+            )
+            continue
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict):
             raise invalid(f"{at}.function", f"'{at}.function' must be an object.", "invalid_type")

@@ -19,6 +19,13 @@ TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 FORMAT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 TOKEN_ID = re.compile(r"0|[1-9][0-9]{0,8}")
 NO_PARAMETERS = {"type": "object", "properties": {}}
+CUSTOM_PARAMETERS = {
+    "type": "object",
+    "properties": {"input": {"type": "string"}},
+    "required": ["input"],
+    "additionalProperties": False,
+}
+"""The arguments object a custom tool's call is written as (`Tool.custom`)."""
 MAX_NESTING = 256
 """The deepest nesting of arrays and objects in a request body (a schema at most 64 subschemas
 deep, the schema compiler's limit, fits well within it)."""
@@ -27,6 +34,9 @@ MAX_TOOLS = 128
 `array_above_max_length`), before the rest of the body is walked and any tool is read, rendered
 or compiled."""
 LOGIT_BIAS_RANGE = 100
+MAX_JSON_OBJECT_DEPTH = 7
+"""The deepest `json_object_depth` a request may ask for: depth 7 is a DFA of 12,459 states
+(0.9 s to build), depth 8 passes the DFA state limit while it is built (docs/tools.md)."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +56,7 @@ class Field:
     why: str = "corral does not support it"
 
 
+_VLLM_REMOVED = "vLLM removed it in v0.12: use 'structured_outputs': {{'{}': ...}}"
 HONOURED = Field("honoured")
 NO_EFFECT = Field("no_effect")
 FIELDS = {
@@ -68,6 +79,12 @@ FIELDS = {
     "top_logprobs": HONOURED,
     "logit_bias": HONOURED,
     "jump_forward": HONOURED,  # corral's extension (see the module docstring)
+    "json_object_depth": HONOURED,  # corral's extension (`ToolRequest.json_object_depth`)
+    "structured_outputs": HONOURED,  # vLLM's extension (`StructuredOutputs`)
+    "guided_regex": Field("refused", (), _VLLM_REMOVED.format("regex")),
+    "guided_grammar": Field("refused", (), _VLLM_REMOVED.format("grammar")),
+    "guided_choice": Field("refused", (), _VLLM_REMOVED.format("choice")),
+    "guided_json": Field("refused", (), _VLLM_REMOVED.format("json")),
     "user": NO_EFFECT,
     "safety_identifier": NO_EFFECT,
     "metadata": NO_EFFECT,
@@ -89,7 +106,8 @@ FIELDS = {
     "verbosity": Field("refused", (), "corral does not steer verbosity"),
 }
 """Every top-level field of OpenAI's chat completions request, and what corral does with it
-(plus corral's one extension, `jump_forward`)."""
+(plus corral's extensions `jump_forward` and `json_object_depth`, vLLM's `structured_outputs`,
+and vLLM's removed `guided_*` fields, refused by name)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,12 +118,24 @@ class Tool:
     parameters: dict = field(default_factory=lambda: dict(NO_PARAMETERS))
     description: str | None = None
     strict: bool | None = None
+    custom: tuple[str, str | None] | None = None
+    """For an OpenAI custom tool, `(syntax, definition)`: `("text", None)` for free text,
+    `("lark", text)` or `("regex", pattern)` for a grammar; None for a function. A custom
+    tool's `parameters` are `CUSTOM_PARAMETERS`: its call is written in the `<tool_call>`
+    envelope as the arguments `{"input": INPUT}`, INPUT a JSON string whose decoded text is in
+    the grammar's language (docs/tools.md, "Custom tools")."""
 
     def to_json(self) -> dict:
-        """The tool as OpenAI writes it: `{"type":"function","function":{...}}`."""
+        """The tool as the chat template shows it to the model: `{"type":"function",
+        "function":{...}}` (a custom tool as a function of one string `input`, its grammar
+        told in the description)."""
         function: dict = {"name": self.name}
-        if self.description is not None:
-            function["description"] = self.description
+        description = self.description
+        if self.custom is not None and self.custom[1] is not None:
+            told = f"'input' follows this {self.custom[0]} grammar:\n{self.custom[1]}"
+            description = told if description is None else f"{description}\n{told}"
+        if description is not None:
+            function["description"] = description
         function["parameters"] = self.parameters
         return {"type": "function", "function": function}
 
@@ -121,6 +151,29 @@ class ResponseFormat:
     strict: bool | None = None
 
 
+STRUCTURED_KEYS = ("regex", "grammar", "choice", "json")
+
+
+@dataclass(frozen=True, eq=False)
+class StructuredOutputs:
+    """vLLM's request extension `structured_outputs`: exactly one of its keys.
+
+    Attributes:
+        kind: `regex` (a regex of docs/design.md section 2's subset), `grammar` (GBNF text, or
+            Lark text when it holds no `::=`, as vLLM tells them apart), `choice` (exactly one
+            of the strings) or `json` (a JSON Schema).
+        value: the pattern or grammar text (str), the choices (tuple of str), the schema (dict).
+    """
+
+    kind: str
+    value: object
+
+    @property
+    def param(self) -> str:
+        """The request field that holds the value, for errors."""
+        return f"structured_outputs.{self.kind}"
+
+
 @dataclass(frozen=True, eq=False)
 class ToolRequest:
     """A validated chat-completion request.
@@ -132,7 +185,10 @@ class ToolRequest:
     and `top_logprobs` (0 to 20, None when not asked) for the most likely alternatives;
     `logit_bias` holds `(token id, bias)` pairs, the bias in [-100, 100], added to the logits.
     `jump_forward` (corral's extension, default true): whether the engine may write the text the
-    grammar forces without sampling it token by token.
+    grammar forces without sampling it token by token. `structured_outputs` (vLLM's
+    extension, None when absent) holds the whole answer to a regex, grammar, choice or schema.
+    `json_object_depth` (corral's extension, 1 to `MAX_JSON_OBJECT_DEPTH`, None for the
+    default, `corral.tools.grammar.JSON_OBJECT_DEPTH`): how deep a `json_object` answer nests.
     """
 
     messages: tuple = ()
@@ -154,6 +210,8 @@ class ToolRequest:
     top_logprobs: int | None = None
     logit_bias: tuple[tuple[int, float], ...] = ()
     jump_forward: bool = True
+    structured_outputs: StructuredOutputs | None = None
+    json_object_depth: int | None = None
 
     @property
     def calls_allowed(self) -> bool:
@@ -161,6 +219,11 @@ class ToolRequest:
         `none`): only then are the tools described in the prompt and the answer parsed for
         calls."""
         return bool(self.tools) and self.tool_choice != "none"
+
+    @property
+    def custom_names(self) -> frozenset[str]:
+        """The names of the request's custom tools (their calls are answered as `custom`)."""
+        return frozenset(t.name for t in self.tools if t.custom is not None)
 
     def tool(self, name: str) -> Tool:
         """The tool called `name`; KeyError if there is none."""
@@ -276,6 +339,33 @@ def parse_tool_request(body: str | bytes | dict, vocabulary_size: int | None = N
     tools = _tools(body.get("tools"))
     tool_choice, function_name = _tool_choice(body.get("tool_choice"), tools)
     response_format = _response_format(body.get("response_format"))
+    structured = _structured_outputs(body.get("structured_outputs"))
+    depth = _integer(body, "json_object_depth", 1, MAX_JSON_OBJECT_DEPTH)
+    if depth is not None and response_format.type != "json_object":
+        raise invalid(
+            "json_object_depth",
+            "'json_object_depth' bounds a 'response_format' of type 'json_object': give one.",
+        )
+    if structured is not None and response_format.type != "text":
+        raise invalid(
+            "structured_outputs",
+            "'structured_outputs' and a 'response_format' other than text both constrain the "
+            "whole answer: give one of them.",
+            "invalid_parameter_combination",
+        )
+    if structured is not None and tools and tool_choice != "none":
+        raise invalid(
+            "structured_outputs",
+            "'structured_outputs' constrains the whole answer, so no tool can be called: drop "
+            "it, or set 'tool_choice' to 'none'.",
+            "invalid_parameter_combination",
+        )
+    if sampling["stop"] and structured is not None:
+        raise not_honoured(
+            "stop",
+            "the whole answer is held to 'structured_outputs', and cutting it at a stop string "
+            "would leave its language",
+        )
     if sampling["stop"] and not _starts_free(tool_choice, response_format):
         raise not_honoured(
             "stop",
@@ -292,6 +382,8 @@ def parse_tool_request(body: str | bytes | dict, vocabulary_size: int | None = N
         parallel_tool_calls=True if parallel is None else parallel,
         model=model,
         max_tokens=max_tokens,
+        structured_outputs=structured,
+        json_object_depth=depth,
         **sampling,
     )
 
@@ -419,8 +511,16 @@ def _tools(value) -> tuple[Tool, ...]:
         where = f"tools[{i}]"
         if not isinstance(entry, dict):
             raise invalid(where, f"'{where}' must be an object.", "invalid_type")
-        if entry.get("type", "function") != "function":
-            raise invalid(f"{where}.type", f"'{where}.type' must be 'function'.")
+        kind = entry.get("type", "function")
+        if kind == "custom":
+            tool = _custom_tool(entry, where)
+            if tool.name in names:
+                raise invalid(f"{where}.custom.name", f"Duplicate tool name '{tool.name}'.")
+            names.add(tool.name)
+            tools.append(tool)
+            continue
+        if kind != "function":
+            raise invalid(f"{where}.type", f"'{where}.type' must be 'function' or 'custom'.")
         function = _field(entry, "function", where, dict, "an object", required=True)
         where += ".function"
         name = _name(function, where, TOOL_NAME, "a-z, A-Z, 0-9, '_', '.', '-'")
@@ -434,6 +534,36 @@ def _tools(value) -> tuple[Tool, ...]:
     return tuple(tools)
 
 
+def _custom_tool(entry: dict, where: str) -> Tool:
+    """An OpenAI custom tool `{"type": "custom", "custom": {"name", "description"?, "format"?}}`,
+    `format` `{"type": "text"}` (the default) or `{"type": "grammar", "grammar": {"syntax":
+    "lark" | "regex", "definition"}}`. Raises ToolError 400 naming the field."""
+    custom = _field(entry, "custom", where, dict, "an object", required=True)
+    where += ".custom"
+    name = _name(custom, where, TOOL_NAME, "a-z, A-Z, 0-9, '_', '.', '-'")
+    description = _field(custom, "description", where, str, "a string")
+    fmt = _field(custom, "format", where, dict, "an object") or {"type": "text"}
+    kind = fmt.get("type")
+    if kind == "text":
+        return Tool(name, dict(CUSTOM_PARAMETERS), description, None, ("text", None))
+    if kind != "grammar":
+        raise invalid(f"{where}.format.type", f"'{where}.format.type' must be 'text' or 'grammar'.")
+    spec = _field(fmt, "grammar", f"{where}.format", dict, "an object", required=True)
+    where += ".format.grammar"
+    syntax = spec.get("syntax")
+    if syntax not in ("lark", "regex"):
+        raise invalid(f"{where}.syntax", f"'{where}.syntax' must be 'lark' or 'regex'.")
+    definition = _field(spec, "definition", where, str, "a string", required=True)
+    return Tool(name, dict(CUSTOM_PARAMETERS), description, None, (syntax, definition))
+
+
+def check_stream(request: ToolRequest, stream: bool) -> None:
+    """Refuse `stream: true` for a request with custom tools (their calls are not streamed
+    yet). Raises ToolError 400 `unsupported_parameter` naming `stream`."""
+    if stream and request.custom_names and request.calls_allowed:
+        raise not_honoured("stream", "custom tools' calls are not streamed yet")
+
+
 def _tool_choice(value, tools: tuple[Tool, ...]) -> tuple[str, str | None]:
     if value is None:
         return ("auto" if tools else "none"), None
@@ -445,22 +575,22 @@ def _tool_choice(value, tools: tuple[Tool, ...]) -> tuple[str, str | None]:
                 "tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or a function."
             )
         return value, None
-    if not isinstance(value, dict) or value.get("type") != "function":
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind not in ("function", "custom"):
         raise invalid(
-            "tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or a function."
+            "tool_choice",
+            "'tool_choice' must be 'none', 'auto', 'required', a function or a custom tool.",
         )
-    function = value.get("function")
+    function = value.get(kind)
     name = function.get("name") if isinstance(function, dict) else None
+    param = f"tool_choice.{kind}.name"
     if not isinstance(name, str):
-        raise invalid(
-            "tool_choice.function.name",
-            "'tool_choice.function.name' must name a tool.",
-            "missing_required_parameter",
-        )
-    if all(tool.name != name for tool in tools):
-        raise invalid(
-            "tool_choice.function.name", f"'tool_choice' names '{name}', which is not in 'tools'."
-        )
+        raise invalid(param, f"'{param}' must name a tool.", "missing_required_parameter")
+    named = [tool for tool in tools if tool.name == name]
+    if not named:
+        raise invalid(param, f"'tool_choice' names '{name}', which is not in 'tools'.")
+    if (named[0].custom is not None) != (kind == "custom"):
+        raise invalid(param, f"'tool_choice' names '{name}' as a {kind} tool, which it is not.")
     return "function", name
 
 
@@ -484,6 +614,52 @@ def _response_format(value) -> ResponseFormat:
         "response_format.type",
         f"Unknown 'response_format.type' {kind!r}: use 'text', 'json_object' or 'json_schema'.",
     )
+
+
+def _structured_outputs(value) -> StructuredOutputs | None:
+    """vLLM's `structured_outputs`: an object with exactly one of `STRUCTURED_KEYS` (null ones
+    count as absent). Raises ToolError 400 naming the field: not an object, none or several
+    keys, another of vLLM's keys (`whitespace_pattern`, `structural_tag`, ...: refused by
+    name), a value of the wrong type, an empty choice list."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise invalid(
+            "structured_outputs", "'structured_outputs' must be an object.", "invalid_type"
+        )
+    given = [k for k, v in value.items() if v is not None]
+    other = [k for k in given if k not in STRUCTURED_KEYS]
+    if other:
+        raise not_honoured(
+            f"structured_outputs.{other[0]}",
+            "corral takes one of 'regex', 'grammar', 'choice' and 'json'",
+        )
+    if len(given) != 1:
+        raise invalid(
+            "structured_outputs",
+            "'structured_outputs' must hold exactly one of 'regex', 'grammar', 'choice' and "
+            f"'json', not {len(given)}.",
+        )
+    kind = given[0]
+    item = value[kind]
+    param = f"structured_outputs.{kind}"
+    if kind in ("regex", "grammar"):
+        if not isinstance(item, str):
+            raise invalid(param, f"'{param}' must be a string.", "invalid_type")
+        return StructuredOutputs(kind, item)
+    if kind == "choice":
+        if not isinstance(item, list) or not item or not all(isinstance(c, str) for c in item):
+            raise invalid(param, f"'{param}' must be a non-empty list of strings.")
+        return StructuredOutputs(kind, tuple(item))
+    if isinstance(item, str):  # vLLM takes the schema as JSON text too
+        try:
+            item = json.loads(item)
+        except ValueError as error:
+            raise invalid(param, f"'{param}' is not valid JSON: {error}") from None
+        check_values({param: item})
+    if not isinstance(item, dict):
+        raise invalid(param, f"'{param}' must be a JSON Schema object.", "invalid_type")
+    return StructuredOutputs(kind, item)
 
 
 # --- sampling fields -------------------------------------------------------------------------

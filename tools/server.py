@@ -36,6 +36,7 @@ from corral.tools.errors import ToolError, engine_failure, openai_error, refused
 from corral.tools.request import (
     ToolRequest,
     check_model,
+    check_stream,
     parse_tool_request,
     read_body,
     streaming_fields,
@@ -332,6 +333,7 @@ class Server:
         `_engine_requests` raise."""
         fields, stream, include_usage = streaming_fields(read_body(body))
         parsed = parse_tool_request(fields, self.engine.vocabulary.size)
+        check_stream(parsed, stream)
         check_model(parsed.model, self.config.model_name)
         return parsed, stream, include_usage, self._engine_requests(parsed)
 

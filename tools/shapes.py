@@ -5,6 +5,7 @@ and the whole `chat.completion` body, each written exactly as OpenAI's API write
 
 from __future__ import annotations
 
+import json
 import time
 
 from corral.tools.events import Arguments, CallStart, Content, ToolCall, ToolEvent, collect
@@ -21,8 +22,13 @@ def finish_reason(calls: int | list, engine_reason: str) -> str:
     return engine_reason
 
 
-def call_json(call: ToolCall) -> dict:
-    """One entry of a message's `tool_calls`."""
+def call_json(call: ToolCall, custom: frozenset = frozenset()) -> dict:
+    """One entry of a message's `tool_calls`; a call of a tool named in `custom` (a custom
+    tool, its arguments `{"input": "..."}`) as `{"id", "type": "custom", "custom": {"name",
+    "input"}}`."""
+    if call.name in custom:
+        text = json.loads(call.arguments)["input"]
+        return {"id": call.id, "type": "custom", "custom": {"name": call.name, "input": text}}
     return {
         "id": call.id,
         "type": "function",
@@ -30,12 +36,15 @@ def call_json(call: ToolCall) -> dict:
     }
 
 
-def message_json(content: str | None, calls: list[ToolCall]) -> dict:
+def message_json(
+    content: str | None, calls: list[ToolCall], custom: frozenset = frozenset()
+) -> dict:
     """The assistant `message` of a chat completion, as a JSON-ready dict. An empty `content`
-    becomes null; `tool_calls` is present only when there are calls."""
+    becomes null; `tool_calls` is present only when there are calls (`call_json`, the custom
+    tools named in `custom`)."""
     message: dict = {"role": "assistant", "content": content or None}
     if calls:
-        message["tool_calls"] = [call_json(call) for call in calls]
+        message["tool_calls"] = [call_json(call, custom) for call in calls]
     return message
 
 
@@ -123,7 +132,7 @@ def completion_json(request, results, request_id: str, model_name: str, vocabula
         choices.append(
             {
                 "index": i,
-                "message": message_json(content, calls),
+                "message": message_json(content, calls, request.custom_names),
                 "logprobs": logprobs,
                 "finish_reason": finish_reason(calls, result.finish_reason),
             }
