@@ -58,6 +58,7 @@ class StandInModel:
         self.interrupt_after = interrupt_after
         self.eos_bias = eos_bias
         self.steps = 0
+        self.chat_template = "stand-in"  # render_chat below is its template
         self.caches: list[_Cache] = []
 
     def render_chat(self, messages, add_generation_prompt: bool = True, **extra) -> str:
