@@ -25,6 +25,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
 import uvicorn
 from corral.model import load_model
 from corral.model.errors import CacheError, RequestError
@@ -55,6 +56,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 DISCONNECT_POLL_SECONDS = 1.0
+# On SIGINT/SIGTERM the server stops taking requests and gives those in flight this long to end;
+# a stream still open then ends with an error event, never silently (docs/server.md, "Shutdown").
+SHUTDOWN_GRACE_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -302,13 +306,19 @@ class Server:
         if not self.thread.admit(len(choices)):
             message = "The server is busy: the batch is full and the waiting queue too."
             busy = ToolError(429, None, "rate_limit_exceeded", message, "rate_limit_error")
-            return error_response(busy)
+            return error_response(busy, {"Retry-After": "1"})  # the openai clients wait and retry
         loop = asyncio.get_running_loop()
         # a streamed choice with logprobs is sent when it ends (see the module docstring)
         job = Job(choices, stream and not parsed.logprobs, loop, asyncio.Queue())
         self.thread.submit(job)
         if stream:
-            return EventSourceResponse(self._stream(parsed, job, include_usage), sep="\n")
+            shutdown = anyio.Event()  # set by sse-starlette when uvicorn is told to exit
+            return EventSourceResponse(
+                self._stream(parsed, job, include_usage, shutdown),
+                sep="\n",
+                shutdown_event=shutdown,
+                shutdown_grace_period=SHUTDOWN_GRACE_SECONDS + 5,  # the stream ends itself first
+            )
         try:
             results = {}
             while len(results) < len(choices):
@@ -373,8 +383,10 @@ class Server:
             request, ordered, uuid.uuid4().hex[:12], self.config.model_name, self.engine.vocabulary
         )
 
-    async def _stream(self, request: ToolRequest, job: Job, usage: bool):
-        """The server-sent events of a streamed request (see the module docstring)."""
+    async def _stream(self, request: ToolRequest, job: Job, usage: bool, shutdown: anyio.Event):
+        """The server-sent events of a streamed request (see the module docstring). When the
+        server is told to exit, the stream goes on for `SHUTDOWN_GRACE_SECONDS`, then ends with
+        an error event (`server_shutdown`) instead of being cut."""
         request_id = uuid.uuid4().hex[:12]
         created = int(time.time())
         model = self.config.model_name
@@ -424,8 +436,19 @@ class Server:
             for i in range(n):
                 yield chunk([choice(i, {"role": "assistant", "content": ""})])
             ended = 0
+            deadline = None
             while ended < n:
-                event = await job.events.get()
+                if shutdown.is_set():
+                    deadline = deadline or time.monotonic() + SHUTDOWN_GRACE_SECONDS
+                    if time.monotonic() >= deadline:
+                        message = "The server is shutting down: this stream did not end in time."
+                        stopped = ToolError(503, None, "server_shutdown", message, "server_error")
+                        yield {"data": json.dumps(stopped.to_json())}
+                        return
+                try:
+                    event = await asyncio.wait_for(job.events.get(), DISCONNECT_POLL_SECONDS)
+                except asyncio.TimeoutError:
+                    continue
                 if event[0] == "error":
                     error = error_response(engine_failure(event[1]))
                     yield {"data": error.body.decode("utf-8")}
@@ -476,7 +499,13 @@ def background_server(model, config: ServerConfig = ServerConfig(), host: str = 
     """
     server = Server(Completions(model, config.model_name), config)
     port = free_port(host)
-    settings = uvicorn.Config(server.app(), host=host, port=port, log_level="warning")
+    settings = uvicorn.Config(
+        server.app(),
+        host=host,
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS + 10,
+    )
     uv = uvicorn.Server(settings)
     thread = threading.Thread(target=uv.run, name="corral-uvicorn", daemon=True)
     thread.start()
@@ -505,4 +534,10 @@ def serve(
         ConstrainError: the model cannot be loaded (`corral.model.load_model`).
     """
     engine = Completions(load_model(model_path), config.model_name)
-    uvicorn.run(Server(engine, config).app(), host=host, port=port, log_level="info")
+    uvicorn.run(
+        Server(engine, config).app(),
+        host=host,
+        port=port,
+        log_level="info",
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS + 10,  # then unended requests are cut
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -18,7 +19,7 @@ import pytest
 from corral.model.generate import GenerationResult
 from corral.tools.cli import main
 from corral.tools.events import CallStart, Content, ToolCall, collect
-from corral.tools.server import ServerConfig, background_server
+from corral.tools.server import ServerConfig, background_server, free_port
 from corral.tools.serving import ChoiceStream
 from example_schemas import WEATHER
 from hypothesis import given
@@ -347,6 +348,45 @@ def test_a_dropped_stream_frees_its_slot(smollm2):
                 rest = [line for line in lines if line]
                 raise AssertionError(f"{refused.text}\nbusy stream: {rest[:3]} ... {rest[-3:]}")
         assert error_of(refused, 429)["code"] == "rate_limit_exceeded"
+        assert refused.headers["retry-after"] == "1"  # the openai clients wait, then retry
+
+
+@pytest.mark.slow
+def test_sigint_lets_an_open_stream_end_and_refuses_new_requests(tmp_path):
+    """Ctrl-C while a stream is open: the stream ends whole (its finish_reason and [DONE]), a new
+    connection is refused, and the process exits 0 (uvicorn's graceful shutdown)."""
+    port = free_port()
+    run = "import sys; from corral.tools.command import main; sys.exit(main())"
+    command = [sys.executable, "-c", run, "serve", "--port", str(port)]
+    log = open(tmp_path / "serve.log", "wb")  # noqa: SIM115 (closed in the finally below)
+    server = subprocess.Popen(command, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 300
+        while True:
+            assert server.poll() is None, (tmp_path / "serve.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, "the server did not start"
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.5)
+        body = {"messages": DESCRIBE, "max_tokens": 40, "stream": True}
+        with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=120) as r:
+            lines = r.iter_lines()
+            first = next(lines)
+            server.send_signal(signal.SIGINT)
+            rest = [line for line in lines if line]
+        chunks = [json.loads(line[6:]) for line in [first, *rest] if line != "data: [DONE]"]
+        assert rest[-1] == "data: [DONE]", rest[-3:]
+        assert chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length"), chunks[-1]
+        with pytest.raises(httpx.TransportError):
+            httpx.get(f"{url}/health", timeout=2)
+        assert server.wait(timeout=60) == 0
+    finally:
+        server.kill()
+        server.wait()
+        log.close()
 
 
 # --- 4. /metrics --------------------------------------------------------------------------
