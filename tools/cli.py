@@ -14,6 +14,7 @@ import importlib.util
 import json
 import math
 import os
+import signal
 import socket
 import sys
 import urllib.parse
@@ -51,7 +52,27 @@ from corral.tools.output_file import (
 )
 from corral.tools.request import MAX_JSON_OBJECT_DEPTH
 
-INTERRUPTED = 130
+INTERRUPTED = 130  # Ctrl-C
+TERMINATED = 143  # SIGTERM: 128 + 15, as a shell reports it
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised as Ctrl-C is, so a run stops the same way: the output file holds whole
+    lines and the message says how many (a `kill` or a job scheduler's stop)."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated
+
+
+def _stop(error: BaseException) -> tuple[str, int]:
+    """What stopped the run (`_interrupted(error)` is true): its word and exit status."""
+    cause = error if isinstance(error, KeyboardInterrupt) else error.__context__
+    return (
+        ("terminated", TERMINATED)
+        if isinstance(cause, Terminated)
+        else ("interrupted", INTERRUPTED)
+    )
 
 
 class InputError(Exception):
@@ -434,9 +455,10 @@ def _generate_batch(
     except (KeyboardInterrupt, SystemError) as error:
         if not _interrupted(error):
             raise
-        print(f"corral generate: interrupted; {held(output)} "
+        word, status = _stop(error)
+        print(f"corral generate: {word}; {held(output)} "
               "(run the same command with --resume to go on)", file=sys.stderr)  # fmt: skip
-        return INTERRUPTED
+        return status
     except OSError as error:  # the output stream refused a line (OutputWriteError, Ray's writes)
         then = " (then run the same command with --resume)" if output.is_file() else ""
         print(f"corral generate: cannot write {output}: {error.strerror}; {held(output)}{then}",
@@ -481,9 +503,10 @@ def _generate_quick(args: argparse.Namespace, model, dfa: Dfa) -> int:
     except (KeyboardInterrupt, SystemError) as error:
         if not _interrupted(error):
             raise
-        print(f"corral generate: interrupted; {printed} of {args.n} answers were printed",
+        word, status = _stop(error)
+        print(f"corral generate: {word}; {printed} of {args.n} answers were printed",
               file=sys.stderr)  # fmt: skip
-        return INTERRUPTED
+        return status
     return 0
 
 
@@ -714,17 +737,21 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:  # named by the command they were given to, as its own parser names its errors
         commands.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)  # uvicorn sets its own for serve
     try:
         return args.run(args)
     except (KeyboardInterrupt, SystemError) as error:
         if not _interrupted(error):
             raise
-        print("corral: interrupted", file=sys.stderr)
-        return INTERRUPTED
+        word, status = _stop(error)
+        print(f"corral: {word}", file=sys.stderr)
+        return status
     except BrokenPipeError:  # stdout closed early (`corral compile ... | head`): Python docs'
         # recipe (signal module, "Note on SIGPIPE"): no traceback, no second error at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

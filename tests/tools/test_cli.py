@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import socket
 from pathlib import Path
 
@@ -337,6 +338,37 @@ def test_batch_ctrl_c_says_how_many_lines_the_output_holds(tmp_path, stand_in, c
     assert 0 < held < len(ids)
     assert f"holds {held} complete line{'' if held == 1 else 's'}" in capsys.readouterr().err
     stand_in.options = {}
+    assert main([*argv, "--resume"]) == 0
+    assert sorted(item["custom_id"] for item in read_jsonl(output)) == ids
+
+
+def test_sigterm_stops_a_batch_as_ctrl_c_does_with_status_143(
+    tmp_path, stand_in, capsys, monkeypatch
+):
+    """A real SIGTERM to this process mid-run (a `kill`, a scheduler's stop): whole lines kept,
+    the message says how many, status 143; --resume finishes the file."""
+    ids = [f"id{i}" for i in range(8)]
+    source = write_input(tmp_path / "in.jsonl", ids=ids, max_tokens=6)
+    output = tmp_path / "out.jsonl"
+    decode = StandInModel.decode
+    steps = []
+
+    def decode_then_sigterm(self, *args, **kwargs):
+        steps.append(1)
+        if len(steps) == 12:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return decode(self, *args, **kwargs)
+
+    monkeypatch.setattr(StandInModel, "decode", decode_then_sigterm)
+    argv = ["generate", str(source), "-o", str(output), "--quiet", "--batch-size", "2"]
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(argv) == 143
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler is the run's only
+    held = len(read_jsonl(output))
+    assert 0 < held < len(ids)
+    err = capsys.readouterr().err
+    assert f"terminated; {output} holds {held} complete line" in err, err
+    monkeypatch.undo()
     assert main([*argv, "--resume"]) == 0
     assert sorted(item["custom_id"] for item in read_jsonl(output)) == ids
 
