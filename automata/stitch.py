@@ -76,8 +76,9 @@ def stitch(envelope: Dfa, pieces: Sequence[Dfa], max_states: int = MAX_STITCHED_
             piece in `pieces`, and no hole directly after another.
         pieces: one DFA per hole index; none accepts the empty string.
         max_states: most states the stitched table may have (default `MAX_STITCHED_STATES`):
-            the envelope's plus one copy of piece k per (hole k, state after the hole), counted
-            before anything is allocated (the table is `n_states * 256 * 4` bytes).
+            the envelope's (those inside its holes included) plus one copy of piece k per
+            (hole k, state after the hole), counted before anything is allocated (the table is
+            `n_states * 256 * 4` bytes).
 
     Returns:
         a `Dfa` (trans int32 `[n_states, 256]`, accept bool `[n_states]`; every state reachable
