@@ -175,14 +175,25 @@ def test_many_tools_compile_under_every_tool_choice(sample_data, tools, choice):
     check_samples(request, dfa, 7)
 
 
-@pytest.mark.slow
-def test_a_random_model_makes_valid_calls_with_128_tools(smollm2, sample_data):
-    from corral.kernels import Constraint, SamplingParams, constrained_sample
+@pytest.fixture(scope="module")
+def engine(smollm2):
     from corral.tools.completions import Completions
 
-    engine = Completions(smollm2)
-    request = request_of(bfcl_128(sample_data), "required")
-    index = engine.compiler.index(grammar(request))
+    return Completions(smollm2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("choice", ["required", "named", "auto"])
+def test_a_random_model_makes_valid_calls_with_128_tools(engine, sample_data, choice):
+    """SmolLM2's vocabulary, Gaussian logits: under auto the walk starts after the trigger."""
+    from corral.kernels import Constraint, SamplingParams, constrained_sample
+
+    tools = bfcl_128(sample_data)
+    if choice == "named":
+        choice = {"type": "function", "function": {"name": tools[-1]["function"]["name"]}}
+    request = request_of(tools, choice)
+    g = grammar(request)
+    index = engine.compiler.index(g)
     rng = np.random.default_rng(5)
     names = set()
     for _ in range(6):
@@ -196,10 +207,29 @@ def test_a_random_model_makes_valid_calls_with_128_tools(smollm2, sample_data):
             )
             constraint.advance(token)
             ids.append(token)
-        text = index.vocabulary.decode(ids).decode("utf-8")
+        text = (g.trigger or "") + index.vocabulary.decode(ids).decode("utf-8")
         content, calls = collect(parse_text(text))
         assert content is None and 1 <= len(calls) <= 4, text
         for call in calls:
             jsonschema.validate(json.loads(call.arguments), request.tool(call.name).parameters)
             names.add(call.name)
-    assert len(names) > 1  # the calls are not all of one tool
+    assert len(names) > 1 or isinstance(choice, dict)  # the calls are not all of one tool
+
+
+@pytest.mark.slow
+def test_smollm2_makes_a_valid_call_with_128_tools(engine, smollm2, sample_data):
+    """The engine end to end (jump-forward, the budget rule) on the 128-tool grammar; the
+    prompt is short, as 128 definitions do not fit SmolLM2's 8,192-token context."""
+    from corral.kernels import Constraint
+    from corral.model.generate import generate
+    from corral.model.generation_request import GenerationRequest
+
+    request = request_of(bfcl_128(sample_data), "required")
+    prompt = smollm2.tokenizer.encode("Call a tool to find the area of a circle of radius 3:")
+    index = engine.compiler.index(grammar(request))
+    (result,) = generate(smollm2, [GenerationRequest(prompt, 160, constraint=Constraint(index))])
+    assert result.finish_reason == "stop", result
+    content, calls = collect(parse_text(result.text))
+    assert content is None and calls, result.text
+    for call in calls:
+        jsonschema.validate(json.loads(call.arguments), request.tool(call.name).parameters)
