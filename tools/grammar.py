@@ -5,8 +5,10 @@ are compiled (docs/design.md sections 4 and 5; its decisions: docs/tools.md, "Gr
 `JsonObject`, `Regex`, `Seq`, `Alt`, `Repeat`), from which come its regex tree, its cache key
 (the expression as compact JSON) and, on demand, its regex text. A call is
 `<tool_call>{"name":"NAME","arguments":ARGS}</tool_call>`, ARGS the JSON objects of the tool's
-`parameters`. `compile_dfa` builds a grammar's DFA; `GrammarCompiler` keeps the token indexes of
-the most recently used grammars in one bounded cache, shared by every request.
+`parameters`; ARGS and the call's closing `}` are a `Piece`, compiled alone, cached, and stitched
+into the grammar's DFA (docs/tools.md, "Many tools: stitched grammars"). `compile_dfa` builds a
+grammar's DFA; `GrammarCompiler` keeps the token indexes of the most recently used grammars in
+one bounded cache, shared by every request.
 """
 
 from __future__ import annotations
