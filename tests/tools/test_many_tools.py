@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from corral.automata import tree_to_dfa
 from corral.automata.minimize import minimize, number_breadth_first
-from corral.tools import bfcl_tools, collect, parse_text, parse_tool_request
+from corral.tools import ToolError, bfcl_tools, collect, parse_text, parse_tool_request
 from corral.tools.grammar import Piece, compile_dfa, grammar, piece_dfa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -233,3 +233,23 @@ def test_smollm2_makes_a_valid_call_with_128_tools(engine, smollm2, sample_data)
     assert content is None and calls, result.text
     for call in calls:
         jsonschema.validate(json.loads(call.arguments), request.tool(call.name).parameters)
+
+
+def test_a_tool_past_the_state_limit_is_a_422_naming_that_tool():
+    tools = forty_eight_small_tools()[:3]
+    huge = {"type": "string", "pattern": "^[ab]*a[ab]{16}$"}  # 2^17 DFA states alone
+    tools[1]["function"]["parameters"]["properties"]["count_1"] = huge
+    with pytest.raises(ToolError) as info:
+        compile_dfa(grammar(request_of(tools, "required")))
+    assert (info.value.status, info.value.param) == (422, "tools[1].function.parameters")
+
+
+def test_a_stitched_table_past_its_bound_is_a_422_naming_the_tools(monkeypatch):
+    import corral.tools.grammar as tool_grammar
+    from corral.automata.stitch import stitch
+
+    monkeypatch.setattr(tool_grammar, "stitch", lambda e, p: stitch(e, p, max_states=1000))
+    with pytest.raises(ToolError) as info:
+        compile_dfa(grammar(request_of(forty_eight_small_tools(), "required")))
+    assert (info.value.status, info.value.param) == (422, "tools")
+    assert "max_stitched_states=1000" in info.value.message
