@@ -17,7 +17,9 @@ DEAD = -1
 
 @dataclass(frozen=True, eq=False)
 class Dfa:
-    """A minimal, canonically numbered byte DFA.
+    """A minimal, canonically numbered byte DFA, as the compilers build it. A stitched one
+    (`corral.automata.stitch`) is neither minimal nor canonical: code reading a `Dfa` relies
+    only on its transitions, its accepting states and every state being live.
 
     Attributes:
         trans: int32 `[n_states, 256]`; `trans[s, b]` is the next state, -1 when dead.

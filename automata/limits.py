@@ -98,3 +98,9 @@ class SchemaLimits:
 
 
 DEFAULT_SCHEMA_LIMITS = SchemaLimits()
+
+MAX_STITCHED_STATES = 250_000
+"""Most states a stitched DFA (`corral.automata.stitch`: an envelope and a copy of each piece
+per hole) may have: a table of at most 250 MB (`n_states * 256 * 4` bytes). Each piece alone
+obeys `Limits.max_dfa_states`. Past it: `TooManyDfaStatesError` naming `max_stitched_states`,
+raised before the table is allocated."""

@@ -1,9 +1,11 @@
 """Compile benchmark (docs/design.md sections 2 and 3): the time of each stage of the pipeline, for
 five patterns, the three schemas of `bench/masks.py` and length-bounded strings.
 
-Run: `python bench/compile.py [--repeats N]`. Prints one line per grammar: the DFA's states
-and live edges, then the best time over the repeats (CPU time of this process, in ms) of each
-stage: `tree` (pattern parse or schema -> regex tree), `nfa` (Thompson construction), `classes`
+Run: `python bench/compile.py [--repeats N]`; `python bench/compile.py --tools` instead times
+tool-call grammars of many tools (docs/tools.md, "Many tools: stitched grammars").
+Prints one line per grammar: the DFA's states and live edges, then the best time over the
+repeats (CPU time of this process, in ms) of each stage: `tree` (pattern parse or schema ->
+regex tree), `nfa` (Thompson construction), `classes`
 (byte classes and each NFA edge's class bitset), `subset` (subset construction), `dead`
 (dead-state removal), `minimize` (Moore's rounds, Hopcroft's refinement when they do not
 settle), `number` (canonical breadth-first numbering), and their total. Figures are meaningful
@@ -73,10 +75,101 @@ def stage_times(make_tree) -> tuple[list[float], object]:
     return [b - a for a, b in zip(marks, marks[1:], strict=False)], dfa
 
 
+def small_tools(n: int) -> list[dict]:
+    """`n` tools of one integer and one short string each, their names and members distinct."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": f"tool_{i}",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        f"count_{i}": {"type": "integer"},
+                        f"label_{i}": {"type": "string", "maxLength": 12},
+                    },
+                    "required": [f"count_{i}", f"label_{i}"],
+                },
+            },
+        }
+        for i in range(n)
+    ]
+
+
+def bfcl_functions(n: int) -> list[dict]:
+    """The first `n` distinct functions (by name) of the BFCL files in the full data
+    ($CORRAL_TEST_DATA, else ../shared/data beside the checkout) whose parameters corral
+    compiles, as OpenAI tools."""
+    import json
+    import os
+
+    from corral.tools import ToolError, bfcl_tools
+    from corral.tools import grammar as tool_grammar
+
+    root = Path(__file__).resolve().parent.parent
+    data = Path(os.environ.get("CORRAL_TEST_DATA", root.parent / "shared" / "data"))
+    seen: dict[str, dict] = {}
+    for path in sorted((data / "bfcl").glob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            for function in json.loads(line)["function"]:
+                seen.setdefault(function["name"], function)
+    tools = []
+    for tool in bfcl_tools(list(seen.values())):
+        try:
+            tool_grammar._tree(tool_grammar.Arguments(tool["function"]["parameters"], "p"))
+        except ToolError:
+            continue
+        tools.append(tool)
+    return tools[:n]
+
+
+def tools_main() -> None:
+    """Per tool list and tool_choice: the stitched DFA's states and table size, the wall time
+    of `compile_dfa` with the piece cache empty (cold) and full (warm: the envelope compiled
+    and the pieces stitched), and the old one-shot compile of the whole tree (or its error)."""
+    from corral.automata import ConstrainError, tree_to_dfa
+    from corral.tools import grammar as tool_grammar
+    from corral.tools import parse_tool_request
+
+    clock = time.perf_counter
+    lists = {"48 small": small_tools(48), "48 BFCL": bfcl_functions(48)}
+    lists["128 BFCL"] = bfcl_functions(128)
+    print(
+        f"{'tools':<9} {'choice':<9} {'states':>7} {'MiB':>5} {'cold s':>7} {'warm s':>7}  at once"
+    )
+    for name, tools in lists.items():
+        last = {"type": "function", "function": {"name": tools[-1]["function"]["name"]}}
+        for label, choice in (("required", "required"), ("named", last), ("auto", "auto")):
+            body = {"messages": [{"role": "user", "content": "Go."}], "tools": tools}
+            g = tool_grammar.grammar(parse_tool_request({**body, "tool_choice": choice}))
+            tool_grammar._pieces.clear()
+            start = clock()
+            dfa = tool_grammar.compile_dfa(g)
+            cold = clock() - start
+            start = clock()
+            tool_grammar.compile_dfa(g)
+            warm = clock() - start
+            start = clock()
+            try:
+                once = f"{tree_to_dfa(g.tree).n_states} states, {clock() - start:.2f} s"
+            except ConstrainError as error:
+                once = f"refused after {clock() - start:.2f} s: {error}"
+            mib = dfa.trans.nbytes / 2**20
+            print(
+                f"{name:<9} {label:<9} {dfa.n_states:>7} {mib:>5.0f} {cold:>7.2f} {warm:>7.2f}",
+                once,
+            )
+    print("wall seconds, one run each; at once: the whole grammar in one compile, as before.")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=11, help="compiles per grammar")
+    parser.add_argument("--tools", action="store_true", help="time grammars of many tools")
     args = parser.parse_args()
+    if args.tools:
+        tools_main()
+        return
     grammars = [(name, lambda p=p: parse(p)) for name, p in PATTERNS.items()]
     grammars += [(name, lambda s=s: schema_to_tree(s)) for name, s in SCHEMAS.items()]
     print(

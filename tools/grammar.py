@@ -5,8 +5,10 @@ are compiled (docs/design.md sections 4 and 5; its decisions: docs/tools.md, "Gr
 `JsonObject`, `Regex`, `Seq`, `Alt`, `Repeat`), from which come its regex tree, its cache key
 (the expression as compact JSON) and, on demand, its regex text. A call is
 `<tool_call>{"name":"NAME","arguments":ARGS}</tool_call>`, ARGS the JSON objects of the tool's
-`parameters`. `compile_dfa` builds a grammar's DFA; `GrammarCompiler` keeps the token indexes of
-the most recently used grammars in one bounded cache, shared by every request.
+`parameters`; ARGS and the call's closing `}` are a `Piece`, compiled alone, cached, and stitched
+into the grammar's DFA (docs/tools.md, "Many tools: stitched grammars"). `compile_dfa` builds a
+grammar's DFA; `GrammarCompiler` keeps the token indexes of the most recently used grammars in
+one bounded cache, shared by every request.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from corral.automata.limits import DEFAULT_SCHEMA_LIMITS
 from corral.automata.schema.compiler import Unrolling, unrolled_tree
 from corral.automata.schema.values import check_document
 from corral.automata.shallower import STATE_LIMIT_ERRORS, StateLimit, retry_shallower
+from corral.automata.stitch import hole_tree, stitch
 from corral.automata.tree_ops import ALL_BYTES, is_empty, starting_with
 from corral.kernels import TokenIndex, Vocabulary
 from corral.tools.errors import ToolError, invalid, unsupported
@@ -43,6 +46,9 @@ DEFAULT_MAX_GRAMMARS = 64
 """The token indexes a `GrammarCompiler` keeps by default. An index holds at most 32 MiB of
 masks (`corral.kernels.EAGER_LIMIT_BYTES`; a lazy one at most `LAZY_CACHE_ROWS` rows), and a
 tool-call grammar with a few small schemas about 1 MiB at V = 49,152."""
+MAX_PIECE_STATES = 200_000
+"""The most DFA states the `Piece` cache keeps, summed over its DFAs (about 200 MB of tables;
+a BFCL tool's arguments take 30 to 350 states, so some thousands of tools)."""
 
 
 # --- the expression of a grammar ------------------------------------------------------------
@@ -134,6 +140,25 @@ class Repeat:
     high: int
 
 
+@dataclass(frozen=True, eq=False)
+class Piece:
+    """`part`'s language, compiled to a DFA of its own, cached across grammars by its key
+    (`piece_dfa`), and stitched into the grammar's DFA where it occurs
+    (`corral.automata.stitch`). A tool call is prefix(name) + Piece(arguments + suffix): the
+    envelope and the names compile as one small DFA, each tool's arguments once. `param`
+    names the field refused when the piece alone passes a state limit."""
+
+    part: object
+    param: str
+
+
+@dataclass(frozen=True)
+class Hole:
+    """Where piece `index` goes in an envelope (`_envelope`)."""
+
+    index: int
+
+
 def _seq(*parts) -> Seq:
     """A `Seq` with nested sequences flattened and adjacent texts joined."""
     flat: list = []
@@ -191,6 +216,10 @@ def _tree(e, schema_limits=None, unrollings: list | None = None) -> regex_tree.N
             inner = cfg_tree(e.definition, "lark", e.param)
         quote = regex_tree.SINGLE_BYTES[ord('"')]
         return regex_tree.Concat((quote, json_string_tree(inner, e.param), quote))
+    if isinstance(e, Piece):
+        return _tree(e.part, schema_limits, unrollings)
+    if isinstance(e, Hole):
+        return hole_tree(e.index)
     if isinstance(e, Seq):
         return regex_tree.Concat(tuple(_tree(p, schema_limits, unrollings) for p in e.parts))
     if isinstance(e, Alt):
@@ -215,6 +244,8 @@ def _key(e):
         return {e.syntax: e.text}
     if isinstance(e, CustomInput):
         return {"custom_input": [e.syntax, e.definition]}
+    if isinstance(e, Piece):
+        return _key(e.part)
     if isinstance(e, Seq):
         return [_key(p) for p in e.parts]
     if isinstance(e, Alt):
@@ -240,6 +271,8 @@ def _pattern(e) -> str:
         return f"(?:{e.pattern})"
     if isinstance(e, (Cfg, CustomInput)):
         raise ValueError(f"'{e.param}' is a {e.syntax} grammar: it has no regex text")
+    if isinstance(e, Piece):
+        return _pattern(e.part)
     if isinstance(e, Seq):
         return "".join(_pattern(p) for p in e.parts)
     if isinstance(e, Alt):
@@ -375,9 +408,11 @@ def _call(request: ToolRequest, i: int) -> Seq:
         syntax, definition = tool.custom
         where = f"tools[{i}].custom.format" + (".grammar.definition" if definition else "")
         start = '{"name":' + name + ',"arguments":{"input":'
-        return _seq(Text(start), CustomInput(syntax, definition, where), Text("}}"))
+        piece = Piece(_seq(CustomInput(syntax, definition, where), Text("}}")), where)
+        return _seq(Text(start), piece)
     arguments = Arguments(tool.parameters, f"tools[{i}].function.parameters")
-    return _seq(Text('{"name":' + name + ',"arguments":'), arguments, Text("}"))
+    piece = Piece(_seq(arguments, Text("}")), arguments.param)
+    return _seq(Text('{"name":' + name + ',"arguments":'), piece)
 
 
 def _any_call(request: ToolRequest):
@@ -485,33 +520,93 @@ def cfg_tree(text: str, syntax: str, param: str) -> regex_tree.Node:
 
 
 def compile_dfa(grammar: Grammar) -> Dfa:
-    """The canonical DFA of a grammar (`corral.automata.tree_to_dfa`), built anew. Past an NFA
+    """The DFA of a grammar, built anew: the canonical one (`corral.automata.tree_to_dfa`), or,
+    when the grammar holds `Piece`s, the envelope's canonical DFA with each piece's DFA
+    (`piece_dfa`, cached) stitched in (`corral.automata.stitch`: not minimal). Past an NFA
     or DFA state limit, a grammar whose schemas unrolled a `$ref` cycle is built again with a
     shallower unrolling (`corral.automata.shallower.retry_shallower`, the loop
-    `schema_to_dfa` runs): a schema alone compiles here to the same DFA as there, trying the
-    same depths. Raises ToolError 422 `unsupported_parameter` naming `grammar.param` when
-    every depth passes a limit (with the first error: a skipped unrolling's, else the first
-    build's) or the language is empty."""
+    `schema_to_dfa` runs), each piece on its own: a schema alone compiles here to the same DFA
+    as there, trying the same depths. Raises ToolError 422 `unsupported_parameter` naming
+    `grammar.param` (a piece's own `param` for a piece) when every depth passes a limit (with
+    the first error: a skipped unrolling's, else the first build's), the stitched table
+    passes `corral.automata.limits.MAX_STITCHED_STATES` or the language is empty."""
+    pieces: dict[str, Piece] = {}
+    envelope = _envelope(grammar.expression, pieces)
+    if not pieces:
+        return _compile(grammar.expression, grammar.param, grammar.tree, grammar.unrollings)
+    dfas = [piece_dfa(piece) for piece in pieces.values()]
+    built: list[Unrolling] = []
+    tree = _tree(envelope, None, built)
+    try:
+        return stitch(_compile(envelope, grammar.param, tree, tuple(built)), dfas)
+    except ConstrainError as error:
+        raise unsupported(grammar.param, error) from None
 
-    deepest = DEFAULT_SCHEMA_LIMITS.max_recursion  # the depth `grammar.tree` was built at
+
+def _envelope(e, pieces: dict):
+    """`e` with each `Piece` replaced by a `Hole` naming its index in `pieces` (key -> Piece,
+    filled in order of first occurrence; equal pieces share one index)."""
+    if isinstance(e, Piece):
+        key = json.dumps(_key(e), ensure_ascii=False, separators=(",", ":"))
+        pieces.setdefault(key, e)
+        return Hole(list(pieces).index(key))
+    if isinstance(e, Seq):
+        return Seq(tuple(_envelope(p, pieces) for p in e.parts))
+    if isinstance(e, Alt):
+        return Alt(tuple(_envelope(o, pieces) for o in e.options))
+    if isinstance(e, Repeat):
+        return Repeat(_envelope(e.part, pieces), e.low, e.high)
+    return e
+
+
+_pieces: OrderedDict[str, Dfa] = OrderedDict()
+_pieces_lock = threading.Lock()
+
+
+def piece_dfa(piece: Piece) -> Dfa:
+    """The canonical DFA of `piece.part`, from a cache shared by every grammar (keyed by the
+    part's expression as compact JSON; least recently used dropped first once the cached DFAs
+    hold more than `MAX_PIECE_STATES` states) or compiled as `compile_dfa` compiles a grammar.
+    Thread-safe. Raises ToolError 422 naming `piece.param`, as `compile_dfa` does."""
+    key = json.dumps(_key(piece), ensure_ascii=False, separators=(",", ":"))
+    with _pieces_lock:
+        dfa = _pieces.get(key)
+        if dfa is not None:
+            _pieces.move_to_end(key)
+            return dfa
+    built: list[Unrolling] = []
+    dfa = _compile(piece.part, piece.param, _tree(piece.part, None, built), tuple(built))
+    with _pieces_lock:
+        _pieces[key] = dfa
+        total = sum(d.n_states for d in _pieces.values())
+        while total > MAX_PIECE_STATES and len(_pieces) > 1:
+            total -= _pieces.popitem(last=False)[1].n_states
+    return dfa
+
+
+def _compile(expression, param: str, tree, unrollings: tuple) -> Dfa:
+    """The canonical DFA of `expression`, whose tree at the default depth is `tree` (built
+    with `unrollings`), shallower on a state limit (`compile_dfa`)."""
+
+    deepest = DEFAULT_SCHEMA_LIMITS.max_recursion  # the depth `tree` was built at
 
     def attempt(depth: int) -> Dfa:
-        tree, unrollings = grammar.tree, grammar.unrollings
+        node, built = tree, unrollings
         if depth != deepest:  # a shallower try: the tree built again at `depth`
             schema_limits = replace(DEFAULT_SCHEMA_LIMITS, max_recursion=depth)
-            built: list[Unrolling] = []
-            tree, unrollings = _tree(grammar.expression, schema_limits, built), tuple(built)
+            built = []
+            node = _tree(expression, schema_limits, built)
         try:
-            return automata.tree_to_dfa(tree)
+            return automata.tree_to_dfa(node)
         except STATE_LIMIT_ERRORS as error:
-            recursive = [u.max_recursion for u in unrollings if u.recursive]
+            recursive = [u.max_recursion for u in built if u.recursive]
             raise StateLimit(error, bool(recursive), max(recursive, default=1)) from None
 
-    first = next((u.skipped for u in grammar.unrollings if u.skipped is not None), None)
+    first = next((u.skipped for u in unrollings if u.skipped is not None), None)
     try:
         return retry_shallower(attempt, deepest, first, (ConstrainError, ToolError))[0]
     except ConstrainError as error:
-        raise unsupported(grammar.param, error) from None
+        raise unsupported(param, error) from None
 
 
 class GrammarCompiler:
