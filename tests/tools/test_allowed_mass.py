@@ -283,9 +283,14 @@ def test_bad_allowed_mass_flags_are_refused_before_loading(
 
 @pytest.mark.parametrize("value", ["yes", 1, 0, [], {}])
 def test_a_bad_allowed_mass_is_a_400_naming_it(value):
+    """A boolean is taken (null is absent), anything else is a 400 naming the field."""
+    assert parse_tool_request(body_of(None, allowed_mass=True)).allowed_mass is True
+    assert parse_tool_request(body_of(None, allowed_mass=False)).allowed_mass is False
+    assert parse_tool_request(body_of(None, allowed_mass=None)).allowed_mass is None
     with pytest.raises(ToolError) as caught:
         parse_tool_request(body_of(None, allowed_mass=value))
-    assert (caught.value.status, caught.value.param) == (400, "allowed_mass")
+    error = caught.value
+    assert (error.status, error.param, error.code) == (400, "allowed_mass", "invalid_type")
 
 
 def test_the_engine_refuses_a_bad_allowed_mass_by_name():
@@ -344,7 +349,7 @@ def test_the_server_answers_with_the_fields_and_streams_the_same(client, schema)
 def test_the_server_refuses_a_bad_allowed_mass_by_name(client):
     with pytest.raises(openai.BadRequestError) as bad:
         ask(client, None, extra_body={"allowed_mass": "yes"})
-    assert bad.value.body["param"] == "allowed_mass"
+    assert (bad.value.body["param"], bad.value.body["code"]) == ("allowed_mass", "invalid_type")
 
 
 def test_mean_and_min_are_those_of_the_entries():
