@@ -30,6 +30,7 @@ from corral.tools.server import ServerConfig, background_server
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from stand_in_model import StandInModel
+from test_trigger_budget_calls import TOKENS, TOOL, ScriptedModel
 
 SCHEMAS = [
     {
@@ -358,3 +359,29 @@ def test_mean_and_min_are_those_of_the_entries():
     assert allowed_mass_json(()) == {"min": None, "mean": None}
     masses = (0.25, 1.0, 0.5)
     assert allowed_mass_json(masses) == {"min": 0.25, "mean": math.fsum(masses) / 3}
+
+
+@settings(max_examples=15, deadline=None)
+@given(max_tokens=st.integers(5, 70), seed=st.integers(0, 2**32 - 1), jump=st.booleans())
+def test_under_a_lazy_trigger_every_token_has_its_diagnostics(max_tokens, seed, jump):
+    """A model that writes `<tool_call>` under tool_choice auto (free text, the trigger's
+    budget masks, respelled triggers, then the call's grammar): every token has an allowed mass
+    in [0, 1], at least its own probability, and an unmasked logprob that is NumPy's from the
+    whole logits."""
+    model = ScriptedModel()
+    body = {"messages": [{"role": "user", "content": "call f"}], "tools": [TOOL],
+            "max_tokens": max_tokens, "seed": seed, "logprobs": True, "allowed_mass": True,
+            "jump_forward": jump}  # fmt: skip
+    bodies, _ = run(model, [line_of("t", body)])
+    choice = bodies["t"]["choices"][0]
+    content = choice["logprobs"]["content"]
+    history = list(Completions(model).requests(parse_tool_request(body))[0].prompt_ids)
+    for entry in content:
+        token = TOKENS.index(bytes(entry["bytes"]))
+        x = model._logits(history).astype(np.float64)
+        log_all = x.max() + np.log(np.exp(x - x.max()).sum())
+        assert entry["unmasked_logprob"] == pytest.approx(x[token] - log_all, abs=2e-5)
+        assert np.exp(x[token] - log_all) * (1 - 1e-4) <= entry["allowed_mass"] <= 1.0
+        history.append(token)
+    if content:
+        assert choice["allowed_mass"]["min"] == min(e["allowed_mass"] for e in content)
