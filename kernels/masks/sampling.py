@@ -4,8 +4,10 @@ a `BatchSample`), and its one-row forms `sample` and `top_logprobs`.
 Disallowed logits become -inf before the log-softmax; a mask that allows nothing is an error; the
 logprob is the log-softmax over the allowed tokens, before penalties, temperature and truncation.
 Every function here calls the one kernel (`corral.kernels.masks.sample_rows`), so a row gets the
-same token, logprob and top list alone or in a batch, bit for bit. The semantics and the
-decisions behind them: docs/engine.md ("The sampler") and docs/design.md section 4.
+same token, logprob and top list alone or in a batch, bit for bit. A row may also ask for its
+constraint diagnostics (`SampleRow.diagnose`: the probability mass its mask allowed and the
+chosen token's unmasked logprob, over the same logits). The semantics and the decisions behind
+them: docs/engine.md ("The sampler", "Constraint diagnostics") and docs/design.md section 4.
 """
 
 from __future__ import annotations
