@@ -290,9 +290,13 @@ class Generator:
         for sampling, rows in groups.values():
             out = sample_batch(sampling[0].block, rows)
             tokens, logprobs = out.tokens.tolist(), out.logprobs.tolist()
+            asked = out.allowed_mass is not None
+            mass = out.allowed_mass.tolist() if asked else None
+            unmasked = out.unmasked_logprobs.tolist() if asked else None
             for b, seq in enumerate(sampling):
                 top = out.top(b) if seq.top is not None else None
-                seq.take_sampled(tokens[b], logprobs[b], top, self._eos_ids)
+                diagnostics = (mass[b], unmasked[b]) if seq.mass is not None else None
+                seq.take_sampled(tokens[b], logprobs[b], top, self._eos_ids, diagnostics)
 
     def _admit(self) -> None:
         """Give waiting requests free slots and prefill their prompts (with the text forced at
@@ -301,7 +305,7 @@ class Generator:
         admitted = []
         while self._waiting and len(admitted) < len(self._free):
             handle, request = self._waiting.popleft()
-            jump = self._jump if self._last or request.top_logprobs is None else None
+            jump = self._jump if self._last or not request.model_logprobs else None
             seq = LiveSequence(handle, request, -1, self.vocabulary, jump)
             forced = seq.jump_forward()  # forced text at the start goes with the prompt
             self.stats.forced_tokens += len(forced)
@@ -414,10 +418,14 @@ class Generator:
         `Sample` whose mask allows at most `MASKED_HEAD_MAX` tokens, else None (the logits
         whole)}, or {} when the head is off or every row needs its logits whole (so a model
         without `allowed` is called as before). Everything a sample reads under a mask (its
-        logprob, `top_logprobs`, a `logit_bias`, penalties) is at allowed ids."""
+        logprob, `top_logprobs`, a `logit_bias`, penalties) is at allowed ids; a request asking
+        for `allowed_mass` reads every logit, so its rows are never the head's."""
         if not self._masked:
             return {}
-        allowed = [_head_ids(self._needs[seq.handle]) for seq in sequences]
+        allowed = [
+            None if seq.request.allowed_mass else _head_ids(self._needs[seq.handle])
+            for seq in sequences
+        ]
         if all(ids is None for ids in allowed):
             return {}
         self.stats.masked_rows += sum(ids is not None for ids in allowed)

@@ -67,6 +67,10 @@ class GenerationRequest:
             every token is sampled, as without jump-forward. With `top_logprobs` set it stays
             on (the answer is the same), and the forced tokens carry the model's logprobs
             from the pass that writes them.
+        allowed_mass: report the constraint diagnostics of every generated token
+            (`GenerationResult.allowed_mass` and `unmasked_logprobs`, docs/engine.md); its rows'
+            logits are computed whole (never by the masked LM head), and jump-forward stays on
+            as with `top_logprobs`.
     """
 
     prompt_ids: Sequence[int]
@@ -80,6 +84,13 @@ class GenerationRequest:
     logit_bias: Mapping[int, float] | None = None
     top_logprobs: int | None = None
     jump_forward: bool = True
+    allowed_mass: bool = False
+
+    @property
+    def model_logprobs(self) -> bool:
+        """Whether the tokens jump-forward writes need the model's logprobs (`top_logprobs` or
+        `allowed_mass` asked for): then they come from the pass that writes them."""
+        return self.top_logprobs is not None or self.allowed_mass
 
 
 @dataclass(frozen=True)
@@ -100,6 +111,14 @@ class GenerationResult:
         top_logprobs: per token of `token_ids`, its request's `top_logprobs` most likely
             alternatives `((token id, logprob), ...)`, most likely first (ties: lower id first);
             None when the request asked for none.
+        allowed_mass: per token of `token_ids`, the probability mass the mask allowed: the sum
+            over the allowed tokens of the softmax of the logits `logprobs` are read from, over
+            the whole vocabulary (1.0 for free text; a token jump-forward wrote has the mass of
+            the mask before it, as had it been sampled; a trigger's respelling, the model's
+            probability of that one token); None when the request did not ask
+            (`GenerationRequest.allowed_mass`).
+        unmasked_logprobs: per token, its log-softmax over the whole vocabulary of the same
+            logits (its logprob had nothing been masked); None likewise.
 
     `text` is `data` decoded (`decode_text`), a property, so that no path can decode the bytes
     otherwise. Raises TypeError when `data` is not bytes (a str given for the text).
@@ -112,6 +131,8 @@ class GenerationResult:
     prompt_tokens: int
     completion_tokens: int
     top_logprobs: tuple[tuple[tuple[int, float], ...], ...] | None = None
+    allowed_mass: tuple[float, ...] | None = None
+    unmasked_logprobs: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.data, bytes):
@@ -183,7 +204,7 @@ def check_request(
         RequestError: an empty prompt or a token id outside 0..V-1 (param `messages`), a
             max_tokens that is not an integer, a `logit_bias` id outside 0..V-1 or value that
             is not a number within [-100, 100], a `top_logprobs` outside 0..20, or a
-            `jump_forward` that is not a boolean.
+            `jump_forward` or `allowed_mass` that is not a boolean.
         ContextLengthError: the prompt plus max_tokens exceed `context_length`.
         MaxLenError: they fit the context but not a smaller `max_len`.
         BudgetTooSmallError: see `check_budget`.
@@ -212,6 +233,10 @@ def check_request(
     check_budget(request)
     if not isinstance(request.jump_forward, bool | np.bool_):
         raise RequestError(f"jump_forward must be a boolean, not {request.jump_forward!r}")
+    if not isinstance(request.allowed_mass, bool | np.bool_):
+        raise RequestError(
+            f"allowed_mass must be a boolean, not {request.allowed_mass!r}", "allowed_mass"
+        )
     top = request.top_logprobs
     if top is not None and not (_is_int(top) and 0 <= top <= MAX_TOP_LOGPROBS):
         raise RequestError(

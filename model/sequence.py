@@ -5,11 +5,19 @@ constraint, stop strings, lazy trigger and jump-forward) and what it needs at it
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
-from corral.kernels import SampleRow, TokenNotAllowedError, Vocabulary, top_logprobs
+from corral.kernels import (
+    GREEDY,
+    SampleRow,
+    TokenNotAllowedError,
+    Vocabulary,
+    sample_batch,
+    top_logprobs,
+)
 from corral.kernels.masks.trigger import trigger_mask
 from corral.model.generation_request import GenerationRequest, GenerationResult
 from corral.model.jump_forward import ForcedTokenizer
@@ -65,8 +73,10 @@ class LiveSequence:
 
     Attributes:
         awaiting: how many of the last tokens (written by jump-forward for a request asking
-            for top_logprobs) wait for their logprobs from the forward pass that writes them
-            (`receive_forced`); 0 otherwise.
+            for top_logprobs or allowed_mass) wait for their logprobs from the forward pass
+            that writes them (`receive_forced`); 0 otherwise.
+        mass, unmasked: per token, its allowed mass and unmasked logprob, for a request asking
+            for `allowed_mass`; else None.
     """
 
     def __init__(
@@ -92,6 +102,9 @@ class LiveSequence:
         self.top: list[tuple[tuple[int, float], ...]] | None = (
             None if request.top_logprobs is None else []
         )
+        self.mass: list[float] | None = [] if request.allowed_mass else None
+        self.unmasked: list[float] | None = [] if request.allowed_mass else None
+        self._jump_masks: list[np.ndarray] = []  # the masks of the `awaiting` tokens
         bias = request.logit_bias or {}
         self._bias_ids = np.fromiter(bias.keys(), np.int64, len(bias))
         self._bias_values = np.fromiter(bias.values(), np.float32, len(bias))
@@ -111,7 +124,8 @@ class LiveSequence:
         """Take the logprobs of the `awaiting` tokens jump-forward wrote last from the pass that
         wrote them: rows row..row+awaiting-1 of float32 `[N, V]` `block` are the logits before
         each, the request's logit_bias added as `receive` adds it. Each token's logprob is over
-        the whole vocabulary, as for every forced token, and its top alternatives too."""
+        the whole vocabulary, as for every forced token, and its top alternatives (or its
+        diagnostics: the allowed mass of the mask the constraint gave before it) too."""
         n, self.awaiting = self.awaiting, 0
         for j in range(n):
             logits = block[row + j]
@@ -120,8 +134,12 @@ class LiveSequence:
                 logits[self._bias_ids] += self._bias_values
             at = len(self.ids) - n + j
             self.logprobs[at] = _logprob(logits, self.ids[at])
-            ids, logprobs = top_logprobs(logits, None, self.request.top_logprobs)
-            self.top[at] = tuple(zip(ids.tolist(), logprobs.tolist(), strict=True))
+            if self.mass is not None:
+                self.mass[at] = _allowed_mass(logits, self._jump_masks[j])
+                self.unmasked[at] = self.logprobs[at]
+            if self.top is not None:
+                ids, logprobs = top_logprobs(logits, None, self.request.top_logprobs)
+                self.top[at] = tuple(zip(ids.tolist(), logprobs.tolist(), strict=True))
 
     def receive(self, block: np.ndarray, row: int) -> None:
         """Take the model's next-token logits, row `row` of float32 `[N, V]` `block`, with the
@@ -164,7 +182,8 @@ class LiveSequence:
         """Write the forced token (a `Force`'s) with its logprob over the whole vocabulary of
         the logits received, then look for stop strings and the trigger in free text."""
         token, start = self.forced.popleft(), len(self.text)
-        self._record(token, _logprob(self.logits, token), None)
+        logprob = _logprob(self.logits, token)
+        self._record(token, logprob, None, diagnostics=_forced_diagnostics(logprob))
         if self.constraint is None:
             self._after_free_text(start)
 
@@ -181,14 +200,20 @@ class LiveSequence:
             self.prompt,
             self.ids,
             request.top_logprobs or 0,
+            request.allowed_mass,
         )
 
     def take_sampled(
-        self, token: int, logprob: float, top: tuple[tuple[int, float], ...] | None, eos_ids
+        self,
+        token: int,
+        logprob: float,
+        top: tuple[tuple[int, float], ...] | None,
+        eos_ids,
+        diagnostics: tuple[float, float] | None = None,
     ) -> None:
         """Take the sampled `token`, its logprob and top list (under the mask it was sampled
-        under): advance the constraint, end on EOS, else record it and look for stop strings
-        and the trigger."""
+        under) and its `(allowed mass, unmasked logprob)` when asked for: advance the
+        constraint, end on EOS, else record it and look for stop strings and the trigger."""
         constraint = self.constraint
         if constraint is not None:
             constraint.advance(token)
@@ -197,7 +222,7 @@ class LiveSequence:
             self.finish_reason = "stop"
             return
         start = len(self.text)
-        self._record(token, logprob, None, top)
+        self._record(token, logprob, None, top, diagnostics)
         if self.constraint is None:
             self._after_free_text(start)
 
@@ -205,15 +230,24 @@ class LiveSequence:
         """Record and return the tokens jump-forward writes now (docs/engine.md):
         those of the text the constraint forces, within the budget; [] when there are none.
         Their logprobs are 0.0 (the grammar chose them), or, for a request asking for
-        top_logprobs, the model's, from the pass that writes them (`awaiting`)."""
+        top_logprobs or allowed_mass, the model's, from the pass that writes them
+        (`awaiting`)."""
         if self._jump is None or self.constraint is None or self.forced:
             return []
         left = self.request.max_tokens - self.generated
+        before = self.constraint.copy() if self.mass is not None else None
         ids, self.constraint = self._jump.jump(self.constraint, left, self.request.budget_aware)
+        if before is not None:  # each token's mask, as if it were sampled
+            self._jump_masks = []
+            for j, token in enumerate(ids):
+                self._jump_masks.append(
+                    before.mask(left - j if self.request.budget_aware else None)
+                )
+                before.advance(token)
         placeholder = None if self.top is None else ()  # filled by `receive_forced`
         for token in ids:
-            self._record(token, 0.0, None, placeholder)
-        if self.top is not None:
+            self._record(token, 0.0, None, placeholder, (math.nan, math.nan))
+        if self.request.model_logprobs:
             self.awaiting = len(ids)
         return ids
 
@@ -223,12 +257,17 @@ class LiveSequence:
         logprob: float,
         mask: np.ndarray | None,
         top: tuple[tuple[int, float], ...] | None = None,
+        diagnostics: tuple[float, float] | None = None,
     ) -> None:
         """Append a generated token: its id, logprob, bytes and, if asked for, the top
-        alternatives (`top`, else computed under `mask`; None: the whole vocabulary)."""
+        alternatives (`top`, else computed under `mask`; None: the whole vocabulary) and the
+        `(allowed mass, unmasked logprob)` `diagnostics`."""
         self.generated += 1
         self.ids.append(token)
         self.logprobs.append(logprob)
+        if self.mass is not None:
+            self.mass.append(diagnostics[0])
+            self.unmasked.append(diagnostics[1])
         self.text += self.vocabulary.tokens[token] or b""
         if self.top is not None:
             if top is None:
@@ -242,6 +281,9 @@ class LiveSequence:
         self.logprobs.pop()
         if self.top is not None:
             self.top.pop()
+        if self.mass is not None:
+            self.mass.pop()
+            self.unmasked.pop()
         self.generated -= 1
         del self.text[len(self.text) - len(self.vocabulary.tokens[token] or b"") :]
 
@@ -275,7 +317,8 @@ class LiveSequence:
         self._unrecord()
         first, *rest = self.vocabulary.spell(piece)
         self.forced.extend(rest)
-        self._record(first, _logprob(self.logits, first), None)
+        logprob = _logprob(self.logits, first)
+        self._record(first, logprob, None, diagnostics=_forced_diagnostics(logprob))
 
     def result(self) -> GenerationResult:
         return GenerationResult(
@@ -286,7 +329,23 @@ class LiveSequence:
             prompt_tokens=len(self.prompt),
             completion_tokens=len(self.ids),
             top_logprobs=None if self.top is None else tuple(self.top),
+            allowed_mass=None if self.mass is None else tuple(self.mass),
+            unmasked_logprobs=None if self.unmasked is None else tuple(self.unmasked),
         )
+
+
+def _forced_diagnostics(logprob: float) -> tuple[float, float]:
+    """`(allowed mass, unmasked logprob)` of a token the engine wrote to spell a trigger
+    exactly (a respelling), whose `logprob` is over the whole vocabulary: it was the one token
+    left, so the mass allowed is the model's probability of it."""
+    return math.exp(logprob), logprob
+
+
+def _allowed_mass(logits: np.ndarray, mask: np.ndarray) -> float:
+    """The probability mass `mask` allows under float32 `[V]` `logits` (the sampler's kernel's,
+    `SampleRow.diagnose`), for a token jump-forward wrote under that mask."""
+    out = sample_batch(logits[None], [SampleRow(0, mask, GREEDY, 0.0, diagnose=True)])
+    return float(out.allowed_mass[0])
 
 
 def _logprob(logits: np.ndarray, token: int) -> float:

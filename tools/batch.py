@@ -35,6 +35,9 @@ from corral.tools.request import ToolRequest, check_model, parse_tool_request
 from tqdm import tqdm
 
 DEFAULT_MAX_TOKENS = 512
+ALLOWED_MASS_BELOW = 0.5
+"""The summary line's default threshold: it counts the answers (asking for `allowed_mass`)
+some token of which the mask left less than this share of the model's probability."""
 URL = "/v1/chat/completions"
 
 
@@ -146,7 +149,9 @@ class BatchSummary:
     tried to build, a grammar's token index), and the prefix cache's hits among the prompts
     admitted, with the tokens whose prefill they saved, of the tokens admitted: the prompts'
     and the text jump-forward forced at their start, which goes with them (`GenerationStats`;
-    so `prompt_tokens` exceeds the answers' `usage.prompt_tokens` by those forced tokens)."""
+    so `prompt_tokens` exceeds the answers' `usage.prompt_tokens` by those forced tokens);
+    `allowed_mass_minima`: the minimum allowed mass of each answer that asked for
+    `allowed_mass` and has a token, in the order written."""
 
     requests: int = 0
     answers: int = 0
@@ -161,8 +166,12 @@ class BatchSummary:
     prompt_tokens: int = 0
     prefix_hits: int = 0
     prefix_tokens: int = 0
+    allowed_mass_minima: list[float] = field(default_factory=list)
 
-    def line(self) -> str:
+    def line(self, allowed_mass_below: float | None = None) -> str:
+        """The summary line; with answers that asked for `allowed_mass`, the share of them whose
+        minimum allowed mass fell below `allowed_mass_below` (None: `ALLOWED_MASS_BELOW`; a
+        threshold given says so even when no answer asked)."""
         rate = self.completion_tokens / self.seconds if self.seconds else 0.0
         lookups = self.grammar_hits + self.grammar_misses
         hit_rate = 100 * self.grammar_hits / lookups if lookups else 0.0
@@ -180,6 +189,20 @@ class BatchSummary:
                 if self.skipped
                 else ""
             )
+            + self._pushed(allowed_mass_below)
+        )
+
+    def _pushed(self, below: float | None) -> str:
+        """The line's end ", allowed mass below P in K of N answers (S%)", or "" when no
+        answer asked for `allowed_mass` and no threshold was given."""
+        minima = self.allowed_mass_minima
+        if not minima:
+            return "" if below is None else f", no answer asked for allowed_mass (below {below:g})"
+        below = ALLOWED_MASS_BELOW if below is None else below
+        k = sum(m < below for m in minima)
+        return (
+            f", allowed mass below {below:g} in {k} of {_count(len(minima), 'answer')} "
+            f"({100 * k / len(minima):.1f}%)"
         )
 
 
@@ -230,6 +253,7 @@ def run_batch(
     numbers: Iterable[int] | None = None,
     prefix_cache: bool = True,
     json_object_depth: int | None = None,
+    allowed_mass: bool | None = None,
 ) -> BatchSummary:
     """Run the input lines and write the output lines to the text stream `out` as they finish
     (see the module docstring for duplicates, phases and the KV cache).
@@ -248,6 +272,7 @@ def run_batch(
         prefix_cache: reuse the keys and values of prompt prefixes the run already prefilled
             (`corral.model.Generator`); False: every prompt is prefilled whole.
         json_object_depth: the `json_object_depth` of lines that set none (None: the default).
+        allowed_mass: the `allowed_mass` of lines that set none (None: the default, off).
 
     Returns a `BatchSummary`. Never raises for a bad line: it becomes an error line."""
     summary = BatchSummary()
@@ -255,8 +280,9 @@ def run_batch(
     hits, misses = engine.compiler.hits, engine.compiler.misses
     writer = _Writer(out, summary)
     pending = _prepare(
-        engine, lines, skip, default_max_tokens, writer, progress, numbers, json_object_depth
-    )
+        engine, lines, skip, default_max_tokens, writer, progress, numbers, json_object_depth,
+        allowed_mass,
+    )  # fmt: skip
     groups, refused_lines = _plan(engine, pending, batch_size)
     for line, error in refused_lines:
         writer.failure(line, error)
@@ -302,8 +328,9 @@ def _run_group(engine, group: _Group, writer: _Writer, prefix_cache, stats, bar,
 
 
 def _prepare(
-    engine, lines, skip, default_max_tokens, writer: _Writer, progress, numbers=None, depth=None
-) -> list[_Line]:
+    engine, lines, skip, default_max_tokens, writer: _Writer, progress, numbers=None, depth=None,
+    allowed_mass=None,
+) -> list[_Line]:  # fmt: skip
     """Phase 1: read, validate and compile every line; write the error lines of those that fail
     and of duplicates. Returns the lines to run, in input order."""
     pending: list[_Line] = []
@@ -340,6 +367,8 @@ def _prepare(
                 line.request = parse_tool_request(body, engine.vocabulary.size)
                 if depth is not None and line.request.json_object_depth is None:
                     line.request = replace(line.request, json_object_depth=depth)
+                if allowed_mass is not None and line.request.allowed_mass is None:
+                    line.request = replace(line.request, allowed_mass=allowed_mass)
                 check_model(line.request.model, engine.model_name)
                 line.choices = engine.requests(line.request, default_max_tokens)
             except Exception as error:  # any fault of one line is that line's error line
@@ -474,6 +503,9 @@ def _finish(engine, line: _Line, writer: _Writer) -> None:
     summary.requests += 1
     summary.answers += len(body["choices"])
     for choice in body["choices"]:
+        minimum = choice.get("allowed_mass", {}).get("min")
+        if minimum is not None:
+            summary.allowed_mass_minima.append(minimum)
         if line.results[choice["index"]].finish_reason == "length":
             summary.cut += 1
         elif not valid_choice(line.request, choice):

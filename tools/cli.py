@@ -35,7 +35,7 @@ from corral.kernels import Constraint, SamplingParams, TokenIndex
 from corral.model import ContextLengthError, load_model
 from corral.model.generate import GenerationRequest, iter_generate
 from corral.model.generation_request import check_request
-from corral.tools.batch import DEFAULT_MAX_TOKENS, input_lines, run_batch
+from corral.tools.batch import ALLOWED_MASS_BELOW, DEFAULT_MAX_TOKENS, input_lines, run_batch
 from corral.tools.completions import Completions, served_name
 from corral.tools.errors import ToolError, openai_error
 from corral.tools.grammar import compile_dfa, regex_grammar, schema_grammar, text_grammar
@@ -285,6 +285,17 @@ def _generate_problem(args: argparse.Namespace) -> str | None:
             return f"--json-object-depth must be 1 to {MAX_JSON_OBJECT_DEPTH}, not {depth}"
         if args.ray is not None:
             return "--json-object-depth is not supported with --ray"
+    if args.allowed_mass and (quick or args.ray is not None):
+        return "--allowed-mass is an input file's (its lines' answers), not " + (
+            "the quick form's" if quick else "supported with --ray"
+        )
+    below = args.allowed_mass_below
+    if below is not None and (quick or not 0 < below <= 1):
+        return (
+            "--allowed-mass-below is the summary line's, an input file's"
+            if quick
+            else f"--allowed-mass-below must be in (0, 1], not {below}"
+        )
     if args.ray is not None and args.no_prefix_cache:
         return "--no-prefix-cache is not supported with --ray (its workers keep the cache on)"
     if args.ray is not None and importlib.util.find_spec("ray") is None:
@@ -451,6 +462,7 @@ def _generate_batch(
                 Completions(model, served_name(args.model)), lines, out, skip, args.batch_size,
                 max_tokens, not args.quiet,
                 prefix_cache=not args.no_prefix_cache, json_object_depth=args.json_object_depth,
+                allowed_mass=args.allowed_mass or None,
             )  # fmt: skip
     except (KeyboardInterrupt, SystemError) as error:
         if not _interrupted(error):
@@ -467,7 +479,8 @@ def _generate_batch(
     skipped = _blanks_skipped(lines)
     skipped = f", {skipped}" if skipped else ""
     written = "; no output was written" if nothing_written(output) else f" -> {output}"
-    print(f"corral generate: {summary.line()}{skipped}{written}", file=sys.stderr)
+    line = summary.line(args.allowed_mass_below)
+    print(f"corral generate: {line}{skipped}{written}", file=sys.stderr)
     return 0
 
 
@@ -689,6 +702,19 @@ def main(argv: list[str] | None = None) -> int:
         "--json-object-depth",
         type=int,
         help="input file: how deep json_object answers nest, for lines that set none (3)",
+    )
+    generate.add_argument(
+        "--allowed-mass",
+        action="store_true",
+        help="input file: lines that set no allowed_mass report it (the probability mass the "
+        "grammar's mask allowed each token, and each answer's minimum and mean)",
+    )
+    generate.add_argument(
+        "--allowed-mass-below",
+        type=float,
+        metavar="P",
+        help="input file: the summary line's share of answers whose minimum allowed mass is "
+        f"below P, in (0, 1] ({ALLOWED_MASS_BELOW:g})",
     )
     generate.add_argument("-n", type=int, help="quick form: how many answers (1)")
     generate.add_argument(

@@ -99,6 +99,7 @@ class Completions:
                     logit_bias=dict(request.logit_bias) or None,
                     top_logprobs=(request.top_logprobs or 0) if request.logprobs else None,
                     jump_forward=request.jump_forward,
+                    allowed_mass=bool(request.allowed_mass),
                 )
             )
         return out

@@ -80,6 +80,7 @@ FIELDS = {
     "logit_bias": HONOURED,
     "jump_forward": HONOURED,  # corral's extension (see the module docstring)
     "json_object_depth": HONOURED,  # corral's extension (`ToolRequest.json_object_depth`)
+    "allowed_mass": HONOURED,  # corral's extension (`ToolRequest.allowed_mass`)
     "structured_outputs": HONOURED,  # vLLM's extension (`StructuredOutputs`)
     "guided_regex": Field("refused", (), _VLLM_REMOVED.format("regex")),
     "guided_grammar": Field("refused", (), _VLLM_REMOVED.format("grammar")),
@@ -106,8 +107,8 @@ FIELDS = {
     "verbosity": Field("refused", (), "corral does not steer verbosity"),
 }
 """Every top-level field of OpenAI's chat completions request, and what corral does with it
-(plus corral's extensions `jump_forward` and `json_object_depth`, vLLM's `structured_outputs`,
-and vLLM's removed `guided_*` fields, refused by name)."""
+(plus corral's extensions `jump_forward`, `json_object_depth` and `allowed_mass`, vLLM's
+`structured_outputs`, and vLLM's removed `guided_*` fields, refused by name)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -189,6 +190,9 @@ class ToolRequest:
     extension, None when absent) holds the whole answer to a regex, grammar, choice or schema.
     `json_object_depth` (corral's extension, 1 to `MAX_JSON_OBJECT_DEPTH`, None for the
     default, `corral.tools.grammar.JSON_OBJECT_DEPTH`): how deep a `json_object` answer nests.
+    `allowed_mass` (corral's extension, a boolean; None when absent, which is false): report
+    the constraint diagnostics, the probability mass the mask allowed each token (with its
+    unmasked logprob in `logprobs.content`) and each answer's minimum and mean.
     """
 
     messages: tuple = ()
@@ -212,6 +216,7 @@ class ToolRequest:
     jump_forward: bool = True
     structured_outputs: StructuredOutputs | None = None
     json_object_depth: int | None = None
+    allowed_mass: bool | None = None
 
     @property
     def calls_allowed(self) -> bool:
@@ -341,6 +346,7 @@ def parse_tool_request(body: str | bytes | dict, vocabulary_size: int | None = N
     response_format = _response_format(body.get("response_format"))
     structured = _structured_outputs(body.get("structured_outputs"))
     depth = _integer(body, "json_object_depth", 1, MAX_JSON_OBJECT_DEPTH)
+    allowed_mass = _field(body, "allowed_mass", "", bool, "a boolean")
     if depth is not None and response_format.type != "json_object":
         raise invalid(
             "json_object_depth",
@@ -384,6 +390,7 @@ def parse_tool_request(body: str | bytes | dict, vocabulary_size: int | None = N
         max_tokens=max_tokens,
         structured_outputs=structured,
         json_object_depth=depth,
+        allowed_mass=allowed_mass,
         **sampling,
     )
 

@@ -43,7 +43,13 @@ from corral.tools.request import (
     streaming_fields,
 )
 from corral.tools.serving import DEFAULT_MAX_WAITING, ChoiceStream, EngineThread, Job, Metrics
-from corral.tools.shapes import completion_json, delta_json, finish_reason, logprobs_json
+from corral.tools.shapes import (
+    allowed_mass_json,
+    completion_json,
+    delta_json,
+    finish_reason,
+    logprobs_json,
+)
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
@@ -418,6 +424,7 @@ class Server:
             """A choice's delta chunks replayed from its result, each with the logprobs of the
             tokens whose bytes it carries (`ChoiceStream.replay`)."""
             top = result.top_logprobs
+            mass, unmasked = result.allowed_mass, result.unmasked_logprobs
             chunks = []
             for item, positions in streams[i].replay(result, self.engine.vocabulary.tokens):
                 logprobs = logprobs_json(
@@ -426,6 +433,9 @@ class Server:
                     None if top is None else [top[j] for j in positions],
                     self.engine.vocabulary,
                     request.top_logprobs or 0,
+                    None
+                    if mass is None
+                    else ([mass[j] for j in positions], [unmasked[j] for j in positions]),
                 )
                 delta = {} if item is None else delta_json(item)
                 chunks.append(chunk([choice(i, delta, None, logprobs)]))
@@ -469,7 +479,10 @@ class Server:
                     for item in streams[i].finish(result):
                         yield chunk([choice(i, delta_json(item))])
                 reason = finish_reason(streams[i].calls, result.finish_reason)
-                yield chunk([choice(i, {}, reason)])
+                last = choice(i, {}, reason)
+                if request.allowed_mass:  # corral's, on the choice's last chunk
+                    last["allowed_mass"] = allowed_mass_json(result.allowed_mass)
+                yield chunk([last])
             if usage:
                 counts = {
                     "prompt_tokens": prompt_tokens,

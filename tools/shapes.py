@@ -6,6 +6,7 @@ and the whole `chat.completion` body, each written exactly as OpenAI's API write
 from __future__ import annotations
 
 import json
+import math
 import time
 
 from corral.tools.events import Arguments, CallStart, Content, ToolCall, ToolEvent, collect
@@ -82,10 +83,13 @@ def token_json(token_id: int, logprob: float, vocabulary) -> dict:
     return {"token": raw.decode("utf-8", "replace"), "logprob": float(logprob), "bytes": list(raw)}
 
 
-def logprobs_json(token_ids, logprobs, top_logprobs, vocabulary, top_n: int) -> dict:
+def logprobs_json(
+    token_ids, logprobs, top_logprobs, vocabulary, top_n: int, diagnostics=None
+) -> dict:
     """A choice's `logprobs` in OpenAI's shape: `{"content": [...], "refusal": null}`, one
     `token_json` per generated token with its `top_logprobs`, the first `top_n` of that token's
-    `(token id, logprob)` alternatives (most likely first).
+    `(token id, logprob)` alternatives (most likely first), and, when `diagnostics` is given,
+    corral's `allowed_mass` and `unmasked_logprob` beside its `logprob`.
 
     Args:
         token_ids: int ids of the generated tokens (EOS excluded), length T.
@@ -94,14 +98,37 @@ def logprobs_json(token_ids, logprobs, top_logprobs, vocabulary, top_n: int) -> 
             reported none (then every `top_logprobs` is `[]`).
         vocabulary: the model's `corral.kernels.Vocabulary`.
         top_n: 0 to 20 alternatives per token.
+        diagnostics: None, or `(allowed masses, unmasked logprobs)`, a float per token each
+            (`GenerationResult.allowed_mass` and `unmasked_logprobs`).
     """
     content = []
     for j, (token_id, logprob) in enumerate(zip(token_ids, logprobs, strict=True)):
         alternatives = [] if top_logprobs is None else top_logprobs[j][:top_n]
         entry = token_json(token_id, logprob, vocabulary)
+        if diagnostics is not None:
+            entry["allowed_mass"] = _finite(diagnostics[0][j])
+            entry["unmasked_logprob"] = _finite(diagnostics[1][j])
         entry["top_logprobs"] = [token_json(t, lp, vocabulary) for t, lp in alternatives]
         content.append(entry)
     return {"content": content, "refusal": None}
+
+
+def allowed_mass_json(allowed_mass) -> dict:
+    """A choice's `allowed_mass` (corral's): `{"min", "mean"}` of its tokens' allowed masses
+    (`GenerationResult.allowed_mass`), both null for an answer of no token."""
+    if not allowed_mass:
+        return {"min": None, "mean": None}
+    return {
+        "min": _finite(min(allowed_mass)),
+        "mean": _finite(math.fsum(allowed_mass) / len(allowed_mass)),
+    }
+
+
+def _finite(x: float) -> float | None:
+    """`x` as a float, None (JSON null) when it is not finite: JSON has no NaN or infinity
+    (an unmasked logprob is -inf only for logits that are -inf)."""
+    x = float(x)
+    return x if math.isfinite(x) else None
 
 
 def completion_json(request, results, request_id: str, model_name: str, vocabulary) -> dict:
@@ -113,7 +140,9 @@ def completion_json(request, results, request_id: str, model_name: str, vocabula
     is `logprobs_json` when the request asks for them, else null; `model` is `model_name`, the
     model that wrote the answer (whatever name the request gave); `usage` sums the completion
     tokens of every choice. A result's `top_logprobs` is read when present (`getattr`), so
-    results without it answer with empty `top_logprobs` lists.
+    results without it answer with empty `top_logprobs` lists. When the request asks for
+    `allowed_mass` (corral's), each choice has `allowed_mass` (`allowed_mass_json`) and each
+    `logprobs.content` entry its token's `allowed_mass` and `unmasked_logprob`.
     """
     choices = []
     prompt_tokens = completion_tokens = 0
@@ -128,15 +157,19 @@ def completion_json(request, results, request_id: str, model_name: str, vocabula
         if request.logprobs:
             top = getattr(result, "top_logprobs", None)
             n = request.top_logprobs or 0
-            logprobs = logprobs_json(result.token_ids, result.logprobs, top, vocabulary, n)
-        choices.append(
-            {
-                "index": i,
-                "message": message_json(content, calls, request.custom_names),
-                "logprobs": logprobs,
-                "finish_reason": finish_reason(calls, result.finish_reason),
-            }
-        )
+            diagnostics = _diagnostics(request, result)
+            logprobs = logprobs_json(
+                result.token_ids, result.logprobs, top, vocabulary, n, diagnostics
+            )
+        choice = {
+            "index": i,
+            "message": message_json(content, calls, request.custom_names),
+            "logprobs": logprobs,
+            "finish_reason": finish_reason(calls, result.finish_reason),
+        }
+        if getattr(request, "allowed_mass", None):
+            choice["allowed_mass"] = allowed_mass_json(result.allowed_mass)
+        choices.append(choice)
     return {
         "id": f"chatcmpl-{request_id}",
         "object": "chat.completion",
@@ -149,3 +182,11 @@ def completion_json(request, results, request_id: str, model_name: str, vocabula
             "total_tokens": prompt_tokens + completion_tokens,
         },
     }
+
+
+def _diagnostics(request, result) -> tuple | None:
+    """`(allowed masses, unmasked logprobs)` of a result whose request asked for
+    `allowed_mass`, else None."""
+    if not getattr(request, "allowed_mass", None):
+        return None
+    return result.allowed_mass, result.unmasked_logprobs

@@ -23,7 +23,14 @@ positions:
    floor changes the weights, and the inverse CDF at the row's uniform: the block sums locate
    the block, a float64 running sum of its recomputed weights the position,
    O(n / BLOCK + BLOCK);
-5. the `n_top[b]` best allowed positions by value (ties: lower id first).
+5. the `n_top[b]` best allowed positions by value (ties: lower id first);
+6. only for a row in `diagnose` (constraint diagnostics, off by default): the allowed mass, the
+   sum over the allowed tokens of the softmax of the row's raw logits over all V tokens (at
+   temperature 1, before penalties and truncation: the distribution the logprob is read from),
+   as `exp(peak + log_total - peak_all - log_total_all)`, and the chosen token's unmasked
+   logprob `float64(float32(logit - peak_all)) - log_total_all`, from one more peak and sums
+   pass over the whole row (the allowed ones' formulas over all V tokens); a free row's mass is
+   1 and its unmasked logprob its logprob, with no pass. O(V) vectorized.
 
 The passes are loops LLVM vectorizes, and a row's first pass prefetches the next row's logits
 (docs/engine.md, "The sampler"; figures: bench/sample_batch.py).
@@ -93,7 +100,8 @@ def _first_empty(counts):
 @numba.njit(cache=True, boundscheck=False)
 def sample_rows(
     logits, rows, masks, mask_rows, params, uniforms, prompt_ids, prompt_start, output_ids,
-    output_start, n_top, tokens, logprobs, top_ids, top_logprobs, top_counts,
+    output_start, n_top, tokens, logprobs, top_ids, top_logprobs, top_counts, diagnose,
+    allowed_mass, unmasked_logprobs,
 ):  # fmt: skip
     """Sample row b from `logits[rows[b]]` under `masks[mask_rows[b]]` (all tokens when
     `mask_rows[b]` is -1), for every b, on one thread, in order. Returns -1, or the first row
@@ -109,9 +117,13 @@ def sample_rows(
         n_top: int64 `[B]`, how many top_logprobs per row (<= top_ids.shape[1]).
         tokens, logprobs, top_ids, top_logprobs, top_counts: outputs: int64 `[B]`, float64
             `[B]`, int64 `[B, K]`, float64 `[B, K]`, int64 `[B]`.
+        diagnose: bool `[B]`, the rows whose constraint diagnostics are asked for (step 6 of
+            the module docstring); allowed_mass, unmasked_logprobs: outputs, float64 `[B]`,
+            written at those rows only (arrays of length 0 when `diagnose` has no True).
 
     O(B * V) vectorized (O(B * (V / 32 + n_allowed)) for sparse masks) plus each row's
-    penalties, truncation and top list.
+    penalties, truncation and top list, plus O(V) vectorized for each constrained row in
+    `diagnose`.
     """
     counts = _allowed_counts(masks, mask_rows, logits.shape[1])
     empty = _first_empty(counts)
@@ -122,7 +134,8 @@ def sample_rows(
         _sample_one(
             logits, rows, masks, mask_rows, params, uniforms, prompt_ids, prompt_start,
             output_ids, output_start, n_top, tokens, logprobs, top_ids, top_logprobs,
-            top_counts, b, b + 1 if b + 1 < rows.shape[0] else -1, ones, counts,
+            top_counts, b, b + 1 if b + 1 < rows.shape[0] else -1, ones, counts, diagnose,
+            allowed_mass, unmasked_logprobs,
         )  # fmt: skip
     return -1
 
@@ -130,7 +143,8 @@ def sample_rows(
 @numba.njit(cache=True, boundscheck=False, parallel=True)
 def sample_rows_parallel(
     logits, rows, masks, mask_rows, params, uniforms, prompt_ids, prompt_start, output_ids,
-    output_start, n_top, tokens, logprobs, top_ids, top_logprobs, top_counts, threads,
+    output_start, n_top, tokens, logprobs, top_ids, top_logprobs, top_counts, diagnose,
+    allowed_mass, unmasked_logprobs, threads,
 ):  # fmt: skip
     """`sample_rows` on `threads` of Numba's threads; the same results (each row is `_sample_one` of
     its own inputs, whichever thread takes it).
@@ -162,6 +176,7 @@ def sample_rows_parallel(
                 logits, rows, masks, mask_rows, params, uniforms, prompt_ids, prompt_start,
                 output_ids, output_start, n_top, tokens, logprobs, top_ids, top_logprobs,
                 top_counts, order[at], order[after] if after < n_rows else -1, ones, counts,
+                diagnose, allowed_mass, unmasked_logprobs,
             )  # fmt: skip
             at = after
     return -1
@@ -182,7 +197,7 @@ def _by_cost(counts, v):
 def _sample_one(
     logits, rows, masks, mask_rows, params, uniforms, prompt_ids, prompt_start, output_ids,
     output_start, n_top, tokens, logprobs, top_ids, top_logprobs, top_counts, b, after, ones,
-    counts,
+    counts, diagnose, allowed_mass, unmasked_logprobs,
 ):  # fmt: skip
     """Row b of `sample_rows` (see the module docstring for the steps); `ones` is a mask of
     ones at least `ceil(V / 32)` words long, `counts` the tokens each row allows. When row
@@ -206,6 +221,7 @@ def _sample_one(
     p = params[b]
     sums = np.empty((n + BLOCK - 1) // BLOCK, np.float64)
     peak = _peak(values, mask, n)
+    allowed_peak = peak  # before the fall-back below: the diagnostics' (step 6)
     if not peak > -np.inf:  # no allowed logit is finite (-inf or NaN): all equally likely
         values = np.zeros(n, np.float32)
         peak = np.float32(0.0)
@@ -236,6 +252,38 @@ def _sample_one(
         top_ids[b, j] = ids[best[j]] if gathered else best[j]
         top_logprobs[b, j] = np.float64(np.float32(values[best[j]] - peak)) - log_total
     top_counts[b] = k
+    if diagnose[b]:
+        if mask_rows[b] < 0:  # nothing masked: the whole mass, the logprob unmasked already
+            allowed_mass[b], unmasked_logprobs[b] = 1.0, logprobs[b]
+        else:
+            row = logits[rows[b]]
+            mass, unmasked = _diagnostics(row, ones, tokens[b], allowed_peak, log_total, allowed)
+            allowed_mass[b], unmasked_logprobs[b] = mass, unmasked
+
+
+@numba.njit(cache=True, boundscheck=False, fastmath=_FAST)
+def _diagnostics(row, ones, token, peak, log_total, allowed):
+    """(allowed mass, unmasked logprob of `token`) of a constrained row (step 6 of the module
+    docstring): `row` float32 `[V]` the raw logits, `ones` a mask of ones, `peak` and
+    `log_total` the allowed tokens' peak and log-sum of `exp(logit - peak)` (`_sample_one`'s;
+    a peak of -inf or NaN: no allowed logit is finite), `allowed` how many tokens the mask
+    allows. The whole row's peak and log-total come from the same `_peak` and `_sums` passes as
+    the allowed ones', so that the unmasked logprob is the allowed one's formula over all V
+    tokens. A row whose logits are all -inf or NaN is uniform (as `_sample_one` makes it): the
+    mass is allowed / V; a row where only the allowed ones are: the mass is 0 and the unmasked
+    logprob -inf. O(V) vectorized."""
+    v = row.shape[0]
+    top = _peak(row, ones, v)
+    if not top > -np.inf:
+        return allowed / v, -math.log(v)
+    if not peak > -np.inf:
+        return 0.0, -np.inf
+    sums = np.empty((v + BLOCK - 1) // BLOCK, np.float64)
+    one, no_floor = np.float32(1.0), np.float32(-np.inf)
+    log_all = math.log(_sums(row, ones, v, top, one, no_floor, np.float32(0.0), sums, row, False))
+    unmasked = np.float64(np.float32(row[token] - top)) - log_all
+    log_mass = (np.float64(peak) - np.float64(top)) + (log_total - log_all)
+    return min(math.exp(log_mass), 1.0), unmasked
 
 
 @numba.njit(cache=True, inline="always")

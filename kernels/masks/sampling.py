@@ -4,8 +4,10 @@ a `BatchSample`), and its one-row forms `sample` and `top_logprobs`.
 Disallowed logits become -inf before the log-softmax; a mask that allows nothing is an error; the
 logprob is the log-softmax over the allowed tokens, before penalties, temperature and truncation.
 Every function here calls the one kernel (`corral.kernels.masks.sample_rows`), so a row gets the
-same token, logprob and top list alone or in a batch, bit for bit. The semantics and the
-decisions behind them: docs/engine.md ("The sampler") and docs/design.md section 4.
+same token, logprob and top list alone or in a batch, bit for bit. A row may also ask for its
+constraint diagnostics (`SampleRow.diagnose`: the probability mass its mask allowed and the
+chosen token's unmasked logprob, over the same logits). The semantics and the decisions behind
+them: docs/engine.md ("The sampler", "Constraint diagnostics") and docs/design.md section 4.
 """
 
 from __future__ import annotations
@@ -90,6 +92,8 @@ class SampleRow(NamedTuple):
         prompt_ids, output_ids: token ids (ints, or an int ndarray) for the penalties, read
             only when a penalty is on.
         n_top: how many top_logprobs to list, >= 0.
+        diagnose: report the row's constraint diagnostics (`BatchSample.allowed_mass` and
+            `unmasked_logprobs`); off by default, when they cost nothing.
     """
 
     row: int
@@ -99,6 +103,7 @@ class SampleRow(NamedTuple):
     prompt_ids: Sequence[int] | np.ndarray = ()
     output_ids: Sequence[int] | np.ndarray = ()
     n_top: int = 0
+    diagnose: bool = False
 
 
 def sample(
@@ -172,6 +177,14 @@ class BatchSample:
             largest `n_top`); only the first `top_counts[b]` of row b are set.
         top_logprobs: float64 `[B, K]`, their logprobs.
         top_counts: int64 `[B]`, min(n_top[b], number allowed in row b).
+        allowed_mass: float64 `[B]` or None (no row asked: `SampleRow.diagnose`): at a row that
+            asked, the probability mass its mask allowed, the sum over the allowed tokens of
+            the softmax of the raw logits over the whole vocabulary (the distribution
+            `logprobs` are read from: temperature 1, before penalties and truncation), in
+            [0, 1], 1 for a free row; NaN at a row that did not ask.
+        unmasked_logprobs: float64 `[B]` or None, likewise: the chosen token's log-softmax over
+            the whole vocabulary (its logprob had there been no mask; `logprobs[b]` plus
+            log(allowed_mass[b]) up to rounding).
     """
 
     tokens: np.ndarray
@@ -179,6 +192,8 @@ class BatchSample:
     top_ids: np.ndarray
     top_logprobs: np.ndarray
     top_counts: np.ndarray
+    allowed_mass: np.ndarray | None = None
+    unmasked_logprobs: np.ndarray | None = None
 
     def top(self, b: int) -> tuple[tuple[int, float], ...]:
         """Row b's top list as ((token id, logprob), ...), best first."""
@@ -282,7 +297,7 @@ def sample_batch(
     b_rows = len(rows)
     if not all(isinstance(r, SampleRow) for r in rows):
         raise TypeError("sample_batch takes a sequence of SampleRow records")
-    row_index, masks, params, uniforms, prompt_ids, output_ids, n_top = (
+    row_index, masks, params, uniforms, prompt_ids, output_ids, n_top, diagnose = (
         zip(*rows, strict=True) if b_rows else ((),) * len(SampleRow._fields)
     )
     if b_rows and not (min(row_index) >= 0 and max(row_index) < logits.shape[0]):
@@ -300,6 +315,7 @@ def sample_batch(
     logprobs = np.empty(b_rows, np.float64)
     top_ids, top_logprobs = _top_arrays(b_rows, int(k))
     top_counts = np.empty(b_rows, np.int64)
+    diagnosed, allowed_mass, unmasked = _diagnostics_arrays(diagnose)
     # Numba's thread count, not numba.get_num_threads(), which takes two locks (bench/
     # sample_batch.py): under a lower numba.set_num_threads the loops past the threads in use
     # take no row, as in `kernels.attention`'s counter
@@ -309,7 +325,8 @@ def sample_batch(
     arguments = (
         logits, row_ids, mask_block, mask_rows, table,
         np.asarray(uniforms, dtype=np.float64), prompt, prompt_start, output, output_start,
-        wanted, tokens, logprobs, top_ids, top_logprobs, top_counts,
+        wanted, tokens, logprobs, top_ids, top_logprobs, top_counts, diagnosed, allowed_mass,
+        unmasked,
     )  # fmt: skip
     if parallel and b_rows > 1:
         empty = kernel.sample_rows_parallel(*arguments, min(threads, b_rows))
@@ -317,7 +334,25 @@ def sample_batch(
         empty = kernel.sample_rows(*arguments)
     if empty >= 0:
         raise NoTokenAllowedError(f"the mask of row {empty} allows no token")
-    return BatchSample(tokens, logprobs, top_ids, top_logprobs, top_counts)
+    if not len(allowed_mass):
+        return BatchSample(tokens, logprobs, top_ids, top_logprobs, top_counts)
+    return BatchSample(tokens, logprobs, top_ids, top_logprobs, top_counts, allowed_mass, unmasked)
+
+
+def _diagnostics_arrays(diagnose: Sequence[bool]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the kernel's `diagnose`, bool `[B]`; its outputs, float64 `[B]` of NaN, or `[0]` when no
+    row asks: the kernel then writes none, and the arrays are kept, not made)."""
+    if not any(diagnose):
+        return _no_diagnostics(len(diagnose))
+    nan = np.full(len(diagnose), np.nan)
+    return np.asarray(diagnose, dtype=np.bool_), nan, nan.copy()
+
+
+@functools.lru_cache(maxsize=8)
+def _no_diagnostics(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`_diagnostics_arrays` of n rows none of which asks (kept: the kernel reads the first,
+    writes none)."""
+    return np.zeros(n, np.bool_), np.empty(0, np.float64), np.empty(0, np.float64)
 
 
 def _param_table(params: Sequence[SamplingParams]) -> tuple[np.ndarray, list[bool]]:

@@ -279,7 +279,7 @@ def test_every_field_of_the_table_is_honoured_accepted_or_refused():
         "messages", "model", "tools", "tool_choice", "parallel_tool_calls", "response_format",
         "max_completion_tokens", "max_tokens", "temperature", "top_p", "seed", "stop", "n",
         "presence_penalty", "frequency_penalty", "logprobs", "top_logprobs", "logit_bias",
-        "jump_forward", "structured_outputs", "json_object_depth",
+        "jump_forward", "structured_outputs", "json_object_depth", "allowed_mass",
     }  # fmt: skip
 
 
