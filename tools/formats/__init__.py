@@ -1,0 +1,89 @@
+"""Turn formats: how each model family writes tool calls and thoughts (docs/tools.md, "Turn
+formats"), one module a family, and their registry. `detect_format` reads a chat template's text
+for the family's marker strings, as llama.cpp's chat handlers do; `format_named` answers the
+`--tool-format` override."""
+
+from __future__ import annotations
+
+from corral.tools.errors import ToolError, invalid
+from corral.tools.formats.deepseek_r1 import DEEPSEEK_R1
+from corral.tools.formats.format import Thinking, TurnFormat
+from corral.tools.formats.hermes import HERMES
+from corral.tools.formats.llama3 import LLAMA3
+from corral.tools.formats.mistral import MISTRAL_NEMO, MISTRAL_SMALL
+from corral.tools.formats.qwen3 import QWEN3
+
+FORMATS: dict[str, TurnFormat] = {
+    f.name: f for f in (HERMES, QWEN3, LLAMA3, MISTRAL_NEMO, MISTRAL_SMALL, DEEPSEEK_R1)
+}
+"""Every format by its name."""
+
+DETECTION_ORDER = (MISTRAL_SMALL, MISTRAL_NEMO, DEEPSEEK_R1, QWEN3, HERMES, LLAMA3)
+"""Most specific first: a template holding Small 3.2's `[ARGS]` also holds Nemo's
+`[TOOL_CALLS]`, Qwen3's `<think>` comes with Hermes' `<tool_call>`."""
+
+UNSUPPORTED = {
+    "<|channel|>": "gpt-oss (Harmony channels)",
+    "<function=": "Qwen3-Coder (XML parameters)",
+}
+"""Marker strings of families whose formats corral does not write yet: such a template is
+refused rather than read as a format it merely resembles."""
+
+
+def format_named(name: str, param: str = "tool_format") -> TurnFormat:
+    """The format called `name`. Raises ToolError 400 naming `param` and the known names."""
+    found = FORMATS.get(name)
+    if found is None:
+        known = ", ".join(FORMATS)
+        raise invalid(param, f"Unknown tool format {name!r}: the formats are {known}.")
+    return found
+
+
+def detect_format(template: str | None, takes_tools: bool | None = None) -> TurnFormat | None:
+    """The format a chat template writes calls in, from its text: the first format of
+    `DETECTION_ORDER` all of one of whose marker groups the template holds. A template that
+    takes no tools (SmolLM2's, Gemma 2's; None: no template) gets `HERMES`, corral's own
+    description of the tools in the system turn. None when the template takes tools but no
+    format fits it (or it is a family of `UNSUPPORTED`). `takes_tools`: whether it reads the
+    `tools` variable (default: the string `tools` appears in it)."""
+    if template is None:
+        return HERMES
+    if any(marker in template for marker in UNSUPPORTED):
+        return None
+    for candidate in DETECTION_ORDER:
+        if any(all(m in template for m in group) for group in candidate.markers):
+            return candidate
+    if takes_tools is None:
+        takes_tools = "tools" in template
+    return None if takes_tools else HERMES
+
+
+def no_format_error(template_name: str, template: str | None) -> ToolError:
+    """The 422 for tools sent to a model whose template no format fits, naming the template
+    (and the family when it is a known one corral does not write yet)."""
+    family = next((f for m, f in UNSUPPORTED.items() if template and m in template), None)
+    why = f"it is {family}, which corral does not write yet" if family else "no format fits it"
+    known = ", ".join(FORMATS)
+    return ToolError(
+        422,
+        "tools",
+        "unsupported_parameter",
+        f"The chat template of {template_name} writes tool calls in a syntax corral cannot "
+        f"constrain ({why}); choose one with --tool-format ({known}).",
+    )
+
+
+__all__ = [
+    "DEEPSEEK_R1",
+    "FORMATS",
+    "HERMES",
+    "LLAMA3",
+    "MISTRAL_NEMO",
+    "MISTRAL_SMALL",
+    "QWEN3",
+    "Thinking",
+    "TurnFormat",
+    "detect_format",
+    "format_named",
+    "no_format_error",
+]
