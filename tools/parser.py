@@ -74,7 +74,8 @@ HERMES_SYNTAX = CallSyntax(
 THOUGHT_START, THOUGHT = "THOUGHT_START", "THOUGHT"
 TEXT, HEADER, ARGUMENTS, CLOSE, NEXT = "TEXT", "HEADER", "ARGUMENTS", "CLOSE", "NEXT"
 
-_WHITESPACE = frozenset(" \t\n\r")
+_SPACES = " \t\n\r"
+_WHITESPACE = frozenset(_SPACES)
 
 
 class ToolParser:
@@ -128,7 +129,7 @@ class ToolParser:
             for c in held:
                 self._read_text(c)
         if self.state == THOUGHT:
-            self._reasoning(self.held.rstrip())
+            self._reasoning(self.held.rstrip(_SPACES))
         elif self.state in (TEXT, HEADER, NEXT) and self.held:
             self._content(self.held)
         if self.calls == 0 and self.separator and not self._after_thought:
@@ -159,7 +160,7 @@ class ToolParser:
         """Whitespace, then the thinking block's opener, or else plain text."""
         opener = self.syntax.thinking[0]
         self.held += ch
-        start = self.held.lstrip()
+        start = self.held.lstrip(_SPACES)
         if start == opener:
             self._enter(THOUGHT)
         elif not opener.startswith(start):
@@ -177,14 +178,14 @@ class ToolParser:
         self._thought_started = True
         self.held += ch
         if self.held.endswith(closer):
-            self._reasoning(self.held[: -len(closer)].rstrip())
+            self._reasoning(self.held[: -len(closer)].rstrip(_SPACES))
             self._enter(TEXT)
             self.holding = True
             self._after_thought = True
             return
         keep = next(k for k in range(len(closer) - 1, -1, -1) if self.held.endswith(closer[:k]))
         body = self.held[: len(self.held) - keep]
-        text = body.rstrip()
+        text = body.rstrip(_SPACES)
         self._reasoning(text)
         self.held = self.held[len(text) :]
 
@@ -270,7 +271,7 @@ class ToolParser:
         separator, closer = self.syntax.separator, self.syntax.closer
         spaced = separator[:1].isspace() or closer[:1].isspace()
         self.held += ch
-        text = self.held if spaced else self.held.lstrip()
+        text = self.held if spaced else self.held.lstrip(_SPACES)
         if not text:
             return
         if text == separator:

@@ -19,7 +19,7 @@ DEEPSEEK_R1 = TurnFormat(
     syntax=CallSyntax(
         BEGIN,
         (CALL, "function", SEP, BARE_NAME, "\n```json\n", "{"),
-        ("\n```", CALL_END),
+        ("```", CALL_END),  # whitespace (the grammar's newline) may come before it
         "\n",
         END,
     ),
