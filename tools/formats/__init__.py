@@ -5,6 +5,8 @@ for the family's marker strings, as llama.cpp's chat handlers do; `format_named`
 
 from __future__ import annotations
 
+from corral.model.chat import takes_tools as template_takes_tools
+from corral.model.errors import ChatTemplateError
 from corral.tools.errors import ToolError, invalid
 from corral.tools.formats.deepseek_r1 import DEEPSEEK_R1
 from corral.tools.formats.format import Thinking, TurnFormat
@@ -45,7 +47,7 @@ def detect_format(template: str | None, takes_tools: bool | None = None) -> Turn
     takes no tools (SmolLM2's, Gemma 2's; None: no template) gets `HERMES`, corral's own
     description of the tools in the system turn. None when the template takes tools but no
     format fits it (or it is a family of `UNSUPPORTED`). `takes_tools`: whether it reads the
-    `tools` variable (default: the string `tools` appears in it)."""
+    `tools` variable (default: `corral.model.chat.takes_tools`)."""
     if template is None:
         return HERMES
     if any(marker in template for marker in UNSUPPORTED):
@@ -54,7 +56,10 @@ def detect_format(template: str | None, takes_tools: bool | None = None) -> Turn
         if any(all(m in template for m in group) for group in candidate.markers):
             return candidate
     if takes_tools is None:
-        takes_tools = "tools" in template
+        try:
+            takes_tools = template_takes_tools(template)
+        except ChatTemplateError:
+            takes_tools = "tools" in template
     return None if takes_tools else HERMES
 
 
