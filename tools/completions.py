@@ -99,7 +99,7 @@ class Completions:
         fmt = self.tool_format
         if fmt is None or not (request.calls_allowed or self.thinking(request)):
             return None
-        return fmt.parser_syntax(self.thinking(request))
+        return fmt.parser_syntax(self.thinking(request), request.tools)
 
     def requests(
         self, request: ToolRequest, default_max_tokens: int | None = None

@@ -30,7 +30,7 @@ from corral.automata.grammar_tree import unroll
 from corral.automata.grammars import compile_grammar_text
 from corral.automata.lark import parse_lark
 from corral.automata.limits import DEFAULT_SCHEMA_LIMITS
-from corral.automata.product import difference
+from corral.automata.product import difference, intersection
 from corral.automata.schema.compiler import Unrolling, unrolled_tree
 from corral.automata.schema.values import check_document
 from corral.automata.shallower import STATE_LIMIT_ERRORS, StateLimit, retry_shallower
@@ -39,6 +39,8 @@ from corral.automata.tree_ops import ALL_BYTES, is_empty, starting_with
 from corral.kernels import TokenIndex, Vocabulary
 from corral.tools.errors import ToolError, invalid, unsupported
 from corral.tools.formats import HERMES, TurnFormat
+from corral.tools.formats.qwen3_coder import CLOSE as XML_CLOSE
+from corral.tools.formats.qwen3_coder import xml_parameters
 from corral.tools.request import ToolRequest
 
 MAX_PARALLEL_CALLS = 4
@@ -72,6 +74,16 @@ class Thought:
     """The text of a thinking block: any UTF-8 text that does not contain `close`."""
 
     close: str
+
+
+@dataclass(frozen=True, eq=False)
+class RawText:
+    """A string parameter's raw text (Qwen3-Coder's XML values): one of its `enum`/`const`
+    strings, else any text of `minLength`..`maxLength` characters without `</parameter>`;
+    `param` names its schema, for errors."""
+
+    schema: dict
+    param: str
 
 
 @dataclass(frozen=True, eq=False)
@@ -181,6 +193,8 @@ def _tree(e, schema_limits=None, unrollings: list | None = None) -> regex_tree.N
         return special_token(e.id)
     if isinstance(e, Thought):
         return regex_tree.Automaton(thought_dfa(e.close))
+    if isinstance(e, RawText):
+        return raw_text_tree(e.schema)
     if isinstance(e, (Schema, Regex)):
         try:
             if isinstance(e, Schema):
@@ -230,6 +244,8 @@ def _key(e):
         return {"special": e.id}
     if isinstance(e, Thought):
         return {"thought": e.close}
+    if isinstance(e, RawText):
+        return {"raw_text": e.schema}
     if isinstance(e, Schema):
         return {"schema": e.schema}
     if isinstance(e, Arguments):
@@ -271,6 +287,8 @@ def _pattern(e) -> str:
         raise ValueError(f"the special token {e.text!r} has no regex text")
     if isinstance(e, Thought):
         return "(?:(?!" + automata.escape(e.close) + r")(?:.|\n))*"
+    if isinstance(e, RawText):
+        raise ValueError(f"'{e.param}' is raw text: it has no regex text here")
     if isinstance(e, Seq):
         return "".join(_pattern(p) for p in e.parts)
     if isinstance(e, Alt):
@@ -478,6 +496,8 @@ def _call(
     tool = request.tools[i]
     prefix = _marked(fmt.call_prefix(tool.name), specials)
     suffix = _marked(fmt.call_suffix, specials)
+    if fmt.xml_parameters:
+        return _seq(*prefix, _xml_arguments(tool, i), *suffix)
     if tool.custom is not None:
         syntax, definition = tool.custom
         where = f"tools[{i}].custom.format" + (".grammar.definition" if definition else "")
@@ -485,6 +505,46 @@ def _call(
         return _seq(*prefix, Text('{"input":'), text, Text("}"), *suffix)
     arguments = Arguments(tool.parameters, f"tools[{i}].function.parameters")
     return _seq(*prefix, arguments, *suffix)
+
+
+def _xml_arguments(tool, i: int) -> Seq:
+    """A tool's arguments as XML parameters (`corral.tools.formats.qwen3_coder`): each in
+    schema order, optional unless required, its value raw text or JSON. Raises ToolError 422
+    naming the tool's schema (or the parameter) when XML cannot honour it exactly."""
+    param = f"tools[{i}].function.parameters"
+    if tool.custom is not None:
+        where = f"tools[{i}].custom"
+        raise ToolError(
+            422, where, "unsupported_parameter", f"'{where}': XML parameters take no custom tool."
+        )
+    parts = []
+    for name, schema, required, raw in xml_parameters(tool.parameters, param):
+        where = f"{param}.properties.{name}"
+        value = RawText(schema, where) if raw else Schema(schema, where)
+        part = _seq(Text(f"<parameter={name}>\n"), value, Text(f"\n{XML_CLOSE}\n"))
+        parts.append(part if required else Repeat(part, 0, 1))
+    return _seq(*parts)
+
+
+def raw_text_tree(schema: dict) -> regex_tree.Node:
+    """The tree of `RawText(schema)`."""
+    values = schema.get("enum", [schema["const"]] if "const" in schema else None)
+    if values is not None:
+        texts = [v for v in values if isinstance(v, str)]
+        if not texts:
+            return regex_tree.Alt(())
+        return regex_tree.Alt(tuple(regex_tree.literal_bytes(v.encode()) for v in texts))
+    low, high = schema.get("minLength", 0), schema.get("maxLength")
+    return regex_tree.Automaton(_raw_text_dfa(low, high))
+
+
+@functools.lru_cache(maxsize=DEFAULT_MAX_GRAMMARS)
+def _raw_text_dfa(low: int, high: int | None) -> Dfa:
+    text = thought_dfa(XML_CLOSE)
+    if low == 0 and high is None:
+        return text
+    lengths = automata.regex_to_dfa(r"(.|\n){" + f"{low},{'' if high is None else high}" + "}")
+    return intersection(lengths, text)
 
 
 def _any_call(request: ToolRequest, fmt: TurnFormat = HERMES, specials: Mapping[str, int] = {}):

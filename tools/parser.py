@@ -16,6 +16,7 @@ adjacent fragments are joined.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from corral.tools.events import Arguments, CallStart, Content, Reasoning, ToolEvent
@@ -56,6 +57,10 @@ class CallSyntax:
         closer: the text that closes a block ("" for none).
         thinking: `(open, close)` of a leading thinking block, or None.
         starts_in_thought: the prompt opened the thinking block (its text comes first).
+        xml_strings: for XML parameters (Qwen3-Coder: `<parameter=P>\nVALUE\n</parameter>\n`
+            after the header, up to `</function>`), function name -> the names of its
+            parameters whose VALUE is raw text (a JSON string in the arguments); any other
+            VALUE is JSON text. None: the arguments are one JSON object.
     """
 
     opener: str
@@ -65,6 +70,7 @@ class CallSyntax:
     closer: str = ""
     thinking: tuple[str, str] | None = None
     starts_in_thought: bool = False
+    xml_strings: Mapping[str, frozenset] | None = None
 
 
 HERMES_SYNTAX = CallSyntax(
@@ -73,6 +79,8 @@ HERMES_SYNTAX = CallSyntax(
 
 THOUGHT_START, THOUGHT = "THOUGHT_START", "THOUGHT"
 TEXT, HEADER, ARGUMENTS, CLOSE, NEXT = "TEXT", "HEADER", "ARGUMENTS", "CLOSE", "NEXT"
+XML = "XML"
+PARAMETER, VALUE_END, END_FUNCTION = "<parameter=", "\n</parameter>", "</function>"
 
 _SPACES = " \t\n\r"
 _WHITESPACE = frozenset(_SPACES)
@@ -151,6 +159,8 @@ class ToolParser:
             self._read_close(ch)
         elif self.state == NEXT:
             self._read_next(ch)
+        elif self.state == XML:
+            self._read_xml(ch)
         elif self.state == THOUGHT_START:
             self._read_thought_start(ch)
         else:
@@ -183,8 +193,7 @@ class ToolParser:
             self.holding = True
             self._after_thought = True
             return
-        keep = next(k for k in range(len(closer) - 1, -1, -1) if self.held.endswith(closer[:k]))
-        body = self.held[: len(self.held) - keep]
+        body = self.held[: len(self.held) - _closer_start(self.held, closer)]
         text = body.rstrip(_SPACES)
         self._reasoning(text)
         self.held = self.held[len(text) :]
@@ -222,9 +231,66 @@ class ToolParser:
             if any(step is NAME for step in self.steps):
                 name = json.loads('"' + name + '"')
             self._events.append(CallStart(index, f"call_{self.request_id}_{index}", name))
+            self._arguments("{")
+            if self.syntax.xml_strings is not None:
+                self._enter(XML)
+                self.xml = _XmlState(self.syntax.xml_strings.get(name, frozenset()))
+                return
             self._enter(ARGUMENTS)
             self.depth = 1
-            self._arguments("{")
+
+    def _read_xml(self, ch: str) -> None:
+        """XML parameters: between parameters, whitespace then `<parameter=NAME>` (and one
+        newline) or `</function>`; inside a value, its text up to `\n</parameter>`, written
+        as a JSON string for a raw-text parameter (held back while it may begin the closer),
+        else as the JSON text itself (written when it ends). Other text between parameters is
+        dropped (a malformed call: the grammar never writes it)."""
+        x = self.xml
+        if x.value is None:  # between parameters
+            self.held += ch
+            text = self.held.lstrip(_SPACES)
+            if x.name is not None:  # reading `NAME>` after `<parameter=`
+                if ch == ">":
+                    x.name = "".join(x.name_chars)
+                    x.value, x.newline, x.sent = "", True, 0
+                    opening = "," if x.count else ""
+                    x.count += 1
+                    self._arguments(opening + json.dumps(x.name, ensure_ascii=False) + ":")
+                    if x.name in x.strings:
+                        self._arguments('"')
+                    self.held = ""
+                else:
+                    x.name_chars.append(ch)
+                return
+            if text == PARAMETER:
+                x.name, x.name_chars, self.held = "", [], ""
+            elif text == END_FUNCTION:
+                self._arguments("}")
+                self._enter(CLOSE)
+                self.steps = self.syntax.trailer
+                if not self.steps:
+                    self._after_close()
+            elif not (PARAMETER.startswith(text) or END_FUNCTION.startswith(text)):
+                self.held = ""
+            return
+        if x.newline:  # the newline after `<parameter=NAME>`
+            x.newline = False
+            if ch == "\n":
+                return
+        x.value += ch
+        if x.value.endswith(VALUE_END):
+            text = x.value[: -len(VALUE_END)]
+            if x.name in x.strings:
+                self._arguments(_json_body(text[x.sent :]) + '"')
+            else:
+                self._arguments(text.strip(_SPACES))
+            x.name = x.value = None
+            return
+        if x.name in x.strings:
+            upto = len(x.value) - _closer_start(x.value, VALUE_END)
+            if upto > x.sent:
+                self._arguments(_json_body(x.value[x.sent : upto]))
+                x.sent = upto
 
     def _read_arguments(self, ch: str) -> None:
         self._arguments(ch)
@@ -390,6 +456,29 @@ class ToolParser:
                 merged.append(event)
         self._events = []
         return merged
+
+
+class _XmlState:
+    """One XML call's reading state (`ToolParser._read_xml`)."""
+
+    def __init__(self, strings: frozenset):
+        self.strings = strings  # the parameters whose values are raw text
+        self.name: str | None = None  # the parameter being read ("" while its name is)
+        self.name_chars: list[str] = []
+        self.value: str | None = None  # the value read so far, None between parameters
+        self.sent = 0  # characters of a raw value already written out
+        self.newline = False  # a newline right after `<parameter=NAME>` is markup
+        self.count = 0  # parameters written
+
+
+def _closer_start(text: str, closer: str) -> int:
+    """The length of the longest end of `text` that begins `closer` (shorter than it)."""
+    return next(k for k in range(len(closer) - 1, -1, -1) if text.endswith(closer[:k]))
+
+
+def _json_body(text: str) -> str:
+    """`text` as the inside of a JSON string (json.dumps's escapes, non-ASCII kept)."""
+    return json.dumps(text, ensure_ascii=False)[1:-1]
 
 
 def _is_json_string(raw: str) -> bool:

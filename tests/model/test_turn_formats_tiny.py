@@ -27,6 +27,7 @@ TEMPLATES = {  # the family's markers, as its real template holds them
     "hermes": BODY.replace(TOOLS, ""),  # takes no tools: corral describes them
     "qwen3": BODY + "{# <tool_call> <think> #}{% if add_generation_prompt and enable_thinking"
     " is defined and not enable_thinking %}{{ '<think>\\n\\n</think>\\n\\n' }}{% endif %}",
+    "qwen3-coder": BODY + "{# <tool_call> <function=name> #}",
     "llama3": BODY + '{# <|start_header_id|> {"name": "parameters"} #}',
     "mistral-nemo": BODY + "{# [TOOL_CALLS] #}",
     "mistral-small": BODY + "{# [TOOL_CALLS] [ARGS] #}",

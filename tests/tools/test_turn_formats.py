@@ -15,7 +15,7 @@ import jsonschema
 import numpy as np
 import pytest
 from corral.automata.special import special_symbol
-from corral.tools import parse_tool_request
+from corral.tools import ToolError, parse_tool_request
 from corral.tools.events import collect_turn
 from corral.tools.formats import (
     DEEPSEEK_R1,
@@ -25,6 +25,7 @@ from corral.tools.formats import (
     MISTRAL_NEMO,
     MISTRAL_SMALL,
     QWEN3,
+    QWEN3_CODER,
     detect_format,
     format_named,
 )
@@ -46,7 +47,7 @@ DETECTED = {
     "Mistral-Small-3.2-24B-Instruct-2506.jinja": "mistral-small",
     "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja": "deepseek-r1",
     "google-gemma-2-2b-it.jinja": "hermes",  # takes no tools: corral describes them itself
-    "Qwen3-Coder.jinja": None,  # XML parameters: not written yet, refused
+    "Qwen3-Coder.jinja": "qwen3-coder",
     "openai-gpt-oss-120b.jinja": None,  # Harmony: not written yet, refused
 }
 
@@ -67,6 +68,7 @@ MARKERS = [  # the strings llama.cpp's handlers look for, in templates made of t
     ("{{ tools }}[TOOL_CALLS]{{ name }}[ARGS]", "mistral-small"),
     ("<think>{{ tools }}<｜tool▁calls▁begin｜>", "deepseek-r1"),
     ("{{ messages }}", "hermes"),
+    ("{{ tools }}<tool_call><function=", "qwen3-coder"),
     ("{% for tool in tools %}<|channel|>{% endfor %}", None),
     ("{% for tool in tools %}{{ tool }}{% endfor %}", None),
 ]
@@ -148,14 +150,64 @@ EXPECTATIONS = [  # (format, thinking, output, reasoning, content, calls)
         None,
         [*CALL, ("special_function_with_opt", {"arg1": 1, "arg2": 2})],
     ),
+    (QWEN3_CODER, False, ASSIST, None, ASSIST, []),
+    (
+        QWEN3_CODER,
+        False,
+        "<tool_call>\n<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n"
+        "</function>\n</tool_call>",
+        None,
+        None,
+        CALL,
+    ),
+    (
+        QWEN3_CODER,
+        False,
+        "<tool_call>\n<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n"
+        "</function>\n</tool_call>\n<tool_call>\n<function=special_function_with_opt>\n"
+        "<parameter=arg1>\n1\n</parameter>\n<parameter=arg2>\n2\n</parameter>\n"
+        "</function>\n</tool_call>",
+        None,
+        None,
+        [*CALL, ("special_function_with_opt", {"arg1": 1, "arg2": 2})],
+    ),
+    (
+        QWEN3_CODER,
+        False,
+        "<tool_call>\n<function=python>\n<parameter=code>\n"
+        'def hello():\n    print("Hello, world!")\n\nhello()\n'
+        "</parameter>\n</function>\n</tool_call>",
+        None,
+        None,
+        [("python", {"code": 'def hello():\n    print("Hello, world!")\n\nhello()'})],
+    ),
     (LLAMA3, False, ASSIST, None, ASSIST, []),
     (LLAMA3, False, '{"name": "special_function", "parameters": {"arg1": 1}}', None, None, CALL),
 ]
 
 
-def parsed(fmt, thinking: bool, text: str, cuts) -> tuple:
+INTEGER = {"type": "integer"}
+LLAMA_CPP_TOOLS = parse_tool_request(  # test-chat.cpp's tools
+    {
+        "messages": [{"role": "user", "content": "Go."}],
+        "tools": [
+            {
+                "type": "function",
+                "function": {"name": name, "parameters": {"type": "object", "properties": p}},
+            }
+            for name, p in [
+                ("special_function", {"arg1": INTEGER}),
+                ("special_function_with_opt", {"arg1": INTEGER, "arg2": INTEGER}),
+                ("python", {"code": {"type": "string"}}),
+            ]
+        ],
+    }
+).tools
+
+
+def parsed(fmt, thinking: bool, text: str, cuts, tools=LLAMA_CPP_TOOLS) -> tuple:
     """`(reasoning, content, calls)` of `text` pushed in the pieces between `cuts`."""
-    parser = ToolParser("r", fmt.parser_syntax(thinking))
+    parser = ToolParser("r", fmt.parser_syntax(thinking, tools))
     events = []
     for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True):
         events += parser.push(text[a:b])
@@ -228,6 +280,12 @@ FAMILIES = [f for f in FORMATS.values()]
 def test_every_text_the_grammar_accepts_parses_to_valid_calls(fmt, schemas, seed):
     tools = [tool(f"f_{k}", s) for k, s in enumerate(schemas)]
     rng, np_rng = random.Random(seed), np.random.default_rng(seed)
+    if fmt.xml_parameters and any("e" in s["properties"] for s in schemas):
+        body = {"messages": [{"role": "user", "content": "Go."}], "tools": tools}
+        with pytest.raises(ToolError) as caught:  # a parameter of strings and numbers
+            grammar(parse_tool_request(body | {"tool_choice": "required"}), fmt)
+        assert caught.value.status == 422 and caught.value.param.endswith("properties.e")
+        return
     specials = {t: i for t, i in SPECIAL_IDS.items() if t in fmt.specials}
     choices = [("required", True), ("required", False)]
     choices += [({"type": "function", "function": {"name": "f_0"}}, True)]
@@ -245,7 +303,7 @@ def test_every_text_the_grammar_accepts_parses_to_valid_calls(fmt, schemas, seed
                 else:
                     text_seen = text
                 cuts = sorted(rng.sample(range(len(text) + 1), min(4, len(text) + 1)))
-                reasoning, content, calls = parsed(fmt, thinking, text, cuts)
+                reasoning, content, calls = parsed(fmt, thinking, text, cuts, request.tools)
                 assert content is None, text
                 assert 1 <= len(calls) <= most, text
                 for c in calls:

@@ -14,19 +14,21 @@ from corral.tools.formats.hermes import HERMES
 from corral.tools.formats.llama3 import LLAMA3
 from corral.tools.formats.mistral import MISTRAL_NEMO, MISTRAL_SMALL
 from corral.tools.formats.qwen3 import QWEN3
+from corral.tools.formats.qwen3_coder import QWEN3_CODER
 
 FORMATS: dict[str, TurnFormat] = {
-    f.name: f for f in (HERMES, QWEN3, LLAMA3, MISTRAL_NEMO, MISTRAL_SMALL, DEEPSEEK_R1)
+    f.name: f
+    for f in (HERMES, QWEN3, QWEN3_CODER, LLAMA3, MISTRAL_NEMO, MISTRAL_SMALL, DEEPSEEK_R1)
 }
 """Every format by its name."""
 
-DETECTION_ORDER = (MISTRAL_SMALL, MISTRAL_NEMO, DEEPSEEK_R1, QWEN3, HERMES, LLAMA3)
+DETECTION_ORDER = (MISTRAL_SMALL, MISTRAL_NEMO, DEEPSEEK_R1, QWEN3_CODER, QWEN3, HERMES, LLAMA3)
 """Most specific first: a template holding Small 3.2's `[ARGS]` also holds Nemo's
-`[TOOL_CALLS]`, Qwen3's `<think>` comes with Hermes' `<tool_call>`."""
+`[TOOL_CALLS]`, Qwen3's `<think>` and Qwen3-Coder's `<function=` come with Hermes'
+`<tool_call>`."""
 
 UNSUPPORTED = {
     "<|channel|>": "gpt-oss (Harmony channels)",
-    "<function=": "Qwen3-Coder (XML parameters)",
 }
 """Marker strings of families whose formats corral does not write yet: such a template is
 refused rather than read as a format it merely resembles."""
@@ -86,6 +88,7 @@ __all__ = [
     "MISTRAL_NEMO",
     "MISTRAL_SMALL",
     "QWEN3",
+    "QWEN3_CODER",
     "Thinking",
     "TurnFormat",
     "detect_format",

@@ -57,6 +57,7 @@ class TurnFormat:
             the family was trained); False: corral describes the tools in a system message in
             the Hermes style (the template need not take tools).
         max_calls: the most calls in one answer.
+        xml_parameters: the arguments are XML parameters (Qwen3-Coder), not a JSON object.
     """
 
     name: str
@@ -73,6 +74,7 @@ class TurnFormat:
     markers: tuple[tuple[str, ...], ...] = ()
     renders_tools: bool = True
     max_calls: int = 4
+    xml_parameters: bool = False
 
     def call_prefix(self, name: str) -> str:
         """CALL's text before the arguments, for the function `name`."""
@@ -80,10 +82,16 @@ class TurnFormat:
 
         return self.name_template.format(name=json.dumps(name, ensure_ascii=False), bare=name)
 
-    def parser_syntax(self, thinking: bool) -> CallSyntax:
+    def parser_syntax(self, thinking: bool, tools=()) -> CallSyntax:
         """The parser's syntax for an answer with thinking on or off (off: the template wrote
-        the empty block in the prompt, so the answer holds none)."""
+        the empty block in the prompt, so the answer holds none), for the request's `tools`
+        (`Tool`s: XML parameters need to know which values are raw text)."""
+        syntax = self.syntax
+        if self.xml_parameters:
+            from corral.tools.formats.qwen3_coder import string_parameters
+
+            syntax = replace(syntax, xml_strings=string_parameters(tools))
         if self.thinking is None or not thinking:
-            return self.syntax
+            return syntax
         t = self.thinking
-        return replace(self.syntax, thinking=(t.open, t.close), starts_in_thought=t.prompt_opens)
+        return replace(syntax, thinking=(t.open, t.close), starts_in_thought=t.prompt_opens)
