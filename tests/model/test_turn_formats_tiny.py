@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 from corral.model import load_model
 from corral.model.generate import generate
-from corral.tools import parse_tool_request
+from corral.tools import ToolError, parse_tool_request
 from corral.tools.completions import Completions
 from corral.tools.formats import FORMATS
 
@@ -106,3 +106,38 @@ def test_a_tiny_model_makes_a_valid_call_in_each_format(tiny, tmp_path, name):
     for text in fmt.specials:  # written as the special token, never as text
         assert model.vocabulary.tokens[engine.specials[text]] is not None
         assert engine.specials[text] in results[0].token_ids
+
+
+def weather_request(**fields):
+    tools = [{"type": "function", "function": {"name": "weather", "parameters": PARAMETERS}}]
+    body = {"messages": [{"role": "user", "content": "Weather?"}], "tools": tools}
+    return parse_tool_request(body | {"tool_choice": "required", **fields})
+
+
+@pytest.mark.parametrize("name", ["qwen3", "deepseek-r1"])
+def test_thinking_off_is_the_empty_block_the_template_writes(tiny, tmp_path, name):
+    model = tiny_family_model(tiny, tmp_path / name, TEMPLATES[name])
+    engine = Completions(model, "tiny")
+    request = weather_request(reasoning_effort="none", max_completion_tokens=300, seed=1)
+    (choice,) = engine.requests(request)
+    prompt = model.tokenizer.decode(choice.prompt_ids)
+    assert prompt.endswith("<think>\n\n</think>\n\n" if name == "qwen3" else "<think>\n</think>")
+    assert '"weather"' in prompt  # the template was given the tools
+    answer = engine.completion(request, generate(model, [choice], batch_size=1))
+    message = answer["choices"][0]["message"]
+    assert "reasoning_content" not in message and message["tool_calls"]
+
+
+def test_tools_sent_to_a_template_no_format_fits_are_refused_naming_it(tiny, tmp_path):
+    template = BODY + "{# a family corral does not know #}"
+    model = tiny_family_model(tiny, tmp_path / "unknown", template)
+    engine = Completions(model, "tiny-unknown")
+    assert engine.tool_format is None
+    with pytest.raises(ToolError) as caught:
+        engine.requests(weather_request())
+    assert caught.value.status == 422 and "tiny-unknown" in caught.value.message
+    assert "--tool-format" in caught.value.message
+    no_tools = parse_tool_request({"messages": [{"role": "user", "content": "Hi"}]})
+    assert engine.requests(no_tools)  # without tools, nothing to refuse
+    forced = Completions(model, "tiny-unknown", tool_format="llama3")  # the override
+    assert forced.tool_format is FORMATS["llama3"] and forced.requests(weather_request())

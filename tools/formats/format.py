@@ -4,6 +4,7 @@ and the marker strings that detect it in a chat template."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from corral.tools.parser import CallSyntax
@@ -57,7 +58,8 @@ class TurnFormat:
             the family was trained); False: corral describes the tools in a system message in
             the Hermes style (the template need not take tools).
         max_calls: the most calls in one answer.
-        xml_parameters: the arguments are XML parameters (Qwen3-Coder), not a JSON object.
+        xml_parameters: the arguments are XML parameters (Qwen3-Coder), not a JSON object;
+            then `string_parameters(tools)` gives each function's raw-text parameters.
     """
 
     name: str
@@ -75,6 +77,7 @@ class TurnFormat:
     renders_tools: bool = True
     max_calls: int = 4
     xml_parameters: bool = False
+    string_parameters: Callable | None = None
 
     def call_prefix(self, name: str) -> str:
         """CALL's text before the arguments, for the function `name`."""
@@ -88,9 +91,7 @@ class TurnFormat:
         (`Tool`s: XML parameters need to know which values are raw text)."""
         syntax = self.syntax
         if self.xml_parameters:
-            from corral.tools.formats.qwen3_coder import string_parameters
-
-            syntax = replace(syntax, xml_strings=string_parameters(tools))
+            syntax = replace(syntax, xml_strings=self.string_parameters(tools))
         if self.thinking is None or not thinking:
             return syntax
         t = self.thinking

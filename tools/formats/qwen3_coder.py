@@ -19,19 +19,6 @@ STRING_KEYS = frozenset(
 """The keywords of a string parameter whose raw text the grammar constrains exactly."""
 CLOSE = "</parameter>"
 
-QWEN3_CODER = TurnFormat(
-    name="qwen3-coder",
-    family="Qwen3-Coder (XML parameters)",
-    opener="<tool_call>\n",
-    name_template="<function={bare}>\n",
-    call_suffix="</function>\n",
-    closer="</tool_call>",
-    block_separator="\n",
-    syntax=CallSyntax("<tool_call>", ("<function=", BARE_NAME, ">"), ("</tool_call>",)),
-    markers=(("<tool_call>", "<function="),),
-    xml_parameters=True,
-)
-
 
 def xml_parameters(schema: dict, param: str) -> list[tuple[str, dict, bool, bool]]:
     """The parameters of a tool's `parameters` schema as XML writes them, in schema order:
@@ -92,3 +79,18 @@ def _refused(param: str, why: str) -> ToolError:
         "unsupported_parameter",
         f"'{param}' cannot be written as Qwen3-Coder's XML parameters: {why}.",
     )
+
+
+QWEN3_CODER = TurnFormat(
+    name="qwen3-coder",
+    family="Qwen3-Coder (XML parameters)",
+    opener="<tool_call>\n",
+    name_template="<function={bare}>\n",
+    call_suffix="</function>\n",
+    closer="</tool_call>",
+    block_separator="\n",
+    syntax=CallSyntax("<tool_call>", ("<function=", BARE_NAME, ">"), ("</tool_call>",)),
+    markers=(("<tool_call>", "<function="),),
+    xml_parameters=True,
+    string_parameters=string_parameters,
+)
