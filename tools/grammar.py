@@ -384,7 +384,7 @@ def grammar(
     """
     fmt, marks = turn_format, dict(specials or {})
     tools = request.tools
-    thought = _thought(fmt, thinking)
+    thought = _thought(fmt, thinking, marks)
     if request.calls_allowed and request.tool_choice == "function":
         i = [t.name for t in tools].index(request.function_name)
         call = _block(fmt, marks, _call(request, i, fmt, marks), 1)
@@ -409,8 +409,12 @@ def grammar(
             calls = _alt([content, _seq(*opener, rest)])
             return _grammar(_seq(thought, calls), None, "tools")
         if opener and isinstance(opener[0], Special):  # no trigger: text never writes a symbol
-            free = Regex(r"(.|\n)*", "tools")
-            return _grammar(_seq(free, Repeat(_seq(*opener, rest), 0, 1)), None, calls_param)
+            free, block = Regex(r"(.|\n)*", "tools"), _seq(*opener, rest)
+            if fmt.content_prefix:  # the answer's text has its own header (Harmony)
+                calls = _alt([_seq(*_marked(fmt.content_prefix, marks), free), block])
+            else:
+                calls = _seq(free, Repeat(block, 0, 1))
+            return _grammar(_seq(thought, calls), None, calls_param)
         return _grammar(rest, fmt.opener, calls_param)
     if content is None:
         return None
@@ -446,13 +450,14 @@ def _block(fmt: TurnFormat, specials: Mapping[str, int], call, most: int) -> Seq
     return _seq(block, Repeat(_seq(*_marked(fmt.block_separator, specials), block), 0, most - 1))
 
 
-def _thought(fmt: TurnFormat, thinking: bool) -> Seq:
-    """The format's thinking block when thinking is on (`grammar`), else nothing."""
+def _thought(fmt: TurnFormat, thinking: bool, specials: Mapping[str, int]) -> Seq:
+    """The format's thinking block when thinking is on (`grammar`), else nothing. Its text
+    excludes the closer's text too (the parser reads special tokens by their text)."""
     t = fmt.thinking
     if t is None or not thinking:
         return Seq(())
-    opening = [] if t.prompt_opens else [Text(t.open)]
-    block = _seq(*opening, Thought(t.close), Text(t.close + t.after))
+    opening = [] if t.prompt_opens else _marked(t.open, specials)
+    block = _seq(*opening, Thought(t.close), *_marked(t.close + t.after, specials))
     return Repeat(block, 0, 1) if t.optional else block
 
 

@@ -61,6 +61,8 @@ class CallSyntax:
             after the header, up to `</function>`), function name -> the names of its
             parameters whose VALUE is raw text (a JSON string in the arguments); any other
             VALUE is JSON text. None: the arguments are one JSON object.
+        dropped: markup removed wherever it stands outside calls and thoughts (Harmony's
+            channel headers around content).
     """
 
     opener: str
@@ -71,6 +73,7 @@ class CallSyntax:
     thinking: tuple[str, str] | None = None
     starts_in_thought: bool = False
     xml_strings: Mapping[str, frozenset] | None = None
+    dropped: tuple[str, ...] = ()
 
 
 HERMES_SYNTAX = CallSyntax(
@@ -215,8 +218,12 @@ class ToolParser:
             self.held = opener
             self.steps = self.syntax.header
             return
-        cut = 0  # keep the longest suffix that may still begin the opener
-        while not opener.startswith(self.held[cut:]):
+        if self.held in self.syntax.dropped:
+            self.held = ""
+            return
+        markups = (opener, *self.syntax.dropped)
+        cut = 0  # keep the longest suffix that may still begin the opener or dropped markup
+        while not any(m.startswith(self.held[cut:]) for m in markups):
             cut += 1
         if cut:
             self._content(self.held[:cut])

@@ -20,6 +20,7 @@ from corral.tools.events import collect_turn
 from corral.tools.formats import (
     DEEPSEEK_R1,
     FORMATS,
+    HARMONY,
     HERMES,
     LLAMA3,
     MISTRAL_NEMO,
@@ -48,7 +49,7 @@ DETECTED = {
     "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja": "deepseek-r1",
     "google-gemma-2-2b-it.jinja": "hermes",  # takes no tools: corral describes them itself
     "Qwen3-Coder.jinja": "qwen3-coder",
-    "openai-gpt-oss-120b.jinja": None,  # Harmony: not written yet, refused
+    "openai-gpt-oss-120b.jinja": "harmony",
 }
 
 
@@ -69,7 +70,7 @@ MARKERS = [  # the strings llama.cpp's handlers look for, in templates made of t
     ("<think>{{ tools }}<｜tool▁calls▁begin｜>", "deepseek-r1"),
     ("{{ messages }}", "hermes"),
     ("{{ tools }}<tool_call><function=", "qwen3-coder"),
-    ("{% for tool in tools %}<|channel|>{% endfor %}", None),
+    ("{% for tool in tools %}<|channel|>{% endfor %}", "harmony"),
     ("{% for tool in tools %}{{ tool }}{% endfor %}", None),
 ]
 
@@ -181,6 +182,27 @@ EXPECTATIONS = [  # (format, thinking, output, reasoning, content, calls)
         None,
         [("python", {"code": 'def hello():\n    print("Hello, world!")\n\nhello()'})],
     ),
+    (HARMONY, True, "<|channel|>final<|message|>" + ASSIST, None, ASSIST, []),
+    (HARMONY, True, "<|channel|>commentary<|message|>" + ASSIST, None, ASSIST, []),
+    (
+        HARMONY,
+        True,
+        "<|channel|>analysis<|message|>I'm\nthinking<|end|><|start|>assistant"
+        "<|channel|>final<|message|>" + ASSIST,
+        "I'm\nthinking",
+        ASSIST,
+        [],
+    ),
+    (
+        HARMONY,
+        True,
+        "<|channel|>analysis<|message|>I'm\nthinking<|end|><|start|>assistant"
+        "<|channel|>commentary to=functions.special_function <|constrain|>json"
+        '<|message|>{"arg1": 1}',
+        "I'm\nthinking",
+        None,
+        CALL,
+    ),
     (LLAMA3, False, ASSIST, None, ASSIST, []),
     (LLAMA3, False, '{"name": "special_function", "parameters": {"arg1": 1}}', None, None, CALL),
 ]
@@ -228,7 +250,15 @@ def test_llama_cpps_expectations_hold_under_every_split(case):
 
 # --- grammar and parser agree, per family ---------------------------------------------------
 
-SPECIAL_IDS = {"[TOOL_CALLS]": 5, "[ARGS]": 6}  # as in Mistral's vocabularies: special tokens
+SPECIAL_IDS = {  # special tokens in the families' vocabularies
+    "[TOOL_CALLS]": 5,
+    "[ARGS]": 6,
+    "<|channel|>": 7,
+    "<|message|>": 8,
+    "<|end|>": 9,
+    "<|start|>": 10,
+    "<|constrain|>": 11,
+}
 SAMPLES = 6
 
 
@@ -331,7 +361,7 @@ def test_a_special_opener_is_its_symbol_and_auto_needs_no_trigger(fmt):
     symbol = special_symbol(SPECIAL_IDS["[TOOL_CALLS]"])
     assert dfa.matches(b"Hi there.")
     assert not dfa.matches(b"Hi " + symbol + b" there.")  # the symbol opens calls only
-    assert not dfa.matches(b"Hi " + special_symbol(7) + b" there.")  # no other symbol
+    assert not dfa.matches(b"Hi " + special_symbol(99) + b" there.")  # no other symbol
     opener = symbol + (b"[" if fmt is MISTRAL_NEMO else b"")
     body = b'{"name": "f", "arguments": {"a":1}}]' if fmt is MISTRAL_NEMO else b"f"
     if fmt is MISTRAL_SMALL:

@@ -10,6 +10,7 @@ from corral.model.errors import ChatTemplateError
 from corral.tools.errors import ToolError, invalid
 from corral.tools.formats.deepseek_r1 import DEEPSEEK_R1
 from corral.tools.formats.format import Thinking, TurnFormat
+from corral.tools.formats.harmony import HARMONY
 from corral.tools.formats.hermes import HERMES
 from corral.tools.formats.llama3 import LLAMA3
 from corral.tools.formats.mistral import MISTRAL_NEMO, MISTRAL_SMALL
@@ -18,20 +19,23 @@ from corral.tools.formats.qwen3_coder import QWEN3_CODER
 
 FORMATS: dict[str, TurnFormat] = {
     f.name: f
-    for f in (HERMES, QWEN3, QWEN3_CODER, LLAMA3, MISTRAL_NEMO, MISTRAL_SMALL, DEEPSEEK_R1)
+    for f in (HERMES, QWEN3, QWEN3_CODER, LLAMA3, MISTRAL_NEMO, MISTRAL_SMALL, DEEPSEEK_R1, HARMONY)
 }
 """Every format by its name."""
 
-DETECTION_ORDER = (MISTRAL_SMALL, MISTRAL_NEMO, DEEPSEEK_R1, QWEN3_CODER, QWEN3, HERMES, LLAMA3)
+DETECTION_ORDER = (
+    HARMONY,
+    MISTRAL_SMALL,
+    MISTRAL_NEMO,
+    DEEPSEEK_R1,
+    QWEN3_CODER,
+    QWEN3,
+    HERMES,
+    LLAMA3,
+)
 """Most specific first: a template holding Small 3.2's `[ARGS]` also holds Nemo's
 `[TOOL_CALLS]`, Qwen3's `<think>` and Qwen3-Coder's `<function=` come with Hermes'
 `<tool_call>`."""
-
-UNSUPPORTED = {
-    "<|channel|>": "gpt-oss (Harmony channels)",
-}
-"""Marker strings of families whose formats corral does not write yet: such a template is
-refused rather than read as a format it merely resembles."""
 
 
 def format_named(name: str, param: str = "tool_format") -> TurnFormat:
@@ -48,12 +52,10 @@ def detect_format(template: str | None, takes_tools: bool | None = None) -> Turn
     `DETECTION_ORDER` all of one of whose marker groups the template holds. A template that
     takes no tools (SmolLM2's, Gemma 2's; None: no template) gets `HERMES`, corral's own
     description of the tools in the system turn. None when the template takes tools but no
-    format fits it (or it is a family of `UNSUPPORTED`). `takes_tools`: whether it reads the
+    format fits it. `takes_tools`: whether it reads the
     `tools` variable (default: `corral.model.chat.takes_tools`)."""
     if template is None:
         return HERMES
-    if any(marker in template for marker in UNSUPPORTED):
-        return None
     for candidate in DETECTION_ORDER:
         if any(all(m in template for m in group) for group in candidate.markers):
             return candidate
@@ -66,10 +68,8 @@ def detect_format(template: str | None, takes_tools: bool | None = None) -> Turn
 
 
 def no_format_error(template_name: str, template: str | None) -> ToolError:
-    """The 422 for tools sent to a model whose template no format fits, naming the template
-    (and the family when it is a known one corral does not write yet)."""
-    family = next((f for m, f in UNSUPPORTED.items() if template and m in template), None)
-    why = f"it is {family}, which corral does not write yet" if family else "no format fits it"
+    """The 422 for tools sent to a model whose template no format fits, naming the template."""
+    why = "no format fits it" if template else "it has none"
     known = ", ".join(FORMATS)
     return ToolError(
         422,
@@ -82,6 +82,7 @@ def no_format_error(template_name: str, template: str | None) -> ToolError:
 
 __all__ = [
     "DEEPSEEK_R1",
+    "HARMONY",
     "FORMATS",
     "HERMES",
     "LLAMA3",

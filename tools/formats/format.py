@@ -58,6 +58,8 @@ class TurnFormat:
             the family was trained); False: corral describes the tools in a system message in
             the Hermes style (the template need not take tools).
         max_calls: the most calls in one answer.
+        content_prefix: the markup before an answer's text (Harmony's final channel header),
+            written by the grammar under `auto` when the opener is a special token.
         xml_parameters: the arguments are XML parameters (Qwen3-Coder), not a JSON object;
             then `string_parameters(tools)` gives each function's raw-text parameters.
     """
@@ -76,6 +78,7 @@ class TurnFormat:
     markers: tuple[tuple[str, ...], ...] = ()
     renders_tools: bool = True
     max_calls: int = 4
+    content_prefix: str = ""
     xml_parameters: bool = False
     string_parameters: Callable | None = None
 
