@@ -75,15 +75,16 @@ class Completions:
         self.prompt_bound = PromptBound.of(model)
 
     def _specials(self, model) -> dict[str, int]:
-        """text -> id of the format's texts that are one special token of the model."""
+        """text -> id of the format's texts that are one special token of the model (not EOS,
+        which ends the answer instead)."""
         found: dict[str, int] = {}
         token_id = getattr(getattr(model, "tokenizer", None), "token_id", None)
         if self.tool_format is None or token_id is None:
             return found
-        tokens = model.vocabulary.tokens
+        tokens, eos = model.vocabulary.tokens, set(model.vocabulary.eos_ids)
         for text in self.tool_format.specials:
             i = token_id(text)
-            if i is not None and 0 <= i < len(tokens) and tokens[i] is None:
+            if i is not None and 0 <= i < len(tokens) and tokens[i] is None and i not in eos:
                 found[text] = i
         return found
 

@@ -15,6 +15,8 @@ import jsonschema
 import numpy as np
 import pytest
 from corral.automata.special import special_symbol
+from corral.kernels import Vocabulary
+from corral.model.generate import GenerationResult
 from corral.tools import ToolError, parse_tool_request
 from corral.tools.events import collect_turn
 from corral.tools.formats import (
@@ -32,6 +34,7 @@ from corral.tools.formats import (
 )
 from corral.tools.grammar import compile_dfa, grammar
 from corral.tools.parser import ToolParser
+from corral.tools.serving import ChoiceStream
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -367,3 +370,42 @@ def test_a_special_opener_is_its_symbol_and_auto_needs_no_trigger(fmt):
     if fmt is MISTRAL_SMALL:
         body += special_symbol(SPECIAL_IDS["[ARGS]"]) + b'{"a":1}'
     assert dfa.matches(b"Hi " + opener + body)
+
+
+# --- a stream of symbols ----------------------------------------------------------------------
+
+THOUGHT_CALL = (  # Harmony, its markup as symbols of the ids above, a thought, one call
+    special_symbol(7)
+    + b"analysis"
+    + special_symbol(8)
+    + "I'm thinking é".encode()
+    + special_symbol(9)
+    + special_symbol(10)
+    + b"assistant"
+    + special_symbol(7)
+    + b"commentary to=functions.special_function "
+    + special_symbol(11)
+    + b"json"
+    + special_symbol(8)
+    + b'{"arg1": 1}'
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(cuts=st.lists(st.integers(0, len(THOUGHT_CALL)), max_size=6).map(sorted))
+def test_a_stream_cut_inside_symbols_gives_the_answers_events(cuts):
+    """`ChoiceStream` holds a symbol cut short until whole and reads it as its token's text:
+    wherever the steps cut the bytes, the deltas fold to the unstreamed answer."""
+    vocabulary = Vocabulary([b"a"] + [None] * 11, eos_ids=[0]).with_special_symbols(
+        {i: text for text, i in SPECIAL_IDS.items()}
+    )
+    syntax = HARMONY.parser_syntax(True)
+    result = GenerationResult(THOUGHT_CALL, (), (), "stop", 1, 1)
+    stream = ChoiceStream("r", (), syntax, vocabulary)
+    events = []
+    for a, b in zip([0, *cuts], [*cuts, len(THOUGHT_CALL)], strict=True):
+        events += stream.feed(THOUGHT_CALL[a:b])
+    events += stream.finish(result)
+    reasoning, content, calls = collect_turn(events)
+    assert (reasoning, content) == ("I'm thinking é", None)
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == CALL
