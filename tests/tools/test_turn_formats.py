@@ -409,3 +409,14 @@ def test_a_stream_cut_inside_symbols_gives_the_answers_events(cuts):
     reasoning, content, calls = collect_turn(events)
     assert (reasoning, content) == ("I'm thinking é", None)
     assert [(c.name, json.loads(c.arguments)) for c in calls] == CALL
+
+
+@pytest.mark.parametrize("command", ["generate", "serve"])
+def test_an_unknown_tool_format_on_the_command_line_is_refused_by_name(command, capsys):
+    from corral.tools.cli import main
+
+    with pytest.raises(SystemExit) as caught:  # argparse's refusal, exit status 2
+        main([command, "--tool-format", "chatml-xyz"])
+    assert caught.value.code == 2
+    error = capsys.readouterr().err
+    assert "--tool-format" in error and "qwen3-coder" in error  # the known names listed
