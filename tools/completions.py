@@ -116,7 +116,7 @@ class Completions:
         if request.calls_allowed and self.tool_format is None:
             raise no_format_error(self.model_name, getattr(self.model, "chat_template", None))
         thinking = self.thinking(request)
-        text = render_request(self.model, request, self.tool_format, thinking)
+        text = render_request(self.model, request, turn_format=self.tool_format, thinking=thinking)
         context = self.model.context_length
         self.prompt_bound.check(text, context)  # from the length, before it is tokenized
         prompt = self.model.tokenizer.encode(text)

@@ -132,9 +132,10 @@ def render_prompt(template, messages, tools=(), add_generation_prompt: bool = Tr
 def render_request(
     template,
     request: ToolRequest,
+    add_generation_prompt: bool = True,
+    *,
     turn_format=None,
     thinking: bool = False,
-    add_generation_prompt: bool = True,
     **extra,
 ) -> str:
     """The prompt for a parsed request (its messages were checked by `parse_tool_request`): its
