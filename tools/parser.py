@@ -116,6 +116,9 @@ class ToolParser:
         self.escaped = False  # HEADER name / ARGUMENTS string: after a backslash
         self.in_string = False  # ARGUMENTS: inside a JSON string
         self.depth = 0  # ARGUMENTS: open braces and brackets
+        self._thought_started = False  # THOUGHT: a character past the leading whitespace
+        self._after_thought = False  # TEXT: right after a thought (whitespace is no content)
+        self.xml: _XmlState | None = None  # XML: the call's parameters being read
         self.finished = False
         self._events: list[ToolEvent] = []
 
@@ -200,9 +203,6 @@ class ToolParser:
         text = body.rstrip(_SPACES)
         self._reasoning(text)
         self.held = self.held[len(text) :]
-
-    _thought_started = False
-    _after_thought = False
 
     def _read_text(self, ch: str) -> None:
         opener = self.syntax.opener
