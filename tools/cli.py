@@ -459,7 +459,8 @@ def _generate_batch(
                                     not args.quiet, args.model, args.ray or None)  # fmt: skip
         else:
             summary = run_batch(
-                Completions(model, served_name(args.model)), lines, out, skip, args.batch_size,
+                Completions(model, served_name(args.model), tool_format=args.tool_format),
+                lines, out, skip, args.batch_size,
                 max_tokens, not args.quiet,
                 prefix_cache=not args.no_prefix_cache, json_object_depth=args.json_object_depth,
                 allowed_mass=args.allowed_mass or None,
@@ -550,6 +551,18 @@ def _serve_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _tool_format_argument(command) -> None:
+    """`--tool-format NAME`: the turn format of tool calls and thoughts, instead of the one
+    detected from the model's chat template (docs/tools.md, "Turn formats")."""
+    from corral.tools.formats import FORMATS
+
+    command.add_argument(
+        "--tool-format",
+        choices=list(FORMATS),
+        help="the tool-call format (default: detected from the chat template)",
+    )
+
+
 def _serve(args: argparse.Namespace) -> int:
     """`corral serve`: the OpenAI-compatible HTTP server (`corral.tools.server`)."""
     from corral.tools.server import ServerConfig, serve
@@ -566,6 +579,7 @@ def _serve(args: argparse.Namespace) -> int:
         model_name=served_name(args.model),
         cors_origins=tuple(args.cors_origin),
         data_dir=args.data_dir,
+        tool_format=args.tool_format,
     )
     try:
         serve(args.model, args.host, args.port, config)
@@ -688,6 +702,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="ADDRESS",
         help="run the file on Ray actors (corral[ray]): a local Ray, or the cluster at ADDRESS",
     )
+    _tool_format_argument(generate)
     generate.add_argument("--schema", help="quick form: a JSON Schema file")
     generate.add_argument("--regex", help="quick form: a regex")
     generate.add_argument("--grammar", help="quick form: a GBNF or Lark grammar file")
@@ -735,6 +750,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument(
         "--max-waiting", type=int, default=64, help="queued requests before a 429 (64)"
     )
+    _tool_format_argument(serve)
     serve.add_argument("--api-key", help="require Authorization: Bearer KEY on /v1/*")
     serve.add_argument(
         "--cors-origin",

@@ -12,7 +12,9 @@ from corral.kernels import Constraint, SamplingParams
 from corral.model.errors import ContextLengthError
 from corral.model.generate import GenerationRequest, GenerationResult
 from corral.tools.errors import refused
+from corral.tools.formats import HERMES, TurnFormat, detect_format, format_named, no_format_error
 from corral.tools.grammar import DEFAULT_MAX_GRAMMARS, GrammarCompiler, grammar
+from corral.tools.parser import CallSyntax
 from corral.tools.prompt_bound import PromptBound
 from corral.tools.render import render_request
 from corral.tools.request import ToolRequest
@@ -41,6 +43,13 @@ class Completions:
         model_name: the served model's name: answers carry it, and a request naming another
             model is refused (`corral.tools.request.check_model`; `served_name`).
         max_grammars: how many token indexes the compiler keeps (`DEFAULT_MAX_GRAMMARS`).
+        tool_format: the turn format's name or `TurnFormat` (`corral.tools.formats`); None:
+            detected from the model's chat template (`detect_format`). When no format fits,
+            a request that sends tools is refused (422 naming the template).
+
+    The format's special tokens that the model's tokenizer has (`[TOOL_CALLS]`) are given
+    their symbols in `model.vocabulary` (`Vocabulary.with_special_symbols`), so that its
+    grammars can require them and generators made after this one write them.
     """
 
     def __init__(
@@ -48,12 +57,50 @@ class Completions:
         model,
         model_name: str = DEFAULT_MODEL_NAME,
         max_grammars: int = DEFAULT_MAX_GRAMMARS,
+        tool_format: str | TurnFormat | None = None,
     ):
         self.model = model
         self.model_name = model_name
+        template = getattr(model, "chat_template", None)
+        if isinstance(tool_format, str):
+            tool_format = format_named(tool_format)
+        self.tool_format = tool_format if tool_format is not None else detect_format(template)
+        self.specials = self._specials(model)
+        if self.specials:
+            model.vocabulary = model.vocabulary.with_special_symbols(
+                {i: text for text, i in self.specials.items()}
+            )
         self.vocabulary = model.vocabulary
         self.compiler = GrammarCompiler(self.vocabulary, max_grammars)
         self.prompt_bound = PromptBound.of(model)
+
+    def _specials(self, model) -> dict[str, int]:
+        """text -> id of the format's texts that are one special token of the model (not EOS,
+        which ends the answer instead)."""
+        found: dict[str, int] = {}
+        token_id = getattr(getattr(model, "tokenizer", None), "token_id", None)
+        if self.tool_format is None or token_id is None:
+            return found
+        tokens, eos = model.vocabulary.tokens, set(model.vocabulary.eos_ids)
+        for text in self.tool_format.specials:
+            i = token_id(text)
+            if i is not None and 0 <= i < len(tokens) and tokens[i] is None and i not in eos:
+                found[text] = i
+        return found
+
+    def thinking(self, request: ToolRequest) -> bool:
+        """Whether the answer opens with the format's thinking block: the format thinks and the
+        request does not turn it off (`reasoning_effort: "none"`)."""
+        fmt = self.tool_format
+        return fmt is not None and fmt.thinking is not None and request.reasoning_effort != "none"
+
+    def syntax(self, request: ToolRequest) -> CallSyntax | None:
+        """The parser's syntax for the request's answers (None: no calls and no thinking, all
+        text is content)."""
+        fmt = self.tool_format
+        if fmt is None or not (request.calls_allowed or self.thinking(request)):
+            return None
+        return fmt.parser_syntax(self.thinking(request), request.tools)
 
     def requests(
         self, request: ToolRequest, default_max_tokens: int | None = None
@@ -66,14 +113,17 @@ class Completions:
         `messages`) for a prompt that fills the model's context, found before any grammar is
         built (from its length, then from its tokens): the tools' schemas are in the prompt, so
         a grammar of tools is built only for schemas that fit in the context."""
-        text = render_request(self.model, request)
+        if request.calls_allowed and self.tool_format is None:
+            raise no_format_error(self.model_name, getattr(self.model, "chat_template", None))
+        thinking = self.thinking(request)
+        text = render_request(self.model, request, turn_format=self.tool_format, thinking=thinking)
         context = self.model.context_length
         self.prompt_bound.check(text, context)  # from the length, before it is tokenized
         prompt = self.model.tokenizer.encode(text)
         if len(prompt) >= context:
             raise refused(ContextLengthError(context, len(prompt), None))
         constraint, trigger = None, None
-        found = grammar(request)
+        found = grammar(request, self.tool_format or HERMES, self.specials, thinking)
         if found is not None:
             constraint = Constraint(self.compiler.index(found))
             trigger = found.trigger
@@ -108,5 +158,10 @@ class Completions:
         """The `chat.completion` body answering `request` with its choices' `results`, in
         order (`corral.tools.shapes.completion_json`, under a new request id)."""
         return completion_json(
-            request, results, uuid.uuid4().hex[:12], self.model_name, self.vocabulary
+            request,
+            results,
+            uuid.uuid4().hex[:12],
+            self.model_name,
+            self.vocabulary,
+            self.syntax(request),
         )

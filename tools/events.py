@@ -15,6 +15,14 @@ class Content:
 
 
 @dataclass(frozen=True)
+class Reasoning:
+    """Text of the answer's thinking block (its markup removed): the message's and the deltas'
+    `reasoning_content`, never `content`."""
+
+    text: str
+
+
+@dataclass(frozen=True)
 class CallStart:
     """Call `index` (0-based, in order of appearance) to function `name` begins; `id` is
     `call_<request id>_<index>`."""
@@ -32,7 +40,7 @@ class Arguments:
     fragment: str
 
 
-ToolEvent = Content | CallStart | Arguments
+ToolEvent = Content | Reasoning | CallStart | Arguments
 
 
 @dataclass(frozen=True)
@@ -45,17 +53,27 @@ class ToolCall:
 
 
 def collect(events) -> tuple[str | None, list[ToolCall]]:
-    """Fold a stream of events into `(content, calls)`.
+    """Fold a stream of events into `(content, calls)` (`collect_turn` without the reasoning).
 
     `content` is the concatenated text, or None when there is none (so it is never "" beside
     tool calls). Raises ValueError for arguments of a call that never started.
     """
+    return collect_turn(events)[1:]
+
+
+def collect_turn(events) -> tuple[str | None, str | None, list[ToolCall]]:
+    """Fold a stream of events into `(reasoning, content, calls)`: the `Reasoning` texts joined
+    (None when there are none), then as `collect`. Raises ValueError for arguments of a call
+    that never started, TypeError for what is not a `ToolEvent`."""
+    thought: list[str] = []
     text: list[str] = []
     starts: list[CallStart] = []
     arguments: list[list[str]] = []
     for event in events:
         if isinstance(event, Content):
             text.append(event.text)
+        elif isinstance(event, Reasoning):
+            thought.append(event.text)
         elif isinstance(event, CallStart):
             if event.index != len(starts):
                 raise ValueError(f"call {event.index} starts out of order")
@@ -69,4 +87,4 @@ def collect(events) -> tuple[str | None, list[ToolCall]]:
             raise TypeError(f"not a ToolEvent: {event!r}")
     calls = [ToolCall(s.id, s.name, "".join(a)) for s, a in zip(starts, arguments, strict=True)]
     content = "".join(text)
-    return (content or None), calls
+    return ("".join(thought) or None), (content or None), calls

@@ -1,11 +1,12 @@
 """The grammar of an answer per tool_choice and response_format, and the one place where grammars
 are compiled (docs/design.md sections 4 and 5; its decisions: docs/tools.md, "Grammars").
 
-`grammar(request)` writes a `Grammar` as a small expression (`Text`, `Schema`, `Arguments`,
-`JsonObject`, `Regex`, `Seq`, `Alt`, `Repeat`), from which come its regex tree, its cache key
-(the expression as compact JSON) and, on demand, its regex text. A call is
-`<tool_call>{"name":"NAME","arguments":ARGS}</tool_call>`, ARGS the JSON objects of the tool's
-`parameters`; ARGS and the call's closing `}` are a `Piece`, compiled alone, cached, and stitched
+`grammar(request)` writes a `Grammar` as a small expression (`Text`, `Special`, `Thought`,
+`Schema`, `Arguments`, `JsonObject`, `Regex`, `Seq`, `Alt`, `Repeat`), from which come its
+regex tree, its cache key (the expression as compact JSON) and, on demand, its regex text. A
+call is written in the request's turn format (`corral.tools.formats`; Hermes' by default,
+`<tool_call>{"name":"NAME","arguments":ARGS}</tool_call>`), ARGS the JSON objects of the tool's
+`parameters`; ARGS and the call's suffix are a `Piece`, compiled alone, cached, and stitched
 into the grammar's DFA (docs/tools.md, "Many tools: stitched grammars"). `compile_dfa` builds a
 grammar's DFA; `GrammarCompiler` keeps the token indexes of the most recently used grammars in
 one bounded cache, shared by every request.
@@ -17,6 +18,7 @@ import functools
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -30,14 +32,18 @@ from corral.automata.grammar_tree import unroll
 from corral.automata.grammars import compile_grammar_text
 from corral.automata.lark import parse_lark
 from corral.automata.limits import DEFAULT_SCHEMA_LIMITS
+from corral.automata.product import difference, intersection
 from corral.automata.schema.compiler import Unrolling, unrolled_tree
 from corral.automata.schema.values import check_document
 from corral.automata.shallower import STATE_LIMIT_ERRORS, StateLimit, retry_shallower
+from corral.automata.special import special_token
 from corral.automata.stitch import hole_tree, stitch
 from corral.automata.tree_ops import ALL_BYTES, is_empty, starting_with
 from corral.kernels import TokenIndex, Vocabulary
 from corral.tools.errors import ToolError, invalid, unsupported
-from corral.tools.parser import CLOSER, OPENER, SEPARATOR
+from corral.tools.formats import HERMES, TurnFormat
+from corral.tools.formats.qwen3_coder import CLOSE as XML_CLOSE
+from corral.tools.formats.qwen3_coder import xml_parameters
 from corral.tools.request import ToolRequest
 
 MAX_PARALLEL_CALLS = 4
@@ -59,6 +65,31 @@ class Text:
     """Literal text."""
 
     text: str
+
+
+@dataclass(frozen=True)
+class Special:
+    """The special token `id` (whose text is `text`), by its symbol (docs/special-tokens.md)."""
+
+    text: str
+    id: int
+
+
+@dataclass(frozen=True)
+class Thought:
+    """The text of a thinking block: any UTF-8 text that does not contain `close`."""
+
+    close: str
+
+
+@dataclass(frozen=True, eq=False)
+class RawText:
+    """A string parameter's raw text (Qwen3-Coder's XML values): one of its `enum`/`const`
+    strings, else any text of `minLength`..`maxLength` characters without `</parameter>`;
+    `param` names its schema, for errors."""
+
+    schema: dict
+    param: str
 
 
 @dataclass(frozen=True, eq=False)
@@ -183,6 +214,12 @@ def _tree(e, schema_limits=None, unrollings: list | None = None) -> regex_tree.N
     schema or regex that the subset refuses."""
     if isinstance(e, Text):
         return regex_tree.literal_bytes(e.text.encode("utf-8"))
+    if isinstance(e, Special):
+        return special_token(e.id)
+    if isinstance(e, Thought):
+        return regex_tree.Automaton(thought_dfa(e.close))
+    if isinstance(e, RawText):
+        return raw_text_tree(e.schema)
     if isinstance(e, (Schema, Regex)):
         try:
             if isinstance(e, Schema):
@@ -232,6 +269,12 @@ def _key(e):
     object with one tag (`schema`, `json_object`, `regex`, `alt`, `repeat`)."""
     if isinstance(e, Text):
         return e.text
+    if isinstance(e, Special):
+        return {"special": e.id}
+    if isinstance(e, Thought):
+        return {"thought": e.close}
+    if isinstance(e, RawText):
+        return {"raw_text": e.schema}
     if isinstance(e, Schema):
         return {"schema": e.schema}
     if isinstance(e, Arguments):
@@ -273,6 +316,12 @@ def _pattern(e) -> str:
         raise ValueError(f"'{e.param}' is a {e.syntax} grammar: it has no regex text")
     if isinstance(e, Piece):
         return _pattern(e.part)
+    if isinstance(e, Special):
+        raise ValueError(f"the special token {e.text!r} has no regex text")
+    if isinstance(e, Thought):
+        return "(?:(?!" + automata.escape(e.close) + r")(?:.|\n))*"
+    if isinstance(e, RawText):
+        raise ValueError(f"'{e.param}' is raw text: it has no regex text here")
     if isinstance(e, Seq):
         return "".join(_pattern(p) for p in e.parts)
     if isinstance(e, Alt):
@@ -343,37 +392,114 @@ def _grammar(expression, trigger: str | None, param: str) -> Grammar:
     return Grammar(trigger, tree, key, param, expression, recursive, tuple(unrollings))
 
 
-def grammar(request: ToolRequest) -> Grammar | None:
+def grammar(
+    request: ToolRequest,
+    turn_format: TurnFormat = HERMES,
+    specials: Mapping[str, int] | None = None,
+    thinking: bool = False,
+) -> Grammar | None:
     """The grammar for a validated request (see the module docstring's table); None when the
     answer is free text.
+
+    Args:
+        request: the validated request.
+        turn_format: how the model writes calls and thoughts (`corral.tools.formats`).
+        specials: text -> id of the format's texts that are special tokens of the model (each
+            written as its symbol); None or missing: written as text.
+        thinking: the answer opens with the format's thinking block (its text any text without
+            the closer) before the constrained part, under `required`, a named function and
+            `auto` with a response format; under `auto` alone the thought is free text before
+            the trigger.
 
     Raises ToolError 422 `unsupported_parameter` naming the field of a schema the subset refuses
     (`tools[1].function.parameters`, `response_format.json_schema.schema`), or of a tool's
     parameters that admit no JSON object.
     """
+    fmt, marks = turn_format, dict(specials or {})
     tools = request.tools
+    thought = _thought(fmt, thinking, marks)
     if request.calls_allowed and request.tool_choice == "function":
         i = [t.name for t in tools].index(request.function_name)
-        call = _seq(Text(OPENER), _call(request, i), Text(CLOSER))
+        call = _block(fmt, marks, _call(request, i, fmt, marks), 1)
         kind = "custom.format" if tools[i].custom is not None else "function.parameters"
-        return _grammar(call, None, f"tools[{i}].{kind}")
+        return _grammar(_seq(thought, call), None, f"tools[{i}].{kind}")
     calls_param = "tools"
     if len(tools) == 1:
         calls_param = "tools[0]." + ("custom.format" if tools[0].custom else "function.parameters")
+    most = min(MAX_PARALLEL_CALLS, fmt.max_calls) if request.parallel_tool_calls else 1
     if request.calls_allowed and request.tool_choice == "required":
-        call = _seq(Text(OPENER), _any_call(request), Text(CLOSER))
-        if request.parallel_tool_calls:
-            call = _seq(call, Repeat(_seq(Text(SEPARATOR), call), 0, MAX_PARALLEL_CALLS - 1))
-        return _grammar(call, None, calls_param)
+        call = _block(fmt, marks, _any_call(request, fmt, marks), most)
+        return _grammar(_seq(thought, call), None, calls_param)
     content, content_param = _content(request)
-    if request.calls_allowed:  # auto
-        rest = _seq(_any_call(request), Text(CLOSER))
-        if content is None:
-            return _grammar(rest, OPENER, calls_param)
-        return _grammar(_alt([content, _seq(Text(OPENER), rest)]), None, "tools")
+    if request.calls_allowed:  # auto: one block after its opener (today's Hermes: one call)
+        any_call = _any_call(request, fmt, marks)
+        opener = _marked(fmt.opener, marks)
+        rest = _seq(any_call, *_marked(fmt.closer, marks))
+        if fmt.separator is not None:
+            more = Repeat(_seq(*_marked(fmt.separator, marks), any_call), 0, most - 1)
+            rest = _seq(any_call, more, *_marked(fmt.closer, marks))
+        if content is not None:
+            calls = _alt([content, _seq(*opener, rest)])
+            return _grammar(_seq(thought, calls), None, "tools")
+        if opener and isinstance(opener[0], Special):  # no trigger: text never writes a symbol
+            free, block = Regex(r"(.|\n)*", "tools"), _seq(*opener, rest)
+            if fmt.content_prefix:  # the answer's text has its own header (Harmony)
+                calls = _alt([_seq(*_marked(fmt.content_prefix, marks), free), block])
+            else:
+                calls = _seq(free, Repeat(block, 0, 1))
+            return _grammar(_seq(thought, calls), None, calls_param)
+        return _grammar(rest, fmt.opener, calls_param)
     if content is None:
         return None
     return _grammar(content, None, content_param)
+
+
+def _marked(text: str, specials: Mapping[str, int]) -> list:
+    """`text` as `Text` parts and a `Special` for each occurrence of a text of `specials`."""
+    parts: list = []
+    while text:
+        found = [(text.find(s), s) for s in specials if s in text]
+        if not found:
+            parts.append(Text(text))
+            break
+        at, special = min(found)
+        if at:
+            parts.append(Text(text[:at]))
+        parts.append(Special(special, specials[special]))
+        text = text[at + len(special) :]
+    return parts
+
+
+def _block(fmt: TurnFormat, specials: Mapping[str, int], call, most: int) -> Seq:
+    """One to `most` calls (`call`, the expression of any one call) as the format writes them:
+    in one block between its opener and closer, or in blocks of one call each."""
+    opener, closer = _marked(fmt.opener, specials), _marked(fmt.closer, specials)
+    if fmt.separator is not None:
+        more = Repeat(_seq(*_marked(fmt.separator, specials), call), 0, most - 1)
+        return _seq(*opener, call, more, *closer)
+    block = _seq(*opener, call, *closer)
+    if most == 1:
+        return block
+    return _seq(block, Repeat(_seq(*_marked(fmt.block_separator, specials), block), 0, most - 1))
+
+
+def _thought(fmt: TurnFormat, thinking: bool, specials: Mapping[str, int]) -> Seq:
+    """The format's thinking block when thinking is on (`grammar`), else nothing. Its text
+    excludes the closer's text too (the parser reads special tokens by their text)."""
+    t = fmt.thinking
+    if t is None or not thinking:
+        return Seq(())
+    opening = [] if t.prompt_opens else _marked(t.open, specials)
+    block = _seq(*opening, Thought(t.close), *_marked(t.close + t.after, specials))
+    return Repeat(block, 0, 1) if t.optional else block
+
+
+@functools.cache
+def thought_dfa(close: str) -> Dfa:
+    """The DFA of the UTF-8 texts that do not contain `close` (a thought before its closer)."""
+    text = automata.regex_to_dfa(r"(.|\n)*")
+    containing = automata.regex_to_dfa(r"(.|\n)*" + automata.escape(close) + r"(.|\n)*")
+    return difference(text, containing)
 
 
 def schema_grammar(schema: dict, param: str = "schema") -> Grammar:
@@ -400,23 +526,69 @@ def text_grammar(text: str, syntax: str, param: str = "grammar") -> Grammar:
     return _grammar(Cfg(text, syntax, param), None, param)
 
 
-def _call(request: ToolRequest, i: int) -> Seq:
-    """`{"name":"NAME","arguments":ARGS}` for the request's tool i."""
+def _call(
+    request: ToolRequest, i: int, fmt: TurnFormat = HERMES, specials: Mapping[str, int] = {}
+) -> Seq:
+    """The per-tool call: the format's prefix for the request's tool i (Hermes':
+    `{"name":"NAME","arguments":`), its arguments, the format's suffix (`}`)."""
     tool = request.tools[i]
-    name = json.dumps(tool.name, ensure_ascii=False)
+    prefix = _marked(fmt.call_prefix(tool.name), specials)
+    suffix = _marked(fmt.call_suffix, specials)
+    if fmt.xml_parameters:
+        piece = _seq(_xml_arguments(tool, i), *suffix)
+        return _seq(*prefix, Piece(piece, f"tools[{i}].function.parameters"))
     if tool.custom is not None:
         syntax, definition = tool.custom
         where = f"tools[{i}].custom.format" + (".grammar.definition" if definition else "")
-        start = '{"name":' + name + ',"arguments":{"input":'
-        piece = Piece(_seq(CustomInput(syntax, definition, where), Text("}}")), where)
-        return _seq(Text(start), piece)
+        piece = _seq(Text('{"input":'), CustomInput(syntax, definition, where), Text("}"), *suffix)
+        return _seq(*prefix, Piece(piece, where))
     arguments = Arguments(tool.parameters, f"tools[{i}].function.parameters")
-    piece = Piece(_seq(arguments, Text("}")), arguments.param)
-    return _seq(Text('{"name":' + name + ',"arguments":'), piece)
+    return _seq(*prefix, Piece(_seq(arguments, *suffix), arguments.param))
 
 
-def _any_call(request: ToolRequest):
-    return _alt([_call(request, i) for i in range(len(request.tools))])
+def _xml_arguments(tool, i: int) -> Seq:
+    """A tool's arguments as XML parameters (`corral.tools.formats.qwen3_coder`): each in
+    schema order, optional unless required, its value raw text or JSON. Raises ToolError 422
+    naming the tool's schema (or the parameter) when XML cannot honour it exactly."""
+    param = f"tools[{i}].function.parameters"
+    if tool.custom is not None:
+        where = f"tools[{i}].custom"
+        raise ToolError(
+            422, where, "unsupported_parameter", f"'{where}': XML parameters take no custom tool."
+        )
+    parts = []
+    for name, schema, required, raw in xml_parameters(tool.parameters, param):
+        where = f"{param}.properties.{name}"
+        value = RawText(schema, where) if raw else Schema(schema, where)
+        part = _seq(Text(f"<parameter={name}>\n"), value, Text(f"\n{XML_CLOSE}\n"))
+        parts.append(part if required else Repeat(part, 0, 1))
+    return _seq(*parts)
+
+
+def raw_text_tree(schema: dict) -> regex_tree.Node:
+    """The tree of `RawText(schema)`."""
+    values = schema.get("enum", [schema["const"]] if "const" in schema else None)
+    if values is not None:
+        texts = [v for v in values if isinstance(v, str)]
+        if not texts:
+            return regex_tree.Alt(())
+        return regex_tree.Alt(tuple(regex_tree.literal_bytes(v.encode()) for v in texts))
+    low, high = schema.get("minLength", 0), schema.get("maxLength")
+    return regex_tree.Automaton(_raw_text_dfa(low, high))
+
+
+@functools.lru_cache(maxsize=DEFAULT_MAX_GRAMMARS)
+def _raw_text_dfa(low: int, high: int | None) -> Dfa:
+    text = thought_dfa(XML_CLOSE)
+    if low == 0 and high is None:
+        return text
+    lengths = automata.regex_to_dfa(r"(.|\n){" + f"{low},{'' if high is None else high}" + "}")
+    return intersection(lengths, text)
+
+
+def _any_call(request: ToolRequest, fmt: TurnFormat = HERMES, specials: Mapping[str, int] = {}):
+    """The union of the request's per-tool calls."""
+    return _alt([_call(request, i, fmt, specials) for i in range(len(request.tools))])
 
 
 def _content(request: ToolRequest) -> tuple[object | None, str]:

@@ -130,13 +130,56 @@ def render_prompt(template, messages, tools=(), add_generation_prompt: bool = Tr
 
 
 def render_request(
-    template, request: ToolRequest, add_generation_prompt: bool = True, **extra
+    template,
+    request: ToolRequest,
+    add_generation_prompt: bool = True,
+    *,
+    turn_format=None,
+    thinking: bool = False,
+    **extra,
 ) -> str:
     """The prompt for a parsed request (its messages were checked by `parse_tool_request`): its
     messages, and its tools when calls are allowed (`ToolRequest.calls_allowed`: not under
-    tool_choice `none`). Raises ToolError as `render_prompt` does."""
+    tool_choice `none`).
+
+    With a `turn_format` (`corral.tools.formats.TurnFormat`) whose template renders the tools
+    (`renders_tools`: every format but Hermes), the template is given the tools, the assistant
+    turns' `tool_calls` (arguments as objects) and the `tool` turns as they are
+    (`template_turns`), and, for a format that thinks, `enable_thinking=thinking` (off: the
+    template writes its empty block). Otherwise the tools are described in the system turn
+    (`render_messages`). Raises ToolError as `render_prompt` does."""
     tools = request.tools if request.calls_allowed else ()
-    return _render(template, _turns(request.messages, tools), add_generation_prompt, extra)
+    if turn_format is None or not turn_format.renders_tools:
+        return _render(template, _turns(request.messages, tools), add_generation_prompt, extra)
+    if turn_format.thinking is not None:
+        extra = {**extra, "enable_thinking": thinking}
+    if tools:
+        extra = {**extra, "tools": [_tool_json(tool) for tool in tools]}
+    return _render(template, template_turns(request.messages), add_generation_prompt, extra)
+
+
+def template_turns(messages) -> list[dict]:
+    """Checked OpenAI messages as chat templates that take tools read them (transformers'
+    convention): `developer` turns are system turns, contents are text, an assistant turn's
+    `tool_calls` are `{"id", "type": "function", "function": {"name", "arguments"}}` with the
+    arguments as an object, a `tool` turn keeps its `tool_call_id`."""
+    turns: list[dict] = []
+    for i, message in enumerate(messages):
+        role = message["role"]
+        turn: dict = {"role": "system" if role == "developer" else role}
+        turn["content"] = message_text(message, i)
+        if role == "assistant" and message.get("tool_calls"):
+            ids = [c.get("id") for c in message["tool_calls"]]
+            turn["tool_calls"] = [
+                {"id": ids[j], "type": "function", "function": {"name": n, "arguments": a}}
+                for j, (n, a) in enumerate(
+                    (name, json.loads(arguments)) for name, arguments in message_calls(message, i)
+                )
+            ]
+        if role == "tool":
+            turn["tool_call_id"] = message.get("tool_call_id")
+        turns.append(turn)
+    return turns
 
 
 def _render(template, turns: list[dict], add_generation_prompt: bool, extra: dict) -> PromptText:
@@ -146,7 +189,10 @@ def _render(template, turns: list[dict], add_generation_prompt: bool, extra: dic
     exactly, and the markers' places are the spans."""
     text = _render_text(template, turns, add_generation_prompt, extra)
     nonce = uuid.uuid4().hex
-    marked = [{**turn, "content": f"<corral-{nonce}-{k}>"} for k, turn in enumerate(turns)]
+    marked = [
+        {**turn, "content": f"<corral-{nonce}-{k}>"} if turn["content"] else turn
+        for k, turn in enumerate(turns)
+    ]
     skeleton = _render_text(template, marked, add_generation_prompt, extra)
     pieces, spans, at = [], [], 0
     for piece in re.split(f"<corral-{nonce}-([0-9]+)>", skeleton):

@@ -103,7 +103,9 @@ FIELDS = {
     "audio": Field("refused", (), "corral writes text only"),
     "prediction": Field("refused", (), "corral has no predicted outputs"),
     "web_search_options": Field("refused", (), "corral does not search the web"),
-    "reasoning_effort": Field("refused", (), "the model does not reason"),
+    "reasoning_effort": Field(
+        "refused", ("none",), "thinking budgets are not built yet: 'none' turns thinking off"
+    ),
     "verbosity": Field("refused", (), "corral does not steer verbosity"),
 }
 """Every top-level field of OpenAI's chat completions request, and what corral does with it
@@ -217,6 +219,7 @@ class ToolRequest:
     structured_outputs: StructuredOutputs | None = None
     json_object_depth: int | None = None
     allowed_mass: bool | None = None
+    reasoning_effort: str | None = None  # "none": a thinking format's block is left empty
 
     @property
     def calls_allowed(self) -> bool:
@@ -391,6 +394,7 @@ def parse_tool_request(body: str | bytes | dict, vocabulary_size: int | None = N
         structured_outputs=structured,
         json_object_depth=depth,
         allowed_mass=allowed_mass,
+        reasoning_effort=body.get("reasoning_effort"),
         **sampling,
     )
 

@@ -87,6 +87,8 @@ class ServerConfig:
             may call the server from a browser (CORS); empty: no CORS headers.
         data_dir: the folder of the Batch API's files and batches (None: `default_data_dir()`).
         max_file_bytes: the largest file upload (`POST /v1/files`); past it, 413.
+        tool_format: the turn format's name (`corral.tools.formats`); None: detected from the
+            model's chat template.
     """
 
     batch_size: int = 16
@@ -99,6 +101,7 @@ class ServerConfig:
     prefix_cache: bool = True
     cors_origins: tuple[str, ...] = ()
     data_dir: Path | None = None
+    tool_format: str | None = None
     max_file_bytes: int = 200 * 1024 * 1024
 
 
@@ -386,7 +389,12 @@ class Server:
         generate` writes it), `results` by choice index."""
         ordered = [results[i] for i in range(len(results))]
         return completion_json(
-            request, ordered, uuid.uuid4().hex[:12], self.config.model_name, self.engine.vocabulary
+            request,
+            ordered,
+            uuid.uuid4().hex[:12],
+            self.config.model_name,
+            self.engine.vocabulary,
+            self.engine.syntax(request),
         )
 
     async def _stream(self, request: ToolRequest, job: Job, usage: bool, shutdown: anyio.Event):
@@ -398,11 +406,12 @@ class Server:
         model = self.config.model_name
         n = len(job.choices)
         streams = []
+        syntax = self.engine.syntax(request)
         for i in range(n):
             call_id = None
-            if request.calls_allowed:
+            if syntax is not None:
                 call_id = f"{request_id}_{i}" if request.n > 1 else request_id
-            streams.append(ChoiceStream(call_id, request.stop))
+            streams.append(ChoiceStream(call_id, request.stop, syntax, self.engine.vocabulary))
 
         def chunk(choices: list, **extra) -> dict:
             body = {
@@ -510,7 +519,7 @@ def background_server(model, config: ServerConfig = ServerConfig(), host: str = 
     Raises:
         RuntimeError: uvicorn did not start within 30 s.
     """
-    server = Server(Completions(model, config.model_name), config)
+    server = Server(Completions(model, config.model_name, tool_format=config.tool_format), config)
     port = free_port(host)
     settings = uvicorn.Config(
         server.app(),
@@ -546,7 +555,7 @@ def serve(
     Raises:
         ConstrainError: the model cannot be loaded (`corral.model.load_model`).
     """
-    engine = Completions(load_model(model_path), config.model_name)
+    engine = Completions(load_model(model_path), config.model_name, tool_format=config.tool_format)
     uvicorn.run(
         Server(engine, config).app(),
         host=host,

@@ -28,10 +28,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from corral.automata.special import complete_symbols_length
 from corral.model.generate import GenerationRequest, GenerationResult, Generator
 from corral.model.generation_request import text_decoder
 from corral.tools.events import CallStart, Content, ToolEvent
-from corral.tools.parser import ToolParser
+from corral.tools.parser import HERMES_SYNTAX, ToolParser
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily
 
@@ -368,10 +369,16 @@ class ChoiceStream:
             when the request allows no calls (all text is `Content`).
         stop: the request's stop strings; the last `len(longest) - 1` bytes are held back until
             the choice ends, since the engine cuts a stop string only once it is complete.
+        syntax: the parser's `CallSyntax` (the request's turn format; Hermes' by default).
+        vocabulary: the model's `Vocabulary`, whose special tokens' symbols are read as their
+            texts (a symbol cut short is held back until whole); None: no symbols.
     """
 
-    def __init__(self, call_id: str | None, stop: tuple[str, ...]):
-        self.parser = ToolParser(call_id) if call_id is not None else None
+    def __init__(
+        self, call_id: str | None, stop: tuple[str, ...], syntax=HERMES_SYNTAX, vocabulary=None
+    ):
+        self.parser = ToolParser(call_id, syntax) if call_id is not None else None
+        self.symbols = vocabulary if getattr(vocabulary, "special_texts", None) else None
         self.decoder = text_decoder()
         self.hold = max((len(s.encode("utf-8")) for s in stop), default=1) - 1
         self.pending = bytearray()
@@ -382,11 +389,15 @@ class ChoiceStream:
         """Events for the bytes a step added."""
         self.pending += new_bytes
         cut = len(self.pending) - self.hold
+        if self.symbols is not None:
+            cut = min(cut, complete_symbols_length(bytes(self.pending)))
         if cut <= 0:
             return []
         piece = bytes(self.pending[:cut])
         del self.pending[:cut]
         self.released += len(piece)
+        if self.symbols is not None:
+            piece = self.symbols.text_of_symbols(piece)
         return self._events(self.decoder.decode(piece), last=False)
 
     def finish(self, result: GenerationResult) -> list[ToolEvent]:
@@ -394,6 +405,8 @@ class ChoiceStream:
         cut off: they begin with every byte released so far). The text of all the events is
         `result.text`, whatever bytes are not UTF-8 and wherever the pieces were cut."""
         rest = result.data[self.released :]
+        if self.symbols is not None:
+            rest = self.symbols.text_of_symbols(rest)
         return self._events(self.decoder.decode(rest, final=True), last=True)
 
     def replay(self, result: GenerationResult, token_bytes) -> list[tuple]:

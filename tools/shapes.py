@@ -9,8 +9,17 @@ import json
 import math
 import time
 
-from corral.tools.events import Arguments, CallStart, Content, ToolCall, ToolEvent, collect
-from corral.tools.parser import ToolParser
+from corral.model.generation_request import decode_text
+from corral.tools.events import (
+    Arguments,
+    CallStart,
+    Content,
+    Reasoning,
+    ToolCall,
+    ToolEvent,
+    collect_turn,
+)
+from corral.tools.parser import HERMES_SYNTAX, ToolParser
 
 
 def finish_reason(calls: int | list, engine_reason: str) -> str:
@@ -38,12 +47,18 @@ def call_json(call: ToolCall, custom: frozenset = frozenset()) -> dict:
 
 
 def message_json(
-    content: str | None, calls: list[ToolCall], custom: frozenset = frozenset()
+    content: str | None,
+    calls: list[ToolCall],
+    custom: frozenset = frozenset(),
+    reasoning: str | None = None,
 ) -> dict:
     """The assistant `message` of a chat completion, as a JSON-ready dict. An empty `content`
     becomes null; `tool_calls` is present only when there are calls (`call_json`, the custom
-    tools named in `custom`)."""
+    tools named in `custom`); `reasoning_content` (vLLM's and DeepSeek's field) only when the
+    answer thought."""
     message: dict = {"role": "assistant", "content": content or None}
+    if reasoning:
+        message["reasoning_content"] = reasoning
     if calls:
         message["tool_calls"] = [call_json(call, custom) for call in calls]
     return message
@@ -56,6 +71,8 @@ def delta_json(event: ToolEvent) -> dict:
     {"arguments": "<fragment>"}}]}` for each later piece of its arguments."""
     if isinstance(event, Content):
         return {"content": event.text}
+    if isinstance(event, Reasoning):
+        return {"reasoning_content": event.text}
     if isinstance(event, CallStart):
         return {
             "tool_calls": [
@@ -131,11 +148,15 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def completion_json(request, results, request_id: str, model_name: str, vocabulary) -> dict:
+def completion_json(
+    request, results, request_id: str, model_name: str, vocabulary, syntax=HERMES_SYNTAX
+) -> dict:
     """The `chat.completion` body answering `request` (a `ToolRequest`) with one
     `corral.model.GenerationResult` per choice, in order.
 
-    When calls are allowed, each choice's text goes through the stream parser (call ids
+    When calls are allowed (or `syntax` thinks), each choice's text, its special tokens'
+    symbols written as their texts (`Vocabulary.text_of_symbols`), goes through the stream
+    parser in `syntax` (a `CallSyntax`; None: all text is content; call ids
     `call_<request_id>_<index>`, with `_<choice>` after the request id when n > 1); `logprobs`
     is `logprobs_json` when the request asks for them, else null; `model` is `model_name`, the
     model that wrote the answer (whatever name the request gave); `usage` sums the completion
@@ -149,10 +170,13 @@ def completion_json(request, results, request_id: str, model_name: str, vocabula
     for i, result in enumerate(results):
         prompt_tokens = result.prompt_tokens
         completion_tokens += result.completion_tokens
-        content, calls = result.text, []
-        if request.calls_allowed:
-            parser = ToolParser(f"{request_id}_{i}" if len(results) > 1 else request_id)
-            content, calls = collect(parser.push(result.text) + parser.finish())
+        reasoning, content, calls = None, result.text, []
+        if syntax is not None and (request.calls_allowed or syntax.thinking is not None):
+            parser = ToolParser(f"{request_id}_{i}" if len(results) > 1 else request_id, syntax)
+            text = result.text
+            if getattr(vocabulary, "special_texts", None):
+                text = decode_text(vocabulary.text_of_symbols(result.data))
+            reasoning, content, calls = collect_turn(parser.push(text) + parser.finish())
         logprobs = None
         if request.logprobs:
             top = getattr(result, "top_logprobs", None)
@@ -163,7 +187,7 @@ def completion_json(request, results, request_id: str, model_name: str, vocabula
             )
         choice = {
             "index": i,
-            "message": message_json(content, calls, request.custom_names),
+            "message": message_json(content, calls, request.custom_names, reasoning),
             "logprobs": logprobs,
             "finish_reason": finish_reason(calls, result.finish_reason),
         }
