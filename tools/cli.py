@@ -26,9 +26,9 @@ from corral.automata import (
     GrammarError,
     SchemaLimits,
     compile_grammar_text,
+    compile_schema_dfa,
     json_schema_to_regex,
     regex_to_dfa,
-    schema_to_dfa,
 )
 from corral.kernels import Constraint, SamplingParams, TokenIndex
 from corral.model import ContextLengthError, load_model
@@ -140,10 +140,11 @@ def _compile(args: argparse.Namespace) -> int:
             dfa = grammar.dfa
         elif args.schema is not None:
             schema = read_json(args.schema)
-            dfa = schema_to_dfa(schema)
+            compiled = compile_schema_dfa(schema)  # exact, or narrowed (docs/subsets.md)
+            dfa, bounds = compiled.result, compiled.schema_limits
             # the text may be refused where the tree is not: regex stays None
             with contextlib.suppress(ConstrainError):
-                regex = json_schema_to_regex(schema)
+                regex = json_schema_to_regex(schema, schema_limits=bounds)
         else:
             escaped = next(
                 (i for i, c in enumerate(args.pattern) if "\udc80" <= c <= "\udcff"), None
@@ -176,7 +177,8 @@ def _compile(args: argparse.Namespace) -> int:
         if depth is not None:
             facts |= depth | {"samples": samples}
         elif args.schema is not None:
-            facts |= {"regex": regex, "samples": samples}
+            facts |= {"regex": regex, "samples": samples, "exact": compiled.exact}
+            facts |= {k: getattr(bounds, k) for k in NARROWED_BOUNDS}
         elif samples:
             facts |= {"samples": samples}
         print(json.dumps(facts | {"trans": dfa.trans.tolist(), "accept": dfa.accept.tolist()}))
@@ -192,11 +194,18 @@ def _compile(args: argparse.Namespace) -> int:
         print(
             f"states: {dfa.n_states}  live edges: {dfa.n_live_edges}  accepting: {len(accepting)}"
         )
+        told = ", ".join(f"{k}={getattr(bounds, k)}" for k in NARROWED_BOUNDS)
+        print(f"schema: {'exact' if compiled.exact else 'narrowed'} ({told})")
     else:
         print(f"states: {dfa.n_states}  live edges: {dfa.n_live_edges}  accepting: {accepting}")
     for sample in samples:
         print(sample)
     return 0
+
+
+NARROWED_BOUNDS = ("max_string_length", "max_array_length", "max_recursion")
+"""The `SchemaLimits` a schema's compile may lower to fit the state limits, as `corral compile`
+reports them."""
 
 
 QUICK_FLAGS = {
