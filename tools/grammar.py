@@ -28,7 +28,7 @@ from corral.automata.grammar_tree import unroll
 from corral.automata.grammars import compile_grammar_text
 from corral.automata.lark import parse_lark
 from corral.automata.limits import DEFAULT_SCHEMA_LIMITS
-from corral.automata.schema.compiler import Unrolling, unrolled_tree
+from corral.automata.schema.compiler import Unrolling, narrower_limits, unrolled_tree
 from corral.automata.schema.values import check_document
 from corral.automata.shallower import STATE_LIMIT_ERRORS, StateLimit, retry_shallower
 from corral.automata.tree_ops import ALL_BYTES, is_empty, starting_with
@@ -489,9 +489,10 @@ def compile_dfa(grammar: Grammar) -> Dfa:
     or DFA state limit, a grammar whose schemas unrolled a `$ref` cycle is built again with a
     shallower unrolling (`corral.automata.shallower.retry_shallower`, the loop
     `schema_to_dfa` runs): a schema alone compiles here to the same DFA as there, trying the
-    same depths. Raises ToolError 422 `unsupported_parameter` naming `grammar.param` when
-    every depth passes a limit (with the first error: a skipped unrolling's, else the first
-    build's) or the language is empty."""
+    same depths, then the same narrower string and array bounds
+    (`corral.automata.schema.compiler.narrower_limits`). Raises ToolError 422
+    `unsupported_parameter` naming `grammar.param` when every attempt passes a limit (with the
+    first error: a skipped unrolling's, else the first build's) or the language is empty."""
 
     deepest = DEFAULT_SCHEMA_LIMITS.max_recursion  # the depth `grammar.tree` was built at
 
@@ -510,6 +511,16 @@ def compile_dfa(grammar: Grammar) -> Dfa:
     first = next((u.skipped for u in grammar.unrollings if u.skipped is not None), None)
     try:
         return retry_shallower(attempt, deepest, first, (ConstrainError, ToolError))[0]
+    except STATE_LIMIT_ERRORS as error:  # then the schemas' narrower bounds, as schema_to_dfa
+        longest = [max((u.longest[i] for u in grammar.unrollings), default=0) for i in (0, 1)]
+        for bounds in narrower_limits(DEFAULT_SCHEMA_LIMITS, longest):
+            if any(u.recursive for u in grammar.unrollings):
+                bounds = replace(bounds, max_recursion=1)
+            try:
+                return automata.tree_to_dfa(_tree(grammar.expression, bounds))
+            except (ConstrainError, ToolError):
+                continue  # the first error stands
+        raise unsupported(grammar.param, error) from None
     except ConstrainError as error:
         raise unsupported(grammar.param, error) from None
 

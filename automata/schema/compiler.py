@@ -502,6 +502,7 @@ class Unrolling:
             products): the error `schema_to_dfa` raises when no depth fits.
         schema_limits: the `SchemaLimits` it was compiled with (`max_recursion` included).
         narrowed: True when those are narrower than the ones asked for (`narrower_limits`).
+        longest: the largest `maxLength` and `maxItems` compiled, capped (`narrower_limits`).
     """
 
     tree: Node
@@ -510,6 +511,7 @@ class Unrolling:
     skipped: ConstrainError | None
     schema_limits: SchemaLimits = DEFAULT_SCHEMA_LIMITS
     narrowed: bool = False
+    longest: tuple[int, int] = (0, 0)
 
 
 def unrolled_tree(
@@ -535,6 +537,7 @@ def unrolled_tree(
         got.first,
         got.schema_limits,
         got.schema_limits != schema_limits,
+        got.longest,
     )
 
 
@@ -555,6 +558,7 @@ class SchemaCompile:
         narrowed: True when `schema_limits` is not the one asked for: the language is a subset
             of the one the asked bounds give (strings, arrays or `$ref` cycles cut shorter).
         first: None, or the error of the first attempt that passed a state limit.
+        longest: the largest `maxLength` and `maxItems` compiled, capped (`narrower_limits`).
     """
 
     result: object
@@ -562,6 +566,7 @@ class SchemaCompile:
     schema_limits: SchemaLimits
     narrowed: bool
     first: ConstrainError | None
+    longest: tuple[int, int] = (0, 0)
 
     @property
     def exact(self) -> bool:
@@ -616,7 +621,7 @@ def _compile_schema(schema, limits, schema_limits: SchemaLimits, build) -> Schem
             return got, depth_limits
 
         try:
-            ((result, recursive), used), skipped = retry_shallower(
+            ((result, recursive, longest), used), skipped = retry_shallower(
                 attempt, bounds.max_recursion, first
             )
         except STATE_LIMIT_ERRORS as error:
@@ -624,7 +629,7 @@ def _compile_schema(schema, limits, schema_limits: SchemaLimits, build) -> Schem
                 first = error.with_traceback(None)
                 chain = narrower_limits(schema_limits, failed.longest)
             continue  # (a narrower attempt's own refusal raises `first` too)
-        return SchemaCompile(result, recursive, used, False, skipped)
+        return SchemaCompile(result, recursive, used, False, skipped, tuple(longest))
     raise first
 
 
@@ -655,7 +660,8 @@ def _attempt(
     shallower: bool,
     narrower: bool = False,
 ):
-    """One compile of `compile_schema`: (result, recursive); `StateLimit` on a state limit.
+    """One compile of `compile_schema`: (result, recursive, longest: `Compiler.longest`);
+    `StateLimit` on a state limit.
     With `build` and a retry left (a `shallower` depth for a compile that unrolled a `$ref`
     cycle, or, when `narrower`, a bound of `narrower_limits` that cuts it), a compile whose NFA
     is counted past the limit (`corral.automata.schema.nfa_size.check_nfa_states`) fails at
@@ -668,7 +674,7 @@ def _attempt(
             if build is not None and (narrower or shallower and compiler.recursive):
                 check_nfa_states(form, compiler.trees)
             tree = compiler.trees.build(form)
-            return (tree if build is None else build(tree)), compiler.recursive
+            return (tree if build is None else build(tree)), compiler.recursive, compiler.longest
     except STATE_LIMIT_ERRORS as error:
         longest = tuple(compiler.longest)
         raise StateLimit(error, compiler.recursive, schema_limits.max_recursion, longest) from None

@@ -184,3 +184,19 @@ def test_a_narrowed_step_that_refuses_keeps_the_first_error():
     schema["properties"]["m0"] = {"type": "string", "minLength": 100, "maxLength": 200}
     with pytest.raises(STATE_LIMITS):
         compile_schema_dfa(schema)
+
+
+def test_a_grammar_around_a_schema_narrows_as_the_schema_alone():
+    """The server's path (`corral.tools.grammar.compile_dfa`) narrows the same way: a schema alone
+    compiles there to the DFA `compile_schema_dfa` gives, and a pattern blow-up (no length to
+    narrow) is still refused."""
+    from corral.tools.errors import ToolError
+    from corral.tools.grammar import compile_dfa, schema_grammar
+
+    schema = long_strings(20, 1000)
+    alone = compile_schema_dfa(schema).result
+    served = compile_dfa(schema_grammar(schema))
+    assert np.array_equal(served.trans, alone.trans)
+    assert np.array_equal(served.accept, alone.accept)
+    with pytest.raises(ToolError, match="max_dfa_states"):
+        compile_dfa(schema_grammar({"type": "string", "pattern": "^[ab]*a[ab]{16}$"}))
