@@ -609,7 +609,9 @@ def main(argv: list[str] | None = None) -> int:
         "compile", help="compile a regex or a JSON Schema (--schema FILE) to its canonical DFA"
     )
     compile_.add_argument("pattern", nargs="?", help="a regex (the subset docs/subsets.md lists)")
-    compile_.add_argument("--schema", help="a JSON Schema file: print its regex, DFA, samples")
+    compile_.add_argument(
+        "--schema", help="a JSON Schema file: print its regex, DFA, exact or narrowed, samples"
+    )
     compile_.add_argument(
         "--grammar", help="a GBNF or Lark grammar file: print exact or cut depth, DFA, samples"
     )
