@@ -473,12 +473,15 @@ def compile_schema(
     """`build(tree)` of the schema's regex tree (the tree itself when `build` is None), with the
     unrolling of `$ref` cycles made shallower on a state limit: when the compile or `build`
     raises `TooManyNfaStatesError` or `TooManyDfaStatesError` and the compile unrolled a `$ref`
-    cycle, the schema is compiled again at each depth of `shallower_recursion` in turn. When
-    every depth passes a state limit (or a retry raises another error, such as an empty
-    language), the first error is raised: a blow-up is refused past the documented limits,
-    never answered with a narrower language than the limits document. The extra cost falls only on
-    schemas that passed a limit: at most `max_recursion` more compiles, each smaller than the
-    one before.
+    cycle, the schema is compiled again at each depth of `shallower_recursion` in turn; then,
+    at the last depth, with each narrower string and array bound of `narrower_limits` that cuts
+    a `maxLength` or `maxItems` the schema uses (docs/subsets.md, "Narrowed compiles"). When
+    every attempt passes a state limit (or a retry raises another error, such as an empty
+    language), the first error is raised: a blow-up is refused past the documented limits and
+    the documented narrowings, never answered with a narrower language than they document. The
+    extra cost falls only on schemas that passed a limit: at most `max_recursion` - 1 + 2 more
+    compiles, each smaller than the one before. `compile_schema_facts` also tells which bounds
+    gave the result.
 
     Returns (result, recursive): `recursive` is True when the compile that gave `result`
     unrolled a `$ref` cycle (so a smaller `max_recursion` gives a smaller language).
