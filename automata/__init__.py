@@ -32,6 +32,8 @@ from corral.automata.lazy import LazyDfa, lazy_regex_dfa, lazy_schema_dfa
 from corral.automata.limits import Limits, SchemaLimits
 from corral.automata.parse import escape, parse
 from corral.automata.schema import (
+    SchemaCompile,
+    compile_schema_dfa,
     dumps,
     json_object_regex,
     json_object_tree,
@@ -60,8 +62,10 @@ __all__ = [
     "TooManyDfaStatesError",
     "TooManyNfaStatesError",
     "NonFiniteNumberError",
+    "SchemaCompile",
     "SchemaLimits",
     "SchemaTextError",
+    "compile_schema_dfa",
     "dumps",
     "json_object_regex",
     "json_object_tree",

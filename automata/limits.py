@@ -71,7 +71,9 @@ class SchemaLimits:
         any_value_depth: container nesting of the "any JSON value" language used for `{}`,
             `true` and untyped schemas (default 3; 0 refuses such schemas).
         max_string_length: `maxLength` above it is lowered to it, `minLength` above it refused
-            (default 256 characters).
+            (default 256 characters). When a compile passes a state limit at every
+            `max_recursion` depth, it is lowered with `max_array_length` along
+            `NARROWER_BOUNDS` (a smaller language, still sound; reported as narrowed).
         max_array_length: `maxItems` above it is lowered to it, `minItems` above it refused
             (default 64 items).
         max_properties: most members in one object (default 5,000).
@@ -104,3 +106,10 @@ MAX_STITCHED_STATES = 250_000
 per hole) may have: a table of at most 250 MB (`n_states * 256 * 4` bytes). Each piece alone
 obeys `Limits.max_dfa_states`. Past it: `TooManyDfaStatesError` naming `max_stitched_states`,
 raised before the table is allocated."""
+
+NARROWER_BOUNDS = ((64, 16), (16, 4))
+"""The narrowed compiles' (`max_string_length`, `max_array_length`), tried in order when a
+schema passes `Limits.max_nfa_states`, `max_dfa_states` or `max_subset_work` at every unrolling
+depth (`corral.automata.schema.compiler.narrower_limits`): each counted character costs about 13
+DFA states, so a member whose `maxLength` is lowered from 256 to 64 characters costs about a
+quarter. A step never raises a bound below what it was asked at."""

@@ -2,7 +2,9 @@
 language depends on an unrolling depth: a JSON Schema's `$ref` cycles (`schema.compiler`), a tool
 grammar around schemas (`corral.tools.grammar`), a GBNF or Lark grammar's recursive rules
 (`grammar_tree`). Each depth's language is a subset of the deeper one's, so a shallower retry
-narrows the language and never widens it."""
+narrows the language and never widens it. A schema compile goes on past depth 1 with narrower
+string and array bounds (`corral.automata.schema.compiler.narrower_limits`), one chain of
+ever smaller languages."""
 
 from corral.automata.errors import (
     ConstrainError,
@@ -18,10 +20,14 @@ STATE_LIMIT_ERRORS = (TooManyNfaStatesError, TooManyDfaStatesError, SubsetWorkEr
 class StateLimit(Exception):
     """An attempt of `retry_shallower` passed a state limit (`error`, one of
     `STATE_LIMIT_ERRORS`); `recursive`: its language depended on the unrolling depth (a `$ref`
-    cycle was unrolled); `depth`: the deepest `max_recursion` it used."""
+    cycle was unrolled); `depth`: the deepest `max_recursion` it used; `longest`: None, or a
+    schema compile's largest (`maxLength`, `maxItems`) as compiled, which narrower bounds would
+    cut (`corral.automata.schema.compiler.narrower_limits`)."""
 
-    def __init__(self, error: ConstrainError, recursive: bool, depth: int):
-        self.error, self.recursive, self.depth = error, recursive, depth
+    def __init__(
+        self, error: ConstrainError, recursive: bool, depth: int, longest: tuple | None = None
+    ):
+        self.error, self.recursive, self.depth, self.longest = error, recursive, depth, longest
 
 
 def retry_shallower(attempt, depth: int, first=None, stop=(ConstrainError,)):

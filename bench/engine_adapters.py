@@ -80,12 +80,17 @@ class CorralEngine:
             raise Refused(f"{type(error).__name__}: {error}") from error
 
     def index(self, kind: str, source):
-        """The grammar's `TokenIndex` (raises corral's refusals)."""
-        from corral.automata import regex_to_dfa, schema_to_dfa
+        """The grammar's `TokenIndex` (raises corral's refusals); `self.narrowed` tells whether
+        the schema was compiled with narrowed bounds (docs/subsets.md)."""
+        from corral.automata import compile_schema_dfa, regex_to_dfa
         from corral.kernels import TokenIndex
 
-        dfa = regex_to_dfa(source) if kind == "regex" else schema_to_dfa(source)
-        return TokenIndex(dfa, self.vocabulary)
+        self.narrowed = False
+        if kind == "regex":
+            return TokenIndex(regex_to_dfa(source), self.vocabulary)
+        compiled = compile_schema_dfa(source)
+        self.narrowed = compiled.narrowed
+        return TokenIndex(compiled.result, self.vocabulary)
 
     def forget(self) -> None:
         """Drop every cross-grammar cache that a repeat of the same grammar could hit, then redo

@@ -98,6 +98,7 @@ def tally(records: list[dict]) -> dict:
     accepted (of compiled schemas only), compile seconds of the compiled ones, and caps used."""
     cell = dict.fromkeys(STATUSES, 0) | {
         "schemas": len(records),
+        "narrowed": 0,
         "valid": 0,
         "valid_ok": 0,
         "invalid": 0,
@@ -110,6 +111,7 @@ def tally(records: list[dict]) -> dict:
         if record["status"] != "ok":
             continue
         cell["compile_s"].append(record["compile_s"])
+        cell["narrowed"] += bool(record.get("narrowed"))  # corral's compiles with narrowed bounds
         for valid, accepted in zip(record["valid"], record["accepted"], strict=True):
             kind = "valid" if valid else "invalid"
             cell[kind] += 1

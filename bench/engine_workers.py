@@ -122,7 +122,8 @@ def cover(engine, kind: str, source, instances: list[list[int]]) -> dict:
 
     Returns a dict: status "ok" or "refused" (with `error`), compile_s (wall seconds),
     compile_cpu_s and cpu_s (CPU seconds of the process, every thread: the compile, the whole
-    job), accepted (one bool per instance: every token taken, EOS included).
+    job), accepted (one bool per instance: every token taken, EOS included), narrowed (corral
+    compiled the schema with narrowed bounds, docs/subsets.md).
     """
     from engine_adapters import Refused
 
@@ -142,6 +143,7 @@ def cover(engine, kind: str, source, instances: list[list[int]]) -> dict:
         "compile_cpu_s": compile_cpu_s,
         "cpu_s": time.process_time() - cpu,
         "accepted": accepted,
+        "narrowed": bool(getattr(engine, "narrowed", False)),
     }
 
 

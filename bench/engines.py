@@ -328,6 +328,7 @@ def run_coverage(
                     "cpu_s": got.get("cpu_s"),
                     "valid": [bool(t["valid"]) for t in tests],
                     "accepted": got["accepted"] if ok else [],
+                    "narrowed": ok and got.get("narrowed", False),
                     "error": None if ok else str(got.get("error"))[:300],
                     "version": versions[engine],
                 }

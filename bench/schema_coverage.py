@@ -1,13 +1,17 @@
 """Schema coverage on JSONSchemaBench: every schema in ../shared/data/jsonschemabench/
-through `schema_to_dfa`, per subset compiled / refused, the ten most common refusal reasons, and
-the median and worst compile time (schema -> DFA, seconds of wall time); docs/design.md section 3.
+through `compile_schema_dfa`, per subset compiled (exact, and narrowed: compiled with lower
+string, array or `$ref` bounds to fit the state limits, docs/subsets.md) / refused, the ten most
+common refusal reasons, and the median and worst compile time (schema -> DFA, seconds of wall
+time); docs/design.md section 3. With `--llguidance`, also the schemas llguidance compiles (its
+`LLMatcher.validate_grammar` on the grammar of each schema, aligned as bench/engine_adapters.py
+aligns it: compact JSON, no extra members), the same alarm on each.
 
 One schema cannot hang the run: the regex limits are the library's (`corral.automata.Limits`;
 `--max-nfa-states`, `--max-dfa-states` change them) and a wall-clock alarm (`--timeout`,
 SIGALRM) counts a schema that runs past it as refused with reason "timeout".
 
     .venv/bin/python bench/schema_coverage.py [--data DIR] [--subset NAME ...] [--timeout 10]
-        [--slowest 20]
+        [--slowest 20] [--llguidance]
 
 `--slowest N` ends with the N slowest compiles, by CPU seconds, as `subset id seconds` lines:
 the file `--ids` reads.
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import hashlib
 import json
 import re
@@ -34,7 +39,14 @@ import sys
 import time
 from pathlib import Path
 
-from corral.automata import ConstrainError, LimitError, Limits, SchemaError, schema_to_dfa
+from corral.automata import (
+    ConstrainError,
+    LimitError,
+    Limits,
+    SchemaError,
+    compile_schema_dfa,
+    schema_to_dfa,
+)
 
 DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "jsonschemabench"
 
@@ -62,7 +74,38 @@ def reason_of(error: Exception) -> str:
     return type(error).__name__
 
 
-def run(data: Path, subsets: list[str], limits: Limits, timeout: float, slowest: int = 0) -> int:
+def llguidance_compiles(schema) -> bool:
+    """True when llguidance 1.9.1 takes `schema`, aligned as bench/engine_adapters.py does."""
+    import llguidance
+    from engine_adapters import forbid_extra_members
+
+    options = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
+    try:
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(
+            forbid_extra_members(schema), overrides=options
+        )
+        return not llguidance.LLMatcher.validate_grammar(grammar)
+    except (ValueError, TypeError, RuntimeError):
+        return False
+
+
+def _alarmed(timeout: float, call, *args):
+    """`call(*args)` under a one-shot wall-clock alarm of `timeout` seconds (raises `_Timeout`)."""
+    try:  # the one-shot alarm may fire anywhere inside: the `finally` clears it
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+        return call(*args)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def run(
+    data: Path,
+    subsets: list[str],
+    limits: Limits,
+    timeout: float,
+    slowest: int = 0,
+    llguidance: bool = False,
+) -> int:
     signal.signal(signal.SIGALRM, _on_alarm)
     cpu_times: list[tuple[float, str, str]] = []  # (CPU s, subset, id) of every compiled schema
     files = sorted(data.glob("*.jsonl"))
@@ -73,50 +116,57 @@ def run(data: Path, subsets: list[str], limits: Limits, timeout: float, slowest:
     all_times: list[float] = []
     worst = (0.0, "")
     for path in files:
-        compiled = refused = 0
+        exact = narrowed = refused = theirs = 0
         times: list[float] = []
         for line in path.open(encoding="utf-8"):
             record = json.loads(line)
             start, cpu_start = time.perf_counter(), time.process_time()
-            try:  # the one-shot alarm may fire anywhere inside, the inner finally included
-                try:
-                    signal.setitimer(signal.ITIMER_REAL, timeout)
-                    schema_to_dfa(record["schema"], limits)
-                finally:
-                    signal.setitimer(signal.ITIMER_REAL, 0)
+            try:
+                compiled = _alarmed(timeout, compile_schema_dfa, record["schema"], limits)
                 ok, error = True, None
             except (ConstrainError, _Timeout, RecursionError) as caught:
                 ok, error = False, caught
             elapsed = time.perf_counter() - start
             if ok:
                 cpu_times.append((time.process_time() - cpu_start, path.stem, str(record["id"])))
-                compiled += 1
+                exact += compiled.exact
+                narrowed += compiled.narrowed
                 times.append(elapsed)
                 if elapsed > worst[0]:
                     worst = (elapsed, f"{path.stem}/{record['id']}")
             else:
                 refused += 1
                 all_reasons[reason_of(error)] += 1
+            if llguidance:
+                with contextlib.suppress(_Timeout, RecursionError):
+                    theirs += _alarmed(timeout, llguidance_compiles, record["schema"])
         all_times += times
         median = statistics.median(times) if times else 0.0
-        rows.append((path.stem, compiled, refused, median, max(times, default=0.0)))
+        top = max(times, default=0.0)
+        rows.append((path.stem, exact, narrowed, refused, theirs, median, top))
+        compiled_n = exact + narrowed
         print(
-            f"{path.stem:16} compiled {compiled:5} refused {refused:5} "
-            f"({100 * compiled / max(compiled + refused, 1):5.1f}%)  median {median:.3f}s  "
-            f"worst {max(times, default=0.0):.2f}s",
+            f"{path.stem:16} compiled {compiled_n:5} (exact {exact}, narrowed {narrowed}) "
+            f"refused {refused:5} ({100 * compiled_n / max(compiled_n + refused, 1):5.1f}%)  "
+            + (f"llguidance {theirs:5}  " if llguidance else "")
+            + f"median {median:.3f}s  worst {top:.2f}s",
             flush=True,
         )
-    total_ok = sum(r[1] for r in rows)
-    total = sum(r[1] + r[2] for r in rows)
+    total = [sum(r[i] for r in rows) for i in range(1, 5)]
     print()
-    print("| subset | compiled | refused | compiled % | median s | worst s |")
-    print("|---|---|---|---|---|---|")
-    for name, ok, bad, median, top in rows:
-        share = 100 * ok / max(ok + bad, 1)
-        print(f"| {name} | {ok} | {bad} | {share:.1f} | {median:.3f} | {top:.2f} |")
+    theirs_head = " llguidance |" if llguidance else ""
     print(
-        f"| **all** | {total_ok} | {total - total_ok} | {100 * total_ok / max(total, 1):.1f} | "
-        f"{statistics.median(all_times) if all_times else 0:.3f} | {worst[0]:.2f} ({worst[1]}) |"
+        f"| subset | schemas | compiled | exact | narrowed | refused | compiled % |{theirs_head}"
+        " median s | worst s |"
+    )
+    print("|---" * (9 + llguidance) + "|")
+    for name, ok_exact, ok_narrowed, bad, theirs, median, top in rows:
+        line = _row(name, ok_exact, ok_narrowed, bad, theirs if llguidance else None)
+        print(f"{line} {median:.3f} | {top:.2f} |")
+    line = _row("**all**", *total[:3], total[3] if llguidance else None)
+    print(
+        f"{line} {statistics.median(all_times) if all_times else 0:.3f} | "
+        f"{worst[0]:.2f} ({worst[1]}) |"
     )
     print()
     print("Ten most common refusal reasons:")
@@ -128,6 +178,15 @@ def run(data: Path, subsets: list[str], limits: Limits, timeout: float, slowest:
         for seconds, subset, ident in sorted(cpu_times, reverse=True)[:slowest]:
             print(f"{subset} {ident} {seconds:.2f}")
     return 0
+
+
+def _row(name: str, exact: int, narrowed: int, refused: int, theirs: int | None) -> str:
+    """A table row's counts, up to the median: compiled = exact + narrowed."""
+    ok, total = exact + narrowed, exact + narrowed + refused
+    cells = [name, total, ok, exact, narrowed, refused, f"{100 * ok / max(total, 1):.1f}"]
+    if theirs is not None:
+        cells.append(theirs)
+    return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
 def run_ids(data: Path, ids_file: Path, limits: Limits) -> int:
@@ -169,12 +228,15 @@ def main(argv: list[str] | None = None) -> int:
     defaults = Limits()  # the library's own limits unless told otherwise
     parser.add_argument("--max-nfa-states", type=int, default=defaults.max_nfa_states)
     parser.add_argument("--max-dfa-states", type=int, default=defaults.max_dfa_states)
+    parser.add_argument(
+        "--llguidance", action="store_true", help="also count the schemas llguidance compiles"
+    )
     args = parser.parse_args(argv)
     limits = Limits(max_nfa_states=args.max_nfa_states, max_dfa_states=args.max_dfa_states)
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 50_000))
     if args.ids is not None:
         return run_ids(args.data, args.ids, limits)
-    return run(args.data, args.subset, limits, args.timeout, args.slowest)
+    return run(args.data, args.subset, limits, args.timeout, args.slowest, args.llguidance)
 
 
 if __name__ == "__main__":

@@ -27,9 +27,9 @@ from corral.automata import (
     GrammarError,
     SchemaLimits,
     compile_grammar_text,
+    compile_schema_dfa,
     json_schema_to_regex,
     regex_to_dfa,
-    schema_to_dfa,
 )
 from corral.kernels import Constraint, SamplingParams, TokenIndex
 from corral.model import ContextLengthError, load_model
@@ -161,10 +161,11 @@ def _compile(args: argparse.Namespace) -> int:
             dfa = grammar.dfa
         elif args.schema is not None:
             schema = read_json(args.schema)
-            dfa = schema_to_dfa(schema)
+            compiled = compile_schema_dfa(schema)  # exact, or narrowed (docs/subsets.md)
+            dfa, bounds = compiled.result, compiled.schema_limits
             # the text may be refused where the tree is not: regex stays None
             with contextlib.suppress(ConstrainError):
-                regex = json_schema_to_regex(schema)
+                regex = json_schema_to_regex(schema, schema_limits=bounds)
         else:
             escaped = next(
                 (i for i, c in enumerate(args.pattern) if "\udc80" <= c <= "\udcff"), None
@@ -197,7 +198,8 @@ def _compile(args: argparse.Namespace) -> int:
         if depth is not None:
             facts |= depth | {"samples": samples}
         elif args.schema is not None:
-            facts |= {"regex": regex, "samples": samples}
+            facts |= {"regex": regex, "samples": samples, "exact": compiled.exact}
+            facts |= {k: getattr(bounds, k) for k in NARROWED_BOUNDS}
         elif samples:
             facts |= {"samples": samples}
         print(json.dumps(facts | {"trans": dfa.trans.tolist(), "accept": dfa.accept.tolist()}))
@@ -213,11 +215,18 @@ def _compile(args: argparse.Namespace) -> int:
         print(
             f"states: {dfa.n_states}  live edges: {dfa.n_live_edges}  accepting: {len(accepting)}"
         )
+        told = ", ".join(f"{k}={getattr(bounds, k)}" for k in NARROWED_BOUNDS)
+        print(f"schema: {'exact' if compiled.exact else 'narrowed'} ({told})")
     else:
         print(f"states: {dfa.n_states}  live edges: {dfa.n_live_edges}  accepting: {accepting}")
     for sample in samples:
         print(sample)
     return 0
+
+
+NARROWED_BOUNDS = ("max_string_length", "max_array_length", "max_recursion")
+"""The `SchemaLimits` a schema's compile may lower to fit the state limits, as `corral compile`
+reports them."""
 
 
 QUICK_FLAGS = {
@@ -650,7 +659,9 @@ def main(argv: list[str] | None = None) -> int:
         "compile", help="compile a regex or a JSON Schema (--schema FILE) to its canonical DFA"
     )
     compile_.add_argument("pattern", nargs="?", help="a regex (the subset docs/subsets.md lists)")
-    compile_.add_argument("--schema", help="a JSON Schema file: print its regex, DFA, samples")
+    compile_.add_argument(
+        "--schema", help="a JSON Schema file: print its regex, DFA, exact or narrowed, samples"
+    )
     compile_.add_argument(
         "--grammar", help="a GBNF or Lark grammar file: print exact or cut depth, DFA, samples"
     )

@@ -33,7 +33,7 @@ from corral.automata.grammars import compile_grammar_text
 from corral.automata.lark import parse_lark
 from corral.automata.limits import DEFAULT_SCHEMA_LIMITS
 from corral.automata.product import difference, intersection
-from corral.automata.schema.compiler import Unrolling, unrolled_tree
+from corral.automata.schema.compiler import Unrolling, narrower_limits, unrolled_tree
 from corral.automata.schema.values import check_document
 from corral.automata.shallower import STATE_LIMIT_ERRORS, StateLimit, retry_shallower
 from corral.automata.special import special_token
@@ -698,10 +698,12 @@ def compile_dfa(grammar: Grammar) -> Dfa:
     or DFA state limit, a grammar whose schemas unrolled a `$ref` cycle is built again with a
     shallower unrolling (`corral.automata.shallower.retry_shallower`, the loop
     `schema_to_dfa` runs), each piece on its own: a schema alone compiles here to the same DFA
-    as there, trying the same depths. Raises ToolError 422 `unsupported_parameter` naming
-    `grammar.param` (a piece's own `param` for a piece) when every depth passes a limit (with
-    the first error: a skipped unrolling's, else the first build's), the stitched table
-    passes `corral.automata.limits.MAX_STITCHED_STATES` or the language is empty."""
+    as there, trying the same depths, then the same narrower string and array bounds
+    (`corral.automata.schema.compiler.narrower_limits`). Raises ToolError 422
+    `unsupported_parameter` naming `grammar.param` (a piece's own `param` for a piece) when
+    every attempt passes a limit (with the first error: a skipped unrolling's, else the first
+    build's), the stitched table passes `corral.automata.limits.MAX_STITCHED_STATES` or the
+    language is empty."""
     pieces: dict[str, Piece] = {}
     envelope = _envelope(grammar.expression, pieces)
     if not pieces:
@@ -777,6 +779,16 @@ def _compile(expression, param: str, tree, unrollings: tuple) -> Dfa:
     first = next((u.skipped for u in unrollings if u.skipped is not None), None)
     try:
         return retry_shallower(attempt, deepest, first, (ConstrainError, ToolError))[0]
+    except STATE_LIMIT_ERRORS as error:  # then the schemas' narrower bounds, as schema_to_dfa
+        longest = [max((u.longest[i] for u in unrollings), default=0) for i in (0, 1)]
+        for bounds in narrower_limits(DEFAULT_SCHEMA_LIMITS, longest):
+            if any(u.recursive for u in unrollings):
+                bounds = replace(bounds, max_recursion=1)
+            try:
+                return automata.tree_to_dfa(_tree(expression, bounds))
+            except (ConstrainError, ToolError):
+                continue  # the first error stands
+        raise unsupported(param, error) from None
     except ConstrainError as error:
         raise unsupported(param, error) from None
 

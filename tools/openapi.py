@@ -8,7 +8,12 @@ response, errors included, has the shape written here.
 
 from __future__ import annotations
 
-from corral.tools.request import MAX_TOOLS
+from corral.tools.request import (
+    LOGIT_BIAS_RANGE,
+    MAX_JSON_OBJECT_DEPTH,
+    MAX_TOOLS,
+    STRUCTURED_KEYS,
+)
 
 ERROR = {
     "type": "object",
@@ -38,7 +43,7 @@ _FUNCTION = {
         "strict": {"type": "boolean", "nullable": True},
     },
 }
-_CALL = {
+_FUNCTION_CALL = {
     "type": "object",
     "required": ["id", "type", "function"],
     "properties": {
@@ -51,6 +56,59 @@ _CALL = {
         },
     },
 }
+_CUSTOM_CALL = {
+    "type": "object",
+    "required": ["id", "type", "custom"],
+    "properties": {
+        "id": {"type": "string"},
+        "type": {"type": "string", "enum": ["custom"]},
+        "custom": {
+            "type": "object",
+            "required": ["name", "input"],
+            "properties": {"name": {"type": "string"}, "input": {"type": "string"}},
+        },
+    },
+}
+_CALL = {"oneOf": [_FUNCTION_CALL, _CUSTOM_CALL]}
+_CUSTOM = {
+    "type": "object",
+    "required": ["name"],
+    "properties": {
+        "name": {"type": "string"},
+        "description": {"type": "string"},
+        "format": {
+            "oneOf": [
+                {
+                    "type": "object",
+                    "required": ["type"],
+                    "properties": {"type": {"type": "string", "enum": ["text"]}},
+                },
+                {
+                    "type": "object",
+                    "required": ["type", "grammar"],
+                    "properties": {
+                        "type": {"type": "string", "enum": ["grammar"]},
+                        "grammar": {
+                            "type": "object",
+                            "required": ["syntax", "definition"],
+                            "properties": {
+                                "syntax": {"type": "string", "enum": ["lark", "regex"]},
+                                "definition": {"type": "string"},
+                            },
+                        },
+                    },
+                },
+            ]
+        },
+    },
+}
+_STRUCTURED = {
+    "regex": {"type": "string", "nullable": True},
+    "grammar": {"type": "string", "nullable": True, "description": "GBNF (with ::=) or Lark"},
+    "choice": {"type": "array", "minItems": 1, "items": {"type": "string"}, "nullable": True},
+    "json": {"oneOf": [{"type": "object"}, {"type": "string"}], "nullable": True},
+}
+assert tuple(_STRUCTURED) == STRUCTURED_KEYS
 MESSAGE_IN = {
     "type": "object",
     "required": ["role"],
@@ -93,29 +151,44 @@ REQUEST = {
             "type": "array",
             "maxItems": MAX_TOOLS,
             "items": {
-                "type": "object",
-                "required": ["type", "function"],
-                "properties": {
-                    "type": {"type": "string", "enum": ["function"]},
-                    "function": _FUNCTION,
-                },
+                "oneOf": [
+                    {
+                        "type": "object",
+                        "required": ["type", "function"],
+                        "properties": {
+                            "type": {"type": "string", "enum": ["function"]},
+                            "function": _FUNCTION,
+                        },
+                    },
+                    {
+                        "type": "object",
+                        "required": ["type", "custom"],
+                        "properties": {
+                            "type": {"type": "string", "enum": ["custom"]},
+                            "custom": _CUSTOM,
+                        },
+                    },
+                ]
             },
         },
         "tool_choice": {
             "oneOf": [
                 {"type": "string", "enum": ["none", "auto", "required"]},
-                {
-                    "type": "object",
-                    "required": ["type", "function"],
-                    "properties": {
-                        "type": {"type": "string", "enum": ["function"]},
-                        "function": {
-                            "type": "object",
-                            "required": ["name"],
-                            "properties": {"name": {"type": "string"}},
+                *(
+                    {
+                        "type": "object",
+                        "required": ["type", kind],
+                        "properties": {
+                            "type": {"type": "string", "enum": [kind]},
+                            kind: {
+                                "type": "object",
+                                "required": ["name"],
+                                "properties": {"name": {"type": "string"}},
+                            },
                         },
-                    },
-                },
+                    }
+                    for kind in ("function", "custom")
+                ),
             ]
         },
         "parallel_tool_calls": {"type": "boolean"},
@@ -126,6 +199,51 @@ REQUEST = {
                 "type": {"type": "string", "enum": ["text", "json_object", "json_schema"]},
                 "json_schema": {"type": "object"},
             },
+        },
+        "structured_outputs": {
+            "type": "object",
+            "nullable": True,
+            "description": "vLLM's extension: exactly one of its keys not null",
+            "properties": _STRUCTURED,
+        },
+        "json_object_depth": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_JSON_OBJECT_DEPTH,
+            "nullable": True,
+            "description": "corral's extension: how deep a json_object answer nests",
+        },
+        "allowed_mass": {
+            "type": "boolean",
+            "nullable": True,
+            "description": "corral's extension: report the probability mass each token's mask "
+            "allowed (per token in logprobs, per choice its min and mean)",
+        },
+        "reasoning_effort": {
+            "type": "string",
+            "enum": ["none"],
+            "nullable": True,
+            "description": "'none' turns a thinking format's thought off (budgets are not taken)",
+        },
+        "logit_bias": {
+            "type": "object",
+            "nullable": True,
+            "description": "token id (decimal) -> bias",
+            "additionalProperties": {
+                "type": "number",
+                "minimum": -LOGIT_BIAS_RANGE,
+                "maximum": LOGIT_BIAS_RANGE,
+            },
+        },
+        # accepted, no effect on the answer
+        "user": {"type": "string"},
+        "safety_identifier": {"type": "string"},
+        "prompt_cache_key": {"type": "string"},
+        "store": {"type": "boolean", "nullable": True},
+        "metadata": {
+            "type": "object",
+            "nullable": True,
+            "additionalProperties": {"type": "string"},
         },
     },
 }
@@ -160,10 +278,19 @@ COMPLETION = {
                             "role": {"type": "string", "enum": ["assistant"]},
                             "content": _TEXT,
                             "tool_calls": {"type": "array", "items": _CALL},
+                            "reasoning_content": {"type": "string"},
                         },
                     },
                     "finish_reason": {"type": "string", "enum": ["stop", "length", "tool_calls"]},
                     "logprobs": {"type": "object", "nullable": True},
+                    "allowed_mass": {
+                        "type": "object",
+                        "description": "corral's, when asked: the answer's min and mean",
+                        "properties": {
+                            "min": {"type": "number", "nullable": True},
+                            "mean": {"type": "number", "nullable": True},
+                        },
+                    },
                 },
             },
         },

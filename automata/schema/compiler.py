@@ -32,7 +32,7 @@ from corral.automata.errors import (
     NonFiniteNumberError,
     SchemaError,
 )
-from corral.automata.limits import DEFAULT_SCHEMA_LIMITS, Limits, SchemaLimits
+from corral.automata.limits import DEFAULT_SCHEMA_LIMITS, NARROWER_BOUNDS, Limits, SchemaLimits
 from corral.automata.schema.algebra import Algebra, is_empty_range
 from corral.automata.schema.containers import lower_array, lower_object
 from corral.automata.schema.disjoint import (
@@ -71,6 +71,9 @@ class Compiler:
             form, for targets whose form does not depend on the path (no cycle cut inside).
         recursive: True once a `$ref` target was met again on its own path: the language then
             depends on `SchemaLimits.max_recursion` (`shallower_recursion`).
+        longest: the largest `maxLength` and `maxItems` compiled, each lowered to its cap: a
+            narrower `max_string_length` or `max_array_length` cuts the language only below them
+            (`narrower_limits`).
         empty_at: None, or (pointer, keyword, reason) of the first subschema compiled to the
             empty language (the innermost: it is recorded as the recursion returns), which
             `EmptySchemaError` names when the whole schema admits no value.
@@ -89,6 +92,7 @@ class Compiler:
         self.any_cache: dict = {}
         self.enum_cache: dict[int, tuple[dict, object]] = {}  # id -> (schema kept alive, form)
         self.empty_at: tuple[str, str | None, str] | None = None
+        self.longest = [0, 0]  # the largest `maxLength`, `maxItems` compiled, capped
         self.algebra = Algebra(self)
 
     def compile(self, schema, pointer: str, depth: int):
@@ -355,6 +359,14 @@ class Compiler:
             types.remove("integer")
         out = []
         for t in types:
+            bound, slot = schema.get("maxLength" if t == "string" else "maxItems"), t == "array"
+            if t in ("string", "array") and isinstance(bound, int):  # what a narrower cap cuts
+                cap = (
+                    self.schema_limits.max_array_length
+                    if slot
+                    else self.schema_limits.max_string_length
+                )
+                self.longest[slot] = max(self.longest[slot], min(bound, cap))
             if t == "string":
                 out.append(lower_string(schema, pointer, self.trees, self.schema_limits))
             elif t == "integer":
@@ -461,23 +473,23 @@ def compile_schema(
     """`build(tree)` of the schema's regex tree (the tree itself when `build` is None), with the
     unrolling of `$ref` cycles made shallower on a state limit: when the compile or `build`
     raises `TooManyNfaStatesError` or `TooManyDfaStatesError` and the compile unrolled a `$ref`
-    cycle, the schema is compiled again at each depth of `shallower_recursion` in turn. When
-    every depth passes a state limit (or a retry raises another error, such as an empty
-    language), the first error is raised: a blow-up is refused past the documented limits,
-    never answered with a narrower language than the limits document. The extra cost falls only on
-    schemas that passed a limit: at most `max_recursion` more compiles, each smaller than the
-    one before.
+    cycle, the schema is compiled again at each depth of `shallower_recursion` in turn; then,
+    at the last depth, with each narrower string and array bound of `narrower_limits` that cuts
+    a `maxLength` or `maxItems` the schema uses (docs/subsets.md, "Narrowed compiles"). When
+    every attempt passes a state limit (or a retry raises another error, such as an empty
+    language), the first error is raised: a blow-up is refused past the documented limits and
+    the documented narrowings, never answered with a narrower language than they document. The
+    extra cost falls only on schemas that passed a limit: at most `max_recursion` - 1 + 2 more
+    compiles, each smaller than the one before. `compile_schema_facts` also tells which bounds
+    gave the result.
 
     Returns (result, recursive): `recursive` is True when the compile that gave `result`
     unrolled a `$ref` cycle (so a smaller `max_recursion` gives a smaller language).
 
     Raises: the errors of `schema_to_tree`, and those of `build`.
     """
-    _check(schema)
-    result, recursive, _, _ = _compile_schema(
-        schema, limits, schema_limits or DEFAULT_SCHEMA_LIMITS, build
-    )
-    return result, recursive
+    got = compile_schema_facts(schema, limits, schema_limits, build)
+    return got.result, got.recursive
 
 
 @dataclass(frozen=True)
@@ -491,12 +503,18 @@ class Unrolling:
         skipped: None, or the error of the first deeper unrolling that passed a state limit
             before its tree was made (its NFA counted past the limit, or the algebra's
             products): the error `schema_to_dfa` raises when no depth fits.
+        schema_limits: the `SchemaLimits` it was compiled with (`max_recursion` included).
+        narrowed: True when those are narrower than the ones asked for (`narrower_limits`).
+        longest: the largest `maxLength` and `maxItems` compiled, capped (`narrower_limits`).
     """
 
     tree: Node
     recursive: bool
     max_recursion: int
     skipped: ConstrainError | None
+    schema_limits: SchemaLimits = DEFAULT_SCHEMA_LIMITS
+    narrowed: bool = False
+    longest: tuple[int, int] = (0, 0)
 
 
 def unrolled_tree(
@@ -507,51 +525,162 @@ def unrolled_tree(
     without building them, `corral.automata.schema.nfa_size`), for a caller that builds the
     DFA of a larger tree around it and retries with a smaller `max_recursion` when that passes
     a state limit (`corral.tools.grammar.compile_dfa`): the schema then goes through the depths
-    `schema_to_dfa` tries, in its order, and skips the same ones.
+    `schema_to_dfa` tries, in its order, and skips the same ones. When no depth fits, the
+    narrower bounds of `narrower_limits` are tried in the same way (`narrowed` in the answer).
 
     Raises: the errors of `schema_to_tree`.
     """
     _check(schema)
     schema_limits = schema_limits or DEFAULT_SCHEMA_LIMITS
-    tree, recursive, depth, skipped = _compile_schema(schema, limits, schema_limits, _same)
-    return Unrolling(tree, recursive, depth, skipped)
+    got = _compile_schema(schema, limits, schema_limits, _same)
+    return Unrolling(
+        got.result,
+        got.recursive,
+        got.schema_limits.max_recursion,
+        got.first,
+        got.schema_limits,
+        got.schema_limits != schema_limits,
+        got.longest,
+    )
 
 
 def _same(tree: Node) -> Node:
     return tree
 
 
-def _compile_schema(schema, limits, schema_limits: SchemaLimits, build):
-    """`compile_schema` after the document check: (result, recursive, the `max_recursion` of
-    the attempt that gave it, the first failed attempt's error or None)."""
+@dataclass(frozen=True)
+class SchemaCompile:
+    """What `compile_schema_facts` built.
 
-    def attempt(depth: int):
-        depth_limits = (
-            schema_limits
-            if depth == schema_limits.max_recursion  # the first depth: no copy made
-            else replace(schema_limits, max_recursion=depth)
-        )
-        return _attempt(schema, limits, depth_limits, build, depth > 1), depth
+    Attributes:
+        result: `build(tree)` (the canonical `Dfa` for `schema_to_dfa`).
+        recursive: True when its compile unrolled a `$ref` cycle.
+        schema_limits: the `SchemaLimits` it was compiled with: the ones asked for, or with
+            `max_recursion` lowered (`shallower_recursion`), or with `max_string_length` and
+            `max_array_length` lowered too (`narrower_limits`).
+        narrowed: True when `schema_limits` is not the one asked for: the language is a subset
+            of the one the asked bounds give (strings, arrays or `$ref` cycles cut shorter).
+        first: None, or the error of the first attempt that passed a state limit.
+        longest: the largest `maxLength` and `maxItems` compiled, capped (`narrower_limits`).
+    """
 
-    ((result, recursive), depth), first = retry_shallower(attempt, schema_limits.max_recursion)
-    return result, recursive, depth, first
+    result: object
+    recursive: bool
+    schema_limits: SchemaLimits
+    narrowed: bool
+    first: ConstrainError | None
+    longest: tuple[int, int] = (0, 0)
+
+    @property
+    def exact(self) -> bool:
+        """True when compiled at the bounds asked for (docs/subsets.md, "Limits")."""
+        return not self.narrowed
 
 
-def _attempt(schema, limits: Limits | None, schema_limits: SchemaLimits, build, shallower: bool):
-    """One compile of `compile_schema`: (result, recursive); `StateLimit` on a state limit.
-    With `build` and a `shallower` depth left, a compile that unrolled a `$ref` cycle and whose
-    NFA is counted past the limit (`corral.automata.schema.nfa_size.check_nfa_states`) fails at
+def compile_schema_facts(
+    schema,
+    limits: Limits | None = None,
+    schema_limits: SchemaLimits | None = None,
+    build=None,
+) -> SchemaCompile:
+    """`compile_schema` with the facts of the compile: the bounds it ended at and whether they
+    were narrowed (`SchemaCompile`). `corral compile --schema` prints them.
+
+    Raises: the errors of `compile_schema`.
+    """
+    _check(schema)
+    schema_limits = schema_limits or DEFAULT_SCHEMA_LIMITS
+    got = _compile_schema(schema, limits, schema_limits, build)
+    return replace(got, narrowed=got.schema_limits != schema_limits)
+
+
+def _compile_schema(schema, limits, schema_limits: SchemaLimits, build) -> SchemaCompile:
+    """`compile_schema` after the document check, `narrowed` left False. The attempts form one
+    chain, each language a subset of the one before: the bounds asked for at each depth of
+    `shallower_recursion`, then each bound of `narrower_limits` that cuts a `maxLength` or
+    `maxItems` the schema uses, at the last depth tried (1 for a schema that unrolled a `$ref`
+    cycle). Raises the first failed attempt's error when nothing fits (a narrower attempt's own
+    refusal, say a `minLength` above the lowered `max_string_length`, is not reported)."""
+    first, failed = None, None
+    chain = [schema_limits]
+    while chain:
+        bounds = chain.pop(0)
+        if failed is not None:  # a narrower bound, after the chain so far failed
+            depth = 1 if failed.recursive else bounds.max_recursion
+            bounds = replace(bounds, max_recursion=min(depth, bounds.max_recursion))
+
+        def attempt(depth: int, bounds=bounds, more=bool(chain) or failed is None):
+            nonlocal failed
+            depth_limits = (
+                bounds
+                if depth == bounds.max_recursion  # the first depth: no copy made
+                else replace(bounds, max_recursion=depth)
+            )
+            try:
+                got = _attempt(schema, limits, depth_limits, build, depth > 1, more)
+            except StateLimit as error:
+                failed = error
+                raise
+            return got, depth_limits
+
+        try:
+            ((result, recursive, longest), used), skipped = retry_shallower(
+                attempt, bounds.max_recursion, first
+            )
+        except STATE_LIMIT_ERRORS as error:
+            if first is None:
+                first = error.with_traceback(None)
+                chain = narrower_limits(schema_limits, failed.longest)
+            continue  # (a narrower attempt's own refusal raises `first` too)
+        return SchemaCompile(result, recursive, used, False, skipped, tuple(longest))
+    raise first
+
+
+def narrower_limits(schema_limits: SchemaLimits, longest=None) -> list[SchemaLimits]:
+    """The narrower bounds tried, in order, when a schema passes a state limit at every depth of
+    `shallower_recursion`: `max_string_length` and `max_array_length` lowered together along
+    `NARROWER_BOUNDS`, each step only where it is below the bound asked for. With `longest`
+    (the largest `maxLength` and `maxItems` the compile used, capped), a step that cuts neither
+    is left out. Each step's language is a subset of the one before (a `maxLength` or `maxItems`
+    above the bound is lowered to it, as at the bounds asked for; docs/subsets.md, "Narrowed
+    compiles"), so a narrowed compile stays sound."""
+    out = []
+    strings, items = schema_limits.max_string_length, schema_limits.max_array_length
+    most_strings, most_items = longest or (strings, items)
+    for step_strings, step_items in NARROWER_BOUNDS:
+        strings, items = min(strings, step_strings), min(items, step_items)
+        if strings < most_strings or items < most_items:
+            out.append(replace(schema_limits, max_string_length=strings, max_array_length=items))
+            most_strings, most_items = min(most_strings, strings), min(most_items, items)
+    return out
+
+
+def _attempt(
+    schema,
+    limits: Limits | None,
+    schema_limits: SchemaLimits,
+    build,
+    shallower: bool,
+    narrower: bool = False,
+):
+    """One compile of `compile_schema`: (result, recursive, longest: `Compiler.longest`);
+    `StateLimit` on a state limit.
+    With `build` and a retry left (a `shallower` depth for a compile that unrolled a `$ref`
+    cycle, or, when `narrower`, a bound of `narrower_limits` that cuts it), a compile whose NFA
+    is counted past the limit (`corral.automata.schema.nfa_size.check_nfa_states`) fails at
     once with the builder's `TooManyNfaStatesError`, before the tree and the NFA are made."""
     compiler = Compiler(schema, limits, schema_limits)
     try:
         with deep_recursion():
             form = _compile(schema, compiler)
-            if build is not None and shallower and compiler.recursive:
+            narrower = narrower and narrower_limits(schema_limits, compiler.longest)
+            if build is not None and (narrower or shallower and compiler.recursive):
                 check_nfa_states(form, compiler.trees)
             tree = compiler.trees.build(form)
-            return (tree if build is None else build(tree)), compiler.recursive
+            return (tree if build is None else build(tree)), compiler.recursive, compiler.longest
     except STATE_LIMIT_ERRORS as error:
-        raise StateLimit(error, compiler.recursive, schema_limits.max_recursion) from None
+        longest = tuple(compiler.longest)
+        raise StateLimit(error, compiler.recursive, schema_limits.max_recursion, longest) from None
     except EmptyLanguageError as error:
         if isinstance(error, SchemaError):
             raise
@@ -587,8 +716,17 @@ def schema_to_dfa(
     """The canonical DFA (`Dfa`: trans int32 `[n_states, 256]`, accept bool `[n_states]`) of
     `schema_to_tree(schema)`: same errors, plus the NFA/DFA size limits of `limits`. A schema
     that unrolls a `$ref` cycle and passes a state limit is compiled again with a shallower
-    unrolling (`compile_schema`, `shallower_recursion`) before it is refused."""
-    return compile_schema(schema, limits, schema_limits, lambda tree: build_dfa(tree, limits))[0]
+    unrolling (`compile_schema`, `shallower_recursion`), then with narrower string and array
+    bounds (`narrower_limits`), before it is refused; `compile_schema_dfa` tells which."""
+    return compile_schema_dfa(schema, limits, schema_limits).result
+
+
+def compile_schema_dfa(
+    schema, limits: Limits | None = None, schema_limits: SchemaLimits | None = None
+) -> SchemaCompile:
+    """`schema_to_dfa` with the facts of its compile (`SchemaCompile`: `.result` the canonical
+    `Dfa`; `.exact`, or `.narrowed` to `.schema_limits`). Raises what `schema_to_dfa` raises."""
+    return compile_schema_facts(schema, limits, schema_limits, lambda tree: build_dfa(tree, limits))
 
 
 def json_schema_to_regex(

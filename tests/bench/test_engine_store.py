@@ -85,3 +85,16 @@ def test_coverage_cells_merge_engines_and_count_what_was_not_run(tmp_path):
     assert cells["all"]["xgrammar"]["ok"] == 1 and cells["all"]["xgrammar"]["refused"] == 1
     assert cells["all"]["corral"]["missing"] == 2
     assert cells["common 1"]["xgrammar"]["ok"] == 1 and cells["common 1"]["corral"]["ok"] == 1
+
+
+def test_coverage_counts_narrowed_compiles_apart_from_exact_ones():
+    """corral's records say when a schema compiled with narrowed bounds (docs/subsets.md); the
+    coverage table counts them apart (older records, without the field, count as exact)."""
+    from engine_report import coverage_table
+
+    narrowed = record("corral", "b") | {"narrowed": True}
+    cell = tally([record("corral", "a"), narrowed, record("corral", "c", status="refused")])
+    assert (cell["ok"], cell["narrowed"], cell["refused"]) == (2, 1, 1)
+    table = coverage_table({"S": {"corral": cell | {"missing": 0}}}, ["corral"]).splitlines()
+    assert table[0].startswith("| subset | engine | compiled | exact | narrowed | refused |")
+    assert table[2].startswith("| S | corral | 2 | 1 | 1 | 1 |")
