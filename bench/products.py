@@ -6,6 +6,7 @@ the process's threads, measured in the same run). Printed, not asserted.
     .venv/bin/python bench/products.py                          # batches 1 8 32 64, 3 rounds
     .venv/bin/python bench/products.py --batches 32 --rounds 5 --repeats 30
     .venv/bin/python bench/products.py --kernels float32 paired q8_1-1 q8_1-2
+    .venv/bin/python bench/products.py --model --kernels float32 int8-vnni q8_1 --rounds 3
 
 The products are SmolLM2-135M Q4_1's: q/k/v stacked (960 x 576, Q4_1), o (576 x 576), gate/up
 stacked (3072 x 576), down (576 x 1536), the LM head (49,152 x 576, Q8_0), as
@@ -13,9 +14,9 @@ stacked (3072 x 576), down (576 x 1536), the LM head (49,152 x 576, Q8_0), as
 callers ask for: `ACTIVATION_PARTS` for the layers, `HEAD_ACTIVATION_PARTS` for the head).
 W is random blocks, one copy, so a layer's weights (0.2 to 1 MB) are in cache, as at batch 8 and
 more, where each product reads its weights once per group of rows; the head's 28 MB come from
-L3 or memory. The kernels take turns within each round (`--rounds`), so that a shared machine's
-load falls on all of them alike; the table gives each product's best round (the median time of
-`--repeats` calls).
+L3 or memory. The kernels take turns call by call, so that a shared machine's load falls on all
+of them alike; the table gives each product's best round (`--rounds`) of the median time of
+`--repeats` calls.
 
 Kernels (`--kernels`): "float32" (the float32 plan's), "int8-vnni" (the int8-vnni plan's, with
 the parts the model asks for), "paired" (`quant_int8.paired_matmul`: x in two int8 parts on
@@ -60,13 +61,21 @@ def random_matrix(rng: np.random.Generator, kind: str, n_out: int, k: int) -> qu
 
 def median_seconds(call, repeats: int) -> float:
     """The median time of `repeats` calls after one untimed call."""
-    call()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+    return interleaved_medians({"call": call}, repeats)["call"]
+
+
+def interleaved_medians(calls: dict, repeats: int) -> dict:
+    """{name: the median time of `repeats` calls}, the calls taking turns call by call (after
+    one untimed call each), so that a shared machine's load falls on all of them alike."""
+    for call in calls.values():
         call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    times = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def gemm_peak(repeats: int) -> float:
@@ -92,6 +101,65 @@ def kernel_call(name: str, matrices: dict, product: str, x: np.ndarray):
     return lambda: quant_int8.int8_matmul(x, parts, m.scales, coefs, m.words, out)
 
 
+def model_speeds(batches: list[int], kernels: list[str], steps: int, rounds: int) -> dict:
+    """Prefill tokens/s (a 256-token prompt) and decode tokens/s (a 256-token context a
+    sequence) of the default model on each kernel's plan, taking turns: "float32"
+    (`ComputePlan.detect(int8_activations=False)`), "int8-vnni" (`ComputePlan("int8-vnni",
+    16)`, float32 cache), "q8_1" (the same plan with the products on `quant_int8.int8_matmul`,
+    x in the model's parts of Q8_1: the VNNI path before `paired_matmul`).
+    -> {(batch or "prefill", kernel): best tokens/s}"""
+    from corral.model import load_model
+
+    model = load_model(progress=False)
+    vnni = ComputePlan("int8-vnni", 16)
+    plans = {"float32": ComputePlan.detect(int8_activations=False, kv_dtype="float32"),
+             "int8-vnni": vnni, "q8_1": vnni}  # fmt: skip
+    models = {name: model.with_plan(plans[name]) for name in kernels}
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(100, 40000, 256)
+    caches = {}
+    for name, m in models.items():
+        caches[name] = m.new_cache(max(batches), 256 + steps + 2)
+        m.prefill(caches[name], 0, prompt)
+        for slot in range(1, max(batches)):
+            caches[name].copy_slot(0, slot)
+
+    def q8_1(matrix, x, parts):  # the VNNI dispatch before paired_matmul
+        coefs = matrix.minimums if matrix.kind == "Q4_1" else matrix.scales
+        out = np.empty((x.shape[0], matrix.n_out), np.float32)
+        return quant_int8.int8_matmul(x, parts, matrix.scales, coefs, matrix.words, out)
+
+    paired = quant.MATMULS["int8-vnni"]
+    best: dict = {}
+    for _ in range(rounds):
+        for name, m in models.items():  # prefill: the 256-token prompt again, in slot 0
+            quant.MATMULS["int8-vnni"] = q8_1 if name == "q8_1" else paired
+            try:
+                caches[name].reset(0)
+                start = time.perf_counter()
+                m.prefill(caches[name], 0, prompt)
+                rate = len(prompt) / (time.perf_counter() - start)
+            finally:
+                quant.MATMULS["int8-vnni"] = paired
+            best[("prefill", name)] = max(best.get(("prefill", name), 0.0), rate)
+        for batch in batches:
+            slots = np.arange(batch)
+            tokens = rng.integers(100, 40000, batch)
+            for name, m in models.items():
+                quant.MATMULS["int8-vnni"] = q8_1 if name == "q8_1" else paired
+                try:
+                    m.decode(caches[name], slots, tokens)  # warm-up
+                    start = time.perf_counter()
+                    for _ in range(steps):
+                        m.decode(caches[name], slots, tokens)
+                    rate = batch * steps / (time.perf_counter() - start)
+                finally:
+                    quant.MATMULS["int8-vnni"] = paired
+                caches[name].lengths[slots] = 256
+                best[(batch, name)] = max(best.get((batch, name), 0.0), rate)
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64])
@@ -99,7 +167,20 @@ def main() -> None:
     parser.add_argument("--kernels", nargs="+", default=["float32", "int8-vnni"])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--model", action="store_true",
+                        help="decode tokens/s of the whole model instead (kernels: float32, "
+                        "int8-vnni, q8_1)")  # fmt: skip
+    parser.add_argument("--steps", type=int, default=10, help="decode steps a turn (--model)")
     args = parser.parse_args()
+    if args.model:
+        kernels = [k for k in args.kernels if k in ("float32", "int8-vnni", "q8_1")]
+        best = model_speeds(args.batches, kernels, args.steps, args.rounds)
+        print(f"threads {numba.get_num_threads()}; decode tokens/s, 256-token contexts, best "
+              f"of {args.rounds} rounds of {args.steps} steps")  # fmt: skip
+        print(f"{'B':>7} " + " ".join(f"{k:>10}" for k in kernels))
+        for batch in ["prefill", *args.batches]:
+            print(f"{batch:>7} " + " ".join(f"{best[(batch, k)]:10.1f}" for k in kernels))
+        return
     if not quant_int8.available():
         args.kernels = [k for k in args.kernels if k == "float32"]
         print("the VNNI kernels do not run here: float32 only")
@@ -120,9 +201,9 @@ def main() -> None:
             k = PRODUCTS[product][2]
             for batch in args.batches:
                 x = np.ascontiguousarray(xs[batch][:, :k])
-                for name in args.kernels:
-                    call = kernel_call(name, matrices[product], product, x)
-                    seconds = median_seconds(call, args.repeats)
+                calls = {name: kernel_call(name, matrices[product], product, x)
+                         for name in args.kernels}  # fmt: skip
+                for name, seconds in interleaved_medians(calls, args.repeats).items():
                     key = (product, batch, name)
                     best[key] = min(best.get(key, np.inf), seconds)
     peak = max(peaks)

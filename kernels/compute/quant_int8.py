@@ -403,6 +403,20 @@ def _emit_paired_product(context, builder, arg_types, args, nibbles, group):
     w_at = builder.add(w_start, builder.mul(block, step))
     x_at = builder.add(x_start, builder.mul(block, i64(LANES * X_ROW)))
     sc_at = builder.add(sc_start, builder.mul(block, sc_step))
+    # block j of the next 16 output rows (its words, scales, coefs) into L1, as `quant_amx`'s
+    # group product does: a call reads 16 rows' blocks a step apart, as many streams as the
+    # tile has blocks of 16 rows, more than the hardware prefetchers follow from memory
+    prefetch = cgutils.get_or_insert_function(
+        builder.module,
+        ir.FunctionType(ir.VoidType(), [i8.as_pointer(), i32, i32, i32]),
+        "llvm.prefetch.p0",
+    )
+    for line in range(0, 64 * words_per_block, 64):
+        ahead = builder.add(w_at, i64(64 * words_per_block + line))
+        builder.call(prefetch, [builder.gep(words_p, [ahead]), i32(0), i32(3), i32(1)])
+    for base in (scales_p, coefs_p):
+        address = builder.gep(base, [builder.add(sc_at, i64(LANES))])
+        builder.call(prefetch, [builder.bitcast(address, i8.as_pointer()), i32(0), i32(3), i32(1)])
     sums = [[[vec([0] * LANES)] * splits for _ in range(chains)] for _ in range(group)]
     turn = 0
     for index in range(words_per_block):
