@@ -130,8 +130,8 @@ class ComputePlan:
 
         Args:
             int8_activations: None or True (int8 on AMX where it runs, else on AVX-512 VNNI
-                where it runs, else float32; docs/numerics.md, "int8 activations") or False
-                (float32).
+                where it runs, else float32; docs/numerics.md, "int8 activations on VNNI")
+                or False (float32).
             batch_invariant: see `ComputePlan.batch_invariant`.
             kv_dtype: None (float16 where every pass is the same bit for bit and reads the
                 blocks, that is quantized weights on AMX; else float32), "float16" or

@@ -30,6 +30,13 @@ lane of `vpdpbusd` each:
     uint8 [n_tiles, k/32, tile/16, W, 16, 4]   (W = 4 words of nibbles for Q4_1: byte j holds
                                                 elements j and j + 16; W = 8 for Q8_0)
 
+`paired_matmul`, the kernel of the "int8-vnni" plan, takes x quantized otherwise: in two int8
+parts on one scale, as `quant_amx` does (x = d (R x_1 + x_2)), the parts combined in int32 before
+one float epilogue per block, and 8 rows of x a weight load with their totals in registers over
+all of k: per token, block and 16 output rows, 16 `vpdpbusd` and some 7 other instructions where
+`int8_matmul` in two Q8_1 parts took some 23 others (docs/numerics.md, "int8 activations on
+VNNI"). `int8_matmul` stays for its `parts` (one part is llama.cpp's choice).
+
 `available()` tells whether the kernels run here (avx512bw and avx512vnni, and a product that
 compiles and checks); where they do not, the callers use the float32-activation kernels of
 `kernels.compute.quant`.

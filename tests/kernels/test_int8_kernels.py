@@ -1,7 +1,9 @@
 """The int8-activation block kernels (`corral.kernels.compute.quant_int8`) against NumPy: the
 activation quantization (ggml's Q8_1 and its residual) against its formulas, the word-tile
 layout against the quants it was made from, and the products against the dequantized weights
-times the dequantized activations, on random shapes and batches (docs/design.md section 6)."""
+times the dequantized activations, on random shapes and batches (docs/design.md section 6); and
+`paired_matmul` (x in two int8 parts on one scale) against NumPy on the same terms, a row's result
+the same bit for bit alone and in any batch."""
 
 from __future__ import annotations
 
