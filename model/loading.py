@@ -130,7 +130,7 @@ def kernels_cached(model: Model) -> bool:
     if model.weights == "quantized":  # the plan's block products
         kernels += {
             "int8-amx": list(quant_amx.KERNELS),
-            "int8-vnni": [quant_int8.int8_matmul],
+            "int8-vnni": list(quant_int8.KERNELS),
             "float32": [quant_rows.FLOAT_MATMUL[model.plan.lanes]],
         }[model.plan.activations]
         kernels += kquant_kernels(model.params)  # a GGUF's K-quant and 5-bit products

@@ -208,10 +208,10 @@ def _amx_matmul(matrix: TiledMatrix, x: np.ndarray, parts: int) -> np.ndarray:
 
 
 def _vnni_matmul(matrix: TiledMatrix, x: np.ndarray, parts: int) -> np.ndarray:
-    """`TiledMatrix.matmul` on AVX-512 VNNI (`quant_int8.int8_matmul`)."""
+    """`TiledMatrix.matmul` on AVX-512 VNNI (`quant_int8.paired_matmul`; `parts` unused)."""
     coefs = matrix.minimums if matrix.kind == "Q4_1" else matrix.scales
     out = np.empty((x.shape[0], matrix.n_out), np.float32)
-    return quant_int8.int8_matmul(x, parts, matrix.scales, coefs, matrix.words, out)
+    return quant_int8.paired_matmul(x, matrix.scales, coefs, matrix.words, out)
 
 
 def _float_matmul(matrix: TiledMatrix, x: np.ndarray, parts: int) -> np.ndarray:

@@ -129,8 +129,9 @@ class ComputePlan:
         """The plan for this host (or a CPU with `features`), as `load_model` chooses it.
 
         Args:
-            int8_activations: None (int8 on AMX where it runs, else float32), True (int8 on AMX,
-                else on AVX-512 VNNI where it runs, else float32) or False (float32).
+            int8_activations: None or True (int8 on AMX where it runs, else on AVX-512 VNNI
+                where it runs, else float32; docs/numerics.md, "int8 activations on VNNI")
+                or False (float32).
             batch_invariant: see `ComputePlan.batch_invariant`.
             kv_dtype: None (float16 where every pass is the same bit for bit and reads the
                 blocks, that is quantized weights on AMX; else float32), "float16" or
@@ -156,7 +157,7 @@ class ComputePlan:
         activations = "float32"
         if int8_activations is not False and runs(ComputePlan("int8-amx", 16)):
             activations = "int8-amx"
-        elif int8_activations and runs(ComputePlan("int8-vnni", 16)):
+        elif int8_activations is not False and runs(ComputePlan("int8-vnni", 16)):
             activations = "int8-vnni"
         every_pass = activations == "int8-amx" or batch_invariant
         if kv_dtype is None:

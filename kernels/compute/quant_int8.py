@@ -30,6 +30,13 @@ lane of `vpdpbusd` each:
     uint8 [n_tiles, k/32, tile/16, W, 16, 4]   (W = 4 words of nibbles for Q4_1: byte j holds
                                                 elements j and j + 16; W = 8 for Q8_0)
 
+`paired_matmul`, the kernel of the "int8-vnni" plan, takes x quantized otherwise: in two int8
+parts on one scale, as `quant_amx` does (x = d (R x_1 + x_2)), the parts combined in int32 before
+one float epilogue per block, and 8 rows of x a weight load with their totals in registers over
+all of k: per token, block and 16 output rows, 16 `vpdpbusd` and some 7 other instructions where
+`int8_matmul` in two Q8_1 parts took some 23 others (docs/numerics.md, "int8 activations on
+VNNI"). `int8_matmul` stays for its `parts` (one part is llama.cpp's choice).
+
 `available()` tells whether the kernels run here (avx512bw and avx512vnni, and a product that
 compiles and checks); where they do not, the callers use the float32-activation kernels of
 `kernels.compute.quant`.
@@ -42,6 +49,14 @@ import functools
 import llvmlite.binding as llvm
 import numba
 import numpy as np
+from corral.kernels.compute.quant_amx import (
+    ROWS,
+    X_ROW,
+    _quantized,
+    _row_matmul,
+    _times_ratio,
+    ratio_of,
+)
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -341,3 +356,264 @@ def int8_matmul(x, parts, scales, coefs, words, out):  # pragma: no cover - comp
                 for r in range(end - start):
                     out[token, start + r] += total[i, r]
     return out
+
+
+PAIRED_GROUP = 8
+"""The most rows of x one `_paired_product` call takes: each keeps a vector of sums a row for
+the block (two for Q8_0, one a part) and the row's total over all blocks in registers, 24 of
+AVX-512's 32 for Q8_0 at 8 rows (more rows spill them to memory)."""
+
+
+def _emit_paired_product(context, builder, arg_types, args, nibbles, group):
+    """Emit, at the builder's position, `group` rows of x (two int8 parts on one scale) times 16
+    output rows over every block of k, the totals kept in vector registers and stored at the
+    end (`_paired_product`'s contract; `args` and `arg_types` its arguments after the key)."""
+    i8, i32, i64, f32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
+    vec, fvec = ir.VectorType(i32, LANES), ir.VectorType(f32, LANES)
+    words_per_block = 4 if nibbles else 8
+
+    def pointer(index, element):  # the data of array argument `index`
+        array = context.make_array(arg_types[index])(context, builder, args[index])
+        return builder.bitcast(array.data, element.as_pointer())
+
+    def load(base, offset, element, align=1):  # element (a scalar or vector) at base[offset]
+        address = builder.bitcast(builder.gep(base, [offset]), element.as_pointer())
+        return builder.load(address, align=align, typ=element)
+
+    def splat(value, vector):  # value in every lane
+        single = builder.insert_element(ir.Constant(vector, None), value, i32(0))
+        return builder.shuffle_vector(single, ir.Constant(vector, None), vec([0] * LANES))
+
+    words_p, x_p = pointer(0, i8), pointer(3, i8)
+    x_scales_p, x_terms_p = pointer(5, f32), pointer(6, f32 if nibbles else i32)
+    scales_p, coefs_p, total_p = pointer(9, f32), pointer(10, f32), pointer(13, f32)
+    w_start, step, x_start, xs_start = args[1], args[2], args[4], args[7]
+    n_blocks, sc_start, sc_step = args[8], args[11], args[12]
+    dpbusd = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(vec, [vec, vec, vec]), "llvm.x86.avx512.vpdpbusd.512"
+    )
+    fma = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(fvec, [fvec] * 3), "llvm.fma.v16f32"
+    )
+    chains = 1 if nibbles else 2  # Q4_1: 16 S_1 + S_2 in one sum; Q8_0: S_1 and S_2 apart
+    splits = max(1, 8 // (group * chains))  # independent sums in flight: vpdpbusd's latency
+    entry = builder.block
+    loop = builder.append_basic_block("blocks")
+    done = builder.append_basic_block("blocks_done")
+    builder.branch(loop)
+    builder.position_at_end(loop)
+    block = builder.phi(i64)
+    block.add_incoming(i64(0), entry)
+    totals = [builder.phi(fvec) for _ in range(group)]
+    for phi in totals:
+        phi.add_incoming(ir.Constant(fvec, [0.0] * LANES), entry)
+    w_at = builder.add(w_start, builder.mul(block, step))
+    x_at = builder.add(x_start, builder.mul(block, i64(LANES * X_ROW)))
+    sc_at = builder.add(sc_start, builder.mul(block, sc_step))
+    # block j of the next 16 output rows (its words, scales, coefs) into L1, as `quant_amx`'s
+    # group product does: a call reads 16 rows' blocks a step apart, as many streams as the
+    # tile has blocks of 16 rows, more than the hardware prefetchers follow from memory
+    prefetch = cgutils.get_or_insert_function(
+        builder.module,
+        ir.FunctionType(ir.VoidType(), [i8.as_pointer(), i32, i32, i32]),
+        "llvm.prefetch.p0",
+    )
+    for line in range(0, 64 * words_per_block, 64):
+        ahead = builder.add(w_at, i64(64 * words_per_block + line))
+        builder.call(prefetch, [builder.gep(words_p, [ahead]), i32(0), i32(3), i32(1)])
+    for base in (scales_p, coefs_p):
+        address = builder.gep(base, [builder.add(sc_at, i64(LANES))])
+        builder.call(prefetch, [builder.bitcast(address, i8.as_pointer()), i32(0), i32(3), i32(1)])
+    sums = [[[vec([0] * LANES)] * splits for _ in range(chains)] for _ in range(group)]
+    turn = 0
+    for index in range(words_per_block):
+        word = load(words_p, builder.add(w_at, i64(64 * index)), vec)
+        column = 4 * index
+        if nibbles:  # 16 q against x_1 and q against x_2: 16 S_1 + S_2 (q <= 15: 16 q a byte)
+            low, high = vec([0x0F0F0F0F] * LANES), vec([-0x0F0F0F10] * LANES)  # 0xF0F0F0F0
+            operands = [
+                (builder.and_(builder.shl(word, vec([4] * LANES)), high), column, 0),
+                (builder.and_(word, low), column, 1),
+                (builder.and_(word, high), BLOCK // 2 + column, 0),
+                (builder.and_(builder.lshr(word, vec([4] * LANES)), low), BLOCK // 2 + column, 1),
+            ]
+        else:
+            operands = [(word, column, 0), (word, column, 1)]
+        for operand, at, part in operands:
+            chain = 0 if nibbles else part
+            slot = turn % splits
+            for i in range(group):
+                offset = builder.add(x_at, i64(X_ROW * i + BLOCK * part + at))
+                x_word = splat(load(x_p, offset, i32), vec)
+                sums[i][chain][slot] = builder.call(dpbusd, [sums[i][chain][slot], operand, x_word])
+            turn += 1
+    s = load(scales_p, sc_at, fvec, 4)
+    c = load(coefs_p, sc_at, fvec, 4) if nibbles else None
+    following = []
+    for i in range(group):
+        parts = []
+        for chain in sums[i]:
+            total = chain[0]
+            for other in chain[1:]:
+                total = builder.add(total, other)
+            parts.append(total)
+        where = builder.add(builder.add(xs_start, builder.mul(n_blocks, i64(i))), block)
+        term = load(x_terms_p, where, f32 if nibbles else i32, 4)
+        if nibbles:
+            combined = parts[0]
+        else:  # 254 S_1 + S_2, less 128 sum(254 x_1 + x_2) for the stored q + 128
+            combined = builder.add(_times_ratio(builder, parts[0], ratio_of(False)), parts[1])
+            combined = builder.sub(combined, splat(term, vec))
+        d = load(x_scales_p, where, f32, 4)
+        ds = builder.fmul(splat(d, fvec), s)
+        value = builder.call(fma, [builder.sitofp(combined, fvec), ds, totals[i]])
+        if nibbles:
+            value = builder.call(fma, [c, splat(term, fvec), value])
+        following.append(value)
+    next_block = builder.add(block, i64(1))
+    block.add_incoming(next_block, builder.block)
+    for phi, value in zip(totals, following, strict=True):
+        phi.add_incoming(value, builder.block)
+    builder.cbranch(builder.icmp_signed("<", next_block, n_blocks), loop, done)
+    builder.position_at_end(done)
+    for i, value in enumerate(following):
+        address = builder.bitcast(builder.gep(total_p, [i64(LANES * i)]), fvec.as_pointer())
+        builder.store(value, address, align=4)
+
+
+@intrinsic
+def _paired_product(
+    typingctx,
+    group,
+    words,
+    w_start,
+    step,
+    x_q,
+    x_start,
+    x_scales,
+    x_terms,
+    xs_start,
+    n_blocks,
+    scales,
+    coefs,
+    sc_start,
+    sc_step,
+    total,
+):  # pragma: no cover - compiled
+    """`group` (1, 2, 4 or `PAIRED_GROUP`; another writes nothing) rows of x in two int8
+    parts on one scale (`quant_amx.quantize_rows`) times 16 output rows, over all n_blocks
+    blocks of k:
+
+        _paired_product(group, words, w_start, step, x_q, x_start, x_scales, x_terms,
+                        xs_start, n_blocks, scales, coefs, sc_start, sc_step, total)
+
+    writes total[16 i + r], for row i < group and lane r < 16, as `quant_amx`'s one-row VNNI
+    product sums it (the same integer sums, the same float operations in the same order, so
+    the same value bit for bit): for each block j in order,
+
+        total = fma(float(S), d s_r, total) [then fma(c_r, term, total) for Q4_1]
+
+    S = 16 S_1 + S_2 (Q4_1) or 254 S_1 + S_2 - term (Q8_0, term int32: the stored quants'
+    offset), from `vpdpbusd`. Block j's 16 rows' quants start at byte w_start + j step of
+    words (word tiles: 4 words of nibbles for Q4_1, 8 of q + 128 for Q8_0); row i's block j of
+    x_q (64 bytes: x_1, then x_2) at byte x_start + 64 i + 1024 j; d and term at x_scales,
+    x_terms[xs_start + n_blocks i + j]; s_r, c_r at scales, coefs[sc_start + j sc_step + r].
+    The weights' kind is the terms' dtype: float32 for Q4_1, int32 for Q8_0. Flat offsets
+    into C-contiguous arrays; nothing is bounds-checked (the caller's loops stay in range).
+    """
+    arrays = (words, x_q, x_scales, x_terms, scales, coefs, total)
+    if not isinstance(x_terms, types.Array) or x_terms.dtype not in (types.float32, types.int32):
+        return None
+    wanted = (types.uint8, types.int8, types.float32, x_terms.dtype) + (types.float32,) * 3
+    if any(
+        not isinstance(a, types.Array) or a.dtype != d for a, d in zip(arrays, wanted, strict=True)
+    ):
+        return None  # a typing error: these dtypes only
+    nibbles = x_terms.dtype == types.float32
+    sig = types.void(group, words, w_start, step, x_q, x_start, x_scales, x_terms, xs_start,
+                     n_blocks, scales, coefs, sc_start, sc_step, total)  # fmt: skip
+
+    def codegen(context, builder, signature, args):
+        rows = context.cast(builder, args[0], signature.args[0], types.int64)
+        done = builder.append_basic_block("paired_done")
+        switch = builder.switch(rows, done)
+        for group_ in (1, 2, 4, PAIRED_GROUP):
+            case = builder.append_basic_block(f"paired_{group_}")
+            switch.add_case(ir.IntType(64)(group_), case)
+            builder.position_at_end(case)
+            _emit_paired_product(context, builder, signature.args[1:], args[1:], nibbles, group_)
+            builder.branch(done)
+        builder.position_at_end(done)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@numba.njit(cache=True, parallel=True)
+def _paired_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
+    """`paired_matmul` for x of two rows or more."""
+    batch, k = x.shape
+    n_tiles, n_blocks, tile = scales.shape
+    n_out = out.shape[1]
+    lane_groups = tile // LANES
+    rows = batch + (-batch) % ROWS  # zero rows pad x's last group of 16
+    nibbles = words.shape[3] == 4
+    x_q, x_scales, x_terms, x_offsets = _quantized(x, rows // ROWS, rows, nibbles)
+    flat_words, flat_x = words.reshape(-1), x_q.reshape(-1)
+    flat_xs, flat_terms, flat_offsets = (
+        x_scales.reshape(-1),
+        x_terms.reshape(-1),
+        x_offsets.reshape(-1),
+    )
+    flat_scales, flat_coefs = scales.reshape(-1), coefs.reshape(-1)
+    chunk = LANES * 4 * words.shape[3]  # bytes of one block of 16 output rows
+    step = lane_groups * chunk  # bytes of one block of the whole tile
+    group = PAIRED_GROUP
+    while group // 2 >= batch:
+        group //= 2
+    for t in numba.prange(n_tiles):
+        totals = np.empty(group * LANES, np.float32)
+        groups = min(lane_groups, -(-(n_out - t * tile) // LANES))  # those with output rows
+        for first in range(0, batch, group):
+            x_start = ((first // ROWS) * n_blocks * ROWS + first % ROWS) * X_ROW
+            for g in range(groups):
+                w_start = (t * n_blocks * lane_groups + g) * chunk
+                sc_start = t * n_blocks * tile + g * LANES
+                w_args = (flat_words, w_start, step, flat_x, x_start, flat_xs)
+                s_args = (first * n_blocks, n_blocks, flat_scales, flat_coefs, sc_start, tile)
+                if nibbles:
+                    _paired_product(group, *w_args, flat_terms, *s_args, totals)
+                else:
+                    _paired_product(group, *w_args, flat_offsets, *s_args, totals)
+                column = t * tile + g * LANES
+                for i in range(min(group, batch - first)):  # no views: each one costs
+                    for r in range(min(LANES, n_out - column)):  # two atomic reference-count
+                        out[first + i, column + r] = totals[i * LANES + r]  # updates
+    return out
+
+
+def paired_matmul(x, scales, coefs, words, out):
+    """out = x W^T for W in word tiles, x quantized by blocks in two int8 parts on one scale
+    (`quant_amx.quantize_rows`: d = max |v| / (127 R), x_1 = round(v / (R d)), x_2 the
+    leftover's round(. / d), R = 16 for Q4_1 weights, 254 for Q8_0), the integer sums in
+    AVX-512 VNNI: one row by `quant_amx`'s one-row kernel, several by `_paired_product`, up to
+    `PAIRED_GROUP` rows of x a load of the weights with each row's totals in registers over k,
+    with the same integer sums and float operations, so a row's result is the same bit for bit
+    whatever rows share its call (and the same as on AMX, `quant_amx.amx_matmul`).
+    O(B n_out k) multiply-adds in `vpdpbusd` (two a weight and row: one a part), O(B n_out k /
+    32) float ones; W read once per group of rows (from cache after the first).
+
+    x float32 [B, k] (C-contiguous, k a multiple of 32); scales float32 [n_tiles, k/32, tile];
+    coefs: the minimums (Q4_1, float32 [n_tiles, k/32, tile]) or the scales again (Q8_0,
+    stored q + 128); words uint8 [n_tiles, k/32, tile/16, W, 16, 4] (W = 4: Q4_1 nibbles;
+    W = 8: Q8_0 bytes); out float32 [B, n_out] (written, n_out <= n_tiles tile). Unchecked (a
+    caller's arrays are right by construction, `corral.model.quant.TiledMatrix`); needs
+    `available()`. Returns out.
+    """
+    if x.shape[0] == 1:
+        return _row_matmul(x, scales, coefs, words, out)
+    return _paired_matmul(x, scales, coefs, words, out)
+
+
+KERNELS = (_paired_matmul, _row_matmul)
+"""The compiled kernels behind `paired_matmul` (for `corral.kernels.jit_cache`)."""

@@ -1,7 +1,9 @@
 """The int8-activation block kernels (`corral.kernels.compute.quant_int8`) against NumPy: the
 activation quantization (ggml's Q8_1 and its residual) against its formulas, the word-tile
 layout against the quants it was made from, and the products against the dequantized weights
-times the dequantized activations, on random shapes and batches (docs/design.md section 6)."""
+times the dequantized activations, on random shapes and batches (docs/design.md section 6); and
+`paired_matmul` (x in two int8 parts on one scale) against NumPy on the same terms, a row's result
+the same bit for bit alone and in any batch."""
 
 from __future__ import annotations
 
@@ -10,6 +12,11 @@ import pytest
 from corral.kernels.compute import quant_int8, quant_rows
 from corral.kernels.compute.plan import ComputePlan
 from corral.model.quant import BlockMatrix
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_amx_kernels import activations
+from test_amx_kernels import dequantized as dequantized_pairs
+from test_amx_kernels import quantize as quantize_pairs
 from test_block_kernels import random_blocks
 
 pytestmark = pytest.mark.skipif(
@@ -132,7 +139,8 @@ def test_tiled_matrix_matmul_takes_the_kernels_of_its_plan():
     matrix = BlockMatrix.from_blocks("Q8_0", random_blocks(rng, "Q8_0", 70, 96))
     x = rng.standard_normal((3, 96)).astype(np.float32)
     vnni = matrix.tiled(ComputePlan("int8-vnni", 16))
-    np.testing.assert_array_equal(vnni.matmul(x), int8_product(matrix, x))
+    np.testing.assert_array_equal(vnni.matmul(x), paired_product(matrix, x))
+    np.testing.assert_array_equal(vnni.matmul(x[:1]), paired_product(matrix, x[:1]))
     tiled = matrix.tiled(ComputePlan("float32", 16))
     expected = quant_rows.float_matmul(
         x, tiled.scales, tiled.scales, tiled.words, np.empty((3, 70), np.float32)
@@ -150,3 +158,70 @@ def test_word_tiles_refuse_tiles_of_a_partial_vector():
     quants = np.zeros((20, 16), np.uint8)
     with pytest.raises(ValueError, match="tiles of 16 rows"):
         quant_int8.word_tiles(quants, "Q4_1", 1, 24)
+
+
+def paired_product(matrix: BlockMatrix, x: np.ndarray) -> np.ndarray:
+    """x W^T by `paired_matmul`.  float32 [B, k] -> [B, n_out]"""
+    tiled = matrix.tiled()
+    coefs = tiled.minimums if tiled.kind == "Q4_1" else tiled.scales
+    out = np.full((x.shape[0], tiled.n_out), np.nan, np.float32)
+    return quant_int8.paired_matmul(x, tiled.scales, coefs, tiled.words, out)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    kind=st.sampled_from(["Q4_1", "Q8_0"]),
+    batch=st.integers(1, 40),
+    n_out=st.integers(1, 1100),  # up to three tiles, the last one partly padding
+    blocks=st.integers(1, 8),
+)
+def test_paired_matmul_equals_numpy_on_the_dequantized_weights_and_activations(
+    seed, kind, batch, n_out, blocks
+):
+    rng = np.random.default_rng(seed)
+    k = 32 * blocks
+    matrix = BlockMatrix.from_blocks(kind, random_blocks(rng, kind, n_out, k))
+    x = activations(rng, batch, k)
+    got = paired_product(matrix, x)
+    assert got.shape == (batch, n_out) and got.dtype == np.float32
+    x_q, d, _, _ = quantize_pairs(x, kind)
+    values = dequantized_pairs(x_q, d, kind)
+    weights = matrix.dequantize().astype(np.float64)
+    scale = np.abs(values) @ np.abs(weights).T  # the size of the terms summed
+    assert (np.abs(got - values @ weights.T) <= 1e-5 * scale + 1e-6).all()
+    # and x itself: each value is off by at most half a step d
+    bound = np.repeat(d, 32, axis=1).astype(np.float64) * 0.5 * 1.02 @ np.abs(weights).T
+    assert (np.abs(got - x.astype(np.float64) @ weights.T) <= bound + 1e-5 * scale + 1e-6).all()
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    kind=st.sampled_from(["Q4_1", "Q8_0"]),
+    batch=st.integers(1, 40),
+    n_out=st.integers(1, 600),
+    blocks=st.integers(1, 6),
+)
+def test_paired_matmul_gives_a_row_the_same_bits_in_any_batch_and_alone(
+    seed, kind, batch, n_out, blocks
+):
+    rng = np.random.default_rng(seed)
+    k = 32 * blocks
+    matrix = BlockMatrix.from_blocks(kind, random_blocks(rng, kind, n_out, k))
+    x = activations(rng, batch, k)
+    together = paired_product(matrix, x)
+    row = int(rng.integers(0, batch))
+    np.testing.assert_array_equal(paired_product(matrix, x[row : row + 1])[0], together[row])
+    first = int(rng.integers(0, batch))  # a pass of the rows from `first` on
+    np.testing.assert_array_equal(paired_product(matrix, x[first:]), together[first:])
+
+
+@pytest.mark.parametrize("rows", [1, 2, 9])
+def test_a_nan_in_x_makes_its_rows_paired_outputs_nan(rows):
+    rng = np.random.default_rng(rows)
+    matrix = BlockMatrix.from_blocks("Q4_1", random_blocks(rng, "Q4_1", 20, 64))
+    x = rng.standard_normal((rows, 64)).astype(np.float32)
+    x[rows - 1, 40] = np.nan
+    got = paired_product(matrix, x)
+    assert np.isnan(got[rows - 1]).all() and not np.isnan(got[: rows - 1]).any()

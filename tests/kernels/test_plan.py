@@ -64,14 +64,15 @@ def test_the_plans_a_cpu_lacks_name_what_it_lacks():
     [
         (AVX2, {}, ComputePlan("float32", 8, one_row_q4_1_in_registers=True)),
         (AVX512, {}, ComputePlan("float32", 16)),
-        (VNNI, {}, ComputePlan("float32", 16)),  # VNNI stays opt-in
+        (VNNI, {}, ComputePlan("int8-vnni", 16)),  # faster than float32 at every batch
         (VNNI, {"int8_activations": True}, ComputePlan("int8-vnni", 16)),
         (AVX512, {"int8_activations": True}, ComputePlan("float32", 16)),  # nothing to serve it
         (AMX, {}, ComputePlan("int8-amx", 16, kv_dtype="float16")),
         (AMX, {"int8_activations": False}, ComputePlan("float32", 16)),
         (AMX, {"quantized": False}, ComputePlan("int8-amx", 16)),  # float32 weights: no blocks
         (AMX, {"kv_dtype": "float32"}, ComputePlan("int8-amx", 16)),
-        (VNNI, {"batch_invariant": False}, ComputePlan("float32", 16, False, False)),
+        (VNNI, {"batch_invariant": False}, ComputePlan("int8-vnni", 16, False, False)),
+        (VNNI, {"int8_activations": False}, ComputePlan("float32", 16)),
         (AMX, {"batch_invariant": False}, ComputePlan("int8-amx", 16, False, True, "float16")),
         (AVX512, {"kv_dtype": "float16"}, ComputePlan("float32", 16, kv_dtype="float16")),
     ],

@@ -1,0 +1,228 @@
+"""Each of SmolLM2-135M's block products alone, float32 activations against int8 activations on
+AVX-512 VNNI, at a few batches: GFLOP/s (2 B n_out k over the median time of a call) and the
+share of the machine's float32 GEMM rate (NumPy's float32 matmul of two 2048 x 2048 matrices on
+the process's threads, measured in the same run). Printed, not asserted.
+
+    .venv/bin/python bench/products.py                          # batches 1 8 32 64, 3 rounds
+    .venv/bin/python bench/products.py --batches 32 --rounds 5 --repeats 30
+    .venv/bin/python bench/products.py --kernels float32 paired q8_1-1 q8_1-2
+    .venv/bin/python bench/products.py --model --kernels float32 int8-vnni q8_1 --rounds 3
+
+The products are SmolLM2-135M Q4_1's: q/k/v stacked (960 x 576, Q4_1), o (576 x 576), gate/up
+stacked (3072 x 576), down (576 x 1536), the LM head (49,152 x 576, Q8_0), as
+`corral.model.quant.TiledMatrix.matmul` runs them (the model's dispatch, the parts of x its
+callers ask for: `ACTIVATION_PARTS` for the layers, `HEAD_ACTIVATION_PARTS` for the head).
+W is random blocks, one copy, so a layer's weights (0.2 to 1 MB) are in cache, as at batch 8 and
+more, where each product reads its weights once per group of rows; the head's 28 MB come from
+L3 or memory. The kernels take turns call by call, so that a shared machine's load falls on all
+of them alike; the table gives each product's best round (`--rounds`) of the median time of
+`--repeats` calls.
+
+Kernels (`--kernels`): "float32" (the float32 plan's), "int8-vnni" (the int8-vnni plan's, with
+the parts the model asks for), "paired" (`quant_int8.paired_matmul`: x in two int8 parts on
+one scale), "q8_1-N" (`quant_int8.int8_matmul`: x in N parts of ggml's Q8_1).
+"""
+
+from __future__ import annotations
+
+from corral.kernels.threads import configure
+
+configure()
+
+import argparse  # noqa: E402 - after configure()
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import numba  # noqa: E402
+import numpy as np  # noqa: E402
+from corral.kernels.compute import quant_int8  # noqa: E402
+from corral.kernels.compute.plan import ComputePlan  # noqa: E402
+from corral.model import quant  # noqa: E402
+
+PRODUCTS = {
+    "qkv": ("Q4_1", 960, 576),
+    "o": ("Q4_1", 576, 576),
+    "gate_up": ("Q4_1", 3072, 576),
+    "down": ("Q4_1", 576, 1536),
+    "lm_head": ("Q8_0", 49152, 576),
+}
+"""SmolLM2-135M Q4_1's products: name -> (block type, n_out, k)."""
+
+
+def random_matrix(rng: np.random.Generator, kind: str, n_out: int, k: int) -> quant.BlockMatrix:
+    """Random blocks with small float16 scales (and minimums)."""
+    size = {"Q4_1": 20, "Q8_0": 34}[kind]
+    raw = rng.integers(0, 256, (n_out, k // 32, size), dtype=np.uint8)
+    for start in (0, 2) if kind == "Q4_1" else (0,):
+        half = rng.uniform(-0.01, 0.01, raw.shape[:2] + (1,)).astype(np.float16)
+        raw[..., start : start + 2] = half.view(np.uint8)
+    return quant.BlockMatrix.from_blocks(kind, raw.reshape(n_out, -1))
+
+
+def median_seconds(call, repeats: int) -> float:
+    """The median time of `repeats` calls after one untimed call."""
+    return interleaved_medians({"call": call}, repeats)["call"]
+
+
+def interleaved_medians(calls: dict, repeats: int) -> dict:
+    """{name: the median time of `repeats` calls}, the calls taking turns call by call (after
+    one untimed call each), so that a shared machine's load falls on all of them alike."""
+    for call in calls.values():
+        call()
+    times = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def gemm_peak(repeats: int) -> float:
+    """NumPy's float32 matmul of two 2048 x 2048 matrices: GFLOP/s (median of `repeats`)."""
+    a = np.random.default_rng(0).standard_normal((2048, 2048)).astype(np.float32)
+    return 2 * 2048**3 / median_seconds(lambda: a @ a, repeats) / 1e9
+
+
+def kernel_call(name: str, matrices: dict, product: str, x: np.ndarray):
+    """A call of no argument: x times `product`'s matrix by kernel `name` (`--kernels`)."""
+    head = product == "lm_head"
+    if name == "float32":
+        return lambda: matrices["float32"].matmul(x)
+    if name == "int8-vnni":
+        parts = quant.HEAD_ACTIVATION_PARTS if head else quant.ACTIVATION_PARTS
+        return lambda: matrices["int8-vnni"].matmul(x, parts)
+    m = matrices["int8-vnni"]
+    coefs = m.minimums if m.kind == "Q4_1" else m.scales
+    out = np.empty((x.shape[0], m.n_out), np.float32)
+    if name == "paired":
+        return lambda: quant_int8.paired_matmul(x, m.scales, coefs, m.words, out)
+    parts = int(name.removeprefix("q8_1-"))
+    return lambda: quant_int8.int8_matmul(x, parts, m.scales, coefs, m.words, out)
+
+
+def model_speeds(batches: list[int], kernels: list[str], steps: int, rounds: int) -> dict:
+    """Prefill tokens/s (a 256-token prompt) and decode tokens/s (a 256-token context a
+    sequence) of the default model on each kernel's plan, taking turns: "float32"
+    (`ComputePlan.detect(int8_activations=False)`), "int8-vnni" (`ComputePlan("int8-vnni",
+    16)`, float32 cache), "q8_1" (the same plan with the products on `quant_int8.int8_matmul`,
+    x in the model's parts of Q8_1: the VNNI path before `paired_matmul`).
+    -> {(batch or "prefill", kernel): best tokens/s}"""
+    from corral.model import load_model
+
+    model = load_model(progress=False)
+    vnni = ComputePlan("int8-vnni", 16)
+    plans = {"float32": ComputePlan.detect(int8_activations=False, kv_dtype="float32"),
+             "int8-vnni": vnni, "q8_1": vnni}  # fmt: skip
+    models = {name: model.with_plan(plans[name]) for name in kernels}
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(100, 40000, 256)
+    caches = {}
+    for name, m in models.items():
+        caches[name] = m.new_cache(max(batches), 256 + steps + 2)
+        m.prefill(caches[name], 0, prompt)
+        for slot in range(1, max(batches)):
+            caches[name].copy_slot(0, slot)
+
+    def q8_1(matrix, x, parts):  # the VNNI dispatch before paired_matmul
+        coefs = matrix.minimums if matrix.kind == "Q4_1" else matrix.scales
+        out = np.empty((x.shape[0], matrix.n_out), np.float32)
+        return quant_int8.int8_matmul(x, parts, matrix.scales, coefs, matrix.words, out)
+
+    paired = quant.MATMULS["int8-vnni"]
+    best: dict = {}
+    for _ in range(rounds):
+        for name, m in models.items():  # prefill: the 256-token prompt again, in slot 0
+            quant.MATMULS["int8-vnni"] = q8_1 if name == "q8_1" else paired
+            try:
+                caches[name].reset(0)
+                start = time.perf_counter()
+                m.prefill(caches[name], 0, prompt)
+                rate = len(prompt) / (time.perf_counter() - start)
+            finally:
+                quant.MATMULS["int8-vnni"] = paired
+            best[("prefill", name)] = max(best.get(("prefill", name), 0.0), rate)
+        for batch in batches:
+            slots = np.arange(batch)
+            tokens = rng.integers(100, 40000, batch)
+            for name, m in models.items():
+                quant.MATMULS["int8-vnni"] = q8_1 if name == "q8_1" else paired
+                try:
+                    m.decode(caches[name], slots, tokens)  # warm-up
+                    start = time.perf_counter()
+                    for _ in range(steps):
+                        m.decode(caches[name], slots, tokens)
+                    rate = batch * steps / (time.perf_counter() - start)
+                finally:
+                    quant.MATMULS["int8-vnni"] = paired
+                caches[name].lengths[slots] = 256
+                best[(batch, name)] = max(best.get((batch, name), 0.0), rate)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64])
+    parser.add_argument("--products", nargs="+", default=list(PRODUCTS), choices=list(PRODUCTS))
+    parser.add_argument("--kernels", nargs="+", default=["float32", "int8-vnni"])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--model", action="store_true",
+                        help="decode tokens/s of the whole model instead (kernels: float32, "
+                        "int8-vnni, q8_1)")  # fmt: skip
+    parser.add_argument("--steps", type=int, default=10, help="decode steps a turn (--model)")
+    args = parser.parse_args()
+    if args.model:
+        kernels = [k for k in args.kernels if k in ("float32", "int8-vnni", "q8_1")]
+        best = model_speeds(args.batches, kernels, args.steps, args.rounds)
+        print(f"threads {numba.get_num_threads()}; decode tokens/s, 256-token contexts, best "
+              f"of {args.rounds} rounds of {args.steps} steps")  # fmt: skip
+        print(f"{'B':>7} " + " ".join(f"{k:>10}" for k in kernels))
+        for batch in ["prefill", *args.batches]:
+            print(f"{batch:>7} " + " ".join(f"{best[(batch, k)]:10.1f}" for k in kernels))
+        return
+    if not quant_int8.available():
+        args.kernels = [k for k in args.kernels if k == "float32"]
+        print("the VNNI kernels do not run here: float32 only")
+    rng = np.random.default_rng(0)
+    matrices = {}
+    for product in args.products:
+        block = random_matrix(rng, *PRODUCTS[product])
+        matrices[product] = {
+            "float32": block.tiled(ComputePlan("float32", 16)),
+            "int8-vnni": block.tiled(ComputePlan("int8-vnni", 16)),
+        }
+    xs = {b: rng.standard_normal((b, 1536)).astype(np.float32) for b in args.batches}
+    best: dict = {}
+    peaks = []
+    for _ in range(args.rounds):
+        peaks.append(gemm_peak(5))
+        for product in args.products:
+            k = PRODUCTS[product][2]
+            for batch in args.batches:
+                x = np.ascontiguousarray(xs[batch][:, :k])
+                calls = {name: kernel_call(name, matrices[product], product, x)
+                         for name in args.kernels}  # fmt: skip
+                for name, seconds in interleaved_medians(calls, args.repeats).items():
+                    key = (product, batch, name)
+                    best[key] = min(best.get(key, np.inf), seconds)
+    peak = max(peaks)
+    print(f"threads {numba.get_num_threads()}; float32 GEMM (NumPy 2048^3): "
+          f"{', '.join(f'{p:.0f}' for p in peaks)} GFLOP/s, best {peak:.0f}")  # fmt: skip
+    header = f"{'product':>8} {'n_out x k':>12} {'B':>3}"
+    for name in args.kernels:
+        header += f" | {name:>14} us {'GFLOP/s':>7} {'peak':>5}"
+    print(header)
+    for product in args.products:
+        kind, n_out, k = PRODUCTS[product]
+        for batch in args.batches:
+            line = f"{product:>8} {f'{n_out}x{k}':>12} {batch:>3}"
+            for name in args.kernels:
+                seconds = best[(product, batch, name)]
+                rate = 2 * batch * n_out * k / seconds / 1e9
+                line += f" | {seconds * 1e6:17.0f} {rate:7.1f} {rate / peak:5.0%}"
+            print(line)
+
+
+if __name__ == "__main__":
+    main()
