@@ -125,26 +125,27 @@ def resident_mb() -> float:
     return float("nan")
 
 
-def measure(path: Path, context: int, steps: int) -> dict:
+def measure(path: Path, context: int, steps: int, kv_dtype: str) -> dict:
     """Load `path`, fill a `context`-token cache, decode `steps` tokens: the figures of the
     module docstring, in MB."""
     from corral.model import load_model
 
+    baseline = resident_mb()
     start = time.perf_counter()
-    model = load_model(path, progress=False)
+    model = load_model(path, progress=False, kv_dtype=np.dtype(kv_dtype))
     load_seconds = time.perf_counter() - start
     loaded = resident_mb()
     params = model.params
     weights = sum(m.nbytes for layer in params["layers"] for m in layer["blocks"].values())
     weights += params["lm_head_blocks"].nbytes
-    floats = [
-        a for layer in params["layers"] for a in layer.values()
-        if isinstance(a, np.ndarray) and a.dtype == np.float32
-    ] + [a for a in params.values() if isinstance(a, np.ndarray) and a.dtype == np.float32]  # fmt: skip
+    values = [*params.values(), *(v for layer in params["layers"] for v in layer.values())]
+    floats = [a for a in values if isinstance(a, np.ndarray) and a.dtype == np.float32]
     cache = model.new_cache(1, context)
     rng = np.random.default_rng(0)
-    for array in (cache.keys, cache.values):  # every page of the cache written
-        array[...] = rng.standard_normal(array.shape, np.float32).astype(array.dtype) * 0.1
+    for array in (cache.keys, cache.values):  # every page of the cache written, a layer a time
+        for layer in array:
+            layer[...] = rng.standard_normal(layer.shape, np.float32) * np.float32(0.1)
+    filled = resident_mb()
     model.prefill(cache, 0, rng.integers(100, 40000, 16))
     cache.lengths[0] = context - steps - 1
     slots, tokens = np.arange(1), rng.integers(100, 40000, 1)
@@ -155,7 +156,9 @@ def measure(path: Path, context: int, steps: int) -> dict:
     decode_seconds = (time.perf_counter() - start) / steps
     return {
         "load_s": load_seconds,
+        "baseline": baseline,
         "after_load": loaded,
+        "cache_filled": filled,
         "decoding": resident_mb(),
         "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "weights": weights / 2**20,
@@ -171,10 +174,13 @@ def main() -> None:
     parser.add_argument("--model", type=Path, help="the synthetic GGUF's path (kept)")
     parser.add_argument("--context", type=int, default=4096, help="KV cache tokens (4096)")
     parser.add_argument("--steps", type=int, default=4, help="tokens decoded (4)")
+    parser.add_argument(
+        "--kv-dtype", default="float32", choices=("float32", "float16"), help="KV cache (float32)"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(measure(args.model, args.context, args.steps)))
+        print(json.dumps(measure(args.model, args.context, args.steps, args.kv_dtype)))
         return
     with tempfile.TemporaryDirectory() as scratch:
         path = args.model or Path(scratch) / "qwen2.5-1.5b-shaped-q4_k_m.gguf"
@@ -183,15 +189,18 @@ def main() -> None:
                 raise SystemExit("--vocab is needed to write the model")
             write_model(path, args.vocab)
         command = [sys.executable, __file__, "--child", "--model", str(path),
-                   "--context", str(args.context), "--steps", str(args.steps)]  # fmt: skip
+                   "--context", str(args.context), "--steps", str(args.steps),
+                   "--kv-dtype", args.kv_dtype]  # fmt: skip
         child = subprocess.run(command, capture_output=True, text=True, check=False)
         if child.returncode != 0:
             raise SystemExit(f"the child failed: {child.stderr.strip()[-500:]}")
         facts = json.loads(child.stdout.strip().splitlines()[-1])
     print(f"{path.name}: {path.stat().st_size / 2**20:.0f} MB file" if path.exists() else "")
     print(
-        f"resident: {facts['after_load']:.0f} MB after loading ({facts['load_s']:.0f} s), "
-        f"{facts['decoding']:.0f} MB decoding at batch 1 over a {args.context}-token context, "
+        f"resident: {facts['baseline']:.0f} MB before loading, {facts['after_load']:.0f} MB "
+        f"after ({facts['load_s']:.0f} s), {facts['cache_filled']:.0f} MB with the cache "
+        f"filled, {facts['decoding']:.0f} MB decoding at batch 1 over a {args.context}-token "
+        f"{args.kv_dtype} context, "
         f"peak {facts['peak']:.0f} MB (the load included)"
     )
     print(

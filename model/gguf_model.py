@@ -42,7 +42,15 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from corral.kernels.compute import kquant_layout, kquant_row, kquant_rows, kquants, quant_rows
+from corral.kernels.compute import (
+    kquant_layout,
+    kquant_row,
+    kquant_rows,
+    kquants,
+    quant_int8,
+    quant_rows,
+)
+from corral.kernels.compute import quant as quant_kernels
 from corral.model import llama, quant
 from corral.model.config import LlamaConfig
 from corral.model.errors import ModelLoadError
@@ -457,10 +465,43 @@ def _part(kind: str, rows: np.ndarray):
         return np.ascontiguousarray(rows, dtype=np.float32)
     if kind in quant.SUPPORTED:
         return quant.BlockMatrix.from_blocks(kind, np.asarray(rows)).tiled()
-    if kind in kquant_layout.AS_BLOCKS:  # the same weights in Q4_1 / Q8_0 word tiles
-        blocks = quant.BlockMatrix(*kquant_layout.as_blocks(np.ascontiguousarray(rows), kind))
-        return blocks.tiled(words_only=True)
+    if kind in kquant_layout.AS_BLOCKS:
+        return _rewritten(kind, rows)
     return kquant_layout.repack(np.ascontiguousarray(rows), kind)
+
+
+REWRITE_ROWS = 8192
+"""About the most rows `_rewritten` converts at once (whole tiles): its temporary arrays, a few
+times a piece's blocks, bound the memory a load takes beside the weights (a 151,936-row LM head
+at once would take about 1 GB of them)."""
+
+
+def _rewritten(kind: str, rows: np.ndarray) -> quant.TiledMatrix:
+    """A K-quant part as word tiles alone (`kquant_layout.as_blocks`, then the tiles
+    `quant.BlockMatrix.tiled(words_only=True)` builds), converted a piece of whole tiles at a
+    time straight into the final arrays.  uint8 [n_out, bytes per row] -> TiledMatrix"""
+    n_out = rows.shape[0]
+    n_tiles, tile = quant_kernels.tile_shape(n_out)
+    step = max(1, REWRITE_ROWS // tile)  # tiles a piece
+    arrays: list = []
+    for first in range(0, n_tiles, step):
+        count = min(step, n_tiles - first)
+        piece = np.ascontiguousarray(rows[first * tile : (first + count) * tile])
+        block_kind, scales, minimums, quants = kquant_layout.as_blocks(piece, kind)
+        words_kind = "Q4_1" if block_kind == "Q4_1" else "Q8_0"  # Q8_16's bytes are Q8_0's
+        pieces = (
+            quant_kernels.tile_rows(scales, count, tile),
+            None if minimums is None else quant_kernels.tile_rows(minimums, count, tile),
+            quant_int8.word_tiles(quants, words_kind, count, tile),
+        )
+        if not arrays:
+            arrays = [None if a is None else np.empty((n_tiles, *a.shape[1:]), a.dtype)
+                      for a in pieces]  # fmt: skip
+        for whole, part in zip(arrays, pieces, strict=True):
+            if part is not None:
+                whole[first : first + count] = part
+    k = arrays[0].shape[1] * quant_kernels.BLOCK
+    return quant.TiledMatrix(block_kind, n_out, k, arrays[0], arrays[1], None, arrays[2])
 
 
 def gguf_params(gguf: GGUFFile, config: LlamaConfig) -> dict:

@@ -256,3 +256,27 @@ def test_rewritten_blocks_are_no_float32_copy():
 def test_as_blocks_names_what_is_wrong(raw, kind, message):
     with pytest.raises(ValueError, match=message):
         as_blocks(raw, kind)
+
+
+@settings(max_examples=20, deadline=None)
+@given(products(tuple(AS_BLOCKS)), st.integers(1, 700))
+def test_a_part_rewritten_in_pieces_equals_it_rewritten_whole(case, piece_rows):
+    """`gguf_model._rewritten` (the load's pieces of whole tiles, which bound its memory) builds
+    the same arrays as the whole matrix rewritten at once."""
+    from corral.model import gguf_model
+
+    kind, raw, _ = case
+    whole = rewritten(raw, kind)
+    saved, gguf_model.REWRITE_ROWS = gguf_model.REWRITE_ROWS, piece_rows
+    try:
+        pieces = gguf_model._rewritten(kind, raw)
+    finally:
+        gguf_model.REWRITE_ROWS = saved
+    assert (pieces.kind, pieces.n_out, pieces.k, pieces.quants) == (
+        whole.kind, whole.n_out, whole.k, None
+    )  # fmt: skip
+    for name in ("scales", "minimums", "words"):
+        a, b = getattr(pieces, name), getattr(whole, name)
+        assert (a is None) == (b is None)
+        if a is not None:
+            np.testing.assert_array_equal(a, b)
