@@ -279,10 +279,11 @@ def _llama3_scaling(factors, theta: float, head_dim: int, original: int, gguf) -
 @dataclass(frozen=True, eq=False)
 class GGUFMatrix:
     """A weight matrix W [n_out, k] as consecutive groups of rows, each in one format: a
-    `quant.TiledMatrix` (Q4_1, Q8_0), a `kquant_layout.KQuantMatrix` (K-quants, Q5_0, Q4_0,
-    Q5_1) or a float32 array [n, k]. It stands where `llama` takes a matrix's blocks
-    (`linear`'s layer["blocks"][name], `lm_head`'s params["lm_head_blocks"]) and where it takes
-    the float32 matrix (`W @ x^T`): every product goes through the parts' kernels.
+    `quant.TiledMatrix` (Q4_1, Q8_0; and Q4_K, Q4_0, Q5_0, Q6_K rewritten as their words,
+    `_rewritten`), a `kquant_layout.KQuantMatrix` (Q5_K, Q5_1) or a float32 array [n, k]. It
+    stands where `llama` takes a matrix's blocks (`linear`'s layer["blocks"][name], `lm_head`'s
+    params["lm_head_blocks"]) and where it takes the float32 matrix (`W @ x^T`): every product
+    goes through the parts' kernels.
 
     Attributes:
         parts: the groups of rows, top to bottom.
@@ -643,14 +644,17 @@ _KQUANT_KERNELS = {
 
 def kquant_kernels(params: dict) -> list:
     """The compiled K-quant kernels the model's products call (one row and several: Numba
-    compiles each on a machine's first use), for `loading.kernels_cached`."""
+    compiles each on a machine's first use; the rewritten kinds' `quant_rows` products at the
+    parts' widths, whatever the plan's activations), for `loading.kernels_cached`."""
     matrices = [m for layer in params["layers"] for m in layer.get("blocks", {}).values()]
     parts = [p for m in [*matrices, params.get("lm_head_blocks")] for p in getattr(m, "parts", ())]
     kinds = {part.kind for part in parts if isinstance(part, kquant_layout.KQuantMatrix)}
     small = (kquant_row.small_row, kquant_rows.small_matmul)
     kernels = [kernel for kind in sorted(kinds) for kernel in _KQUANT_KERNELS.get(kind, small)]
-    halves = [p for p in parts if isinstance(p, quant.TiledMatrix) and p.kind == "Q8_16"]
-    return kernels + [quant_rows.HALVES_MATMUL[p.plan.lanes] for p in halves[:1]]
+    words = {(p.kind == "Q8_16", p.plan.lanes) for p in parts
+             if isinstance(p, quant.TiledMatrix) and p.quants is None}  # fmt: skip
+    tables = (quant_rows.FLOAT_MATMUL, quant_rows.HALVES_MATMUL)
+    return kernels + [tables[halves][lanes] for halves, lanes in sorted(words)]
 
 
 def is_quantized(gguf: GGUFFile) -> bool:
