@@ -47,7 +47,6 @@ from corral.kernels.compute import (
     kquant_row,
     kquant_rows,
     kquants,
-    quant_int8,
     quant_rows,
 )
 from corral.kernels.compute import quant as quant_kernels
@@ -489,11 +488,10 @@ def _rewritten(kind: str, rows: np.ndarray) -> quant.TiledMatrix:
         count = min(step, n_tiles - first)
         piece = np.ascontiguousarray(rows[first * tile : (first + count) * tile])
         block_kind, scales, minimums, quants = kquant_layout.as_blocks(piece, kind)
-        words_kind = "Q4_1" if block_kind == "Q4_1" else "Q8_0"  # Q8_16's bytes are Q8_0's
         pieces = (
             quant_kernels.tile_rows(scales, count, tile),
             None if minimums is None else quant_kernels.tile_rows(minimums, count, tile),
-            quant_int8.word_tiles(quants, words_kind, count, tile),
+            quant.word_tiles(quants, block_kind, count, tile),
         )
         if not arrays:
             arrays = [None if a is None else np.empty((n_tiles, *a.shape[1:]), a.dtype)

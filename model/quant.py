@@ -36,16 +36,18 @@ SUPPORTED = ("Q4_1", "Q8_0")
 @dataclass(frozen=True, eq=False)
 class BlockMatrix:
     """A weight matrix W [n_out, k] in Q4_1 or Q8_0 blocks of 32 along k (or "Q8_16": Q8_0's
-    quants with a scale per 16 weights, GGUF's Q6_K rewritten by `kquant_layout.as_blocks`).
+    quants with a scale per 16 weights, GGUF's Q6_K rewritten by `kquant_layout.as_blocks`;
+    "Q5_0": Q4_1's with a fifth bit, GGUF's Q5_0 rewritten, minimum -16 scale).
 
     Attributes:
-        kind: "Q4_1", "Q8_0" or "Q8_16".
+        kind: "Q4_1", "Q8_0", "Q8_16" or "Q5_0".
         scales: float32 [n_out, k/32], each block's scale (ggml's float16, widened exactly;
             Q8_16: the scale of the block's first 16 weights).
-        minimums: float32 [n_out, k/32] for Q4_1 (w = scale q + minimum); None for Q8_0; for
-            Q8_16 the scale of the block's last 16 weights.
+        minimums: float32 [n_out, k/32] for Q4_1 and Q5_0 (w = scale q + minimum); None for
+            Q8_0; for Q8_16 the scale of the block's last 16 weights.
         quants: uint8 [n_out, k/2] (Q4_1: low nibble of byte j is element j of its block, high
-            nibble element j + 16) or int8 [n_out, k] (Q8_0).
+            nibble element j + 16) or int8 [n_out, k] (Q8_0, Q8_16); Q5_0: uint8 [n_out,
+            k 20/32], a block's 16 bytes as Q4_1's then 4 of fifth bits (bit j: element j's).
     """
 
     kind: str
@@ -77,8 +79,7 @@ class BlockMatrix:
         minimums = None
         if self.minimums is not None:
             minimums = quant.tile_rows(self.minimums, n_tiles, tile)
-        words_kind = "Q4_1" if self.kind == "Q4_1" else "Q8_0"  # Q8_16's bytes are Q8_0's
-        words = quant_int8.word_tiles(self.quants, words_kind, n_tiles, tile)
+        words = word_tiles(self.quants, self.kind, n_tiles, tile)
         return TiledMatrix(
             self.kind,
             n_out,
@@ -96,6 +97,13 @@ class BlockMatrix:
         if self.kind == "Q8_0":
             q = self.quants.astype(np.float32).reshape(n_out, -1, quant.BLOCK)
             return (q * self.scales[:, :, None]).reshape(n_out, k)
+        if self.kind == "Q5_0":
+            blocks = self.quants.reshape(n_out, -1, 20)
+            bits = np.ascontiguousarray(blocks[..., 16:]).view("<u4")
+            fifth = ((bits >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8) << 4
+            nibbles = blocks[..., :16]
+            q = (np.concatenate([nibbles & 15, nibbles >> 4], axis=-1) | fifth).astype(np.float32)
+            return (q * self.scales[:, :, None] + self.minimums[:, :, None]).reshape(n_out, k)
         if self.kind == "Q8_16":
             q = self.quants.astype(np.float32).reshape(n_out, -1, 2, quant.BLOCK // 2)
             halves = np.stack([self.scales, self.minimums], axis=-1)[..., None]
@@ -147,6 +155,19 @@ class BlockMatrix:
         return BlockMatrix(self.kind, self.scales[order], minimums, self.quants[order])
 
 
+def word_tiles(quants: np.ndarray, kind: str, n_tiles: int, tile: int) -> np.ndarray:
+    """`BlockMatrix.quants` in `quant_int8.word_tiles`' layout: uint8 [n_tiles, k/32, tile/16,
+    W, 16, 4], W = 4 (Q4_1), 8 (Q8_0, Q8_16) or 5 (Q5_0: Q4_1's 4 words, then the fifth bits;
+    zero rows pad)."""
+    if kind != "Q5_0":
+        return quant_int8.word_tiles(quants, "Q4_1" if kind == "Q4_1" else "Q8_0", n_tiles, tile)
+    n_blocks = quants.shape[1] // 20
+    padded = np.zeros((n_tiles * tile, quants.shape[1]), np.uint8)
+    padded[: quants.shape[0]] = quants
+    words = padded.reshape(n_tiles, tile // 16, 16, n_blocks, 5, 4)
+    return np.ascontiguousarray(words.transpose(0, 3, 1, 4, 2, 5))
+
+
 @dataclass(frozen=True, eq=False)
 class TiledMatrix:
     """A weight matrix W [n_out, k] in Q4_1 or Q8_0 blocks, laid out for the kernels: output
@@ -154,7 +175,8 @@ class TiledMatrix:
     (`kernels.quant`'s module docstring).
 
     Attributes:
-        kind: "Q4_1", "Q8_0" or "Q8_16" (`BlockMatrix`; Q8_16 only without `quants`).
+        kind: "Q4_1", "Q8_0", "Q8_16" or "Q5_0" (`BlockMatrix`; the last two only without
+            `quants`).
         n_out, k: W's shape.
         scales: float32 [n_tiles, k/32, tile].
         minimums: float32 [n_tiles, k/32, tile] for Q4_1; None for Q8_0.
@@ -239,7 +261,7 @@ def _float_matmul(matrix: TiledMatrix, x: np.ndarray, parts: int) -> np.ndarray:
     """`TiledMatrix.matmul` on float32 activations (`parts` unused)."""
     rows, plan = x.shape[0], matrix.plan
     in_registers = plan.one_row_q4_1_in_registers and matrix.kind == "Q4_1"
-    if rows > 1 or in_registers or matrix.quants is None or matrix.kind == "Q8_16":
+    if rows > 1 or in_registers or matrix.quants is None or matrix.kind in ("Q8_16", "Q5_0"):
         coefs = matrix.scales if matrix.minimums is None else matrix.minimums
         out = np.empty((rows, matrix.n_out), np.float32)
         kernels = quant_rows.HALVES_MATMUL if matrix.kind == "Q8_16" else quant_rows.FLOAT_MATMUL

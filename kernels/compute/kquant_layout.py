@@ -183,7 +183,7 @@ def repack(raw: np.ndarray, kind: str) -> KQuantMatrix:
     return KQuantMatrix(kind, n_out, n_blocks * weights, arrays)
 
 
-AS_BLOCKS = {"Q4_K": "Q4_1", "Q4_0": "Q4_1", "Q5_0": "Q8_0", "Q6_K": "Q8_16"}
+AS_BLOCKS = {"Q4_K": "Q4_1", "Q4_0": "Q4_1", "Q5_0": "Q5_0", "Q6_K": "Q8_16"}
 """The kinds `as_blocks` rewrites exactly into the blocks of 32 of the register-blocked kernels
 (`kernels.compute.quant_rows`), and the kind each becomes."""
 
@@ -191,12 +191,13 @@ AS_BLOCKS = {"Q4_K": "Q4_1", "Q4_0": "Q4_1", "Q5_0": "Q8_0", "Q6_K": "Q8_16"}
 def as_blocks(raw: np.ndarray, kind: str) -> tuple[str, np.ndarray, np.ndarray | None, np.ndarray]:
     """W's raw GGUF blocks rewritten, without changing a weight, as blocks of 32 of float32
     scale s, float32 minimum m (Q4_1 only) and quant q, w = s q + m (Q4_1) or w = s q (Q8_0;
-    Q8_16: Q8_0 with a scale for each half of a block, the second half's in place of m):
+    Q8_16: Q8_0 with a scale for each half of a block, the second half's in place of m; Q5_0:
+    Q4_1 with a fifth bit, w = s (nibble + 16 bit) + m):
 
         Q4_K  sub-block j of 32: s = d sc_j, m = -(dmin m_j) (exact in float32: an 11-bit
               mantissa times a 6-bit integer), q the nibble       -> Q4_1
         Q4_0  s = d, m = -8 d (exact), q the nibble                -> Q4_1
-        Q5_0  s = d, q = nibble + 16 fifth bit - 16 in -16..15     -> Q8_0
+        Q5_0  s = d, m = -16 d (exact), q = nibble + 16 fifth bit  -> Q5_0
         Q6_K  sub-block j of 16: s = d sc_j (exact: 11 bits times 8), q in -32..31 -> Q8_16
 
     so w is the float32 weight `gguf.quants.dequantize` gives. O(n_out k) byte moves, at load.
@@ -204,9 +205,11 @@ def as_blocks(raw: np.ndarray, kind: str) -> tuple[str, np.ndarray, np.ndarray |
     raw: uint8 [n_out, bytes per row] (as `repack` takes it); kind: a key of `AS_BLOCKS`.
     Returns (kind, scales float32 [n_out, k/32], minimums float32 [n_out, k/32] or None (Q8_0),
     quants): `model.quant.BlockMatrix`'s fields, quants uint8 [n_out, k/2] for Q4_1 (byte j of
-    a block: element j in its low nibble, j + 16 in its high one) or int8 [n_out, k] for Q8_0
-    and Q8_16. Per 32 weights, Q4_K's blocks take 24 bytes against its own 18, Q4_0's 24
-    against 18, Q5_0's 36 against 22, Q6_K's 40 against 26.25.
+    a block: element j in its low nibble, j + 16 in its high one), uint8 [n_out, k 20/32] for
+    Q5_0 (a block's 16 bytes of nibbles as Q4_1's, then its fifth bits, a little-endian
+    uint32, bit j for element j) or int8 [n_out, k] for Q8_0 and Q8_16. Per 32 weights, Q4_K's
+    blocks take 24 bytes against its own 18, Q4_0's 24 against 18, Q5_0's 28 against 22,
+    Q6_K's 40 against 26.25.
 
     Raises:
         ValueError: a kind not in `AS_BLOCKS`, or raw as `repack` refuses it.
@@ -251,9 +254,5 @@ def as_blocks(raw: np.ndarray, kind: str) -> tuple[str, np.ndarray, np.ndarray |
     if kind == "Q4_0":
         quants = np.ascontiguousarray(blocks[..., 2:]).reshape(n_out, -1)
         return "Q4_1", d, d * np.float32(-8.0), quants
-    bits = np.ascontiguousarray(blocks[..., 2:6]).view("<u4")  # [n, b, 1]
-    fifth = ((bits >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8)  # [n, b, 32]
-    nibbles = blocks[..., 6:]
-    q = np.concatenate([nibbles & 15, nibbles >> 4], axis=-1) | (fifth << 4)
-    quants = (q.astype(np.int16) - 16).astype(np.int8)
-    return "Q8_0", d, None, np.ascontiguousarray(quants.reshape(n_out, -1))
+    quants = np.concatenate([blocks[..., 6:], blocks[..., 2:6]], axis=-1)  # nibbles, bits
+    return "Q5_0", d, d * np.float32(-16.0), np.ascontiguousarray(quants.reshape(n_out, -1))

@@ -65,15 +65,16 @@ def spans(group: int) -> tuple[int, ...]:
     return tuple(1 << i for i in reversed(range(largest.bit_length())))
 
 
-NIBBLES, BYTES, HALVES = 1, 0, 2
-"""The word formats (`_block_product`'s `nibbles` key): Q4_1's nibbles; Q8_0's bytes; Q8_0's
+NIBBLES, BYTES, HALVES, FIVE = 1, 0, 2, 3
+"""The word formats (`_block_product`'s `form` key): Q4_1's nibbles; Q8_0's bytes; Q8_0's
 bytes with a scale for each half of a block (columns 0-15 and 16-31), the second half's scales
-in the `minimums` array."""
+in the `minimums` array; Q4_1's nibbles and a fifth word of fifth bits (bit j: column j's
+q += 16; GGUF's Q5_0 rewritten, its minimum -16 d)."""
 
 PRODUCTS = {
     width: tuple(
         (form, group, span)
-        for form in (NIBBLES, BYTES, HALVES)
+        for form in (NIBBLES, BYTES, HALVES, FIVE)
         for group in GROUPS
         if group <= largest_group(width)
         for span in spans(group)
@@ -105,7 +106,7 @@ def _emit_block_product(context, builder, arg_types, args, width, form, group, s
     columns, each added to the total by its own scale, the first half's from `scales`, the
     second's from `minimums`, no minimum term).
     """
-    nibbles, halves = form == NIBBLES, form == HALVES
+    nibbles, halves, five = form in (NIBBLES, FIVE), form == HALVES, form == FIVE
     i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
     vec, fvec = ir.VectorType(i32, width), ir.VectorType(f32, width)
     n_words = BLOCK // 8 if nibbles else BLOCK // 4
@@ -148,14 +149,25 @@ def _emit_block_product(context, builder, arg_types, args, width, form, group, s
         block = builder.mul(chunk, i64(v // per_block))
         return builder.add(builder.add(w_start, block), i64(4 * width * (v % per_block)))
 
-    def unpack(word):  # int32 vectors of a word's columns' quants, in `columns`' order
+    def fifth_bit(fifth, word_index, column):  # (bit 4 w + column of fifth) << 4, lane by lane
+        shift = builder.trunc(builder.add(builder.mul(word_index, i64(4)), i64(column)), i32)
+        shifts = builder.insert_element(ir.Constant(vec, None), shift, i32(0))
+        shifts = builder.shuffle_vector(shifts, ir.Constant(vec, None), vec([0] * width))
+        return builder.and_(builder.shl(builder.lshr(fifth, shifts), lanes(4)), lanes(16))
+
+    def unpack(word, fifth=None, word_index=None):  # int32 vectors of a word's columns' quants,
+        # in `columns`' order (FIVE: each with its fifth bit from `fifth`)
         quants = []
         if nibbles:  # byte b: low nibble column 4 word + b, high nibble 16 more
             for b in range(4):
                 low = builder.lshr(word, lanes(8 * b)) if b else word
-                quants.append(builder.and_(low, lanes(15)))
+                low = builder.and_(low, lanes(15))
                 high = builder.lshr(word, lanes(8 * b + 4))
-                quants.append(builder.and_(high, lanes(15)) if b < 3 else high)
+                high = builder.and_(high, lanes(15)) if b < 3 else high
+                if five:
+                    low = builder.or_(low, fifth_bit(fifth, word_index, b))
+                    high = builder.or_(high, fifth_bit(fifth, word_index, b + BLOCK // 2))
+                quants += [low, high]
         else:  # byte b holds q + 128: flip the sign bit back, then sign-extend
             signed = builder.xor(word, lanes(-0x7F7F7F80))  # 0x80808080
             for b in range(4):
@@ -178,6 +190,8 @@ def _emit_block_product(context, builder, arg_types, args, width, form, group, s
         # one loop turn a word (a real loop, not unrolled: LLVM's time to compile a block
         # of 512 multiply-adds grew past a minute), the sums carried in phi nodes
         starts = [vector_start(first_vector + v) for v in range(count)]
+        fifths = [load(words_p, builder.add(s, i64(4 * 64)), vec, 1) if five else None
+                  for s in starts]  # fmt: skip
         entry = builder.block
         loop = builder.append_basic_block("words")
         done = builder.append_basic_block("words_done")
@@ -196,7 +210,10 @@ def _emit_block_product(context, builder, arg_types, args, width, form, group, s
         for turn_word in range(WORDS_PER_TURN):
             word_index = builder.add(first_word, i64(turn_word))
             at = builder.mul(word_index, i64(64))
-            unpacked = [unpack(load(words_p, builder.add(s, at), vec, 1)) for s in starts]
+            unpacked = [
+                unpack(load(words_p, builder.add(s, at), vec, 1), fifth, word_index)
+                for s, fifth in zip(starts, fifths, strict=True)
+            ]
             for c, column in enumerate(columns(word_index)):
                 x_values = [splat(load(x_rows[i], column, f32, 4)) for i in range(group)]
                 for v in range(count):
@@ -325,7 +342,9 @@ def _tile_products(
     group = total.shape[0]
     lane_groups = tile // LANES
     chunk = words.shape[3] * LANES * 4  # bytes of one block of 16 rows
-    form = NIBBLES if words.shape[3] == 4 else (HALVES if halves else BYTES)
+    form = NIBBLES if words.shape[3] == 4 else (FIVE if words.shape[3] == 5 else BYTES)
+    if halves:
+        form = HALVES
     largest = max(1, CHAINS // group)
     total[:] = 0.0
     for block in range(n_blocks):  # the words in memory order
