@@ -481,7 +481,7 @@ def _rewritten(kind: str, rows: np.ndarray) -> quant.TiledMatrix:
     `quant.BlockMatrix.tiled(words_only=True)` builds), converted a piece of whole tiles at a
     time straight into the final arrays.  uint8 [n_out, bytes per row] -> TiledMatrix"""
     n_out = rows.shape[0]
-    n_tiles, tile = quant_kernels.tile_shape(n_out)
+    n_tiles, tile = quant.words_tile_shape(n_out)
     step = max(1, REWRITE_ROWS // tile)  # tiles a piece
     arrays: list = []
     for first in range(0, n_tiles, step):

@@ -75,7 +75,7 @@ class BlockMatrix:
         as `plan` says; with `words_only`, the word tiles alone (`TiledMatrix.quants` None: one
         copy of the quants, every float32 pass on `quant_rows`)."""
         n_out, k = self.shape
-        n_tiles, tile = quant.tile_shape(n_out)
+        n_tiles, tile = words_tile_shape(n_out) if words_only else quant.tile_shape(n_out)
         minimums = None
         if self.minimums is not None:
             minimums = quant.tile_rows(self.minimums, n_tiles, tile)
@@ -153,6 +153,24 @@ class BlockMatrix:
         """The matrix with rows taken in `order` (int [n_out])."""
         minimums = None if self.minimums is None else self.minimums[order]
         return BlockMatrix(self.kind, self.scales[order], minimums, self.quants[order])
+
+
+def words_tile_shape(n_out: int) -> tuple[int, int]:
+    """(n_tiles, tile) of a matrix kept as word tiles alone (`BlockMatrix.tiled`'s
+    `words_only`): `kernels.compute.quant.tile_shape`'s tiles of at most `quant.MAX_TILE` rows,
+    but at least two where n_out > 64 and an even number where more than one, so that two
+    threads share every product evenly (one row of x: a product streams the matrix, and one
+    tile in three left to one thread took a third longer).
+
+    Raises:
+        ValueError: n_out < 1.
+    """
+    if n_out < 1:
+        raise ValueError(f"a matrix needs at least one output row, got {n_out}")
+    n_tiles = max(-(-n_out // quant.MAX_TILE), 2 if n_out > 64 else 1)
+    n_tiles += n_tiles % 2 if n_tiles > 1 else 0
+    rows = -(-n_out // n_tiles)  # a tile's rows, then rounded up to a multiple of 16
+    return n_tiles, -(-rows // 16) * 16
 
 
 def word_tiles(quants: np.ndarray, kind: str, n_tiles: int, tile: int) -> np.ndarray:
