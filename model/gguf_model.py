@@ -9,8 +9,11 @@ file's own blocks:
 
 - Q4_1 and Q8_0 as `quant.TiledMatrix` (the kernels of `corral.kernels.compute.quant`, packed in
   one allocation as `quant.quantized_layers` does);
-- Q4_K, Q5_K, Q6_K, Q5_0, Q4_0 and Q5_1 as `kquant_layout.KQuantMatrix` (`kquants.kquant_matmul`,
-  float32 activations whatever the `ComputePlan` says);
+- Q4_K, Q4_0, Q5_0 and Q6_K rewritten, weight for weight, as Q4_1 / Q8_0 word tiles
+  (`kquant_layout.as_blocks`, `quant.BlockMatrix.tiled(words_only=True)`: the register-blocked
+  kernels of `quant_rows` for one row and several); Q5_K and Q5_1 as
+  `kquant_layout.KQuantMatrix` (`kquants.kquant_matmul`); both on float32 activations whatever
+  the `ComputePlan` says;
 - F32, F16 and BF16 as float32 arrays (a BLAS GEMM).
 
 q/k/v and gate/up are stacked as one matrix each when they share a block type, else kept as
@@ -39,7 +42,14 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from corral.kernels.compute import kquant_layout, kquant_row, kquant_rows, kquants
+from corral.kernels.compute import (
+    kquant_layout,
+    kquant_row,
+    kquant_rows,
+    kquants,
+    quant_rows,
+)
+from corral.kernels.compute import quant as quant_kernels
 from corral.model import llama, quant
 from corral.model.config import LlamaConfig
 from corral.model.errors import ModelLoadError
@@ -268,10 +278,11 @@ def _llama3_scaling(factors, theta: float, head_dim: int, original: int, gguf) -
 @dataclass(frozen=True, eq=False)
 class GGUFMatrix:
     """A weight matrix W [n_out, k] as consecutive groups of rows, each in one format: a
-    `quant.TiledMatrix` (Q4_1, Q8_0), a `kquant_layout.KQuantMatrix` (K-quants, Q5_0, Q4_0,
-    Q5_1) or a float32 array [n, k]. It stands where `llama` takes a matrix's blocks
-    (`linear`'s layer["blocks"][name], `lm_head`'s params["lm_head_blocks"]) and where it takes
-    the float32 matrix (`W @ x^T`): every product goes through the parts' kernels.
+    `quant.TiledMatrix` (Q4_1, Q8_0; and Q4_K, Q4_0, Q5_0, Q6_K rewritten as their words,
+    `_rewritten`), a `kquant_layout.KQuantMatrix` (Q5_K, Q5_1) or a float32 array [n, k]. It
+    stands where `llama` takes a matrix's blocks (`linear`'s layer["blocks"][name], `lm_head`'s
+    params["lm_head_blocks"]) and where it takes the float32 matrix (`W @ x^T`): every product
+    goes through the parts' kernels.
 
     Attributes:
         parts: the groups of rows, top to bottom.
@@ -454,7 +465,42 @@ def _part(kind: str, rows: np.ndarray):
         return np.ascontiguousarray(rows, dtype=np.float32)
     if kind in quant.SUPPORTED:
         return quant.BlockMatrix.from_blocks(kind, np.asarray(rows)).tiled()
+    if kind in kquant_layout.AS_BLOCKS:
+        return _rewritten(kind, rows)
     return kquant_layout.repack(np.ascontiguousarray(rows), kind)
+
+
+REWRITE_ROWS = 8192
+"""About the most rows `_rewritten` converts at once (whole tiles): its temporary arrays, a few
+times a piece's blocks, bound the memory a load takes beside the weights (a 151,936-row LM head
+at once would take about 1 GB of them)."""
+
+
+def _rewritten(kind: str, rows: np.ndarray) -> quant.TiledMatrix:
+    """A K-quant part as word tiles alone (`kquant_layout.as_blocks`, then the tiles
+    `quant.BlockMatrix.tiled(words_only=True)` builds), converted a piece of whole tiles at a
+    time straight into the final arrays.  uint8 [n_out, bytes per row] -> TiledMatrix"""
+    n_out = rows.shape[0]
+    n_tiles, tile = quant.words_tile_shape(n_out)
+    step = max(1, REWRITE_ROWS // tile)  # tiles a piece
+    arrays: list = []
+    for first in range(0, n_tiles, step):
+        count = min(step, n_tiles - first)
+        piece = np.ascontiguousarray(rows[first * tile : (first + count) * tile])
+        block_kind, scales, minimums, quants = kquant_layout.as_blocks(piece, kind)
+        pieces = (
+            quant_kernels.tile_rows(scales, count, tile),
+            None if minimums is None else quant_kernels.tile_rows(minimums, count, tile),
+            quant.word_tiles(quants, block_kind, count, tile),
+        )
+        if not arrays:
+            arrays = [None if a is None else np.empty((n_tiles, *a.shape[1:]), a.dtype)
+                      for a in pieces]  # fmt: skip
+        for whole, part in zip(arrays, pieces, strict=True):
+            if part is not None:
+                whole[first : first + count] = part
+    k = arrays[0].shape[1] * quant_kernels.BLOCK
+    return quant.TiledMatrix(block_kind, n_out, k, arrays[0], arrays[1], None, arrays[2])
 
 
 def gguf_params(gguf: GGUFFile, config: LlamaConfig) -> dict:
@@ -484,22 +530,25 @@ def gguf_params(gguf: GGUFFile, config: LlamaConfig) -> dict:
         "w_gate_up": (("ffn_gate", "ffn_up"), ((f, d), (f, d))),
         "w_down": (("ffn_down",), ((d, f),)),
     }
-    grouped = []  # per layer: name -> [(kind, rows)]
+    # every part in its layout, a layer at a time, the file's pages dropped after each (the
+    # memory a load takes: a layer's blocks beside the layouts built); the layers' Q4_1 / Q8_0
+    # tiles packed in one allocation (quant.packed: fewer TLB misses), the rewritten K-quants'
+    # and the head's arrays large allocations of their own
+    built = []
     for i in range(config.num_hidden_layers):
-        grouped.append({
-            name: _matrix_parts(gguf, config, [f"blk.{i}.{t}.weight" for t in tensors], shapes)
-            for name, (tensors, shapes) in specs.items()
-        })  # fmt: skip
+        for tensors, shapes in specs.values():
+            parts = _matrix_parts(gguf, config, [f"blk.{i}.{t}.weight" for t in tensors], shapes)
+            built.append([_part(kind, rows) for kind, rows in parts])
+        gguf.release()
     head_name = "token_embd.weight" if config.tie_word_embeddings else "output.weight"
     head_parts = _matrix_parts(gguf, config, [head_name], [(config.vocab_size, d)])
-    # every part in its layout; the layers' Q4_1 / Q8_0 tiles packed in one allocation
-    # (quant.packed: fewer TLB misses), the head's arrays large allocations of their own
-    built = [[_part(kind, rows) for kind, rows in parts]
-             for layer in grouped for parts in layer.values()]  # fmt: skip
-    tiled = [p for parts in built for p in parts if isinstance(p, quant.TiledMatrix)]
+    tiled = [p for parts in built for p in parts
+             if isinstance(p, quant.TiledMatrix) and p.quants is not None]  # fmt: skip
     packed = dict(zip(map(id, tiled), quant.packed(tiled), strict=True)) if tiled else {}
     matrices = [GGUFMatrix(tuple(packed.get(id(p), p) for p in parts)) for parts in built]
     head = GGUFMatrix(tuple(_part(kind, rows) for kind, rows in head_parts))
+    del head_parts
+    gguf.release()
 
     layers = []
     for i in range(config.num_hidden_layers):
@@ -593,16 +642,17 @@ _KQUANT_KERNELS = {
 
 def kquant_kernels(params: dict) -> list:
     """The compiled K-quant kernels the model's products call (one row and several: Numba
-    compiles each on a machine's first use), for `loading.kernels_cached`."""
+    compiles each on a machine's first use; the rewritten kinds' `quant_rows` products at the
+    parts' widths, whatever the plan's activations), for `loading.kernels_cached`."""
     matrices = [m for layer in params["layers"] for m in layer.get("blocks", {}).values()]
-    kinds = {
-        part.kind
-        for matrix in [*matrices, params.get("lm_head_blocks")]
-        for part in getattr(matrix, "parts", ())
-        if isinstance(part, kquant_layout.KQuantMatrix)
-    }
+    parts = [p for m in [*matrices, params.get("lm_head_blocks")] for p in getattr(m, "parts", ())]
+    kinds = {part.kind for part in parts if isinstance(part, kquant_layout.KQuantMatrix)}
     small = (kquant_row.small_row, kquant_rows.small_matmul)
-    return [kernel for kind in sorted(kinds) for kernel in _KQUANT_KERNELS.get(kind, small)]
+    kernels = [kernel for kind in sorted(kinds) for kernel in _KQUANT_KERNELS.get(kind, small)]
+    words = {(p.kind == "Q8_16", p.plan.lanes) for p in parts
+             if isinstance(p, quant.TiledMatrix) and p.quants is None}  # fmt: skip
+    tables = (quant_rows.FLOAT_MATMUL, quant_rows.HALVES_MATMUL)
+    return kernels + [tables[halves][lanes] for halves, lanes in sorted(words)]
 
 
 def is_quantized(gguf: GGUFFile) -> bool:

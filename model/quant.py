@@ -35,14 +35,19 @@ SUPPORTED = ("Q4_1", "Q8_0")
 
 @dataclass(frozen=True, eq=False)
 class BlockMatrix:
-    """A weight matrix W [n_out, k] in Q4_1 or Q8_0 blocks of 32 along k.
+    """A weight matrix W [n_out, k] in Q4_1 or Q8_0 blocks of 32 along k (or "Q8_16": Q8_0's
+    quants with a scale per 16 weights, GGUF's Q6_K rewritten by `kquant_layout.as_blocks`;
+    "Q5_0": Q4_1's with a fifth bit, GGUF's Q5_0 rewritten, minimum -16 scale).
 
     Attributes:
-        kind: "Q4_1" or "Q8_0".
-        scales: float32 [n_out, k/32], each block's scale (ggml's float16, widened exactly).
-        minimums: float32 [n_out, k/32] for Q4_1 (w = scale q + minimum); None for Q8_0.
+        kind: "Q4_1", "Q8_0", "Q8_16" or "Q5_0".
+        scales: float32 [n_out, k/32], each block's scale (ggml's float16, widened exactly;
+            Q8_16: the scale of the block's first 16 weights).
+        minimums: float32 [n_out, k/32] for Q4_1 and Q5_0 (w = scale q + minimum); None for
+            Q8_0; for Q8_16 the scale of the block's last 16 weights.
         quants: uint8 [n_out, k/2] (Q4_1: low nibble of byte j is element j of its block, high
-            nibble element j + 16) or int8 [n_out, k] (Q8_0).
+            nibble element j + 16) or int8 [n_out, k] (Q8_0, Q8_16); Q5_0: uint8 [n_out,
+            k 20/32], a block's 16 bytes as Q4_1's then 4 of fifth bits (bit j: element j's).
     """
 
     kind: str
@@ -61,22 +66,27 @@ class BlockMatrix:
         extra = 0 if self.minimums is None else self.minimums.nbytes
         return self.quants.nbytes + self.scales.nbytes + extra
 
-    def tiled(self, plan: ComputePlan = ComputePlan()) -> TiledMatrix:  # noqa: B008 - frozen
+    def tiled(
+        self,
+        plan: ComputePlan = ComputePlan(),  # noqa: B008 - frozen
+        words_only: bool = False,
+    ) -> TiledMatrix:
         """The same blocks in the kernels' tiled layout (`kernels.quant.tile_rows`), computed on
-        as `plan` says."""
+        as `plan` says; with `words_only`, the word tiles alone (`TiledMatrix.quants` None: one
+        copy of the quants, every float32 pass on `quant_rows`)."""
         n_out, k = self.shape
-        n_tiles, tile = quant.tile_shape(n_out)
+        n_tiles, tile = words_tile_shape(n_out) if words_only else quant.tile_shape(n_out)
         minimums = None
         if self.minimums is not None:
             minimums = quant.tile_rows(self.minimums, n_tiles, tile)
-        words = quant_int8.word_tiles(self.quants, self.kind, n_tiles, tile)
+        words = word_tiles(self.quants, self.kind, n_tiles, tile)
         return TiledMatrix(
             self.kind,
             n_out,
             k,
             quant.tile_rows(self.scales, n_tiles, tile),
             minimums,
-            quant.tile_rows(self.quants, n_tiles, tile),
+            None if words_only else quant.tile_rows(self.quants, n_tiles, tile),
             words,
             plan,
         )
@@ -87,6 +97,17 @@ class BlockMatrix:
         if self.kind == "Q8_0":
             q = self.quants.astype(np.float32).reshape(n_out, -1, quant.BLOCK)
             return (q * self.scales[:, :, None]).reshape(n_out, k)
+        if self.kind == "Q5_0":
+            blocks = self.quants.reshape(n_out, -1, 20)
+            bits = np.ascontiguousarray(blocks[..., 16:]).view("<u4")
+            fifth = ((bits >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8) << 4
+            nibbles = blocks[..., :16]
+            q = (np.concatenate([nibbles & 15, nibbles >> 4], axis=-1) | fifth).astype(np.float32)
+            return (q * self.scales[:, :, None] + self.minimums[:, :, None]).reshape(n_out, k)
+        if self.kind == "Q8_16":
+            q = self.quants.astype(np.float32).reshape(n_out, -1, 2, quant.BLOCK // 2)
+            halves = np.stack([self.scales, self.minimums], axis=-1)[..., None]
+            return (q * halves).reshape(n_out, k)
         blocks = self.quants.reshape(n_out, -1, quant.BLOCK // 2)
         q = np.concatenate([blocks & 15, blocks >> 4], axis=-1).astype(np.float32)
         return (q * self.scales[:, :, None] + self.minimums[:, :, None]).reshape(n_out, k)
@@ -134,6 +155,37 @@ class BlockMatrix:
         return BlockMatrix(self.kind, self.scales[order], minimums, self.quants[order])
 
 
+def words_tile_shape(n_out: int) -> tuple[int, int]:
+    """(n_tiles, tile) of a matrix kept as word tiles alone (`BlockMatrix.tiled`'s
+    `words_only`): `kernels.compute.quant.tile_shape`'s tiles of at most `quant.MAX_TILE` rows,
+    but at least two where n_out > 64 and an even number where more than one, so that two
+    threads share every product evenly (one row of x: a product streams the matrix, and one
+    tile in three left to one thread took a third longer).
+
+    Raises:
+        ValueError: n_out < 1.
+    """
+    if n_out < 1:
+        raise ValueError(f"a matrix needs at least one output row, got {n_out}")
+    n_tiles = max(-(-n_out // quant.MAX_TILE), 2 if n_out > 64 else 1)
+    n_tiles += n_tiles % 2 if n_tiles > 1 else 0
+    rows = -(-n_out // n_tiles)  # a tile's rows, then rounded up to a multiple of 16
+    return n_tiles, -(-rows // 16) * 16
+
+
+def word_tiles(quants: np.ndarray, kind: str, n_tiles: int, tile: int) -> np.ndarray:
+    """`BlockMatrix.quants` in `quant_int8.word_tiles`' layout: uint8 [n_tiles, k/32, tile/16,
+    W, 16, 4], W = 4 (Q4_1), 8 (Q8_0, Q8_16) or 5 (Q5_0: Q4_1's 4 words, then the fifth bits;
+    zero rows pad)."""
+    if kind != "Q5_0":
+        return quant_int8.word_tiles(quants, "Q4_1" if kind == "Q4_1" else "Q8_0", n_tiles, tile)
+    n_blocks = quants.shape[1] // 20
+    padded = np.zeros((n_tiles * tile, quants.shape[1]), np.uint8)
+    padded[: quants.shape[0]] = quants
+    words = padded.reshape(n_tiles, tile // 16, 16, n_blocks, 5, 4)
+    return np.ascontiguousarray(words.transpose(0, 3, 1, 4, 2, 5))
+
+
 @dataclass(frozen=True, eq=False)
 class TiledMatrix:
     """A weight matrix W [n_out, k] in Q4_1 or Q8_0 blocks, laid out for the kernels: output
@@ -141,11 +193,14 @@ class TiledMatrix:
     (`kernels.quant`'s module docstring).
 
     Attributes:
-        kind: "Q4_1" or "Q8_0".
+        kind: "Q4_1", "Q8_0", "Q8_16" or "Q5_0" (`BlockMatrix`; the last two only without
+            `quants`).
         n_out, k: W's shape.
         scales: float32 [n_tiles, k/32, tile].
         minimums: float32 [n_tiles, k/32, tile] for Q4_1; None for Q8_0.
-        quants: uint8 [n_tiles, k/2, tile] (Q4_1) or int8 [n_tiles, k, tile] (Q8_0).
+        quants: uint8 [n_tiles, k/2, tile] (Q4_1) or int8 [n_tiles, k, tile] (Q8_0) for the
+            one-row streaming kernels of `kernels.compute.quant`; None where the words alone
+            are kept (`BlockMatrix.tiled`'s `words_only`: one row goes to `quant_rows` too).
         words: the same quants in `kernels.quant_int8`'s word tiles (uint8 [n_tiles, k/32,
             tile/16, W, 16, 4]) for the kernels of passes of several rows (`kernels.quant_rows`)
             and the int8-activation kernels.
@@ -157,7 +212,7 @@ class TiledMatrix:
     k: int
     scales: np.ndarray
     minimums: np.ndarray | None
-    quants: np.ndarray
+    quants: np.ndarray | None
     words: np.ndarray
     plan: ComputePlan = ComputePlan()  # noqa: RUF009 - frozen
 
@@ -174,9 +229,11 @@ class TiledMatrix:
 
     @property
     def nbytes(self) -> int:
-        """Bytes a product reads: quants, scales and minimums (padding rows included)."""
+        """Bytes a product reads: quants (or words), scales and minimums (padding rows
+        included)."""
         extra = 0 if self.minimums is None else self.minimums.nbytes
-        return self.quants.nbytes + self.scales.nbytes + extra
+        quants = self.words if self.quants is None else self.quants
+        return quants.nbytes + self.scales.nbytes + extra
 
     def matmul(self, x: np.ndarray, parts: int = ACTIVATION_PARTS) -> np.ndarray:
         """x W^T.  float32 [B, k] -> float32 [B, n_out] (float32 accumulation), by the kernel
@@ -186,7 +243,9 @@ class TiledMatrix:
         leaves over); "float32", several rows through `quant_rows` (each weight unpacked once
         for a group of up to 16 rows), one row through the one-row streaming kernels of
         `kernels.compute.quant` (a Q4_1 matrix's to `quant_rows` where the plan's
-        `one_row_q4_1_in_registers`: the same sums bit for bit).
+        `one_row_q4_1_in_registers`: the same sums bit for bit). A matrix without `quants`
+        (`BlockMatrix.tiled`'s `words_only`) computes on float32 activations through
+        `quant_rows` for every number of rows, whatever the plan's `activations`.
 
         Raises:
             ValueError: x is not two-dimensional with k columns, or parts < 1.
@@ -196,6 +255,8 @@ class TiledMatrix:
             raise ValueError(f"x must be [B, {self.k}], got shape {x.shape}")
         if parts < 1:
             raise ValueError(f"x is quantized in at least one part, got parts={parts}")
+        if self.quants is None:  # words alone (K-quants rewritten): float32 activations
+            return _float_matmul(self, x, parts)
         return MATMULS[self.plan.activations](self, x, parts)
 
 
@@ -217,10 +278,12 @@ def _vnni_matmul(matrix: TiledMatrix, x: np.ndarray, parts: int) -> np.ndarray:
 def _float_matmul(matrix: TiledMatrix, x: np.ndarray, parts: int) -> np.ndarray:
     """`TiledMatrix.matmul` on float32 activations (`parts` unused)."""
     rows, plan = x.shape[0], matrix.plan
-    if rows > 1 or (plan.one_row_q4_1_in_registers and matrix.kind == "Q4_1"):
-        coefs = matrix.minimums if matrix.kind == "Q4_1" else matrix.scales
+    in_registers = plan.one_row_q4_1_in_registers and matrix.kind == "Q4_1"
+    if rows > 1 or in_registers or matrix.quants is None or matrix.kind in ("Q8_16", "Q5_0"):
+        coefs = matrix.scales if matrix.minimums is None else matrix.minimums
         out = np.empty((rows, matrix.n_out), np.float32)
-        kernel = quant_rows.FLOAT_MATMUL[plan.lanes]
+        kernels = quant_rows.HALVES_MATMUL if matrix.kind == "Q8_16" else quant_rows.FLOAT_MATMUL
+        kernel = kernels[plan.lanes]
         return kernel(x, matrix.scales, coefs, matrix.words, out)
     n_tiles, _, tile = matrix.scales.shape
     out = np.empty((rows, n_tiles * tile), np.float32)

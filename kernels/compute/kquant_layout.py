@@ -181,3 +181,78 @@ def repack(raw: np.ndarray, kind: str) -> KQuantMatrix:
     n_tiles, tile = tile_shape(n_out)
     arrays = tuple(tile_rows(fields[name], n_tiles, tile) for name in FIELDS[kind])
     return KQuantMatrix(kind, n_out, n_blocks * weights, arrays)
+
+
+AS_BLOCKS = {"Q4_K": "Q4_1", "Q4_0": "Q4_1", "Q5_0": "Q5_0", "Q6_K": "Q8_16"}
+"""The kinds `as_blocks` rewrites exactly into the blocks of 32 of the register-blocked kernels
+(`kernels.compute.quant_rows`), and the kind each becomes."""
+
+
+def as_blocks(raw: np.ndarray, kind: str) -> tuple[str, np.ndarray, np.ndarray | None, np.ndarray]:
+    """W's raw GGUF blocks rewritten, without changing a weight, as blocks of 32 of float32
+    scale s, float32 minimum m (Q4_1 only) and quant q, w = s q + m (Q4_1) or w = s q (Q8_0;
+    Q8_16: Q8_0 with a scale for each half of a block, the second half's in place of m; Q5_0:
+    Q4_1 with a fifth bit, w = s (nibble + 16 bit) + m):
+
+        Q4_K  sub-block j of 32: s = d sc_j, m = -(dmin m_j) (exact in float32: an 11-bit
+              mantissa times a 6-bit integer), q the nibble       -> Q4_1
+        Q4_0  s = d, m = -8 d (exact), q the nibble                -> Q4_1
+        Q5_0  s = d, m = -16 d (exact), q = nibble + 16 fifth bit  -> Q5_0
+        Q6_K  sub-block j of 16: s = d sc_j (exact: 11 bits times 8), q in -32..31 -> Q8_16
+
+    so w is the float32 weight `gguf.quants.dequantize` gives. O(n_out k) byte moves, at load.
+
+    raw: uint8 [n_out, bytes per row] (as `repack` takes it); kind: a key of `AS_BLOCKS`.
+    Returns (kind, scales float32 [n_out, k/32], minimums float32 [n_out, k/32] or None (Q8_0),
+    quants): `model.quant.BlockMatrix`'s fields, quants uint8 [n_out, k/2] for Q4_1 (byte j of
+    a block: element j in its low nibble, j + 16 in its high one), uint8 [n_out, k 20/32] for
+    Q5_0 (a block's 16 bytes of nibbles as Q4_1's, then its fifth bits, a little-endian
+    uint32, bit j for element j) or int8 [n_out, k] for Q8_0 and Q8_16. Per 32 weights, Q4_K's
+    blocks take 24 bytes against its own 18, Q4_0's 24 against 18, Q5_0's 28 against 22,
+    Q6_K's 40 against 26.25.
+
+    Raises:
+        ValueError: a kind not in `AS_BLOCKS`, or raw as `repack` refuses it.
+    """
+    if kind not in AS_BLOCKS:
+        raise ValueError(f"kind must be one of {sorted(AS_BLOCKS)}, got {kind!r}")
+    raw = np.asarray(raw)
+    if raw.dtype != np.uint8 or raw.ndim != 2 or raw.shape[0] < 1:
+        raise ValueError(
+            f"raw must be uint8 [n_out >= 1, bytes per row], got {raw.dtype} {raw.shape}"
+        )
+    size = BLOCK_BYTES[kind][1]
+    n_out, row_bytes = raw.shape
+    if row_bytes == 0 or row_bytes % size:
+        raise ValueError(
+            f"a {kind} row is a whole number of {size}-byte blocks, got {row_bytes} bytes"
+        )
+    blocks = raw.reshape(n_out, row_bytes // size, size)
+    if kind == "Q6_K":  # weight 128 h + 32 p + l (see the module docstring)
+        n_super = blocks.shape[1]
+        low = blocks[..., :128].reshape(n_out, n_super, 2, 2, 32)  # [h, p mod 2, l]
+        low = np.concatenate([low & 15, low >> 4], axis=3)  # [h, p, l]
+        top = blocks[..., 128:192].reshape(n_out, n_super, 2, 1, 32)
+        top = (top >> (2 * np.arange(4, dtype=np.uint8))[:, None]) & 3  # [h, p, l]
+        q = (low | (top << 4)).astype(np.int16) - 32
+        s = _half(blocks, 208)[..., None] * blocks[..., 192:208].view(np.int8).astype(np.float32)
+        s = s.reshape(n_out, -1)  # [n, k/16]
+        quants = q.astype(np.int8).reshape(n_out, -1)
+        return "Q8_16", np.ascontiguousarray(s[:, 0::2]), np.ascontiguousarray(s[:, 1::2]), quants
+    d = _half(blocks, 0)
+    if kind == "Q4_K":
+        scales, minimums = _scale_minimums(blocks[..., 4:16])
+        n_super = blocks.shape[1]
+        s = (d[..., None] * scales.reshape(n_out, n_super, 8).astype(np.float32)).reshape(n_out, -1)
+        dmin = _half(blocks, 2)[..., None]
+        m = -(dmin * minimums.reshape(n_out, n_super, 8).astype(np.float32)).reshape(n_out, -1)
+        # chunk c's 32 bytes: low nibbles are sub-block 2 c, high ones 2 c + 1
+        q = blocks[..., 16:].reshape(n_out, n_super, 4, 1, 32)
+        values = np.concatenate([q & 15, q >> 4], axis=3).reshape(n_out, -1, 32)
+        quants = values[..., :16] | (values[..., 16:] << 4)
+        return "Q4_1", s, m, np.ascontiguousarray(quants.reshape(n_out, -1))
+    if kind == "Q4_0":
+        quants = np.ascontiguousarray(blocks[..., 2:]).reshape(n_out, -1)
+        return "Q4_1", d, d * np.float32(-8.0), quants
+    quants = np.concatenate([blocks[..., 6:], blocks[..., 2:6]], axis=-1)  # nibbles, bits
+    return "Q5_0", d, d * np.float32(-16.0), np.ascontiguousarray(quants.reshape(n_out, -1))

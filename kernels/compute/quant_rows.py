@@ -8,7 +8,9 @@ its 32 columns, then
     Q4_1: total += scale * sum_j q_j x_j + minimum * sum_j x_j
     Q8_0: total += scale * sum_j q_j x_j
 
-with `kernels.compute.quant`'s float32 formulas.
+with `kernels.compute.quant`'s float32 formulas; and Q8_0's words with a scale per 16 columns
+(`HALVES`: GGUF's Q6_K rewritten, `kquant_layout.as_blocks`), two chains a block, each of 16
+columns: total += scale * sum_{j<16} q_j x_j, then total += scale' * sum_{j>=16} q_j x_j.
 """
 
 from __future__ import annotations
@@ -63,21 +65,28 @@ def spans(group: int) -> tuple[int, ...]:
     return tuple(1 << i for i in reversed(range(largest.bit_length())))
 
 
+NIBBLES, BYTES, HALVES, FIVE = 1, 0, 2, 3
+"""The word formats (`_block_product`'s `form` key): Q4_1's nibbles; Q8_0's bytes; Q8_0's
+bytes with a scale for each half of a block (columns 0-15 and 16-31), the second half's scales
+in the `minimums` array; Q4_1's nibbles and a fifth word of fifth bits (bit j: column j's
+q += 16; GGUF's Q5_0 rewritten, its minimum -16 d)."""
+
 PRODUCTS = {
     width: tuple(
-        (nibbles, group, span)
-        for nibbles in (True, False)
+        (form, group, span)
+        for form in (NIBBLES, BYTES, HALVES, FIVE)
         for group in GROUPS
         if group <= largest_group(width)
         for span in spans(group)
     )
     for width in WIDTHS
 }
-"""`_block_product`'s dispatch table, by vector width: (Q4_1 `nibbles`, rows of x `group`,
-blocks of 16 output rows side by side `span`), every combination `_tile_products` asks for."""
+"""`_block_product`'s dispatch table, by vector width: (word format `NIBBLES`, `BYTES` or
+`HALVES`, rows of x `group`, blocks of 16 output rows side by side `span`), every combination
+`_tile_products` asks for."""
 
 
-def _emit_block_product(context, builder, arg_types, args, width, nibbles, group, span):
+def _emit_block_product(context, builder, arg_types, args, width, form, group, span):
     """Emit, at the builder's position, one block of `span` x 16 weight rows times `group` rows of
     x added to float totals in vectors of `width` lanes (`_block_product`'s contract; `args` and
     `arg_types` its arguments after the four keys).
@@ -92,8 +101,12 @@ def _emit_block_product(context, builder, arg_types, args, width, nibbles, group
     from 0, the columns as the words hold them: Q4_1's word w gives columns 4w, 4w + 16, 4w + 1,
     ..., Q8_0's 4w .. 4w + 3), then added to the total by fused multiply-adds (the scale's, then
     the minimum's): a row's results depend on that row of x alone, and a Q8_0 row's are
-    `kernels.compute.quant.q8_0_chosen_rows`'s (the masked LM head).
+    `kernels.compute.quant.q8_0_chosen_rows`'s (the masked LM head). `form` is the words'
+    format (`NIBBLES` for Q4_1, `BYTES` for Q8_0, `HALVES`: Q8_0's bytes in two chains of 16
+    columns, each added to the total by its own scale, the first half's from `scales`, the
+    second's from `minimums`, no minimum term).
     """
+    nibbles, halves, five = form in (NIBBLES, FIVE), form == HALVES, form == FIVE
     i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
     vec, fvec = ir.VectorType(i32, width), ir.VectorType(f32, width)
     n_words = BLOCK // 8 if nibbles else BLOCK // 4
@@ -136,14 +149,25 @@ def _emit_block_product(context, builder, arg_types, args, width, nibbles, group
         block = builder.mul(chunk, i64(v // per_block))
         return builder.add(builder.add(w_start, block), i64(4 * width * (v % per_block)))
 
-    def unpack(word):  # int32 vectors of a word's columns' quants, in `columns`' order
+    def fifth_bit(fifth, word_index, column):  # (bit 4 w + column of fifth) << 4, lane by lane
+        shift = builder.trunc(builder.add(builder.mul(word_index, i64(4)), i64(column)), i32)
+        shifts = builder.insert_element(ir.Constant(vec, None), shift, i32(0))
+        shifts = builder.shuffle_vector(shifts, ir.Constant(vec, None), vec([0] * width))
+        return builder.and_(builder.shl(builder.lshr(fifth, shifts), lanes(4)), lanes(16))
+
+    def unpack(word, fifth=None, word_index=None):  # int32 vectors of a word's columns' quants,
+        # in `columns`' order (FIVE: each with its fifth bit from `fifth`)
         quants = []
         if nibbles:  # byte b: low nibble column 4 word + b, high nibble 16 more
             for b in range(4):
                 low = builder.lshr(word, lanes(8 * b)) if b else word
-                quants.append(builder.and_(low, lanes(15)))
+                low = builder.and_(low, lanes(15))
                 high = builder.lshr(word, lanes(8 * b + 4))
-                quants.append(builder.and_(high, lanes(15)) if b < 3 else high)
+                high = builder.and_(high, lanes(15)) if b < 3 else high
+                if five:
+                    low = builder.or_(low, fifth_bit(fifth, word_index, b))
+                    high = builder.or_(high, fifth_bit(fifth, word_index, b + BLOCK // 2))
+                quants += [low, high]
         else:  # byte b holds q + 128: flip the sign bit back, then sign-extend
             signed = builder.xor(word, lanes(-0x7F7F7F80))  # 0x80808080
             for b in range(4):
@@ -160,10 +184,14 @@ def _emit_block_product(context, builder, arg_types, args, width, nibbles, group
                 out.append(builder.add(first, i64(b + BLOCK // 2)))
         return out
 
-    def block_pass(first_vector, count):  # vectors first_vector .. + count - 1
+    def block_pass(first_vector, count, first_turn, turns, scale_p):
+        # vectors first_vector .. + count - 1, words of turns first_turn .. + turns - 1, the
+        # chains' sums added to the totals by the scales at scale_p
         # one loop turn a word (a real loop, not unrolled: LLVM's time to compile a block
         # of 512 multiply-adds grew past a minute), the sums carried in phi nodes
         starts = [vector_start(first_vector + v) for v in range(count)]
+        fifths = [load(words_p, builder.add(s, i64(4 * 64)), vec, 1) if five else None
+                  for s in starts]  # fmt: skip
         entry = builder.block
         loop = builder.append_basic_block("words")
         done = builder.append_basic_block("words_done")
@@ -177,11 +205,15 @@ def _emit_block_product(context, builder, arg_types, args, width, nibbles, group
             for phi in row:
                 phi.add_incoming(zero, entry)
         accs = [list(row) for row in phis]
-        first_word = builder.mul(index, i64(WORDS_PER_TURN))
+        turn = builder.add(index, i64(first_turn))
+        first_word = builder.mul(turn, i64(WORDS_PER_TURN))
         for turn_word in range(WORDS_PER_TURN):
             word_index = builder.add(first_word, i64(turn_word))
             at = builder.mul(word_index, i64(64))
-            unpacked = [unpack(load(words_p, builder.add(s, at), vec, 1)) for s in starts]
+            unpacked = [
+                unpack(load(words_p, builder.add(s, at), vec, 1), fifth, word_index)
+                for s, fifth in zip(starts, fifths, strict=True)
+            ]
             for c, column in enumerate(columns(word_index)):
                 x_values = [splat(load(x_rows[i], column, f32, 4)) for i in range(group)]
                 for v in range(count):
@@ -193,12 +225,11 @@ def _emit_block_product(context, builder, arg_types, args, width, nibbles, group
         for row, values in zip(phis, accs, strict=True):
             for phi, value in zip(row, values, strict=True):
                 phi.add_incoming(value, builder.block)
-        turns = n_words // WORDS_PER_TURN
         builder.cbranch(builder.icmp_unsigned("<", following, i64(turns)), loop, done)
         builder.position_at_end(done)
         for v in range(count):
             lane = builder.add(sc_start, i64(width * (first_vector + v)))
-            scale = load(scales_p, lane, fvec, 4)
+            scale = load(scale_p, lane, fvec, 4)
             minimum = load(minimums_p, lane, fvec, 4) if nibbles else None
             for i in range(group):
                 at = offset(total_start, total_stride, i, width * (first_vector + v))
@@ -212,13 +243,19 @@ def _emit_block_product(context, builder, arg_types, args, width, nibbles, group
                     value = builder.call(fma, [minimum, x_sum, value])
                 builder.store(value, address, align=4)
 
+    turns = n_words // WORDS_PER_TURN
     for first in range(0, vectors, per_pass):
-        block_pass(first, min(per_pass, vectors - first))
+        count = min(per_pass, vectors - first)
+        if halves:  # columns 0-15 (words 0-3), then 16-31, each half its own scales
+            block_pass(first, count, 0, turns // 2, scales_p)
+            block_pass(first, count, turns // 2, turns // 2, minimums_p)
+        else:
+            block_pass(first, count, 0, turns, scales_p)
 
 
-def _product_key(nibbles: bool, group: int, span: int) -> int:
+def _product_key(form: int, group: int, span: int) -> int:
     """The switch key of a `PRODUCTS` entry (`_block_product` computes it in IR alike)."""
-    return (int(nibbles) << 16) | (group << 8) | span
+    return (int(form) << 16) | (group << 8) | span
 
 
 @intrinsic
@@ -247,11 +284,11 @@ def _block_product(
     """One block of `span` x 16 weight rows times `group` rows of x added to float totals
     (`_emit_block_product`), the variant chosen by a switch over the table `PRODUCTS`:
 
-        _block_product(lanes, nibbles, group, span, words, w_start, chunk, x, x_start, x_stride,
+        _block_product(lanes, form, group, span, words, w_start, chunk, x, x_start, x_stride,
                        x_sums, xs_start, xs_stride, scales, minimums, sc_start, total,
                        total_start, total_stride)
 
-    `lanes`, a literal 16 or 8, is the vectors' width; (nibbles, group, span) one of
+    `lanes`, a literal 16 or 8, is the vectors' width; (form, group, span) one of
     `PRODUCTS[lanes]` (another adds nothing). Output rows 16 s .. 16 s + 15 have their quants
     at byte w_start + s chunk of words (4 words of nibbles for Q4_1, 8 of bytes stored as
     q + 128 for Q8_0), row i's block of x is at x[x_start + i x_stride], its block sum at
@@ -293,17 +330,21 @@ def _block_product(
 
 
 @numba.njit(cache=True)
-def _tile_products(x, x_sums, scales, minimums, words, t, first, total, lanes):  # pragma: no cover
+def _tile_products(
+    x, x_sums, scales, minimums, words, t, first, total, lanes, halves
+):  # pragma: no cover
     """total [G, tile] = rows first..first+G-1 of x times tile t of W (`float_matmul`'s
     arguments), G = total.shape[0] in `GROUPS`, the tile's blocks of 16 output rows taken
-    `CHAINS / G` at a time (`spans`, the rest in fewer), in vectors of `lanes` (a literal).
-    O(G tile k)."""
+    `CHAINS / G` at a time (`spans`, the rest in fewer), in vectors of `lanes` (a literal);
+    Q8_0's words in the `HALVES` format where `halves`. O(G tile k)."""
     k = x.shape[1]
     _, n_blocks, tile = scales.shape
     group = total.shape[0]
     lane_groups = tile // LANES
     chunk = words.shape[3] * LANES * 4  # bytes of one block of 16 rows
-    nibbles = words.shape[3] == 4
+    form = NIBBLES if words.shape[3] == 4 else (FIVE if words.shape[3] == 5 else BYTES)
+    if halves:
+        form = HALVES
     largest = max(1, CHAINS // group)
     total[:] = 0.0
     for block in range(n_blocks):  # the words in memory order
@@ -315,15 +356,16 @@ def _tile_products(x, x_sums, scales, minimums, words, t, first, total, lanes): 
                 span //= 2
             start = ((t * n_blocks + block) * lane_groups + g) * chunk
             at = (t * n_blocks + block) * tile + g * LANES
-            _block_product(lanes, nibbles, group, span, words, start, chunk, x, x_start, k,
+            _block_product(lanes, form, group, span, words, start, chunk, x, x_start, k,
                            x_sums, xs_start, n_blocks, scales, minimums, at, total, g * LANES,
                            tile)  # fmt: skip
             g += span
 
 
 @numba.njit(cache=True, parallel=True)
-def _float_matmul(x, scales, minimums, words, out, lanes):  # pragma: no cover - compiled
-    """`float_matmul` in vectors of `lanes` (a literal: `WIDTHS`)."""
+def _float_matmul(x, scales, minimums, words, out, lanes, halves):  # pragma: no cover - compiled
+    """`float_matmul` in vectors of `lanes` (a literal: `WIDTHS`), in the `HALVES` format
+    where `halves`."""
     batch = x.shape[0]
     n_out = out.shape[1]
     n_tiles, _, tile = scales.shape
@@ -338,7 +380,7 @@ def _float_matmul(x, scales, minimums, words, out, lanes):  # pragma: no cover -
             while group > batch - first:
                 group //= 2
             total = totals[:group]
-            _tile_products(x, sums, scales, minimums, words, t, first, total, lanes)
+            _tile_products(x, sums, scales, minimums, words, t, first, total, lanes, halves)
             for i in range(group):
                 out[first + i, start:end] = total[i, : end - start]
             first += group
@@ -347,16 +389,30 @@ def _float_matmul(x, scales, minimums, words, out, lanes):  # pragma: no cover -
 
 @numba.njit(cache=True)
 def _float_matmul_16(x, scales, minimums, words, out):  # pragma: no cover - compiled
-    return _float_matmul(x, scales, minimums, words, out, 16)
+    return _float_matmul(x, scales, minimums, words, out, 16, False)
 
 
 @numba.njit(cache=True)
 def _float_matmul_8(x, scales, minimums, words, out):  # pragma: no cover - compiled
-    return _float_matmul(x, scales, minimums, words, out, 8)
+    return _float_matmul(x, scales, minimums, words, out, 8, False)
+
+
+@numba.njit(cache=True)
+def _halves_matmul_16(x, scales, minimums, words, out):  # pragma: no cover - compiled
+    return _float_matmul(x, scales, minimums, words, out, 16, True)
+
+
+@numba.njit(cache=True)
+def _halves_matmul_8(x, scales, minimums, words, out):  # pragma: no cover - compiled
+    return _float_matmul(x, scales, minimums, words, out, 8, True)
 
 
 FLOAT_MATMUL = {16: _float_matmul_16, 8: _float_matmul_8}
 """The compiled `float_matmul` by vector width (`WIDTHS`), for callers that pick it once."""
+
+HALVES_MATMUL = {16: _halves_matmul_16, 8: _halves_matmul_8}
+"""The compiled `float_matmul` of Q8_0 words with a scale per half block (`HALVES`: scales
+float32 [n_tiles, k/32, tile] the first halves', minimums the second halves'), by width."""
 
 
 def float_matmul(x, scales, minimums, words, out, lanes: int = LANES):

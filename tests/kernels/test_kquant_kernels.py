@@ -1,14 +1,19 @@
 """The K-quant and 5-bit block products (`kernels.compute.kquants`, tiles from
-`kernels.compute.kquant_layout`) against gguf's own NumPy dequantization times a float64
-product, on random blocks and odd shapes; their batch invariance; their argument errors."""
+`kernels.compute.kquant_layout`; and Q4_K, Q4_0, Q5_0, Q6_K rewritten by
+`kquant_layout.as_blocks` for the register-blocked kernels of `kernels.compute.quant_rows`)
+against gguf's own NumPy dequantization times a float64 product, on random blocks and odd
+shapes; their batch invariance; their argument errors."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from corral.kernels.compute.kquant_layout import BLOCK_BYTES, MAX_TILE, repack
+from corral.kernels.compute import quant_rows
+from corral.kernels.compute.kquant_layout import AS_BLOCKS, BLOCK_BYTES, MAX_TILE, as_blocks, repack
 from corral.kernels.compute.kquant_rows import ROWS
 from corral.kernels.compute.kquants import kquant_matmul
+from corral.kernels.compute.plan import ComputePlan
+from corral.model.quant import BlockMatrix
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -72,11 +77,12 @@ def error_bound(raw: np.ndarray, kind: str, x: np.ndarray) -> np.ndarray:
 
 
 @st.composite
-def products(draw):
+def products(draw, kinds=KINDS):
     """(kind, raw blocks, x): n_out from 1 to 3 tiles and a bit (tiles of 16 to `MAX_TILE`
     rows with padding rows, in parallel chunks of 64 rows and a smaller last one),
-    k from one block to a few hundred weights, 1 to `ROWS` + 6 rows of x."""
-    kind = draw(st.sampled_from(KINDS))
+    k from one block to a few hundred weights, 1 to `ROWS` + 6 rows of x; kind one of
+    `kinds`."""
+    kind = draw(st.sampled_from(kinds))
     weights = BLOCK_BYTES[kind][0]
     n_out = draw(st.integers(1, 3 * MAX_TILE + 5))
     k = weights * draw(st.integers(1, 3 if weights == 256 else 24))
@@ -177,3 +183,100 @@ def test_matmul_names_what_is_wrong(x, out, message):
     w = repack(random_blocks(np.random.default_rng(3), "Q4_K", 70, 256), "Q4_K")
     with pytest.raises(ValueError, match=message):
         kquant_matmul(x, w, out)
+
+
+# ----------------------------------------------------------------------------------------------
+# The kinds rewritten as Q4_1 / Q8_0 words (`as_blocks`) on `quant_rows`' kernels
+
+
+def rewritten(raw: np.ndarray, kind: str, lanes: int = 16):
+    """The blocks as the model holds them: `as_blocks`, then word tiles alone."""
+    blocks = BlockMatrix(*as_blocks(raw, kind))
+    return blocks.tiled(ComputePlan(lanes=lanes), words_only=True)
+
+
+@settings(max_examples=40, deadline=None)
+@given(products(tuple(AS_BLOCKS)))
+def test_as_blocks_keeps_every_weight_gguf_dequantizes(case):
+    """The rewritten blocks hold the very float32 weights gguf dequantizes (no rounding)."""
+    kind, raw, _ = case
+    blocks = BlockMatrix(*as_blocks(raw, kind))
+    assert blocks.kind == AS_BLOCKS[kind]
+    expected = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[kind])
+    np.testing.assert_array_equal(blocks.dequantize(), expected.reshape(raw.shape[0], -1))
+
+
+@settings(max_examples=40, deadline=None)
+@given(products(tuple(AS_BLOCKS)), st.sampled_from(quant_rows.WIDTHS))
+def test_rewritten_products_equal_gguf_dequantized_times_float64(case, lanes):
+    kind, raw, x = case
+    w = rewritten(raw, kind, lanes)
+    got = w.matmul(x)
+    assert got.shape == (x.shape[0], raw.shape[0]) and got.dtype == np.float32
+    expected = x.astype(np.float64) @ dequantized(raw, kind, raw.shape[0]).T
+    error = np.abs(got - expected)
+    bound = error_bound(raw, kind, x)
+    worst = np.unravel_index(np.argmax(error - bound), error.shape)
+    assert (error <= bound).all(), (kind, worst, error[worst], bound[worst])
+
+
+@settings(max_examples=25, deadline=None)
+@given(products(tuple(AS_BLOCKS)), st.data())
+def test_a_rewritten_row_gets_the_same_bits_alone_in_any_batch_and_width(case, data):
+    """Batch invariance on `quant_rows`: a row's products are the same bits alone, among other
+    rows in another order, and in vectors of 8 lanes as of 16."""
+    kind, raw, x = case
+    whole = rewritten(raw, kind).matmul(x)
+    i = data.draw(st.integers(0, x.shape[0] - 1))
+    np.testing.assert_array_equal(rewritten(raw, kind).matmul(x[i : i + 1])[0], whole[i])
+    order = list(data.draw(st.permutations(range(x.shape[0]))))
+    np.testing.assert_array_equal(rewritten(raw, kind).matmul(x[order]), whole[order])
+    np.testing.assert_array_equal(rewritten(raw, kind, 8).matmul(x), whole)
+
+
+def test_rewritten_blocks_are_no_float32_copy():
+    """Words, scales and minimums: at most 40 bytes per 32 weights (Q6_K's; a float32 copy
+    takes 128)."""
+    rng = np.random.default_rng(4)
+    for kind in AS_BLOCKS:
+        raw = random_blocks(rng, kind, 64, 512)
+        assert rewritten(raw, kind).nbytes <= 40 * 64 * 512 // 32
+
+
+@pytest.mark.parametrize(
+    ("raw", "kind", "message"),
+    [
+        (np.zeros((2, 176), np.uint8), "Q5_K", "kind must be one of"),
+        (np.zeros((2, 145), np.uint8), "Q4_K", "whole number of 144-byte blocks, got 145"),
+        (np.zeros((2, 211), np.uint8), "Q6_K", "whole number of 210-byte blocks, got 211"),
+        (np.zeros((0, 22), np.uint8), "Q5_0", r"uint8 \[n_out >= 1"),
+        (np.zeros((2, 18), np.int8), "Q4_0", r"got int8 \(2, 18\)"),
+    ],
+)
+def test_as_blocks_names_what_is_wrong(raw, kind, message):
+    with pytest.raises(ValueError, match=message):
+        as_blocks(raw, kind)
+
+
+@settings(max_examples=20, deadline=None)
+@given(products(tuple(AS_BLOCKS)), st.integers(1, 700))
+def test_a_part_rewritten_in_pieces_equals_it_rewritten_whole(case, piece_rows):
+    """`gguf_model._rewritten` (the load's pieces of whole tiles, which bound its memory) builds
+    the same arrays as the whole matrix rewritten at once."""
+    from corral.model import gguf_model
+
+    kind, raw, _ = case
+    whole = rewritten(raw, kind)
+    saved, gguf_model.REWRITE_ROWS = gguf_model.REWRITE_ROWS, piece_rows
+    try:
+        pieces = gguf_model._rewritten(kind, raw)
+    finally:
+        gguf_model.REWRITE_ROWS = saved
+    assert (pieces.kind, pieces.n_out, pieces.k, pieces.quants) == (
+        whole.kind, whole.n_out, whole.k, None
+    )  # fmt: skip
+    for name in ("scales", "minimums", "words"):
+        a, b = getattr(pieces, name), getattr(whole, name)
+        assert (a is None) == (b is None)
+        if a is not None:
+            np.testing.assert_array_equal(a, b)
