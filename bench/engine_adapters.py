@@ -111,8 +111,10 @@ class CorralEngine:
         session = _Session(self.vocabulary.n_words)
         session.state = 0
 
+        fill_mask, buffer = index.fill_mask, session.buffer
+
         def fill():  # written into the caller's buffer, as the other engines do
-            np.copyto(session.buffer, index.mask(session.state))
+            fill_mask(session.state, buffer)
 
         def advance(token: int) -> bool:
             if token in self.eos:

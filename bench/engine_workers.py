@@ -1,7 +1,7 @@
 """Each engine in its own worker process, with a time cap per job (bench/engines.py).
 
-A `Worker` spawns a process that loads the SmolLM2 vocabulary and one engine, then answers jobs
-sent over a pipe: `measure` (compile, first mask, masks and advances along a token walk),
+A `Worker` spawns a process that loads a vocabulary (`VOCABULARIES`) and one engine, then answers
+jobs sent over a pipe: `measure` (compile, first mask, masks and advances along a token walk),
 `cover` (compile, then feed instances token by token) and `forget` (drop the engine's
 cross-grammar caches and warm up again, before a repeated `measure`). A job that runs past its
 time cap (CPU seconds of the worker, so a busy machine does not turn into false timeouts; and a
@@ -11,10 +11,12 @@ wall-clock backstop) kills the process (result "timeout"); a process that dies (
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import time
 import traceback
+from pathlib import Path
 
 import numpy as np
 
@@ -28,13 +30,43 @@ def _rss_bytes() -> int:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def load_vocabulary():
-    """(SmolLM2 `Vocabulary`, tokenizer.json text) of the default model's cached folder."""
-    from corral.model.loading import default_model_folder
-    from corral.model.vocabulary import vocabulary_from_tokenizer
+VOCAB_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "llama.cpp" / "vocab"
+"""llama.cpp's vocabulary-only GGUF files (its tokenizer tests' data)."""
 
-    path = default_model_folder(progress=False) / "tokenizer.json"
-    return vocabulary_from_tokenizer(path, size=49152), path.read_text(encoding="utf-8")
+VOCABULARIES = {
+    "smollm2": ("SmolLM2", None),
+    "llama3": ("Llama 3", "ggml-vocab-llama-bpe.gguf"),
+    "qwen2": ("Qwen2", "ggml-vocab-qwen2.gguf"),
+    "gemma4": ("Gemma 4", "ggml-vocab-gemma-4.gguf"),
+}
+"""`--vocab` name -> (title, GGUF file in `VOCAB_DIR`; None: the default model's tokenizer.json)."""
+
+
+def load_vocabulary(name: str = "smollm2", vocab_dir: Path = VOCAB_DIR):
+    """(`Vocabulary`, tokenizer.json text) of the vocabulary called `name` (`VOCABULARIES`):
+    SmolLM2's from the default model's cached folder (49,152 ids), the others from their GGUF
+    file, whose `tokenizer.*` metadata corral turns into both (`corral.model.gguf_tokenizer`:
+    the same token bytes for every engine; llguidance reads the JSON).
+
+    Raises:
+        KeyError: an unknown name. FileNotFoundError: the GGUF file is missing.
+    """
+    title, file = VOCABULARIES[name]
+    if file is None:
+        from corral.model.loading import default_model_folder
+        from corral.model.vocabulary import vocabulary_from_tokenizer
+
+        path = default_model_folder(progress=False) / "tokenizer.json"
+        return vocabulary_from_tokenizer(path, size=49152), path.read_text(encoding="utf-8")
+    from corral.model.gguf_metadata import read_gguf_metadata
+    from corral.model.gguf_tokenizer import tokenizer_json_from_gguf
+    from corral.model.vocabulary import vocabulary_from_fields
+
+    path = vocab_dir / file
+    if not path.is_file():
+        raise FileNotFoundError(f"{title} vocabulary: no file {path}")
+    fields = read_gguf_metadata(path, prefixes=("tokenizer.",))
+    return vocabulary_from_fields(fields), json.dumps(tokenizer_json_from_gguf(fields, path))
 
 
 WARM_UP = (
@@ -147,7 +179,7 @@ def cover(engine, kind: str, source, instances: list[list[int]]) -> dict:
     }
 
 
-def _serve(name: str, threads: int, memory_gib: float, connection) -> None:
+def _serve(name: str, threads: int, memory_gib: float, vocab: str, connection) -> None:
     """Worker main: cap the address space, load the engine, say "ready", then answer jobs until
     the pipe closes."""
     import resource
@@ -157,7 +189,7 @@ def _serve(name: str, threads: int, memory_gib: float, connection) -> None:
     cap = int(memory_gib * 2**30)
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     try:
-        vocabulary, tokenizer_json = load_vocabulary()
+        vocabulary, tokenizer_json = load_vocabulary(vocab)
         engine = make_engine(name, vocabulary, tokenizer_json, threads)
         warm_up(engine)  # JIT and lazy set-up of both paths, before any timing
     except Exception as error:  # reported to the parent, which records the engine unavailable
@@ -190,10 +222,11 @@ class Worker:
             XGrammar's compile threads.
         memory_gib: the process's address-space cap (RLIMIT_AS), GiB: an engine that blows up
             on a grammar fails there ("crashed") instead of taking the machine's memory.
+        vocab: the vocabulary's name (`VOCABULARIES`).
     """
 
-    def __init__(self, name: str, threads: int = 1, memory_gib: float = 8.0):
-        self.name, self.threads, self.memory_gib = name, threads, memory_gib
+    def __init__(self, name: str, threads: int = 1, memory_gib: float = 8.0, vocab="smollm2"):
+        self.name, self.threads, self.memory_gib, self.vocab = name, threads, memory_gib, vocab
         self.process = self.connection = None
         self.unavailable: str | None = None
         self.restarts = 0
@@ -209,7 +242,9 @@ class Worker:
         )
         try:
             self.process = context.Process(
-                target=_serve, args=(self.name, self.threads, self.memory_gib, child), daemon=True
+                target=_serve,
+                args=(self.name, self.threads, self.memory_gib, self.vocab, child),
+                daemon=True,
             )
             self.process.start()
         finally:

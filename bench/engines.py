@@ -46,7 +46,7 @@ from engine_adapters import DEFAULT_ENGINES, ENGINES
 from engine_check import BUG, SAME_REGEX, disagreements, summary
 from engine_report import coverage_table, figure_tables, figures, plot
 from engine_store import Store, coverage_cells, engine_version, median_ms, schema_sha
-from engine_workers import Worker, load_vocabulary
+from engine_workers import VOCABULARIES, Worker, load_vocabulary
 from masks import GRAMMARS
 
 RESULTS = Path(__file__).resolve().parent / "results"  # the current figures and plots
@@ -107,15 +107,17 @@ def quotas(sizes: dict[str, int], total: int) -> dict[str, int]:
 class Bench:
     """The workers, the tokenizer and the results of one run."""
 
-    def __init__(self, engines: list[str], timeout: float, threads: int, memory_gib: float):
+    def __init__(
+        self, engines: list[str], timeout: float, threads: int, memory_gib: float, vocab="smollm2"
+    ):
         from tokenizers import Tokenizer
 
         self.engines = engines
         self.timeout = timeout
-        self.vocabulary, tokenizer_json = load_vocabulary()
+        self.vocabulary, tokenizer_json = load_vocabulary(vocab)
         self.tokenizer = Tokenizer.from_str(tokenizer_json)
         self.eos = self.vocabulary.eos_ids[0]
-        self.workers = {name: Worker(name, threads, memory_gib) for name in engines}
+        self.workers = {name: Worker(name, threads, memory_gib, vocab) for name in engines}
         self.cover_timeout = timeout
         self.exact = False  # outlines-core also on corral's regex of every sample schema
         self.rows: dict[str, dict] = {}
@@ -147,7 +149,7 @@ class Bench:
                 self.step_times[engine].extend(result["mask_s"])
         if row is not None:
             self.rows[row] = {
-                e: (figures([r]) if r["status"] == "ok" else r["status"])
+                e: (figures([r]) if r["status"] == "ok" else cell_status(r))
                 for e, r in results.items()
             }
         corral = results.get("corral")
@@ -172,6 +174,14 @@ class Bench:
     def stop(self):
         for worker in self.workers.values():
             worker.stop()
+
+
+def cell_status(result: dict) -> str:
+    """A table cell for an engine that did not answer ok: its status, and why when the engine
+    could not start (e.g. it cannot take the vocabulary)."""
+    if result["status"] == "unavailable":
+        return f"unavailable: {str(result.get('error'))[:80]}"
+    return result["status"]
 
 
 def corral_regex(schema) -> str | None:
@@ -377,6 +387,12 @@ def main(argv: list[str] | None = None) -> int:
         default=Path("engines-results"),
         help="folder of coverage-<engine>.jsonl (resumed, merged)",
     )
+    parser.add_argument(
+        "--vocab",
+        default="smollm2",
+        choices=list(VOCABULARIES),
+        help="the tokenizer every engine masks over (llama3, qwen2, gemma4: llama.cpp's GGUFs)",
+    )
     parser.add_argument("--threads", type=int, default=1, help="threads per engine")
     parser.add_argument("--memory", type=float, default=8.0, help="GiB of address space per worker")
     parser.add_argument(
@@ -400,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     if not data:
         parser.error(f"no *.jsonl subsets in {args.data} (--data, --subset)")
     store = Store(args.results)
-    bench = Bench(engines, args.timeout, args.threads, args.memory)
+    bench = Bench(engines, args.timeout, args.threads, args.memory, args.vocab)
     bench.cover_timeout, bench.exact = args.cover_timeout, args.exact
     skipped = {}
     try:
@@ -417,7 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, reason in unavailable.items():
         print(f"\n{name} unavailable: {reason}")
     if bench.rows:
-        print("\n## Figures (SmolLM2 vocabulary, 49,152 tokens)")
+        title = VOCABULARIES[args.vocab][0]
+        print(f"\n## Figures ({title} vocabulary, {bench.vocabulary.size:,} tokens)")
         fixed = [n for n, *_ in GRAMMARS if n in bench.rows]
         parts = [f"five grammars: median of {args.repeats} repeats"] if fixed else []
         if len(bench.rows) > len(fixed):

@@ -86,6 +86,25 @@ class Constraint:
         within = index.budget_mask(self.state, tokens_left - 1)
         return within if within is not None else index.mask(self.state)
 
+    def fill_mask(self, out: np.ndarray, tokens_left: int | None = None) -> np.ndarray:
+        """Write `mask(tokens_left)` into the caller's `out` (a row of its batch's bitmask) and
+        return `out`: no array is made, and a mask already known costs one O(V / 32) copy
+        (`TokenIndex.fill_mask`).
+
+        Args:
+            out: writable uint32 or int32 `[ceil(V / 32)]` (int32: the same bits, XGrammar's
+                and llguidance's bitmask dtype).
+            tokens_left: as in `mask`.
+
+        Raises:
+            TokenNotAllowedError: the constraint is done. ValueError: `tokens_left` < 1, or
+                `out` is not such an array (naming its dtype and shape).
+        """
+        if tokens_left is None and not self.done:
+            return self.index.fill_mask(self.state, out)
+        row = self.mask(tokens_left)
+        return self.index.fill_mask_from(row, out)
+
     def tokens_to_complete(self) -> int:
         """The fewest tokens (EOS not counted) from here to a complete answer: 0 when complete,
         -1 when no token sequence completes it (`TokenIndex.token_distance`)."""

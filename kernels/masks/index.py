@@ -22,9 +22,11 @@ Three modes:
   generation never visits cost nothing.
 - lazy: one state at a time on first request, cached in a bounded LRU, for DFAs whose full table
   would be large.
-`"auto"` (the default) is visit when `n_states * ceil(V / 32) * 4` bytes fits in
-`EAGER_LIMIT_BYTES` (32 MiB: 5,461 states at V = 49,152), else lazy (`choose_mode`). Every mode
-gives the same masks.
+`"auto"` (the default, `choose_mode`) is eager when every walk together is cheap, at most
+`EAGER_WORK_LIMIT` trie nodes (`n_states * n_nodes`, the most an all-states build can visit:
+638 states over SmolLM2's trie, 1.7 ms for 433 of them), so that every mask after compile is a
+lookup; else visit when `n_states * ceil(V / 32) * 4` bytes fits in `EAGER_LIMIT_BYTES`
+(32 MiB: 5,461 states at V = 49,152), else lazy. Every mode gives the same masks.
 
 Budget-aware ending (`Constraint.mask(tokens_left)`, used by the generation engine):
 `token_distance[s]` is the fewest text tokens from s to acceptance (`masks.distance`), and
@@ -45,11 +47,16 @@ import numpy as np
 from corral.automata.dfa import Dfa
 from corral.kernels.masks.budget import BudgetMasks
 from corral.kernels.masks.distance import byte_distance
-from corral.kernels.masks.trie import loop_categories
+from corral.kernels.masks.trie import BYTE_CATEGORY, loop_categories
 from corral.kernels.masks.vocabulary import Vocabulary
 
 EAGER_LIMIT_BYTES = 32 << 20
 """All-states tables larger than this many bytes are kept in a bounded LRU (lazy) instead."""
+
+EAGER_WORK_LIMIT = 64_000_000
+"""`auto` builds every mask at construction (eager) when `n_states * trie nodes` is at most
+this: the bound on the nodes an all-states build visits (a few ns each; a real build visits far
+fewer, the dead and looping subtrees skipped)."""
 
 PARALLEL_MIN_STATES = 1024
 """Eager tables of DFAs with fewer states are built on the calling thread: with subtree skipping
@@ -60,6 +67,9 @@ work."""
 _NO_DISTANCE = np.empty(0, np.int32)
 """The `distance` argument of a walk without a budget (`limit` -1: never read)."""
 
+_NO_START = np.empty(0, np.uint32)
+"""The `start` row of a walk from a state that loops on no byte category."""
+
 LAZY_CACHE_ROWS = 4096
 """The most mask rows a lazy index keeps (least recently used rows are dropped first)."""
 
@@ -69,11 +79,16 @@ AFTER_MEMO_LIMIT = 1 << 14
 answers of 64 tokens took about 800 distinct steps, eight such batches 3,500."""
 
 
-def choose_mode(n_states: int, vocabulary_size: int) -> str:
-    """`"visit"` when the all-states table `n_states * ceil(V / 32) * 4` bytes fits in
-    `EAGER_LIMIT_BYTES`, else `"lazy"`."""
+def choose_mode(n_states: int, vocabulary_size: int, trie_nodes: int | None = None) -> str:
+    """`"eager"` when `n_states * trie_nodes` is at most `EAGER_WORK_LIMIT` (never when
+    `trie_nodes` is None), else `"visit"` when the all-states table
+    `n_states * ceil(V / 32) * 4` bytes fits in `EAGER_LIMIT_BYTES`, else `"lazy"`."""
     n_words = (vocabulary_size + 31) // 32
-    return "visit" if n_states * n_words * 4 <= EAGER_LIMIT_BYTES else "lazy"
+    if n_states * n_words * 4 > EAGER_LIMIT_BYTES:
+        return "lazy"
+    if trie_nodes is not None and n_states * trie_nodes <= EAGER_WORK_LIMIT:
+        return "eager"
+    return "visit"
 
 
 class TokenIndex:
@@ -86,7 +101,7 @@ class TokenIndex:
     Args:
         dfa: the grammar's DFA (`corral.automata.Dfa`).
         vocabulary: the model's `Vocabulary` (its trie is built on first use and cached).
-        mode: `"auto"` (the size rule of `choose_mode`), `"eager"`, `"visit"` or `"lazy"`
+        mode: `"auto"` (the cost and size rule of `choose_mode`), `"eager"`, `"visit"` or `"lazy"`
             (module docstring).
         parallel: build an eager table with the parallel kernel (prange over states). None
             (default): when the DFA has at least `PARALLEL_MIN_STATES` states and Numba has more
@@ -110,7 +125,9 @@ class TokenIndex:
         self.parallel = parallel
         self.dfa = dfa
         self.vocabulary = vocabulary
-        self.mode = choose_mode(dfa.n_states, vocabulary.size) if mode == "auto" else mode
+        if mode == "auto":
+            mode = choose_mode(dfa.n_states, vocabulary.size, vocabulary.trie.n_nodes)
+        self.mode = mode
         self._trans = np.ascontiguousarray(dfa.trans, dtype=np.int32)
         self._accept = np.ascontiguousarray(dfa.accept, dtype=np.bool_)
         self._accepting: list[bool] = self._accept.tolist()
@@ -150,12 +167,7 @@ class TokenIndex:
         return len(self._cache) * self._n_words * 4
 
     def _build_all(self) -> None:
-        t = self._trie
-        kernel = all_masks if self.parallel else all_masks_serial
-        table = kernel(
-            self._trans, self._loops, self._accept, self._trie_arrays, self._eos, self._n_words,
-            t.max_depth,
-        )  # fmt: skip
+        table = build_table(self._trans, self._loops, self._accept, self.vocabulary, self.parallel)
         first, inverse = unique_rows(table)
         unique = table[first]
         unique.setflags(write=False)
@@ -189,6 +201,33 @@ class TokenIndex:
             if len(self._cache) > LAZY_CACHE_ROWS:
                 self._cache.popitem(last=False)
         return row
+
+    def fill_mask(self, state: int, out: np.ndarray) -> np.ndarray:
+        """Write the packed mask of `state` into the caller's `out` and return `out`: what
+        `mask(state)` returns, copied into a buffer the caller owns (a row of its batch's
+        bitmask), with no array made. O(V / 32) when eager or already visited; one trie walk
+        on a first visit or a lazy cache miss.
+
+        Args:
+            out: writable uint32 or int32 `[ceil(V / 32)]` (int32: the same bits, XGrammar's
+                and llguidance's bitmask dtype).
+
+        Raises:
+            ValueError: `out` is not such an array (naming its dtype and shape).
+            IndexError: `state` is not a state of the DFA.
+        """
+        rows = self._rows
+        row = rows[state] if rows is not None and 0 <= state < len(rows) else None
+        return self.fill_mask_from(self.mask(state) if row is None else row, out)
+
+    def fill_mask_from(self, row: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Copy the packed mask `row` (one of this index's) into `out` after checking `out` as
+        `fill_mask` does; return `out`.
+
+        Raises:
+            ValueError: `out` is not a writable uint32 or int32 `[ceil(V / 32)]` array.
+        """
+        return copy_mask(row, out)
 
     def _visit(self, state: int) -> np.ndarray:
         """Walk `state` (visit mode), store its row (once per distinct content), return it."""
@@ -316,8 +355,14 @@ class TokenIndex:
         against)."""
         return one_mask(
             self._trans, self._loops, self._accept, self._trie_arrays, self._eos, self._n_words,
-            self._trie.max_depth, state, distance, limit,
+            self._trie.max_depth, state, distance, limit, self._start_row(state),
         )  # fmt: skip
+
+    def _start_row(self, state: int) -> np.ndarray:
+        """`Vocabulary.loop_row` of the categories `state` loops on (empty when none): the row
+        its walk starts from."""
+        loops = int(self._loops[state])
+        return self.vocabulary.loop_row(loops) if loops else _NO_START
 
     def allowed(self, state: int) -> np.ndarray:
         """The allowed token ids of `state`, ascending: int64 `[n_allowed]`."""
@@ -409,6 +454,32 @@ class TokenIndex:
         return answer
 
 
+_MASK_DTYPES = (np.dtype(np.uint32), np.dtype(np.int32))
+
+
+def copy_mask(row: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Copy the packed mask `row` (uint32 `[n_words]`) into the caller's `out`; return `out`.
+
+    Raises:
+        ValueError: `out` is not a writable uint32 or int32 array of `row`'s shape (naming its
+            dtype and shape).
+    """
+    if (
+        type(out) is not np.ndarray
+        or out.shape != row.shape
+        or out.dtype not in _MASK_DTYPES
+        or not out.flags.writeable
+    ):
+        if not isinstance(out, np.ndarray):
+            raise ValueError(f"out must be a NumPy array, not {type(out).__name__}")
+        raise ValueError(
+            f"out must be a writable uint32 or int32 array of shape {row.shape}, not "
+            f"{out.dtype} {out.shape}{'' if out.flags.writeable else ' (read-only)'}"
+        )
+    np.copyto(out, row, casting="unsafe")
+    return out
+
+
 def check_token(token: int, size: int) -> int:
     """`token`, when it is a token id of a `size`-token vocabulary.
 
@@ -483,7 +554,7 @@ def _near(distance, s, limit):
 
 
 @numba.njit(cache=True, inline="always")
-def _walk(trans, loops, state, trie, distance, limit, stack, row, pending):
+def _walk(trans, loops, state, trie, distance, limit, stack, row, pending, start_row, inside):
     """Set in `row` the bit of every token whose bytes stay live from `state` (and, when
     `limit` >= 0, that ends at most `limit` tokens from acceptance, see `_near`). Returns the
     number of edges met into states not made yet (a lazy table, `corral.kernels.masks.lazy_index`,
@@ -496,17 +567,31 @@ def _walk(trans, loops, state, trie, distance, limit, stack, row, pending):
     ends in p: their bits are set (if p is near enough) and the subtree is skipped. Otherwise a
     dead byte skips the subtree, a live one pushes its state. O(nodes visited + tokens set in
     bulk).
+
+    With no budget (`limit` < 0) and a non-empty `start_row` (`Vocabulary.loop_row` of
+    `loops[state]`: the tokens whose bytes all fall in the categories `state` loops on), that row
+    is ORed into `row` first and the walk sets no bit of a token whose path from the root stays
+    in those categories (`inside[d]`: the path to depth d does; it then stays in `state`), so
+    the inside of a JSON string costs one row copy instead of a bit per token.
     """
     byte, depth, end, categories, token_start, token_ids = trie
     stack[0] = state
     n_nodes = byte.shape[0]
     n_pending = 0
+    own = np.uint16(0)
+    inside[0] = limit < 0 and start_row.shape[0] > 0
+    if inside[0]:
+        own = loops[state]
+        for w in range(row.shape[0]):
+            row[w] |= start_row[w]
+    outside = ~own
     i = 1
     while i < n_nodes:
         d = depth[i]
         parent = stack[d - 1]
         if categories[i] & ~loops[parent] == 0:
-            if _near(distance, parent, limit):
+            # inside[d - 1]: parent is `state`, and the subtree's tokens are in `start_row`
+            if not inside[d - 1] and _near(distance, parent, limit):
                 for k in range(token_start[i], token_start[end[i]]):
                     _set_bit(row, token_ids[k])
             i = end[i]
@@ -520,7 +605,8 @@ def _walk(trans, loops, state, trie, distance, limit, stack, row, pending):
             i = end[i]
             continue
         stack[d] = s
-        if _near(distance, s, limit):
+        inside[d] = inside[d - 1] and BYTE_CATEGORY[byte[i]] & outside == 0
+        if not inside[d] and _near(distance, s, limit):
             for k in range(token_start[i], token_start[i + 1]):
                 _set_bit(row, token_ids[k])
         i += 1
@@ -528,8 +614,9 @@ def _walk(trans, loops, state, trie, distance, limit, stack, row, pending):
 
 
 @numba.njit(cache=True, inline="always")
-def _state_row(trans, loops, accept, s, trie, eos, distance, limit, stack, row, pending):
-    n_pending = _walk(trans, loops, s, trie, distance, limit, stack, row, pending)
+def _state_row(trans, loops, accept, s, trie, eos, distance, limit, stack, row, pending, start):
+    inside = np.empty(stack.shape[0], np.bool_)
+    n_pending = _walk(trans, loops, s, trie, distance, limit, stack, row, pending, start, inside)
     if accept[s]:
         for t in eos:
             _set_bit(row, t)
@@ -537,56 +624,95 @@ def _state_row(trans, loops, accept, s, trie, eos, distance, limit, stack, row, 
 
 
 @numba.njit(cache=True, parallel=True)
-def all_masks(trans, loops, accept, trie, eos, n_words, max_depth):
+def all_masks(trans, loops, accept, trie, eos, n_words, max_depth, start_rows, start_of):
     """uint32 `[n_states, n_words]`: every state's mask, one trie walk per state, states split
     among Numba's threads (prange). `trie` is the tuple (byte, depth, end, categories,
-    token_start, token_ids). O(sum over states of nodes visited) work."""
+    token_start, token_ids); state s's walk starts from `start_rows[start_of[s]]` (`_walk`),
+    none when `start_of[s]` < 0. O(sum over states of nodes visited) work."""
     n_states = trans.shape[0]
     table = np.zeros((n_states, n_words), np.uint32)
     no_distance = np.empty(0, np.int32)
     no_pending = np.empty(0, np.int32)
+    no_start = np.empty(0, np.uint32)
     for s in numba.prange(n_states):
         stack = np.empty(max_depth + 1, np.int32)
-        _state_row(trans, loops, accept, s, trie, eos, no_distance, -1, stack, table[s], no_pending)
+        start = start_rows[start_of[s]] if start_of[s] >= 0 else no_start
+        _state_row(
+            trans, loops, accept, s, trie, eos, no_distance, -1, stack, table[s], no_pending, start
+        )
     return table
 
 
 @numba.njit(cache=True)
-def all_masks_serial(trans, loops, accept, trie, eos, n_words, max_depth):
+def all_masks_serial(trans, loops, accept, trie, eos, n_words, max_depth, start_rows, start_of):
     """`all_masks` on the calling thread only (for small DFAs, where waking threads costs more
     than it saves, and on a machine whose cores are busy). Same O(sum of nodes visited)."""
     n_states = trans.shape[0]
     table = np.zeros((n_states, n_words), np.uint32)
     no_distance = np.empty(0, np.int32)
     no_pending = np.empty(0, np.int32)
+    no_start = np.empty(0, np.uint32)
     stack = np.empty(max_depth + 1, np.int32)
     for s in range(n_states):
-        _state_row(trans, loops, accept, s, trie, eos, no_distance, -1, stack, table[s], no_pending)
+        start = start_rows[start_of[s]] if start_of[s] >= 0 else no_start
+        _state_row(
+            trans, loops, accept, s, trie, eos, no_distance, -1, stack, table[s], no_pending, start
+        )
     return table
 
 
 @numba.njit(cache=True)
-def one_mask(trans, loops, accept, trie, eos, n_words, max_depth, s, distance, limit):
+def one_mask(trans, loops, accept, trie, eos, n_words, max_depth, s, distance, limit, start):
     """uint32 `[n_words]`: the mask of state `s`; when `limit` >= 0, only the tokens ending at
     most `limit` tokens from acceptance (`distance`, int32 `[n_states]`), plus EOS when `s`
-    accepts. O(nodes visited)."""
+    accepts. `start`: `Vocabulary.loop_row(loops[s])` or an empty array (`_walk`; only read
+    when `limit` < 0). O(nodes visited)."""
     row = np.zeros(n_words, np.uint32)
     stack = np.empty(max_depth + 1, np.int32)
     no_pending = np.empty(0, np.int32)  # an eager table has no state not made yet
-    _state_row(trans, loops, accept, s, trie, eos, distance, limit, stack, row, no_pending)
+    _state_row(trans, loops, accept, s, trie, eos, distance, limit, stack, row, no_pending, start)
     return row
 
 
 @numba.njit(cache=True)
-def lazy_mask(trans, loops, accept, trie, eos, n_words, max_depth, s, pending):
+def lazy_mask(trans, loops, accept, trie, eos, n_words, max_depth, s, pending, start):
     """(mask uint32 `[n_words]`, n_pending): `one_mask` of state `s` in a lazy table, and the
     number of edges it met into states not made yet (their first `len(pending)` states written
     in `pending`; the mask is complete when n_pending is 0). O(nodes visited)."""
     row = np.zeros(n_words, np.uint32)
     stack = np.empty(max_depth + 1, np.int32)
     no_distance = np.empty(0, np.int32)
-    n_pending = _state_row(trans, loops, accept, s, trie, eos, no_distance, -1, stack, row, pending)
+    n_pending = _state_row(
+        trans, loops, accept, s, trie, eos, no_distance, -1, stack, row, pending, start
+    )
     return row, n_pending
+
+
+def build_table(
+    trans: np.ndarray, loops: np.ndarray, accept: np.ndarray, vocabulary: Vocabulary, parallel: bool
+) -> np.ndarray:
+    """uint32 `[n_states, ceil(V / 32)]`: every state's mask (`all_masks`, or `all_masks_serial`
+    when not `parallel`), each walk starting from its state's `Vocabulary.loop_row`.
+
+    Args:
+        trans: int32 `[n_states, 256]`, C-contiguous; loops: `loop_categories(trans)`;
+            accept: bool `[n_states]`.
+    """
+    trie = vocabulary.trie
+    values, start_of = np.unique(loops, return_inverse=True)
+    start_rows = np.zeros((len(values), vocabulary.n_words), np.uint32)
+    for k, value in enumerate(values.tolist()):
+        if value:
+            start_rows[k] = vocabulary.loop_row(value)
+    start_of = np.where(values[start_of] != 0, start_of, -1).astype(np.int32)
+    t = trie
+    trie_arrays = (t.byte, t.depth, t.end, t.categories, t.token_start, t.token_ids)
+    eos = np.asarray(vocabulary.eos_ids, dtype=np.int32)
+    kernel = all_masks if parallel else all_masks_serial
+    return kernel(
+        trans, loops, accept, trie_arrays, eos, vocabulary.n_words, trie.max_depth, start_rows,
+        start_of,
+    )  # fmt: skip
 
 
 def unique_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

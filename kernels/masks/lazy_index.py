@@ -25,9 +25,20 @@ from __future__ import annotations
 
 import numpy as np
 from corral.automata.lazy import LazyDfa
-from corral.kernels.masks.index import check_bytes, check_token, lazy_mask, unpack_ids
+from corral.kernels.masks.index import (
+    build_table,
+    check_bytes,
+    check_token,
+    choose_mode,
+    copy_mask,
+    lazy_mask,
+    unique_rows,
+    unpack_ids,
+)
 from corral.kernels.masks.trie import BYTE_CATEGORY, loop_categories
 from corral.kernels.masks.vocabulary import Vocabulary
+
+_NO_START = np.empty(0, np.uint32)  # the `start` row of a state that loops on no category
 
 PENDING_SLOTS = 256
 """The states a walk reports at most per round (more are met again in the next round)."""
@@ -129,13 +140,18 @@ class LazyTokenIndex:
         self._check(state)
         if self.lazy_masks is not None and len(self._masks) >= self.lazy_masks:
             self.finish()
+            known = self._masks.get(state)
+            if known is not None:
+                return known
         if not (state < len(self._made) and self._made[state]):
             self._make(state)
         t = self._trie
         while True:
+            loops = int(self._loops[state])
             row, n_pending = lazy_mask(
                 self._trans, self._loops, self._accept, self._trie_arrays, self._eos,
                 self._n_words, t.max_depth, state, self._pending,
+                self.vocabulary.loop_row(loops) if loops else _NO_START,
             )  # fmt: skip
             self.walks += 1
             if n_pending == 0:
@@ -150,10 +166,24 @@ class LazyTokenIndex:
         self._masks[state] = row
         return row
 
+    def fill_mask(self, state: int, out: np.ndarray) -> np.ndarray:
+        """Write the packed mask of `state` (`mask`) into the caller's `out` and return `out`:
+        an O(V / 32) copy once the mask is known.
+
+        Args:
+            out: writable uint32 or int32 `[ceil(V / 32)]`.
+
+        Raises:
+            ValueError: `out` is not such an array. IndexError: `state` has not been made.
+        """
+        known = self._masks.get(state)
+        return copy_mask(self.mask(state) if known is None else known, out)
+
     def finish(self) -> None:
         """Make every state of the DFA at once (`LazyDfa.finish`) and take its whole table:
-        every later mask is one walk. O(the eager construction of the states not made yet),
-        once.
+        every later mask is one walk, or a lookup when every mask is cheap to make now
+        (`choose_mode` says eager: then they are all made here, as `TokenIndex` does at
+        construction). O(the eager construction of the states not made yet), once.
 
         Raises:
             TooManyDfaStatesError: the DFA passes the `LazyDfa`'s state limit.
@@ -169,6 +199,15 @@ class LazyTokenIndex:
         self._made[:n] = [True] * n
         self._into.clear()
         self.finished = True
+        if choose_mode(n, self.vocabulary.size, self._trie.n_nodes) == "eager":
+            table = build_table(
+                self._trans[:n], self._loops[:n], self._accept[:n], self.vocabulary, False
+            )
+            first, inverse = unique_rows(table)
+            unique = table[first]
+            unique.setflags(write=False)
+            for state, k in enumerate(inverse.tolist()):
+                self._masks.setdefault(state, unique[k])
 
     def allowed(self, state: int) -> np.ndarray:
         """The allowed token ids of `state`, ascending: int64 `[n_allowed]`."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numba
 import numpy as np
@@ -85,6 +86,19 @@ class Trie:
     @property
     def n_nodes(self) -> int:
         return int(self.byte.shape[0])
+
+    @cached_property
+    def path_categories(self) -> np.ndarray:
+        """uint16 `[n_nodes]`: the categories of the bytes on the path from the root to each
+        node (the node's own byte included; 0 at the root). O(n_nodes), once."""
+        return _path_categories(self.byte, self.depth, BYTE_CATEGORY)
+
+    def loop_row(self, loops: int, n_words: int) -> np.ndarray:
+        """uint32 `[n_words]`: the packed row of the tokens every byte of which falls in the
+        categories `loops` (a `loop_categories` value): exactly the tokens a state that loops
+        on those categories allows without leaving itself. A new array. O(n_nodes + tokens set).
+        """
+        return _loop_row(self.path_categories, self.token_start, self.token_ids, loops, n_words)
 
 
 def build_trie(tokens: Sequence[bytes | None], exclude: Iterable[int] = ()) -> Trie:
@@ -195,3 +209,34 @@ def _loop_categories(trans, byte_category):
                 keep &= ~byte_category[b]
         loops[s] = keep
     return loops
+
+
+@numba.njit(cache=True)
+def _path_categories(byte, depth, byte_category):
+    """uint16 per node: the OR of the categories of the bytes from the root to the node. One
+    preorder pass keeping the value per depth: O(n_nodes)."""
+    n = byte.shape[0]
+    out = np.zeros(n, np.uint16)
+    max_depth = 0
+    for i in range(n):
+        max_depth = max(max_depth, depth[i])
+    at = np.zeros(max_depth + 1, np.uint16)  # at[d]: the path value of the open node at depth d
+    for i in range(1, n):
+        d = depth[i]
+        at[d] = at[d - 1] | byte_category[byte[i]]
+        out[i] = at[d]
+    return out
+
+
+@numba.njit(cache=True)
+def _loop_row(path_categories, token_start, token_ids, loops, n_words):
+    """uint32 `[n_words]`: the bits of the tokens ending at nodes whose path categories are all
+    in `loops`. O(n_nodes + tokens set)."""
+    row = np.zeros(n_words, np.uint32)
+    outside = ~np.uint16(loops)
+    for i in range(path_categories.shape[0]):
+        if path_categories[i] & outside == 0:
+            for k in range(token_start[i], token_start[i + 1]):
+                t = token_ids[k]
+                row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+    return row

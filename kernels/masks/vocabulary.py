@@ -143,6 +143,25 @@ class Vocabulary:
         use in O(total bytes + V log V), then shared by every grammar's index."""
         return build_trie(self.tokens, exclude=self.eos_ids)
 
+    def loop_row(self, loops: int) -> np.ndarray:
+        """The packed mask (uint32 `[ceil(V / 32)]`, read-only, shared) of the text tokens all of
+        whose bytes fall in the byte categories `loops` (`Trie.loop_row`): what a DFA state that
+        loops to itself on those categories allows without leaving itself. The mask walks start
+        from it (`corral.kernels.masks.index`). O(trie nodes) on the first call per value, kept
+        per vocabulary (at most 2^13 values; a grammar has a few)."""
+        rows = self._loop_rows
+        row = rows.get(loops)
+        if row is None:
+            row = self.trie.loop_row(loops, self.n_words)
+            row.setflags(write=False)
+            row = rows.setdefault(loops, row)
+        return row
+
+    @cached_property
+    def _loop_rows(self) -> dict[int, np.ndarray]:
+        """`loop_row`'s rows by value."""
+        return {}
+
     def decode(self, ids: Iterable[int]) -> bytes:
         """The bytes of a sequence of token ids; special tokens and EOS contribute nothing, but
         a special token with a symbol contributes its symbol (`text_of_symbols` reads it back)."""

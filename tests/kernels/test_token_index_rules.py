@@ -158,7 +158,7 @@ def test_mode_size_rule():
     assert choose_mode(EAGER_LIMIT_BYTES // (4 * n_words), 49152) == "visit"
     assert choose_mode(EAGER_LIMIT_BYTES // (4 * n_words) + 1, 49152) == "lazy"
     dfa = Dfa(np.full((1, 256), 0, dtype=np.int32), np.ones(1, dtype=bool))
-    assert TokenIndex(dfa, Vocabulary.from_list([b"a"]), mode="auto").mode == "visit"
+    assert TokenIndex(dfa, Vocabulary.from_list([b"a"]), mode="auto").mode == "eager"
     with pytest.raises(ValueError):
         TokenIndex(dfa, Vocabulary.from_list([b"a"]), mode="fast")
 
