@@ -9,9 +9,10 @@ ends, `("error", exception)` when the engine failed it. `admit(n)` refuses a job
 is full and `max_waiting` choices wait (the server's 429).
 
 Low-priority work (the Batch API's lines, `corral.tools.batch_service`) comes from
-`EngineThread.background`: the thread asks it for a few `BackgroundJob`s (`take`) only when no
-interactive choice is in the engine nor left it in the last `QUIET_STEPS` steps (an idle
-engine waits as long as they would take), into slots that are free, and an interactive job drops
+`EngineThread.background`: the thread asks it for a few `BackgroundJob`s (`take`) into slots
+that are free: up to `BESIDE` choices beside interactive ones already running, and, once none
+is in the engine, only `QUIET_STEPS` steps after the last one left (an idle engine waits as long
+as they would take); an interactive job drops
 (preempts) the newest background jobs until it finds free slots and at most `BESIDE`
 background choices run beside it; they get `("preempted",)` and run again later: an interactive
 request never waits behind batch work for more than one step.
@@ -249,14 +250,20 @@ class EngineThread:
             self.metrics.waiting.set(self.generator.n_waiting)
 
     def _feed(self) -> None:
-        """Background jobs into free slots, when no interactive choice is in the engine and none
-        was in the last `QUIET_STEPS` steps (an idle engine counts them as the time the last
-        step took, `_run`)."""
-        if self.background is None or self._load or self.generator.n_waiting:
-            return
-        if self._quiet:
+        """Background jobs into free slots: beside interactive choices that all hold a slot (so
+        past their first step), up to `BESIDE` background choices; with none in the engine, not
+        in the `QUIET_STEPS` steps after the last one left (an idle engine counts them as the
+        time the last step took, `_run`)."""
+        if self.background is None or self.generator.n_waiting:
             return
         room = self.batch_size - self.generator.n_live
+        if self._load:
+            running = sum(h in self._jobs for job in self._background for h in job.handles)
+            if self._load > len(self._jobs) - running:  # an interactive job not yet submitted
+                return
+            room = min(room, BESIDE - running)
+        elif self._quiet:
+            return
         if room > 0:
             for job in self.background.take(room, not self.generator.has_work):
                 self._apply("submit", job)

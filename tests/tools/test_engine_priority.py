@@ -59,10 +59,11 @@ def interactive(max_tokens: int) -> Job:
 )
 def test_batch_lines_are_never_admitted_just_after_an_interactive_request(lines, requests):
     """A sequential client sends each request `gap` turns after the last one ended (0: at once,
-    as its answer arrives): no step that admits batch lines runs within `QUIET_STEPS` steps of
-    one that held an interactive choice while the engine has work (so the next request waits for
-    a decode step of at most `BESIDE` batch choices, never for a batch prefill); at most `BESIDE`
-    batch choices run beside an interactive one; and every line and request still ends. An idle
+    as its answer arrives): once no interactive choice is in the engine, no step admits batch
+    lines within `QUIET_STEPS` steps of the last that held one (so the next request waits for a
+    decode step of at most `BESIDE` batch choices, never for a batch prefill); at most `BESIDE`
+    batch choices run beside an interactive one (batch lines still start beside it); and every
+    line and request still ends. An idle
     engine waits for a request before it admits batch lines (the test's turn with no arrival
     stands for that wait timing out)."""
     thread = EngineThread(StandInModel(eos_bias=-100.0), 8, 64, 8, Metrics())
@@ -79,7 +80,7 @@ def test_batch_lines_are_never_admitted_just_after_an_interactive_request(lines,
         batch.collect()
         taken = batch.taken
         thread._feed()
-        if batch.taken > taken and since_interactive is not None:
+        if batch.taken > taken and since_interactive is not None and not thread._load:
             assert since_interactive >= QUIET_STEPS or lingered
         if current is None and pending:
             if gap == 0:
@@ -108,3 +109,25 @@ def test_batch_lines_are_never_admitted_just_after_an_interactive_request(lines,
     assert not pending and current is None
     batch.collect()
     assert batch.answered == len(lines)
+
+
+def test_batch_lines_start_beside_a_running_interactive_request_after_its_first_step():
+    """Batch lines keep their pace under interactive load: once an interactive choice holds its
+    slot, the engine admits batch lines beside it, up to `BESIDE` choices, never in its first
+    step."""
+    thread = EngineThread(StandInModel(eos_bias=-100.0), 8, 64, 8, Metrics())
+    batch = _Batch([20] * 10)
+    thread.background = batch
+    job = interactive(30)
+    assert thread.admit(1)
+    thread._feed()  # the request is admitted, not yet submitted: no batch line
+    assert batch.taken == 0
+    thread._apply("submit", job)
+    thread._step()  # its first step
+    assert batch.taken == 0
+    for _ in range(3):
+        thread._feed()
+        thread._step()
+    running = sum(h in thread._jobs for j in thread._background for h in j.handles)
+    assert batch.taken == running == BESIDE
+    assert job.events.empty()  # still running
