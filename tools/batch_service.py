@@ -7,8 +7,9 @@ output and error files). One worker thread runs the batches one after another, o
 it reads and validates the input lines with the runner's `_prepare` (a bad line becomes its
 error line, as `corral generate` writes it), then hands the lines to the server's engine thread
 as low-priority work (`EngineThread.background`, see `corral.tools.serving`): the engine takes
-a few lines a step, only while no interactive request is in the engine, and drops (preempts)
-batch lines to make room for an interactive request; a preempted line runs again later. Each
+a few lines a step, at most 4 choices beside running interactive requests and none in the steps
+just after one ended, and drops (preempts) batch lines to make room for an interactive request;
+a preempted line runs again later. Each
 line is written when it ends (`corral.tools.output_file.write_line`: whole, flushed lines):
 answers (status 200) to the output file, every other line to the error file, as OpenAI splits
 them. A server restarted on the same folder goes on with the batches that had not ended: the

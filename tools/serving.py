@@ -9,8 +9,10 @@ ends, `("error", exception)` when the engine failed it. `admit(n)` refuses a job
 is full and `max_waiting` choices wait (the server's 429).
 
 Low-priority work (the Batch API's lines, `corral.tools.batch_service`) comes from
-`EngineThread.background`: the thread asks it for a few `BackgroundJob`s (`take`) only when no
-interactive choice is in the engine, into slots that are free, and an interactive job drops
+`EngineThread.background`: the thread asks it for a few `BackgroundJob`s (`take`) into slots
+that are free: up to `BESIDE` choices beside interactive ones already running, and, once none
+is in the engine, only `QUIET_STEPS` steps after the last one left (an idle engine waits as long
+as they would take); an interactive job drops
 (preempts) the newest background jobs until it finds free slots and at most `BESIDE`
 background choices run beside it; they get `("preempted",)` and run again later: an interactive
 request never waits behind batch work for more than one step.
@@ -39,6 +41,11 @@ from prometheus_client.core import CounterMetricFamily
 DEFAULT_MAX_WAITING = 64
 BESIDE = 4
 """The most background choices an interactive job leaves running beside it (`_preempt`)."""
+QUIET_STEPS = 2
+"""Steps after the last interactive choice leaves the engine before background lines are
+admitted again, while background choices run (`_feed`): a client's next request, sent as the
+last one ends, then waits for a decode step of at most `BESIDE` choices, not for one that also
+prefills new batch lines (docs/server.md, "Batch work and interactive latency")."""
 LOG = logging.getLogger("corral.serve")
 """Where the engine thread reports what it failed (a traceback), as uvicorn's own loggers do."""
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -173,6 +180,8 @@ class EngineThread:
         self._lengths: dict[int, int] = {}  # handle -> bytes reported so far
         self.background = None  # low-priority work: `take(room, empty) -> [BackgroundJob]`
         self._background: dict[BackgroundJob, None] = {}  # in the engine, oldest first
+        self._quiet = 0  # steps left before background lines may be admitted (`QUIET_STEPS`)
+        self._step_seconds = 0.0  # how long the last step with a forward pass took
         self._thread = threading.Thread(target=self._run, name="corral-engine", daemon=True)
 
     def start(self) -> None:
@@ -217,9 +226,13 @@ class EngineThread:
     def _run(self) -> None:
         while True:
             self._feed()
+            idle = not self.generator.has_work
+            linger = self._step_seconds * QUIET_STEPS if idle and self._quiet else None
             try:
-                op = self._inbox.get(block=not self.generator.has_work)
+                op = self._inbox.get(block=idle, timeout=linger)
             except queue.Empty:
+                if idle:  # the quiet steps' time passed with no request: batch lines may run
+                    self._quiet = 0
                 op = ()
             while op != ():
                 if op is None:
@@ -237,10 +250,20 @@ class EngineThread:
             self.metrics.waiting.set(self.generator.n_waiting)
 
     def _feed(self) -> None:
-        """Background jobs into free slots, when no interactive choice is in the engine."""
-        if self.background is None or self._load or self.generator.n_waiting:
+        """Background jobs into free slots: beside interactive choices that all hold a slot (so
+        past their first step), up to `BESIDE` background choices; with none in the engine, not
+        in the `QUIET_STEPS` steps after the last one left (an idle engine counts them as the
+        time the last step took, `_run`)."""
+        if self.background is None or self.generator.n_waiting:
             return
         room = self.batch_size - self.generator.n_live
+        if self._load:
+            running = sum(h in self._jobs for job in self._background for h in job.handles)
+            if self._load > len(self._jobs) - running:  # an interactive job not yet submitted
+                return
+            room = min(room, BESIDE - running)
+        elif self._quiet:
+            return
         if room > 0:
             for job in self.background.take(room, not self.generator.has_work):
                 self._apply("submit", job)
@@ -306,12 +329,16 @@ class EngineThread:
         stats = self.generator.stats
         mask_before = stats.mask_and_sample_seconds
         prompt_before, reused_before = stats.prompt_tokens, stats.prefix_tokens
+        self._quiet = QUIET_STEPS if self._load else max(self._quiet - 1, 0)
+        started, passes = time.perf_counter(), stats.steps
         try:
             finished = self.generator.step()
         except Exception as error:  # a failed forward pass: fail every job, start afresh
             LOG.exception("a step of the engine failed: every running request fails")
             self._fail_all(error)
             return
+        if stats.steps > passes:  # not a step whose choices all ended without a pass
+            self._step_seconds = time.perf_counter() - started
         metrics = self.metrics
         metrics.mask_seconds.inc(stats.mask_and_sample_seconds - mask_before)
         if self.prefix_cache:  # with the cache off, nothing is looked up
