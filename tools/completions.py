@@ -12,7 +12,14 @@ from corral.kernels import Constraint, SamplingParams
 from corral.model.errors import ContextLengthError
 from corral.model.generate import GenerationRequest, GenerationResult
 from corral.tools.errors import refused
-from corral.tools.formats import HERMES, TurnFormat, detect_format, format_named, no_format_error
+from corral.tools.formats import (
+    HERMES,
+    TurnFormat,
+    detect_format,
+    format_named,
+    no_format_error,
+    rendering_for,
+)
 from corral.tools.grammar import DEFAULT_MAX_GRAMMARS, GrammarCompiler, grammar
 from corral.tools.parser import CallSyntax
 from corral.tools.prompt_bound import PromptBound
@@ -64,7 +71,8 @@ class Completions:
         template = getattr(model, "chat_template", None)
         if isinstance(tool_format, str):
             tool_format = format_named(tool_format)
-        self.tool_format = tool_format if tool_format is not None else detect_format(template)
+        fmt = tool_format if tool_format is not None else detect_format(template)
+        self.tool_format = rendering_for(fmt, template)
         self.specials = self._specials(model)
         if self.specials:
             model.vocabulary = model.vocabulary.with_special_symbols(

@@ -145,3 +145,33 @@ def test_tools_sent_to_a_template_no_format_fits_are_refused_naming_it(tiny, tmp
     assert engine.requests(no_tools)  # without tools, nothing to refuse
     forced = Completions(model, "tiny-unknown", tool_format="llama3")  # the override
     assert forced.tool_format is FORMATS["llama3"] and forced.requests(weather_request())
+
+
+def test_a_hermes_template_that_takes_tools_renders_them_itself(tiny, tmp_path):
+    """Hermes 3's template iterates `tools` unguarded and Qwen2.5's writes its own tool prompt:
+    a Hermes-format template that takes tools is given them (never corral's description), and
+    the model still makes a valid call in the Hermes syntax."""
+    template = (
+        "{{ '<|im_start|>system\\n<tools>' }}{% for tool in tools %}"
+        "{{ tool.function.name + ':' + (tool.function.parameters | tojson) }}{% endfor %}"
+        "{{ '</tools> Answer in <tool_call></tool_call> tags.<|im_end|>\\n' }}"
+        + BODY.replace(TOOLS, "")
+    )
+    model = tiny_family_model(tiny, tmp_path / "hermes3", template)
+    engine = Completions(model, "tiny")
+    assert engine.tool_format.name == FORMATS["hermes"].name and engine.tool_format.renders_tools
+    request = weather_request(max_completion_tokens=300, seed=2)
+    (choice,) = engine.requests(request)
+    prompt = model.tokenizer.decode(choice.prompt_ids)
+    assert "weather:" in prompt and "You are provided with function signatures" not in prompt
+    answer = engine.completion(request, generate(model, [choice], batch_size=1))
+    (call,) = answer["choices"][0]["message"]["tool_calls"][:1]
+    jsonschema.validate(json.loads(call["function"]["arguments"]), PARAMETERS)
+
+
+def test_templates_that_take_no_tools_keep_corrals_description(tiny, tmp_path):
+    model = tiny_family_model(tiny, tmp_path / "smol", TEMPLATES["hermes"])
+    engine = Completions(model, "tiny")
+    assert engine.tool_format is FORMATS["hermes"] and not engine.tool_format.renders_tools
+    (choice,) = engine.requests(weather_request(max_completion_tokens=300))
+    assert "You are provided with function signatures" in model.tokenizer.decode(choice.prompt_ids)

@@ -5,6 +5,8 @@ for the family's marker strings, as llama.cpp's chat handlers do; `format_named`
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from corral.model.chat import takes_tools as template_takes_tools
 from corral.model.errors import ChatTemplateError
 from corral.tools.errors import ToolError, invalid
@@ -65,6 +67,19 @@ def detect_format(template: str | None, takes_tools: bool | None = None) -> Turn
         except ChatTemplateError:
             takes_tools = "tools" in template
     return None if takes_tools else HERMES
+
+
+def rendering_for(fmt: TurnFormat | None, template: str | None) -> TurnFormat | None:
+    """`fmt`, rendering the tools through the template when the template takes them (Hermes 3's
+    and Qwen2.5's write their own tool prompts, the one the model was trained on; Hermes 3's
+    cannot render without them), else describing them in corral's system turn."""
+    if fmt is None or fmt.renders_tools or template is None:
+        return fmt
+    try:
+        takes = template_takes_tools(template)
+    except ChatTemplateError:
+        takes = False
+    return replace(fmt, renders_tools=True) if takes else fmt
 
 
 def no_format_error(template_name: str, template: str | None) -> ToolError:
