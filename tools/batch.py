@@ -31,7 +31,7 @@ from corral.model.generate import (
 from corral.tools.completions import Completions
 from corral.tools.errors import openai_error
 from corral.tools.output_file import write_line
-from corral.tools.request import ToolRequest, check_model, parse_tool_request
+from corral.tools.request import ToolRequest, check_model, json_int, parse_tool_request
 from tqdm import tqdm
 
 DEFAULT_MAX_TOKENS = 512
@@ -112,7 +112,7 @@ def read_line(text: str, number: int) -> tuple[str, dict]:
             None, f"line {number} is not UTF-8: byte {bad[0]} of the line is 0x{bad[1]:02x}"
         )
     try:
-        item = json.loads(text)
+        item = json.loads(text, parse_int=json_int)
     except RecursionError:
         raise LineError(None, f"line {number} is nested too deeply to read") from None
     except ValueError as error:  # not JSON, or an integer of more digits than Python reads

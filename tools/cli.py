@@ -467,9 +467,12 @@ def _generate_batch(
             summary = run_batch_ray(lines, out, skip, args.batch_size, max_tokens,
                                     not args.quiet, args.model, args.ray or None)  # fmt: skip
         else:
+            try:
+                engine = Completions(model, served_name(args.model), tool_format=args.tool_format)
+            except ToolError as error:  # a --tool-format the model's template cannot render
+                return _fail("generate", f"--tool-format: {error.message}")
             summary = run_batch(
-                Completions(model, served_name(args.model), tool_format=args.tool_format),
-                lines, out, skip, args.batch_size,
+                engine, lines, out, skip, args.batch_size,
                 max_tokens, not args.quiet,
                 prefix_cache=not args.no_prefix_cache, json_object_depth=args.json_object_depth,
                 allowed_mass=args.allowed_mass or None,
@@ -594,6 +597,8 @@ def _serve(args: argparse.Namespace) -> int:
         serve(args.model, args.host, args.port, config)
     except ConstrainError as error:
         return _fail("serve", error)
+    except ToolError as error:  # a --tool-format the model's template cannot render
+        return _fail("serve", f"--tool-format: {error.message}")
     return 0
 
 

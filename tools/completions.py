@@ -11,13 +11,14 @@ from pathlib import Path
 from corral.kernels import Constraint, SamplingParams
 from corral.model.errors import ContextLengthError
 from corral.model.generate import GenerationRequest, GenerationResult
-from corral.tools.errors import refused
+from corral.tools.errors import invalid, refused
 from corral.tools.formats import (
     HERMES,
     TurnFormat,
     detect_format,
     format_named,
     no_format_error,
+    reads_tools,
     rendering_for,
 )
 from corral.tools.grammar import DEFAULT_MAX_GRAMMARS, GrammarCompiler, grammar
@@ -73,6 +74,14 @@ class Completions:
             tool_format = format_named(tool_format)
         fmt = tool_format if tool_format is not None else detect_format(template)
         self.tool_format = rendering_for(fmt, template)
+        shown = template is None or reads_tools(template) or not self.tool_format.renders_tools
+        if tool_format is not None and not shown:  # the prompt would not show the tools
+            raise invalid(
+                "tool_format",
+                f"The tool format {self.tool_format.name!r} needs a chat template that renders "
+                "the tools, and this model's takes none: use 'hermes' (corral describes the "
+                "tools in the system turn) or a model whose template takes tools.",
+            )
         self.specials = self._specials(model)
         if self.specials:
             model.vocabulary = model.vocabulary.with_special_symbols(

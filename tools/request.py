@@ -241,12 +241,27 @@ class ToolRequest:
         raise KeyError(name)
 
 
+EFFORTS = ("none", "minimal", "low", "medium", "high")
+"""OpenAI's `reasoning_effort` values (only "none" is honoured: thinking off)."""
+
+MAX_INT_DIGITS = 4300
+"""The most digits of a JSON integer read (Python's own limit on int(str))."""
+
+
+def json_int(text: str) -> int:
+    """A JSON integer's text as an int (`json.loads`' `parse_int`). Raises ValueError, in the
+    request's terms, for one of more than `MAX_INT_DIGITS` digits."""
+    if len(text) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text)} digits (at most {MAX_INT_DIGITS} are read)")
+    return int(text)
+
+
 def read_body(body: str | bytes | dict) -> dict:
     """A request body as a dict: JSON text parsed with `json.loads` (which keeps the client's key
     order), a dict as it is. Raises ToolError 400 (`invalid_json`, `invalid_type`)."""
     if isinstance(body, (str, bytes)):
         try:
-            body = json.loads(body)
+            body = json.loads(body, parse_int=json_int)
         except RecursionError:
             raise invalid(None, "The body is nested too deeply.", "invalid_json") from None
         except ValueError as error:
@@ -278,7 +293,7 @@ def streaming_fields(body: dict) -> tuple[dict, bool, bool]:
             f"Unknown parameter 'stream_options.{unknown[0]}'.",
             "unknown_parameter",
         )
-    return rest, stream, _boolean(options, "include_usage", "stream_options.")
+    return rest, stream, _boolean(options, "include_usage", "stream_options")
 
 
 def parse_tool_request(body: str | bytes | dict, vocabulary_size: int | None = None) -> ToolRequest:
@@ -499,6 +514,11 @@ def check_fields(body: dict) -> None:
         field_ = FIELDS.get(name)
         if field_ is None:
             raise invalid(name, f"Unknown parameter: '{name}'.", "unknown_parameter")
+        if name == "reasoning_effort" and value is not None and value not in EFFORTS:
+            efforts = ", ".join(EFFORTS)
+            message = f"'reasoning_effort' must be one of {efforts}."
+            code = "invalid_value" if isinstance(value, str) else "invalid_type"
+            raise invalid(name, message, code)
         if field_.use == "refused" and value is not None and not _allowed(value, field_.allowed):
             raise not_honoured(name, field_.why)
 

@@ -175,3 +175,14 @@ def test_templates_that_take_no_tools_keep_corrals_description(tiny, tmp_path):
     assert engine.tool_format is FORMATS["hermes"] and not engine.tool_format.renders_tools
     (choice,) = engine.requests(weather_request(max_completion_tokens=300))
     assert "You are provided with function signatures" in model.tokenizer.decode(choice.prompt_ids)
+
+
+@pytest.mark.parametrize("name", [n for n in TEMPLATES if n != "hermes"])
+def test_a_format_whose_template_would_not_show_the_tools_is_refused(tiny, tmp_path, name):
+    """`--tool-format NAME` over a template that takes no tools: its prompt would not show them
+    (accepted means honoured), so it is refused naming `tool_format`; hermes is not."""
+    model = tiny_family_model(tiny, tmp_path / name, TEMPLATES["hermes"])
+    with pytest.raises(ToolError) as caught:
+        Completions(model, "tiny", tool_format=name)
+    assert caught.value.param == "tool_format" and "hermes" in caught.value.message
+    assert Completions(model, "tiny", tool_format="hermes").tool_format is FORMATS["hermes"]

@@ -209,6 +209,8 @@ def test_response_formats():
         ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
         ({"messages": [{"role": "user"}]}, "messages[0].content"),
         ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+        ({"reasoning_effort": 5}, "reasoning_effort"),
+        ({"reasoning_effort": "bogus"}, "reasoning_effort"),
     ],
 )
 def test_malformed_requests_are_400s_naming_the_param(fields, param):
@@ -221,6 +223,24 @@ def test_malformed_requests_are_400s_naming_the_param(fields, param):
 def test_a_body_that_is_not_a_json_object_is_a_400():
     assert refused("{not json").status == 400
     assert refused("[1, 2]").code == "invalid_type"
+
+
+def test_field_errors_say_what_a_client_can_act_on():
+    """The kind of the messages a trial found wrong: a nested field's name written once, an
+    unknown reasoning_effort told the values, an integer too long said in the request's terms
+    (never Python's advice)."""
+    streamed = '"stream": true, "stream_options": {"include_usage": "yes"}'
+    text = '{"messages": [{"role": "user", "content": "hi"}], ' + streamed + "}"
+    from corral.tools.request import streaming_fields
+
+    with pytest.raises(ToolError) as caught:
+        streaming_fields(json.loads(text))
+    assert caught.value.param == "stream_options.include_usage"
+    assert "none, minimal, low, medium, high" in refused(body(reasoning_effort="bogus")).message
+    huge = '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1' + "0" * 5000 + "}"
+    error = refused(huge)
+    assert error.code == "invalid_json" and "5001 digits" in error.message
+    assert "sys.set_int_max_str_digits" not in error.message
 
 
 def test_arguments_that_are_not_json_name_the_message_index():

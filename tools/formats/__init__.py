@@ -75,11 +75,16 @@ def rendering_for(fmt: TurnFormat | None, template: str | None) -> TurnFormat | 
     cannot render without them), else describing them in corral's system turn."""
     if fmt is None or fmt.renders_tools or template is None:
         return fmt
+    return replace(fmt, renders_tools=True) if reads_tools(template) else fmt
+
+
+def reads_tools(template: str) -> bool:
+    """Whether the chat template reads `tools` (`corral.model.chat.takes_tools`; False for a
+    template jinja2 cannot parse, which rendering will refuse by name)."""
     try:
-        takes = template_takes_tools(template)
+        return template_takes_tools(template)
     except ChatTemplateError:
-        takes = False
-    return replace(fmt, renders_tools=True) if takes else fmt
+        return False
 
 
 def no_format_error(template_name: str, template: str | None) -> ToolError:
