@@ -615,7 +615,7 @@ def available() -> bool:
     quants = (np.arange(ROWS * BLOCK // 2) % 256).astype(np.uint8).reshape(ROWS, BLOCK // 2)
     weights = np.concatenate([quants & 15, quants >> 4], axis=1).astype(np.float64)
     scales, minimums = np.ones((1, 1, ROWS), np.float32), np.zeros((1, 1, ROWS), np.float32)
-    from corral.kernels.compute.quant_int8 import word_tiles  # the weights' layout
+    from corral.kernels.compute.word_tiles import word_tiles  # the weights' layout
 
     try:
         words = word_tiles(quants, "Q4_1", 1, ROWS)
