@@ -66,6 +66,7 @@ def test_batch_lines_are_never_admitted_just_after_an_interactive_request(lines,
     line and request still ends. An idle
     engine waits for a request before it admits batch lines (the test's turn with no arrival
     stands for that wait timing out)."""
+    assert QUIET_STEPS >= 1  # a window of no steps would let a batch prefill in: the fault
     thread = EngineThread(StandInModel(eos_bias=-100.0), 8, 64, 8, Metrics())
     batch = _Batch(lines)
     thread.background = batch
