@@ -25,6 +25,7 @@ from corral.model.generation_request import (
     BudgetTooSmallError,
     GenerationRequest,
     GenerationResult,
+    ThinkingBudgetTooSmallError,
     UnwritableGrammarError,
     check_budget,
     check_request,
@@ -35,6 +36,7 @@ from corral.model.sequence import Finish, Force, LiveSequence, Need, Sample
 
 __all__ = [
     "BudgetTooSmallError",
+    "ThinkingBudgetTooSmallError",
     "CacheWarning",
     "GenerationRequest",
     "GenerationResult",
@@ -174,7 +176,9 @@ class Generator:
         Raises (for this request only; the engine goes on):
             ContextLengthError: its prompt plus max_tokens exceed the model's context (the
                 message gives the model's figures).
-            BudgetTooSmallError: its max_tokens cannot hold its shortest answer.
+            BudgetTooSmallError: its max_tokens cannot hold its shortest answer (whose
+                thought fits its thinking budget).
+            ThinkingBudgetTooSmallError: its thinking budget cannot hold the block's markup.
             UnwritableGrammarError: no token sequence spells a complete answer.
             RequestError: its prompt plus max_tokens (absent: what the context leaves) fit the
                 context but not this engine's smaller `max_len`; anything else it carries that

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from corral.kernels import Constraint, SamplingParams
+from corral.kernels.masks.budget import ThoughtBudget
 from corral.model.errors import ContextLengthError, RequestError
 
 DEFAULT_PARAMS = SamplingParams()
@@ -26,6 +27,13 @@ class BudgetTooSmallError(RequestError):
     """`max_tokens` is below 1 or smaller than the shortest answer the constraint allows."""
 
     param = "max_tokens"
+
+
+class ThinkingBudgetTooSmallError(RequestError):
+    """The thinking budget cannot hold the thinking block's markup (its opener and closer take
+    more tokens than the budget gives) and the block cannot be left out."""
+
+    param = "thinking_token_budget"
 
 
 class MaxLenError(RequestError):
@@ -71,6 +79,13 @@ class GenerationRequest:
             (`GenerationResult.allowed_mass` and `unmasked_logprobs`, docs/engine.md); its rows'
             logits are computed whole (never by the masked LM head), and jump-forward stays on
             as with `top_logprobs`.
+        thought: the `ThoughtBudget` of the constraint's index (which states are inside the
+            thinking block the answer opens with), or None.
+        thinking_budget: with `thought`, the most tokens the thinking block may take (>= 0,
+            its markup included; `corral.kernels.masks.budget.ThoughtBudget`): a token from a
+            state inside the block is allowed only when the block can still close within the
+            thought tokens left and the answer still complete within max_tokens. None: no
+            bound but max_tokens. Needs a constraint from the first token.
     """
 
     prompt_ids: Sequence[int]
@@ -85,6 +100,8 @@ class GenerationRequest:
     top_logprobs: int | None = None
     jump_forward: bool = True
     allowed_mass: bool = False
+    thought: ThoughtBudget | None = None
+    thinking_budget: int | None = None
 
     @property
     def model_logprobs(self) -> bool:
@@ -119,6 +136,8 @@ class GenerationResult:
             (`GenerationRequest.allowed_mass`).
         unmasked_logprobs: per token, its log-softmax over the whole vocabulary of the same
             logits (its logprob had nothing been masked); None likewise.
+        reasoning_tokens: the tokens written from states inside the thinking block
+            (`GenerationRequest.thought`), 0 without one.
 
     `text` is `data` decoded (`decode_text`), a property, so that no path can decode the bytes
     otherwise. Raises TypeError when `data` is not bytes (a str given for the text).
@@ -133,6 +152,7 @@ class GenerationResult:
     top_logprobs: tuple[tuple[tuple[int, float], ...], ...] | None = None
     allowed_mass: tuple[float, ...] | None = None
     unmasked_logprobs: tuple[float, ...] | None = None
+    reasoning_tokens: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.data, bytes):
@@ -165,15 +185,18 @@ def check_budget(request: GenerationRequest) -> None:
     `BudgetTooSmallError` if `max_tokens` is below 1 or cannot hold the shortest
     constrained answer (`Constraint.completes_within`, exact: its bound only skips the token
     distances when it suffices; checked only for a budget-aware request
-    whose constraint starts at the first token). A `max_tokens` of None is not checked against
-    the answer (`check_request` resolves it first)."""
+    whose constraint starts at the first token). With a thinking budget (`thought`), raise
+    `ThinkingBudgetTooSmallError` when the block's markup cannot fit it, and
+    `BudgetTooSmallError` when max_tokens cannot hold the shortest answer whose thought fits
+    it (`ThoughtBudget.fits`). A `max_tokens` of None is not checked against the answer
+    (`check_request` resolves it first)."""
     if request.max_tokens is not None and request.max_tokens < 1:
         raise BudgetTooSmallError(f"max_tokens must be at least 1, not {request.max_tokens}")
     c = request.constraint
-    if c is None or request.trigger is not None or not request.budget_aware:
+    if c is None or request.trigger is not None:
         return
     limit = math.inf if request.max_tokens is None else request.max_tokens
-    if not c.completes_within(limit):
+    if request.budget_aware and not c.completes_within(limit):
         needed = c.tokens_to_complete()
         if needed < 0:
             raise UnwritableGrammarError(
@@ -185,6 +208,19 @@ def check_budget(request: GenerationRequest) -> None:
             f"max_tokens={request.max_tokens} is too small: the shortest answer the grammar "
             f"allows takes {needed} tokens"
         )
+    thought, budget = request.thought, request.thinking_budget
+    if thought is not None and budget is not None and not c.done:
+        if thought.closing(c.state, budget) < 0 and c.tokens_to_complete() >= 0:
+            raise ThinkingBudgetTooSmallError(
+                f"thinking_token_budget={budget} is too small: the thinking block's markup "
+                "alone takes more tokens (use 0 to turn thinking off)"
+            )
+        if request.budget_aware and not thought.fits(c.state, budget, limit):
+            raise BudgetTooSmallError(
+                f"max_tokens={request.max_tokens} is too small: with a thinking budget of "
+                f"{budget} tokens the shortest answer the grammar allows takes "
+                f"{thought.closing(c.state, budget)} tokens"
+            )
 
 
 def check_request(

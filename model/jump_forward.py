@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import weakref
+from collections.abc import Callable
 
 from corral.automata.special import SYMBOL_LENGTH, SYMBOL_MARKER
 from corral.kernels import Constraint, TokenIndex, Vocabulary
@@ -54,7 +55,11 @@ class ForcedTokenizer:
         return self._cached(bytes(forced), key)
 
     def jump(
-        self, constraint: Constraint, tokens_left: int, budget_aware: bool = True
+        self,
+        constraint: Constraint,
+        tokens_left: int,
+        budget_aware: bool = True,
+        fits: Callable[[Constraint, list[int]], bool] | None = None,
     ) -> tuple[list[int], Constraint]:
         """The tokens to write now from `constraint` (those of its `forced_bytes`, see `tokens`)
         and the constraint after them (a new one; `constraint` itself when there are none). At
@@ -64,14 +69,21 @@ class ForcedTokenizer:
         index and the state only: they are computed at a state's first jump (O(forced bytes),
         plus O(256) for the bytes allowed after them) and remembered per index and state
         (`STATE_CACHE_SIZE`), so a later jump from the same state, in any answer, costs
-        O(tokens) for the budget."""
+        O(tokens) for the budget.
+
+        `fits(after, passed)`, when given, must also hold for the tokens to be written: `after`
+        the constraint after them, `passed` the states each was written from (a thinking
+        budget, `corral.kernels.masks.budget.ThoughtBudget`, counts those inside the block)."""
         if tokens_left <= 0 or constraint.done:
             return [], constraint
         ids, afters = self._jump_of(constraint)
         for count in range(min(len(ids), tokens_left), 0, -1):
             state, done = afters[count - 1]
             after = Constraint(constraint.index, state, done)
-            if not budget_aware or after.completes_within(tokens_left - count):
+            if budget_aware and not after.completes_within(tokens_left - count):
+                continue
+            passed = [constraint.state] + [s for s, _ in afters[: count - 1]]
+            if fits is None or fits(after, passed):
                 return list(ids[:count]), after
         return [], constraint
 

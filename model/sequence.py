@@ -58,6 +58,8 @@ Need = Sample | Force | Finish
 """What a sequence needs at its next step (`LiveSequence.need`)."""
 FREE = Sample()
 """Free text without a mask."""
+UNBOUNDED = 2**31 - 1
+"""The tokens left of a request that is not budget-aware, for the thinking budget's rule."""
 
 
 class LiveSequence:
@@ -119,6 +121,13 @@ class LiveSequence:
         self._trigger = request.trigger.encode("utf-8") if request.trigger else None
         self._jump = jump if request.jump_forward else None
         self.awaiting = 0
+        # the thinking budget: only for a constraint from the first token
+        self.thought = request.thought if request.thinking_budget is not None else None
+        if self.constraint is None:
+            self.thought = None
+        self.thought_left = request.thinking_budget or 0
+        self._thought_tokens = 0  # written from inside the block
+        self._opened = False  # the block's opener was written
 
     def receive_forced(self, block: np.ndarray, row: int) -> None:
         """Take the logprobs of the `awaiting` tokens jump-forward wrote last from the pass that
@@ -172,7 +181,32 @@ class LiveSequence:
                 mask = trigger_mask(self.waiting, self._trigger, self.text, left)
                 return FREE if mask is None else Sample(mask)
             return FREE
-        return Sample(constraint.mask(left if self.request.budget_aware else None), True)
+        return Sample(self._mask(constraint, left), True)
+
+    def _mask(self, constraint, left: int) -> np.ndarray:
+        """The constraint's mask with `left` tokens left: the budget rule when budget_aware,
+        and inside a budgeted thinking block the thought's rule too
+        (`ThoughtBudget.mask`)."""
+        budget_aware = self.request.budget_aware
+        thought = self.thought
+        if thought is not None and thought.is_inside(constraint.state):
+            tokens = left if budget_aware else UNBOUNDED
+            return thought.mask(constraint.state, self.thought_left, tokens)
+        return constraint.mask(left if budget_aware else None)
+
+    def _count_thought(self, state: int, after: int) -> None:
+        """Count a token written from `state` (to `after`) against the thinking budget."""
+        thought = self.thought
+        if thought is not None and thought.is_inside(state):
+            self.thought_left -= 1
+            self._thought_tokens += 1
+            self._opened = self._opened or thought.is_open(state) or thought.is_open(after)
+
+    @property
+    def reasoning_tokens(self) -> int:
+        """The tokens of the thinking block written so far (0 while an optional block was
+        not opened: the tokens counted against its budget before that are the answer's)."""
+        return self._thought_tokens if self._opened else 0
 
     def finish(self, reason: str) -> None:
         """End the sequence with finish_reason `reason` (a `Finish`'s)."""
@@ -216,7 +250,9 @@ class LiveSequence:
         constraint, end on EOS, else record it and look for stop strings and the trigger."""
         constraint = self.constraint
         if constraint is not None:
+            state = constraint.state
             constraint.advance(token)
+            self._count_thought(state, constraint.state)
         if token in eos_ids and (constraint is None or constraint.done):
             self.generated += 1
             self.finish_reason = "stop"
@@ -235,15 +271,26 @@ class LiveSequence:
         if self._jump is None or self.constraint is None or self.forced:
             return []
         left = self.request.max_tokens - self.generated
-        before = self.constraint.copy() if self.mass is not None else None
-        ids, self.constraint = self._jump.jump(self.constraint, left, self.request.budget_aware)
-        if before is not None:  # each token's mask, as if it were sampled
-            self._jump_masks = []
-            for j, token in enumerate(ids):
-                self._jump_masks.append(
-                    before.mask(left - j if self.request.budget_aware else None)
-                )
-                before.advance(token)
+        before = self.constraint.copy()
+        thought, thought_left = self.thought, self.thought_left
+        total = left if self.request.budget_aware else UNBOUNDED
+        fits = None
+        if thought is not None:
+
+            def fits(after, passed: list[int]) -> bool:  # the thought's budget after the jump
+                spent = sum(map(thought.is_inside, passed))
+                return thought.fits(after.state, thought_left - spent, total - len(passed))
+
+        ids, self.constraint = self._jump.jump(
+            self.constraint, left, self.request.budget_aware, fits
+        )
+        self._jump_masks = []
+        for j, token in enumerate(ids):  # each token's mask (as if sampled) and thought count
+            if self.mass is not None:
+                self._jump_masks.append(self._mask(before, left - j))
+            state = before.state
+            before.advance(token)
+            self._count_thought(state, before.state)
         placeholder = None if self.top is None else ()  # filled by `receive_forced`
         for token in ids:
             self._record(token, 0.0, None, placeholder, (math.nan, math.nan))
@@ -331,6 +378,7 @@ class LiveSequence:
             top_logprobs=None if self.top is None else tuple(self.top),
             allowed_mass=None if self.mass is None else tuple(self.mass),
             unmasked_logprobs=None if self.unmasked is None else tuple(self.unmasked),
+            reasoning_tokens=self.reasoning_tokens,
         )
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from corral.kernels import Constraint, SamplingParams
 from corral.model.errors import ContextLengthError
 from corral.model.generate import GenerationRequest, GenerationResult
-from corral.tools.errors import invalid, refused
+from corral.tools.errors import invalid, not_honoured, refused
 from corral.tools.formats import (
     HERMES,
     TurnFormat,
@@ -21,7 +21,7 @@ from corral.tools.formats import (
     reads_tools,
     rendering_for,
 )
-from corral.tools.grammar import DEFAULT_MAX_GRAMMARS, GrammarCompiler, grammar
+from corral.tools.grammar import DEFAULT_MAX_GRAMMARS, GrammarCompiler, grammar, thought_budget
 from corral.tools.parser import CallSyntax
 from corral.tools.prompt_bound import PromptBound
 from corral.tools.render import render_request
@@ -107,9 +107,31 @@ class Completions:
 
     def thinking(self, request: ToolRequest) -> bool:
         """Whether the answer opens with the format's thinking block: the format thinks and the
-        request does not turn it off (`reasoning_effort: "none"`)."""
+        request does not turn it off (a thinking budget of 0: `reasoning_effort: "none"` or
+        `thinking_token_budget: 0`)."""
         fmt = self.tool_format
-        return fmt is not None and fmt.thinking is not None and request.reasoning_effort != "none"
+        return fmt is not None and fmt.thinking is not None and request.thinking_budget[0] != 0
+
+    def _check_thinking(self, request: ToolRequest, in_grammar: bool) -> None:
+        """Refuse a thinking budget that cannot be held to (docs/tools.md, "Thinking
+        budgets"): a budget above 0 for a format that does not think, or where the thought is
+        free text (tool_choice `auto` without a response_format, its calls opened by a text
+        trigger; no tools and no response_format). Raises ToolError 400
+        `unsupported_parameter` naming the field that set it."""
+        budget, param = request.thinking_budget
+        if not budget:
+            return
+        fmt = self.tool_format
+        if fmt is None or fmt.thinking is None:
+            name = "no turn format" if fmt is None else f"the turn format {fmt.name!r}"
+            raise not_honoured(param, f"the model has {name}, which does not think")
+        if not in_grammar:
+            raise not_honoured(
+                param,
+                "the thought is free text here (tool_choice auto without a response_format, "
+                "or no tools): a thinking budget is held to under tool_choice required, a named "
+                "function or a response_format",
+            )
 
     def syntax(self, request: ToolRequest) -> CallSyntax | None:
         """The parser's syntax for the request's answers (None: no calls and no thinking, all
@@ -139,11 +161,17 @@ class Completions:
         prompt = self.model.tokenizer.encode(text)
         if len(prompt) >= context:
             raise refused(ContextLengthError(context, len(prompt), None))
-        constraint, trigger = None, None
-        found = grammar(request, self.tool_format or HERMES, self.specials, thinking)
+        constraint, trigger, thought = None, None, None
+        fmt = self.tool_format or HERMES
+        found = grammar(request, fmt, self.specials, thinking)
+        budget, param = request.thinking_budget
+        self._check_thinking(request, found is not None and found.trigger is None)
         if found is not None:
-            constraint = Constraint(self.compiler.index(found))
+            index = self.compiler.index(found)
+            constraint = Constraint(index)
             trigger = found.trigger
+            if thinking and budget is not None and trigger is None:
+                thought = thought_budget(index, fmt, self.specials, param)
         params = SamplingParams(
             temperature=request.temperature,
             top_p=request.top_p,
@@ -167,6 +195,8 @@ class Completions:
                     top_logprobs=(request.top_logprobs or 0) if request.logprobs else None,
                     jump_forward=request.jump_forward,
                     allowed_mass=bool(request.allowed_mass),
+                    thought=thought,
+                    thinking_budget=None if thought is None else budget,
                 )
             )
         return out

@@ -17,11 +17,13 @@ from __future__ import annotations
 import functools
 import json
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+import numpy as np
 from corral import automata
 from corral.automata import ConstrainError, Dfa
 from corral.automata import tree as regex_tree
@@ -36,10 +38,11 @@ from corral.automata.product import difference, intersection
 from corral.automata.schema.compiler import Unrolling, narrower_limits, unrolled_tree
 from corral.automata.schema.values import check_document
 from corral.automata.shallower import STATE_LIMIT_ERRORS, StateLimit, retry_shallower
-from corral.automata.special import special_token
+from corral.automata.special import special_symbol, special_token
 from corral.automata.stitch import hole_tree, stitch
 from corral.automata.tree_ops import ALL_BYTES, is_empty, starting_with
 from corral.kernels import TokenIndex, Vocabulary
+from corral.kernels.masks.budget import ThoughtBudget, thought_region
 from corral.tools.errors import ToolError, invalid, unsupported
 from corral.tools.formats import HERMES, TurnFormat
 from corral.tools.formats.qwen3_coder import CLOSE as XML_CLOSE
@@ -492,6 +495,71 @@ def _thought(fmt: TurnFormat, thinking: bool, specials: Mapping[str, int]) -> Se
     opening = [] if t.prompt_opens else _marked(t.open, specials)
     block = _seq(*opening, Thought(t.close), *_marked(t.close + t.after, specials))
     return Repeat(block, 0, 1) if t.optional else block
+
+
+@functools.lru_cache(maxsize=DEFAULT_MAX_GRAMMARS)
+def block_dfa(fmt: TurnFormat, specials: tuple[tuple[str, int], ...]) -> Dfa:
+    """The DFA of the format's thinking block alone as the answer writes it (the opener unless
+    the prompt opens it, the thought, the closer), special tokens by their symbols
+    (`specials`: sorted (text, id) pairs): what `ThoughtBudget` tells the block's states by."""
+    t, marks = fmt.thinking, dict(specials)
+    opening = [] if t.prompt_opens else _marked(t.open, marks)
+    return automata.tree_to_dfa(_tree(_seq(*opening, Thought(t.close), *_marked(t.close, marks))))
+
+
+def _opened(fmt: TurnFormat, marks: tuple, trans: np.ndarray) -> np.ndarray:
+    """bool `[block_dfa states]`: the states after the block's opener (all when the prompt
+    opens it): those reachable from the state the opener's bytes lead to."""
+    t = fmt.thinking
+    state = 0
+    if not t.prompt_opens:
+        for part in _marked(t.open, dict(marks)):
+            data = special_symbol(part.id) if isinstance(part, Special) else part.text.encode()
+            for b in data:
+                state = int(trans[state, b])
+    opened = np.zeros(len(trans), dtype=bool)
+    stack = [state]
+    opened[state] = True
+    while stack:
+        for nxt in trans[stack.pop()].tolist():
+            if nxt >= 0 and not opened[nxt]:
+                opened[nxt] = True
+                stack.append(nxt)
+    return opened
+
+
+_thought_budgets: weakref.WeakKeyDictionary[TokenIndex, ThoughtBudget] = weakref.WeakKeyDictionary()
+_thought_lock = threading.Lock()
+
+
+def thought_budget(
+    index: TokenIndex, fmt: TurnFormat, specials: Mapping[str, int], param: str
+) -> ThoughtBudget:
+    """The `ThoughtBudget` of a grammar's index whose answer opens with the format's thinking
+    block (`grammar(..., thinking=True)` without a trigger), built once per index. Raises
+    ToolError 422 naming `param` when the grammar's states do not tell whether the block is
+    open (a state reached both inside and after it)."""
+    with _thought_lock:
+        found = _thought_budgets.get(index)
+    if found is not None:
+        return found
+    marks = tuple(sorted(specials.items()))
+    tracker = block_dfa(fmt, marks)
+    trans = np.ascontiguousarray(tracker.trans, dtype=np.int32)
+    accept = np.ascontiguousarray(tracker.accept, dtype=np.bool_)
+    inside, opened, ok = thought_region(index._trans, trans, accept, _opened(fmt, marks, trans))
+    if not ok:
+        raise ToolError(
+            422,
+            param,
+            "unsupported_parameter",
+            f"'{param}': this grammar's states do not tell the thinking block from the answer "
+            "after it, so its budget cannot be held to.",
+        )
+    found = ThoughtBudget(index, inside, opened)
+    with _thought_lock:
+        _thought_budgets[index] = found
+    return found
 
 
 @functools.cache

@@ -9,6 +9,7 @@ response, errors included, has the shape written here.
 from __future__ import annotations
 
 from corral.tools.request import (
+    EFFORT_BUDGETS,
     LOGIT_BIAS_RANGE,
     MAX_JSON_OBJECT_DEPTH,
     MAX_TOOLS,
@@ -221,9 +222,18 @@ REQUEST = {
         },
         "reasoning_effort": {
             "type": "string",
-            "enum": ["none"],
+            "enum": list(EFFORT_BUDGETS),
             "nullable": True,
-            "description": "'none' turns a thinking format's thought off (budgets are not taken)",
+            "description": "a thinking format's thought budget in tokens: "
+            + ", ".join(f"{k} {v}" for k, v in EFFORT_BUDGETS.items())
+            + " ('none' turns thinking off)",
+        },
+        "thinking_token_budget": {
+            "type": "integer",
+            "minimum": 0,
+            "nullable": True,
+            "description": "vLLM's extension: the most tokens a thinking format's thought may "
+            "take, its markup included (0: thinking off); not with reasoning_effort",
         },
         "logit_bias": {
             "type": "object",

@@ -103,14 +103,14 @@ FIELDS = {
     "audio": Field("refused", (), "corral writes text only"),
     "prediction": Field("refused", (), "corral has no predicted outputs"),
     "web_search_options": Field("refused", (), "corral does not search the web"),
-    "reasoning_effort": Field(
-        "refused", ("none",), "thinking budgets are not built yet: 'none' turns thinking off"
-    ),
+    "reasoning_effort": HONOURED,  # a thinking budget (`EFFORT_BUDGETS`), "none": off
+    "thinking_token_budget": HONOURED,  # vLLM's extension: the thought's exact budget
     "verbosity": Field("refused", (), "corral does not steer verbosity"),
 }
 """Every top-level field of OpenAI's chat completions request, and what corral does with it
 (plus corral's extensions `jump_forward`, `json_object_depth` and `allowed_mass`, vLLM's
-`structured_outputs`, and vLLM's removed `guided_*` fields, refused by name)."""
+`structured_outputs` and `thinking_token_budget`, and vLLM's removed `guided_*` fields, refused
+by name)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -219,7 +219,8 @@ class ToolRequest:
     structured_outputs: StructuredOutputs | None = None
     json_object_depth: int | None = None
     allowed_mass: bool | None = None
-    reasoning_effort: str | None = None  # "none": a thinking format's block is left empty
+    reasoning_effort: str | None = None
+    thinking_token_budget: int | None = None
 
     @property
     def calls_allowed(self) -> bool:
@@ -233,6 +234,17 @@ class ToolRequest:
         """The names of the request's custom tools (their calls are answered as `custom`)."""
         return frozenset(t.name for t in self.tools if t.custom is not None)
 
+    @property
+    def thinking_budget(self) -> tuple[int | None, str]:
+        """(the most tokens the thought may take, None for no bound but max_tokens; the field
+        that set it): `thinking_token_budget`, else `reasoning_effort`'s (`EFFORT_BUDGETS`;
+        0 turns thinking off)."""
+        if self.thinking_token_budget is not None:
+            return self.thinking_token_budget, "thinking_token_budget"
+        if self.reasoning_effort is not None:
+            return EFFORT_BUDGETS[self.reasoning_effort], "reasoning_effort"
+        return None, "reasoning_effort"
+
     def tool(self, name: str) -> Tool:
         """The tool called `name`; KeyError if there is none."""
         for tool in self.tools:
@@ -241,8 +253,10 @@ class ToolRequest:
         raise KeyError(name)
 
 
-EFFORTS = ("none", "minimal", "low", "medium", "high")
-"""OpenAI's `reasoning_effort` values (only "none" is honoured: thinking off)."""
+EFFORT_BUDGETS = {"none": 0, "minimal": 256, "low": 1024, "medium": 4096, "high": 16384}
+"""OpenAI's `reasoning_effort` values and the thinking budget in tokens each sets (docs/tools.md,
+"Thinking budgets"): 0 turns thinking off."""
+EFFORTS = tuple(EFFORT_BUDGETS)
 
 MAX_INT_DIGITS = 4300
 """The most digits of a JSON integer read (Python's own limit on int(str))."""
@@ -365,6 +379,14 @@ def parse_tool_request(body: str | bytes | dict, vocabulary_size: int | None = N
     structured = _structured_outputs(body.get("structured_outputs"))
     depth = _integer(body, "json_object_depth", 1, MAX_JSON_OBJECT_DEPTH)
     allowed_mass = _field(body, "allowed_mass", "", bool, "a boolean")
+    thinking_budget = _integer(body, "thinking_token_budget", 0, None)
+    if thinking_budget is not None and body.get("reasoning_effort") is not None:
+        raise invalid(
+            "thinking_token_budget",
+            "Setting 'thinking_token_budget' and 'reasoning_effort' at the same time is not "
+            "supported: both set the thinking budget.",
+            "invalid_parameter_combination",
+        )
     if depth is not None and response_format.type != "json_object":
         raise invalid(
             "json_object_depth",
@@ -410,6 +432,7 @@ def parse_tool_request(body: str | bytes | dict, vocabulary_size: int | None = N
         json_object_depth=depth,
         allowed_mass=allowed_mass,
         reasoning_effort=body.get("reasoning_effort"),
+        thinking_token_budget=thinking_budget,
         **sampling,
     )
 
