@@ -300,6 +300,7 @@ def test_every_field_of_the_table_is_honoured_accepted_or_refused():
         "max_completion_tokens", "max_tokens", "temperature", "top_p", "seed", "stop", "n",
         "presence_penalty", "frequency_penalty", "logprobs", "top_logprobs", "logit_bias",
         "jump_forward", "structured_outputs", "json_object_depth", "allowed_mass",
+        "reasoning_effort", "thinking_token_budget",
     }  # fmt: skip
 
 
@@ -313,7 +314,6 @@ def test_every_field_of_the_table_is_honoured_accepted_or_refused():
         ("modalities", ["text", "audio"]),
         ("prediction", {"type": "content", "content": "x"}),
         ("web_search_options", {}),
-        ("reasoning_effort", "low"),
         ("verbosity", "low"),
         ("service_tier", "flex"),
         ("service_tier", "priority"),

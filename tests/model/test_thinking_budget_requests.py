@@ -1,0 +1,161 @@
+"""What a request says about thinking (docs/tools.md, "Thinking budgets"): `reasoning_effort`'s
+documented budgets and vLLM's `thinking_token_budget` reach the engine; a budget of 0 is
+thinking off as the template writes it; a budget that cannot be held to is a 400 naming the
+field that set it; and what a trigger written inside a thought does under `auto`."""
+
+import pytest
+from corral.model.generation_request import GenerationRequest
+from corral.model.sequence import Finish, LiveSequence
+from corral.tools import ToolError, parse_tool_request
+from corral.tools.completions import Completions
+from corral.tools.request import EFFORT_BUDGETS
+from test_turn_formats_tiny import PARAMETERS, TEMPLATES, tiny_family_model
+
+TOOLS = [{"type": "function", "function": {"name": "weather", "parameters": PARAMETERS}}]
+
+
+@pytest.fixture(scope="module")
+def engines(tiny, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("thinking-requests")
+    names = ["qwen3", "deepseek-r1", "hermes"]
+    return {n: Completions(tiny_family_model(tiny, folder / n, TEMPLATES[n]), "t") for n in names}
+
+
+def request(**fields):
+    body = {"messages": [{"role": "user", "content": "Weather?"}], "tools": TOOLS}
+    return parse_tool_request(body | {"tool_choice": "required"} | fields)
+
+
+@pytest.mark.parametrize("effort", list(EFFORT_BUDGETS))
+def test_reasoning_effort_sets_its_documented_budget(engines, effort):
+    engine = engines["qwen3"]
+    (choice,) = engine.requests(request(reasoning_effort=effort, max_completion_tokens=300))
+    (exact,) = engine.requests(
+        request(thinking_token_budget=EFFORT_BUDGETS[effort], max_completion_tokens=300)
+    )
+    assert exact.prompt_ids == choice.prompt_ids
+    if effort == "none":  # thinking off: the template's empty block, no thought in the grammar
+        assert engine.model.tokenizer.decode(choice.prompt_ids).endswith("</think>\n\n")
+        assert choice.thought is None and choice.thinking_budget is None
+    else:
+        assert choice.thinking_budget == exact.thinking_budget == EFFORT_BUDGETS[effort]
+        assert choice.thought is not None and choice.thought.is_inside(0)
+
+
+def test_a_request_without_a_budget_thinks_unbounded_but_by_max_tokens(engines):
+    (choice,) = engines["qwen3"].requests(request(max_completion_tokens=300))
+    assert choice.thinking_budget is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "param", "code"),
+    [
+        ({"thinking_token_budget": -1}, "thinking_token_budget", "invalid_value"),
+        ({"thinking_token_budget": 1.5}, "thinking_token_budget", "invalid_type"),
+        ({"thinking_token_budget": True}, "thinking_token_budget", "invalid_type"),
+        (
+            {"thinking_token_budget": 10, "reasoning_effort": "low"},
+            "thinking_token_budget",
+            "invalid_parameter_combination",
+        ),
+    ],
+)
+def test_malformed_budgets_are_400s_naming_the_field(fields, param, code):
+    with pytest.raises(ToolError) as caught:
+        request(**fields)
+    assert (caught.value.status, caught.value.param, caught.value.code) == (400, param, code)
+
+
+@pytest.mark.parametrize(
+    ("name", "fields", "param"),
+    [
+        ("hermes", {"reasoning_effort": "low"}, "reasoning_effort"),
+        ("hermes", {"thinking_token_budget": 5}, "thinking_token_budget"),
+        ("qwen3", {"tool_choice": "auto", "reasoning_effort": "high"}, "reasoning_effort"),
+        (
+            "deepseek-r1",
+            {"tool_choice": "auto", "thinking_token_budget": 9},
+            "thinking_token_budget",
+        ),
+        ("qwen3", {"tool_choice": "none", "thinking_token_budget": 9}, "thinking_token_budget"),
+    ],
+)
+def test_a_budget_that_cannot_be_held_to_is_refused_by_name(engines, name, fields, param):
+    """A format that does not think, and a thought that is free text (auto without a
+    response_format: before the lazy trigger; no tools)."""
+    with pytest.raises(ToolError) as caught:
+        engines[name].requests(request(**fields))
+    assert (caught.value.status, caught.value.param) == (400, param)
+    assert caught.value.code == "unsupported_parameter"
+
+
+@pytest.mark.parametrize(
+    ("name", "fields"),
+    [
+        ("hermes", {"reasoning_effort": "none"}),
+        ("hermes", {"thinking_token_budget": 0}),
+        ("qwen3", {"tool_choice": "auto", "reasoning_effort": "none"}),
+        (
+            "qwen3",
+            {
+                "tool_choice": "auto",
+                "thinking_token_budget": 9,
+                "response_format": {"type": "json_object"},
+            },
+        ),  # fmt: skip
+    ],
+)
+def test_budgets_that_can_be_held_to_are_accepted(engines, name, fields):
+    engines[name].requests(request(max_completion_tokens=300, **fields))
+
+
+def test_the_markup_that_does_not_fit_the_budget_is_refused_naming_it(engines):
+    """DeepSeek's prompt opens the block: its answer must write `</think>` (8 tokens of the
+    tiny vocabulary), so a budget below that cannot be held to."""
+    from corral.model.generate import generate
+    from corral.model.generation_request import ThinkingBudgetTooSmallError
+
+    engine = engines["deepseek-r1"]
+    choices = engine.requests(request(thinking_token_budget=1, max_completion_tokens=300))
+    with pytest.raises(ThinkingBudgetTooSmallError) as caught:
+        generate(engine.model, choices, batch_size=1)
+    assert caught.value.param == "thinking_token_budget"
+
+
+def test_a_trigger_written_inside_a_thought_under_auto_starts_a_call_that_stays_reasoning(
+    engines,
+):
+    """Under `auto` without a response_format the thought is free text before the lazy
+    trigger. A trigger written inside it starts the constraint there (the engine looks for it
+    in all free text), so the rest of the answer is a call the grammar holds; the parser,
+    still inside the thought (no `</think>` came), returns all of it as `reasoning_content`
+    and no call: the answer has no tool call and finishes with `stop`."""
+    engine = engines["qwen3"]
+    chat = request(tool_choice="auto", max_completion_tokens=300)
+    (choice,) = engine.requests(chat)
+    assert choice.trigger == "<tool_call>" and choice.thinking_budget is None
+    vocabulary = engine.vocabulary
+    seq = LiveSequence(0, choice, 0, vocabulary)
+    thought = "<think>\nI could call <tool_call>"
+    call = '{"name":"weather","arguments":{"city":"Oslo","days":2}}</tool_call>'
+    for token in vocabulary.spell(thought.encode()):
+        assert seq.constraint is None
+        seq.take_sampled(token, 0.0, None, vocabulary.eos_ids)
+    assert seq.constraint is not None  # the trigger fired inside the thought
+    for token in vocabulary.spell(call.encode()):
+        seq.take_sampled(token, 0.0, None, vocabulary.eos_ids)
+    assert seq.constraint.done
+    need = seq.need()  # what the engine asks next: the answer ends here
+    assert need == Finish("stop")
+    seq.finish(need.reason)
+    result = seq.result()
+    answer = engine.completion(chat, [result])
+    (out,) = answer["choices"]
+    assert out["message"]["reasoning_content"] == (thought + call).removeprefix("<think>").strip()
+    assert "tool_calls" not in out["message"] or not out["message"]["tool_calls"]
+    assert out["message"]["content"] is None
+    assert out["finish_reason"] == "stop"
+
+
+def test_generation_request_takes_the_budget(engines):
+    assert GenerationRequest([1]).thinking_budget is None
