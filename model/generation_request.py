@@ -79,13 +79,18 @@ class GenerationRequest:
             (`GenerationResult.allowed_mass` and `unmasked_logprobs`, docs/engine.md); its rows'
             logits are computed whole (never by the masked LM head), and jump-forward stays on
             as with `top_logprobs`.
-        thought: the `ThoughtBudget` of the constraint's index (which states are inside the
-            thinking block the answer opens with), or None.
+        thought: the `ThoughtBudget` of the index of the constraint (or of `prelude`) that
+            holds the thinking block the answer opens with, or None.
         thinking_budget: with `thought`, the most tokens the thinking block may take (>= 0,
             its markup included; `corral.kernels.masks.budget.ThoughtBudget`): a token from a
             state inside the block is allowed only when the block can still close within the
             thought tokens left and the answer still complete within max_tokens. None: no
-            bound but max_tokens. Needs a constraint from the first token.
+            bound but max_tokens. Needs a constraint from the first token, or `prelude`.
+        prelude: a fresh `Constraint` of a thinking block followed by anything, for an answer
+            whose block comes before free text (`constraint` None, or waiting for `trigger`):
+            the answer is held to it from the first token until its state leaves the block,
+            then the text is free (stop strings and the trigger are looked for only after the
+            block).
     """
 
     prompt_ids: Sequence[int]
@@ -102,6 +107,7 @@ class GenerationRequest:
     allowed_mass: bool = False
     thought: ThoughtBudget | None = None
     thinking_budget: int | None = None
+    prelude: Constraint | None = None
 
     @property
     def model_logprobs(self) -> bool:
@@ -192,10 +198,12 @@ def check_budget(request: GenerationRequest) -> None:
     (`check_request` resolves it first)."""
     if request.max_tokens is not None and request.max_tokens < 1:
         raise BudgetTooSmallError(f"max_tokens must be at least 1, not {request.max_tokens}")
+    limit = math.inf if request.max_tokens is None else request.max_tokens
     c = request.constraint
+    if request.prelude is not None:
+        _check_thought(request, request.prelude, limit)
     if c is None or request.trigger is not None:
         return
-    limit = math.inf if request.max_tokens is None else request.max_tokens
     if request.budget_aware and not c.completes_within(limit):
         needed = c.tokens_to_complete()
         if needed < 0:
@@ -208,19 +216,27 @@ def check_budget(request: GenerationRequest) -> None:
             f"max_tokens={request.max_tokens} is too small: the shortest answer the grammar "
             f"allows takes {needed} tokens"
         )
+    if request.prelude is None:
+        _check_thought(request, c, limit)
+
+
+def _check_thought(request: GenerationRequest, c: Constraint, limit: int | float) -> None:
+    """`check_budget`'s checks of the thinking budget, on the constraint `c` that holds the
+    thinking block."""
     thought, budget = request.thought, request.thinking_budget
-    if thought is not None and budget is not None and not c.done:
-        if thought.closing(c.state, budget) < 0 and c.tokens_to_complete() >= 0:
-            raise ThinkingBudgetTooSmallError(
-                f"thinking_token_budget={budget} is too small: the thinking block's markup "
-                "alone takes more tokens (use 0 to turn thinking off)"
-            )
-        if request.budget_aware and not thought.fits(c.state, budget, limit):
-            raise BudgetTooSmallError(
-                f"max_tokens={request.max_tokens} is too small: with a thinking budget of "
-                f"{budget} tokens the shortest answer the grammar allows takes "
-                f"{thought.closing(c.state, budget)} tokens"
-            )
+    if thought is None or budget is None or c.done:
+        return
+    if thought.closing(c.state, budget) < 0 and c.tokens_to_complete() >= 0:
+        raise ThinkingBudgetTooSmallError(
+            f"thinking_token_budget={budget} is too small: the thinking block's markup "
+            "alone takes more tokens (use 0 to turn thinking off)"
+        )
+    if request.budget_aware and not thought.fits(c.state, budget, limit):
+        raise BudgetTooSmallError(
+            f"max_tokens={request.max_tokens} is too small: with a thinking budget of "
+            f"{budget} tokens the shortest answer the grammar allows takes "
+            f"{thought.closing(c.state, budget)} tokens"
+        )
 
 
 def check_request(

@@ -121,7 +121,12 @@ class LiveSequence:
         self._trigger = request.trigger.encode("utf-8") if request.trigger else None
         self._jump = jump if request.jump_forward else None
         self.awaiting = 0
-        # the thinking budget: only for a constraint from the first token
+        # a thinking block before free text: held to the prelude until its state leaves it
+        self._prelude = request.prelude is not None and self.constraint is None
+        if self._prelude:
+            self.constraint = request.prelude.copy()
+        self._free_from = 0  # stop strings and the trigger are looked for from here on
+        # the thinking budget: for a constraint (or prelude) from the first token
         self.thought = request.thought if request.thinking_budget is not None else None
         if self.constraint is None:
             self.thought = None
@@ -249,6 +254,7 @@ class LiveSequence:
         under) and its `(allowed mass, unmasked logprob)` when asked for: advance the
         constraint, end on EOS, else record it and look for stop strings and the trigger."""
         constraint = self.constraint
+        state = -1
         if constraint is not None:
             state = constraint.state
             constraint.advance(token)
@@ -259,8 +265,27 @@ class LiveSequence:
             return
         start = len(self.text)
         self._record(token, logprob, None, top, diagnostics)
-        if self.constraint is None:
+        if self._prelude:
+            self._leave_prelude(state, start)
+        elif self.constraint is None:
             self._after_free_text(start)
+
+    def _leave_prelude(self, state: int, start: int) -> None:
+        """After the tokens written from prelude state `state` (their text from `start`): once
+        the prelude's state is outside the thinking block, the text is free from the byte
+        after the block (from the answer's start when an optional block was left out), and
+        the rest of those tokens' text is looked at for stop strings and the trigger."""
+        prelude, thought = self.constraint, self.thought
+        if thought.is_inside(prelude.state):
+            return
+        self._prelude, self.constraint, self.thought = False, None, None  # its budget is done
+        if self._opened:  # the byte after which the walk leaves the block
+            at = start
+            while thought.is_inside(state):
+                state = prelude.index.step_bytes(state, bytes(self.text[at : at + 1]))
+                at += 1
+            self._free_from = at
+        self._after_free_text(start)
 
     def jump_forward(self) -> list[int]:
         """Record and return the tokens jump-forward writes now (docs/engine.md):
@@ -281,10 +306,12 @@ class LiveSequence:
                 spent = sum(map(thought.is_inside, passed))
                 return thought.fits(after.state, thought_left - spent, total - len(passed))
 
+        start = len(self.text)
         ids, self.constraint = self._jump.jump(
             self.constraint, left, self.request.budget_aware, fits
         )
         self._jump_masks = []
+        state_0 = before.state
         for j, token in enumerate(ids):  # each token's mask (as if sampled) and thought count
             if self.mass is not None:
                 self._jump_masks.append(self._mask(before, left - j))
@@ -296,6 +323,8 @@ class LiveSequence:
             self._record(token, 0.0, None, placeholder, (math.nan, math.nan))
         if self.request.model_logprobs:
             self.awaiting = len(ids)
+        if self._prelude and ids:
+            self._leave_prelude(state_0, start)
         return ids
 
     def _record(
@@ -337,14 +366,14 @@ class LiveSequence:
     def _after_free_text(self, start: int) -> None:
         """Stop strings and the trigger, looked for in the bytes the last token could touch."""
         for stop in self._stop:
-            at = self.text.find(stop, max(0, start - len(stop) + 1))
+            at = self.text.find(stop, max(self._free_from, start - len(stop) + 1))
             if at >= 0:
                 del self.text[at:]
                 self.finish_reason = "stop"
                 return
         if self._trigger is None or self.waiting is None:
             return
-        at = self.text.find(self._trigger, max(0, start - len(self._trigger) + 1))
+        at = self.text.find(self._trigger, max(self._free_from, start - len(self._trigger) + 1))
         if at < 0:
             return
         end = at + len(self._trigger)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from corral.kernels import Constraint, SamplingParams
+from corral.kernels import Constraint, SamplingParams, TokenIndex
 from corral.model.errors import ContextLengthError
 from corral.model.generate import GenerationRequest, GenerationResult
 from corral.tools.errors import invalid, not_honoured, refused
@@ -21,7 +21,13 @@ from corral.tools.formats import (
     reads_tools,
     rendering_for,
 )
-from corral.tools.grammar import DEFAULT_MAX_GRAMMARS, GrammarCompiler, grammar, thought_budget
+from corral.tools.grammar import (
+    DEFAULT_MAX_GRAMMARS,
+    GrammarCompiler,
+    grammar,
+    prelude_dfa,
+    thought_budget,
+)
 from corral.tools.parser import CallSyntax
 from corral.tools.prompt_bound import PromptBound
 from corral.tools.render import render_request
@@ -90,6 +96,7 @@ class Completions:
         self.vocabulary = model.vocabulary
         self.compiler = GrammarCompiler(self.vocabulary, max_grammars)
         self.prompt_bound = PromptBound.of(model)
+        self._prelude_index: TokenIndex | None = None
 
     def _specials(self, model) -> dict[str, int]:
         """text -> id of the format's texts that are one special token of the model (not EOS,
@@ -112,26 +119,22 @@ class Completions:
         fmt = self.tool_format
         return fmt is not None and fmt.thinking is not None and request.thinking_budget[0] != 0
 
-    def _check_thinking(self, request: ToolRequest, in_grammar: bool) -> None:
-        """Refuse a thinking budget that cannot be held to (docs/tools.md, "Thinking
-        budgets"): a budget above 0 for a format that does not think, or where the thought is
-        free text (tool_choice `auto` without a response_format, its calls opened by a text
-        trigger; no tools and no response_format). Raises ToolError 400
-        `unsupported_parameter` naming the field that set it."""
+    def _check_thinking(self, request: ToolRequest) -> None:
+        """Refuse a thinking budget above 0 for a format that does not think (docs/tools.md,
+        "Thinking budgets"). Raises ToolError 400 `unsupported_parameter` naming the field
+        that set it."""
         budget, param = request.thinking_budget
-        if not budget:
-            return
         fmt = self.tool_format
-        if fmt is None or fmt.thinking is None:
+        if budget and (fmt is None or fmt.thinking is None):
             name = "no turn format" if fmt is None else f"the turn format {fmt.name!r}"
             raise not_honoured(param, f"the model has {name}, which does not think")
-        if not in_grammar:
-            raise not_honoured(
-                param,
-                "the thought is free text here (tool_choice auto without a response_format, "
-                "or no tools): a thinking budget is held to under tool_choice required, a named "
-                "function or a response_format",
-            )
+
+    def _prelude(self) -> Constraint:
+        """A fresh constraint of the format's `prelude_dfa` (its index built once)."""
+        if self._prelude_index is None:
+            marks = tuple(sorted(self.specials.items()))
+            self._prelude_index = TokenIndex(prelude_dfa(self.tool_format, marks), self.vocabulary)
+        return Constraint(self._prelude_index)
 
     def syntax(self, request: ToolRequest) -> CallSyntax | None:
         """The parser's syntax for the request's answers (None: no calls and no thinking, all
@@ -161,17 +164,21 @@ class Completions:
         prompt = self.model.tokenizer.encode(text)
         if len(prompt) >= context:
             raise refused(ContextLengthError(context, len(prompt), None))
-        constraint, trigger, thought = None, None, None
+        constraint, trigger, thought, prelude = None, None, None, None
         fmt = self.tool_format or HERMES
         found = grammar(request, fmt, self.specials, thinking)
         budget, param = request.thinking_budget
-        self._check_thinking(request, found is not None and found.trigger is None)
+        self._check_thinking(request)
         if found is not None:
             index = self.compiler.index(found)
             constraint = Constraint(index)
             trigger = found.trigger
-            if thinking and budget is not None and trigger is None:
+        if thinking and budget is not None:
+            if found is not None and trigger is None:  # the block is the grammar's first part
                 thought = thought_budget(index, fmt, self.specials, param)
+            else:  # the block, then free text (with the lazy trigger, if any)
+                prelude = self._prelude()
+                thought = thought_budget(prelude.index, fmt, self.specials, param)
         params = SamplingParams(
             temperature=request.temperature,
             top_p=request.top_p,
@@ -197,6 +204,7 @@ class Completions:
                     allowed_mass=bool(request.allowed_mass),
                     thought=thought,
                     thinking_budget=None if thought is None else budget,
+                    prelude=prelude,
                 )
             )
         return out

@@ -34,7 +34,7 @@ from corral.automata.grammar_tree import unroll
 from corral.automata.grammars import compile_grammar_text
 from corral.automata.lark import parse_lark
 from corral.automata.limits import DEFAULT_SCHEMA_LIMITS
-from corral.automata.product import difference, intersection
+from corral.automata.product import difference, intersection, union
 from corral.automata.schema.compiler import Unrolling, narrower_limits, unrolled_tree
 from corral.automata.schema.values import check_document
 from corral.automata.shallower import STATE_LIMIT_ERRORS, StateLimit, retry_shallower
@@ -410,9 +410,9 @@ def grammar(
         specials: text -> id of the format's texts that are special tokens of the model (each
             written as its symbol); None or missing: written as text.
         thinking: the answer opens with the format's thinking block (its text any text without
-            the closer) before the constrained part, under `required`, a named function and
-            `auto` with a response format; under `auto` alone the thought is free text before
-            the trigger.
+            the closer) before the constrained part, under `required`, a named function, a
+            response format (with `auto` or without tools); under `auto` alone the thought is
+            free text before the trigger (`prelude_dfa` holds it to a budget).
 
     Raises ToolError 422 `unsupported_parameter` naming the field of a schema the subset refuses
     (`tools[1].function.parameters`, `response_format.json_schema.schema`), or of a tool's
@@ -454,7 +454,9 @@ def grammar(
         return _grammar(rest, fmt.opener, calls_param)
     if content is None:
         return None
-    return _grammar(content, None, content_param)
+    if thought == Seq(()):  # no thinking block: the grammar (and its key) of the content alone
+        return _grammar(content, None, content_param)
+    return _grammar(_seq(thought, content), None, content_param)
 
 
 def _marked(text: str, specials: Mapping[str, int]) -> list:
@@ -526,6 +528,32 @@ def _opened(fmt: TurnFormat, marks: tuple, trans: np.ndarray) -> np.ndarray:
                 opened[nxt] = True
                 stack.append(nxt)
     return opened
+
+
+@functools.lru_cache(maxsize=DEFAULT_MAX_GRAMMARS)
+def prelude_dfa(fmt: TurnFormat, specials: tuple[tuple[str, int], ...]) -> Dfa:
+    """The DFA of a thinking block that opens an answer otherwise free (`auto` with a text
+    trigger, or no tools): the block (as `block_dfa`), then any bytes; for an optional block
+    (Qwen3) also any text that does not begin with the block's opener (and is not a prefix of
+    it). The engine holds the answer to it until a state outside the block (`ThoughtBudget`),
+    then the rest is free text."""
+    t, marks = fmt.thinking, dict(specials)
+    opening = [] if t.prompt_opens else _marked(t.open, marks)
+    block = _tree(_seq(*opening, Thought(t.close), *_marked(t.close, marks)))
+    anything = regex_tree.Repeat(regex_tree.ByteSet(ALL_BYTES), 0, None)
+    with_block = automata.tree_to_dfa(regex_tree.Concat((block, anything)))
+    if not t.optional or not opening:
+        return with_block
+    opener = b"".join(
+        special_symbol(p.id) if isinstance(p, Special) else p.text.encode() for p in opening
+    )
+    prefixes = [regex_tree.literal_bytes(opener[:i]) for i in range(len(opener) + 1)]
+    started = regex_tree.Concat((regex_tree.literal_bytes(opener), anything))
+    diverging = difference(
+        automata.tree_to_dfa(anything),
+        automata.tree_to_dfa(regex_tree.Alt((started, *prefixes))),
+    )
+    return union(with_block, diverging)
 
 
 _thought_budgets: weakref.WeakKeyDictionary[TokenIndex, ThoughtBudget] = weakref.WeakKeyDictionary()

@@ -71,18 +71,9 @@ def test_malformed_budgets_are_400s_naming_the_field(fields, param, code):
     [
         ("hermes", {"reasoning_effort": "low"}, "reasoning_effort"),
         ("hermes", {"thinking_token_budget": 5}, "thinking_token_budget"),
-        ("qwen3", {"tool_choice": "auto", "reasoning_effort": "high"}, "reasoning_effort"),
-        (
-            "deepseek-r1",
-            {"tool_choice": "auto", "thinking_token_budget": 9},
-            "thinking_token_budget",
-        ),
-        ("qwen3", {"tool_choice": "none", "thinking_token_budget": 9}, "thinking_token_budget"),
     ],
 )
-def test_a_budget_that_cannot_be_held_to_is_refused_by_name(engines, name, fields, param):
-    """A format that does not think, and a thought that is free text (auto without a
-    response_format: before the lazy trigger; no tools)."""
+def test_a_budget_for_a_format_that_does_not_think_is_refused_by_name(engines, name, fields, param):
     with pytest.raises(ToolError) as caught:
         engines[name].requests(request(**fields))
     assert (caught.value.status, caught.value.param) == (400, param)
@@ -95,6 +86,9 @@ def test_a_budget_that_cannot_be_held_to_is_refused_by_name(engines, name, field
         ("hermes", {"reasoning_effort": "none"}),
         ("hermes", {"thinking_token_budget": 0}),
         ("qwen3", {"tool_choice": "auto", "reasoning_effort": "none"}),
+        ("qwen3", {"tool_choice": "auto", "reasoning_effort": "high"}),
+        ("deepseek-r1", {"tool_choice": "auto", "thinking_token_budget": 9}),
+        ("qwen3", {"tool_choice": "none", "thinking_token_budget": 9}),
         (
             "qwen3",
             {
@@ -155,6 +149,33 @@ def test_a_trigger_written_inside_a_thought_under_auto_starts_a_call_that_stays_
     assert "tool_calls" not in out["message"] or not out["message"]["tool_calls"]
     assert out["message"]["content"] is None
     assert out["finish_reason"] == "stop"
+
+
+def test_under_a_budget_a_trigger_inside_the_thought_starts_no_call(engines):
+    """With a thinking budget the block is held to its own grammar (the prelude) until it
+    closes, and the trigger is looked for only after it: a trigger written inside the thought
+    is thought, and one after the block starts the call."""
+    engine = engines["qwen3"]
+    chat = request(tool_choice="auto", thinking_token_budget=200, max_completion_tokens=400)
+    (choice,) = engine.requests(chat)
+    assert choice.prelude is not None and choice.trigger == "<tool_call>"
+    vocabulary = engine.vocabulary
+    seq = LiveSequence(0, choice, 0, vocabulary)
+    block = "<think>\nI could call <tool_call> now</think>"
+    call = '<tool_call>{"name":"weather","arguments":{"city":"Oslo","days":2}}</tool_call>'
+    for token in vocabulary.spell((block + "\n\n").encode()):
+        seq.take_sampled(token, 0.0, None, vocabulary.eos_ids)
+    assert seq.constraint is None and seq.waiting is not None  # free text, trigger not fired
+    for token in vocabulary.spell(call.encode()):
+        seq.take_sampled(token, 0.0, None, vocabulary.eos_ids)
+    assert seq.constraint is not None and seq.constraint.done
+    seq.finish(seq.need().reason)
+    result = seq.result()
+    assert result.reasoning_tokens == len(vocabulary.spell(block.encode()))
+    (out,) = engine.completion(chat, [result])["choices"]
+    assert out["message"]["reasoning_content"] == "I could call <tool_call> now"
+    assert out["message"]["tool_calls"][0]["function"]["name"] == "weather"
+    assert out["finish_reason"] == "tool_calls"
 
 
 def test_generation_request_takes_the_budget(engines):
