@@ -52,25 +52,34 @@ def thought_tokens(engine, result) -> int:
 
 
 @pytest.mark.parametrize("name", THINKING)
-@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     budget=st.integers(1, 60),
     max_tokens=st.integers(60, 400),
-    choice=st.sampled_from(["required", "named"]),
+    choice=st.sampled_from(["required", "named", "auto", "json", "none", "none-json"]),
     seed=st.integers(0, 2**16),
 )
 def test_the_thought_stays_within_its_budget_and_the_answer_completes(
     engines, name, budget, max_tokens, choice, seed
 ):
     engine = engines[name]
-    named = {"type": "function", "function": {"name": "weather"}}
+    fields = {"tool_choice": choice}
+    if choice == "named":
+        fields["tool_choice"] = {"type": "function", "function": {"name": "weather"}}
+    if choice in ("json", "none-json"):  # a response format: the block in the grammar
+        fields = {"tool_choice": "auto" if choice == "json" else "none"}
+        fields["response_format"] = {"type": "json_object"}
     request = parse_tool_request(
         body(
-            tool_choice=named if choice == "named" else choice,
             thinking_token_budget=budget,
             max_completion_tokens=max_tokens,
             seed=seed,
             temperature=1.5,
+            # free text writes no byte 0xFF (the symbols' marker where the format has some)
+            logit_bias={
+                str(t): -100 for t, b in enumerate(engine.vocabulary.tokens) if b == b"\xff"
+            },
+            **fields,
         )
     )
     choices = engine.requests(request)
@@ -84,16 +93,28 @@ def test_the_thought_stays_within_its_budget_and_the_answer_completes(
     assert result.reasoning_tokens == thought_tokens(engine, result) <= budget
     answer = engine.completion(request, results)
     (out,) = answer["choices"]
-    assert out["finish_reason"] == "tool_calls", result.data
     assert len(result.token_ids) <= max_tokens
-    (call,) = out["message"]["tool_calls"][:1]
-    jsonschema.validate(json.loads(call["function"]["arguments"]), PARAMETERS)
+    calls = out["message"].get("tool_calls") or []
+    for call in calls:
+        jsonschema.validate(json.loads(call["function"]["arguments"]), PARAMETERS)
+    if choice in ("required", "named"):  # the whole answer constrained: always completes
+        assert out["finish_reason"] == "tool_calls" and calls, result.data
+    elif choice in ("json", "none-json"):
+        assert out["finish_reason"] in ("tool_calls", "stop"), result.data
+        if not calls:
+            json.loads(out["message"]["content"])
+    elif calls:  # auto, none: free text after the thought may be cut by max_tokens
+        assert out["finish_reason"] == "tool_calls"
+    if result.reasoning_tokens:  # the block closed, within its budget (above)
+        text = engine.vocabulary.text_of_symbols(result.data).decode(errors="replace")
+        assert engine.tool_format.thinking.close in text
     # the stream folds to the same message
-    stream = ChoiceStream("x", (), engine.syntax(request), engine.vocabulary)
+    syntax = engine.syntax(request)  # as the server streams a choice
+    stream = ChoiceStream(None if syntax is None else "x", (), syntax, engine.vocabulary)
     events = [e for e, _ in stream.replay(result, engine.vocabulary.tokens) if e is not None]
-    reasoning, content, calls = collect_turn(events)
+    reasoning, content, streamed = collect_turn(events)
     assert reasoning == out["message"].get("reasoning_content")
     assert content == out["message"]["content"]
-    assert [(c.name, c.arguments) for c in calls] == [
-        (c["function"]["name"], c["function"]["arguments"]) for c in out["message"]["tool_calls"]
+    assert [(c.name, c.arguments) for c in streamed] == [
+        (c["function"]["name"], c["function"]["arguments"]) for c in calls
     ]
