@@ -261,6 +261,7 @@ SPECIAL_IDS = {  # special tokens in the families' vocabularies
     "<|end|>": 9,
     "<|start|>": 10,
     "<|constrain|>": 11,
+    "[CALL_ID]": 12,
 }
 SAMPLES = 6
 
@@ -366,10 +367,13 @@ def test_a_special_opener_is_its_symbol_and_auto_needs_no_trigger(fmt):
     assert not dfa.matches(b"Hi " + symbol + b" there.")  # the symbol opens calls only
     assert not dfa.matches(b"Hi " + special_symbol(99) + b" there.")  # no other symbol
     opener = symbol + (b"[" if fmt is MISTRAL_NEMO else b"")
-    body = b'{"name": "f", "arguments": {"a":1}}]' if fmt is MISTRAL_NEMO else b"f"
+    body = b'{"name": "f", "arguments": {"a":1}, "id": "a1B2c3D4e"}]'
     if fmt is MISTRAL_SMALL:
+        body = b"f" + special_symbol(SPECIAL_IDS["[CALL_ID]"]) + b"a1B2c3D4e"
         body += special_symbol(SPECIAL_IDS["[ARGS]"]) + b'{"a":1}'
     assert dfa.matches(b"Hi " + opener + body)
+    for wrong in (b"a1B2c3D4", b"a1B2c3D4e5", b"a1B2c3_4e"):  # nine alphanumerics, always
+        assert not dfa.matches(b"Hi " + opener + body.replace(b"a1B2c3D4e", wrong))
 
 
 # --- a stream of symbols ----------------------------------------------------------------------
@@ -396,7 +400,7 @@ THOUGHT_CALL = (  # Harmony, its markup as symbols of the ids above, a thought, 
 def test_a_stream_cut_inside_symbols_gives_the_answers_events(cuts):
     """`ChoiceStream` holds a symbol cut short until whole and reads it as its token's text:
     wherever the steps cut the bytes, the deltas fold to the unstreamed answer."""
-    vocabulary = Vocabulary([b"a"] + [None] * 11, eos_ids=[0]).with_special_symbols(
+    vocabulary = Vocabulary([b"a"] + [None] * 12, eos_ids=[0]).with_special_symbols(
         {i: text for text, i in SPECIAL_IDS.items()}
     )
     syntax = HARMONY.parser_syntax(True)
