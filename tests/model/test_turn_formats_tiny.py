@@ -34,6 +34,7 @@ TEMPLATES = {  # the family's markers, as its real template holds them
     "llama3": BODY + '{# <|start_header_id|> {"name": "parameters"} #}',
     "mistral-nemo": BODY + "{# [TOOL_CALLS] #}",
     "mistral-small": BODY + "{# [TOOL_CALLS] [CALL_ID] [ARGS] #}",
+    "devstral": BODY + "{# [TOOL_CALLS] [ARGS] #}",
     "deepseek-r1": BODY + "{# <｜tool▁calls▁begin｜> #}{% if add_generation_prompt %}"
     "{{ '<think>\\n' }}{% if not enable_thinking %}{{ '</think>' }}{% endif %}{% endif %}",
 }

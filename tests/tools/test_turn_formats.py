@@ -22,6 +22,7 @@ from corral.tools import ToolError, parse_tool_request
 from corral.tools.events import collect_turn
 from corral.tools.formats import (
     DEEPSEEK_R1,
+    DEVSTRAL,
     FORMATS,
     HARMONY,
     HERMES,
@@ -71,7 +72,8 @@ MARKERS = [  # the strings llama.cpp's handlers look for, in templates made of t
     ("{{ tools }}<think></think><tool_call>", "qwen3"),
     ('<|start_header_id|>{{ tools }}{"name": "parameters"}', "llama3"),
     ("[AVAILABLE_TOOLS]{{ tools }}[TOOL_CALLS]", "mistral-nemo"),
-    ("{{ tools }}[TOOL_CALLS]{{ name }}[ARGS]", "mistral-small"),
+    ("{{ tools }}[TOOL_CALLS]{{ name }}[CALL_ID]{{ id }}[ARGS]", "mistral-small"),
+    ("{{ tools }}[TOOL_CALLS]{{ name }}[ARGS]", "devstral"),
     ("<think>{{ tools }}<｜tool▁calls▁begin｜>", "deepseek-r1"),
     ("{{ messages }}", "hermes"),
     ("{{ tools }}<tool_call><function=", "qwen3-coder"),
@@ -237,6 +239,15 @@ EXPECTATIONS = [  # (format, thinking, output, reasoning, content, calls)
             ("special_function", {"arg1": 1}, "000000001"),
             ("special_function_with_opt", {"arg1": 1, "arg2": 2}, "000000002"),
         ],
+    ),
+    (DEVSTRAL, False, '[TOOL_CALLS]special_function[ARGS]{"arg1": 1}', None, None, CALL),
+    (
+        DEVSTRAL,
+        False,
+        ASSIST + '[TOOL_CALLS]special_function[ARGS]{"arg1": 1}',
+        None,
+        ASSIST,
+        CALL,
     ),
     # Harmony's other call headers
     (
@@ -449,7 +460,7 @@ def test_every_text_the_grammar_accepts_parses_to_valid_calls(fmt, schemas, seed
                 assert reasoning == thought, text
 
 
-@pytest.mark.parametrize("fmt", [MISTRAL_NEMO, MISTRAL_SMALL], ids=lambda f: f.name)
+@pytest.mark.parametrize("fmt", [MISTRAL_NEMO, MISTRAL_SMALL, DEVSTRAL], ids=lambda f: f.name)
 def test_a_special_opener_is_its_symbol_and_auto_needs_no_trigger(fmt):
     """Under auto, a format whose opener is a special token of the model constrains from the
     first token: free text (which never holds a symbol) then optionally the calls, opened by
@@ -468,9 +479,13 @@ def test_a_special_opener_is_its_symbol_and_auto_needs_no_trigger(fmt):
     if fmt is MISTRAL_SMALL:
         body = b"f" + special_symbol(SPECIAL_IDS["[CALL_ID]"]) + b"a1B2c3D4e"
         body += special_symbol(SPECIAL_IDS["[ARGS]"]) + b'{"a":1}'
+    if fmt is DEVSTRAL:  # no id
+        body = b"f" + special_symbol(SPECIAL_IDS["[ARGS]"]) + b'{"a":1}'
     assert dfa.matches(b"Hi " + opener + body)
     for wrong in (b"a1B2c3D4", b"a1B2c3D4e5", b"a1B2c3_4e"):  # nine alphanumerics, always
-        assert not dfa.matches(b"Hi " + opener + body.replace(b"a1B2c3D4e", wrong))
+        assert fmt is DEVSTRAL or not dfa.matches(
+            b"Hi " + opener + body.replace(b"a1B2c3D4e", wrong)
+        )
 
 
 # --- a stream of symbols ----------------------------------------------------------------------

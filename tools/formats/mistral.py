@@ -2,11 +2,12 @@
 3.2's `[TOOL_CALLS]NAME[CALL_ID]ID[ARGS]ARGS` (one `[TOOL_CALLS]` per call); `[TOOL_CALLS]`,
 `[CALL_ID]` and `[ARGS]` are special tokens of Mistral's vocabularies. ID is nine alphanumerics,
 which both templates require of every earlier call and tool result (`history_id` maps other ids
-to such ids). The parsers also read the calls without an id (Nemo's older output, Devstral's
-`[TOOL_CALLS]NAME[ARGS]ARGS`)."""
+to such ids). Devstral's template writes no ids (`[TOOL_CALLS]NAME[ARGS]ARGS`): `DEVSTRAL`. The
+parsers also read calls without an id (Nemo's older output, Devstral's)."""
 
 import hashlib
 import re
+from dataclasses import replace
 
 from corral.tools.formats.format import CALL_ID, TurnFormat
 from corral.tools.parser import BARE_NAME, NAME, CallSyntax
@@ -57,7 +58,7 @@ MISTRAL_NEMO = TurnFormat(
 
 MISTRAL_SMALL = TurnFormat(
     name="mistral-small",
-    family="Mistral Small 3.2, Magistral, Devstral (`[TOOL_CALLS]name[CALL_ID]id[ARGS]{...}`)",
+    family="Mistral Small 3.2 (`[TOOL_CALLS]name[CALL_ID]id[ARGS]{...}`)",
     opener="[TOOL_CALLS]",
     name_template="{bare}[CALL_ID]{id}[ARGS]",
     call_suffix="",
@@ -67,7 +68,18 @@ MISTRAL_SMALL = TurnFormat(
         variants=(("[TOOL_CALLS]", (BARE_NAME, "[ARGS]", "{")),),
     ),
     specials=("[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"),
-    markers=(("[TOOL_CALLS]", "[ARGS]"),),
+    markers=(("[TOOL_CALLS]", "[CALL_ID]"),),
     call_id=ID_PATTERN,
     history_id=history_id,
+)
+
+DEVSTRAL = replace(
+    MISTRAL_SMALL,
+    name="devstral",
+    family="Devstral, Mistral templates without ids (`[TOOL_CALLS]name[ARGS]{...}`)",
+    name_template="{bare}[ARGS]",
+    specials=("[TOOL_CALLS]", "[ARGS]"),
+    markers=(("[TOOL_CALLS]", "[ARGS]"),),
+    call_id=None,
+    history_id=None,
 )
