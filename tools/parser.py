@@ -480,12 +480,19 @@ class ToolParser:
         return True if self.step == len(steps) else None
 
     def _reject(self) -> None:
-        """The held markup was not a call after all: all of it but the last character (read
-        again by the caller) becomes content."""
-        text = self.held[:-1]
+        """The held markup was not a call after all: all of it but the last character (which
+        the caller reads again) is read again as text, but a header's first character, which
+        is content: markup that began inside it (`<|end|>` after a broken Harmony header) is
+        read as markup."""
+        was, text = self.state, self.held[:-1]
         self._enter(TEXT)
         self.pending = None
-        self._content(text)
+        self.holding = False
+        if was == HEADER:
+            self._content(text[:1])
+            text = text[1:]
+        for c in text:
+            self._read(c)
 
     def _enter(self, state: str) -> None:
         self.state = state

@@ -249,6 +249,24 @@ EXPECTATIONS = [  # (format, thinking, output, reasoning, content, calls)
         ASSIST,
         CALL,
     ),
+    # corral's own: markup that begins inside a header that breaks off is read as markup
+    (
+        HARMONY,
+        True,
+        "<|channel|>final<|message|>I want to=functions.x<|end|>",
+        None,
+        "I want to=functions.x",
+        [],
+    ),
+    (
+        HARMONY,
+        True,
+        "<|channel|>commentary to=functions.f<|channel|>commentary to=functions.special_function"
+        ' <|constrain|>json<|message|>{"arg1": 1}',
+        None,
+        "<|channel|>commentary to=functions.f",
+        CALL,
+    ),
     # Harmony's other call headers
     (
         HARMONY,
