@@ -51,7 +51,8 @@ class TurnFormat:
         opener, separator, closer, block_separator, call_suffix: grammar texts (special tokens
             by their text: `specials`).
         name_template: CALL's prefix with `{name}` for the name as a JSON string, `{bare}` for
-            it written bare.
+            it written bare, `{id}` for the call's id (`call_id`; `call_suffix` may hold
+            `CALL_ID` instead).
         syntax: the parser's `CallSyntax` (its `thinking` filled in by `parser_syntax`).
         specials: the texts of this format that are special tokens in the family's
             vocabularies (the grammar writes each as its symbol when the model's tokenizer
