@@ -15,6 +15,7 @@ adjacent fragments are joined.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -95,9 +96,9 @@ class CallSyntax:
         pairs = ((self.opener, self.header), *self.variants)
         return [header for o, header in pairs if o == opener]
 
-    @property
+    @functools.cached_property
     def openers(self) -> tuple[str, ...]:
-        """Every text that opens a block: `opener`, then the variants' own."""
+        """Every text that opens a block: `opener`, then the variants' own (computed once)."""
         return tuple(dict.fromkeys((self.opener, *(o for o, _ in self.variants))))
 
 
