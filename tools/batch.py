@@ -17,7 +17,8 @@ import itertools
 import json
 import time
 import uuid
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from corral.model import kv_cache
@@ -141,8 +142,8 @@ def read_line(text: str, number: int) -> tuple[str, dict]:
 @dataclass
 class BatchSummary:
     """Counts of a batch run: lines answered and their answers (choices: `n` a line),
-    lines refused (error lines), lines skipped (their
-    custom_id already in the output: `skip`), answers (choices)
+    lines refused (error lines), lines skipped (already
+    answered in the output a run resumes: `unanswered`), answers (choices)
     that are not valid for their request (must stay 0), answers cut by max_tokens (free text
     only: constrained answers end within their budget), tokens and seconds, the grammar
     cache's hits and misses during the run (`GrammarCompiler.hits` and `misses`: a miss built, or
@@ -242,11 +243,42 @@ class _Writer:
         self.write(custom_id, None, None, {"code": "duplicate_custom_id", "message": message})
 
 
+def unanswered(
+    lines: Iterable[str], counts: Mapping[str | None, int]
+) -> tuple[list[int], list[str], dict[str, int]]:
+    """The input lines a resumed run still answers, given how many output lines answer each
+    custom_id (`output_file.answered_counts`). A run writes each custom_id's lines in input
+    order (the first line's answer or error, then its duplicates' errors), and the lines that
+    name no custom_id in input order (`_prepare`'s first phase), so the first `counts[c]`
+    lines of custom_id c, and the first `counts[None]` lines naming none, are answered.
+
+    Returns (the other non-blank lines' numbers from 1, their texts, `used`: custom_id -> the
+    line number of its first line, for the custom_ids whose first line is answered, so that
+    `run_batch` reports their other lines as duplicates of it)."""
+    left = Counter(counts)
+    numbers, texts, used = [], [], {}
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        try:
+            custom_id, _ = read_line(text, number)
+        except LineError as error:
+            custom_id = error.custom_id
+        if left[custom_id] > 0:
+            left[custom_id] -= 1
+            if custom_id is not None:
+                used.setdefault(custom_id, number)
+            continue
+        numbers.append(number)
+        texts.append(text)
+    return numbers, texts, used
+
+
 def run_batch(
     engine: Completions,
     lines: Iterable[str],
     out,
-    skip: set[str] = frozenset(),
+    used: Mapping[str, int] | None = None,
     batch_size: int = 16,
     default_max_tokens: int | None = None,
     progress: bool = True,
@@ -262,7 +294,8 @@ def run_batch(
         engine: the `Completions` (model, served name and token index cache).
         lines: the input file's lines (str), blank ones ignored.
         out: a text stream; every line written is flushed at once.
-        skip: custom_ids already answered (`done_ids`): their lines are not run again.
+        used: custom_ids a resumed run answered already (`unanswered`) -> the line number of
+            their first line: lines with these custom_ids are reported as its duplicates.
         batch_size: sequences decoded together, >= 1.
         default_max_tokens: max_tokens of requests that set none (None: what the context
             leaves, the OpenAI API's default).
@@ -280,7 +313,7 @@ def run_batch(
     hits, misses = engine.compiler.hits, engine.compiler.misses
     writer = _Writer(out, summary)
     pending = _prepare(
-        engine, lines, skip, default_max_tokens, writer, progress, numbers, json_object_depth,
+        engine, lines, used, default_max_tokens, writer, progress, numbers, json_object_depth,
         allowed_mass,
     )  # fmt: skip
     groups, refused_lines = _plan(engine, pending, batch_size)
@@ -328,13 +361,14 @@ def _run_group(engine, group: _Group, writer: _Writer, prefix_cache, stats, bar,
 
 
 def _prepare(
-    engine, lines, skip, default_max_tokens, writer: _Writer, progress, numbers=None, depth=None,
+    engine, lines, used, default_max_tokens, writer: _Writer, progress, numbers=None, depth=None,
     allowed_mass=None,
 ) -> list[_Line]:  # fmt: skip
     """Phase 1: read, validate and compile every line; write the error lines of those that fail
-    and of duplicates. Returns the lines to run, in input order."""
+    and of duplicates (of earlier lines, or of `used`'s). Returns the lines to run, in input
+    order."""
     pending: list[_Line] = []
-    first: dict[str, _Line | int] = {}  # custom_id -> its pending line, or its line number
+    first: dict[str, _Line | int] = dict(used or {})  # custom_id -> its pending line or number
     total = sum(1 for text in lines if text.strip()) if hasattr(lines, "__len__") else None
     bar = tqdm(total=total, desc="prepare", unit="line", disable=not progress)
     try:
@@ -348,17 +382,11 @@ def _prepare(
                 custom_id, body = read_line(text, number)
             except LineError as error:
                 custom_id = error.custom_id
-                if custom_id in skip:
-                    writer.summary.skipped += 1
-                    continue
                 if _is_duplicate(custom_id, number, first, writer):
                     continue
                 writer.write(custom_id, None, None, {"code": "invalid_line", "message": str(error)})
                 if custom_id is not None:
                     first[custom_id] = number
-                continue
-            if custom_id in skip:
-                writer.summary.skipped += 1
                 continue
             if _is_duplicate(custom_id, number, first, writer):
                 continue

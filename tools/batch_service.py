@@ -13,7 +13,7 @@ a preempted line runs again later. Each
 line is written when it ends (`corral.tools.output_file.write_line`: whole, flushed lines):
 answers (status 200) to the output file, every other line to the error file, as OpenAI splits
 them. A server restarted on the same folder goes on with the batches that had not ended: the
-lines already written are skipped by custom_id (`done_ids`), so no line is answered twice and
+lines already written are skipped (`batch.unanswered`), so no line is answered twice and
 none is lost.
 """
 
@@ -34,16 +34,15 @@ from corral.model.generate import check_request
 from corral.tools.batch import (
     URL,
     BatchSummary,
-    LineError,
     _finish,
     _prepare,
     _Writer,
     input_lines,
-    read_line,
+    unanswered,
 )
 from corral.tools.completions import Completions
 from corral.tools.errors import ToolError, invalid, openai_error
-from corral.tools.output_file import done_ids, drop_torn_tail
+from corral.tools.output_file import answered_counts, drop_torn_tail
 from corral.tools.request import read_body
 from corral.tools.serving import BackgroundJob, EngineThread
 from starlette.concurrency import run_in_threadpool
@@ -115,15 +114,6 @@ class _SplitStream:
 
     def flush(self) -> None:
         self._last.flush()
-
-
-def _nameless(path: Path) -> int:
-    """Error lines of `path` without a custom_id (input lines that are not requests)."""
-    if not path.exists():
-        return 0
-    return sum(
-        1 for text in path.read_text("utf-8").splitlines() if json.loads(text)["custom_id"] is None
-    )
 
 
 def _lines(path: Path) -> int:
@@ -446,27 +436,16 @@ class BatchService:
         out_path, err_path = self._data(record["output"]), self._data(record["error"])
         for path in (out_path, err_path):
             drop_torn_tail(path)
-        skip = (done_ids(out_path) | done_ids(err_path)) - {None}
-        written = _nameless(err_path)  # lines without a custom_id already answered
-        numbers, lines = [], []
         data = self._data(batch["input_file_id"]).read_bytes()
-        for number, text in enumerate(input_lines(data), 1):
-            if written and text.strip():
-                try:
-                    read_line(text, number)
-                except LineError as error:
-                    if error.custom_id is None:
-                        written -= 1
-                        continue
-            numbers.append(number)
-            lines.append(text)
+        counts = answered_counts(out_path, err_path)
+        numbers, lines, used = unanswered(input_lines(data), counts)
         with out_path.open("a", encoding="utf-8") as out, err_path.open("a", encoding="utf-8") as e:
             stream = _SplitStream(out, e, _lines(out_path), _lines(err_path))
             writer = _Writer(stream, BatchSummary())
             pending = []
             if self._stopped(record) is None:
                 prepared = _prepare(
-                    self.engine, lines, skip, self.default_max_tokens, writer, False, numbers
+                    self.engine, lines, used, self.default_max_tokens, writer, False, numbers
                 )
                 pending = [line for line in prepared if self._check(line, writer)]
             self._counts(record, stream)

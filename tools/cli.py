@@ -35,16 +35,22 @@ from corral.kernels import Constraint, SamplingParams, TokenIndex
 from corral.model import ContextLengthError, load_model
 from corral.model.generate import GenerationRequest, iter_generate
 from corral.model.generation_request import check_request
-from corral.tools.batch import ALLOWED_MASS_BELOW, DEFAULT_MAX_TOKENS, input_lines, run_batch
+from corral.tools.batch import (
+    ALLOWED_MASS_BELOW,
+    DEFAULT_MAX_TOKENS,
+    input_lines,
+    run_batch,
+    unanswered,
+)
 from corral.tools.completions import Completions, served_name
 from corral.tools.errors import ToolError, openai_error
 from corral.tools.grammar import compile_dfa, regex_grammar, schema_grammar, text_grammar
 from corral.tools.output_file import (
     NotBatchOutputError,
     OutputError,
+    answered_counts,
     check_output,
     discard_if_empty,
-    done_ids,
     drop_torn_tail,
     held,
     nothing_written,
@@ -380,7 +386,7 @@ def _resume_and_run(args: argparse.Namespace, lines: list[str], output: Path, ou
         print(f"corral generate: nothing to run: {args.input} holds no request line{skipped}; "
               f"{kept}", file=sys.stderr)  # fmt: skip
         return 0
-    skip = set()
+    numbers, used, skipped, blanks = None, {}, 0, _blanks_skipped(lines)
     if args.resume:
         try:
             dropped = drop_torn_tail(output)
@@ -389,32 +395,19 @@ def _resume_and_run(args: argparse.Namespace, lines: list[str], output: Path, ou
         if dropped:
             print(f"corral generate: dropped a torn last line of {output} ({dropped} bytes); "
                   "its request runs again", file=sys.stderr)  # fmt: skip
-        skip = done_ids(output)
-        answered = _all_answered(lines, skip)
-        if answered is not None:
-            print(f"corral generate: nothing to run: the {answered} lines of {args.input} are "
+        numbers, rest, used = unanswered(lines, answered_counts(output))
+        skipped = sum(1 for text in lines if text.strip()) - len(rest)
+        if not rest:
+            print(f"corral generate: nothing to run: the {skipped} lines of {args.input} are "
                   f"all answered in {output}", file=sys.stderr)  # fmt: skip
             return 0
-    return _load_and_run(args, lambda model: _generate_batch(args, model, lines, output, out, skip))
+        lines = rest
 
+    def run(model) -> int:
+        resumed = (numbers, used, skipped)
+        return _generate_batch(args, model, lines, output, out, resumed, blanks)
 
-def _all_answered(lines: list[str], done: set[str]) -> int | None:
-    """How many lines the input has when every one of them (blank lines aside) is a JSON object
-    whose custom_id is in `done`, so a resumed run has nothing left and loads no model; None
-    otherwise."""
-    count = 0
-    for text in lines:
-        if not text.strip():
-            continue
-        try:
-            item = json.loads(text)
-        except (ValueError, RecursionError):
-            return None
-        custom_id = item.get("custom_id") if isinstance(item, dict) else None
-        if not isinstance(custom_id, str) or custom_id not in done:
-            return None
-        count += 1
-    return count
+    return _load_and_run(args, run)
 
 
 def max_tokens_problem(max_tokens: int | None, model) -> str | None:
@@ -449,13 +442,18 @@ def _blanks_skipped(lines: list[str]) -> str:
 
 
 def _generate_batch(
-    args: argparse.Namespace, model, lines: list[str], output: Path, out, skip: set[str]
-) -> int:
-    """Run the input file's lines but those whose custom_id is in `skip`, appending to
-    `output` through its open stream `out`. Exit status 2 for a `--max-tokens` past the model's
-    context (`max_tokens_problem`, before any line runs); 130 on Ctrl-C and 1 when the output
-    cannot be written (a full disk), both saying how many whole lines the file holds."""
+    args: argparse.Namespace, model, lines: list[str], output: Path, out,
+    resumed: tuple, blanks: str,
+) -> int:  # fmt: skip
+    """Run the input file's `lines`, appending to `output` through its open stream `out`;
+    `resumed` is `(numbers, used, skipped)`: the lines' numbers (None: 1, 2, ...), the
+    custom_ids answered already (`batch.unanswered`) and how many lines were left out as
+    answered (`--resume`); `blanks` says how many blank lines the input had ("" for none). Exit
+    status 2 for a `--max-tokens` past the model's context (`max_tokens_problem`, before any
+    line runs); 130 on Ctrl-C and 1 when the output cannot be written (a full disk), both
+    saying how many whole lines the file holds."""
     max_tokens = args.max_tokens  # None: each line's own, else what the context leaves
+    numbers, used, skipped = resumed
     if model is not None:  # None with --ray: the driver loads no model
         problem = max_tokens_problem(max_tokens, model)
         if problem is not None:
@@ -464,16 +462,17 @@ def _generate_batch(
         from corral.tools.ray_batch import run_batch_ray
     try:
         if args.ray is not None:
-            summary = run_batch_ray(lines, out, skip, args.batch_size, max_tokens,
-                                    not args.quiet, args.model, args.ray or None)  # fmt: skip
+            summary = run_batch_ray(lines, out, used, args.batch_size, max_tokens,
+                                    not args.quiet, args.model, args.ray or None,
+                                    numbers=numbers)  # fmt: skip
         else:
             try:
                 engine = Completions(model, served_name(args.model), tool_format=args.tool_format)
             except ToolError as error:  # a --tool-format the model's template cannot render
                 return _fail("generate", f"--tool-format: {error.message}")
             summary = run_batch(
-                engine, lines, out, skip, args.batch_size,
-                max_tokens, not args.quiet,
+                engine, lines, out, used, args.batch_size,
+                max_tokens, not args.quiet, numbers,
                 prefix_cache=not args.no_prefix_cache, json_object_depth=args.json_object_depth,
                 allowed_mass=args.allowed_mass or None,
             )  # fmt: skip
@@ -489,11 +488,11 @@ def _generate_batch(
         print(f"corral generate: cannot write {output}: {error.strerror}; {held(output)}{then}",
               file=sys.stderr)  # fmt: skip
         return 1
-    skipped = _blanks_skipped(lines)
-    skipped = f", {skipped}" if skipped else ""
+    summary.skipped += skipped
+    blanks = f", {blanks}" if blanks else ""
     written = "; no output was written" if nothing_written(output) else f" -> {output}"
     line = summary.line(args.allowed_mass_below)
-    print(f"corral generate: {line}{skipped}{written}", file=sys.stderr)
+    print(f"corral generate: {line}{blanks}{written}", file=sys.stderr)
     return 0
 
 

@@ -45,6 +45,7 @@ from corral.kernels import TokenIndex, Vocabulary
 from corral.kernels.masks.budget import ThoughtBudget, thought_region
 from corral.tools.errors import ToolError, invalid, unsupported
 from corral.tools.formats import HERMES, TurnFormat
+from corral.tools.formats.format import CALL_ID
 from corral.tools.formats.qwen3_coder import CLOSE as XML_CLOSE
 from corral.tools.formats.qwen3_coder import xml_parameters
 from corral.tools.request import ToolRequest
@@ -628,8 +629,8 @@ def _call(
     """The per-tool call: the format's prefix for the request's tool i (Hermes':
     `{"name":"NAME","arguments":`), its arguments, the format's suffix (`}`)."""
     tool = request.tools[i]
-    prefix = _marked(fmt.call_prefix(tool.name), specials)
-    suffix = _marked(fmt.call_suffix, specials)
+    prefix = _with_id(fmt.call_prefix(tool.name), fmt, specials)
+    suffix = _with_id(fmt.call_suffix, fmt, specials)
     if fmt.xml_parameters:
         piece = _seq(_xml_arguments(tool, i), *suffix)
         return _seq(*prefix, Piece(piece, f"tools[{i}].function.parameters"))
@@ -640,6 +641,15 @@ def _call(
         return _seq(*prefix, Piece(piece, where))
     arguments = Arguments(tool.parameters, f"tools[{i}].function.parameters")
     return _seq(*prefix, Piece(_seq(arguments, *suffix), arguments.param))
+
+
+def _with_id(text: str, fmt: TurnFormat, specials: Mapping[str, int]) -> list:
+    """`_marked(text)` with the format's call id language where `CALL_ID` stands."""
+    pieces = text.split(CALL_ID) if fmt.call_id else [text]
+    parts = _marked(pieces[0], specials)
+    for piece in pieces[1:]:
+        parts += [Regex(fmt.call_id, "tools"), *_marked(piece, specials)]
+    return parts
 
 
 def _xml_arguments(tool, i: int) -> Seq:

@@ -1,6 +1,7 @@
 """The Batch output file's safety rules: no run overwrites data (`check_output`, `open_output`),
 a run appends whole lines only (`write_line`), `--resume` goes on only with corral's own output
-(`drop_torn_tail`, `done_ids`), and a run that wrote nothing leaves no file (`nothing_written`).
+(`drop_torn_tail`, `answered_counts`), and a run that wrote nothing leaves no file
+(`nothing_written`).
 The rules are docs/design.md section 7's "No data is lost".
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from pathlib import Path
 
 try:
@@ -48,7 +50,7 @@ def drop_torn_tail(output: Path) -> int:
     JSONL: the bytes after the last newline (a line cut mid-write: `write_line` writes a line and
     its newline in one flushed call) go, and so do lines of NUL bytes at the end (what a crash can
     leave in a file's last blocks). The request of a dropped line runs again, since its
-    custom_id is then not in `done_ids`.
+    line is then not counted by `answered_counts`.
 
     Nothing else is ever dropped: when a whole line is not a Batch output line (a JSON object
     with a `custom_id`), or the cut tail does not start as `output_line` starts one
@@ -89,17 +91,21 @@ def write_line(out, text: str) -> None:
         raise OutputWriteError(error.errno, error.strerror) from error
 
 
-def done_ids(output: Path) -> set[str]:
-    """The custom_ids already written to `output` (for `--resume`); a line that is not a JSON
-    object with a custom_id (a torn last line) is ignored."""
-    ids = set()
-    if output.exists():
+def answered_counts(*outputs: Path) -> Counter:
+    """How many lines of the `outputs` answer each custom_id (None: input lines that named
+    none, whose error lines have a null custom_id), for `--resume` (`batch.unanswered`); a line
+    that is not a JSON object with a custom_id (a torn last line) is not counted."""
+    counts = Counter()
+    for output in outputs:
+        if not output.exists():
+            continue
         for text in output.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
-                ids.add(json.loads(text)["custom_id"])
+                custom_id = json.loads(text)["custom_id"]
             except (json.JSONDecodeError, KeyError, TypeError):
                 continue
-    return ids
+            counts[custom_id if isinstance(custom_id, str) else None] += 1
+    return counts
 
 
 def check_output(source: Path, output: Path, resume: bool) -> None:

@@ -15,9 +15,10 @@ adjacent fragments are joined.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from corral.tools.events import Arguments, CallStart, Content, Reasoning, ToolEvent
 
@@ -38,7 +39,12 @@ NAME = _Step("NAME")
 BARE_NAME = _Step("BARE_NAME")
 """A header step: the function name written bare, one or more of `[A-Za-z0-9_.-]`, ended by the
 first other character (which the next step reads)."""
-_BARE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+CALL_ID = _Step("CALL_ID")
+"""A header or trailer step: the call's id as the model wrote it, one or more of
+`[A-Za-z0-9]`, ended by the first other character (which the next step reads); it becomes the
+call's `id` (Mistral's `[CALL_ID]123456789`, `"id": "123456789"`)."""
+_ALNUM = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+_BARE = _ALNUM | frozenset("_.-")
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,13 @@ class CallSyntax:
             VALUE is JSON text. None: the arguments are one JSON object.
         dropped: markup removed wherever it stands outside calls and thoughts (Harmony's
             channel headers around content).
+        variants: other `(opener, header)` pairs the parser also reads (the ways other
+            runtimes and the family's template write a call: Harmony's recipient in the role
+            header); headers of one opener are tried in order, the first that matches wins.
+        other_trailers: other trailers the parser also reads, tried after `trailer`.
+        id_after_arguments: a `CALL_ID` step may come in the trailer (Mistral Nemo's `"id"`
+            after the arguments): each call's events are held back until its trailer is read,
+            so its `CallStart` carries the id.
     """
 
     opener: str
@@ -74,6 +87,19 @@ class CallSyntax:
     starts_in_thought: bool = False
     xml_strings: Mapping[str, frozenset] | None = None
     dropped: tuple[str, ...] = ()
+    variants: tuple[tuple[str, tuple], ...] = ()
+    other_trailers: tuple[tuple, ...] = ()
+    id_after_arguments: bool = False
+
+    def headers(self, opener: str) -> list[tuple]:
+        """The headers that may follow `opener`, in the order they are tried."""
+        pairs = ((self.opener, self.header), *self.variants)
+        return [header for o, header in pairs if o == opener]
+
+    @functools.cached_property
+    def openers(self) -> tuple[str, ...]:
+        """Every text that opens a block: `opener`, then the variants' own (computed once)."""
+        return tuple(dict.fromkeys((self.opener, *(o for o, _ in self.variants))))
 
 
 HERMES_SYNTAX = CallSyntax(
@@ -113,6 +139,11 @@ class ToolParser:
         self.step = 0  # HEADER/CLOSE: index into the steps
         self.offset = 0  # HEADER/CLOSE: characters of the current step matched so far
         self.name: list[str] = []  # HEADER: raw characters of the name
+        self.call_id: list[str] = []  # HEADER/CLOSE: characters of the call's id
+        self.ways: list[tuple] = []  # HEADER/CLOSE: the other steps still to try on a mismatch
+        self.mark = 0  # HEADER/CLOSE: where the steps' text begins in `held`
+        self.ids: set[str] = set()  # the ids of this answer's calls so far
+        self.pending: int | None = None  # index in _events of a call's CallStart held back
         self.escaped = False  # HEADER name / ARGUMENTS string: after a backslash
         self.in_string = False  # ARGUMENTS: inside a JSON string
         self.depth = 0  # ARGUMENTS: open braces and brackets
@@ -150,6 +181,7 @@ class ToolParser:
             self._content("")
         self.held = self.separator = ""
         self.finished = True
+        self.pending = None
         return self._take()
 
     # --- the state machine ---------------------------------------------------------------
@@ -205,7 +237,6 @@ class ToolParser:
         self.held = self.held[len(text) :]
 
     def _read_text(self, ch: str) -> None:
-        opener = self.syntax.opener
         if self.holding and not self.held and ch in _WHITESPACE:
             self.separator += ch
             return
@@ -213,15 +244,17 @@ class ToolParser:
             self._after_thought = False
             self.separator = ""
         self.held += ch
-        if self.held == opener:
+        openers = self.syntax.openers
+        if self.held in openers:
+            opened = self.held
             self._enter(HEADER)
-            self.held = opener
-            self.steps = self.syntax.header
+            self.held, self.mark = opened, len(opened)
+            self.steps, *self.ways = self.syntax.headers(opened)
             return
         if self.held in self.syntax.dropped:
             self.held = ""
             return
-        markups = (opener, *self.syntax.dropped)
+        markups = (*openers, *self.syntax.dropped)
         cut = 0  # keep the longest suffix that may still begin the opener or dropped markup
         while not any(m.startswith(self.held[cut:]) for m in markups):
             cut += 1
@@ -237,7 +270,9 @@ class ToolParser:
             name = "".join(self.name)
             if any(step is NAME for step in self.steps):
                 name = json.loads('"' + name + '"')
-            self._events.append(CallStart(index, f"call_{self.request_id}_{index}", name))
+            if self.syntax.id_after_arguments:
+                self.pending = len(self._events)
+            self._events.append(CallStart(index, self._new_id(index), name))
             self._arguments("{")
             if self.syntax.xml_strings is not None:
                 self._enter(XML)
@@ -317,14 +352,24 @@ class ToolParser:
             if self.depth == 0:
                 self._after_arguments()
 
+    def _new_id(self, index: int) -> str:
+        """The id of call `index`: the one its header wrote, unless none was or this answer
+        already used it (ids name calls uniquely), else `call_<request id>_<index>`."""
+        written = "".join(self.call_id)
+        self.call_id = []
+        if written and written not in self.ids:
+            self.ids.add(written)
+            return written
+        return f"call_{self.request_id}_{index}"
+
     def _after_arguments(self) -> None:
         syntax = self.syntax
-        steps = syntax.trailer
+        ways = [syntax.trailer, *syntax.other_trailers]
         if syntax.separator is None and syntax.closer:
-            steps += (syntax.closer,)
+            ways = [steps + (syntax.closer,) for steps in ways]
         self._enter(CLOSE)
-        self.steps = steps
-        if not steps:
+        self.steps, *self.ways = ways
+        if not self.steps:
             self._after_close()
 
     def _read_close(self, ch: str) -> None:
@@ -332,6 +377,12 @@ class ToolParser:
             self._after_close()
 
     def _after_close(self) -> None:
+        if self.pending is not None:  # the trailer may have written the call's id
+            start = self._events[self.pending]
+            if self.call_id:
+                self.ids.discard(start.id)
+                self._events[self.pending] = replace(start, id=self._new_id(start.index))
+            self.pending = None
         if self.syntax.separator is None:
             self._enter(TEXT)
             self.holding = True
@@ -349,7 +400,7 @@ class ToolParser:
             return
         if text == separator:
             self._enter(HEADER)
-            self.steps = self.syntax.header
+            self.steps, *self.ways = self.syntax.headers(self.syntax.opener)
         elif text == closer:
             self._enter(TEXT)
             self.holding = True
@@ -363,10 +414,25 @@ class ToolParser:
         complete."""
         self.held += ch
         matched = self._match(ch)
+        while matched is False and self.ways:  # the next way of writing it, from its start
+            self.steps = self.ways.pop(0)
+            matched = self._replay(self.held[self.mark :])
         if matched is False:
             self._reject()
             self._read(ch)
         return matched is True
+
+    def _replay(self, text: str) -> bool | None:
+        """Match `text` against `self.steps` from their start: False on a mismatch or when the
+        steps end before the text does, else as `_match` for its last character."""
+        self.step = self.offset = 0
+        self.name, self.call_id, self.escaped = [], [], False
+        matched = None
+        for k, c in enumerate(text):
+            matched = self._match(c)
+            if matched is False or (matched is True and k < len(text) - 1):
+                return False
+        return matched
 
     def _match(self, ch: str) -> bool | None:
         """Advance through the steps by one character: True when the last step is complete,
@@ -374,9 +440,9 @@ class ToolParser:
         does not begin with whitespace."""
         steps = self.steps
         step = steps[self.step]
-        if step is BARE_NAME:
-            if ch in _BARE:
-                self.name.append(ch)
+        if step is BARE_NAME or step is CALL_ID:
+            if ch in (_BARE if step is BARE_NAME else _ALNUM):
+                (self.name if step is BARE_NAME else self.call_id).append(ch)
                 self.offset = 1
                 return None
             if self.offset == 0:
@@ -415,18 +481,27 @@ class ToolParser:
         return True if self.step == len(steps) else None
 
     def _reject(self) -> None:
-        """The held markup was not a call after all: all of it but the last character (read
-        again by the caller) becomes content."""
-        text = self.held[:-1]
+        """The held markup was not a call after all: all of it but the last character (which
+        the caller reads again) is read again as text, but a header's first character, which
+        is content: markup that began inside it (`<|end|>` after a broken Harmony header) is
+        read as markup."""
+        was, text = self.state, self.held[:-1]
         self._enter(TEXT)
-        self._content(text)
+        self.pending = None
+        self.holding = False
+        if was == HEADER:
+            self._content(text[:1])
+            text = text[1:]
+        for c in text:
+            self._read(c)
 
     def _enter(self, state: str) -> None:
         self.state = state
         self.held = ""
         self.steps = ()
-        self.step = self.offset = 0
-        self.name = []
+        self.ways = []
+        self.step = self.offset = self.mark = 0
+        self.name, self.call_id = [], []
         self.escaped = self.in_string = False
 
     # --- events ----------------------------------------------------------------------------
@@ -446,8 +521,12 @@ class ToolParser:
         self._events.append(Arguments(self.calls - 1, fragment))
 
     def _take(self) -> list[ToolEvent]:
+        events, self._events = self._events, []
+        if self.pending is not None:  # a call whose id may still come: held back
+            events, self._events = events[: self.pending], events[self.pending :]
+            self.pending = 0
         merged: list[ToolEvent] = []
-        for event in self._events:
+        for event in events:
             last = merged[-1] if merged else None
             if isinstance(event, Content) and isinstance(last, Content):
                 merged[-1] = Content(last.text + event.text)
@@ -461,7 +540,6 @@ class ToolParser:
                 merged[-1] = Arguments(event.index, last.fragment + event.fragment)
             else:
                 merged.append(event)
-        self._events = []
         return merged
 
 

@@ -14,7 +14,7 @@ import json
 import math
 import time
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
 
 from corral.tools.batch import BatchSummary, LineError, read_line
@@ -38,11 +38,13 @@ def shard_of(text: str, number: int, n_shards: int) -> int:
     return zlib.crc32(key.encode("utf-8")) % n_shards
 
 
-def shards(lines: Sequence[str], n_shards: int) -> list[dict]:
+def shards(lines: Sequence[str], n_shards: int, numbers: Sequence[int] | None = None) -> list[dict]:
     """The non-blank lines in `n_shards` shards (empty ones dropped), each a dataset row
-    `{"shard": JSON text of {"numbers": [...], "texts": [...]}}`, line numbers from 1."""
+    `{"shard": JSON text of {"numbers": [...], "texts": [...]}}`, with the lines' `numbers`
+    (None: 1, 2, ...)."""
     parts = [([], []) for _ in range(n_shards)]
-    for number, text in enumerate(lines, start=1):
+    numbers = range(1, len(lines) + 1) if numbers is None else numbers
+    for number, text in zip(numbers, lines, strict=True):
         if text.strip():
             numbers, texts = parts[shard_of(text, number, n_shards)]
             numbers.append(number)
@@ -59,17 +61,17 @@ class BatchActor:
 
     Args:
         model: a Hugging Face folder or .gguf path, or None for the default model.
-        skip, batch_size, default_max_tokens: as in `run_batch`.
+        used, batch_size, default_max_tokens: as in `run_batch`.
 
     Call: a batch `{"shard": [JSON text, ...]}` -> `{"output": [lines text], "summary": [JSON]}`.
     """
 
-    def __init__(self, model, skip, batch_size: int, default_max_tokens: int | None):
+    def __init__(self, model, used, batch_size: int, default_max_tokens: int | None):
         from corral.model import load_model
         from corral.tools.completions import Completions
 
         self.engine = Completions(load_model(model, progress=False), served_name(model))
-        self.skip = set(skip)
+        self.used = dict(used)
         self.batch_size = batch_size
         self.default_max_tokens = default_max_tokens
 
@@ -80,7 +82,7 @@ class BatchActor:
         for shard in batch["shard"]:
             shard = json.loads(str(shard))
             out = io.StringIO()
-            summary = run_batch(self.engine, shard["texts"], out, self.skip, self.batch_size,
+            summary = run_batch(self.engine, shard["texts"], out, self.used, self.batch_size,
                                 self.default_max_tokens, False, shard["numbers"])  # fmt: skip
             outputs.append(out.getvalue())
             summaries.append(json.dumps(summary.__dict__))
@@ -90,7 +92,7 @@ class BatchActor:
 def run_batch_ray(
     lines: Sequence[str],
     out,
-    skip: Iterable[str] = frozenset(),
+    used: Mapping[str, int] | None = None,
     batch_size: int = 16,
     default_max_tokens: int | None = None,
     progress: bool = True,
@@ -98,11 +100,12 @@ def run_batch_ray(
     address: str | None = None,
     actors: int | None = None,
     lines_per_shard: int = LINES_PER_SHARD,
+    numbers: Sequence[int] | None = None,
 ) -> BatchSummary:
     """`corral.tools.batch.run_batch` on Ray actors (see the module docstring).
 
     Args:
-        lines, out, skip, batch_size, default_max_tokens, progress: as in `run_batch` (the
+        lines, out, used, batch_size, default_max_tokens, progress: as in `run_batch` (the
             progress bar counts shards).
         model: the model each actor loads (`corral.model.load_model`'s path; None: default).
         address: the Ray cluster to join (`ray.init(address=...)`: `auto`, `ray://host:10001`,
@@ -110,6 +113,7 @@ def run_batch_ray(
             used as it is.
         actors: how many actors (one CPU each); None: the cluster's CPUs.
         lines_per_shard: about how many lines a shard holds (>= 1).
+        numbers: the lines' numbers in the input file (None: 1, 2, ...), for error messages.
 
     Returns the `BatchSummary` of every shard, seconds the wall time of this call.
 
@@ -129,12 +133,12 @@ def run_batch_ray(
     if actors is None:
         actors = max(1, int(ray.cluster_resources().get("CPU", 1)))
     n_lines = sum(1 for text in lines if text.strip())
-    rows = shards(lines, max(actors, math.ceil(n_lines / lines_per_shard)))
+    rows = shards(lines, max(actors, math.ceil(n_lines / lines_per_shard)), numbers)
     summary = BatchSummary()
     if rows:
         dataset = ray.data.from_items(rows).map_batches(
             BatchActor,
-            fn_constructor_kwargs={"model": model, "skip": sorted(skip),
+            fn_constructor_kwargs={"model": model, "used": dict(used or {}),
                                    "batch_size": batch_size,
                                    "default_max_tokens": default_max_tokens},
             batch_size=1,

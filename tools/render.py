@@ -155,21 +155,45 @@ def render_request(
         extra = {**extra, "enable_thinking": thinking}
     if tools:
         extra = {**extra, "tools": [_tool_json(tool) for tool in tools]}
-    return _render(template, template_turns(request.messages), add_generation_prompt, extra)
+    turns = template_turns(request.messages, turn_format.history_id)
+    if turn_format.max_calls == 1:
+        turns = one_call_per_turn(turns)
+    return _render(template, turns, add_generation_prompt, extra)
 
 
-def template_turns(messages) -> list[dict]:
+def template_turns(messages, history_id=None) -> list[dict]:
     """Checked OpenAI messages as chat templates that take tools read them (transformers'
     convention): `developer` turns are system turns, contents are text, an assistant turn's
     `tool_calls` are `{"id", "type": "function", "function": {"name", "arguments"}}` with the
-    arguments as an object, a `tool` turn keeps its `tool_call_id`."""
+    arguments as an object, a `tool` turn keeps its `tool_call_id`.
+
+    `history_id` (a format's, Mistral's) maps each call id and `tool_call_id` to the id the
+    template accepts. Raises ToolError 400 naming `messages[i].tool_calls[j].id` when two
+    different ids of the conversation map to one (they would name the same call)."""
+    mapped: dict[str, str] = {}  # template id -> the conversation's id
+
+    def template_id(call_id, where: str):
+        if history_id is None or not isinstance(call_id, str):
+            return call_id
+        new = history_id(call_id)
+        if mapped.setdefault(new, call_id) != call_id:
+            raise invalid(
+                where,
+                f"'{where}' is {call_id!r}, which the chat template would write as {new!r}, "
+                f"as it writes {mapped[new]!r}: give the calls ids that differ.",
+            )
+        return new
+
     turns: list[dict] = []
     for i, message in enumerate(messages):
         role = message["role"]
         turn: dict = {"role": "system" if role == "developer" else role}
         turn["content"] = message_text(message, i)
         if role == "assistant" and message.get("tool_calls"):
-            ids = [c.get("id") for c in message["tool_calls"]]
+            ids = [
+                template_id(c.get("id"), f"messages[{i}].tool_calls[{j}].id")
+                for j, c in enumerate(message["tool_calls"])
+            ]
             turn["tool_calls"] = [
                 {"id": ids[j], "type": "function", "function": {"name": n, "arguments": a}}
                 for j, (n, a) in enumerate(
@@ -177,9 +201,38 @@ def template_turns(messages) -> list[dict]:
                 )
             ]
         if role == "tool":
-            turn["tool_call_id"] = message.get("tool_call_id")
+            call_id = message.get("tool_call_id")
+            turn["tool_call_id"] = history_id(call_id) if history_id else call_id
         turns.append(turn)
     return turns
+
+
+def one_call_per_turn(turns: list[dict]) -> list[dict]:
+    """`template_turns` for a family whose answers hold one call (gpt-oss: `<|call|>` ends the
+    answer; Llama 3.x): an assistant turn with several calls becomes one turn a call (its
+    content on the first), each followed by the tool turns answering it (matched by
+    `tool_call_id`, which `check_messages` checked), as the model would have made them one
+    after the other. The template would otherwise write the first call alone (gpt-oss's) or
+    refuse the conversation (Llama's). O(len(turns))."""
+    out: list[dict] = []
+    k = 0
+    while k < len(turns):
+        turn = turns[k]
+        calls = turn.get("tool_calls") or []
+        k += 1
+        if turn["role"] != "assistant" or len(calls) < 2:
+            out.append(turn)
+            continue
+        results: list[dict] = []
+        while k < len(turns) and turns[k]["role"] == "tool":
+            results.append(turns[k])
+            k += 1
+        for j, call in enumerate(calls):
+            out.append({**turn, "content": turn["content"] if j == 0 else "", "tool_calls": [call]})
+            answers = [r for r in results if r["tool_call_id"] == call["id"]]
+            out += answers
+            results = [r for r in results if r["tool_call_id"] != call["id"]]
+    return out
 
 
 def _render(template, turns: list[dict], add_generation_prompt: bool, extra: dict) -> PromptText:

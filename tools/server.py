@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import hmac
 import json
+import logging
 import socket
 import threading
 import time
@@ -109,6 +110,48 @@ def error_response(error: ToolError, headers: dict | None = None) -> JSONRespons
     """The response for an API error: its status and OpenAI-shaped body
     (`corral.tools.errors`)."""
     return JSONResponse(error.to_json(), status_code=error.status, headers=headers)
+
+
+class ShutdownOnCancel:
+    """ASGI middleware for uvicorn's force exit (a second Ctrl-C): uvicorn then stops without
+    sending the lifespan's shutdown, and the event loop's close cancels the lifespan task. A
+    cancelled lifespan runs the application's shutdown all the same (the engine thread and the
+    Batch API's worker stop after their current step; a running batch stays `in_progress` for
+    the next server on its folder)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+
+        async def receive_or_shutdown():
+            try:
+                return await receive()
+            except asyncio.CancelledError:
+                return {"type": "lifespan.shutdown"}
+
+        await self.app(scope, receive_or_shutdown, send)
+
+
+def _not_a_cancellation(record: logging.LogRecord) -> bool:
+    """A filter of uvicorn's error log: False for the tracebacks of requests cancelled at a
+    force exit (their connections are closed all the same: a client sees its stream cut)."""
+    return not (record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError))
+
+
+def _uvicorn(app, **options) -> uvicorn.Server:
+    """A uvicorn server of `app` (`uvicorn.Config`'s options) whose graceful shutdown waits for
+    requests in flight, and whose force exit is quiet."""
+    settings = uvicorn.Config(
+        app, timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS + 10, **options
+    )  # then unended requests are cut
+    error_log = logging.getLogger("uvicorn.error")
+    if _not_a_cancellation not in error_log.filters:
+        error_log.addFilter(_not_a_cancellation)
+    return uvicorn.Server(settings)
 
 
 class CountRequests:
@@ -205,7 +248,10 @@ class Server:
             Route("/metrics", self.metrics_text, methods=["GET"]),
             Route("/openapi.json", self.openapi, methods=["GET"]),
         ]
-        middleware = [Middleware(CountRequests, metrics=self.metrics)]
+        middleware = [
+            Middleware(ShutdownOnCancel),
+            Middleware(CountRequests, metrics=self.metrics),
+        ]
         if self.config.cors_origins:
             middleware.append(
                 Middleware(
@@ -521,14 +567,7 @@ def background_server(model, config: ServerConfig = ServerConfig(), host: str = 
     """
     server = Server(Completions(model, config.model_name, tool_format=config.tool_format), config)
     port = free_port(host)
-    settings = uvicorn.Config(
-        server.app(),
-        host=host,
-        port=port,
-        log_level="warning",
-        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS + 10,
-    )
-    uv = uvicorn.Server(settings)
+    uv = _uvicorn(server.app(), host=host, port=port, log_level="warning")
     thread = threading.Thread(target=uv.run, name="corral-uvicorn", daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -556,10 +595,6 @@ def serve(
         ConstrainError: the model cannot be loaded (`corral.model.load_model`).
     """
     engine = Completions(load_model(model_path), config.model_name, tool_format=config.tool_format)
-    uvicorn.run(
-        Server(engine, config).app(),
-        host=host,
-        port=port,
-        log_level="info",
-        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS + 10,  # then unended requests are cut
-    )
+    server = _uvicorn(Server(engine, config).app(), host=host, port=port, log_level="info")
+    with contextlib.suppress(KeyboardInterrupt):  # as `uvicorn.run`
+        server.run()

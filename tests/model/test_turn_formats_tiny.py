@@ -2,11 +2,12 @@
 its chat template holds the family's markers, so the format is detected from it; under
 `required` the answer parses to a call whose arguments validate with jsonschema, its thought
 (for a family that thinks) comes back as `reasoning_content` and never as content, and the
-answer completes within max_tokens. Mistral's `[TOOL_CALLS]` and `[ARGS]` and Harmony's
-`<|...|>` are special tokens of this tokenizer: the grammar requires their symbols, and the
-answer reads them back as text."""
+answer completes within max_tokens; Mistral's calls carry the ids the model wrote. Mistral's
+`[TOOL_CALLS]`, `[CALL_ID]` and `[ARGS]` and Harmony's `<|...|>` are special tokens of this
+tokenizer: the grammar requires their symbols, and the answer reads them back as text."""
 
 import json
+import re
 
 import jsonschema
 import pytest
@@ -32,12 +33,13 @@ TEMPLATES = {  # the family's markers, as its real template holds them
     "harmony": BODY + "{# <|channel|> #}",
     "llama3": BODY + '{# <|start_header_id|> {"name": "parameters"} #}',
     "mistral-nemo": BODY + "{# [TOOL_CALLS] #}",
-    "mistral-small": BODY + "{# [TOOL_CALLS] [ARGS] #}",
+    "mistral-small": BODY + "{# [TOOL_CALLS] [CALL_ID] [ARGS] #}",
+    "devstral": BODY + "{# [TOOL_CALLS] [ARGS] #}",
     "deepseek-r1": BODY + "{# <｜tool▁calls▁begin｜> #}{% if add_generation_prompt %}"
     "{{ '<think>\\n' }}{% if not enable_thinking %}{{ '</think>' }}{% endif %}{% endif %}",
 }
 EXTRA_SPECIALS = ["[TOOL_CALLS]", "[ARGS]", "<|channel|>", "<|message|>", "<|end|>", "<|start|>"]
-EXTRA_SPECIALS += ["<|constrain|>"]
+EXTRA_SPECIALS += ["<|constrain|>", "[CALL_ID]"]
 PARAMETERS = {
     "type": "object",
     "properties": {"city": {"type": "string", "maxLength": 8}, "days": {"enum": [1, 2, 3]}},
@@ -98,15 +100,17 @@ def test_a_tiny_model_makes_a_valid_call_in_each_format(tiny, tmp_path, name):
     assert len(results[0].token_ids) <= 300
     assert message["content"] is None
     assert 1 <= len(message["tool_calls"]) <= fmt.max_calls
+    written = model.vocabulary.text_of_symbols(results[0].data).decode()
     for call in message["tool_calls"]:
         assert call["function"]["name"] == "weather"
         jsonschema.validate(json.loads(call["function"]["arguments"]), PARAMETERS)
+        if fmt.call_id:  # the id the model wrote, as its family writes it
+            assert re.fullmatch(fmt.call_id, call["id"]) and call["id"] in written
     if fmt.thinking is not None:
         data = model.vocabulary.text_of_symbols(results[0].data).decode()
         inside, closed, _ = data.partition(fmt.thinking.close)
         thought = inside.removeprefix(fmt.thinking.open).strip(" \t\n\r") if closed else ""
         assert message.get("reasoning_content") == (thought or None)
-    written = model.vocabulary.text_of_symbols(results[0].data).decode()
     for text in fmt.specials:  # written as the special token, never as text
         assert model.vocabulary.tokens[engine.specials[text]] is not None
         assert results[0].token_ids.count(engine.specials[text]) == written.count(text) > 0

@@ -9,6 +9,7 @@ import codecs
 import dataclasses
 import io
 import json
+from collections import Counter
 
 import jsonschema
 import pytest
@@ -20,11 +21,17 @@ from corral.tools.batch import (
     output_line,
     read_line,
     run_batch,
+    unanswered,
     valid_choice,
 )
 from corral.tools.completions import Completions, served_name
 from corral.tools.errors import ToolError
-from corral.tools.output_file import NotBatchOutputError, OutputWriteError, done_ids, drop_torn_tail
+from corral.tools.output_file import (
+    NotBatchOutputError,
+    OutputWriteError,
+    answered_counts,
+    drop_torn_tail,
+)
 from corral.tools.request import parse_tool_request
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
@@ -237,10 +244,9 @@ def test_bad_line_and_good_line(engine, tmp_path):
     assert small["status_code"] == 400 and small["body"]["error"]["param"] == "max_tokens"
     assert by_id["good"]["response"]["status_code"] == 200
     # --resume: what is already in the output is skipped
-    assert done_ids(output) == {None, "bad", "too-small", "good", "wrong-url"}
-    with output.open("a") as out:
-        again = run_batch(engine, lines[1:], out, skip=done_ids(output), progress=False)
-    assert again.requests == 0 and again.errors == 0
+    counts = answered_counts(output)
+    assert counts == {None: 1, "bad": 1, "too-small": 1, "good": 1, "wrong-url": 1}
+    assert unanswered(lines, counts)[1] == []
 
 
 @pytest.mark.slow
@@ -304,9 +310,12 @@ def test_a_duplicate_custom_id_gets_an_error_line_naming_both_lines():
     messages = [i["error"]["message"] for i in a[1:]]
     assert "line 2" in messages[0] and "line 1" in messages[0] and "line 6" in messages[1]
     assert summary.requests == 1 and summary.errors == 4
-    # --resume: an id in the output has all its lines answered, so they are all skipped
-    again, summary = run(lines, skip={"a", "b"})
-    assert again == [] and summary.errors == 0
+    # --resume after "a"'s answer: its other lines are its duplicates
+    kept = items[: [i["custom_id"] for i in items].index("a") + 1]
+    numbers, rest, used = unanswered(lines, Counter(i["custom_id"] for i in kept))
+    again, _ = run(rest, numbers=numbers, used=used)
+    assert sorted(map(status, kept + again), key=repr) == sorted(map(status, items), key=repr)
+    assert [i["error"]["message"] for i in again if i["custom_id"] == "a"] == messages
 
 
 class Boom(RuntimeError):

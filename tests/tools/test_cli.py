@@ -566,6 +566,56 @@ def test_resume_with_every_line_answered_runs_nothing_and_loads_no_model(
     assert sorted(ids[:2]) == ["a", "b"] and "c" in ids[2:]  # lines are written as they finish
 
 
+INPUT_LINES = st.one_of(
+    st.sampled_from("abcd").map(request_line),  # a request (ids may repeat: duplicates)
+    st.just("not json"),
+    st.just('{"method": "POST", "url": "/v1/chat/completions", "body": {}}'),  # no custom_id
+    st.just('{"custom_id": 7, "body": {}}'),  # a custom_id that is no string
+    st.just('{"custom_id": "e", "body": []}'),  # a custom_id, a bad body
+    st.just(""),
+)
+
+
+def answered(output: Path) -> list[tuple]:
+    """The output's lines as (custom_id, error code or None, error message or None), sorted."""
+    items = read_jsonl(output)
+    keys = [
+        (i["custom_id"], *((i["error"] or {}).get(k) for k in ("code", "message"))) for i in items
+    ]
+    return sorted(keys, key=repr)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(lines=st.lists(INPUT_LINES, min_size=1, max_size=8).filter(any), data=st.data())
+def test_resume_after_any_cut_answers_every_line_once(
+    tmp_path_factory, stand_in, capsys, lines, data
+):
+    """A run cut after any whole output line, then resumed: the output answers each input line
+    exactly once, as an uncut run does (lines without a custom_id too: error lines count as
+    answers); a resume with nothing left loads no model."""
+    folder = tmp_path_factory.mktemp("resume")
+    source = folder / "in.jsonl"
+    source.write_text("".join(text + "\n" for text in lines), "utf-8")
+    whole, output = folder / "whole.jsonl", folder / "out.jsonl"
+    assert main(["generate", str(source), "-o", str(whole), "--quiet"]) == 0
+    kept = whole.read_text("utf-8").splitlines(keepends=True)
+    cut = data.draw(st.integers(0, len(kept)), label="output lines kept")
+    output.write_text("".join(kept[:cut]), "utf-8")
+    stand_in_load, loads = cli.load_model, []
+    cli.load_model = lambda *a, **k: loads.append(1) or stand_in_load(*a, **k)
+    try:
+        assert main(["generate", str(source), "-o", str(output), "--quiet", "--resume"]) == 0
+    finally:
+        cli.load_model = stand_in_load
+    assert answered(output) == answered(whole), (lines, cut)
+    assert (not loads) == (cut == len(kept)), (cut, len(kept))
+    said = capsys.readouterr().err.splitlines()[-1]
+    if 0 < cut < len(kept):  # each output line answers one input line
+        assert f"{cut} line{'s' * (cut > 1)} skipped (already in the output)" in said, said
+
+
 @pytest.mark.parametrize("flag", [[], ["--no-prefix-cache"]])
 def test_no_prefix_cache_turns_the_cache_off(tmp_path, stand_in, capsys, flag):
     """Three lines with one long prompt, one at a time: the later ones reuse the first's

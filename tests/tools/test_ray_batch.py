@@ -70,13 +70,13 @@ def test_shards_run_apart_give_the_local_runs_lines(n_shards):
         parts += run(shard["texts"], engine, numbers=shard["numbers"])
     assert comparable(parts) == comparable(local)
     assert "line 4" in parts and "line 3 is not JSON" in parts  # the input's line numbers
-    skip = {"a", "x1"}
+    used = {"a": 1, "x1": 2}
     resumed = "".join(
         run(json.loads(r["shard"])["texts"], engine, numbers=json.loads(r["shard"])["numbers"],
-            skip=skip)
+            used=used)
         for r in shards(LINES, n_shards)
     )  # fmt: skip
-    assert comparable(resumed) == comparable(run(LINES, engine, skip=skip))
+    assert comparable(resumed) == comparable(run(LINES, engine, used=used))
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ server's issue, checked with `jsonschema`, independent of corral's compiler."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -351,26 +352,39 @@ def test_a_dropped_stream_frees_its_slot(smollm2):
         assert refused.headers["retry-after"] == "1"  # the openai clients wait, then retry
 
 
-@pytest.mark.slow
-def test_sigint_lets_an_open_stream_end_and_refuses_new_requests(tmp_path):
-    """Ctrl-C while a stream is open: the stream ends whole (its finish_reason and [DONE]), a new
-    connection is refused, and the process exits 0 (uvicorn's graceful shutdown)."""
+@contextlib.contextmanager
+def serve_process(tmp_path):
+    """`corral serve` in a child process on a free port, until it answers /health. Yields
+    (base_url, process, log path); the process is killed after the block."""
     port = free_port()
     run = "import sys; from corral.tools.command import main; sys.exit(main())"
     command = [sys.executable, "-c", run, "serve", "--port", str(port)]
-    log = open(tmp_path / "serve.log", "wb")  # noqa: SIM115 (closed in the finally below)
+    path = tmp_path / "serve.log"
+    log = open(path, "wb")  # noqa: SIM115 (closed in the finally below)
     server = subprocess.Popen(command, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 300
         while True:
-            assert server.poll() is None, (tmp_path / "serve.log").read_text()[-2000:]
+            assert server.poll() is None, path.read_text()[-2000:]
             assert time.monotonic() < deadline, "the server did not start"
             try:
                 if httpx.get(f"{url}/health", timeout=2).status_code == 200:
                     break
             except httpx.TransportError:
                 time.sleep(0.5)
+        yield url, server, path
+    finally:
+        server.kill()
+        server.wait()
+        log.close()
+
+
+@pytest.mark.slow
+def test_sigint_lets_an_open_stream_end_and_refuses_new_requests(tmp_path):
+    """Ctrl-C while a stream is open: the stream ends whole (its finish_reason and [DONE]), a new
+    connection is refused, and the process exits 0 (uvicorn's graceful shutdown)."""
+    with serve_process(tmp_path) as (url, server, _):
         body = {"messages": DESCRIBE, "max_tokens": 40, "stream": True}
         with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=120) as r:
             lines = r.iter_lines()
@@ -383,10 +397,27 @@ def test_sigint_lets_an_open_stream_end_and_refuses_new_requests(tmp_path):
         with pytest.raises(httpx.TransportError):
             httpx.get(f"{url}/health", timeout=2)
         assert server.wait(timeout=60) == 0
-    finally:
-        server.kill()
-        server.wait()
-        log.close()
+
+
+@pytest.mark.slow
+def test_a_second_sigint_cuts_open_streams_and_exits_quietly(tmp_path):
+    """Ctrl-C twice while a long stream is open (uvicorn's force exit): the process exits 0
+    without waiting for the stream, which is cut (no [DONE]), and logs no traceback."""
+    never_ends = {"0": -100, "1": -100, "2": -100}  # SmolLM2's EOS and its other specials
+    body = {"messages": DESCRIBE, "max_tokens": 1500, "stream": True, "logit_bias": never_ends}
+    with serve_process(tmp_path) as (url, server, log):
+        with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=120) as r:
+            lines = r.iter_lines()
+            seen = [next(lines) for _ in range(4)]
+            server.send_signal(signal.SIGINT)
+            time.sleep(0.5)
+            server.send_signal(signal.SIGINT)
+            with contextlib.suppress(httpx.TransportError):  # the cut may surface as one
+                seen += [line for line in lines if line]
+        assert server.wait(timeout=60) == 0
+        assert "data: [DONE]" not in seen
+        text = log.read_text()
+        assert "Traceback" not in text and "ERROR" not in text, text[-3000:]
 
 
 # --- 4. /metrics --------------------------------------------------------------------------

@@ -15,19 +15,30 @@ from corral.tools.formats.format import Thinking, TurnFormat
 from corral.tools.formats.harmony import HARMONY
 from corral.tools.formats.hermes import HERMES
 from corral.tools.formats.llama3 import LLAMA3
-from corral.tools.formats.mistral import MISTRAL_NEMO, MISTRAL_SMALL
+from corral.tools.formats.mistral import DEVSTRAL, MISTRAL_NEMO, MISTRAL_SMALL
 from corral.tools.formats.qwen3 import QWEN3
 from corral.tools.formats.qwen3_coder import QWEN3_CODER
 
 FORMATS: dict[str, TurnFormat] = {
     f.name: f
-    for f in (HERMES, QWEN3, QWEN3_CODER, LLAMA3, MISTRAL_NEMO, MISTRAL_SMALL, DEEPSEEK_R1, HARMONY)
+    for f in (
+        HERMES,
+        QWEN3,
+        QWEN3_CODER,
+        LLAMA3,
+        MISTRAL_NEMO,
+        MISTRAL_SMALL,
+        DEVSTRAL,
+        DEEPSEEK_R1,
+        HARMONY,
+    )
 }
 """Every format by its name."""
 
 DETECTION_ORDER = (
     HARMONY,
     MISTRAL_SMALL,
+    DEVSTRAL,
     MISTRAL_NEMO,
     DEEPSEEK_R1,
     QWEN3_CODER,
@@ -35,9 +46,9 @@ DETECTION_ORDER = (
     HERMES,
     LLAMA3,
 )
-"""Most specific first: a template holding Small 3.2's `[ARGS]` also holds Nemo's
-`[TOOL_CALLS]`, Qwen3's `<think>` and Qwen3-Coder's `<function=` come with Hermes'
-`<tool_call>`."""
+"""Most specific first: a template holding Small 3.2's `[CALL_ID]` also holds Devstral's
+`[ARGS]`, which comes with Nemo's `[TOOL_CALLS]`; Qwen3's `<think>` and Qwen3-Coder's
+`<function=` come with Hermes' `<tool_call>`."""
 
 
 def format_named(name: str, param: str = "tool_format") -> TurnFormat:
@@ -102,6 +113,7 @@ def no_format_error(template_name: str, template: str | None) -> ToolError:
 
 __all__ = [
     "DEEPSEEK_R1",
+    "DEVSTRAL",
     "HARMONY",
     "FORMATS",
     "HERMES",

@@ -9,6 +9,10 @@ from dataclasses import dataclass, replace
 
 from corral.tools.parser import CallSyntax
 
+CALL_ID = "{id}"
+"""Where a format's call id goes in `name_template` and `call_suffix`: the grammar writes the
+format's `call_id` language there."""
+
 
 @dataclass(frozen=True)
 class Thinking:
@@ -47,7 +51,8 @@ class TurnFormat:
         opener, separator, closer, block_separator, call_suffix: grammar texts (special tokens
             by their text: `specials`).
         name_template: CALL's prefix with `{name}` for the name as a JSON string, `{bare}` for
-            it written bare.
+            it written bare, `{id}` for the call's id (`call_id`; `call_suffix` may hold
+            `CALL_ID` instead).
         syntax: the parser's `CallSyntax` (its `thinking` filled in by `parser_syntax`).
         specials: the texts of this format that are special tokens in the family's
             vocabularies (the grammar writes each as its symbol when the model's tokenizer
@@ -62,6 +67,10 @@ class TurnFormat:
             written by the grammar under `auto` when the opener is a special token.
         xml_parameters: the arguments are XML parameters (Qwen3-Coder), not a JSON object;
             then `string_parameters(tools)` gives each function's raw-text parameters.
+        call_id: the regex of the id the model writes for each call where `CALL_ID` stands
+            (Mistral's nine alphanumerics), or None when the format writes none.
+        history_id: for a format with `call_id`, maps an id of the conversation (OpenAI's
+            `call_abc123`) to one the template accepts, deterministically (`render`).
     """
 
     name: str
@@ -81,12 +90,16 @@ class TurnFormat:
     content_prefix: str = ""
     xml_parameters: bool = False
     string_parameters: Callable | None = None
+    call_id: str | None = None
+    history_id: Callable[[str], str] | None = None
 
     def call_prefix(self, name: str) -> str:
-        """CALL's text before the arguments, for the function `name`."""
+        """CALL's text before the arguments, for the function `name` (`CALL_ID` where the call's
+        id goes)."""
         import json
 
-        return self.name_template.format(name=json.dumps(name, ensure_ascii=False), bare=name)
+        name_text = json.dumps(name, ensure_ascii=False)
+        return self.name_template.format(name=name_text, bare=name, id=CALL_ID)
 
     def parser_syntax(self, thinking: bool, tools=()) -> CallSyntax:
         """The parser's syntax for an answer with thinking on or off (off: the template wrote
