@@ -63,6 +63,14 @@ def invalid(param: str | None, message: str, code: str | None = "invalid_value")
     return ToolError(400, param, code, message)
 
 
+def empty_array(param: str) -> ToolError:
+    """The 400 `empty_array` for a list that must hold at least one item (`tools`, an
+    assistant turn's `tool_calls`), worded as the OpenAI API words it."""
+    message = (f"Invalid '{param}': empty array. Expected an array with minimum length 1, but "
+               "got an empty array instead.")  # fmt: skip
+    return ToolError(400, param, "empty_array", message)
+
+
 def not_honoured(param: str, why: str) -> ToolError:
     """The 400 `unsupported_parameter` for a request field corral does not honour (`stream`,
     `functions`, `audio`, ...): refused rather than accepted and ignored; `why` ends the

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from corral.tools.errors import ToolError, invalid
+from corral.tools.errors import ToolError, empty_array, invalid
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -133,6 +133,8 @@ def message_calls(message: dict, i: int) -> list[tuple[str, str]]:
     where = f"messages[{i}].tool_calls"
     if not isinstance(calls, list):
         raise invalid(where, f"'{where}' must be a list.", "invalid_type")
+    if not calls:  # as OpenAI answers it: leave `tool_calls` out for no calls
+        raise empty_array(where)
     result = []
     for j, call in enumerate(calls):
         at = f"{where}[{j}]"

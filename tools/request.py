@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from corral.automata.schema.values import is_text, printable
-from corral.tools.errors import ToolError, invalid, not_honoured
+from corral.tools.errors import ToolError, empty_array, invalid, not_honoured
 from corral.tools.messages import check_messages
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -559,6 +559,8 @@ def _tools(value) -> tuple[Tool, ...]:
         return ()
     if not isinstance(value, list):
         raise invalid("tools", "'tools' must be a list of tools.", "invalid_type")
+    if not value:  # as OpenAI answers it: leave `tools` out for no tools
+        raise empty_array("tools")
     tools: list[Tool] = []
     names: set[str] = set()
     for i, entry in enumerate(value):

@@ -282,10 +282,18 @@ def test_image_content_parts_are_a_422():
     assert (error.status, error.param) == (422, "messages[0].content[0].type")
 
 
-def test_an_empty_tools_list_counts_as_no_tools():
-    request = parse_tool_request(body(tools=[]))
-    assert (request.tools, request.tool_choice, request.calls_allowed) == ((), "none", False)
-    assert refused(body(tools=[], tool_choice="required")).param == "tool_choice"
+@pytest.mark.parametrize("tool_choice", [None, "auto", "none", "required"])
+def test_an_empty_list_of_tools_or_of_tool_calls_is_refused_as_openai_refuses_it(tool_choice):
+    """OpenAI answers `tools: []` and an assistant turn's `tool_calls: []` with a 400
+    `empty_array` (leave the field out instead)."""
+    fields = {} if tool_choice is None else {"tool_choice": tool_choice}
+    error = refused(body(tools=[], **fields))
+    assert (error.status, error.param, error.code) == (400, "tools", "empty_array")
+    turn = {"role": "assistant", "content": "Hi.", "tool_calls": []}
+    messages = [{"role": "user", "content": "Hi"}, turn, {"role": "user", "content": "And?"}]
+    error = refused(body(messages=messages, tools=[WEATHER], **fields))
+    assert (error.status, error.param) == (400, "messages[1].tool_calls")
+    assert error.code == "empty_array" and "minimum length 1" in error.message
 
 
 # --- nothing accepted and then ignored ------------------------------------------------------
