@@ -483,13 +483,113 @@ WORDS = {NIBBLES: 4, BYTES: 8, HALVES: 8, FIVE: 5}
 """64-byte words a block of 16 rows takes in the word tiles, by format (`word_tiles`)."""
 
 
-def _make_row_product(form: int):
-    """An intrinsic adding one block of 16 output rows times one row of x (its two parts) to
-    float totals, in AVX-512 VNNI, for the word format `form` (`word_tiles.NIBBLES`, `BYTES`,
-    `HALVES` or `FIVE`), with `_group_product`'s integer sums and float formula:
+ROW_FORMS = (NIBBLES, BYTES, HALVES, FIVE)
+"""`_row_product`'s dispatch table: the word formats (`word_tiles`)."""
 
-        row_product(words, w_start, x_q, x_start, part_offset, x_scales, x_terms, xs_at,
-                    scales, coefs, sc_start, total, total_start)
+
+def _emit_row_product(context, builder, signature, args, form):
+    """Emit, at the builder's position, `_row_product`'s block for word format `form` (its
+    arguments after the key, x_terms or x_offsets in the place of the terms, by `form`)."""
+    terms_float = form in (NIBBLES, FIVE)
+    i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
+    vec, fvec = ir.VectorType(i32, ROWS), ir.VectorType(f32, ROWS)
+    w_start, x_start, part_offset, xs_at, sc_start, total_start = (
+        args[i] for i in (1, 3, 4, 7, 10, 12)
+    )
+    words_p = _data(context, builder, signature, args, 0)
+    x_p = _data(context, builder, signature, args, 2)
+    x_scales_p = _data(context, builder, signature, args, 5, f32)
+    x_terms_p = _data(context, builder, signature, args, 6, f32 if terms_float else i32)
+    scales_p = _data(context, builder, signature, args, 8, f32)
+    coefs_p = _data(context, builder, signature, args, 9, f32)
+    total_p = _data(context, builder, signature, args, 11, f32)
+    dpbusd = cgutils.get_or_insert_function(
+        builder.module,
+        ir.FunctionType(vec, [vec, vec, vec]),
+        "llvm.x86.avx512.vpdpbusd.512",
+    )
+    fma = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(fvec, [fvec] * 3), "llvm.fma.v16f32"
+    )
+
+    def load(base, offset, kind):
+        address = builder.bitcast(builder.gep(base, [offset]), kind.as_pointer())
+        return builder.load(address, align=1)
+
+    def splat(value, vector):
+        return _splat(builder, value, vector)
+
+    fifth = None
+    if form == FIVE:
+        fifth = load(words_p, builder.add(w_start, i64(64 * 4)), vec)
+    d = builder.load(builder.gep(x_scales_p, [xs_at]), align=4)
+    address = builder.bitcast(builder.gep(total_p, [total_start]), fvec.as_pointer())
+    value = builder.load(address, align=4)
+    # HALVES: words 0-3 (columns 0-15) by the scales, 4-7 (16-31) by the coefs
+    sections = [(range(4 if form in (NIBBLES, FIVE) else 8), scales_p)]
+    if form == HALVES:
+        sections = [(range(4), scales_p), (range(4, 8), coefs_p)]
+    for h, (indices, scale_p) in enumerate(sections):
+        splits = 4  # independent sums a part: vpdpbusd's latency is 5 cycles
+        sums = [[vec([0] * ROWS)] * splits for _ in range(2)]
+        step = 0
+        for index in indices:
+            word = load(words_p, builder.add(w_start, i64(64 * index)), vec)
+            for operand, column in form_operands(builder, form, word, index, fifth):
+                for part in range(2):
+                    at = builder.add(x_start, i64(column))
+                    if part:
+                        at = builder.add(at, part_offset)
+                    x_word = splat(load(x_p, at, i32), vec)
+                    slot = step % splits
+                    sums[part][slot] = builder.call(dpbusd, [sums[part][slot], operand, x_word])
+                step += 1
+        first, second = sums[0][0], sums[1][0]
+        for slot in range(1, splits):
+            first = builder.add(first, sums[0][slot])
+            second = builder.add(second, sums[1][slot])
+        ratio = ratio_of(form == NIBBLES)
+        combined = builder.add(_times_ratio(builder, first, ratio), second)
+        where = xs_at
+        if form == HALVES:
+            where = builder.add(builder.mul(xs_at, i64(2)), i64(h))
+        term = builder.load(builder.gep(x_terms_p, [where]), align=4)
+        if not terms_float:  # Q8_0: take off 128 sum(254 x_1 + x_2), in int32
+            combined = builder.sub(combined, splat(term, vec))
+        s = load(scale_p, sc_start, fvec)
+        ds = builder.fmul(splat(d, fvec), s)
+        value = builder.call(fma, [builder.sitofp(combined, fvec), ds, value])
+    if terms_float:  # Q4_1, FIVE: the minimums times the block's sum of x
+        value = builder.call(fma, [load(coefs_p, sc_start, fvec), splat(term, fvec), value])
+    builder.store(value, address, align=4)
+
+
+@intrinsic
+def _row_product(
+    typingctx,
+    form,
+    words,
+    w_start,
+    x_q,
+    x_start,
+    part_offset,
+    x_scales,
+    x_terms,
+    x_offsets,
+    xs_at,
+    scales,
+    coefs,
+    sc_start,
+    total,
+    total_start,
+):  # pragma: no cover - compiled
+    """Add one block of 16 output rows times one row of x (its two parts) to float totals, in
+    AVX-512 VNNI, for the word format `form` (`word_tiles.NIBBLES`, `BYTES`, `HALVES` or
+    `FIVE`; a switch over `ROW_FORMS`, another adds nothing), with `_group_product`'s integer
+    sums and float formula:
+
+        _row_product(form, words, w_start, x_q, x_start, part_offset, x_scales, x_terms,
+                     x_offsets, xs_at, scales, coefs, sc_start, total, total_start)
 
     The 16 rows' quants start at byte w_start of words (`WORDS[form]` words), the row's block
     of x_1 at byte x_start of x_q and of x_2 part_offset bytes on; `vpdpbusd` gives S_1, S_2
@@ -497,141 +597,43 @@ def _make_row_product(form: int):
     ratio = `ratio_of(form == NIBBLES)`, d = x_scales[xs_at], s_r, c_r = scales, coefs[sc_start
     + r]:
 
-        NIBBLES, FIVE (x_terms float32): total = fma(c_r, x_terms[xs_at], fma(float(S), d s_r,
-                                         total))  (`FIVE`'s quants 0..31, its fifth bits in)
-        BYTES (x_terms int32):           total = fma(float(S - x_terms[xs_at]), d s_r, total)
-        HALVES (x_terms int32, 2 a block): total = fma(float(S_h - x_terms[2 xs_at + h]),
-                                         d c'_r, total) for h = 0 then 1, c' = s then c
+        NIBBLES, FIVE: total = fma(c_r, x_terms[xs_at], fma(float(S), d s_r, total))
+                       (`FIVE`'s quants 0..31, the fifth bits put in)
+        BYTES:         total = fma(float(S - x_offsets[xs_at]), d s_r, total)
+        HALVES:        total = fma(float(S_h - x_offsets[2 xs_at + h]), d c'_r, total) for
+                       h = 0 then 1, c' = s then c
 
-    (x_terms: Q4_1's terms d sum(ratio x_1 + x_2); Q8_0's offsets 128 sum(ratio x_1 + x_2),
-    `HALVES` a half's each). Flat offsets; nothing is bounds-checked.
+    (x_terms float32: d sum(ratio x_1 + x_2); x_offsets int32: 128 sum(ratio x_1 + x_2), the
+    stored Q8_0 quants' offset, `HALVES` a half block's each). Flat offsets; nothing is
+    bounds-checked.
     """
-    terms_float = form in (NIBBLES, FIVE)
+    arrays = (words, x_q, x_scales, x_terms, x_offsets, scales, coefs, total)
+    wanted = (types.uint8, types.int8, types.float32, types.float32, types.int32)
+    wanted += (types.float32,) * 3
+    if any(
+        not isinstance(a, types.Array) or a.dtype != d for a, d in zip(arrays, wanted, strict=True)
+    ):
+        return None
+    sig = types.void(form, words, w_start, x_q, x_start, part_offset, x_scales, x_terms,
+                     x_offsets, xs_at, scales, coefs, sc_start, total, total_start)  # fmt: skip
 
-    @intrinsic
-    def row_product(
-        typingctx,
-        words,
-        w_start,
-        x_q,
-        x_start,
-        part_offset,
-        x_scales,
-        x_terms,
-        xs_at,
-        scales,
-        coefs,
-        sc_start,
-        total,
-        total_start,
-    ):  # pragma: no cover - compiled
-        term_type = types.float32 if terms_float else types.int32
-        arrays = (words, x_q, x_scales, x_terms, scales, coefs, total)
-        wanted = (types.uint8, types.int8, types.float32, term_type) + (types.float32,) * 3
-        if any(
-            not isinstance(a, types.Array) or a.dtype != d
-            for a, d in zip(arrays, wanted, strict=True)
-        ):
-            return None
-        sig = types.void(
-            words,
-            w_start,
-            x_q,
-            x_start,
-            part_offset,
-            x_scales,
-            x_terms,
-            xs_at,
-            scales,
-            coefs,
-            sc_start,
-            total,
-            total_start,
-        )
+    def codegen(context, builder, signature, args):
+        key = context.cast(builder, args[0], signature.args[0], types.int64)
+        done = builder.append_basic_block("row_done")
+        switch = builder.switch(key, done)
+        for form_ in ROW_FORMS:
+            case = builder.append_basic_block(f"row_{form_}")
+            switch.add_case(ir.IntType(64)(form_), case)
+            builder.position_at_end(case)
+            terms = 7 if form_ in (NIBBLES, FIVE) else 8  # x_terms or x_offsets
+            chosen = [i for i in range(1, 15) if i not in (7, 8) or i == terms]
+            inner = types.void(*(signature.args[i] for i in chosen))
+            _emit_row_product(context, builder, inner, [args[i] for i in chosen], form_)
+            builder.branch(done)
+        builder.position_at_end(done)
+        return context.get_dummy_value()
 
-        def codegen(context, builder, signature, args):
-            i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
-            vec, fvec = ir.VectorType(i32, ROWS), ir.VectorType(f32, ROWS)
-            w_start, x_start, part_offset, xs_at, sc_start, total_start = (
-                args[i] for i in (1, 3, 4, 7, 10, 12)
-            )
-            words_p = _data(context, builder, signature, args, 0)
-            x_p = _data(context, builder, signature, args, 2)
-            x_scales_p = _data(context, builder, signature, args, 5, f32)
-            x_terms_p = _data(context, builder, signature, args, 6, f32 if terms_float else i32)
-            scales_p = _data(context, builder, signature, args, 8, f32)
-            coefs_p = _data(context, builder, signature, args, 9, f32)
-            total_p = _data(context, builder, signature, args, 11, f32)
-            dpbusd = cgutils.get_or_insert_function(
-                builder.module,
-                ir.FunctionType(vec, [vec, vec, vec]),
-                "llvm.x86.avx512.vpdpbusd.512",
-            )
-            fma = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(fvec, [fvec] * 3), "llvm.fma.v16f32"
-            )
-
-            def load(base, offset, kind):
-                address = builder.bitcast(builder.gep(base, [offset]), kind.as_pointer())
-                return builder.load(address, align=1)
-
-            def splat(value, vector):
-                return _splat(builder, value, vector)
-
-            fifth = None
-            if form == FIVE:
-                fifth = load(words_p, builder.add(w_start, i64(64 * 4)), vec)
-            d = builder.load(builder.gep(x_scales_p, [xs_at]), align=4)
-            address = builder.bitcast(builder.gep(total_p, [total_start]), fvec.as_pointer())
-            value = builder.load(address, align=4)
-            # HALVES: words 0-3 (columns 0-15) by the scales, 4-7 (16-31) by the coefs
-            sections = [(range(4 if form in (NIBBLES, FIVE) else 8), scales_p)]
-            if form == HALVES:
-                sections = [(range(4), scales_p), (range(4, 8), coefs_p)]
-            for h, (indices, scale_p) in enumerate(sections):
-                splits = 4  # independent sums a part: vpdpbusd's latency is 5 cycles
-                sums = [[vec([0] * ROWS)] * splits for _ in range(2)]
-                step = 0
-                for index in indices:
-                    word = load(words_p, builder.add(w_start, i64(64 * index)), vec)
-                    for operand, column in form_operands(builder, form, word, index, fifth):
-                        for part in range(2):
-                            at = builder.add(x_start, i64(column))
-                            if part:
-                                at = builder.add(at, part_offset)
-                            x_word = splat(load(x_p, at, i32), vec)
-                            slot = step % splits
-                            sums[part][slot] = builder.call(
-                                dpbusd, [sums[part][slot], operand, x_word]
-                            )
-                        step += 1
-                first, second = sums[0][0], sums[1][0]
-                for slot in range(1, splits):
-                    first = builder.add(first, sums[0][slot])
-                    second = builder.add(second, sums[1][slot])
-                ratio = ratio_of(form == NIBBLES)
-                combined = builder.add(_times_ratio(builder, first, ratio), second)
-                where = xs_at
-                if form == HALVES:
-                    where = builder.add(builder.mul(xs_at, i64(2)), i64(h))
-                term = builder.load(builder.gep(x_terms_p, [where]), align=4)
-                if not terms_float:  # Q8_0: take off 128 sum(254 x_1 + x_2), in int32
-                    combined = builder.sub(combined, splat(term, vec))
-                s = load(scale_p, sc_start, fvec)
-                ds = builder.fmul(splat(d, fvec), s)
-                value = builder.call(fma, [builder.sitofp(combined, fvec), ds, value])
-            if terms_float:  # Q4_1, FIVE: the minimums times the block's sum of x
-                value = builder.call(fma, [load(coefs_p, sc_start, fvec), splat(term, fvec), value])
-            builder.store(value, address, align=4)
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    return row_product
-
-
-_row_q4_1, _row_q8_0 = _make_row_product(NIBBLES), _make_row_product(BYTES)
-_row_five, _row_halves = _make_row_product(FIVE), _make_row_product(HALVES)
+    return sig, codegen
 
 
 @functools.cache
@@ -897,7 +899,7 @@ def _row_kernel(x, scales, coefs, words, out, halves):  # pragma: no cover - com
     form = form_of(words, halves)
     x_q, x_scales, x_terms, x_offsets = _quantized(x, 1, 1, form)  # row 0 of a group
     flat_words, flat_x = words.reshape(-1), x_q.reshape(-1)
-    flat_offsets = x_offsets.reshape(-1)
+    flat_terms, flat_offsets = x_terms.reshape(-1), x_offsets.reshape(-1)
     last_word = flat_words.shape[0]
     chunk = ROWS * 4 * words.shape[3]  # bytes of one block of 16 output rows
     for t in numba.prange(n_tiles):
@@ -910,19 +912,9 @@ def _row_kernel(x, scales, coefs, words, out, halves):  # pragma: no cover - com
                     for line in range(0, chunk, 64):
                         prefetch_l2(flat_words, ahead + line)
                 sc_start = (t * n_blocks + block) * tile + g * ROWS
-                x_args = (flat_x, block * ROWS * X_ROW, BLOCK, x_scales)
-                if form == NIBBLES:
-                    w_args = (x_terms, block, scales, coefs, sc_start, total, g * ROWS)
-                    _row_q4_1(flat_words, w_start, *x_args, *w_args)
-                elif form == BYTES:
-                    w_args = (flat_offsets, block, scales, coefs, sc_start, total, g * ROWS)
-                    _row_q8_0(flat_words, w_start, *x_args, *w_args)
-                elif form == FIVE:
-                    w_args = (x_terms, block, scales, coefs, sc_start, total, g * ROWS)
-                    _row_five(flat_words, w_start, *x_args, *w_args)
-                else:
-                    w_args = (flat_offsets, block, scales, coefs, sc_start, total, g * ROWS)
-                    _row_halves(flat_words, w_start, *x_args, *w_args)
+                x_args = (flat_x, block * ROWS * X_ROW, BLOCK, x_scales, flat_terms)
+                w_args = (flat_offsets, block, scales, coefs, sc_start, total, g * ROWS)
+                _row_product(form, flat_words, w_start, *x_args, *w_args)
         start, end = t * tile, min((t + 1) * tile, n_out)
         out[0, start:end] = total[: end - start]
     return out

@@ -500,6 +500,7 @@ def _paired_product(
     x_start,
     x_scales,
     x_terms,
+    x_offsets,
     xs_start,
     n_blocks,
     scales,
@@ -511,41 +512,38 @@ def _paired_product(
     """`group` (1, 2, 4 or `PAIRED_GROUP`) rows of x in two int8 parts on one scale
     (`quant_amx.quantize_rows`) times 16 output rows in word format `form`
     (`word_tiles.NIBBLES`, `BYTES`, `HALVES`, `FIVE`), over all n_blocks blocks of k, the
-    variant chosen by a switch over the table `PAIRED` (another (form, group), or a form whose
-    terms are not x_terms' dtype, writes nothing):
+    variant chosen by a switch over the table `PAIRED` (another (form, group) writes nothing):
 
         _paired_product(form, group, words, w_start, step, x_q, x_start, x_scales, x_terms,
-                        xs_start, n_blocks, scales, coefs, sc_start, sc_step, total)
+                        x_offsets, xs_start, n_blocks, scales, coefs, sc_start, sc_step, total)
 
     writes total[16 i + r], for row i < group and lane r < 16, as `quant_amx`'s one-row VNNI
     product of the same form sums it (the same integer sums, the same float operations in the
     same order, so the same value bit for bit): for each block j in order,
 
         NIBBLES, FIVE: total = fma(c_r, term, fma(float(S), d s_r, total))
-        BYTES:         total = fma(float(S - term), d s_r, total)
-        HALVES:        total = fma(float(S_h - term_h), d c'_r, total), h = 0 then 1 (c' = s, c)
+        BYTES:         total = fma(float(S - offset), d s_r, total)
+        HALVES:        total = fma(float(S_h - offset_h), d c'_r, total), h = 0 then 1 (c' = s, c)
 
     S = 16 S_1 + S_2 (NIBBLES) or 254 S_1 + S_2 (the others; HALVES S_h over half h's 16
     columns), from `vpdpbusd`. Block j's 16 rows' quants start at byte w_start + j step of
     words (`quant_amx.WORDS[form]` words); row i's block j of x_q (64 bytes: x_1, then x_2) at
-    byte x_start + 64 i + 1024 j; d and term at x_scales, x_terms[xs_start + n_blocks i + j]
-    (HALVES: term_h at x_terms[2 (xs_start + n_blocks i + j) + h]); s_r, c_r at scales,
-    coefs[sc_start + j sc_step + r]. x_terms float32 (the terms d sum(ratio x_1 + x_2):
-    NIBBLES, FIVE) or int32 (128 sum(254 x_1 + x_2), the stored quants' offset: BYTES,
-    HALVES). Flat offsets into C-contiguous arrays; nothing is bounds-checked (the caller's
-    loops stay in range).
+    byte x_start + 64 i + 1024 j; d, term and offset at x_scales, x_terms (float32: d
+    sum(ratio x_1 + x_2)), x_offsets (int32: 128 sum(254 x_1 + x_2), the stored quants'
+    offset) [xs_start + n_blocks i + j] (HALVES: offset_h at x_offsets[2 (xs_start + n_blocks
+    i + j) + h]); s_r, c_r at scales, coefs[sc_start + j sc_step + r]. Flat offsets into
+    C-contiguous arrays; nothing is bounds-checked (the caller's loops stay in range).
     """
-    arrays = (words, x_q, x_scales, x_terms, scales, coefs, total)
-    if not isinstance(x_terms, types.Array) or x_terms.dtype not in (types.float32, types.int32):
-        return None
-    wanted = (types.uint8, types.int8, types.float32, x_terms.dtype) + (types.float32,) * 3
+    arrays = (words, x_q, x_scales, x_terms, x_offsets, scales, coefs, total)
+    wanted = (types.uint8, types.int8, types.float32, types.float32, types.int32)
+    wanted += (types.float32,) * 3
     if any(
         not isinstance(a, types.Array) or a.dtype != d for a, d in zip(arrays, wanted, strict=True)
     ):
         return None  # a typing error: these dtypes only
-    terms_float = x_terms.dtype == types.float32
     sig = types.void(form, group, words, w_start, step, x_q, x_start, x_scales, x_terms,
-                     xs_start, n_blocks, scales, coefs, sc_start, sc_step, total)  # fmt: skip
+                     x_offsets, xs_start, n_blocks, scales, coefs, sc_start, sc_step,
+                     total)  # fmt: skip
 
     def codegen(context, builder, signature, args):
         i64 = ir.IntType(64)
@@ -554,12 +552,14 @@ def _paired_product(
         done = builder.append_basic_block("paired_done")
         switch = builder.switch(builder.or_(builder.shl(form_, i64(8)), rows), done)
         for form_key, group_ in PAIRED:
-            if (form_key in (NIBBLES, FIVE)) != terms_float:
-                continue
             case = builder.append_basic_block(f"paired_{form_key}_{group_}")
             switch.add_case(i64((form_key << 8) | group_), case)
             builder.position_at_end(case)
-            _emit_paired_product(context, builder, signature.args[2:], args[2:], form_key, group_)
+            terms = 8 if form_key in (NIBBLES, FIVE) else 9  # x_terms or x_offsets
+            chosen = [i for i in range(2, 17) if i not in (8, 9) or i == terms]
+            inner = [signature.args[i] for i in chosen]
+            _emit_paired_product(context, builder, inner, [args[i] for i in chosen], form_key,
+                                 group_)  # fmt: skip
             builder.branch(done)
         builder.position_at_end(done)
         return context.get_dummy_value()
@@ -589,7 +589,6 @@ def _paired_kernel(x, scales, coefs, words, out, halves):  # pragma: no cover - 
     group = PAIRED_GROUP
     while group // 2 >= batch:
         group //= 2
-    floats = form == NIBBLES or form == FIVE  # the terms' dtype
     for t in numba.prange(n_tiles):
         totals = np.empty(group * LANES, np.float32)
         groups = min(lane_groups, -(-(n_out - t * tile) // LANES))  # those with output rows
@@ -600,10 +599,7 @@ def _paired_kernel(x, scales, coefs, words, out, halves):  # pragma: no cover - 
                 sc_start = t * n_blocks * tile + g * LANES
                 w_args = (flat_words, w_start, step, flat_x, x_start, flat_xs)
                 s_args = (first * n_blocks, n_blocks, flat_scales, flat_coefs, sc_start, tile)
-                if floats:
-                    _paired_product(form, group, *w_args, flat_terms, *s_args, totals)
-                else:
-                    _paired_product(form, group, *w_args, flat_offsets, *s_args, totals)
+                _paired_product(form, group, *w_args, flat_terms, flat_offsets, *s_args, totals)
                 column = t * tile + g * LANES
                 for i in range(min(group, batch - first)):  # no views: each one costs
                     for r in range(min(LANES, n_out - column)):  # two atomic reference-count
