@@ -617,11 +617,13 @@ def _row_product(
     sig = types.void(form, words, w_start, x_q, x_start, part_offset, x_scales, x_terms,
                      x_offsets, xs_at, scales, coefs, sc_start, total, total_start)  # fmt: skip
 
+    literal = form.literal_value if isinstance(form, types.IntegerLiteral) else None
+
     def codegen(context, builder, signature, args):
         key = context.cast(builder, args[0], signature.args[0], types.int64)
         done = builder.append_basic_block("row_done")
         switch = builder.switch(key, done)
-        for form_ in ROW_FORMS:
+        for form_ in ROW_FORMS if literal is None else (literal,):
             case = builder.append_basic_block(f"row_{form_}")
             switch.add_case(ir.IntType(64)(form_), case)
             builder.position_at_end(case)
@@ -891,12 +893,13 @@ def _amx_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, parallel=True)
-def _row_kernel(x, scales, coefs, words, out, halves):  # pragma: no cover - compiled
-    """`_row_matmul` for any word format (`form_of(words, halves)`)."""
+def _row_kernel(x, scales, coefs, words, out, form):  # pragma: no cover - compiled
+    """`_row_matmul` for the word format `form`, compiled for each (a literal: `_row_product`
+    emits that format's code alone)."""
+    numba.literally(form)
     n_tiles, n_blocks, tile = scales.shape
     lane_groups = tile // ROWS
     n_out = out.shape[1]
-    form = form_of(words, halves)
     x_q, x_scales, x_terms, x_offsets = _quantized(x, 1, 1, form)  # row 0 of a group
     flat_words, flat_x = words.reshape(-1), x_q.reshape(-1)
     flat_terms, flat_offsets = x_terms.reshape(-1), x_offsets.reshape(-1)
@@ -927,14 +930,18 @@ def _row_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
     bit for bit, without AMX's 16-row tiles (15 of whose rows one row would waste).
     O(n_out k) integer multiply-adds; W read once. Arguments as `amx_matmul`'s (x [1, k]), and
     words may also be `FIVE`'s (W = 5: coefs the minimums)."""
-    return _row_kernel(x, scales, coefs, words, out, False)
+    if words.shape[3] == 4:
+        return _row_kernel(x, scales, coefs, words, out, NIBBLES)
+    if words.shape[3] == 5:
+        return _row_kernel(x, scales, coefs, words, out, FIVE)
+    return _row_kernel(x, scales, coefs, words, out, BYTES)
 
 
 @numba.njit(cache=True)
 def _row_halves_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
     """`_row_matmul` of Q8_0's words with a scale per half block (`HALVES`: scales the first
     halves', coefs the second halves')."""
-    return _row_kernel(x, scales, coefs, words, out, True)
+    return _row_kernel(x, scales, coefs, words, out, HALVES)
 
 
 def _check(x, scales, coefs, words, out, one_row: bool) -> None:
