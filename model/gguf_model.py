@@ -10,10 +10,11 @@ file's own blocks:
 - Q4_1 and Q8_0 as `quant.TiledMatrix` (the kernels of `corral.kernels.compute.quant`, packed in
   one allocation as `quant.quantized_layers` does);
 - Q4_K, Q4_0, Q5_0 and Q6_K rewritten, weight for weight, as Q4_1 / Q8_0 word tiles
-  (`kquant_layout.as_blocks`, `quant.BlockMatrix.tiled(words_only=True)`: the register-blocked
-  kernels of `quant_rows` for one row and several); Q5_K and Q5_1 as
-  `kquant_layout.KQuantMatrix` (`kquants.kquant_matmul`); both on float32 activations whatever
-  the `ComputePlan` says;
+  (`kquant_layout.as_blocks`, `quant.BlockMatrix.tiled(words_only=True)`), on the activations
+  the `ComputePlan` says (`quant.TiledMatrix.activations`: the int8 kernels of
+  `quant_int8` / `quant_amx`, or on float32 the register-blocked kernels of `quant_rows`);
+  Q5_K and Q5_1 as `kquant_layout.KQuantMatrix` (`kquants.kquant_matmul`), on float32
+  activations whatever the plan says;
 - F32, F16 and BF16 as float32 arrays (a BLAS GEMM).
 
 q/k/v and gate/up are stacked as one matrix each when they share a block type, else kept as

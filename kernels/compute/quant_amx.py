@@ -37,6 +37,10 @@ the blocks of k:
 A row's result depends on that row alone, whatever rows share its tiles: a token's logits are
 the same in any pass (prefill whole or in pieces, any batch).
 
+The one-row VNNI kernel (`_row_matmul`, `_row_halves_matmul`) takes, besides Q4_1 and Q8_0,
+the word forms of the K-quants rewritten that AMX's kernels do not (`word_tiles.FIVE`,
+`HALVES`: `_row_product`), for `quant_int8.paired_matmul`.
+
 The tiles need Linux's grant (`granted()`); each parallel task loads the tile configuration
 (`ldtilecfg`, per-thread state) itself and releases the tiles at its end.
 """

@@ -37,6 +37,12 @@ all of k: per token, block and 16 output rows, 16 `vpdpbusd` and some 7 other in
 `int8_matmul` in two Q8_1 parts took some 23 others (docs/numerics.md, "int8 activations on
 VNNI"). `int8_matmul` stays for its `parts` (one part is llama.cpp's choice).
 
+`paired_matmul` also takes the word forms of GGUF's K-quants rewritten (`word_tiles.FIVE`:
+Q5_0's nibbles and fifth bits, each put in bit 4 of its byte; `HALVES`: Q6_K's Q8_0 bytes with
+a scale per half block, each half summed and offset apart; Q4_K and Q4_0 are Q4_1's nibbles),
+x quantized with the ratio 254 for all but Q4_1 (docs/numerics.md, "K-quants on the same
+kernels").
+
 `available()` tells whether the kernels run here (avx512bw and avx512vnni, and a product that
 compiles and checks); where they do not, the callers use the float32-activation kernels of
 `kernels.compute.quant`.
