@@ -646,7 +646,8 @@ def kquant_kernels(params: dict) -> list:
     """The compiled K-quant kernels the model's products call (one row and several: Numba
     compiles each on a machine's first use; the rewritten kinds' `quant_rows` products at the
     parts' widths where they compute on float32 activations, VNNI's where an "int8-amx" plan
-    sends them there, `quant.TiledMatrix.activations`), for `loading.kernels_cached`."""
+    sends them there and Q6_K's `HALVES` ones on VNNI, `quant.TiledMatrix.activations`), for
+    `loading.kernels_cached`."""
     matrices = [m for layer in params["layers"] for m in layer.get("blocks", {}).values()]
     parts = [p for m in [*matrices, params.get("lm_head_blocks")] for p in getattr(m, "parts", ())]
     kinds = {part.kind for part in parts if isinstance(part, kquant_layout.KQuantMatrix)}
@@ -658,6 +659,8 @@ def kquant_kernels(params: dict) -> list:
     kernels += [tables[halves][lanes] for halves, lanes in sorted(words)]
     if any(p.activations != p.plan.activations == "int8-amx" for p in rewritten):
         kernels += list(quant_int8.KERNELS)
+    if any(p.kind == "Q8_16" and p.activations == "int8-vnni" for p in rewritten):
+        kernels += list(quant_int8.HALVES_KERNELS)
     return kernels
 
 

@@ -1017,5 +1017,5 @@ def unchecked_matmul(x, scales, coefs, words, out):
     return _amx_matmul(x, scales, coefs, words, out)
 
 
-KERNELS = (_amx_matmul, _row_matmul, _row_halves_matmul)
+KERNELS = (_amx_matmul, _row_matmul)
 """The compiled kernels behind `amx_matmul` and `row_matmul` (for `corral.kernels.jit_cache`)."""

@@ -654,5 +654,8 @@ def paired_matmul(x, scales, coefs, words, out, halves: bool = False):
     return _paired_matmul(x, scales, coefs, words, out)
 
 
-KERNELS = (_paired_matmul, _row_matmul, _paired_halves_matmul, _row_halves_matmul)
+KERNELS = (_paired_matmul, _row_matmul)
 """The compiled kernels behind `paired_matmul` (for `corral.kernels.jit_cache`)."""
+
+HALVES_KERNELS = (_paired_halves_matmul, _row_halves_matmul)
+"""The compiled kernels behind `paired_matmul(..., halves=True)` (Q6_K rewritten)."""
