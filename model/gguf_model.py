@@ -10,10 +10,11 @@ file's own blocks:
 - Q4_1 and Q8_0 as `quant.TiledMatrix` (the kernels of `corral.kernels.compute.quant`, packed in
   one allocation as `quant.quantized_layers` does);
 - Q4_K, Q4_0, Q5_0 and Q6_K rewritten, weight for weight, as Q4_1 / Q8_0 word tiles
-  (`kquant_layout.as_blocks`, `quant.BlockMatrix.tiled(words_only=True)`: the register-blocked
-  kernels of `quant_rows` for one row and several); Q5_K and Q5_1 as
-  `kquant_layout.KQuantMatrix` (`kquants.kquant_matmul`); both on float32 activations whatever
-  the `ComputePlan` says;
+  (`kquant_layout.as_blocks`, `quant.BlockMatrix.tiled(words_only=True)`), on the activations
+  the `ComputePlan` says (`quant.TiledMatrix.activations`: the int8 kernels of
+  `quant_int8` / `quant_amx`, or on float32 the register-blocked kernels of `quant_rows`);
+  Q5_K and Q5_1 as `kquant_layout.KQuantMatrix` (`kquants.kquant_matmul`), on float32
+  activations whatever the plan says;
 - F32, F16 and BF16 as float32 arrays (a BLAS GEMM).
 
 q/k/v and gate/up are stacked as one matrix each when they share a block type, else kept as
@@ -47,6 +48,7 @@ from corral.kernels.compute import (
     kquant_row,
     kquant_rows,
     kquants,
+    quant_int8,
     quant_rows,
 )
 from corral.kernels.compute import quant as quant_kernels
@@ -643,16 +645,23 @@ _KQUANT_KERNELS = {
 def kquant_kernels(params: dict) -> list:
     """The compiled K-quant kernels the model's products call (one row and several: Numba
     compiles each on a machine's first use; the rewritten kinds' `quant_rows` products at the
-    parts' widths, whatever the plan's activations), for `loading.kernels_cached`."""
+    parts' widths where they compute on float32 activations, VNNI's where an "int8-amx" plan
+    sends them there and Q6_K's `HALVES` ones on VNNI, `quant.TiledMatrix.activations`), for
+    `loading.kernels_cached`."""
     matrices = [m for layer in params["layers"] for m in layer.get("blocks", {}).values()]
     parts = [p for m in [*matrices, params.get("lm_head_blocks")] for p in getattr(m, "parts", ())]
     kinds = {part.kind for part in parts if isinstance(part, kquant_layout.KQuantMatrix)}
     small = (kquant_row.small_row, kquant_rows.small_matmul)
     kernels = [kernel for kind in sorted(kinds) for kernel in _KQUANT_KERNELS.get(kind, small)]
-    words = {(p.kind == "Q8_16", p.plan.lanes) for p in parts
-             if isinstance(p, quant.TiledMatrix) and p.quants is None}  # fmt: skip
+    rewritten = [p for p in parts if isinstance(p, quant.TiledMatrix) and p.quants is None]
+    words = {(p.kind == "Q8_16", p.plan.lanes) for p in rewritten if p.activations == "float32"}
     tables = (quant_rows.FLOAT_MATMUL, quant_rows.HALVES_MATMUL)
-    return kernels + [tables[halves][lanes] for halves, lanes in sorted(words)]
+    kernels += [tables[halves][lanes] for halves, lanes in sorted(words)]
+    if any(p.activations != p.plan.activations == "int8-amx" for p in rewritten):
+        kernels += list(quant_int8.KERNELS)
+    if any(p.kind == "Q8_16" and p.activations == "int8-vnni" for p in rewritten):
+        kernels += list(quant_int8.HALVES_KERNELS)
+    return kernels
 
 
 def is_quantized(gguf: GGUFFile) -> bool:

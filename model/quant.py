@@ -10,6 +10,7 @@ activations the two differ only in rounding order.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -239,13 +240,15 @@ class TiledMatrix:
         """x W^T.  float32 [B, k] -> float32 [B, n_out] (float32 accumulation), by the kernel
         of the plan's `activations` (`MATMULS`): "int8-amx", x quantized by blocks in two int8
         parts on one scale, on AMX tiles (one row: the same sums in VNNI; `parts` unused);
-        "int8-vnni", x quantized in `parts` int8 parts (ggml's Q8_1, then the Q8_1 of what it
-        leaves over); "float32", several rows through `quant_rows` (each weight unpacked once
+        "int8-vnni", x quantized the same way, on AVX-512 VNNI (`quant_int8.paired_matmul`;
+        `parts` unused); "float32", several rows through `quant_rows` (each weight unpacked once
         for a group of up to 16 rows), one row through the one-row streaming kernels of
         `kernels.compute.quant` (a Q4_1 matrix's to `quant_rows` where the plan's
         `one_row_q4_1_in_registers`: the same sums bit for bit). A matrix without `quants`
-        (`BlockMatrix.tiled`'s `words_only`) computes on float32 activations through
-        `quant_rows` for every number of rows, whatever the plan's `activations`.
+        (`BlockMatrix.tiled`'s `words_only`: K-quants rewritten) computes likewise, its
+        float32 passes through `quant_rows` for every number of rows; "int8-vnni" takes every
+        word format (Q4_1, Q8_0, Q5_0, Q8_16), and on "int8-amx" the formats AMX's kernels
+        lack (Q5_0, Q8_16) go to VNNI's (to float32 where VNNI does not run).
 
         Raises:
             ValueError: x is not two-dimensional with k columns, or parts < 1.
@@ -255,9 +258,23 @@ class TiledMatrix:
             raise ValueError(f"x must be [B, {self.k}], got shape {x.shape}")
         if parts < 1:
             raise ValueError(f"x is quantized in at least one part, got parts={parts}")
-        if self.quants is None:  # words alone (K-quants rewritten): float32 activations
-            return _float_matmul(self, x, parts)
-        return MATMULS[self.plan.activations](self, x, parts)
+        return MATMULS[self.activations](self, x, parts)
+
+    @property
+    def activations(self) -> str:
+        """The activations `matmul` computes on (a key of `MATMULS`): the plan's, but Q5_0 and
+        Q8_16 under "int8-amx" on "int8-vnni" (or "float32" where VNNI does not run)."""
+        return _activations(self.kind, self.plan.activations)
+
+
+@functools.cache
+def _activations(kind: str, planned: str) -> str:
+    """The activations a matrix of `kind` computes on under a plan's `planned` ones: those,
+    but the formats AMX's kernels lack (Q5_0, Q8_16) on VNNI under "int8-amx" (float32 where
+    VNNI does not run either)."""
+    if planned == "int8-amx" and kind in ("Q5_0", "Q8_16"):
+        return "int8-vnni" if quant_int8.available() else "float32"
+    return planned
 
 
 def _amx_matmul(matrix: TiledMatrix, x: np.ndarray, parts: int) -> np.ndarray:
@@ -269,10 +286,12 @@ def _amx_matmul(matrix: TiledMatrix, x: np.ndarray, parts: int) -> np.ndarray:
 
 
 def _vnni_matmul(matrix: TiledMatrix, x: np.ndarray, parts: int) -> np.ndarray:
-    """`TiledMatrix.matmul` on AVX-512 VNNI (`quant_int8.paired_matmul`; `parts` unused)."""
-    coefs = matrix.minimums if matrix.kind == "Q4_1" else matrix.scales
+    """`TiledMatrix.matmul` on AVX-512 VNNI (`quant_int8.paired_matmul`, every word format;
+    `parts` unused)."""
+    coefs = matrix.scales if matrix.minimums is None else matrix.minimums
     out = np.empty((x.shape[0], matrix.n_out), np.float32)
-    return quant_int8.paired_matmul(x, matrix.scales, coefs, matrix.words, out)
+    halves = matrix.kind == "Q8_16"
+    return quant_int8.paired_matmul(x, matrix.scales, coefs, matrix.words, out, halves)
 
 
 def _float_matmul(matrix: TiledMatrix, x: np.ndarray, parts: int) -> np.ndarray:

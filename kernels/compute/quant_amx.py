@@ -37,6 +37,10 @@ the blocks of k:
 A row's result depends on that row alone, whatever rows share its tiles: a token's logits are
 the same in any pass (prefill whole or in pieces, any batch).
 
+The one-row VNNI kernel (`_row_matmul`, `_row_halves_matmul`) takes, besides Q4_1 and Q8_0,
+the word forms of the K-quants rewritten that AMX's kernels do not (`word_tiles.FIVE`,
+`HALVES`: `_row_product`), for `quant_int8.paired_matmul`.
+
 The tiles need Linux's grant (`granted()`); each parallel task loads the tile configuration
 (`ldtilecfg`, per-thread state) itself and releases the tiles at its end.
 """
@@ -49,6 +53,7 @@ import functools
 import llvmlite.binding as llvm
 import numba
 import numpy as np
+from corral.kernels.compute.word_tiles import BYTES, FIVE, HALVES, NIBBLES
 from corral.kernels.prefetch import prefetch_l2
 from llvmlite import ir
 from numba import types
@@ -446,144 +451,195 @@ def _group_product(
     return sig, codegen
 
 
-def _make_row_product(words_per_block: int):
-    """An intrinsic adding one block of 16 output rows times one row of x (its two parts) to
-    float totals, in AVX-512 VNNI, with `_group_product`'s integer sums and float formula:
+def spread_fifth_bits(builder, bits):
+    """IR: the 4 fifth bits in the low bits of each int32 lane of `bits` (bit b: the column of
+    byte b) moved to bit 4 of byte b, the rest zero (`FIVE`'s quants are nibble + 16 fifth
+    bit): ((bits & 15) * 0x02040810) & 0x10101010, the product's bits all apart (b + 7 c + 4
+    for bits b, c in 0..3: no carry, and only b = c lands on a bit 8 b + 4)."""
+    lanes = ir.VectorType(ir.IntType(32), ROWS)
+    low = builder.and_(bits, lanes([15] * ROWS))
+    return builder.and_(builder.mul(low, lanes([0x02040810] * ROWS)), lanes([0x10101010] * ROWS))
 
-        row_product(words, w_start, x_q, x_start, part_offset, x_scales, x_terms, xs_at,
-                    scales, coefs, sc_start, total, total_start)
 
-    The 16 rows' quants start at byte w_start of words (word tiles: 4 words of nibbles for
-    Q4_1, 8 of bytes q + 128 for Q8_0, by `words_per_block`), the row's block of x_1 at byte
-    x_start of x_q and of x_2 part_offset bytes on; `vpdpbusd` gives S_1, S_2 exactly, then
+def form_operands(builder, form, word, index, fifth=None):
+    """IR: the `vpdpbusd` left operands (unsigned bytes) of word `index` of a block of 16 rows'
+    word tiles in format `form` (`word_tiles`), with the block's column of each operand's byte
+    0: [(operand, column)]. Q8_0's bytes (`BYTES`, `HALVES`) as they lie, q + 128; Q4_1's
+    (`NIBBLES`) low nibbles (columns 4 index + b) and high ones (16 more); `FIVE`'s the same
+    with each fifth bit (from `fifth`, the block's fifth word) in bit 4 of its byte."""
+    lanes = ir.VectorType(ir.IntType(32), ROWS)
+    if form in (BYTES, HALVES):
+        return [(word, 4 * index)]
+    nibble = lanes([0x0F0F0F0F] * ROWS)
+    low = builder.and_(word, nibble)
+    high = builder.and_(builder.lshr(word, lanes([4] * ROWS)), nibble)
+    if form == FIVE:
+        for shift, operand in ((4 * index, "low"), (BLOCK // 2 + 4 * index, "high")):
+            bits = builder.lshr(fifth, lanes([shift] * ROWS)) if shift else fifth
+            if operand == "low":
+                low = builder.or_(low, spread_fifth_bits(builder, bits))
+            else:
+                high = builder.or_(high, spread_fifth_bits(builder, bits))
+    return [(low, 4 * index), (high, BLOCK // 2 + 4 * index)]
 
-        total[total_start + r] = fma(float(ratio S_1 + S_2 [- x_terms[xs_at]]), d s_r, total)
-                                 [then fma(c_r, x_terms[xs_at], .) for Q4_1]
 
-    with d = x_scales[xs_at], s_r, c_r = scales, coefs[sc_start + r], ratio = `ratio_of(Q4_1)`;
-    x_terms int32 (Q8_0's offsets, subtracted) or float32 (Q4_1's terms). Flat offsets; nothing
-    is bounds-checked.
+WORDS = {NIBBLES: 4, BYTES: 8, HALVES: 8, FIVE: 5}
+"""64-byte words a block of 16 rows takes in the word tiles, by format (`word_tiles`)."""
+
+
+ROW_FORMS = (NIBBLES, BYTES, HALVES, FIVE)
+"""`_row_product`'s dispatch table: the word formats (`word_tiles`)."""
+
+
+def _emit_row_product(context, builder, signature, args, form):
+    """Emit, at the builder's position, `_row_product`'s block for word format `form` (its
+    arguments after the key, x_terms or x_offsets in the place of the terms, by `form`)."""
+    terms_float = form in (NIBBLES, FIVE)
+    i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
+    vec, fvec = ir.VectorType(i32, ROWS), ir.VectorType(f32, ROWS)
+    w_start, x_start, part_offset, xs_at, sc_start, total_start = (
+        args[i] for i in (1, 3, 4, 7, 10, 12)
+    )
+    words_p = _data(context, builder, signature, args, 0)
+    x_p = _data(context, builder, signature, args, 2)
+    x_scales_p = _data(context, builder, signature, args, 5, f32)
+    x_terms_p = _data(context, builder, signature, args, 6, f32 if terms_float else i32)
+    scales_p = _data(context, builder, signature, args, 8, f32)
+    coefs_p = _data(context, builder, signature, args, 9, f32)
+    total_p = _data(context, builder, signature, args, 11, f32)
+    dpbusd = cgutils.get_or_insert_function(
+        builder.module,
+        ir.FunctionType(vec, [vec, vec, vec]),
+        "llvm.x86.avx512.vpdpbusd.512",
+    )
+    fma = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(fvec, [fvec] * 3), "llvm.fma.v16f32"
+    )
+
+    def load(base, offset, kind):
+        address = builder.bitcast(builder.gep(base, [offset]), kind.as_pointer())
+        return builder.load(address, align=1)
+
+    def splat(value, vector):
+        return _splat(builder, value, vector)
+
+    fifth = None
+    if form == FIVE:
+        fifth = load(words_p, builder.add(w_start, i64(64 * 4)), vec)
+    d = builder.load(builder.gep(x_scales_p, [xs_at]), align=4)
+    address = builder.bitcast(builder.gep(total_p, [total_start]), fvec.as_pointer())
+    value = builder.load(address, align=4)
+    # HALVES: words 0-3 (columns 0-15) by the scales, 4-7 (16-31) by the coefs
+    sections = [(range(4 if form in (NIBBLES, FIVE) else 8), scales_p)]
+    if form == HALVES:
+        sections = [(range(4), scales_p), (range(4, 8), coefs_p)]
+    for h, (indices, scale_p) in enumerate(sections):
+        splits = 4  # independent sums a part: vpdpbusd's latency is 5 cycles
+        sums = [[vec([0] * ROWS)] * splits for _ in range(2)]
+        step = 0
+        for index in indices:
+            word = load(words_p, builder.add(w_start, i64(64 * index)), vec)
+            for operand, column in form_operands(builder, form, word, index, fifth):
+                for part in range(2):
+                    at = builder.add(x_start, i64(column))
+                    if part:
+                        at = builder.add(at, part_offset)
+                    x_word = splat(load(x_p, at, i32), vec)
+                    slot = step % splits
+                    sums[part][slot] = builder.call(dpbusd, [sums[part][slot], operand, x_word])
+                step += 1
+        first, second = sums[0][0], sums[1][0]
+        for slot in range(1, splits):
+            first = builder.add(first, sums[0][slot])
+            second = builder.add(second, sums[1][slot])
+        ratio = ratio_of(form == NIBBLES)
+        combined = builder.add(_times_ratio(builder, first, ratio), second)
+        where = xs_at
+        if form == HALVES:
+            where = builder.add(builder.mul(xs_at, i64(2)), i64(h))
+        term = builder.load(builder.gep(x_terms_p, [where]), align=4)
+        if not terms_float:  # Q8_0: take off 128 sum(254 x_1 + x_2), in int32
+            combined = builder.sub(combined, splat(term, vec))
+        s = load(scale_p, sc_start, fvec)
+        ds = builder.fmul(splat(d, fvec), s)
+        value = builder.call(fma, [builder.sitofp(combined, fvec), ds, value])
+    if terms_float:  # Q4_1, FIVE: the minimums times the block's sum of x
+        value = builder.call(fma, [load(coefs_p, sc_start, fvec), splat(term, fvec), value])
+    builder.store(value, address, align=4)
+
+
+@intrinsic
+def _row_product(
+    typingctx,
+    form,
+    words,
+    w_start,
+    x_q,
+    x_start,
+    part_offset,
+    x_scales,
+    x_terms,
+    x_offsets,
+    xs_at,
+    scales,
+    coefs,
+    sc_start,
+    total,
+    total_start,
+):  # pragma: no cover - compiled
+    """Add one block of 16 output rows times one row of x (its two parts) to float totals, in
+    AVX-512 VNNI, for the word format `form` (`word_tiles.NIBBLES`, `BYTES`, `HALVES` or
+    `FIVE`; a switch over `ROW_FORMS`, another adds nothing), with `_group_product`'s integer
+    sums and float formula:
+
+        _row_product(form, words, w_start, x_q, x_start, part_offset, x_scales, x_terms,
+                     x_offsets, xs_at, scales, coefs, sc_start, total, total_start)
+
+    The 16 rows' quants start at byte w_start of words (`WORDS[form]` words), the row's block
+    of x_1 at byte x_start of x_q and of x_2 part_offset bytes on; `vpdpbusd` gives S_1, S_2
+    exactly (over the block; `HALVES`: over each half apart), then with S = ratio S_1 + S_2,
+    ratio = `ratio_of(form == NIBBLES)`, d = x_scales[xs_at], s_r, c_r = scales, coefs[sc_start
+    + r]:
+
+        NIBBLES, FIVE: total = fma(c_r, x_terms[xs_at], fma(float(S), d s_r, total))
+                       (`FIVE`'s quants 0..31, the fifth bits put in)
+        BYTES:         total = fma(float(S - x_offsets[xs_at]), d s_r, total)
+        HALVES:        total = fma(float(S_h - x_offsets[2 xs_at + h]), d c'_r, total) for
+                       h = 0 then 1, c' = s then c
+
+    (x_terms float32: d sum(ratio x_1 + x_2); x_offsets int32: 128 sum(ratio x_1 + x_2), the
+    stored Q8_0 quants' offset, `HALVES` a half block's each). Flat offsets; nothing is
+    bounds-checked.
     """
-    nibbles = words_per_block == 4
+    arrays = (words, x_q, x_scales, x_terms, x_offsets, scales, coefs, total)
+    wanted = (types.uint8, types.int8, types.float32, types.float32, types.int32)
+    wanted += (types.float32,) * 3
+    if any(
+        not isinstance(a, types.Array) or a.dtype != d for a, d in zip(arrays, wanted, strict=True)
+    ):
+        return None
+    sig = types.void(form, words, w_start, x_q, x_start, part_offset, x_scales, x_terms,
+                     x_offsets, xs_at, scales, coefs, sc_start, total, total_start)  # fmt: skip
 
-    @intrinsic
-    def row_product(
-        typingctx,
-        words,
-        w_start,
-        x_q,
-        x_start,
-        part_offset,
-        x_scales,
-        x_terms,
-        xs_at,
-        scales,
-        coefs,
-        sc_start,
-        total,
-        total_start,
-    ):  # pragma: no cover - compiled
-        term_type = types.float32 if nibbles else types.int32
-        arrays = (words, x_q, x_scales, x_terms, scales, coefs, total)
-        wanted = (types.uint8, types.int8, types.float32, term_type) + (types.float32,) * 3
-        if any(
-            not isinstance(a, types.Array) or a.dtype != d
-            for a, d in zip(arrays, wanted, strict=True)
-        ):
-            return None
-        sig = types.void(
-            words,
-            w_start,
-            x_q,
-            x_start,
-            part_offset,
-            x_scales,
-            x_terms,
-            xs_at,
-            scales,
-            coefs,
-            sc_start,
-            total,
-            total_start,
-        )
+    literal = form.literal_value if isinstance(form, types.IntegerLiteral) else None
 
-        def codegen(context, builder, signature, args):
-            i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
-            vec, fvec = ir.VectorType(i32, ROWS), ir.VectorType(f32, ROWS)
-            w_start, x_start, part_offset, xs_at, sc_start, total_start = (
-                args[i] for i in (1, 3, 4, 7, 10, 12)
-            )
-            words_p = _data(context, builder, signature, args, 0)
-            x_p = _data(context, builder, signature, args, 2)
-            x_scales_p = _data(context, builder, signature, args, 5, f32)
-            x_terms_p = _data(context, builder, signature, args, 6, f32 if nibbles else i32)
-            scales_p = _data(context, builder, signature, args, 8, f32)
-            coefs_p = _data(context, builder, signature, args, 9, f32)
-            total_p = _data(context, builder, signature, args, 11, f32)
-            dpbusd = cgutils.get_or_insert_function(
-                builder.module,
-                ir.FunctionType(vec, [vec, vec, vec]),
-                "llvm.x86.avx512.vpdpbusd.512",
-            )
-            fma = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(fvec, [fvec] * 3), "llvm.fma.v16f32"
-            )
+    def codegen(context, builder, signature, args):
+        key = context.cast(builder, args[0], signature.args[0], types.int64)
+        done = builder.append_basic_block("row_done")
+        switch = builder.switch(key, done)
+        for form_ in ROW_FORMS if literal is None else (literal,):
+            case = builder.append_basic_block(f"row_{form_}")
+            switch.add_case(ir.IntType(64)(form_), case)
+            builder.position_at_end(case)
+            terms = 7 if form_ in (NIBBLES, FIVE) else 8  # x_terms or x_offsets
+            chosen = [i for i in range(1, 15) if i not in (7, 8) or i == terms]
+            inner = types.void(*(signature.args[i] for i in chosen))
+            _emit_row_product(context, builder, inner, [args[i] for i in chosen], form_)
+            builder.branch(done)
+        builder.position_at_end(done)
+        return context.get_dummy_value()
 
-            def load(base, offset, kind):
-                address = builder.bitcast(builder.gep(base, [offset]), kind.as_pointer())
-                return builder.load(address, align=1)
-
-            def ratio(value):
-                return _times_ratio(builder, value, ratio_of(nibbles))
-
-            def splat(value, vector):
-                return _splat(builder, value, vector)
-
-            splits = 4  # independent sums a part: vpdpbusd's latency is 5 cycles
-            sums = [[vec([0] * ROWS)] * splits for _ in range(2)]
-            step = 0
-            for index in range(words_per_block):
-                word = load(words_p, builder.add(w_start, i64(64 * index)), vec)
-                operands = [(word, 4 * index)]
-                if nibbles:  # low nibbles: elements j; high nibbles: elements j + 16
-                    nibble = vec([0x0F0F0F0F] * ROWS)
-                    low = builder.and_(word, nibble)
-                    high = builder.and_(builder.lshr(word, vec([4] * ROWS)), nibble)
-                    operands = [(low, 4 * index), (high, BLOCK // 2 + 4 * index)]
-                for operand, column in operands:
-                    for part in range(2):
-                        at = builder.add(x_start, i64(column))
-                        if part:
-                            at = builder.add(at, part_offset)
-                        x_word = splat(load(x_p, at, i32), vec)
-                        slot = step % splits
-                        sums[part][slot] = builder.call(dpbusd, [sums[part][slot], operand, x_word])
-                    step += 1
-            first, second = sums[0][0], sums[1][0]
-            for slot in range(1, splits):
-                first = builder.add(first, sums[0][slot])
-                second = builder.add(second, sums[1][slot])
-            combined = builder.add(ratio(first), second)
-            term = builder.load(builder.gep(x_terms_p, [xs_at]), align=4)
-            if not nibbles:  # Q8_0: take off 128 sum(254 x_1 + x_2), in int32
-                combined = builder.sub(combined, splat(term, vec))
-            s = load(scales_p, sc_start, fvec)
-            d = builder.load(builder.gep(x_scales_p, [xs_at]), align=4)
-            ds = builder.fmul(splat(d, fvec), s)
-            address = builder.bitcast(builder.gep(total_p, [total_start]), fvec.as_pointer())
-            value = builder.load(address, align=4)
-            value = builder.call(fma, [builder.sitofp(combined, fvec), ds, value])
-            if nibbles:  # Q4_1: the minimums times the block's sum of x
-                value = builder.call(fma, [load(coefs_p, sc_start, fvec), splat(term, fvec), value])
-            builder.store(value, address, align=4)
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    return row_product
-
-
-_row_q4_1, _row_q8_0 = _make_row_product(4), _make_row_product(8)
+    return sig, codegen
 
 
 @functools.cache
@@ -746,19 +802,43 @@ def quantize_rows(x, x_q, x_scales, x_sums, x_terms, nibbles):  # pragma: no cov
 
 
 @numba.njit(cache=True)
-def _quantized(x, groups, rows, nibbles):  # pragma: no cover - compiled
-    """x's two int8 parts in fresh arrays (`quantize_rows`, for Q4_1 weights if `nibbles`)
-    for `groups` groups of 16 rows and `rows` rows of scales, zero past x's rows; with Q8_0's
-    offsets, 128 x_sums.  -> (x_q, x_scales, x_terms, x_offsets). Compiled apart from the
-    parallel kernels: there each np.zeros and array expression would be a parallel region of
-    its own, waking the other threads (a dozen more wake-ups a product, which at batch 1 cost
-    more than the product)."""
+def form_of(words, halves):
+    """The word format (`word_tiles.NIBBLES`, `BYTES`, `HALVES`, `FIVE`) of word tiles uint8
+    [n_tiles, k/32, tile/16, W, 16, 4]: by W (4, 8, 5), Q8_0's bytes `HALVES` where `halves`."""
+    wide = words.shape[3]
+    if wide == 4:
+        return NIBBLES
+    if wide == 5:
+        return FIVE
+    return HALVES if halves else BYTES
+
+
+@numba.njit(cache=True)
+def _quantized(x, groups, rows, form):  # pragma: no cover - compiled
+    """x's two int8 parts in fresh arrays (`quantize_rows`, the parts' ratio 16 for Q4_1
+    weights (`form` `NIBBLES`), else 254) for `groups` groups of 16 rows and `rows` rows of
+    scales, zero past x's rows; with Q8_0's offsets 128 x_sums (`HALVES`: 128 times each half
+    block's sum(254 x_1 + x_2), [rows, 2 k/32], half h of block j at 2 j + h).  -> (x_q,
+    x_scales, x_terms, x_offsets). Compiled apart from the parallel kernels: there each
+    np.zeros and array expression would be a parallel region of its own, waking the other
+    threads (a dozen more wake-ups a product, which at batch 1 cost more than the product)."""
     n_blocks = x.shape[1] // BLOCK
     x_q = np.zeros((groups, n_blocks, ROWS, X_ROW), np.int8)
     x_scales = np.zeros((rows, n_blocks), np.float32)
     x_sums = np.zeros((rows, n_blocks), np.int32)
     x_terms = np.zeros((rows, n_blocks), np.float32)
-    quantize_rows(x, x_q, x_scales, x_sums, x_terms, nibbles)
+    quantize_rows(x, x_q, x_scales, x_sums, x_terms, form == NIBBLES)
+    if form == HALVES:
+        x_offsets = np.zeros((rows, 2 * n_blocks), np.int32)
+        for row in range(min(rows, x.shape[0])):
+            for block in range(n_blocks):
+                for h in range(2):
+                    total = 0
+                    for j in range(h * ROWS, (h + 1) * ROWS):
+                        first = np.int32(x_q[row // ROWS, block, row % ROWS, j])
+                        total += PART_RATIO * first + x_q[row // ROWS, block, row % ROWS, BLOCK + j]
+                    x_offsets[row, 2 * block + h] = total * 128
+        return x_q, x_scales, x_terms, x_offsets
     x_offsets = np.empty_like(x_sums)
     for row in range(rows):
         for block in range(n_blocks):
@@ -784,7 +864,7 @@ def _amx_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
     lane_groups = tile // ROWS
     rows = batch + (-batch) % ROWS  # zero rows pad the last group of x
     nibbles = words.shape[3] == 4
-    x_q, x_scales, x_terms, x_offsets = _quantized(x, rows // ROWS, rows, nibbles)
+    x_q, x_scales, x_terms, x_offsets = _quantized(x, rows // ROWS, rows, form_of(words, False))
     n_out = out.shape[1]
     flat_words = words.reshape(-1)
     chunk = ROWS * 4 * words.shape[3]  # bytes of one block of 16 output rows
@@ -817,17 +897,16 @@ def _amx_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, parallel=True)
-def _row_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
-    """`amx_matmul` for x of one row, in AVX-512 VNNI (`_make_row_product`): the same
-    quantization, integer sums and float operations in the same order, so the same results
-    bit for bit, without AMX's 16-row tiles (15 of whose rows one row would waste).
-    O(n_out k) integer multiply-adds; W read once. Arguments as `amx_matmul`'s (x [1, k])."""
+def _row_kernel(x, scales, coefs, words, out, form):  # pragma: no cover - compiled
+    """`_row_matmul` for the word format `form`, compiled for each (a literal: `_row_product`
+    emits that format's code alone)."""
+    numba.literally(form)
     n_tiles, n_blocks, tile = scales.shape
     lane_groups = tile // ROWS
     n_out = out.shape[1]
-    nibbles = words.shape[3] == 4
-    x_q, x_scales, x_terms, x_offsets = _quantized(x, 1, 1, nibbles)  # row 0 of a group
+    x_q, x_scales, x_terms, x_offsets = _quantized(x, 1, 1, form)  # row 0 of a group
     flat_words, flat_x = words.reshape(-1), x_q.reshape(-1)
+    flat_terms, flat_offsets = x_terms.reshape(-1), x_offsets.reshape(-1)
     last_word = flat_words.shape[0]
     chunk = ROWS * 4 * words.shape[3]  # bytes of one block of 16 output rows
     for t in numba.prange(n_tiles):
@@ -840,16 +919,33 @@ def _row_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
                     for line in range(0, chunk, 64):
                         prefetch_l2(flat_words, ahead + line)
                 sc_start = (t * n_blocks + block) * tile + g * ROWS
-                x_args = (flat_x, block * ROWS * X_ROW, BLOCK, x_scales)
-                if nibbles:
-                    w_args = (x_terms, block, scales, coefs, sc_start, total, g * ROWS)
-                    _row_q4_1(flat_words, w_start, *x_args, *w_args)
-                else:
-                    w_args = (x_offsets, block, scales, coefs, sc_start, total, g * ROWS)
-                    _row_q8_0(flat_words, w_start, *x_args, *w_args)
+                x_args = (flat_x, block * ROWS * X_ROW, BLOCK, x_scales, flat_terms)
+                w_args = (flat_offsets, block, scales, coefs, sc_start, total, g * ROWS)
+                _row_product(form, flat_words, w_start, *x_args, *w_args)
         start, end = t * tile, min((t + 1) * tile, n_out)
         out[0, start:end] = total[: end - start]
     return out
+
+
+@numba.njit(cache=True)
+def _row_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
+    """`amx_matmul` for x of one row, in AVX-512 VNNI (`_make_row_product`): the same
+    quantization, integer sums and float operations in the same order, so the same results
+    bit for bit, without AMX's 16-row tiles (15 of whose rows one row would waste).
+    O(n_out k) integer multiply-adds; W read once. Arguments as `amx_matmul`'s (x [1, k]), and
+    words may also be `FIVE`'s (W = 5: coefs the minimums)."""
+    if words.shape[3] == 4:
+        return _row_kernel(x, scales, coefs, words, out, NIBBLES)
+    if words.shape[3] == 5:
+        return _row_kernel(x, scales, coefs, words, out, FIVE)
+    return _row_kernel(x, scales, coefs, words, out, BYTES)
+
+
+@numba.njit(cache=True)
+def _row_halves_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
+    """`_row_matmul` of Q8_0's words with a scale per half block (`HALVES`: scales the first
+    halves', coefs the second halves')."""
+    return _row_kernel(x, scales, coefs, words, out, HALVES)
 
 
 def _check(x, scales, coefs, words, out, one_row: bool) -> None:

@@ -37,6 +37,12 @@ all of k: per token, block and 16 output rows, 16 `vpdpbusd` and some 7 other in
 `int8_matmul` in two Q8_1 parts took some 23 others (docs/numerics.md, "int8 activations on
 VNNI"). `int8_matmul` stays for its `parts` (one part is llama.cpp's choice).
 
+`paired_matmul` also takes the word forms of GGUF's K-quants rewritten (`word_tiles.FIVE`:
+Q5_0's nibbles and fifth bits, each put in bit 4 of its byte; `HALVES`: Q6_K's Q8_0 bytes with
+a scale per half block, each half summed and offset apart; Q4_K and Q4_0 are Q4_1's nibbles),
+x quantized with the ratio 254 for all but Q4_1 (docs/numerics.md, "K-quants on the same
+kernels").
+
 `available()` tells whether the kernels run here (avx512bw and avx512vnni, and a product that
 compiles and checks); where they do not, the callers use the float32-activation kernels of
 `kernels.compute.quant`.
@@ -51,13 +57,25 @@ import numba
 import numpy as np
 from corral.kernels.compute.quant_amx import (
     ROWS,
+    WORDS,
     X_ROW,
     _quantized,
+    _row_halves_matmul,
     _row_matmul,
     _times_ratio,
+    form_of,
+    form_operands,
     ratio_of,
 )
-from corral.kernels.compute.word_tiles import BLOCK, LANES, word_tiles
+from corral.kernels.compute.word_tiles import (
+    BLOCK,
+    BYTES,
+    FIVE,
+    HALVES,
+    LANES,
+    NIBBLES,
+    word_tiles,
+)
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -335,13 +353,16 @@ the block (two for Q8_0, one a part) and the row's total over all blocks in regi
 AVX-512's 32 for Q8_0 at 8 rows (more rows spill them to memory)."""
 
 
-def _emit_paired_product(context, builder, arg_types, args, nibbles, group):
+def _emit_paired_product(context, builder, arg_types, args, form, group):
     """Emit, at the builder's position, `group` rows of x (two int8 parts on one scale) times 16
-    output rows over every block of k, the totals kept in vector registers and stored at the
-    end (`_paired_product`'s contract; `args` and `arg_types` its arguments after the key)."""
+    output rows over every block of k in word format `form`, the totals kept in vector
+    registers and stored at the end (`_paired_product`'s contract; `args` and `arg_types` its
+    arguments after the keys)."""
     i8, i32, i64, f32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
     vec, fvec = ir.VectorType(i32, LANES), ir.VectorType(f32, LANES)
-    words_per_block = 4 if nibbles else 8
+    nibbles = form == NIBBLES
+    terms_float = form in (NIBBLES, FIVE)
+    words_per_block = WORDS[form]
 
     def pointer(index, element):  # the data of array argument `index`
         array = context.make_array(arg_types[index])(context, builder, args[index])
@@ -356,7 +377,7 @@ def _emit_paired_product(context, builder, arg_types, args, nibbles, group):
         return builder.shuffle_vector(single, ir.Constant(vector, None), vec([0] * LANES))
 
     words_p, x_p = pointer(0, i8), pointer(3, i8)
-    x_scales_p, x_terms_p = pointer(5, f32), pointer(6, f32 if nibbles else i32)
+    x_scales_p, x_terms_p = pointer(5, f32), pointer(6, f32 if terms_float else i32)
     scales_p, coefs_p, total_p = pointer(9, f32), pointer(10, f32), pointer(13, f32)
     w_start, step, x_start, xs_start = args[1], args[2], args[4], args[7]
     n_blocks, sc_start, sc_step = args[8], args[11], args[12]
@@ -366,7 +387,7 @@ def _emit_paired_product(context, builder, arg_types, args, nibbles, group):
     fma = cgutils.get_or_insert_function(
         builder.module, ir.FunctionType(fvec, [fvec] * 3), "llvm.fma.v16f32"
     )
-    chains = 1 if nibbles else 2  # Q4_1: 16 S_1 + S_2 in one sum; Q8_0: S_1 and S_2 apart
+    chains = 1 if nibbles else 2  # Q4_1: 16 S_1 + S_2 in one sum; else S_1 and S_2 apart
     splits = max(1, 8 // (group * chains))  # independent sums in flight: vpdpbusd's latency
     entry = builder.block
     loop = builder.append_basic_block("blocks")
@@ -395,52 +416,68 @@ def _emit_paired_product(context, builder, arg_types, args, nibbles, group):
     for base in (scales_p, coefs_p):
         address = builder.gep(base, [builder.add(sc_at, i64(LANES))])
         builder.call(prefetch, [builder.bitcast(address, i8.as_pointer()), i32(0), i32(3), i32(1)])
-    sums = [[[vec([0] * LANES)] * splits for _ in range(chains)] for _ in range(group)]
-    turn = 0
-    for index in range(words_per_block):
-        word = load(words_p, builder.add(w_at, i64(64 * index)), vec)
-        column = 4 * index
-        if nibbles:  # 16 q against x_1 and q against x_2: 16 S_1 + S_2 (q <= 15: 16 q a byte)
-            low, high = vec([0x0F0F0F0F] * LANES), vec([-0x0F0F0F10] * LANES)  # 0xF0F0F0F0
-            operands = [
-                (builder.and_(builder.shl(word, vec([4] * LANES)), high), column, 0),
-                (builder.and_(word, low), column, 1),
-                (builder.and_(word, high), BLOCK // 2 + column, 0),
-                (builder.and_(builder.lshr(word, vec([4] * LANES)), low), BLOCK // 2 + column, 1),
-            ]
-        else:
-            operands = [(word, column, 0), (word, column, 1)]
-        for operand, at, part in operands:
-            chain = 0 if nibbles else part
-            slot = turn % splits
-            for i in range(group):
-                offset = builder.add(x_at, i64(X_ROW * i + BLOCK * part + at))
-                x_word = splat(load(x_p, offset, i32), vec)
-                sums[i][chain][slot] = builder.call(dpbusd, [sums[i][chain][slot], operand, x_word])
-            turn += 1
-    s = load(scales_p, sc_at, fvec, 4)
-    c = load(coefs_p, sc_at, fvec, 4) if nibbles else None
-    following = []
-    for i in range(group):
-        parts = []
-        for chain in sums[i]:
-            total = chain[0]
-            for other in chain[1:]:
-                total = builder.add(total, other)
-            parts.append(total)
-        where = builder.add(builder.add(xs_start, builder.mul(n_blocks, i64(i))), block)
-        term = load(x_terms_p, where, f32 if nibbles else i32, 4)
-        if nibbles:
-            combined = parts[0]
-        else:  # 254 S_1 + S_2, less 128 sum(254 x_1 + x_2) for the stored q + 128
-            combined = builder.add(_times_ratio(builder, parts[0], ratio_of(False)), parts[1])
-            combined = builder.sub(combined, splat(term, vec))
-        d = load(x_scales_p, where, f32, 4)
-        ds = builder.fmul(splat(d, fvec), s)
-        value = builder.call(fma, [builder.sitofp(combined, fvec), ds, totals[i]])
-        if nibbles:
-            value = builder.call(fma, [c, splat(term, fvec), value])
-        following.append(value)
+    fifth = load(words_p, builder.add(w_at, i64(64 * 4)), vec) if form == FIVE else None
+    where = [builder.add(builder.add(xs_start, builder.mul(n_blocks, i64(i))), block)
+             for i in range(group)]  # fmt: skip
+    following = list(totals)
+    # HALVES: words 0-3 (columns 0-15) by the scales, then 4-7 (16-31) by the coefs
+    sections = [(range(4 if terms_float else 8), scales_p)]
+    if form == HALVES:
+        sections = [(range(4), scales_p), (range(4, 8), coefs_p)]
+    for h, (indices, scale_p) in enumerate(sections):
+        sums = [[[vec([0] * LANES)] * splits for _ in range(chains)] for _ in range(group)]
+        turn = 0
+        for index in indices:
+            word = load(words_p, builder.add(w_at, i64(64 * index)), vec)
+            column = 4 * index
+            if nibbles:  # 16 q against x_1 and q against x_2: 16 S_1 + S_2 (16 q a byte)
+                low, high = vec([0x0F0F0F0F] * LANES), vec([-0x0F0F0F10] * LANES)  # 0xF0F0F0F0
+                right = builder.lshr(word, vec([4] * LANES))
+                operands = [
+                    (builder.and_(builder.shl(word, vec([4] * LANES)), high), column, 0),
+                    (builder.and_(word, low), column, 1),
+                    (builder.and_(word, high), BLOCK // 2 + column, 0),
+                    (builder.and_(right, low), BLOCK // 2 + column, 1),
+                ]
+            else:  # each operand against both parts, apart
+                operands = [(operand, at, part)
+                            for operand, at in form_operands(builder, form, word, index, fifth)
+                            for part in (0, 1)]  # fmt: skip
+            for operand, at, part in operands:
+                chain = 0 if nibbles else part
+                slot = turn % splits
+                for i in range(group):
+                    offset = builder.add(x_at, i64(X_ROW * i + BLOCK * part + at))
+                    x_word = splat(load(x_p, offset, i32), vec)
+                    sums[i][chain][slot] = builder.call(
+                        dpbusd, [sums[i][chain][slot], operand, x_word]
+                    )
+                turn += 1
+        s = load(scale_p, sc_at, fvec, 4)
+        for i in range(group):
+            parts = []
+            for chain in sums[i]:
+                total = chain[0]
+                for other in chain[1:]:
+                    total = builder.add(total, other)
+                parts.append(total)
+            if nibbles:
+                combined = parts[0]
+            else:  # 254 S_1 + S_2 (Q8_0: less 128 sum(254 x_1 + x_2) for the stored q + 128)
+                combined = builder.add(_times_ratio(builder, parts[0], ratio_of(False)), parts[1])
+            if not terms_float:
+                at = where[i]
+                if form == HALVES:
+                    at = builder.add(builder.mul(at, i64(2)), i64(h))
+                combined = builder.sub(combined, splat(load(x_terms_p, at, i32, 4), vec))
+            d = load(x_scales_p, where[i], f32, 4)
+            ds = builder.fmul(splat(d, fvec), s)
+            following[i] = builder.call(fma, [builder.sitofp(combined, fvec), ds, following[i]])
+    if terms_float:  # Q4_1, FIVE: the minimums times the block's sum of x
+        c = load(coefs_p, sc_at, fvec, 4)
+        for i in range(group):
+            term = load(x_terms_p, where[i], f32, 4)
+            following[i] = builder.call(fma, [c, splat(term, fvec), following[i]])
     next_block = builder.add(block, i64(1))
     block.add_incoming(next_block, builder.block)
     for phi, value in zip(totals, following, strict=True):
@@ -452,9 +489,15 @@ def _emit_paired_product(context, builder, arg_types, args, nibbles, group):
         builder.store(value, address, align=4)
 
 
+PAIRED = tuple((form, group) for form in (NIBBLES, BYTES, HALVES, FIVE)
+               for group in (1, 2, 4, PAIRED_GROUP))  # fmt: skip
+"""`_paired_product`'s dispatch table: (word format `form`, rows of x `group`)."""
+
+
 @intrinsic
 def _paired_product(
     typingctx,
+    form,
     group,
     words,
     w_start,
@@ -463,6 +506,7 @@ def _paired_product(
     x_start,
     x_scales,
     x_terms,
+    x_offsets,
     xs_start,
     n_blocks,
     scales,
@@ -471,48 +515,57 @@ def _paired_product(
     sc_step,
     total,
 ):  # pragma: no cover - compiled
-    """`group` (1, 2, 4 or `PAIRED_GROUP`; another writes nothing) rows of x in two int8
-    parts on one scale (`quant_amx.quantize_rows`) times 16 output rows, over all n_blocks
-    blocks of k:
+    """`group` (1, 2, 4 or `PAIRED_GROUP`) rows of x in two int8 parts on one scale
+    (`quant_amx.quantize_rows`) times 16 output rows in word format `form`
+    (`word_tiles.NIBBLES`, `BYTES`, `HALVES`, `FIVE`), over all n_blocks blocks of k, the
+    variant chosen by a switch over the table `PAIRED` (another (form, group) writes nothing):
 
-        _paired_product(group, words, w_start, step, x_q, x_start, x_scales, x_terms,
-                        xs_start, n_blocks, scales, coefs, sc_start, sc_step, total)
+        _paired_product(form, group, words, w_start, step, x_q, x_start, x_scales, x_terms,
+                        x_offsets, xs_start, n_blocks, scales, coefs, sc_start, sc_step, total)
 
     writes total[16 i + r], for row i < group and lane r < 16, as `quant_amx`'s one-row VNNI
-    product sums it (the same integer sums, the same float operations in the same order, so
-    the same value bit for bit): for each block j in order,
+    product of the same form sums it (the same integer sums, the same float operations in the
+    same order, so the same value bit for bit): for each block j in order,
 
-        total = fma(float(S), d s_r, total) [then fma(c_r, term, total) for Q4_1]
+        NIBBLES, FIVE: total = fma(c_r, term, fma(float(S), d s_r, total))
+        BYTES:         total = fma(float(S - offset), d s_r, total)
+        HALVES:        total = fma(float(S_h - offset_h), d c'_r, total), h = 0 then 1 (c' = s, c)
 
-    S = 16 S_1 + S_2 (Q4_1) or 254 S_1 + S_2 - term (Q8_0, term int32: the stored quants'
-    offset), from `vpdpbusd`. Block j's 16 rows' quants start at byte w_start + j step of
-    words (word tiles: 4 words of nibbles for Q4_1, 8 of q + 128 for Q8_0); row i's block j of
-    x_q (64 bytes: x_1, then x_2) at byte x_start + 64 i + 1024 j; d and term at x_scales,
-    x_terms[xs_start + n_blocks i + j]; s_r, c_r at scales, coefs[sc_start + j sc_step + r].
-    The weights' kind is the terms' dtype: float32 for Q4_1, int32 for Q8_0. Flat offsets
-    into C-contiguous arrays; nothing is bounds-checked (the caller's loops stay in range).
+    S = 16 S_1 + S_2 (NIBBLES) or 254 S_1 + S_2 (the others; HALVES S_h over half h's 16
+    columns), from `vpdpbusd`. Block j's 16 rows' quants start at byte w_start + j step of
+    words (`quant_amx.WORDS[form]` words); row i's block j of x_q (64 bytes: x_1, then x_2) at
+    byte x_start + 64 i + 1024 j; d, term and offset at x_scales, x_terms (float32: d
+    sum(ratio x_1 + x_2)), x_offsets (int32: 128 sum(254 x_1 + x_2), the stored quants'
+    offset) [xs_start + n_blocks i + j] (HALVES: offset_h at x_offsets[2 (xs_start + n_blocks
+    i + j) + h]); s_r, c_r at scales, coefs[sc_start + j sc_step + r]. Flat offsets into
+    C-contiguous arrays; nothing is bounds-checked (the caller's loops stay in range).
     """
-    arrays = (words, x_q, x_scales, x_terms, scales, coefs, total)
-    if not isinstance(x_terms, types.Array) or x_terms.dtype not in (types.float32, types.int32):
-        return None
-    wanted = (types.uint8, types.int8, types.float32, x_terms.dtype) + (types.float32,) * 3
+    arrays = (words, x_q, x_scales, x_terms, x_offsets, scales, coefs, total)
+    wanted = (types.uint8, types.int8, types.float32, types.float32, types.int32)
+    wanted += (types.float32,) * 3
     if any(
         not isinstance(a, types.Array) or a.dtype != d for a, d in zip(arrays, wanted, strict=True)
     ):
         return None  # a typing error: these dtypes only
-    nibbles = x_terms.dtype == types.float32
-    sig = types.void(group, words, w_start, step, x_q, x_start, x_scales, x_terms, xs_start,
-                     n_blocks, scales, coefs, sc_start, sc_step, total)  # fmt: skip
+    sig = types.void(form, group, words, w_start, step, x_q, x_start, x_scales, x_terms,
+                     x_offsets, xs_start, n_blocks, scales, coefs, sc_start, sc_step,
+                     total)  # fmt: skip
 
     def codegen(context, builder, signature, args):
-        rows = context.cast(builder, args[0], signature.args[0], types.int64)
+        i64 = ir.IntType(64)
+        form_, rows = (context.cast(builder, args[i], signature.args[i], types.int64)
+                       for i in (0, 1))  # fmt: skip
         done = builder.append_basic_block("paired_done")
-        switch = builder.switch(rows, done)
-        for group_ in (1, 2, 4, PAIRED_GROUP):
-            case = builder.append_basic_block(f"paired_{group_}")
-            switch.add_case(ir.IntType(64)(group_), case)
+        switch = builder.switch(builder.or_(builder.shl(form_, i64(8)), rows), done)
+        for form_key, group_ in PAIRED:
+            case = builder.append_basic_block(f"paired_{form_key}_{group_}")
+            switch.add_case(i64((form_key << 8) | group_), case)
             builder.position_at_end(case)
-            _emit_paired_product(context, builder, signature.args[1:], args[1:], nibbles, group_)
+            terms = 8 if form_key in (NIBBLES, FIVE) else 9  # x_terms or x_offsets
+            chosen = [i for i in range(2, 17) if i not in (8, 9) or i == terms]
+            inner = [signature.args[i] for i in chosen]
+            _emit_paired_product(context, builder, inner, [args[i] for i in chosen], form_key,
+                                 group_)  # fmt: skip
             builder.branch(done)
         builder.position_at_end(done)
         return context.get_dummy_value()
@@ -521,15 +574,15 @@ def _paired_product(
 
 
 @numba.njit(cache=True, parallel=True)
-def _paired_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
-    """`paired_matmul` for x of two rows or more."""
+def _paired_kernel(x, scales, coefs, words, out, halves):  # pragma: no cover - compiled
+    """`paired_matmul` for x of two rows or more, words in format `form_of(words, halves)`."""
     batch, k = x.shape
     n_tiles, n_blocks, tile = scales.shape
     n_out = out.shape[1]
     lane_groups = tile // LANES
     rows = batch + (-batch) % ROWS  # zero rows pad x's last group of 16
-    nibbles = words.shape[3] == 4
-    x_q, x_scales, x_terms, x_offsets = _quantized(x, rows // ROWS, rows, nibbles)
+    form = form_of(words, halves)
+    x_q, x_scales, x_terms, x_offsets = _quantized(x, rows // ROWS, rows, form)
     flat_words, flat_x = words.reshape(-1), x_q.reshape(-1)
     flat_xs, flat_terms, flat_offsets = (
         x_scales.reshape(-1),
@@ -552,10 +605,7 @@ def _paired_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
                 sc_start = t * n_blocks * tile + g * LANES
                 w_args = (flat_words, w_start, step, flat_x, x_start, flat_xs)
                 s_args = (first * n_blocks, n_blocks, flat_scales, flat_coefs, sc_start, tile)
-                if nibbles:
-                    _paired_product(group, *w_args, flat_terms, *s_args, totals)
-                else:
-                    _paired_product(group, *w_args, flat_offsets, *s_args, totals)
+                _paired_product(form, group, *w_args, flat_terms, flat_offsets, *s_args, totals)
                 column = t * tile + g * LANES
                 for i in range(min(group, batch - first)):  # no views: each one costs
                     for r in range(min(LANES, n_out - column)):  # two atomic reference-count
@@ -563,28 +613,49 @@ def _paired_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
     return out
 
 
-def paired_matmul(x, scales, coefs, words, out):
+@numba.njit(cache=True)
+def _paired_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
+    """`paired_matmul` for x of two rows or more (words not `HALVES`)."""
+    return _paired_kernel(x, scales, coefs, words, out, False)
+
+
+@numba.njit(cache=True)
+def _paired_halves_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
+    """`paired_matmul` for x of two rows or more, words `HALVES`."""
+    return _paired_kernel(x, scales, coefs, words, out, True)
+
+
+def paired_matmul(x, scales, coefs, words, out, halves: bool = False):
     """out = x W^T for W in word tiles, x quantized by blocks in two int8 parts on one scale
     (`quant_amx.quantize_rows`: d = max |v| / (127 R), x_1 = round(v / (R d)), x_2 the
-    leftover's round(. / d), R = 16 for Q4_1 weights, 254 for Q8_0), the integer sums in
-    AVX-512 VNNI: one row by `quant_amx`'s one-row kernel, several by `_paired_product`, up to
-    `PAIRED_GROUP` rows of x a load of the weights with each row's totals in registers over k,
-    with the same integer sums and float operations, so a row's result is the same bit for bit
-    whatever rows share its call (and the same as on AMX, `quant_amx.amx_matmul`).
-    O(B n_out k) multiply-adds in `vpdpbusd` (two a weight and row: one a part), O(B n_out k /
-    32) float ones; W read once per group of rows (from cache after the first).
+    leftover's round(. / d), R = 16 for Q4_1 weights, 254 for the other formats), the integer
+    sums in AVX-512 VNNI: one row by `quant_amx`'s one-row kernel, several by
+    `_paired_product`, up to `PAIRED_GROUP` rows of x a load of the weights with each row's
+    totals in registers over k, with the same integer sums and float operations, so a row's
+    result is the same bit for bit whatever rows share its call (and, for Q4_1 and Q8_0, the
+    same as on AMX, `quant_amx.amx_matmul`). O(B n_out k) multiply-adds in `vpdpbusd` (two a
+    weight and row: one a part), O(B n_out k / 32) float ones; W read once per group of rows
+    (from cache after the first).
 
     x float32 [B, k] (C-contiguous, k a multiple of 32); scales float32 [n_tiles, k/32, tile];
-    coefs: the minimums (Q4_1, float32 [n_tiles, k/32, tile]) or the scales again (Q8_0,
-    stored q + 128); words uint8 [n_tiles, k/32, tile/16, W, 16, 4] (W = 4: Q4_1 nibbles;
-    W = 8: Q8_0 bytes); out float32 [B, n_out] (written, n_out <= n_tiles tile). Unchecked (a
+    coefs float32 [n_tiles, k/32, tile]: the minimums (Q4_1, Q5_0), the scales again (Q8_0,
+    stored q + 128) or the second halves' scales (`halves`); words uint8 [n_tiles, k/32,
+    tile/16, W, 16, 4] (`word_tiles`' formats: W = 4: Q4_1 nibbles; W = 5: `FIVE`, Q4_1's
+    nibbles and a word of fifth bits; W = 8: Q8_0 bytes, `HALVES` where `halves`, scales the
+    first halves'); out float32 [B, n_out] (written, n_out <= n_tiles tile). Unchecked (a
     caller's arrays are right by construction, `corral.model.quant.TiledMatrix`); needs
     `available()`. Returns out.
     """
     if x.shape[0] == 1:
-        return _row_matmul(x, scales, coefs, words, out)
+        kernel = _row_halves_matmul if halves else _row_matmul
+        return kernel(x, scales, coefs, words, out)
+    if halves:
+        return _paired_halves_matmul(x, scales, coefs, words, out)
     return _paired_matmul(x, scales, coefs, words, out)
 
 
 KERNELS = (_paired_matmul, _row_matmul)
 """The compiled kernels behind `paired_matmul` (for `corral.kernels.jit_cache`)."""
+
+HALVES_KERNELS = (_paired_halves_matmul, _row_halves_matmul)
+"""The compiled kernels behind `paired_matmul(..., halves=True)` (Q6_K rewritten)."""

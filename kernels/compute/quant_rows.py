@@ -18,6 +18,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 from corral.kernels.compute.quant import block_sums
+from corral.kernels.compute.word_tiles import BYTES, FIVE, HALVES, NIBBLES
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -64,12 +65,6 @@ def spans(group: int) -> tuple[int, ...]:
     largest = max(1, CHAINS // group)
     return tuple(1 << i for i in reversed(range(largest.bit_length())))
 
-
-NIBBLES, BYTES, HALVES, FIVE = 1, 0, 2, 3
-"""The word formats (`_block_product`'s `form` key): Q4_1's nibbles; Q8_0's bytes; Q8_0's
-bytes with a scale for each half of a block (columns 0-15 and 16-31), the second half's scales
-in the `minimums` array; Q4_1's nibbles and a fifth word of fifth bits (bit j: column j's
-q += 16; GGUF's Q5_0 rewritten, its minimum -16 d)."""
 
 PRODUCTS = {
     width: tuple(

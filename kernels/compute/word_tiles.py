@@ -14,6 +14,15 @@ BLOCK = 32
 LANES = 16
 """Output rows one `vpdpbusd` serves (16 int32 lanes of a 512-bit vector)."""
 
+NIBBLES, BYTES, HALVES, FIVE = 1, 0, 2, 3
+"""The word formats, the kernels' `form` keys: Q4_1's nibbles (W = 4 words a block: byte j of
+word w holds column 4 w + j in its low nibble, 4 w + j + 16 in its high one); Q8_0's bytes
+(W = 8, q + 128: word w holds columns 4 w .. 4 w + 3); `HALVES`, Q8_0's bytes with a scale for
+each half of a block (words 0-3 hold columns 0-15, words 4-7 columns 16-31; GGUF's Q6_K
+rewritten, `kquant_layout.as_blocks`), the second half's scales in the `minimums` array;
+`FIVE`, Q4_1's nibbles and a fifth word of fifth bits (each row's little-endian uint32, bit j:
+column j's q += 16; GGUF's Q5_0 rewritten, its minimum -16 d)."""
+
 
 def word_tiles(quants: np.ndarray, kind: str, n_tiles: int, tile: int) -> np.ndarray:
     """A matrix's quants in the word-tile layout of the module docstring.

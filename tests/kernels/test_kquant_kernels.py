@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from corral.kernels.compute import quant_rows
+from corral.kernels.compute import quant_int8, quant_rows
 from corral.kernels.compute.kquant_layout import AS_BLOCKS, BLOCK_BYTES, MAX_TILE, as_blocks, repack
 from corral.kernels.compute.kquant_rows import ROWS
 from corral.kernels.compute.kquants import kquant_matmul
@@ -280,3 +280,93 @@ def test_a_part_rewritten_in_pieces_equals_it_rewritten_whole(case, piece_rows):
         assert (a is None) == (b is None)
         if a is not None:
             np.testing.assert_array_equal(a, b)
+
+
+# ----------------------------------------------------------------------------------------------
+# The rewritten kinds on the int8-activation VNNI kernels (`quant_int8.paired_matmul`)
+
+needs_vnni = pytest.mark.skipif(
+    not quant_int8.available(), reason="the int8 kernels need AVX-512 BW and VNNI"
+)
+
+
+def int8_product(w, x: np.ndarray) -> np.ndarray:
+    """x W^T by `quant_int8.paired_matmul` on a rewritten matrix's words (one row: the one-row
+    kernel; several: the paired one).  -> float32 [B, n_out]"""
+    coefs = w.scales if w.minimums is None else w.minimums
+    out = np.full((x.shape[0], w.n_out), np.nan, np.float32)
+    return quant_int8.paired_matmul(x, w.scales, coefs, w.words, out, w.kind == "Q8_16")
+
+
+def activation_bound(raw: np.ndarray, kind: str, x: np.ndarray) -> np.ndarray:
+    """A bound on what quantizing x moves the products by: each value of a block of 32 is
+    within half a step d = max |x| / (127 R) of its two int8 parts (R = 16 where the words are
+    Q4_1's nibbles, 254 otherwise: docs/numerics.md, "int8 activations on VNNI"), so
+    |sum_j W_j dx_j| <= sum_j |W_j| d / 2 (2% slack for float32's d).  -> float64 [B, n_out]"""
+    ratio = 16 if AS_BLOCKS[kind] == "Q4_1" else 254
+    batch, k = x.shape
+    d = np.abs(x.astype(np.float64)).reshape(batch, -1, 32).max(axis=2) / (127 * ratio)
+    steps = np.repeat(d, 32, axis=1) * 0.5 * 1.02
+    return steps @ np.abs(dequantized(raw, kind, raw.shape[0])).T
+
+
+@needs_vnni
+@settings(max_examples=40, deadline=None)
+@given(products(tuple(AS_BLOCKS)))
+def test_rewritten_int8_products_equal_gguf_dequantized_times_float64(case):
+    """Every rewritten kind (Q4_1's nibbles, Q5_0's five words, Q6_K's Q8_0 bytes with a scale
+    per half block) on VNNI, one row and several: within the activations' quantization bound
+    and the float32 bound of the same sums of the product of gguf's dequantized weights."""
+    kind, raw, x = case
+    w = rewritten(raw, kind)
+    expected = x.astype(np.float64) @ dequantized(raw, kind, raw.shape[0]).T
+    bound = 1.01 * error_bound(raw, kind, x) + activation_bound(raw, kind, x)
+    for rows in (x[:1], x):  # the one-row kernel, then the several-row one
+        got = int8_product(w, rows)
+        assert got.shape == (rows.shape[0], raw.shape[0]) and got.dtype == np.float32
+        error = np.abs(got - expected[: len(rows)])
+        worst = np.unravel_index(np.argmax(error - bound[: len(rows)]), error.shape)
+        assert (error <= bound[: len(rows)]).all(), (kind, worst, error[worst], bound[worst])
+
+
+@needs_vnni
+@settings(max_examples=25, deadline=None)
+@given(products(tuple(AS_BLOCKS)), st.data())
+def test_a_rewritten_row_gets_the_same_int8_bits_alone_and_in_any_batch(case, data):
+    """Batch invariance on VNNI: a row's products are the same bits alone (the one-row kernel)
+    and among other rows in another order (the several-row kernel, other groups)."""
+    kind, raw, x = case
+    w = rewritten(raw, kind)
+    whole = int8_product(w, x)
+    i = data.draw(st.integers(0, x.shape[0] - 1))
+    np.testing.assert_array_equal(int8_product(w, x[i : i + 1])[0], whole[i])
+    order = list(data.draw(st.permutations(range(x.shape[0]))))
+    np.testing.assert_array_equal(int8_product(w, x[order]), whole[order])
+
+
+@needs_vnni
+@pytest.mark.parametrize("kind", sorted(AS_BLOCKS))
+@pytest.mark.parametrize("planned", ["int8-vnni", "int8-amx", "float32"])
+def test_a_rewritten_matrix_computes_on_its_plans_activations(kind, planned):
+    """`TiledMatrix.matmul` of the words alone takes the plan's kernels: VNNI's under
+    "int8-vnni" (and under "int8-amx" for the formats AMX lacks), quant_rows' float32 ones
+    under "float32"."""
+    rng = np.random.default_rng(5)
+    raw = random_blocks(rng, kind, 70, 512)
+    x = rng.standard_normal((3, 512)).astype(np.float32)
+    plan = ComputePlan(planned, 16)
+    w = BlockMatrix(*as_blocks(raw, kind)).tiled(plan, words_only=True)
+    if planned == "int8-amx" and AS_BLOCKS[kind] == "Q4_1":
+        assert w.activations == "int8-amx"  # AMX's own kernels take Q4_1's nibbles
+        return
+    expected = {"float32": "float32"}.get(planned, "int8-vnni")
+    assert w.activations == expected
+    for rows in (x[:1], x):
+        got = w.matmul(rows)
+        if expected == "float32":
+            want = quant_rows.HALVES_MATMUL if w.kind == "Q8_16" else quant_rows.FLOAT_MATMUL
+            coefs = w.scales if w.minimums is None else w.minimums
+            out = np.empty((rows.shape[0], w.n_out), np.float32)
+            np.testing.assert_array_equal(got, want[16](rows, w.scales, coefs, w.words, out))
+        else:
+            np.testing.assert_array_equal(got, int8_product(w, rows))

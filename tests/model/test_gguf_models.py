@@ -332,6 +332,48 @@ def test_logits_and_greedy_tokens_match_transformers(
     assert error <= LOGIT_TOLERANCE, f"{arch} {weight_format}: max logit error {error}"
 
 
+INT8_LOGIT_TOLERANCE = 5e-2
+"""The int8-activation plans' bar on these logits of unit scale (the activations quantized
+further than the model's blocks; measured on gemma3 at most 2.4e-2, Q4_0's nibbles)."""
+
+
+@pytest.mark.parametrize("weight_format", ["Q4_0", "Q5_0", "Q4_K", "Q6_K", "mixed"])
+def test_rewritten_kquants_on_int8_activations_keep_transformers_greedy_tokens(
+    tiny_models, tmp_path, weight_format
+):
+    """The kinds rewritten as words (Q4_0, Q5_0, Q4_K, Q6_K) on the host's int8 plan, whose
+    kernels take every word format: greedy tokens transformers' over a ragged batch's prefill
+    and 10 decode steps, logits within `INT8_LOGIT_TOLERANCE`."""
+    from corral.kernels.compute.plan import ComputePlan
+
+    plan = ComputePlan.detect(kv_dtype="float32")
+    if plan.activations == "float32":
+        pytest.skip("this CPU runs no int8-activation kernels")
+    hf, config, reference_model = tiny_models["gemma3"]
+    path = tmp_path / f"gemma3-{weight_format}.gguf"
+    write_gguf(path, "gemma3", hf, reference_model, weight_format, seed=len("gemma3"))
+    model = load_model(path, progress=False, plan=plan)
+    words = [part for layer in model.params["layers"] for matrix in layer["blocks"].values()
+             for part in matrix.parts if getattr(part, "quants", 0) is None]  # fmt: skip
+    assert words and all(part.activations != "float32" for part in words)
+    rng = np.random.default_rng(len("gemma3"))
+    sequences = [rng.integers(0, VOCAB, n).tolist() for n in PROMPT_LENGTHS]
+    first, tokens, steps = corral_run(model, sequences)
+    full = [ids + row.tolist() for ids, row in zip(sequences, tokens, strict=True)]
+    expected = reference_logits(path, config, full)
+    errors = []
+    for b, (ids, reference) in enumerate(zip(sequences, expected, strict=True)):
+        n = len(ids)
+        errors.append(np.abs(first[b] - reference[n - 1]).max())
+        errors += [np.abs(logits[b] - reference[n + step]).max()
+                   for step, logits in enumerate(steps)]  # fmt: skip
+        greedy = reference[n - 1 : n - 1 + DECODE_STEPS].argmax(-1)
+        np.testing.assert_array_equal(tokens[b], greedy, err_msg=f"{weight_format} {b}")
+    error = float(max(errors))
+    print(f"gemma3 {weight_format} on {plan.activations}: max |logit error| {error:.2e}")
+    assert error <= INT8_LOGIT_TOLERANCE, f"{weight_format}: max logit error {error}"
+
+
 def test_the_float32_path_dequantizes_the_same_weights(tiny_models, tmp_path, float32_plan):
     """load_model(weights="float32") reads every matrix dequantized (gguf_model.hf_tensors):
     the same model as the blocks within float32 rounding."""
