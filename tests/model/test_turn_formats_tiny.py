@@ -78,6 +78,13 @@ def tiny_family_model(tiny, folder, template: str):
 @pytest.mark.parametrize("name", list(TEMPLATES))
 def test_a_tiny_model_makes_a_valid_call_in_each_format(tiny, tmp_path, name):
     model = tiny_family_model(tiny, tmp_path / name, TEMPLATES[name])
+    check_a_valid_call(model, name)
+
+
+def check_a_valid_call(model, name: str) -> dict:
+    """`model` under `required` with the weather tool: its format is `name`'s (detected), the
+    answer parses to valid calls in it (ids, thought, special tokens as the format puts them).
+    Returns the answer's message."""
     engine = Completions(model, "tiny")
     fmt = FORMATS[name]
     assert engine.tool_format is fmt  # detected from the template
@@ -114,6 +121,46 @@ def test_a_tiny_model_makes_a_valid_call_in_each_format(tiny, tmp_path, name):
     for text in fmt.specials:  # written as the special token, never as text
         assert model.vocabulary.tokens[engine.specials[text]] is not None
         assert results[0].token_ids.count(engine.specials[text]) == written.count(text) > 0
+    return message
+
+
+FAMILY_ARCHITECTURES = [  # (format, the architecture of the family's models: tests/model/
+    ("hermes", "qwen2"),  # test_architectures.py's configs); Qwen2.5, Hermes on Qwen2
+    ("hermes", "gemma3"),  # Gemma 3's template takes no tools: corral describes them
+    ("qwen3", "qwen3"),
+    ("qwen3-coder", "qwen3"),  # Qwen3-Coder's released models are MoE: its dense form here
+    ("llama3", "llama3"),
+    ("mistral-nemo", "mistral"),
+    ("mistral-small", "ministral"),
+    ("devstral", "mistral"),
+    ("deepseek-r1", "qwen2"),  # the R1 distills are Qwen2.5 and Llama 3 models
+    ("deepseek-r1", "llama3"),
+    ("harmony", "llama3"),  # gpt-oss's own architecture (MoE, attention sinks) is refused
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "architecture"), FAMILY_ARCHITECTURES)
+def test_a_tiny_model_of_the_familys_architecture_makes_a_valid_call(
+    tiny, tmp_path, name, architecture
+):
+    """The same check on a tiny random model of the family's own architecture, built by
+    transformers from a config (no download) beside the family's template and specials."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from test_architectures import ARCHITECTURES, COMMON, randomize_
+
+    folder = tmp_path / f"{name}-{architecture}"
+    tiny_family_model(tiny, folder, TEMPLATES[name])  # the tokenizer's files and template
+    vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
+    config_class, fields = ARCHITECTURES[architecture]
+    sizes = {"vocab_size": vocab, "max_position_embeddings": 1024}
+    config = getattr(transformers, config_class)(**(COMMON | sizes), **fields)
+    torch.manual_seed(0)
+    weights = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    randomize_(weights, architecture.startswith("gemma"), seed=0)
+    weights.save_pretrained(folder)
+    check_a_valid_call(load_model(folder), name)
 
 
 def weather_request(**fields):
