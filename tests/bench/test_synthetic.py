@@ -101,3 +101,23 @@ def test_corral_loads_it_with_logits_of_about_one(tmp_path, arch):
     )
     logits = model.prefill(model.new_cache(1, 64), 0, np.arange(1, 40))
     assert np.isfinite(logits).all() and 0.3 < logits.std() < 3
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "llama", "qwen2"])
+def test_llama_cpp_reads_the_same_model(tmp_path, arch):
+    """llama.cpp (an independent reader of the file's metadata and blocks) and corral give a
+    prompt logits that agree to within the error of their 8-bit activations (std about 1)."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    from corral.model import load_model
+
+    path = tmp_path / "m.gguf"
+    synthetic.write_model(path, tiny(arch), "Q4_K_M")
+    ids = list(range(1, 40))
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=64, n_threads=1, verbose=False)
+    llm.eval(ids)
+    last = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+    reference = np.ctypeslib.as_array(last, shape=(llm.n_vocab(),)).copy()
+    model = load_model(path, progress=False)
+    logits = model.prefill(model.new_cache(1, 64), 0, np.array(ids))
+    assert np.abs(logits - reference).max() < 0.3
+    assert np.corrcoef(logits, reference)[0, 1] > 0.99
