@@ -645,7 +645,9 @@ def main() -> None:
     parser.add_argument(
         "--quant", default="Q4_K_M", help="--synthetic: Q4_K_M (the default), Q6_K or Q8_0"
     )
-    parser.add_argument("--rounds", type=int, default=3, help="--gguf: turns of the engines (3)")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="--gguf, --synthetic: turns of the engines (3)"
+    )
     parser.add_argument("--corral-engine", help=argparse.SUPPRESS)  # --gguf's children
     parser.add_argument("--reference-engine", help=argparse.SUPPRESS)
     args = parser.parse_args()
