@@ -551,7 +551,9 @@ def file_bytes_per_token(path: Path) -> dict[str, float]:
     return {"weights": weights / 1e6, "kv": kv / 1e6}
 
 
-def gguf_comparison(path: Path, rounds: int, threads: int, quick: bool) -> None:
+def gguf_comparison(
+    path: Path, rounds: int, threads: int, quick: bool, engines: tuple[str, ...] = ENGINES
+) -> None:
     """Print prefill and decode tokens/s of `path` on corral (its blocks, the host's default
     plan), llama-cpp-python (the file as is; prefill and batch 1) and transformers (float32,
     `from_pretrained(folder, gguf_file=...)`, which dequantizes the file), each engine in its
@@ -570,7 +572,7 @@ def gguf_comparison(path: Path, rounds: int, threads: int, quick: bool) -> None:
             env[name] = value
     table: dict[str, dict] = {}
     for _ in range(rounds):
-        for engine in ENGINES:
+        for engine in engines:
             flag = "--corral-engine" if engine == "corral" else "--reference-engine"
             request = json.dumps([engine, str(path.resolve()), batches, steps, threads])
             child = subprocess.run(
@@ -648,12 +650,20 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=3, help="--gguf, --synthetic: turns of the engines (3)"
     )
+    parser.add_argument(
+        "--engines",
+        default=",".join(ENGINES),
+        help="--gguf, --synthetic: the engines, comma-separated (corral,llama.cpp,transformers)",
+    )
     parser.add_argument("--corral-engine", help=argparse.SUPPRESS)  # --gguf's children
     parser.add_argument("--reference-engine", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.corral_engine or args.reference_engine:
         _engine_only(args.corral_engine or args.reference_engine)
         return
+    engines = tuple(args.engines.split(","))
+    if not set(engines) <= set(ENGINES):
+        parser.error(f"--engines: each of {', '.join(ENGINES)}, not {args.engines!r}")
     if args.synthetic:
         import synthetic
 
@@ -661,14 +671,14 @@ def main() -> None:
             path = synthetic.cached_model(args.synthetic, args.quant)
         except ValueError as error:
             parser.error(str(error))
-        gguf_comparison(path, args.rounds, args.threads, args.quick)
+        gguf_comparison(path, args.rounds, args.threads, args.quick, engines)
         return
     if args.gguf:
         import tempfile
 
         with tempfile.TemporaryDirectory() as scratch:
             path = default_gguf(Path(scratch)) if str(args.gguf) == "default" else args.gguf
-            gguf_comparison(path, args.rounds, args.threads, args.quick)
+            gguf_comparison(path, args.rounds, args.threads, args.quick, engines)
         return
     if args.references_only:
         _references_only(args.references_only)
