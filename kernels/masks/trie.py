@@ -93,6 +93,23 @@ class Trie:
         node (the node's own byte included; 0 at the root). O(n_nodes), once."""
         return _path_categories(self.byte, self.depth, BYTE_CATEGORY)
 
+    @cached_property
+    def deepest(self) -> np.ndarray:
+        """int32 `[n_nodes]`: the depth of the deepest node in each node's subtree (the node's
+        own depth when it is a leaf). O(n_nodes), once."""
+        return _subtree_deepest(self.depth)
+
+    def run_rows(self, own: int, n_words: int) -> np.ndarray:
+        """uint32 `[max_depth + 1, n_words]`: row L is the packed row of the tokens of at most L
+        bytes every byte of which falls in the categories `own`: what a state allows whose next
+        L steps on those categories each go, whatever the byte, to one live state (a run,
+        `index.run_categories`; a loop is a run of any length). A new array.
+        O(n_nodes + (max_depth + 1) * n_words)."""
+        return _run_rows(
+            self.path_categories, self.depth, self.token_start, self.token_ids, own,
+            self.max_depth, n_words,
+        )  # fmt: skip
+
     def loop_row(self, loops: int, n_words: int) -> np.ndarray:
         """uint32 `[n_words]`: the packed row of the tokens every byte of which falls in the
         categories `loops` (a `loop_categories` value): exactly the tokens a state that loops
@@ -209,6 +226,43 @@ def _loop_categories(trans, byte_category):
                 keep &= ~byte_category[b]
         loops[s] = keep
     return loops
+
+
+@numba.njit(cache=True)
+def _subtree_deepest(depth):
+    """int32 per node: the deepest depth in its subtree. One backward pass over the preorder
+    keeping per depth the deepest of the subtrees closed below: O(n_nodes)."""
+    n = depth.shape[0]
+    out = np.zeros(n, np.int32)
+    max_depth = 0
+    for i in range(n):
+        max_depth = max(max_depth, depth[i])
+    below = np.zeros(max_depth + 2, np.int32)  # below[d]: deepest of pending subtrees at d
+    for i in range(n - 1, -1, -1):
+        d = depth[i]
+        deepest = max(d, below[d + 1])
+        below[d + 1] = 0
+        out[i] = deepest
+        below[d] = max(below[d], deepest)
+    return out
+
+
+@numba.njit(cache=True)
+def _run_rows(path_categories, depth, token_start, token_ids, own, max_depth, n_words):
+    """`Trie.run_rows`: the tokens at each depth whose path categories are all in `own`, then a
+    running OR over depths. O(n_nodes + max_depth * n_words)."""
+    rows = np.zeros((max_depth + 1, n_words), np.uint32)
+    outside = ~np.uint16(own)
+    for i in range(path_categories.shape[0]):
+        if path_categories[i] & outside == 0:
+            row = rows[depth[i]]
+            for k in range(token_start[i], token_start[i + 1]):
+                t = token_ids[k]
+                row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+    for d in range(1, max_depth + 1):
+        for w in range(n_words):
+            rows[d, w] |= rows[d - 1, w]
+    return rows
 
 
 @numba.njit(cache=True)

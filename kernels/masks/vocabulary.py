@@ -157,6 +157,31 @@ class Vocabulary:
             row = rows.setdefault(loops, row)
         return row
 
+    def run_row(self, own: int, length: int) -> np.ndarray:
+        """The packed mask (uint32 `[ceil(V / 32)]`, read-only, shared) of the text tokens of at
+        most `length` bytes all of which fall in the byte categories `own` (`Trie.run_rows`):
+        what a DFA state allows whose next `length` steps on those categories each go to one
+        live state whatever the byte (a length-bounded string's counter). `length` >= the
+        longest token gives `loop_row(own)`. O(trie nodes + max_depth * V / 32) on the first
+        call per `own`, kept per vocabulary (a grammar has a few values).
+
+        Raises:
+            ValueError: `length` is negative.
+        """
+        if length < 0:
+            raise ValueError(f"length must be >= 0, not {length}")
+        rows = self._run_rows.get(own)
+        if rows is None:
+            rows = self.trie.run_rows(own, self.n_words)
+            rows.setflags(write=False)
+            rows = self._run_rows.setdefault(own, rows)
+        return rows[min(length, rows.shape[0] - 1)]
+
+    @cached_property
+    def _run_rows(self) -> dict[int, np.ndarray]:
+        """`run_row`'s tables by `own`."""
+        return {}
+
     @cached_property
     def _loop_rows(self) -> dict[int, np.ndarray]:
         """`loop_row`'s rows by value."""
