@@ -9,7 +9,9 @@ A mask is one depth-first walk of the vocabulary's byte trie (`masks.trie`) from
 walk keeps a stack of DFA states by depth, reads each node's byte from its parent's state, skips a
 whole subtree at the first dead state, and writes bits straight into the packed row. A subtree
 whose bytes all fall in byte categories on which the current state loops to itself (the inside of
-a JSON string) is allowed whole without visiting it (`corral.kernels.masks.trie`). The cost is
+a JSON string) is allowed whole without visiting it (`corral.kernels.masks.trie`); so is, from
+the walk's start, a subtree within the state's run (`run_categories`: a length-bounded string's
+counter, a string's UTF-8 characters), whose tokens the walk's start row holds. The cost is
 O(visited nodes + allowed tokens), not O(total bytes of the vocabulary).
 
 Three modes:
@@ -47,7 +49,15 @@ import numpy as np
 from corral.automata.dfa import Dfa
 from corral.kernels.masks.budget import BudgetMasks
 from corral.kernels.masks.distance import byte_distance
-from corral.kernels.masks.trie import BYTE_CATEGORY, N_CATEGORIES, Trie, loop_categories
+from corral.kernels.masks.trie import (
+    BYTE_CATEGORY,
+    DECODES_UTF8,
+    N_CATEGORIES,
+    UTF8_CATEGORIES,
+    UTF8_DECODER,
+    Trie,
+    loop_categories,
+)
 from corral.kernels.masks.vocabulary import Vocabulary
 
 ALL_CATEGORIES = (1 << N_CATEGORIES) - 1
@@ -373,7 +383,7 @@ class TokenIndex:
         if not own:
             return NO_START
         if run >= self._trie.max_depth:
-            return self.vocabulary.loop_row(own)
+            return self.vocabulary.loop_row(own & ALL_CATEGORIES, bool(own & DECODES_UTF8))
         return self.vocabulary.run_row(own, run)
 
     def allowed(self, state: int) -> np.ndarray:
@@ -588,22 +598,30 @@ def _walk(
     the walk neither sets the bit of a token whose path from the root stays in `own` within
     `run` bytes (`inside[d]`: the path to depth d does) nor visits a subtree all of whose paths
     do (its categories in `own`, its deepest node within `run`): the inside of a JSON string,
-    counted or not, costs one row copy instead of a bit per token.
+    counted or not, costs one row copy instead of a bit per token. With `DECODES_UTF8` in
+    `own` (a loop that reads UTF-8 characters back to itself) a path stays inside through
+    bytes >= 0x80 too while it is valid UTF-8 (`Trie.utf8_state`, `utf8_whole`).
     """
-    byte, depth, end, categories, token_start, token_ids, deepest = trie
+    byte, depth, end, categories, token_start, token_ids, deepest, utf8_state, utf8_whole = trie
+    decodes = own & DECODES_UTF8 != 0
     stack[0] = state
     n_nodes = byte.shape[0]
     n_pending = 0
     inside[0] = limit < 0 and start_row.shape[0] > 0
     outside = np.uint16(0xFFFF)
     if inside[0]:
-        outside = ~np.uint16(own)
+        outside = ~np.uint16((own | UTF8_CATEGORIES) if decodes else own)
         for w in range(row.shape[0]):
             row[w] |= start_row[w]
     i = 1
     while i < n_nodes:
         d = depth[i]
-        if inside[d - 1] and categories[i] & outside == 0 and deepest[i] <= run:
+        if (
+            inside[d - 1]
+            and categories[i] & outside == 0
+            and deepest[i] <= run
+            and (utf8_whole[i] or not decodes)
+        ):
             i = end[i]  # every token of the subtree is in `start_row`
             continue
         parent = stack[d - 1]
@@ -622,7 +640,12 @@ def _walk(
             i = end[i]
             continue
         stack[d] = s
-        inside[d] = inside[d - 1] and BYTE_CATEGORY[byte[i]] & outside == 0 and d <= run
+        inside[d] = (
+            inside[d - 1]
+            and BYTE_CATEGORY[byte[i]] & outside == 0
+            and d <= run
+            and (utf8_state[i] >= 0 or not decodes)
+        )
         if not inside[d] and _near(distance, s, limit):
             for k in range(token_start[i], token_start[i + 1]):
                 _set_bit(row, token_ids[k])
@@ -710,22 +733,25 @@ def lazy_mask(trans, loops, accept, trie, eos, n_words, max_depth, s, pending, s
     """(mask uint32 `[n_words]`, n_pending): `one_mask` of state `s` in a lazy table, and the
     number of edges it met into states not made yet (their first `len(pending)` states written
     in `pending`; the mask is complete when n_pending is 0). `start`:
-    `Vocabulary.loop_row(loops[s])` or an empty array. O(nodes visited)."""
+    `Vocabulary.loop_row(loops[s] & ALL_CATEGORIES)` or an empty array. O(nodes visited)."""
     row = np.zeros(n_words, np.uint32)
     stack = np.empty(max_depth + 1, np.int32)
     no_distance = np.empty(0, np.int32)
     n_pending = _state_row(
         trans, loops, accept, s, trie, eos, no_distance, -1, stack, row, pending, start,
-        loops[s], max_depth,
+        loops[s] & ALL_CATEGORIES, max_depth,
     )  # fmt: skip
     return row, n_pending
 
 
 def walk_trie(trie: Trie) -> tuple:
     """The trie arrays the walks read: (byte, depth, end, categories, token_start, token_ids,
-    deepest)."""
+    deepest, utf8_state, utf8_whole)."""
     t = trie
-    return (t.byte, t.depth, t.end, t.categories, t.token_start, t.token_ids, t.deepest)
+    return (
+        t.byte, t.depth, t.end, t.categories, t.token_start, t.token_ids, t.deepest,
+        t.utf8_state, t.utf8_whole,
+    )  # fmt: skip
 
 
 def run_categories(trans: np.ndarray, loops: np.ndarray, max_depth: int):
@@ -733,12 +759,13 @@ def run_categories(trans: np.ndarray, loops: np.ndarray, max_depth: int):
     steps on one set of byte categories that each go, whatever the byte, to one live state.
 
     A state that loops on some categories (`loops`, whose bits past the 13 categories are
-    ignored) has those as `own` and run `max_depth`
-    (a loop is a run of any length; no token is longer). Otherwise `own` is the categories
-    whose bytes all go to the one live state most categories go to whole, and `run` the number
-    of steps from the state on which every byte of `own` goes to one live state (the next
-    state of a length-bounded string's counter, up to its bound); 0 and 0 when no category
-    goes to one live state whole. The tokens of at most `run` bytes all in `own` are allowed
+    ignored) has those as `own` and run `max_depth` (a loop is a run of any length; no token
+    is longer), with `DECODES_UTF8` when every UTF-8 character read from it leads back to it
+    (`_decodes_utf8`: inside a JSON string). Otherwise `own` is the categories whose bytes all
+    go to the one live state most categories go to whole, and `run` the number of steps from
+    the state on which every byte of `own` goes to one live state (the next state of a
+    length-bounded string's counter, up to its bound); 0 and 0 when no category goes to one
+    live state whole. The tokens of at most `run` bytes all in `own` are allowed
     (`Vocabulary.run_row`). A lazy table's edges into states not made yet (-(t + 2)) count as
     not live. O(n_states * (256 + 13 * max_depth)).
 
@@ -746,12 +773,12 @@ def run_categories(trans: np.ndarray, loops: np.ndarray, max_depth: int):
         trans: int32 `[n_states, 256]`; loops: `loop_categories(trans)`.
     """
     return _run_categories(
-        np.ascontiguousarray(trans, dtype=np.int32), loops, BYTE_CATEGORY, max_depth
+        np.ascontiguousarray(trans, dtype=np.int32), loops, BYTE_CATEGORY, max_depth, UTF8_DECODER
     )
 
 
 @numba.njit(cache=True)
-def _run_categories(trans, loops, byte_category, max_depth):
+def _run_categories(trans, loops, byte_category, max_depth, decoder):
     n = trans.shape[0]
     index = np.zeros(256, np.int64)  # each byte's category number
     for b in range(256):
@@ -773,6 +800,8 @@ def _run_categories(trans, loops, byte_category, max_depth):
     for s in range(n):
         if loops[s] & ALL_CATEGORIES:
             own[s] = loops[s] & ALL_CATEGORIES
+            if _decodes_utf8(trans, s, decoder):
+                own[s] |= DECODES_UTF8
             run[s] = max_depth
             continue
         best, best_count = -1, 0
@@ -809,6 +838,30 @@ def _run_categories(trans, loops, byte_category, max_depth):
     return own, run
 
 
+@numba.njit(cache=True)
+def _decodes_utf8(trans, s, decoder):
+    """True when every valid UTF-8 character read from `s` stays live and ends in `s` again:
+    the decoder's states map to states of `trans` (state 0 to `s`) consistently on every byte
+    >= 0x80 the decoder takes. O(8 * 128)."""
+    image = np.full(decoder.shape[0], -2, np.int64)
+    image[0] = s
+    for u in range(decoder.shape[0]):  # state 0 names every other; they lead back to 0..2
+        if image[u] < 0:
+            return False
+        for b in range(0x80, 0x100):
+            v = decoder[u, b]
+            if v < 0:
+                continue
+            x = trans[image[u], b]
+            if x < 0:
+                return False
+            if image[v] == -2:
+                image[v] = x
+            elif image[v] != x:
+                return False
+    return True
+
+
 def build_table(
     trans: np.ndarray, loops: np.ndarray, accept: np.ndarray, vocabulary: Vocabulary, parallel: bool
 ) -> np.ndarray:
@@ -829,7 +882,7 @@ def build_table(
         own_k, run_k = value >> 32, value & 0xFFFFFFFF
         if own_k:
             start_rows[k] = (
-                vocabulary.loop_row(own_k)
+                vocabulary.loop_row(own_k & ALL_CATEGORIES, bool(own_k & DECODES_UTF8))
                 if run_k >= trie.max_depth
                 else vocabulary.run_row(own_k, run_k)
             )

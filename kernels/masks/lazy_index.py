@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 from corral.automata.lazy import LazyDfa
 from corral.kernels.masks.index import (
+    ALL_CATEGORIES,
     NO_START,
     build_table,
     check_bytes,
@@ -147,7 +148,7 @@ class LazyTokenIndex:
             self._make(state)
         t = self._trie
         while True:
-            loops = int(self._loops[state])
+            loops = int(self._loops[state]) & ALL_CATEGORIES
             row, n_pending = lazy_mask(
                 self._trans, self._loops, self._accept, self._trie_arrays, self._eos,
                 self._n_words, t.max_depth, state, self._pending,

@@ -143,18 +143,21 @@ class Vocabulary:
         use in O(total bytes + V log V), then shared by every grammar's index."""
         return build_trie(self.tokens, exclude=self.eos_ids)
 
-    def loop_row(self, loops: int) -> np.ndarray:
+    def loop_row(self, loops: int, decodes_utf8: bool = False) -> np.ndarray:
         """The packed mask (uint32 `[ceil(V / 32)]`, read-only, shared) of the text tokens all of
         whose bytes fall in the byte categories `loops` (`Trie.loop_row`): what a DFA state that
-        loops to itself on those categories allows without leaving itself. The mask walks start
-        from it (`corral.kernels.masks.index`). O(trie nodes) on the first call per value, kept
-        per vocabulary (at most 2^13 values; a grammar has a few)."""
+        loops to itself on those categories allows without leaving itself; with `decodes_utf8`
+        (a state that also reads every UTF-8 character back to itself) also the tokens mixing
+        those bytes with whole or partial valid UTF-8 characters. The mask walks start from it
+        (`corral.kernels.masks.index`). O(trie nodes) on the first call per value, kept per
+        vocabulary (at most 2^14 values; a grammar has a few)."""
+        key = (loops, bool(decodes_utf8))
         rows = self._loop_rows
-        row = rows.get(loops)
+        row = rows.get(key)
         if row is None:
-            row = self.trie.loop_row(loops, self.n_words)
+            row = self.trie.loop_row(loops, self.n_words, bool(decodes_utf8))
             row.setflags(write=False)
-            row = rows.setdefault(loops, row)
+            row = rows.setdefault(key, row)
         return row
 
     def run_row(self, own: int, length: int) -> np.ndarray:
@@ -183,7 +186,7 @@ class Vocabulary:
         return {}
 
     @cached_property
-    def _loop_rows(self) -> dict[int, np.ndarray]:
+    def _loop_rows(self) -> dict[tuple[int, bool], np.ndarray]:
         """`loop_row`'s rows by value."""
         return {}
 
