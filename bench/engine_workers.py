@@ -73,13 +73,20 @@ WARM_UP = (
     ("regex", "(ab)+"),
     (
         "schema",
-        {"type": "object", "properties": {"n": {"type": "integer"}, "s": {"type": "string"}}},
+        {
+            "type": "object",
+            "properties": {
+                "n": {"type": "integer"},
+                "s": {"type": "string"},
+                "c": {"type": "string", "maxLength": 4},
+            },
+        },
     ),
 )
 """What every engine's worker compiles (and masks once) before its first timed job: a regex and
-a small schema, so that no engine's first timed compile pays one-time set-up (imports, lazily
-built tables, first calls) that a serving process pays once. The timed grammars differ from
-these, so no compile cache can answer them."""
+a small schema (with a length-bounded string), so that no engine's first timed compile pays
+one-time set-up (imports, lazily built tables, first calls) that a serving process pays once.
+The timed grammars differ from these, so no compile cache can answer them."""
 
 
 def warm_up(engine) -> None:

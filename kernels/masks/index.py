@@ -9,7 +9,9 @@ A mask is one depth-first walk of the vocabulary's byte trie (`masks.trie`) from
 walk keeps a stack of DFA states by depth, reads each node's byte from its parent's state, skips a
 whole subtree at the first dead state, and writes bits straight into the packed row. A subtree
 whose bytes all fall in byte categories on which the current state loops to itself (the inside of
-a JSON string) is allowed whole without visiting it (`corral.kernels.masks.trie`). The cost is
+a JSON string) is allowed whole without visiting it (`corral.kernels.masks.trie`); so is, from
+the walk's start, a subtree within the state's run (`run_categories`: a length-bounded string's
+counter, a string's UTF-8 characters), whose tokens the walk's start row holds. The cost is
 O(visited nodes + allowed tokens), not O(total bytes of the vocabulary).
 
 Three modes:
@@ -47,8 +49,19 @@ import numpy as np
 from corral.automata.dfa import Dfa
 from corral.kernels.masks.budget import BudgetMasks
 from corral.kernels.masks.distance import byte_distance
-from corral.kernels.masks.trie import BYTE_CATEGORY, loop_categories
+from corral.kernels.masks.trie import (
+    BYTE_CATEGORY,
+    DECODES_UTF8,
+    N_CATEGORIES,
+    UTF8_CATEGORIES,
+    UTF8_DECODER,
+    Trie,
+    loop_categories,
+)
 from corral.kernels.masks.vocabulary import Vocabulary
+
+ALL_CATEGORIES = (1 << N_CATEGORIES) - 1
+"""The bits of the byte categories in a `loop_categories` value."""
 
 EAGER_LIMIT_BYTES = 32 << 20
 """All-states tables larger than this many bytes are kept in a bounded LRU (lazy) instead."""
@@ -67,8 +80,11 @@ work."""
 _NO_DISTANCE = np.empty(0, np.int32)
 """The `distance` argument of a walk without a budget (`limit` -1: never read)."""
 
-_NO_START = np.empty(0, np.uint32)
-"""The `start` row of a walk from a state that loops on no byte category."""
+NO_START = np.empty(0, np.uint32)
+NO_START.setflags(write=False)
+"""The `start` row of a walk from a state with no run; read-only like every run row, so the
+walk kernels see one argument type (a new type would load another compiled version on a
+first visit: tens of milliseconds)."""
 
 LAZY_CACHE_ROWS = 4096
 """The most mask rows a lazy index keeps (least recently used rows are dropped first)."""
@@ -135,8 +151,9 @@ class TokenIndex:
         self._eos_set = frozenset(vocabulary.eos_ids)
         self._n_words = vocabulary.n_words
         self._trie = t = vocabulary.trie
-        self._trie_arrays = (t.byte, t.depth, t.end, t.categories, t.token_start, t.token_ids)
+        self._trie_arrays = walk_trie(t)
         self._loops = loop_categories(self._trans)
+        self._own, self._run = run_categories(self._trans, self._loops, t.max_depth)
         self._lock = threading.Lock()
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
         self._rows: list[np.ndarray | None] | None = None  # eager, visit: one per state
@@ -356,13 +373,18 @@ class TokenIndex:
         return one_mask(
             self._trans, self._loops, self._accept, self._trie_arrays, self._eos, self._n_words,
             self._trie.max_depth, state, distance, limit, self._start_row(state),
+            self._own[state], self._run[state],
         )  # fmt: skip
 
     def _start_row(self, state: int) -> np.ndarray:
-        """`Vocabulary.loop_row` of the categories `state` loops on (empty when none): the row
-        its walk starts from."""
-        loops = int(self._loops[state])
-        return self.vocabulary.loop_row(loops) if loops else _NO_START
+        """The row its walk starts from: `Vocabulary.run_row` of `state`'s run
+        (`run_categories`; `loop_row` when it loops), empty when it has none."""
+        own, run = int(self._own[state]), int(self._run[state])
+        if not own:
+            return NO_START
+        if run >= self._trie.max_depth:
+            return self.vocabulary.loop_row(own & ALL_CATEGORIES, bool(own & DECODES_UTF8))
+        return self.vocabulary.run_row(own, run)
 
     def allowed(self, state: int) -> np.ndarray:
         """The allowed token ids of `state`, ascending: int64 `[n_allowed]`."""
@@ -554,7 +576,9 @@ def _near(distance, s, limit):
 
 
 @numba.njit(cache=True, inline="always")
-def _walk(trans, loops, state, trie, distance, limit, stack, row, pending, start_row, inside):
+def _walk(
+    trans, loops, state, trie, distance, limit, stack, row, pending, start_row, own, run, inside
+):
     """Set in `row` the bit of every token whose bytes stay live from `state` (and, when
     `limit` >= 0, that ends at most `limit` tokens from acceptance, see `_near`). Returns the
     number of edges met into states not made yet (a lazy table, `corral.kernels.masks.lazy_index`,
@@ -568,30 +592,41 @@ def _walk(trans, loops, state, trie, distance, limit, stack, row, pending, start
     dead byte skips the subtree, a live one pushes its state. O(nodes visited + tokens set in
     bulk).
 
-    With no budget (`limit` < 0) and a non-empty `start_row` (`Vocabulary.loop_row` of
-    `loops[state]`: the tokens whose bytes all fall in the categories `state` loops on), that row
-    is ORed into `row` first and the walk sets no bit of a token whose path from the root stays
-    in those categories (`inside[d]`: the path to depth d does; it then stays in `state`), so
-    the inside of a JSON string costs one row copy instead of a bit per token.
+    With no budget (`limit` < 0) and a non-empty start
+    row (`Vocabulary.run_row(own, run)`: the tokens of at most `run` bytes all in the categories
+    `own`, which `state`'s run allows, `run_categories`), that row is ORed into `row` first, and
+    the walk neither sets the bit of a token whose path from the root stays in `own` within
+    `run` bytes (`inside[d]`: the path to depth d does) nor visits a subtree all of whose paths
+    do (its categories in `own`, its deepest node within `run`): the inside of a JSON string,
+    counted or not, costs one row copy instead of a bit per token. With `DECODES_UTF8` in
+    `own` (a loop that reads UTF-8 characters back to itself) a path stays inside through
+    bytes >= 0x80 too while it is valid UTF-8 (`Trie.utf8_state`, `utf8_whole`).
     """
-    byte, depth, end, categories, token_start, token_ids = trie
+    byte, depth, end, categories, token_start, token_ids, deepest, utf8_state, utf8_whole = trie
+    decodes = own & DECODES_UTF8 != 0
     stack[0] = state
     n_nodes = byte.shape[0]
     n_pending = 0
-    own = np.uint16(0)
     inside[0] = limit < 0 and start_row.shape[0] > 0
+    outside = np.uint16(0xFFFF)
     if inside[0]:
-        own = loops[state]
+        outside = ~np.uint16((own | UTF8_CATEGORIES) if decodes else own)
         for w in range(row.shape[0]):
             row[w] |= start_row[w]
-    outside = ~own
     i = 1
     while i < n_nodes:
         d = depth[i]
+        if (
+            inside[d - 1]
+            and categories[i] & outside == 0
+            and deepest[i] <= run
+            and (utf8_whole[i] or not decodes)
+        ):
+            i = end[i]  # every token of the subtree is in `start_row`
+            continue
         parent = stack[d - 1]
         if categories[i] & ~loops[parent] == 0:
-            # inside[d - 1]: parent is `state`, and the subtree's tokens are in `start_row`
-            if not inside[d - 1] and _near(distance, parent, limit):
+            if _near(distance, parent, limit):
                 for k in range(token_start[i], token_start[end[i]]):
                     _set_bit(row, token_ids[k])
             i = end[i]
@@ -605,7 +640,12 @@ def _walk(trans, loops, state, trie, distance, limit, stack, row, pending, start
             i = end[i]
             continue
         stack[d] = s
-        inside[d] = inside[d - 1] and BYTE_CATEGORY[byte[i]] & outside == 0
+        inside[d] = (
+            inside[d - 1]
+            and BYTE_CATEGORY[byte[i]] & outside == 0
+            and d <= run
+            and (utf8_state[i] >= 0 or not decodes)
+        )
         if not inside[d] and _near(distance, s, limit):
             for k in range(token_start[i], token_start[i + 1]):
                 _set_bit(row, token_ids[k])
@@ -614,9 +654,13 @@ def _walk(trans, loops, state, trie, distance, limit, stack, row, pending, start
 
 
 @numba.njit(cache=True, inline="always")
-def _state_row(trans, loops, accept, s, trie, eos, distance, limit, stack, row, pending, start):
+def _state_row(
+    trans, loops, accept, s, trie, eos, distance, limit, stack, row, pending, start, own, run
+):
     inside = np.empty(stack.shape[0], np.bool_)
-    n_pending = _walk(trans, loops, s, trie, distance, limit, stack, row, pending, start, inside)
+    n_pending = _walk(
+        trans, loops, s, trie, distance, limit, stack, row, pending, start, own, run, inside
+    )
     if accept[s]:
         for t in eos:
             _set_bit(row, t)
@@ -624,11 +668,12 @@ def _state_row(trans, loops, accept, s, trie, eos, distance, limit, stack, row, 
 
 
 @numba.njit(cache=True, parallel=True)
-def all_masks(trans, loops, accept, trie, eos, n_words, max_depth, start_rows, start_of):
+def all_masks(trans, loops, accept, trie, eos, n_words, max_depth, start_rows, start_of, own, run):
     """uint32 `[n_states, n_words]`: every state's mask, one trie walk per state, states split
     among Numba's threads (prange). `trie` is the tuple (byte, depth, end, categories,
-    token_start, token_ids); state s's walk starts from `start_rows[start_of[s]]` (`_walk`),
-    none when `start_of[s]` < 0. O(sum over states of nodes visited) work."""
+    token_start, token_ids, deepest); state s's walk starts from `start_rows[start_of[s]]`, the
+    run row of (`own[s]`, `run[s]`) (`_walk`), none when `start_of[s]` < 0. O(sum over states of
+    nodes visited) work."""
     n_states = trans.shape[0]
     table = np.zeros((n_states, n_words), np.uint32)
     no_distance = np.empty(0, np.int32)
@@ -638,13 +683,16 @@ def all_masks(trans, loops, accept, trie, eos, n_words, max_depth, start_rows, s
         stack = np.empty(max_depth + 1, np.int32)
         start = start_rows[start_of[s]] if start_of[s] >= 0 else no_start
         _state_row(
-            trans, loops, accept, s, trie, eos, no_distance, -1, stack, table[s], no_pending, start
-        )
+            trans, loops, accept, s, trie, eos, no_distance, -1, stack, table[s], no_pending,
+            start, own[s], run[s],
+        )  # fmt: skip
     return table
 
 
 @numba.njit(cache=True)
-def all_masks_serial(trans, loops, accept, trie, eos, n_words, max_depth, start_rows, start_of):
+def all_masks_serial(
+    trans, loops, accept, trie, eos, n_words, max_depth, start_rows, start_of, own, run
+):
     """`all_masks` on the calling thread only (for small DFAs, where waking threads costs more
     than it saves, and on a machine whose cores are busy). Same O(sum of nodes visited)."""
     n_states = trans.shape[0]
@@ -656,21 +704,27 @@ def all_masks_serial(trans, loops, accept, trie, eos, n_words, max_depth, start_
     for s in range(n_states):
         start = start_rows[start_of[s]] if start_of[s] >= 0 else no_start
         _state_row(
-            trans, loops, accept, s, trie, eos, no_distance, -1, stack, table[s], no_pending, start
-        )
+            trans, loops, accept, s, trie, eos, no_distance, -1, stack, table[s], no_pending,
+            start, own[s], run[s],
+        )  # fmt: skip
     return table
 
 
 @numba.njit(cache=True)
-def one_mask(trans, loops, accept, trie, eos, n_words, max_depth, s, distance, limit, start):
+def one_mask(
+    trans, loops, accept, trie, eos, n_words, max_depth, s, distance, limit, start, own, run
+):
     """uint32 `[n_words]`: the mask of state `s`; when `limit` >= 0, only the tokens ending at
     most `limit` tokens from acceptance (`distance`, int32 `[n_states]`), plus EOS when `s`
-    accepts. `start`: `Vocabulary.loop_row(loops[s])` or an empty array (`_walk`; only read
-    when `limit` < 0). O(nodes visited)."""
+    accepts. `start`: `Vocabulary.run_row(own, run)` of the state's run (`run_categories`) or
+    an empty array (`_walk`; only read when `limit` < 0). O(nodes visited)."""
     row = np.zeros(n_words, np.uint32)
     stack = np.empty(max_depth + 1, np.int32)
     no_pending = np.empty(0, np.int32)  # an eager table has no state not made yet
-    _state_row(trans, loops, accept, s, trie, eos, distance, limit, stack, row, no_pending, start)
+    _state_row(
+        trans, loops, accept, s, trie, eos, distance, limit, stack, row, no_pending, start, own,
+        run,
+    )  # fmt: skip
     return row
 
 
@@ -678,40 +732,166 @@ def one_mask(trans, loops, accept, trie, eos, n_words, max_depth, s, distance, l
 def lazy_mask(trans, loops, accept, trie, eos, n_words, max_depth, s, pending, start):
     """(mask uint32 `[n_words]`, n_pending): `one_mask` of state `s` in a lazy table, and the
     number of edges it met into states not made yet (their first `len(pending)` states written
-    in `pending`; the mask is complete when n_pending is 0). O(nodes visited)."""
+    in `pending`; the mask is complete when n_pending is 0). `start`:
+    `Vocabulary.loop_row(loops[s] & ALL_CATEGORIES)` or an empty array. O(nodes visited)."""
     row = np.zeros(n_words, np.uint32)
     stack = np.empty(max_depth + 1, np.int32)
     no_distance = np.empty(0, np.int32)
     n_pending = _state_row(
-        trans, loops, accept, s, trie, eos, no_distance, -1, stack, row, pending, start
-    )
+        trans, loops, accept, s, trie, eos, no_distance, -1, stack, row, pending, start,
+        loops[s] & ALL_CATEGORIES, max_depth,
+    )  # fmt: skip
     return row, n_pending
+
+
+def walk_trie(trie: Trie) -> tuple:
+    """The trie arrays the walks read: (byte, depth, end, categories, token_start, token_ids,
+    deepest, utf8_state, utf8_whole)."""
+    t = trie
+    return (
+        t.byte, t.depth, t.end, t.categories, t.token_start, t.token_ids, t.deepest,
+        t.utf8_state, t.utf8_whole,
+    )  # fmt: skip
+
+
+def run_categories(trans: np.ndarray, loops: np.ndarray, max_depth: int):
+    """(own uint16 `[n_states]`, run int32 `[n_states]`): each state's run, the longest chain of
+    steps on one set of byte categories that each go, whatever the byte, to one live state.
+
+    A state that loops on some categories (`loops`, whose bits past the 13 categories are
+    ignored) has those as `own` and run `max_depth` (a loop is a run of any length; no token
+    is longer), with `DECODES_UTF8` when every UTF-8 character read from it leads back to it
+    (`_decodes_utf8`: inside a JSON string). Otherwise `own` is the categories whose bytes all
+    go to the one live state most categories go to whole, and `run` the number of steps from
+    the state on which every byte of `own` goes to one live state (the next state of a
+    length-bounded string's counter, up to its bound); 0 and 0 when no category goes to one
+    live state whole. The tokens of at most `run` bytes all in `own` are allowed
+    (`Vocabulary.run_row`). A lazy table's edges into states not made yet (-(t + 2)) count as
+    not live. O(n_states * (256 + 13 * max_depth)).
+
+    Args:
+        trans: int32 `[n_states, 256]`; loops: `loop_categories(trans)`.
+    """
+    return _run_categories(
+        np.ascontiguousarray(trans, dtype=np.int32), loops, BYTE_CATEGORY, max_depth, UTF8_DECODER
+    )
+
+
+@numba.njit(cache=True)
+def _run_categories(trans, loops, byte_category, max_depth, decoder):
+    n = trans.shape[0]
+    index = np.zeros(256, np.int64)  # each byte's category number
+    for b in range(256):
+        c = 0
+        while byte_category[b] >> np.uint16(c) != 1:
+            c += 1
+        index[b] = c
+    target = np.full((n, 16), -3, np.int32)  # the one state a category goes to; -2: several
+    for s in range(n):
+        for b in range(256):
+            c = index[b]
+            t = trans[s, b]
+            if target[s, c] == -3:
+                target[s, c] = t
+            elif target[s, c] != t:
+                target[s, c] = -2
+    own = np.zeros(n, np.uint16)
+    run = np.zeros(n, np.int32)
+    for s in range(n):
+        if loops[s] & ALL_CATEGORIES:
+            own[s] = loops[s] & ALL_CATEGORIES
+            if _decodes_utf8(trans, s, decoder):
+                own[s] |= DECODES_UTF8
+            run[s] = max_depth
+            continue
+        best, best_count = -1, 0
+        for c in range(16):
+            t = target[s, c]
+            if t >= 0:
+                count = 0
+                for k in range(16):
+                    count += target[s, k] == t
+                if count > best_count:
+                    best, best_count = t, count
+        if best < 0:
+            continue
+        mine = np.uint16(0)
+        for c in range(16):
+            if target[s, c] == best:
+                mine |= np.uint16(1) << np.uint16(c)
+        steps, at = 0, s
+        while steps < max_depth:
+            nxt = -2
+            for c in range(16):
+                if mine >> np.uint16(c) & 1:
+                    t = target[at, c]
+                    if t < 0 or (nxt != -2 and t != nxt):
+                        nxt = -1
+                        break
+                    nxt = t
+            if nxt < 0:
+                break
+            steps += 1
+            at = nxt
+        own[s] = mine
+        run[s] = steps
+    return own, run
+
+
+@numba.njit(cache=True)
+def _decodes_utf8(trans, s, decoder):
+    """True when every valid UTF-8 character read from `s` stays live and ends in `s` again:
+    the decoder's states map to states of `trans` (state 0 to `s`) consistently on every byte
+    >= 0x80 the decoder takes. O(8 * 128)."""
+    image = np.full(decoder.shape[0], -2, np.int64)
+    image[0] = s
+    for u in range(decoder.shape[0]):  # state 0 names every other; they lead back to 0..2
+        if image[u] < 0:
+            return False
+        for b in range(0x80, 0x100):
+            v = decoder[u, b]
+            if v < 0:
+                continue
+            x = trans[image[u], b]
+            if x < 0:
+                return False
+            if image[v] == -2:
+                image[v] = x
+            elif image[v] != x:
+                return False
+    return True
 
 
 def build_table(
     trans: np.ndarray, loops: np.ndarray, accept: np.ndarray, vocabulary: Vocabulary, parallel: bool
 ) -> np.ndarray:
     """uint32 `[n_states, ceil(V / 32)]`: every state's mask (`all_masks`, or `all_masks_serial`
-    when not `parallel`), each walk starting from its state's `Vocabulary.loop_row`.
+    when not `parallel`), each walk starting from its state's run row (`run_categories`,
+    `Vocabulary.run_row`).
 
     Args:
         trans: int32 `[n_states, 256]`, C-contiguous; loops: `loop_categories(trans)`;
             accept: bool `[n_states]`.
     """
     trie = vocabulary.trie
-    values, start_of = np.unique(loops, return_inverse=True)
+    own, run = run_categories(trans, loops, trie.max_depth)
+    keys = own.astype(np.int64) << 32 | run
+    values, start_of = np.unique(keys, return_inverse=True)
     start_rows = np.zeros((len(values), vocabulary.n_words), np.uint32)
     for k, value in enumerate(values.tolist()):
-        if value:
-            start_rows[k] = vocabulary.loop_row(value)
-    start_of = np.where(values[start_of] != 0, start_of, -1).astype(np.int32)
-    t = trie
-    trie_arrays = (t.byte, t.depth, t.end, t.categories, t.token_start, t.token_ids)
+        own_k, run_k = value >> 32, value & 0xFFFFFFFF
+        if own_k:
+            start_rows[k] = (
+                vocabulary.loop_row(own_k & ALL_CATEGORIES, bool(own_k & DECODES_UTF8))
+                if run_k >= trie.max_depth
+                else vocabulary.run_row(own_k, run_k)
+            )
+    start_of = np.where(values[start_of] >> 32 != 0, start_of, -1).astype(np.int32)
     eos = np.asarray(vocabulary.eos_ids, dtype=np.int32)
     kernel = all_masks if parallel else all_masks_serial
     return kernel(
-        trans, loops, accept, trie_arrays, eos, vocabulary.n_words, trie.max_depth, start_rows,
-        start_of,
+        trans, loops, accept, walk_trie(trie), eos, vocabulary.n_words, trie.max_depth,
+        start_rows, start_of, own, run,
     )  # fmt: skip
 
 

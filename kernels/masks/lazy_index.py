@@ -26,6 +26,8 @@ from __future__ import annotations
 import numpy as np
 from corral.automata.lazy import LazyDfa
 from corral.kernels.masks.index import (
+    ALL_CATEGORIES,
+    NO_START,
     build_table,
     check_bytes,
     check_token,
@@ -34,11 +36,10 @@ from corral.kernels.masks.index import (
     lazy_mask,
     unique_rows,
     unpack_ids,
+    walk_trie,
 )
 from corral.kernels.masks.trie import BYTE_CATEGORY, loop_categories
 from corral.kernels.masks.vocabulary import Vocabulary
-
-_NO_START = np.empty(0, np.uint32)  # the `start` row of a state that loops on no category
 
 PENDING_SLOTS = 256
 """The states a walk reports at most per round (more are met again in the next round)."""
@@ -72,7 +73,7 @@ class LazyTokenIndex:
         self.dfa = dfa
         self.vocabulary = vocabulary
         self._trie = t = vocabulary.trie
-        self._trie_arrays = (t.byte, t.depth, t.end, t.categories, t.token_start, t.token_ids)
+        self._trie_arrays = walk_trie(t)
         self._eos = np.asarray(vocabulary.eos_ids, dtype=np.int32)
         self._eos_set = frozenset(vocabulary.eos_ids)
         self._n_words = vocabulary.n_words
@@ -147,11 +148,11 @@ class LazyTokenIndex:
             self._make(state)
         t = self._trie
         while True:
-            loops = int(self._loops[state])
+            loops = int(self._loops[state]) & ALL_CATEGORIES
             row, n_pending = lazy_mask(
                 self._trans, self._loops, self._accept, self._trie_arrays, self._eos,
                 self._n_words, t.max_depth, state, self._pending,
-                self.vocabulary.loop_row(loops) if loops else _NO_START,
+                self.vocabulary.loop_row(loops) if loops else NO_START,
             )  # fmt: skip
             self.walks += 1
             if n_pending == 0:

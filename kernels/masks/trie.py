@@ -59,6 +59,39 @@ BYTE_CATEGORY = _byte_categories()
 """uint16 `[256]`: each byte's category as one bit (13 categories)."""
 N_CATEGORIES = 13
 
+UTF8_CATEGORIES = np.uint16(np.bitwise_or.reduce(BYTE_CATEGORY[0x80:]))
+"""The categories of the bytes >= 0x80 (UTF-8 continuation and lead bytes)."""
+
+DECODES_UTF8 = 1 << 15
+"""A bit of a run's `own` value past the categories (`corral.kernels.masks.index`'s walks): the
+state also reads every UTF-8 character back to itself, so the tokens whose bytes are `own`'s
+and whole or partial valid UTF-8 characters (`Trie.utf8_state`) stay in it
+(`Vocabulary.loop_row(..., decodes_utf8=True)`)."""
+
+
+def _utf8_decoder() -> np.ndarray:
+    """int8 `[8, 256]`: the UTF-8 decoder (RFC 3629's well-formed sequences), -1 dead. State 0
+    is a character boundary (ASCII stays there), 1-3 await 1-3 continuation bytes, 4-7 the
+    restricted second byte after E0, ED, F0, F4."""
+    table = np.full((8, 256), -1, np.int8)
+    table[0, :0x80] = 0
+    table[0, 0xC2:0xE0] = 1
+    table[0, 0xE0] = 4
+    table[0, 0xE1:0xED] = 2
+    table[0, 0xED] = 5
+    table[0, 0xEE:0xF0] = 2
+    table[0, 0xF0] = 6
+    table[0, 0xF1:0xF4] = 3
+    table[0, 0xF4] = 7
+    for state, low, high, to in [(1, 0x80, 0xC0, 0), (2, 0x80, 0xC0, 1), (3, 0x80, 0xC0, 2),
+                                  (4, 0xA0, 0xC0, 1), (5, 0x80, 0xA0, 1), (6, 0x90, 0xC0, 2),
+                                  (7, 0x80, 0x90, 2)]:  # fmt: skip
+        table[state, low:high] = to
+    return table
+
+
+UTF8_DECODER = _utf8_decoder()
+
 
 @dataclass(frozen=True, eq=False)
 class Trie:
@@ -93,12 +126,47 @@ class Trie:
         node (the node's own byte included; 0 at the root). O(n_nodes), once."""
         return _path_categories(self.byte, self.depth, BYTE_CATEGORY)
 
-    def loop_row(self, loops: int, n_words: int) -> np.ndarray:
+    @cached_property
+    def deepest(self) -> np.ndarray:
+        """int32 `[n_nodes]`: the depth of the deepest node in each node's subtree (the node's
+        own depth when it is a leaf). O(n_nodes), once."""
+        return _subtree_deepest(self.depth)
+
+    def run_rows(self, own: int, n_words: int) -> np.ndarray:
+        """uint32 `[max_depth + 1, n_words]`: row L is the packed row of the tokens of at most L
+        bytes every byte of which falls in the categories `own`: what a state allows whose next
+        L steps on those categories each go, whatever the byte, to one live state (a run,
+        `index.run_categories`; a loop is a run of any length). A new array.
+        O(n_nodes + (max_depth + 1) * n_words)."""
+        return _run_rows(
+            self.path_categories, self.depth, self.token_start, self.token_ids, own,
+            self.max_depth, n_words,
+        )  # fmt: skip
+
+    @cached_property
+    def utf8_state(self) -> np.ndarray:
+        """int8 `[n_nodes]`: the state of `UTF8_DECODER` after the bytes from the root to each
+        node (0 at a character boundary, -1 when they are not a prefix of valid UTF-8).
+        O(n_nodes), once."""
+        return _utf8_states(self.byte, self.depth, UTF8_DECODER)
+
+    @cached_property
+    def utf8_whole(self) -> np.ndarray:
+        """bool `[n_nodes]`: every node of the subtree has `utf8_state` >= 0. O(n_nodes), once."""
+        return _subtree_all_valid(self.depth, self.utf8_state)
+
+    def loop_row(self, loops: int, n_words: int, decodes_utf8: bool = False) -> np.ndarray:
         """uint32 `[n_words]`: the packed row of the tokens every byte of which falls in the
         categories `loops` (a `loop_categories` value): exactly the tokens a state that loops
-        on those categories allows without leaving itself. A new array. O(n_nodes + tokens set).
+        on those categories allows without leaving itself. With `decodes_utf8`, also the tokens
+        mixing those bytes with whole or partial UTF-8 characters (bytes >= 0x80, `utf8_state`
+        >= 0): what such a state allows without leaving its characters. A new array.
+        O(n_nodes + tokens set).
         """
-        return _loop_row(self.path_categories, self.token_start, self.token_ids, loops, n_words)
+        return _loop_row(
+            self.path_categories, self.utf8_state, self.token_start, self.token_ids, loops,
+            decodes_utf8, UTF8_CATEGORIES, n_words,
+        )  # fmt: skip
 
 
 def build_trie(tokens: Sequence[bytes | None], exclude: Iterable[int] = ()) -> Trie:
@@ -212,6 +280,76 @@ def _loop_categories(trans, byte_category):
 
 
 @numba.njit(cache=True)
+def _utf8_states(byte, depth, decoder):
+    """int8 per node: the decoder state after its path (-1 dead, absorbing). O(n_nodes)."""
+    n = byte.shape[0]
+    out = np.zeros(n, np.int8)
+    at = np.zeros(n + 1, np.int8)  # at[d]: the state of the open node at depth d
+    for i in range(1, n):
+        d = depth[i]
+        u = at[d - 1]
+        at[d] = decoder[u, byte[i]] if u >= 0 else -1
+        out[i] = at[d]
+    return out
+
+
+@numba.njit(cache=True)
+def _subtree_all_valid(depth, utf8_state):
+    """bool per node: every node of its subtree has a state >= 0. One backward pass keeping
+    per depth whether the subtrees closed below are all valid: O(n_nodes)."""
+    n = depth.shape[0]
+    out = np.zeros(n, np.bool_)
+    max_depth = 0
+    for i in range(n):
+        max_depth = max(max_depth, depth[i])
+    below = np.ones(max_depth + 2, np.bool_)  # below[d]: the pending subtrees at d all valid
+    for i in range(n - 1, -1, -1):
+        d = depth[i]
+        ok = below[d + 1] and utf8_state[i] >= 0
+        below[d + 1] = True
+        out[i] = ok
+        below[d] = below[d] and ok
+    return out
+
+
+@numba.njit(cache=True)
+def _subtree_deepest(depth):
+    """int32 per node: the deepest depth in its subtree. One backward pass over the preorder
+    keeping per depth the deepest of the subtrees closed below: O(n_nodes)."""
+    n = depth.shape[0]
+    out = np.zeros(n, np.int32)
+    max_depth = 0
+    for i in range(n):
+        max_depth = max(max_depth, depth[i])
+    below = np.zeros(max_depth + 2, np.int32)  # below[d]: deepest of pending subtrees at d
+    for i in range(n - 1, -1, -1):
+        d = depth[i]
+        deepest = max(d, below[d + 1])
+        below[d + 1] = 0
+        out[i] = deepest
+        below[d] = max(below[d], deepest)
+    return out
+
+
+@numba.njit(cache=True)
+def _run_rows(path_categories, depth, token_start, token_ids, own, max_depth, n_words):
+    """`Trie.run_rows`: the tokens at each depth whose path categories are all in `own`, then a
+    running OR over depths. O(n_nodes + max_depth * n_words)."""
+    rows = np.zeros((max_depth + 1, n_words), np.uint32)
+    outside = ~np.uint16(own)
+    for i in range(path_categories.shape[0]):
+        if path_categories[i] & outside == 0:
+            row = rows[depth[i]]
+            for k in range(token_start[i], token_start[i + 1]):
+                t = token_ids[k]
+                row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+    for d in range(1, max_depth + 1):
+        for w in range(n_words):
+            rows[d, w] |= rows[d - 1, w]
+    return rows
+
+
+@numba.njit(cache=True)
 def _path_categories(byte, depth, byte_category):
     """uint16 per node: the OR of the categories of the bytes from the root to the node. One
     preorder pass keeping the value per depth: O(n_nodes)."""
@@ -229,13 +367,14 @@ def _path_categories(byte, depth, byte_category):
 
 
 @numba.njit(cache=True)
-def _loop_row(path_categories, token_start, token_ids, loops, n_words):
+def _loop_row(path_categories, utf8_state, token_start, token_ids, loops, decodes, utf8, n_words):
     """uint32 `[n_words]`: the bits of the tokens ending at nodes whose path categories are all
-    in `loops`. O(n_nodes + tokens set)."""
+    in `loops` (with `decodes`: in `loops` or `utf8`, and valid UTF-8 so far).
+    O(n_nodes + tokens set)."""
     row = np.zeros(n_words, np.uint32)
-    outside = ~np.uint16(loops)
+    outside = ~np.uint16((loops | utf8) if decodes else loops)
     for i in range(path_categories.shape[0]):
-        if path_categories[i] & outside == 0:
+        if path_categories[i] & outside == 0 and (not decodes or utf8_state[i] >= 0):
             for k in range(token_start[i], token_start[i + 1]):
                 t = token_ids[k]
                 row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)

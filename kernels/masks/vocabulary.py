@@ -143,22 +143,50 @@ class Vocabulary:
         use in O(total bytes + V log V), then shared by every grammar's index."""
         return build_trie(self.tokens, exclude=self.eos_ids)
 
-    def loop_row(self, loops: int) -> np.ndarray:
+    def loop_row(self, loops: int, decodes_utf8: bool = False) -> np.ndarray:
         """The packed mask (uint32 `[ceil(V / 32)]`, read-only, shared) of the text tokens all of
         whose bytes fall in the byte categories `loops` (`Trie.loop_row`): what a DFA state that
-        loops to itself on those categories allows without leaving itself. The mask walks start
-        from it (`corral.kernels.masks.index`). O(trie nodes) on the first call per value, kept
-        per vocabulary (at most 2^13 values; a grammar has a few)."""
+        loops to itself on those categories allows without leaving itself; with `decodes_utf8`
+        (a state that also reads every UTF-8 character back to itself) also the tokens mixing
+        those bytes with whole or partial valid UTF-8 characters. The mask walks start from it
+        (`corral.kernels.masks.index`). O(trie nodes) on the first call per value, kept per
+        vocabulary (at most 2^14 values; a grammar has a few)."""
+        key = (loops, bool(decodes_utf8))
         rows = self._loop_rows
-        row = rows.get(loops)
+        row = rows.get(key)
         if row is None:
-            row = self.trie.loop_row(loops, self.n_words)
+            row = self.trie.loop_row(loops, self.n_words, bool(decodes_utf8))
             row.setflags(write=False)
-            row = rows.setdefault(loops, row)
+            row = rows.setdefault(key, row)
         return row
 
+    def run_row(self, own: int, length: int) -> np.ndarray:
+        """The packed mask (uint32 `[ceil(V / 32)]`, read-only, shared) of the text tokens of at
+        most `length` bytes all of which fall in the byte categories `own` (`Trie.run_rows`):
+        what a DFA state allows whose next `length` steps on those categories each go to one
+        live state whatever the byte (a length-bounded string's counter). `length` >= the
+        longest token gives `loop_row(own)`. O(trie nodes + max_depth * V / 32) on the first
+        call per `own`, kept per vocabulary (a grammar has a few values).
+
+        Raises:
+            ValueError: `length` is negative.
+        """
+        if length < 0:
+            raise ValueError(f"length must be >= 0, not {length}")
+        rows = self._run_rows.get(own)
+        if rows is None:
+            rows = self.trie.run_rows(own, self.n_words)
+            rows.setflags(write=False)
+            rows = self._run_rows.setdefault(own, rows)
+        return rows[min(length, rows.shape[0] - 1)]
+
     @cached_property
-    def _loop_rows(self) -> dict[int, np.ndarray]:
+    def _run_rows(self) -> dict[int, np.ndarray]:
+        """`run_row`'s tables by `own`."""
+        return {}
+
+    @cached_property
+    def _loop_rows(self) -> dict[tuple[int, bool], np.ndarray]:
         """`loop_row`'s rows by value."""
         return {}
 
