@@ -156,11 +156,13 @@ class Algebra:
         return kept
 
     def compile(self, schema, pointer: str, depth: int):
-        """The compiler's form of a merged part; NOTHING when its bounds contradict."""
+        """The compiler's form of a merged part; NOTHING when its own bounds contradict. A
+        contradiction deeper inside it (a property's, an item's, a branch's) does not make the
+        whole part empty, so it is raised as it is (a refusal, never a wrong language)."""
         try:
             return self.compiler.compile(schema, pointer, depth + 1)
         except SchemaError as error:
-            if is_empty_range(error):
+            if is_empty_range(error) and error.pointer == pointer:
                 return NOTHING
             raise
 

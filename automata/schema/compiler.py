@@ -240,8 +240,8 @@ class Compiler:
                 branch = self.merger.merge_or_conjoin([branch, rest], where)
             try:
                 out.append(self.compile(branch, where, depth + 1))
-            except SchemaError as error:
-                if not is_empty_range(error):  # a merge made contradictory bounds: empty
+            except SchemaError as error:  # a merge made the branch's own bounds contradict
+                if not (is_empty_range(error) and error.pointer == where):
                     raise
                 self.empty(schema, pointer, "anyOf", f"{where}: {error.reason}")
         return choice(out)
@@ -269,9 +269,16 @@ class Compiler:
                         depth,
                         lambda i, j: excludes(merged[i], merged[j], self.merger, pointer),
                     )
-        return choice(
-            self.compile(m, child(pointer, "oneOf", i), depth + 1) for i, m in enumerate(restricted)
-        )
+        out = []
+        for i, branch in enumerate(restricted):
+            where = child(pointer, "oneOf", i)
+            try:
+                out.append(self.compile(branch, where, depth + 1))
+            except SchemaError as error:
+                if not (is_empty_range(error) and error.pointer == where):
+                    raise
+                self.empty(schema, pointer, "oneOf", f"{where}: {error.reason}")  # no value
+        return choice(out)
 
     def compile_enum(self, schema: dict, pointer: str, depth: int):
         """The alternation of the dumped `enum`/`const` values that satisfy the other keywords
