@@ -39,10 +39,9 @@ class ThinkingBudgetTooSmallError(RequestError):
 class MaxLenError(RequestError):
     """The prompt plus `max_tokens` exceed the engine's `max_len`, smaller than the model's
     context (whether or not they also exceed the context: the limit to name is the one the
-    engine enforces): the same overflow as `ContextLengthError` (code
-    `context_length_exceeded`, the context being the one the engine serves), `param` naming the
-    field to change in the same way: `max_tokens` when it was set and the prompt alone leaves
-    room, else `messages`."""
+    engine enforces): the same overflow as `ContextLengthError` (code `context_length_exceeded`, the
+    context being the one the engine serves), `param` naming the field to change in the same
+    way: `max_tokens` when it was set and the prompt alone leaves room, else `messages`."""
 
     code = "context_length_exceeded"
 
