@@ -37,9 +37,8 @@ class ThinkingBudgetTooSmallError(RequestError):
 
 
 class MaxLenError(RequestError):
-    """The prompt plus `max_tokens` exceed the engine's `max_len`, smaller than the model's
-    context (whether or not they also exceed the context: the limit to name is the one the
-    engine enforces): the same overflow as `ContextLengthError` (code `context_length_exceeded`, the
+    """The prompt plus `max_tokens` fit the model's context but not the engine's smaller
+    `max_len`: the same overflow as `ContextLengthError` (code `context_length_exceeded`, the
     context being the one the engine serves), `param` naming the field to change in the same
     way: `max_tokens` when it was set and the prompt alone leaves room, else `messages`."""
 
@@ -258,10 +257,8 @@ def check_request(
             max_tokens that is not an integer, a `logit_bias` id outside 0..V-1 or value that
             is not a number within [-100, 100], a `top_logprobs` outside 0..20, or a
             `jump_forward` or `allowed_mass` that is not a boolean.
-        ContextLengthError: the prompt plus max_tokens exceed `context_length` (and the engine
-            has no smaller `max_len`).
-        MaxLenError: they exceed a `max_len` smaller than the context: the limit the engine
-            enforces, named whether or not they also exceed the context.
+        ContextLengthError: the prompt plus max_tokens exceed `context_length`.
+        MaxLenError: they fit the context but not a smaller `max_len`.
         BudgetTooSmallError: see `check_budget`.
     """
     ids = np.asarray(request.prompt_ids)
@@ -274,9 +271,9 @@ def check_request(
         raise RequestError(f"max_tokens must be an integer, not {max_tokens!r}", "max_tokens")
     if max_tokens is not None and max_tokens < 1:
         check_budget(request)
+    if prompt + (max_tokens or 1) > context_length:
+        raise ContextLengthError(context_length, prompt, max_tokens)
     max_len = context_length if max_len is None else min(max_len, context_length)
-    if prompt + (max_tokens or 1) > context_length and max_len == context_length:
-        raise ContextLengthError(context_length, prompt, max_tokens)  # else: max_len's, below
     if max_tokens is None:
         request = replace(request, max_tokens=max(max_len - prompt, 1))
     if prompt + request.max_tokens > max_len:

@@ -13,13 +13,7 @@ from corral.automata import ConstrainError
 from corral.kernels import Constraint, SamplingParams
 from corral.model import kv_cache
 from corral.model.errors import CacheError, ContextLengthError, RequestError
-from corral.model.generate import (
-    CacheWarning,
-    GenerationRequest,
-    Generator,
-    check_request,
-    generate,
-)
+from corral.model.generate import CacheWarning, GenerationRequest, Generator, generate
 from fake_model import EOS, SMOLLM2_CACHE, TOKENS, FakeModel, index_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -45,31 +39,6 @@ def test_context_length_error_names_the_figures():
     assert (error.code, error.param) == ("context_length_exceeded", "messages")
     assert isinstance(error, ConstrainError)
     assert not engine.has_work
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    context=st.integers(8, 10_000),
-    prompt=st.integers(1, 12_000),
-    max_tokens=st.one_of(st.none(), st.integers(1, 10**12)),
-    data=st.data(),
-)
-def test_an_overflow_names_the_limit_the_engine_enforces(context, prompt, max_tokens, data):
-    """A request past an engine's `max_len` smaller than the model's context names that
-    max_len, however far past the context it also goes; without a smaller max_len it names the
-    context. A request within both passes."""
-    max_len = data.draw(st.one_of(st.none(), st.integers(2, context)), label="max_len")
-    request = GenerationRequest([1] * prompt, max_tokens)
-    limit = context if max_len is None else max_len
-    try:
-        check_request(request, context, 100, max_len)
-    except RequestError as error:
-        assert prompt + (max_tokens or 1) > limit
-        assert error.code == "context_length_exceeded"
-        named = re.search(r"(?:context length is|holds at most) (\d+) tokens", str(error))
-        assert named and int(named.group(1)) == limit, str(error)
-    else:
-        assert prompt + (max_tokens or 1) <= limit
 
 
 def test_a_huge_max_tokens_is_refused_before_any_allocation():
