@@ -32,6 +32,11 @@ from corral.model.errors import CacheError, ChatTemplateError
 from corral.model.kv_cache import KVCache
 from corral.model.vocabulary import vocabulary_from_tokenizer
 
+DECODE_ROWS_MAX = 8
+"""A prefill pass whose sequences are all at most this many tokens runs as decode rows
+(`Model._decode_rows`): a decode step whose rows carry jump-forward's forced tokens keeps
+decode's fused steps (docs/engine.md, "Jump-forward")."""
+
 
 class Model:
     """A loaded Llama model: weights, tokenizer, chat template and the forward pass.
@@ -285,6 +290,9 @@ class Model:
                     f"slot {slot} holds {cache.lengths[slot]} tokens; {len(ids)} more exceed "
                     f"max_len {cache.max_len}"
                 )
+        short = max(map(len, sequences)) <= DECODE_ROWS_MAX
+        if short and not all_positions and sum(map(len, sequences)) <= self.prefill_chunk:
+            return self._decode_rows(cache, slots, sequences, last)
         chunk = self.prefill_chunk
         passes, group, group_tokens = [], [], 0  # a pass: [(sequence index, slot, start, ids)]
         for i, (slot, ids) in enumerate(zip(slots, sequences, strict=True)):
@@ -333,6 +341,35 @@ class Model:
                 outputs.append(llama.lm_head(self.params, hidden))
         logits = np.concatenate(outputs, axis=0) if all_positions else None
         return final, logits, earlier
+
+    def _decode_rows(self, cache: KVCache, slots, sequences, last):
+        """`_prefill` of short sequences as one decode pass (`llama.decode`) of one row per
+        token, each at its own (slot, position): a row sees its slot's cache up to its own
+        position, written before attention, so a sequence's rows attend causally, and
+        decode's fused steps serve the whole pass (jump-forward's forced tokens riding on a
+        decode step; `DECODE_ROWS_MAX`). The same float32 operations per row as the prefill
+        pass (the same results bit for bit on SmolLM2's plans; the tests hold the two to
+        float32 rounding). Same returns as `_prefill` (without
+        all_positions); the slots and tokens were checked by the caller."""
+        sizes = np.array([len(ids) for ids in sequences], np.int64)
+        starts = cache.lengths[np.asarray(slots, np.int64)].astype(np.int64)
+        rows = np.repeat(np.asarray(slots, np.int64), sizes)
+        ends = np.cumsum(sizes) - 1  # each sequence's last row
+        positions = np.arange(int(sizes.sum()), dtype=np.int64) + np.repeat(
+            starts - (ends + 1 - sizes), sizes
+        )
+        cos, sin = self._rope(int(positions.max()) + 1)
+        tokens = np.concatenate(sequences)
+        hidden = llama.decode(
+            self.params, self.config, cache.keys, cache.values, rows, positions, tokens, cos, sin
+        )
+        cache.lengths[np.asarray(slots, np.int64)] = starts + sizes
+        earlier = None
+        if last is not None:  # sequence i's rows ends[i] - last[i] + 1 .. ends[i] - 1, in order
+            pairs = zip(ends.tolist(), last, strict=True)
+            picks = [np.arange(end - k + 1, end, dtype=np.int64) for end, k in pairs]
+            earlier = hidden[np.concatenate(picks)]
+        return hidden[ends], None, earlier
 
     def _check_tokens(self, tokens: np.ndarray) -> None:
         if tokens.min() < 0 or tokens.max() >= self.vocab_size:

@@ -190,6 +190,19 @@ def compare(name: str, dtype: str, folder, positional: bool | None) -> dict:
     model.prefill(cache, 0, longest[:23])
     pieces = model.prefill(cache, 0, longest[23:])  # 17 rows after 23: windows start mid-slot
     errors.append(np.abs(pieces - expected[-1][len(longest) - 1]).max())
+    # jump-forward's chunks: a few tokens of every sequence in one pass, as decode rows
+    # (`Model._decode_rows`), with the logits after each of them (`last`)
+    cache = model.new_cache(len(full), max(map(len, full)))
+    slots = list(range(len(full)))
+    model.prefill_batch(cache, slots, sequences)
+    done = [len(ids) for ids in sequences]
+    for sizes in ((3, 1, 8, 2), (1, 5, 1, 7)):
+        chunks = [ids[n : n + k] for ids, n, k in zip(full, done, sizes, strict=True)]
+        rows = model.prefill_batch(cache, slots, chunks, last=list(sizes))
+        ends = np.cumsum(sizes)
+        for b, (n, k) in enumerate(zip(done, sizes, strict=True)):
+            errors.append(np.abs(rows[ends[b] - k : ends[b]] - expected[b][n : n + k]).max())
+        done = [n + k for n, k in zip(done, sizes, strict=True)]
     error = float(max(errors))
     assert error <= LOGIT_TOLERANCE, f"{name} {dtype}: max logit error {error}"
     return {"error": error, "greedy": True}

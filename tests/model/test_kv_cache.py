@@ -12,6 +12,9 @@ import dataclasses
 import numpy as np
 import pytest
 from corral.model import CacheError
+from corral.model.model import DECODE_ROWS_MAX
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 ATOL = 2e-5
 RAGGED_TOLERANCE = {np.float32: 1e-3, np.float16: 5e-3}
@@ -194,6 +197,38 @@ def test_prefill_batch_equals_one_prefill_each(tiny_model, monkeypatch, chunk):
     step = tiny_model.decode(cache, slots, [7] * 5)
     for row, ids in enumerate(sequences):
         np.testing.assert_allclose(step[row], one_prefill(tiny_model, [*ids, 7]), atol=ATOL)
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_short_chunks_as_decode_rows_equal_every_positions_logits(tiny_model, data):
+    """`prefill_batch` of chunks of at most `DECODE_ROWS_MAX` tokens (one decode pass, a row
+    per token, as jump-forward's forced tokens ride on a decode step) against `logits`, the
+    whole sequence's every position in one prefill pass: each chunk's rows (`last`) and the
+    slots' lengths, with slots holding prefixes of any length, in any order."""
+    n = data.draw(st.integers(1, 4), label="sequences")
+    slots = data.draw(st.permutations(range(5)), label="slots")[:n]
+    prefixes = data.draw(st.lists(st.integers(0, 12), min_size=n, max_size=n), label="prefixes")
+    sizes = data.draw(
+        st.lists(st.integers(1, DECODE_ROWS_MAX), min_size=n, max_size=n), label="sizes"
+    )
+    last = [data.draw(st.integers(1, k), label="last") for k in sizes]
+    seed = data.draw(st.integers(0, 2**16), label="seed")
+    lengths = [p + k for p, k in zip(prefixes, sizes, strict=True)]
+    full = [random_ids(tiny_model, length, seed + i) for i, length in enumerate(lengths)]
+    cache = tiny_model.new_cache(5, 24)
+    for slot, ids, p in zip(slots, full, prefixes, strict=True):
+        if p:
+            tiny_model.prefill(cache, slot, ids[:p])
+    chunks = [ids[p:] for ids, p in zip(full, prefixes, strict=True)]
+    rows = tiny_model.prefill_batch(cache, slots, chunks, last=last)
+    expected = np.concatenate(
+        [tiny_model.logits(ids)[len(ids) - k :] for ids, k in zip(full, last, strict=True)]
+    )
+    np.testing.assert_allclose(rows, expected, atol=ATOL)
+    assert [int(cache.lengths[s]) for s in slots] == [len(ids) for ids in full]
 
 
 def test_prefill_batch_errors_change_nothing(tiny_model):
