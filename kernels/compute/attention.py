@@ -363,13 +363,15 @@ def _axpy4(acc, r, rows, t, w0, w1, w2, w3, width):  # pragma: no cover - compil
 
 
 @numba.njit(cache=True, fastmath=_FASTMATH)
-def _attend(q, keys, values, slot, start, first, n, head, out, window):  # pragma: no cover
-    """One task of `ragged_attention`: the G query heads of key/value head `head` of the n rows
-    first..first+n-1, row first + j over positions 0..start+j of slot `slot` (the last
-    `window` of them when window > 0).
-    O(G n (start + n) hd)
+def _attend(q, keys, values, slot, start, first, n, head, heads, out, window):  # pragma: no cover
+    """One task of `ragged_attention`: query heads `heads` = (g0, g1) of the G that share
+    key/value head `head` (query heads head G + g0 .. head G + g1 - 1; (0, G): all of them), of
+    the n rows first..first+n-1, row first + j over positions 0..start+j of slot `slot` (the
+    last `window` of them when window > 0).
+    O((g1 - g0) n (start + n) hd)
 
-    The task's R = G n query rows are copied into one `[R, hd]` block; row r = j G + g is query
+    Each query row's sums run in the same order whichever heads share its task. The task's
+    R = (g1 - g0) n query rows are copied into one `[R, hd]` block; row r = j G + g is query
     head g of row j. With hd = 64, scores take 16 keys at a time (`_scores16`), the weighted
     sum 16 values at a time (`_weighted16`), each block read once for all the rows that see it
     whole (from L1 after the first); each row's own last 0..15 keys go four at a time (`_dot4`,
@@ -384,9 +386,9 @@ def _attend(q, keys, values, slot, start, first, n, head, out, window):  # pragm
     (the blocks before it would add exact zeros), and a row's scores before its window are
     zeroed with those past its position.
     """
-    group = q.shape[1] // keys.shape[1]
+    group = heads[1] - heads[0]  # the task's query heads
     width = q.shape[2]
-    first_head = head * group
+    first_head = head * (q.shape[1] // keys.shape[1]) + heads[0]
     length = start + n
     n_rows = n * group
     queries = np.empty((n_rows, width), np.float32)
@@ -595,6 +597,7 @@ def ragged_attention(
     segments: np.ndarray,
     out: np.ndarray,
     window: int = 0,
+    split: int | None = None,
 ) -> np.ndarray:
     """Causal attention of the query rows of ragged segments, each over its own cache slot.
 
@@ -606,7 +609,11 @@ def ragged_attention(
     Rows of no segment are left as they were. A decode step is B segments of n = 1.
     O(Hq hd sum of n (start + n)), parallel over the (segment, key/value head) pairs, taken by
     Numba's threads one at a time as they free up (a thread that shares its core with another
-    process takes fewer); each pair reads its keys and values once.
+    process takes fewer); each pair reads its keys and values once. When the pairs are fewer
+    than twice the threads (batch 1: Gemma 3 270M has one key/value head, SmolLM2 three, for
+    two threads), each pair's G query heads are cut into `split` tasks (`query_splits`), each
+    reading the pair's keys and values: the threads share the work, and every row's output is
+    the same bit for bit (its sums do not depend on which heads share its task).
 
     q float32 [N, Hq, hd] (already scaled by hd^-1/2); keys, values float32 or float16
     [S, Hkv, T, hd] (one layer's cache, C-contiguous; Hq a multiple of Hkv; float16 is read
@@ -615,27 +622,49 @@ def ragged_attention(
     0..S-1 and row ranges within 0..N-1 (not checked here: the callers,
     `llama.attention_decode` and `llama.attention_prefill`, derive them from a checked cache);
     the values at positions start..start+n-1 finite (a segment's own new tokens: a row weighs
-    those past its position by zero); out float32 [N, Hq, hd] (written). Returns out.
+    those past its position by zero); out float32 [N, Hq, hd] (written); split: the tasks a
+    pair's query heads are cut into, 1..G (None: `query_splits`). Returns out.
     """
     keys, values = cache_bits(keys), cache_bits(values)
     claimed = np.zeros(1, np.int64)  # the first task not taken yet
     workers = numba.config.NUMBA_NUM_THREADS
-    return _ragged_attention(q, keys, values, segments, out, claimed, workers, int(window))
+    group = q.shape[1] // keys.shape[1]
+    if split is None:
+        split = query_splits(len(segments) * keys.shape[1], group, workers)
+    elif not 1 <= split <= group:
+        raise ValueError(f"split must be within 1..{group} (the query heads a key head has)")
+    return _ragged_attention(
+        q, keys, values, segments, out, claimed, workers, int(window), int(split)
+    )
+
+
+def query_splits(pairs: int, group: int, workers: int) -> int:
+    """How many tasks each (segment, key/value head) pair's `group` query heads are cut into:
+    1 when the pairs are at least twice the `workers`, else enough for two tasks a worker, at
+    most `group` (one query head a task)."""
+    if pairs >= 2 * workers:
+        return 1
+    return max(1, min(group, -(-2 * workers // max(pairs, 1))))
 
 
 @numba.njit(cache=True, parallel=True, fastmath=_FASTMATH)
-def _ragged_attention(q, keys, values, segments, out, claimed, workers, window):  # pragma: no cover
-    """`ragged_attention`'s parallel loop over the (segment, key/value head) pairs, taken one
-    at a time from the counter `claimed` (int64 [1], 0: `kernels.claim`) by `workers` loops
-    (Numba's thread count at most: loops beyond the threads in use find nothing left; asking
-    Numba how many are in use takes its locks)."""
+def _ragged_attention(
+    q, keys, values, segments, out, claimed, workers, window, split
+):  # pragma: no cover
+    """`ragged_attention`'s parallel loop over the (segment, key/value head, part of the query
+    heads) tasks, taken one at a time from the counter `claimed` (int64 [1], 0:
+    `kernels.claim`) by `workers` loops (Numba's thread count at most: loops beyond the threads
+    in use find nothing left; asking Numba how many are in use takes its locks)."""
     kv_heads = keys.shape[1]
-    n_tasks = segments.shape[0] * kv_heads
+    group = q.shape[1] // kv_heads
+    n_tasks = segments.shape[0] * kv_heads * split
     for _ in numba.prange(workers):
         task = claim(claimed)
         while task < n_tasks:
-            segment, head = task // kv_heads, task % kv_heads
+            pair, part = task // split, task % split
+            segment, head = pair // kv_heads, pair % kv_heads
             slot, start, first, n = segments[segment]
-            _attend(q, keys, values, slot, start, first, n, head, out, window)
+            heads = (part * group // split, (part + 1) * group // split)
+            _attend(q, keys, values, slot, start, first, n, head, heads, out, window)
             task = claim(claimed)
     return out

@@ -105,6 +105,30 @@ def test_ragged_attention_of_jump_forward_chunks_equals_the_textbook_formula(cas
     assert_matches_reference(out, q, keys, values, segments)
 
 
+@settings(max_examples=60, deadline=None)
+@given(ragged_passes(most_rows=12), st.data())
+def test_query_heads_cut_into_tasks_give_the_same_output_bit_for_bit(case, data):
+    """A pair's G query heads cut into `split` tasks (batch 1's few pairs spread over the
+    threads): the textbook formula, and the output of one task a pair, bit for bit."""
+    q, keys, values, segments = case
+    group = q.shape[1] // keys.shape[1]
+    split = data.draw(st.integers(1, group), label="split")
+    whole = attention.ragged_attention(q, keys, values, segments, np.full_like(q, np.nan), split=1)
+    out = np.full_like(q, np.nan)
+    attention.ragged_attention(q, keys, values, segments, out, split=split)
+    np.testing.assert_array_equal(out, whole)
+    assert_matches_reference(out, q, keys, values, segments)
+    with pytest.raises(ValueError, match="split"):
+        attention.ragged_attention(q, keys, values, segments, out, split=group + 1)
+
+
+def test_few_pairs_are_cut_for_the_threads():
+    assert attention.query_splits(1, 4, 2) == 4  # Gemma 3 270M at batch 1: a head a task
+    assert attention.query_splits(3, 3, 2) == 2  # SmolLM2 at batch 1: 6 tasks
+    assert attention.query_splits(4, 3, 2) == 1  # enough pairs: each read once
+    assert attention.query_splits(1, 1, 8) == 1
+
+
 @settings(max_examples=50, deadline=None)
 @given(ragged_passes(most_rows=12), st.integers(0, 2**32 - 1))
 def test_a_row_is_blind_to_the_keys_and_values_past_its_position(case, seed):
