@@ -220,8 +220,8 @@ def mlp(x: np.ndarray, layer: dict, config: LlamaConfig | None = None) -> np.nda
     """SwiGLU: down(silu(gate(x)) * up(x)).  [N, d], layer weights ([2F, d], [d, F]) -> [N, d]
 
     With `config.hidden_act` "gelu_pytorch_tanh" the gating is GELU's tanh form instead
-    (`gelu_tanh`, Gemma's GeGLU), and with `config.post_norms` the result goes through the
-    layer's "mlp_out_norm" (Gemma 3's `post_feedforward_layernorm`).
+    (`kernels.compute.layers.geglu`, Gemma's GeGLU), and with `config.post_norms` the result
+    goes through the layer's "mlp_out_norm" (Gemma 3's `post_feedforward_layernorm`).
 
     The gating is one compiled pass (`kernels.compute.layers.swiglu`, a vectorized exp), for every
     pass alike. It runs along the contiguous axis: BLAS's [N, 2F] result is the transpose of a
@@ -231,8 +231,13 @@ def mlp(x: np.ndarray, layer: dict, config: LlamaConfig | None = None) -> np.nda
     """
     gate_up = linear(x, layer, "w_gate_up")  # [N, d] -> [N, 2F]
     n, width = x.shape[0], layer["w_down"].shape[1]
-    if config is not None and config.hidden_act != "silu":  # GeGLU, in NumPy
-        hidden = np.ascontiguousarray(gelu_tanh(gate_up[:, :width]) * gate_up[:, width:])
+    if config is not None and config.hidden_act != "silu":  # GeGLU
+        if gate_up.flags.c_contiguous:  # the blocks' result: each row its two halves
+            out = np.empty((n, width), np.float32)
+            hidden = layer_kernels.geglu(gate_up[:, :width], gate_up[:, width:], out)
+        else:  # BLAS's: the halves of C-order [2F, N], out [F, N] read as its transpose
+            gate_up_t, out = gate_up.T, np.empty((width, n), np.float32)
+            hidden = layer_kernels.geglu(gate_up_t[:width], gate_up_t[width:], out).T
     elif gate_up.flags.c_contiguous:  # the blocks' result: each row its two halves
         hidden = layer_kernels.swiglu_rows(gate_up, np.empty((n, width), np.float32))  # [N, F]
     else:  # BLAS's: gate_up.T is C-order [2F, N]
@@ -243,15 +248,6 @@ def mlp(x: np.ndarray, layer: dict, config: LlamaConfig | None = None) -> np.nda
     if config is not None and config.post_norms:
         return rms_norm(out, layer["mlp_out_norm"], config.rms_norm_eps)
     return out
-
-
-def gelu_tanh(x: np.ndarray) -> np.ndarray:
-    """GELU's tanh approximation (PyTorch's `gelu(approximate="tanh")`, transformers'
-    "gelu_pytorch_tanh"): 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), in float32.
-    [...] -> [...] (a new array)"""
-    x = np.asarray(x, dtype=np.float32)
-    inner = np.float32(np.sqrt(2 / np.pi)) * (x + np.float32(0.044715) * x * x * x)
-    return np.float32(0.5) * x * (np.float32(1.0) + np.tanh(inner))
 
 
 def qkv_extras(qkv: np.ndarray, layer: dict, config: LlamaConfig) -> np.ndarray:

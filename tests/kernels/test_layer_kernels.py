@@ -89,3 +89,28 @@ def test_swiglu_equals_silu_of_gate_times_up_also_far_out(seed, transposed):
     g, up = gate_up[:, :width].astype(np.float64), gate_up[:, width:].astype(np.float64)
     expected = g * expit(g) * up  # silu(g) = g sigmoid(g), with no overflow
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-30)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("seed", range(5))
+def test_geglu_equals_gelu_tanh_of_gate_times_up_also_far_out(seed, transposed):
+    """GeGLU (Gemma's MLP) against PyTorch's gelu(approximate="tanh") formula in float64, on
+    both layouts `llama.mlp` passes, with gates past exp's float32 range."""
+    rng = np.random.default_rng(seed)
+    n, width = int(rng.integers(1, 40)), int(rng.integers(1, 300))
+    gate_up = (rng.standard_normal((n, 2 * width)) * rng.uniform(0.1, 60)).astype(np.float32)
+    gate_up[0, 0], gate_up[-1, width - 1] = -1000.0, 1000.0
+    if transposed:
+        gate_up_t = np.ascontiguousarray(gate_up.T)
+        out = np.full((width, n), np.nan, np.float32)
+        got = layers.geglu(gate_up_t[:width], gate_up_t[width:], out).T
+    else:
+        out = np.full((n, width), np.nan, np.float32)
+        got = layers.geglu(gate_up[:, :width], gate_up[:, width:], out)
+    g, up = gate_up[:, :width].astype(np.float64), gate_up[:, width:].astype(np.float64)
+    # 0.5 (1 + tanh(u)) = sigmoid(2 u), without float64's cancellation in 1 + tanh(u) far out
+    z = 2 * np.sqrt(2 / np.pi) * (g + 0.044715 * g**3)
+    expected = g * expit(z) * up
+    # z, a few float32 roundings of g, moves exp(-|z|) by a few |z| 2^-24 relative
+    rtol = 1e-6 + 4 * np.minimum(np.abs(z), 87) * 2.0**-24
+    assert (np.abs(got - expected) <= rtol * np.abs(expected) + 1e-30).all()
