@@ -8,6 +8,7 @@ the process's threads, measured in the same run). Printed, not asserted.
     .venv/bin/python bench/products.py --kernels float32 paired q8_1-1 q8_1-2
     .venv/bin/python bench/products.py --model --kernels float32 int8-vnni q8_1 --rounds 3
     .venv/bin/python bench/products.py --set qwen3-0.6b --batches 32 64  # K-quant products
+    NUMBA_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/products.py --clock cpu
 
 The products are SmolLM2-135M Q4_1's: q/k/v stacked (960 x 576, Q4_1), o (576 x 576), gate/up
 stacked (3072 x 576), down (576 x 1536), the LM head (49,152 x 576, Q8_0), as
@@ -92,29 +93,35 @@ def random_matrix(rng: np.random.Generator, kind: str, n_out: int, k: int) -> qu
     return quant.BlockMatrix.from_blocks(kind, raw.reshape(n_out, -1))
 
 
-def median_seconds(call, repeats: int) -> float:
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+"""`--clock`: wall time, or the process's CPU time (every thread's: on one thread, a core's
+rate whatever else the machine runs)."""
+
+
+def median_seconds(call, repeats: int, clock=time.perf_counter) -> float:
     """The median time of `repeats` calls after one untimed call."""
-    return interleaved_medians({"call": call}, repeats)["call"]
+    return interleaved_medians({"call": call}, repeats, clock)["call"]
 
 
-def interleaved_medians(calls: dict, repeats: int) -> dict:
-    """{name: the median time of `repeats` calls}, the calls taking turns call by call (after
-    one untimed call each), so that a shared machine's load falls on all of them alike."""
+def interleaved_medians(calls: dict, repeats: int, clock=time.perf_counter) -> dict:
+    """{name: the median time of `repeats` calls by `clock`}, the calls taking turns call by
+    call (after one untimed call each), so that a shared machine's load falls on all of them
+    alike."""
     for call in calls.values():
         call()
     times = {name: [] for name in calls}
     for _ in range(repeats):
         for name, call in calls.items():
-            start = time.perf_counter()
+            start = clock()
             call()
-            times[name].append(time.perf_counter() - start)
+            times[name].append(clock() - start)
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def gemm_peak(repeats: int) -> float:
+def gemm_peak(repeats: int, clock=time.perf_counter) -> float:
     """NumPy's float32 matmul of two 2048 x 2048 matrices: GFLOP/s (median of `repeats`)."""
     a = np.random.default_rng(0).standard_normal((2048, 2048)).astype(np.float32)
-    return 2 * 2048**3 / median_seconds(lambda: a @ a, repeats) / 1e9
+    return 2 * 2048**3 / median_seconds(lambda: a @ a, repeats, clock) / 1e9
 
 
 def tiled_pair(rng: np.random.Generator, kind: str, n_out: int, k: int) -> dict:
@@ -219,6 +226,9 @@ def main() -> None:
     parser.add_argument("--kernels", nargs="+", default=["float32", "int8-vnni"])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--clock", default="wall", choices=list(CLOCKS),
+                        help="wall time, or CPU time (a core's rate, with NUMBA_NUM_THREADS=1 "
+                        "OPENBLAS_NUM_THREADS=1)")  # fmt: skip
     parser.add_argument("--model", action="store_true",
                         help="decode tokens/s of the whole model instead (kernels: float32, "
                         "int8-vnni, q8_1)")  # fmt: skip
@@ -250,18 +260,20 @@ def main() -> None:
     best: dict = {}
     peaks = []
     for _ in range(args.rounds):
-        peaks.append(gemm_peak(5))
+        peaks.append(gemm_peak(5, CLOCKS[args.clock]))
         for product in args.products:
             k = products[product][2]
             for batch in args.batches:
                 x = np.ascontiguousarray(xs[batch][:, :k])
                 calls = {name: kernel_call(name, matrices[product], product, x)
                          for name in args.kernels}  # fmt: skip
-                for name, seconds in interleaved_medians(calls, args.repeats).items():
+                medians = interleaved_medians(calls, args.repeats, CLOCKS[args.clock])
+                for name, seconds in medians.items():
                     key = (product, batch, name)
                     best[key] = min(best.get(key, np.inf), seconds)
     peak = max(peaks)
-    print(f"{args.set}; threads {numba.get_num_threads()}; float32 GEMM (NumPy 2048^3): "
+    print(f"{args.set}; threads {numba.get_num_threads()}; {args.clock} time; "
+          f"float32 GEMM (NumPy 2048^3): "
           f"{', '.join(f'{p:.0f}' for p in peaks)} GFLOP/s, best {peak:.0f}")  # fmt: skip
     header = f"{'product':>8} {'n_out x k':>12} {'type':>4} {'B':>3}"
     for name in args.kernels:
