@@ -158,7 +158,9 @@ def kernel_call(name: str, matrices: dict, product: str, x: np.ndarray):
     return lambda: quant_int8.int8_matmul(x, parts, m.scales, coefs, m.words, out)
 
 
-def model_speeds(batches: list[int], kernels: list[str], steps: int, rounds: int) -> dict:
+def model_speeds(
+    batches: list[int], kernels: list[str], steps: int, rounds: int, clock=time.perf_counter
+) -> dict:
     """Prefill tokens/s (a 256-token prompt) and decode tokens/s (a 256-token context a
     sequence) of the default model on each kernel's plan, taking turns: "float32"
     (`ComputePlan.detect(int8_activations=False)`), "int8-vnni" (`ComputePlan("int8-vnni",
@@ -193,9 +195,9 @@ def model_speeds(batches: list[int], kernels: list[str], steps: int, rounds: int
             quant.MATMULS["int8-vnni"] = q8_1 if name == "q8_1" else paired
             try:
                 caches[name].reset(0)
-                start = time.perf_counter()
+                start = clock()
                 m.prefill(caches[name], 0, prompt)
-                rate = len(prompt) / (time.perf_counter() - start)
+                rate = len(prompt) / (clock() - start)
             finally:
                 quant.MATMULS["int8-vnni"] = paired
             best[("prefill", name)] = max(best.get(("prefill", name), 0.0), rate)
@@ -206,10 +208,10 @@ def model_speeds(batches: list[int], kernels: list[str], steps: int, rounds: int
                 quant.MATMULS["int8-vnni"] = q8_1 if name == "q8_1" else paired
                 try:
                     m.decode(caches[name], slots, tokens)  # warm-up
-                    start = time.perf_counter()
+                    start = clock()
                     for _ in range(steps):
                         m.decode(caches[name], slots, tokens)
-                    rate = batch * steps / (time.perf_counter() - start)
+                    rate = batch * steps / (clock() - start)
                 finally:
                     quant.MATMULS["int8-vnni"] = paired
                 caches[name].lengths[slots] = 256
@@ -236,9 +238,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.model:
         kernels = [k for k in args.kernels if k in ("float32", "int8-vnni", "q8_1")]
-        best = model_speeds(args.batches, kernels, args.steps, args.rounds)
-        print(f"threads {numba.get_num_threads()}; decode tokens/s, 256-token contexts, best "
-              f"of {args.rounds} rounds of {args.steps} steps")  # fmt: skip
+        best = model_speeds(args.batches, kernels, args.steps, args.rounds, CLOCKS[args.clock])
+        print(f"threads {numba.get_num_threads()}; {args.clock} time; decode tokens/s, "
+              f"256-token contexts, best of {args.rounds} rounds of {args.steps} "
+              "steps")  # fmt: skip
         print(f"{'B':>7} " + " ".join(f"{k:>10}" for k in kernels))
         for batch in ["prefill", *args.batches]:
             print(f"{batch:>7} " + " ".join(f"{best[(batch, k)]:10.1f}" for k in kernels))
