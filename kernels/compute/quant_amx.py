@@ -737,7 +737,8 @@ def _quantize_signature(x, x_at, tiles, t_at, x_scales, x_sums, x_terms, s_at, r
             address = builder.bitcast(builder.gep(x_p, [i32(ROWS * h)]), fvec.as_pointer())
             halves.append(builder.load(address, align=4))
         magnitudes = builder.call(maximum, [builder.call(fabs, [v]) for v in halves])
-        d = builder.fdiv(builder.call(reduce_max, [magnitudes]), f32(127.0 * ratio))
+        largest = builder.call(reduce_max, [magnitudes], fastmath=("nnan",))  # NaN: below
+        d = builder.fdiv(largest, f32(127.0 * ratio))
         # maxnum passes over NaN: a block that holds one gets d = NaN, so its products are NaN
         nan = builder.or_(*(builder.fcmp_unordered("uno", v, v) for v in halves))
         reduce_or = function("llvm.vector.reduce.or.v16i1", ir.IntType(1), [nan.type])

@@ -484,8 +484,10 @@ def _emit_paired_product(context, builder, arg_types, args, form, group):
         phi.add_incoming(value, builder.block)
     builder.cbranch(builder.icmp_signed("<", next_block, n_blocks), loop, done)
     builder.position_at_end(done)
+    total_start, total_stride = args[14], args[15]
     for i, value in enumerate(following):
-        address = builder.bitcast(builder.gep(total_p, [i64(LANES * i)]), fvec.as_pointer())
+        at = builder.add(total_start, builder.mul(total_stride, i64(i)))
+        address = builder.bitcast(builder.gep(total_p, [at]), fvec.as_pointer())
         builder.store(value, address, align=4)
 
 
@@ -514,6 +516,8 @@ def _paired_product(
     sc_start,
     sc_step,
     total,
+    total_start,
+    total_stride,
 ):  # pragma: no cover - compiled
     """`group` (1, 2, 4 or `PAIRED_GROUP`) rows of x in two int8 parts on one scale
     (`quant_amx.quantize_rows`) times 16 output rows in word format `form`
@@ -521,11 +525,13 @@ def _paired_product(
     variant chosen by a switch over the table `PAIRED` (another (form, group) writes nothing):
 
         _paired_product(form, group, words, w_start, step, x_q, x_start, x_scales, x_terms,
-                        x_offsets, xs_start, n_blocks, scales, coefs, sc_start, sc_step, total)
+                        x_offsets, xs_start, n_blocks, scales, coefs, sc_start, sc_step, total,
+                        total_start, total_stride)
 
-    writes total[16 i + r], for row i < group and lane r < 16, as `quant_amx`'s one-row VNNI
-    product of the same form sums it (the same integer sums, the same float operations in the
-    same order, so the same value bit for bit): for each block j in order,
+    writes total[total_start + i total_stride + r], for row i < group and lane r < 16, as
+    `quant_amx`'s one-row VNNI product of the same form sums it (the same integer sums, the
+    same float operations in the same order, so the same value bit for bit): for each block j
+    in order,
 
         NIBBLES, FIVE: total = fma(c_r, term, fma(float(S), d s_r, total))
         BYTES:         total = fma(float(S - offset), d s_r, total)
@@ -548,8 +554,8 @@ def _paired_product(
     ):
         return None  # a typing error: these dtypes only
     sig = types.void(form, group, words, w_start, step, x_q, x_start, x_scales, x_terms,
-                     x_offsets, xs_start, n_blocks, scales, coefs, sc_start, sc_step,
-                     total)  # fmt: skip
+                     x_offsets, xs_start, n_blocks, scales, coefs, sc_start, sc_step, total,
+                     total_start, total_stride)  # fmt: skip
 
     def codegen(context, builder, signature, args):
         i64 = ir.IntType(64)
@@ -562,7 +568,7 @@ def _paired_product(
             switch.add_case(i64((form_key << 8) | group_), case)
             builder.position_at_end(case)
             terms = 8 if form_key in (NIBBLES, FIVE) else 9  # x_terms or x_offsets
-            chosen = [i for i in range(2, 17) if i not in (8, 9) or i == terms]
+            chosen = [i for i in range(2, 19) if i not in (8, 9) or i == terms]
             inner = [signature.args[i] for i in chosen]
             _emit_paired_product(context, builder, inner, [args[i] for i in chosen], form_key,
                                  group_)  # fmt: skip
@@ -595,6 +601,7 @@ def _paired_kernel(x, scales, coefs, words, out, halves):  # pragma: no cover - 
     group = PAIRED_GROUP
     while group // 2 >= batch:
         group //= 2
+    flat_out = out.reshape(-1)
     for t in numba.prange(n_tiles):
         totals = np.empty(group * LANES, np.float32)
         groups = min(lane_groups, -(-(n_out - t * tile) // LANES))  # those with output rows
@@ -605,8 +612,13 @@ def _paired_kernel(x, scales, coefs, words, out, halves):  # pragma: no cover - 
                 sc_start = t * n_blocks * tile + g * LANES
                 w_args = (flat_words, w_start, step, flat_x, x_start, flat_xs)
                 s_args = (first * n_blocks, n_blocks, flat_scales, flat_coefs, sc_start, tile)
-                _paired_product(form, group, *w_args, flat_terms, flat_offsets, *s_args, totals)
                 column = t * tile + g * LANES
+                if first + group <= batch and column + LANES <= n_out:  # straight into out
+                    _paired_product(form, group, *w_args, flat_terms, flat_offsets, *s_args,
+                                    flat_out, first * n_out + column, n_out)  # fmt: skip
+                    continue
+                _paired_product(form, group, *w_args, flat_terms, flat_offsets, *s_args, totals,
+                                0, LANES)  # fmt: skip
                 for i in range(min(group, batch - first)):  # no views: each one costs
                     for r in range(min(LANES, n_out - column)):  # two atomic reference-count
                         out[first + i, column + r] = totals[i * LANES + r]  # updates
@@ -642,9 +654,9 @@ def paired_matmul(x, scales, coefs, words, out, halves: bool = False):
     stored q + 128) or the second halves' scales (`halves`); words uint8 [n_tiles, k/32,
     tile/16, W, 16, 4] (`word_tiles`' formats: W = 4: Q4_1 nibbles; W = 5: `FIVE`, Q4_1's
     nibbles and a word of fifth bits; W = 8: Q8_0 bytes, `HALVES` where `halves`, scales the
-    first halves'); out float32 [B, n_out] (written, n_out <= n_tiles tile). Unchecked (a
-    caller's arrays are right by construction, `corral.model.quant.TiledMatrix`); needs
-    `available()`. Returns out.
+    first halves'); out float32 [B, n_out] (C-contiguous; written, n_out <= n_tiles tile).
+    Unchecked (a caller's arrays are right by construction, `corral.model.quant.TiledMatrix`);
+    needs `available()`. Returns out.
     """
     if x.shape[0] == 1:
         kernel = _row_halves_matmul if halves else _row_matmul

@@ -18,6 +18,9 @@ from test_amx_kernels import activations
 from test_amx_kernels import dequantized as dequantized_pairs
 from test_amx_kernels import quantize as quantize_pairs
 from test_block_kernels import random_blocks
+from test_kquant_kernels import dequantized as kquant_dequantized
+from test_kquant_kernels import random_blocks as kquant_blocks
+from test_kquant_kernels import rewritten
 
 pytestmark = pytest.mark.skipif(
     not quant_int8.available(), reason="the int8 kernels need AVX-512 BW and VNNI"
@@ -225,3 +228,57 @@ def test_a_nan_in_x_makes_its_rows_paired_outputs_nan(rows):
     x[rows - 1, 40] = np.nan
     got = paired_product(matrix, x)
     assert np.isnan(got[rows - 1]).all() and not np.isnan(got[: rows - 1]).any()
+
+
+def word_form_case(rng: np.random.Generator, kind: str, n_out: int, k: int):
+    """(words of a random n_out x k matrix as `TiledMatrix`, its weights float64 [n_out, k],
+    the parts' kind for `quantize_pairs`: "Q4_1" where the words are nibbles, else "Q8_0").
+    Q4_1 and Q8_0 from random blocks; Q4_K, Q5_0 and Q6_K from gguf's blocks rewritten
+    (`kquant_layout.as_blocks`: Q4_1's nibbles, `FIVE`, `HALVES`), dequantized by gguf."""
+    if kind in ("Q4_1", "Q8_0"):
+        matrix = BlockMatrix.from_blocks(kind, random_blocks(rng, kind, n_out, k))
+        return matrix.tiled(), matrix.dequantize().astype(np.float64), kind
+    raw = kquant_blocks(rng, kind, n_out, k)
+    tiled = rewritten(raw, kind)
+    return tiled, kquant_dequantized(raw, kind, n_out), "Q4_1" if tiled.kind == "Q4_1" else "Q8_0"
+
+
+ROWS_AND_EDGES = st.one_of(st.integers(1, 64), st.sampled_from([7, 8, 9, 15, 16, 17, 33, 63, 64]))
+"""1 to 64 rows of x, often at the edges of `PAIRED_GROUP` and of the groups of 16."""
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    kind=st.sampled_from(["Q4_1", "Q8_0", "Q4_K", "Q5_0", "Q6_K"]),
+    batch=ROWS_AND_EDGES,
+    n_out=st.one_of(st.integers(1, 1100), st.sampled_from([16, 17, 31, 512, 513, 1040])),
+    blocks=st.integers(1, 3),
+)
+def test_paired_matmul_of_1_to_64_rows_equals_float64_in_every_word_form(
+    seed, kind, batch, n_out, blocks
+):
+    """Every word form, 1 to 64 rows (full groups of `PAIRED_GROUP` rows and 16 output rows
+    written straight into out, the rest through the kernel's scratch), n_out across tile and
+    vector edges: the float64 product of gguf's (or the blocks') dequantized weights with the
+    dequantized activations, to float32's rounding; a row the same bits alone."""
+    rng = np.random.default_rng(seed)
+    k = (256 if kind in ("Q4_K", "Q6_K") else 32) * blocks
+    tiled, weights, parts_kind = word_form_case(rng, kind, n_out, k)
+    x = activations(rng, batch, k)
+    coefs = tiled.scales if tiled.minimums is None else tiled.minimums
+    out = np.full((batch, n_out), np.nan, np.float32)
+    got = quant_int8.paired_matmul(x, tiled.scales, coefs, tiled.words, out, tiled.kind == "Q8_16")
+    assert got is out and got.dtype == np.float32
+    x_q, d, _, _ = quantize_pairs(x, parts_kind)
+    values = dequantized_pairs(x_q, d, parts_kind)
+    scale = np.abs(values) @ np.abs(weights).T  # the size of the terms summed
+    error = np.abs(got - values @ weights.T)
+    worst = np.unravel_index(np.argmax(error - 1e-5 * scale), error.shape)
+    assert (error <= 1e-5 * scale + 1e-6).all(), (worst, error[worst], scale[worst])
+    row = int(rng.integers(0, batch))
+    alone = np.full((1, n_out), np.nan, np.float32)
+    alone = quant_int8.paired_matmul(
+        x[row : row + 1], tiled.scales, coefs, tiled.words, alone, tiled.kind == "Q8_16"
+    )
+    np.testing.assert_array_equal(alone[0], got[row])
