@@ -28,6 +28,7 @@ from corral.model.generate import (
     GenerationResult,
     GenerationStats,
     Generator,
+    check_request,
 )
 from corral.tools.completions import Completions
 from corral.tools.errors import openai_error
@@ -362,11 +363,13 @@ def _run_group(engine, group: _Group, writer: _Writer, prefix_cache, stats, bar,
 
 def _prepare(
     engine, lines, used, default_max_tokens, writer: _Writer, progress, numbers=None, depth=None,
-    allowed_mass=None,
+    allowed_mass=None, max_len=None,
 ) -> list[_Line]:  # fmt: skip
-    """Phase 1: read, validate and compile every line; write the error lines of those that fail
-    and of duplicates (of earlier lines, or of `used`'s). Returns the lines to run, in input
-    order."""
+    """Phase 1: read, validate and compile every line, and check its choices as the engine will
+    (`check_request`: the model's context, or the smaller `max_len` of a server's engine, which
+    an overflow then names; a max_tokens of None made what it leaves); write the error lines of
+    those that fail and of duplicates (of earlier lines, or of `used`'s). Returns the lines to
+    run, in input order."""
     pending: list[_Line] = []
     first: dict[str, _Line | int] = dict(used or {})  # custom_id -> its pending line or number
     total = sum(1 for text in lines if text.strip()) if hasattr(lines, "__len__") else None
@@ -398,7 +401,11 @@ def _prepare(
                 if allowed_mass is not None and line.request.allowed_mass is None:
                     line.request = replace(line.request, allowed_mass=allowed_mass)
                 check_model(line.request.model, engine.model_name)
-                line.choices = engine.requests(line.request, default_max_tokens)
+                model = engine.model
+                line.choices = [
+                    check_request(c, model.context_length, len(model.vocabulary.tokens), max_len)
+                    for c in engine.requests(line.request, default_max_tokens, max_len)
+                ]
             except Exception as error:  # any fault of one line is that line's error line
                 writer.failure(line, error)
                 first[custom_id] = number

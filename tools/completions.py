@@ -9,8 +9,8 @@ import uuid
 from pathlib import Path
 
 from corral.kernels import Constraint, SamplingParams, TokenIndex
-from corral.model.errors import ContextLengthError
 from corral.model.generate import GenerationRequest, GenerationResult
+from corral.model.generation_request import length_error, sequence_limit
 from corral.tools.errors import invalid, not_honoured, refused
 from corral.tools.formats import (
     HERMES,
@@ -145,25 +145,30 @@ class Completions:
         return fmt.parser_syntax(self.thinking(request), request.tools)
 
     def requests(
-        self, request: ToolRequest, default_max_tokens: int | None = None
+        self,
+        request: ToolRequest,
+        default_max_tokens: int | None = None,
+        max_len: int | None = None,
     ) -> list[GenerationRequest]:
         """The engine requests of a chat request's `n` choices (their budget is checked when
-        they are submitted, `Generator.submit`).
+        they are submitted, `Generator.submit`), for an engine of `max_len` tokens per sequence
+        (None: the model's context).
 
         Raises ToolError: 422 for a schema the subset refuses or a grammar past a size limit;
         400 for messages the template refuses, and 400 `context_length_exceeded` (param
-        `messages`) for a prompt that fills the model's context, found before any grammar is
-        built (from its length, then from its tokens): the tools' schemas are in the prompt, so
-        a grammar of tools is built only for schemas that fit in the context."""
+        `messages`) for a prompt that fills the model's context or the smaller `max_len`
+        (naming that limit: `corral.model.generation_request.length_error`), found before any
+        grammar is built (from its length, then from its tokens): the tools' schemas are in the
+        prompt, so a grammar of tools is built only for schemas that fit in the context."""
         if request.calls_allowed and self.tool_format is None:
             raise no_format_error(self.model_name, getattr(self.model, "chat_template", None))
         thinking = self.thinking(request)
         text = render_request(self.model, request, turn_format=self.tool_format, thinking=thinking)
         context = self.model.context_length
-        self.prompt_bound.check(text, context)  # from the length, before it is tokenized
+        self.prompt_bound.check(text, context, max_len)  # from the length, before tokenizing
         prompt = self.model.tokenizer.encode(text)
-        if len(prompt) >= context:
-            raise refused(ContextLengthError(context, len(prompt), None))
+        if len(prompt) >= sequence_limit(context, max_len)[0]:
+            raise refused(length_error(context, max_len, len(prompt), None))
         constraint, trigger, thought, prelude = None, None, None, None
         fmt = self.tool_format or HERMES
         found = grammar(request, fmt, self.specials, thinking)

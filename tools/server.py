@@ -406,27 +406,16 @@ class Server:
         """The engine requests of `request` (`Completions.requests`), checked as the engine's
         `submit` will check them (`check_request`: the model's context, this server's
         `max_len`, the budget), so that submitting cannot fail. A request without `max_tokens`
-        gets what `max_len` leaves. Raises ToolError: as `Completions.requests` does, and 400
-        (`refused`) for what the engine would refuse."""
+        gets what `max_len` leaves. Raises ToolError: as `Completions.requests` does (for this
+        server's `max_len`), and 400 (`refused`) for what the engine would refuse: an overflow
+        names `max_len` when it is smaller than the context, however far past the context the
+        request goes (`corral.model.generation_request.length_error`)."""
         model = self.engine.model
         size = len(self.engine.vocabulary.tokens)
         max_len = self.config.max_len  # within the context (`Server` refuses one past it)
-        choices = self.engine.requests(request, self.config.default_max_tokens)
-        for choice in choices:
-            prompt = len(choice.prompt_ids)
-            if prompt >= max_len:  # the prompt alone leaves no room for an answer
-                raise ToolError(
-                    400,
-                    "messages",
-                    "context_length_exceeded",
-                    f"This server holds at most {max_len} tokens per request, but the messages "
-                    f"take {prompt} tokens, leaving no room for an answer. Please shorten them.",
-                )
+        choices = self.engine.requests(request, self.config.default_max_tokens, max_len)
         try:
-            return [
-                check_request(choice, model.context_length, size, self.config.max_len)
-                for choice in choices
-            ]
+            return [check_request(c, model.context_length, size, max_len) for c in choices]
         except RequestError as error:
             raise refused(error) from None
 

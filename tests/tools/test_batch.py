@@ -340,10 +340,10 @@ def test_any_exception_while_preparing_a_line_is_that_lines_error(monkeypatch, e
     engine = Completions(StandInModel())
     requests = engine.requests
 
-    def faulty(request, default_max_tokens):
+    def faulty(request, *args):
         if request.messages[0]["content"] == "break":
             raise error
-        return requests(request, default_max_tokens)
+        return requests(request, *args)
 
     monkeypatch.setattr(engine, "requests", faulty)
     broken = quick_line("x", messages=[{"role": "user", "content": "break"}])
