@@ -127,7 +127,8 @@ class GenerationRequest:
             logits are computed whole (never by the masked LM head), and jump-forward stays on
             as with `top_logprobs`.
         thought: the `ThoughtBudget` of the index of the constraint (or of `prelude`) that
-            holds the thinking block the answer opens with, or None.
+            holds the thinking block the answer opens with, or None: the block's tokens are
+            counted (`GenerationResult.reasoning_tokens`), and held to `thinking_budget`.
         thinking_budget: with `thought`, the most tokens the thinking block may take (>= 0,
             its markup included; `corral.kernels.masks.budget.ThoughtBudget`): a token from a
             state inside the block is allowed only when the block can still close within the
@@ -137,7 +138,7 @@ class GenerationRequest:
             whose block comes before free text (`constraint` None, or waiting for `trigger`):
             the answer is held to it from the first token until its state leaves the block,
             then the text is free (stop strings and the trigger are looked for only after the
-            block).
+            block). Needs `thought`, which tells the block's states.
     """
 
     prompt_ids: Sequence[int]
@@ -190,7 +191,8 @@ class GenerationResult:
         unmasked_logprobs: per token, its log-softmax over the whole vocabulary of the same
             logits (its logprob had nothing been masked); None likewise.
         reasoning_tokens: the tokens written from states inside the thinking block
-            (`GenerationRequest.thought`), 0 without one.
+            (`GenerationRequest.thought`, with or without a thinking budget), its opener and
+            closer included; 0 without one, or when an optional block was left out.
 
     `text` is `data` decoded (`decode_text`), a property, so that no path can decode the bytes
     otherwise. Raises TypeError when `data` is not bytes (a str given for the text).

@@ -11,7 +11,7 @@ from pathlib import Path
 from corral.kernels import Constraint, SamplingParams, TokenIndex
 from corral.model.generate import GenerationRequest, GenerationResult
 from corral.model.generation_request import length_error, sequence_limit
-from corral.tools.errors import invalid, not_honoured, refused
+from corral.tools.errors import ToolError, invalid, not_honoured, refused
 from corral.tools.formats import (
     HERMES,
     TurnFormat,
@@ -136,6 +136,18 @@ class Completions:
             self._prelude_index = TokenIndex(prelude_dfa(self.tool_format, marks), self.vocabulary)
         return Constraint(self._prelude_index)
 
+    def _grammar_thought(self, index: TokenIndex, budget: int | None, param: str):
+        """The `ThoughtBudget` of a grammar that opens with the thinking block
+        (`thought_budget`). Without a budget a grammar whose states do not tell the block from
+        the answer gets None (its reasoning tokens are not counted) rather than a 422: the
+        budget needs the states, the answer does not."""
+        try:
+            return thought_budget(index, self.tool_format, self.specials, param)
+        except ToolError:
+            if budget is not None:
+                raise
+            return None
+
     def syntax(self, request: ToolRequest) -> CallSyntax | None:
         """The parser's syntax for the request's answers (None: no calls and no thinking, all
         text is content)."""
@@ -178,9 +190,9 @@ class Completions:
             index = self.compiler.index(found)
             constraint = Constraint(index)
             trigger = found.trigger
-        if thinking and budget is not None:
+        if thinking:  # the block's tokens counted, and held to the budget if there is one
             if found is not None and trigger is None:  # the block is the grammar's first part
-                thought = thought_budget(index, fmt, self.specials, param)
+                thought = self._grammar_thought(index, budget, param)
             else:  # the block, then free text (with the lazy trigger, if any)
                 prelude = self._prelude()
                 thought = thought_budget(prelude.index, fmt, self.specials, param)
