@@ -50,6 +50,7 @@ from corral.tools.shapes import (
     delta_json,
     finish_reason,
     logprobs_json,
+    usage_json,
 )
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sse_starlette import EventSourceResponse
@@ -485,7 +486,7 @@ class Server:
                 chunks.append(chunk([choice(i, delta, None, logprobs)]))
             return chunks
 
-        prompt_tokens = completion_tokens = 0
+        results = []  # the ended choices', for `usage`
         try:
             for i in range(n):
                 yield chunk([choice(i, {"role": "assistant", "content": ""})])
@@ -514,8 +515,7 @@ class Server:
                     continue
                 result = event[2]
                 ended += 1
-                prompt_tokens = result.prompt_tokens
-                completion_tokens += result.completion_tokens
+                results.append(result)
                 if request.logprobs:
                     for piece in with_logprobs(i, result):
                         yield piece
@@ -528,12 +528,7 @@ class Server:
                     last["allowed_mass"] = allowed_mass_json(result.allowed_mass)
                 yield chunk([last])
             if usage:
-                counts = {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion_tokens,
-                    "total_tokens": prompt_tokens + completion_tokens,
-                }
-                yield chunk([], usage=counts)
+                yield chunk([], usage=usage_json(results))
             yield {"data": "[DONE]"}
         finally:
             self.thread.cancel(job)
