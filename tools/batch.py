@@ -107,7 +107,9 @@ def _first_bad_byte(text: str) -> tuple[int, int] | None:
 def read_line(text: str, number: int) -> tuple[str, dict]:
     """`(custom_id, body)` of one input line (from `input_lines`, or any str). Raises LineError
     naming what is wrong: not UTF-8 (the byte and its offset), not JSON, not a request object
-    (a key other than the Batch API's custom_id, method, url and body included)."""
+    (a key other than the Batch API's custom_id, method, url and body included), a custom_id
+    missing, empty or not a string (its JSON type and value named, as OpenAI's
+    `invalid_type` messages name them)."""
     bad = _first_bad_byte(text)
     if bad is not None:
         raise LineError(
@@ -121,11 +123,17 @@ def read_line(text: str, number: int) -> tuple[str, dict]:
         raise LineError(None, f"line {number} is not JSON: {error}") from None
     if not isinstance(item, dict):
         raise LineError(None, f"line {number} is not a JSON object")
-    custom_id = item.get("custom_id")
+    if "custom_id" not in item:
+        raise LineError(None, f"line {number} has no custom_id")
+    custom_id = item["custom_id"]
+    if not isinstance(custom_id, str):
+        raise LineError(
+            None,
+            f"line {number}: invalid type for 'custom_id': expected a string, but got "
+            f"{_json_value(custom_id)} instead",
+        )
     if custom_id == "":
         raise LineError(None, f"line {number}: custom_id is empty")
-    if not isinstance(custom_id, str):
-        raise LineError(None, f"line {number} has no custom_id string")
     unknown = sorted(set(item) - {"custom_id", "method", "url", "body"})
     if unknown:
         raise LineError(
@@ -138,6 +146,17 @@ def read_line(text: str, number: int) -> tuple[str, dict]:
     if not isinstance(item.get("body"), dict):
         raise LineError(custom_id, f"line {number} has no body object")
     return custom_id, item["body"]
+
+
+def _json_value(value) -> str:
+    """A value `json.loads` made, named by its JSON type and its JSON text cut to 40 characters
+    ("an integer 7", "an array [1, 2]", "null")."""
+    if value is None:
+        return "null"
+    kinds = ((bool, "a boolean"), (int, "an integer"), (float, "a number"), (list, "an array"))
+    kind = next((name for t, name in kinds if isinstance(value, t)), "an object")
+    shown = json.dumps(value, ensure_ascii=False)
+    return f"{kind} {shown if len(shown) <= 40 else shown[:37] + '...'}"
 
 
 @dataclass
