@@ -21,6 +21,8 @@ from corral.model.errors import ContextLengthError, RequestError
 DEFAULT_PARAMS = SamplingParams()
 MAX_TOP_LOGPROBS = 20  # OpenAI's bound on top_logprobs
 MAX_LOGIT_BIAS = 100.0  # OpenAI's bound on a logit_bias value, either sign
+CONTEXT_LIMIT = "this model's maximum context length is {} tokens"  # as ContextLengthError's
+ENGINE_LIMIT = "this engine holds at most {} tokens per sequence (its max_len)"
 
 
 class BudgetTooSmallError(RequestError):
@@ -37,12 +39,57 @@ class ThinkingBudgetTooSmallError(RequestError):
 
 
 class MaxLenError(RequestError):
-    """The prompt plus `max_tokens` fit the model's context but not the engine's smaller
-    `max_len`: the same overflow as `ContextLengthError` (code `context_length_exceeded`, the
+    """The prompt plus `max_tokens` exceed the engine's `max_len`, smaller than the model's
+    context, whether or not they also exceed the context (the limit named is the one the engine
+    enforces): the same overflow as `ContextLengthError` (code `context_length_exceeded`, the
     context being the one the engine serves), `param` naming the field to change in the same
-    way: `max_tokens` when it was set and the prompt alone leaves room, else `messages`."""
+    way: `max_tokens` when it was set and the prompt alone leaves room, else `messages`.
+
+    Attributes:
+        max_len: the engine's limit, in tokens.
+        prompt_tokens: the prompt's length, in tokens.
+        max_tokens: the tokens asked for after the prompt (None: absent, and the prompt alone
+            leaves no room for an answer).
+    """
 
     code = "context_length_exceeded"
+
+    def __init__(self, max_len: int, prompt_tokens: int, max_tokens: int | None):
+        self.max_len = max_len
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        asked = (
+            "leaves no room for an answer"
+            if max_tokens is None
+            else f"max_tokens asks for {max_tokens} more"
+        )
+        super().__init__(
+            f"{ENGINE_LIMIT.format(max_len)}; the prompt has {prompt_tokens} tokens and {asked}",
+            "max_tokens" if max_tokens is not None and prompt_tokens < max_len else "messages",
+        )
+
+
+def sequence_limit(context_length: int, max_len: int | None = None) -> tuple[int, str]:
+    """The most tokens one sequence may hold, the smaller of the model's `context_length` and
+    an engine's `max_len` (None: the context), and the words that name it in an error ("this
+    model's maximum context length is N tokens" or "this engine holds at most N tokens per
+    sequence (its max_len)")."""
+    if max_len is None or max_len >= context_length:
+        return context_length, CONTEXT_LIMIT.format(context_length)
+    return max_len, ENGINE_LIMIT.format(max_len)
+
+
+def length_error(
+    context_length: int, max_len: int | None, prompt_tokens: int, max_tokens: int | None
+) -> RequestError:
+    """The error of a prompt of `prompt_tokens` plus `max_tokens` (None: absent) past what a
+    sequence may hold (`sequence_limit`): a `MaxLenError` naming `max_len` when it is smaller
+    than the context, however far past the context the request also goes, else a
+    `ContextLengthError` naming the context."""
+    limit, _ = sequence_limit(context_length, max_len)
+    if limit < context_length:
+        return MaxLenError(limit, prompt_tokens, max_tokens)
+    return ContextLengthError(context_length, prompt_tokens, max_tokens)
 
 
 class UnwritableGrammarError(RequestError):
@@ -80,7 +127,8 @@ class GenerationRequest:
             logits are computed whole (never by the masked LM head), and jump-forward stays on
             as with `top_logprobs`.
         thought: the `ThoughtBudget` of the index of the constraint (or of `prelude`) that
-            holds the thinking block the answer opens with, or None.
+            holds the thinking block the answer opens with, or None: the block's tokens are
+            counted (`GenerationResult.reasoning_tokens`), and held to `thinking_budget`.
         thinking_budget: with `thought`, the most tokens the thinking block may take (>= 0,
             its markup included; `corral.kernels.masks.budget.ThoughtBudget`): a token from a
             state inside the block is allowed only when the block can still close within the
@@ -90,7 +138,7 @@ class GenerationRequest:
             whose block comes before free text (`constraint` None, or waiting for `trigger`):
             the answer is held to it from the first token until its state leaves the block,
             then the text is free (stop strings and the trigger are looked for only after the
-            block).
+            block). Needs `thought`, which tells the block's states.
     """
 
     prompt_ids: Sequence[int]
@@ -143,7 +191,8 @@ class GenerationResult:
         unmasked_logprobs: per token, its log-softmax over the whole vocabulary of the same
             logits (its logprob had nothing been masked); None likewise.
         reasoning_tokens: the tokens written from states inside the thinking block
-            (`GenerationRequest.thought`), 0 without one.
+            (`GenerationRequest.thought`, with or without a thinking budget), its opener and
+            closer included; 0 without one, or when an optional block was left out.
 
     `text` is `data` decoded (`decode_text`), a property, so that no path can decode the bytes
     otherwise. Raises TypeError when `data` is not bytes (a str given for the text).
@@ -257,8 +306,10 @@ def check_request(
             max_tokens that is not an integer, a `logit_bias` id outside 0..V-1 or value that
             is not a number within [-100, 100], a `top_logprobs` outside 0..20, or a
             `jump_forward` or `allowed_mass` that is not a boolean.
-        ContextLengthError: the prompt plus max_tokens exceed `context_length`.
-        MaxLenError: they fit the context but not a smaller `max_len`.
+        ContextLengthError: the prompt plus max_tokens (absent: one token) exceed
+            `context_length`, and `max_len` is not smaller.
+        MaxLenError: they exceed a `max_len` smaller than the context: the limit the engine
+            enforces, named whether or not they also exceed the context (`length_error`).
         BudgetTooSmallError: see `check_budget`.
     """
     ids = np.asarray(request.prompt_ids)
@@ -271,17 +322,11 @@ def check_request(
         raise RequestError(f"max_tokens must be an integer, not {max_tokens!r}", "max_tokens")
     if max_tokens is not None and max_tokens < 1:
         check_budget(request)
-    if prompt + (max_tokens or 1) > context_length:
-        raise ContextLengthError(context_length, prompt, max_tokens)
-    max_len = context_length if max_len is None else min(max_len, context_length)
+    limit, _ = sequence_limit(context_length, max_len)
+    if prompt + (max_tokens or 1) > limit:
+        raise length_error(context_length, max_len, prompt, max_tokens)
     if max_tokens is None:
-        request = replace(request, max_tokens=max(max_len - prompt, 1))
-    if prompt + request.max_tokens > max_len:
-        raise MaxLenError(
-            f"this engine holds at most {max_len} tokens per sequence (its max_len); the prompt "
-            f"has {prompt} tokens and max_tokens asks for {request.max_tokens} more",
-            "max_tokens" if max_tokens is not None and prompt < max_len else "messages",
-        )
+        request = replace(request, max_tokens=limit - prompt)
     check_budget(request)
     if not isinstance(request.jump_forward, bool | np.bool_):
         raise RequestError(f"jump_forward must be a boolean, not {request.jump_forward!r}")

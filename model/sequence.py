@@ -126,11 +126,11 @@ class LiveSequence:
         if self._prelude:
             self.constraint = request.prelude.copy()
         self._free_from = 0  # stop strings and the trigger are looked for from here on
-        # the thinking budget: for a constraint (or prelude) from the first token
-        self.thought = request.thought if request.thinking_budget is not None else None
-        if self.constraint is None:
-            self.thought = None
-        self.thought_left = request.thinking_budget or 0
+        # the thinking block, for a constraint (or prelude) from the first token: its tokens
+        # are counted (`reasoning_tokens`), and held to the thinking budget when there is one
+        self.thought = request.thought if self.constraint is not None else None
+        self._budgeted = self.thought is not None and request.thinking_budget is not None
+        self.thought_left = request.thinking_budget if self._budgeted else UNBOUNDED
         self._thought_tokens = 0  # written from inside the block
         self._opened = False  # the block's opener was written
 
@@ -194,7 +194,7 @@ class LiveSequence:
         (`ThoughtBudget.mask`)."""
         budget_aware = self.request.budget_aware
         thought = self.thought
-        if thought is not None and thought.is_inside(constraint.state):
+        if self._budgeted and thought.is_inside(constraint.state):
             tokens = left if budget_aware else UNBOUNDED
             return thought.mask(constraint.state, self.thought_left, tokens)
         return constraint.mask(left if budget_aware else None)
@@ -278,7 +278,7 @@ class LiveSequence:
         prelude, thought = self.constraint, self.thought
         if thought.is_inside(prelude.state):
             return
-        self._prelude, self.constraint, self.thought = False, None, None  # its budget is done
+        self._prelude, self.constraint, self.thought = False, None, None  # its count is done
         if self._opened:  # the byte after which the walk leaves the block
             at = start
             while thought.is_inside(state):
@@ -300,7 +300,7 @@ class LiveSequence:
         thought, thought_left = self.thought, self.thought_left
         total = left if self.request.budget_aware else UNBOUNDED
         fits = None
-        if thought is not None:
+        if self._budgeted:
 
             def fits(after, passed: list[int]) -> bool:  # the thought's budget after the jump
                 spent = sum(map(thought.is_inside, passed))

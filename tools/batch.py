@@ -28,6 +28,7 @@ from corral.model.generate import (
     GenerationResult,
     GenerationStats,
     Generator,
+    check_request,
 )
 from corral.tools.completions import Completions
 from corral.tools.errors import openai_error
@@ -106,7 +107,9 @@ def _first_bad_byte(text: str) -> tuple[int, int] | None:
 def read_line(text: str, number: int) -> tuple[str, dict]:
     """`(custom_id, body)` of one input line (from `input_lines`, or any str). Raises LineError
     naming what is wrong: not UTF-8 (the byte and its offset), not JSON, not a request object
-    (a key other than the Batch API's custom_id, method, url and body included)."""
+    (a key other than the Batch API's custom_id, method, url and body included), a custom_id
+    missing, empty or not a string (its JSON type and value named, as OpenAI's
+    `invalid_type` messages name them)."""
     bad = _first_bad_byte(text)
     if bad is not None:
         raise LineError(
@@ -120,11 +123,17 @@ def read_line(text: str, number: int) -> tuple[str, dict]:
         raise LineError(None, f"line {number} is not JSON: {error}") from None
     if not isinstance(item, dict):
         raise LineError(None, f"line {number} is not a JSON object")
-    custom_id = item.get("custom_id")
+    if "custom_id" not in item:
+        raise LineError(None, f"line {number} has no custom_id")
+    custom_id = item["custom_id"]
+    if not isinstance(custom_id, str):
+        raise LineError(
+            None,
+            f"line {number}: invalid type for 'custom_id': expected a string, but got "
+            f"{_json_value(custom_id)} instead",
+        )
     if custom_id == "":
         raise LineError(None, f"line {number}: custom_id is empty")
-    if not isinstance(custom_id, str):
-        raise LineError(None, f"line {number} has no custom_id string")
     unknown = sorted(set(item) - {"custom_id", "method", "url", "body"})
     if unknown:
         raise LineError(
@@ -137,6 +146,17 @@ def read_line(text: str, number: int) -> tuple[str, dict]:
     if not isinstance(item.get("body"), dict):
         raise LineError(custom_id, f"line {number} has no body object")
     return custom_id, item["body"]
+
+
+def _json_value(value) -> str:
+    """A value `json.loads` made, named by its JSON type and its JSON text cut to 40 characters
+    ("an integer 7", "an array [1, 2]", "null")."""
+    if value is None:
+        return "null"
+    kinds = ((bool, "a boolean"), (int, "an integer"), (float, "a number"), (list, "an array"))
+    kind = next((name for t, name in kinds if isinstance(value, t)), "an object")
+    shown = json.dumps(value, ensure_ascii=False)
+    return f"{kind} {shown if len(shown) <= 40 else shown[:37] + '...'}"
 
 
 @dataclass
@@ -362,11 +382,13 @@ def _run_group(engine, group: _Group, writer: _Writer, prefix_cache, stats, bar,
 
 def _prepare(
     engine, lines, used, default_max_tokens, writer: _Writer, progress, numbers=None, depth=None,
-    allowed_mass=None,
+    allowed_mass=None, max_len=None,
 ) -> list[_Line]:  # fmt: skip
-    """Phase 1: read, validate and compile every line; write the error lines of those that fail
-    and of duplicates (of earlier lines, or of `used`'s). Returns the lines to run, in input
-    order."""
+    """Phase 1: read, validate and compile every line, and check its choices as the engine will
+    (`check_request`: the model's context, or the smaller `max_len` of a server's engine, which
+    an overflow then names; a max_tokens of None made what it leaves); write the error lines of
+    those that fail and of duplicates (of earlier lines, or of `used`'s). Returns the lines to
+    run, in input order."""
     pending: list[_Line] = []
     first: dict[str, _Line | int] = dict(used or {})  # custom_id -> its pending line or number
     total = sum(1 for text in lines if text.strip()) if hasattr(lines, "__len__") else None
@@ -398,7 +420,11 @@ def _prepare(
                 if allowed_mass is not None and line.request.allowed_mass is None:
                     line.request = replace(line.request, allowed_mass=allowed_mass)
                 check_model(line.request.model, engine.model_name)
-                line.choices = engine.requests(line.request, default_max_tokens)
+                model = engine.model
+                line.choices = [
+                    check_request(c, model.context_length, len(model.vocabulary.tokens), max_len)
+                    for c in engine.requests(line.request, default_max_tokens, max_len)
+                ]
             except Exception as error:  # any fault of one line is that line's error line
                 writer.failure(line, error)
                 first[custom_id] = number

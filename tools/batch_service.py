@@ -30,7 +30,6 @@ from collections import deque
 from pathlib import Path
 
 import platformdirs
-from corral.model.generate import check_request
 from corral.tools.batch import (
     URL,
     BatchSummary,
@@ -444,10 +443,10 @@ class BatchService:
             writer = _Writer(stream, BatchSummary())
             pending = []
             if self._stopped(record) is None:
-                prepared = _prepare(
-                    self.engine, lines, used, self.default_max_tokens, writer, False, numbers
-                )
-                pending = [line for line in prepared if self._check(line, writer)]
+                pending = _prepare(
+                    self.engine, lines, used, self.default_max_tokens, writer, False, numbers,
+                    max_len=self.max_len,
+                )  # fmt: skip
             self._counts(record, stream)
             if batch["in_progress_at"] is None:
                 self._set(record, in_progress_at=int(time.time()))
@@ -475,20 +474,6 @@ class BatchService:
         end = {"completed": "completed_at", "cancelled": "cancelled_at", "expired": "expired_at"}
         status = stopped or "completed"
         self._set(record, status=status, **{end[status]: now}, **outputs)
-
-    def _check(self, line, writer: _Writer) -> bool:
-        """Check a prepared line's choices as the engine will (this server's `max_len`, a
-        max_tokens of None made what it leaves); False after writing its error line."""
-        model = self.engine.model
-        try:
-            line.choices = [
-                check_request(c, model.context_length, len(model.vocabulary.tokens), self.max_len)
-                for c in line.choices
-            ]
-        except Exception as error:  # that line's error line
-            writer.failure(line, error)
-            return False
-        return True
 
     def _counts(self, record: dict, stream: _SplitStream) -> None:
         self._set(

@@ -9,9 +9,9 @@ import uuid
 from pathlib import Path
 
 from corral.kernels import Constraint, SamplingParams, TokenIndex
-from corral.model.errors import ContextLengthError
 from corral.model.generate import GenerationRequest, GenerationResult
-from corral.tools.errors import invalid, not_honoured, refused
+from corral.model.generation_request import length_error, sequence_limit
+from corral.tools.errors import ToolError, invalid, not_honoured, refused
 from corral.tools.formats import (
     HERMES,
     TurnFormat,
@@ -136,6 +136,18 @@ class Completions:
             self._prelude_index = TokenIndex(prelude_dfa(self.tool_format, marks), self.vocabulary)
         return Constraint(self._prelude_index)
 
+    def _grammar_thought(self, index: TokenIndex, budget: int | None, param: str):
+        """The `ThoughtBudget` of a grammar that opens with the thinking block
+        (`thought_budget`). Without a budget a grammar whose states do not tell the block from
+        the answer gets None (its reasoning tokens are not counted) rather than a 422: the
+        budget needs the states, the answer does not."""
+        try:
+            return thought_budget(index, self.tool_format, self.specials, param)
+        except ToolError:
+            if budget is not None:
+                raise
+            return None
+
     def syntax(self, request: ToolRequest) -> CallSyntax | None:
         """The parser's syntax for the request's answers (None: no calls and no thinking, all
         text is content)."""
@@ -145,25 +157,30 @@ class Completions:
         return fmt.parser_syntax(self.thinking(request), request.tools)
 
     def requests(
-        self, request: ToolRequest, default_max_tokens: int | None = None
+        self,
+        request: ToolRequest,
+        default_max_tokens: int | None = None,
+        max_len: int | None = None,
     ) -> list[GenerationRequest]:
         """The engine requests of a chat request's `n` choices (their budget is checked when
-        they are submitted, `Generator.submit`).
+        they are submitted, `Generator.submit`), for an engine of `max_len` tokens per sequence
+        (None: the model's context).
 
         Raises ToolError: 422 for a schema the subset refuses or a grammar past a size limit;
         400 for messages the template refuses, and 400 `context_length_exceeded` (param
-        `messages`) for a prompt that fills the model's context, found before any grammar is
-        built (from its length, then from its tokens): the tools' schemas are in the prompt, so
-        a grammar of tools is built only for schemas that fit in the context."""
+        `messages`) for a prompt that fills the model's context or the smaller `max_len`
+        (naming that limit: `corral.model.generation_request.length_error`), found before any
+        grammar is built (from its length, then from its tokens): the tools' schemas are in the
+        prompt, so a grammar of tools is built only for schemas that fit in the context."""
         if request.calls_allowed and self.tool_format is None:
             raise no_format_error(self.model_name, getattr(self.model, "chat_template", None))
         thinking = self.thinking(request)
         text = render_request(self.model, request, turn_format=self.tool_format, thinking=thinking)
         context = self.model.context_length
-        self.prompt_bound.check(text, context)  # from the length, before it is tokenized
+        self.prompt_bound.check(text, context, max_len)  # from the length, before tokenizing
         prompt = self.model.tokenizer.encode(text)
-        if len(prompt) >= context:
-            raise refused(ContextLengthError(context, len(prompt), None))
+        if len(prompt) >= sequence_limit(context, max_len)[0]:
+            raise refused(length_error(context, max_len, len(prompt), None))
         constraint, trigger, thought, prelude = None, None, None, None
         fmt = self.tool_format or HERMES
         found = grammar(request, fmt, self.specials, thinking)
@@ -173,9 +190,9 @@ class Completions:
             index = self.compiler.index(found)
             constraint = Constraint(index)
             trigger = found.trigger
-        if thinking and budget is not None:
+        if thinking:  # the block's tokens counted, and held to the budget if there is one
             if found is not None and trigger is None:  # the block is the grammar's first part
-                thought = thought_budget(index, fmt, self.specials, param)
+                thought = self._grammar_thought(index, budget, param)
             else:  # the block, then free text (with the lazy trigger, if any)
                 prelude = self._prelude()
                 thought = thought_budget(prelude.index, fmt, self.specials, param)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from corral.model.generation_request import sequence_limit
 from corral.tools.errors import ToolError
 
 
@@ -59,14 +60,14 @@ class PromptBound:
         data = text.encode("utf-8", errors="surrogatepass").translate(None, self.unspelled)
         return -(-len(data) // self.max_token_bytes)
 
-    def check(self, text: str, context_length: int) -> None:
-        """Refuse a prompt `text` whose fewest tokens fill a context of `context_length`.
+    def check(self, text: str, context_length: int, max_len: int | None = None) -> None:
+        """Refuse a prompt `text` whose fewest tokens fill a sequence: the model's
+        `context_length`, or an engine's smaller `max_len` (the limit it enforces).
 
-        Raises ToolError: 400 `context_length_exceeded` (param `messages`) naming the figures."""
+        Raises ToolError: 400 `context_length_exceeded` (param `messages`) naming the limit
+        (`sequence_limit`) and the figures."""
         at_least = self.at_least(text)
-        if at_least >= context_length:
-            message = (
-                f"this model's maximum context length is {context_length} tokens; the prompt "
-                f"has at least {at_least} tokens ({len(text)} characters)"
-            )
+        limit, named = sequence_limit(context_length, max_len)
+        if at_least >= limit:
+            message = f"{named}; the prompt has at least {at_least} tokens ({len(text)} characters)"
             raise ToolError(400, "messages", "context_length_exceeded", message)

@@ -50,6 +50,7 @@ from corral.tools.shapes import (
     delta_json,
     finish_reason,
     logprobs_json,
+    usage_json,
 )
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sse_starlette import EventSourceResponse
@@ -406,27 +407,16 @@ class Server:
         """The engine requests of `request` (`Completions.requests`), checked as the engine's
         `submit` will check them (`check_request`: the model's context, this server's
         `max_len`, the budget), so that submitting cannot fail. A request without `max_tokens`
-        gets what `max_len` leaves. Raises ToolError: as `Completions.requests` does, and 400
-        (`refused`) for what the engine would refuse."""
+        gets what `max_len` leaves. Raises ToolError: as `Completions.requests` does (for this
+        server's `max_len`), and 400 (`refused`) for what the engine would refuse: an overflow
+        names `max_len` when it is smaller than the context, however far past the context the
+        request goes (`corral.model.generation_request.length_error`)."""
         model = self.engine.model
         size = len(self.engine.vocabulary.tokens)
         max_len = self.config.max_len  # within the context (`Server` refuses one past it)
-        choices = self.engine.requests(request, self.config.default_max_tokens)
-        for choice in choices:
-            prompt = len(choice.prompt_ids)
-            if prompt >= max_len:  # the prompt alone leaves no room for an answer
-                raise ToolError(
-                    400,
-                    "messages",
-                    "context_length_exceeded",
-                    f"This server holds at most {max_len} tokens per request, but the messages "
-                    f"take {prompt} tokens, leaving no room for an answer. Please shorten them.",
-                )
+        choices = self.engine.requests(request, self.config.default_max_tokens, max_len)
         try:
-            return [
-                check_request(choice, model.context_length, size, self.config.max_len)
-                for choice in choices
-            ]
+            return [check_request(c, model.context_length, size, max_len) for c in choices]
         except RequestError as error:
             raise refused(error) from None
 
@@ -496,7 +486,7 @@ class Server:
                 chunks.append(chunk([choice(i, delta, None, logprobs)]))
             return chunks
 
-        prompt_tokens = completion_tokens = 0
+        results = []  # the ended choices', for `usage`
         try:
             for i in range(n):
                 yield chunk([choice(i, {"role": "assistant", "content": ""})])
@@ -525,8 +515,7 @@ class Server:
                     continue
                 result = event[2]
                 ended += 1
-                prompt_tokens = result.prompt_tokens
-                completion_tokens += result.completion_tokens
+                results.append(result)
                 if request.logprobs:
                     for piece in with_logprobs(i, result):
                         yield piece
@@ -539,12 +528,7 @@ class Server:
                     last["allowed_mass"] = allowed_mass_json(result.allowed_mass)
                 yield chunk([last])
             if usage:
-                counts = {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion_tokens,
-                    "total_tokens": prompt_tokens + completion_tokens,
-                }
-                yield chunk([], usage=counts)
+                yield chunk([], usage=usage_json(results))
             yield {"data": "[DONE]"}
         finally:
             self.thread.cancel(job)

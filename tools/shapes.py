@@ -159,17 +159,14 @@ def completion_json(
     parser in `syntax` (a `CallSyntax`; None: all text is content; call ids
     `call_<request_id>_<index>`, with `_<choice>` after the request id when n > 1); `logprobs`
     is `logprobs_json` when the request asks for them, else null; `model` is `model_name`, the
-    model that wrote the answer (whatever name the request gave); `usage` sums the completion
-    tokens of every choice. A result's `top_logprobs` is read when present (`getattr`), so
-    results without it answer with empty `top_logprobs` lists. When the request asks for
+    model that wrote the answer (whatever name the request gave); `usage` is `usage_json`'s. A
+    result's `top_logprobs` is read when present (`getattr`), so results without it answer
+    with empty `top_logprobs` lists. When the request asks for
     `allowed_mass` (corral's), each choice has `allowed_mass` (`allowed_mass_json`) and each
     `logprobs.content` entry its token's `allowed_mass` and `unmasked_logprob`.
     """
     choices = []
-    prompt_tokens = completion_tokens = 0
     for i, result in enumerate(results):
-        prompt_tokens = result.prompt_tokens
-        completion_tokens += result.completion_tokens
         reasoning, content, calls = None, result.text, []
         if syntax is not None and (request.calls_allowed or syntax.thinking is not None):
             parser = ToolParser(f"{request_id}_{i}" if len(results) > 1 else request_id, syntax)
@@ -200,10 +197,25 @@ def completion_json(
         "created": int(time.time()),
         "model": model_name,
         "choices": choices,
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
+        "usage": usage_json(results),
+    }
+
+
+def usage_json(results) -> dict:
+    """OpenAI's `usage` of a request's choices' `corral.model.GenerationResult`s: the prompt's
+    tokens (counted once, as every choice has the same prompt), the completion tokens of every
+    choice, their total, and `completion_tokens_details.reasoning_tokens`, the tokens of every
+    choice's thinking block (`GenerationResult.reasoning_tokens`: opener and closer included,
+    part of `completion_tokens`), 0 for an answer that does not think, as OpenAI reports it
+    for a model that does not reason."""
+    prompt_tokens = results[-1].prompt_tokens if results else 0
+    completion_tokens = sum(result.completion_tokens for result in results)
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens_details": {
+            "reasoning_tokens": sum(result.reasoning_tokens for result in results)
         },
     }
 

@@ -41,6 +41,37 @@ def test_context_length_error_names_the_figures():
     assert not engine.has_work
 
 
+@settings(max_examples=80, deadline=None)
+@given(
+    context=st.integers(8, 400),
+    prompt=st.integers(1, 600),
+    max_tokens=st.one_of(st.none(), st.integers(1, 10**12)),
+    data=st.data(),
+)
+def test_an_overflow_names_the_limit_the_engine_enforces(context, prompt, max_tokens, data):
+    """A request past an engine's `max_len` smaller than the model's context names that
+    max_len and its figure, however far past the context it also goes (the context is no
+    limit this engine reaches); without a smaller max_len it names the context. `param` is
+    `max_tokens` when it was set and the prompt alone leaves room under that limit, else
+    `messages`. A request within both runs (oracle: the limit is the smaller of the two)."""
+    max_len = data.draw(st.one_of(st.none(), st.integers(2, context + 50)), label="max_len")
+    limit = context if max_len is None else min(max_len, context)
+    engine = Generator(FakeModel(context_length=context), batch_size=1, max_len=max_len)
+    try:
+        engine.submit(GenerationRequest([1] * prompt, max_tokens))
+    except RequestError as error:
+        assert prompt + (max_tokens or 1) > limit
+        assert error.code == "context_length_exceeded"
+        named = re.findall(r"(?:context length is|holds at most) (\d+) tokens", str(error))
+        assert named == [str(limit)], str(error)
+        figures = {int(f) for f in re.findall(r"\d+", str(error))}
+        assert figures <= {limit, prompt, max_tokens}, str(error)  # no other limit's figure
+        room = max_tokens is not None and prompt < limit
+        assert error.param == ("max_tokens" if room else "messages"), str(error)
+    else:
+        assert prompt + (max_tokens or 1) <= limit
+
+
 def test_a_huge_max_tokens_is_refused_before_any_allocation():
     """max_tokens=10**9 is refused by the context check; the cache is sized from the context,
     never from the raw value, and the other requests still run on a fresh engine."""

@@ -5,10 +5,12 @@ field that set it; and what a trigger written inside a thought does under `auto`
 
 import pytest
 from corral.model.generation_request import GenerationRequest
-from corral.model.sequence import Finish, LiveSequence
+from corral.model.sequence import LiveSequence
 from corral.tools import ToolError, parse_tool_request
 from corral.tools.completions import Completions
 from corral.tools.request import EFFORT_BUDGETS
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 from test_turn_formats_tiny import PARAMETERS, TEMPLATES, tiny_family_model
 
 TOOLS = [{"type": "function", "function": {"name": "weather", "parameters": PARAMETERS}}]
@@ -116,39 +118,45 @@ def test_the_markup_that_does_not_fit_the_budget_is_refused_naming_it(engines):
     assert caught.value.param == "thinking_token_budget"
 
 
-def test_a_trigger_written_inside_a_thought_under_auto_starts_a_call_that_stays_reasoning(
-    engines,
+THOUGHT = st.text(  # no whitespace or control characters: the parser strips the thought's ends
+    st.characters(codec="utf-8", exclude_categories=("Cc", "Zs", "Zl", "Zp")), max_size=24
+)
+
+
+@pytest.mark.parametrize("name", ["qwen3", "deepseek-r1"])
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(before=THOUGHT, after=THOUGHT, budget=st.none() | st.integers(300, 500))
+def test_a_trigger_inside_the_thought_starts_no_call_with_or_without_a_budget(
+    engines, name, before, after, budget
 ):
-    """Under `auto` without a response_format the thought is free text before the lazy
-    trigger. A trigger written inside it starts the constraint there (the engine looks for it
-    in all free text), so the rest of the answer is a call the grammar holds; the parser,
-    still inside the thought (no `</think>` came), returns all of it as `reasoning_content`
-    and no call: the answer has no tool call and finishes with `stop`."""
-    engine = engines["qwen3"]
-    chat = request(tool_choice="auto", max_completion_tokens=300)
+    """Under `auto` (a text trigger) the answer is held to the thinking block's own grammar
+    (the prelude) until the block closes, with a thinking budget or without: a trigger written
+    anywhere inside the thought is thought and starts no call (the engine looks for it only
+    after the block), the block's tokens are its reasoning tokens, and a trigger after the
+    block starts the call. Forced token sequences: random thoughts around the trigger."""
+    engine = engines[name]
+    thinking = engine.tool_format.thinking
+    fields = {} if budget is None else {"thinking_token_budget": budget}
+    chat = request(tool_choice="auto", max_completion_tokens=600, **fields)
     (choice,) = engine.requests(chat)
-    assert choice.trigger == "<tool_call>" and choice.thinking_budget is None
+    trigger = choice.trigger
+    assert trigger is not None and choice.prelude is not None
+    opener = "" if thinking.prompt_opens else thinking.open
+    block = opener + before + trigger + after + thinking.close
+    assume(thinking.close not in block[: -len(thinking.close)])
     vocabulary = engine.vocabulary
     seq = LiveSequence(0, choice, 0, vocabulary)
-    thought = "<think>\nI could call <tool_call>"
-    call = '{"name":"weather","arguments":{"city":"Oslo","days":2}}</tool_call>'
-    for token in vocabulary.spell(thought.encode()):
-        assert seq.constraint is None
+    spelled = vocabulary.spell(block.encode())
+    for token in spelled:
+        assert seq.waiting is not None  # the trigger has not fired
         seq.take_sampled(token, 0.0, None, vocabulary.eos_ids)
-    assert seq.constraint is not None  # the trigger fired inside the thought
-    for token in vocabulary.spell(call.encode()):
+    assert seq.constraint is None and seq.waiting is not None  # free text after the block
+    assert seq.result().reasoning_tokens == len(spelled)
+    for token in vocabulary.spell(("\n\n" + trigger).encode()):
         seq.take_sampled(token, 0.0, None, vocabulary.eos_ids)
-    assert seq.constraint.done
-    need = seq.need()  # what the engine asks next: the answer ends here
-    assert need == Finish("stop")
-    seq.finish(need.reason)
-    result = seq.result()
-    answer = engine.completion(chat, [result])
-    (out,) = answer["choices"]
-    assert out["message"]["reasoning_content"] == (thought + call).removeprefix("<think>").strip()
-    assert "tool_calls" not in out["message"] or not out["message"]["tool_calls"]
-    assert out["message"]["content"] is None
-    assert out["finish_reason"] == "stop"
+    assert seq.constraint is not None and seq.waiting is None  # the call started there
+    (out,) = engine.completion(chat, [seq.result()])["choices"]
+    assert out["message"]["reasoning_content"] == (before + trigger + after).strip()
 
 
 def test_under_a_budget_a_trigger_inside_the_thought_starts_no_call(engines):

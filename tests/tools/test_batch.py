@@ -340,10 +340,10 @@ def test_any_exception_while_preparing_a_line_is_that_lines_error(monkeypatch, e
     engine = Completions(StandInModel())
     requests = engine.requests
 
-    def faulty(request, default_max_tokens):
+    def faulty(request, *args):
         if request.messages[0]["content"] == "break":
             raise error
-        return requests(request, default_max_tokens)
+        return requests(request, *args)
 
     monkeypatch.setattr(engine, "requests", faulty)
     broken = quick_line("x", messages=[{"role": "user", "content": "break"}])
@@ -564,10 +564,39 @@ def test_an_output_line_is_one_line_to_every_reader(custom_id, text):
     ("item", "said"),
     [
         ({"custom_id": "", "body": {}}, "line 3: custom_id is empty"),
-        ({"custom_id": 7, "body": {}}, "line 3 has no custom_id string"),
-        ({"body": {}}, "line 3 has no custom_id string"),
+        ({"body": {}}, "line 3 has no custom_id$"),
     ],
 )
 def test_a_line_without_a_usable_custom_id_is_refused_saying_which(item, said):
     with pytest.raises(LineError, match=said):
         read_line(json.dumps(item), 3)
+
+
+JSON_TYPES = {bool: "a boolean", int: "an integer", float: "a number", list: "an array"}
+NOT_STRINGS = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(custom_id=NOT_STRINGS, where=st.integers(0, 2))
+def test_a_custom_id_that_is_not_a_string_is_that_lines_error_naming_its_type(custom_id, where):
+    """A custom_id of any other JSON type (a number as a client may send it): that line's error
+    line says the custom_id must be a string and names the type and value it got (OpenAI's
+    `invalid_type` wording); the other lines are answered."""
+    good = [quick_line(f"ok{i}", max_tokens=3) for i in range(2)]
+    bad = json.dumps(
+        {"custom_id": custom_id, "body": {"messages": [{"role": "user", "content": "hi"}]}}
+    )
+    items, summary = run(good[:where] + [bad] + good[where:])
+    assert summary.requests == 2 and summary.errors == 1
+    (error,) = [item for item in items if item["response"] is None]
+    assert error["custom_id"] is None and error["error"]["code"] == "invalid_line"
+    message = error["error"]["message"]
+    assert f"line {where + 1}: invalid type for 'custom_id': expected a string" in message
+    kind = next((n for t, n in JSON_TYPES.items() if isinstance(custom_id, t)), "an object")
+    text = json.dumps(custom_id, ensure_ascii=False)
+    named = "null" if custom_id is None else f"{kind} {text[:37]}"
+    assert f"but got {named}" in message, message

@@ -15,7 +15,7 @@ import pytest
 from corral.tools.batch import run_batch
 from corral.tools.completions import Completions
 from corral.tools.server import ServerConfig, background_server
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from stand_in_model import StandInModel
 
@@ -55,6 +55,7 @@ KINDS = {
         response_format={"type": "json_schema", "json_schema": {"name": "b", "schema": BAD_SCHEMA}},
     ),
     "past max_len": lambda i: line(f"id{i}", max_tokens=MAX_LEN),
+    "past the context": lambda i: line(f"id{i}", max_tokens=2 * CONTEXT),
     "duplicate": lambda i: line("id0", max_tokens=8),
 }
 
@@ -108,6 +109,7 @@ def url(tmp_path_factory):
 
 
 @SERVED
+@example(kinds=["good", "past the context", "past max_len"])
 @given(st.lists(st.sampled_from(sorted(KINDS)), min_size=1, max_size=8))
 def test_the_output_and_error_files_are_the_runners_lines_split_by_status(url, kinds):
     """Any mix of good and bad lines: the output file holds the runner's answers (status 200),
@@ -136,10 +138,13 @@ def test_the_output_and_error_files_are_the_runners_lines_split_by_status(url, k
     run_batch(engine, text.split("\n"), oracle, batch_size=4, progress=False)
     expected = [json.loads(t) for t in oracle.getvalue().splitlines()]
     # a line past the server's max_len (not the model's context, the runner's bound) is a 400
-    past = {f"id{i}" for i, kind in enumerate(kinds) if kind == "past max_len"}
+    # naming max_len, however far past the context it also goes
+    past = {f"id{i}" for i, kind in enumerate(kinds) if kind.startswith("past")}
     for custom_id in past:
         refused = [e for e in errors if e["custom_id"] == custom_id]  # then its duplicates'
         assert refused[0]["response"]["status_code"] == 400
+        message = refused[0]["response"]["body"]["error"]["message"]
+        assert f"at most {MAX_LEN} tokens" in message and str(CONTEXT) not in message, message
     got = sorted((c for c in map(comparable, out + errors) if c[0] not in past), key=repr)
     want = sorted((c for c in map(comparable, expected) if c[0] not in past), key=repr)
     assert got == want

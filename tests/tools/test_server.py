@@ -258,9 +258,10 @@ def test_http_errors_keep_openais_shape(server):
         error = error_of(http.post(url, json=other, headers=auth), 404)
         assert (error["param"], error["code"]) == ("model", "model_not_found")
         assert "gpt-4o" in error["message"] and MODEL in error["message"]
-        past_context = {"messages": ASK, "max_tokens": 9000}  # past the model's 8192
+        past_context = {"messages": ASK, "max_tokens": 9000}  # past the model's 8192 too
         error = error_of(http.post(url, json=past_context, headers=auth), 400)
-        assert error["code"] == "context_length_exceeded" and "8192" in error["message"]
+        assert error["code"] == "context_length_exceeded" and error["param"] == "max_tokens"
+        assert "at most 512 tokens" in error["message"] and "8192" not in error["message"]
         assert http.get(f"{server}/health").json() == {"status": "ok"}
         assert http.get(f"{server}/openapi.json").json()["openapi"].startswith("3.")
 

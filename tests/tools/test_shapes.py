@@ -133,6 +133,7 @@ class Result:
     prompt_tokens: int = 7
     completion_tokens: int = 3
     top_logprobs: tuple | None = None
+    reasoning_tokens: int = 0
 
 
 HI = Result(
@@ -209,5 +210,10 @@ def test_the_completion_body_of_n_choices_with_calls():
     first, second = body["choices"]
     assert first["message"]["tool_calls"][0]["id"] == "call_r9_0_0"
     assert (first["finish_reason"], second["finish_reason"]) == ("tool_calls", "length")
-    assert body["usage"] == {"prompt_tokens": 7, "completion_tokens": 4, "total_tokens": 11}
+    assert body["usage"] == {
+        "prompt_tokens": 7,
+        "completion_tokens": 4,
+        "total_tokens": 11,
+        "completion_tokens_details": {"reasoning_tokens": 0},  # as OpenAI's, for no thought
+    }
     assert completion_json(request(), [HI], "r1", "m", VOCABULARY)["model"] == "m"
