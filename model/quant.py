@@ -288,7 +288,8 @@ class TiledMatrix:
 
     Attributes:
         kind: "Q4_1", "Q8_0", "Q8_16" or "Q5_0" (`BlockMatrix`; the last two only without
-            `quants`).
+            `quants`), or "Q4_K" / "Q6_K" in super blocks (`super_tiled`: scales and minimums
+            [n_tiles, k/256, tile], d and -dmin; words alone).
         n_out, k: W's shape.
         scales: float32 [n_tiles, k/32, tile].
         minimums: float32 [n_tiles, k/32, tile] for Q4_1; None for Q8_0.
@@ -340,8 +341,10 @@ class TiledMatrix:
         `one_row_q4_1_in_registers`: the same sums bit for bit). A matrix without `quants`
         (`BlockMatrix.tiled`'s `words_only`: K-quants rewritten) computes likewise, its
         float32 passes through `quant_rows` for every number of rows; "int8-vnni" takes every
-        word format (Q4_1, Q8_0, Q5_0, Q8_16), and on "int8-amx" the formats AMX's kernels
-        lack (Q5_0, Q8_16) go to VNNI's (to float32 where VNNI does not run).
+        word format (Q4_1, Q8_0, Q5_0, Q8_16, Q4_K and Q6_K's super blocks), and on "int8-amx"
+        the formats AMX's kernels lack (Q5_0, Q8_16, the super blocks) go to VNNI's (to
+        float32 where VNNI does not run). On float32 the super blocks are expanded a few
+        tiles at a time (`expanded`).
 
         Raises:
             ValueError: x is not two-dimensional with k columns, or parts < 1.

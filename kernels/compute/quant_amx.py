@@ -721,9 +721,10 @@ def emit_paired_super(context, builder, arg_types, args, form, group):
 
 def _emit_row_super(context, builder, signature, args, form):
     """Emit `_row_product`'s block for a super-block format (`SUPER4`, `SUPER6`; its arguments
-    after the key, both x_terms and x_offsets): one super-block of 16 output rows (x_start:
-    byte 1024 j of super-block j's... x_q, i.e. its first sub-block at 8 x_start; xs_at j,
-    its sub-blocks at 8 j + i) added to total[total_start..] (`_emit_super_blocks`)."""
+    after the key, both x_terms and x_offsets): one super-block j of 16 output rows added to
+    total[total_start..] (`_emit_super_blocks`); x_start is 1024 j (`_row_kernel`'s byte of
+    block j, so sub-block 0 of super-block j is at 8 x_start) and xs_at j (its sub-blocks at
+    8 j + i)."""
     i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
     fvec = ir.VectorType(f32, ROWS)
     words_p = _data(context, builder, signature, args, 0)
