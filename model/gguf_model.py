@@ -9,7 +9,9 @@ file's own blocks:
 
 - Q4_1 and Q8_0 as `quant.TiledMatrix` (the kernels of `corral.kernels.compute.quant`, packed in
   one allocation as `quant.quantized_layers` does);
-- Q4_K, Q4_0, Q5_0 and Q6_K rewritten, weight for weight, as Q4_1 / Q8_0 word tiles
+- Q4_K and Q6_K, where the VNNI kernels run, in their own bytes as super-block word tiles
+  (`quant.super_tiled`; Q4_K not where AMX's kernels run, which take Q4_1's words);
+- Q4_K, Q4_0, Q5_0 and Q6_K otherwise rewritten, weight for weight, as Q4_1 / Q8_0 word tiles
   (`kquant_layout.as_blocks`, `quant.BlockMatrix.tiled(words_only=True)`), on the activations
   the `ComputePlan` says (`quant.TiledMatrix.activations`: the int8 kernels of
   `quant_int8` / `quant_amx`, or on float32 the register-blocked kernels of `quant_rows`);
@@ -467,6 +469,8 @@ def _part(kind: str, rows: np.ndarray):
         return np.ascontiguousarray(rows, dtype=np.float32)
     if kind in quant.SUPPORTED:
         return quant.BlockMatrix.from_blocks(kind, np.asarray(rows)).tiled()
+    if kind in quant.SUPER_KINDS and quant.keeps_super_blocks(kind):
+        return quant.super_tiled(rows, kind, REWRITE_ROWS)
     if kind in kquant_layout.AS_BLOCKS:
         return _rewritten(kind, rows)
     return kquant_layout.repack(np.ascontiguousarray(rows), kind)
@@ -654,10 +658,13 @@ def kquant_kernels(params: dict) -> list:
     small = (kquant_row.small_row, kquant_rows.small_matmul)
     kernels = [kernel for kind in sorted(kinds) for kernel in _KQUANT_KERNELS.get(kind, small)]
     rewritten = [p for p in parts if isinstance(p, quant.TiledMatrix) and p.quants is None]
-    words = {(p.kind == "Q8_16", p.plan.lanes) for p in rewritten if p.activations == "float32"}
+    words = {(p.kind in ("Q8_16", "Q6_K"), p.plan.lanes)
+             for p in rewritten if p.activations == "float32"}  # fmt: skip
     tables = (quant_rows.FLOAT_MATMUL, quant_rows.HALVES_MATMUL)
     kernels += [tables[halves][lanes] for halves, lanes in sorted(words)]
-    if any(p.activations != p.plan.activations == "int8-amx" for p in rewritten):
+    vnni = [p for p in rewritten if p.activations == "int8-vnni"]
+    if any(p.activations != p.plan.activations == "int8-amx" or p.kind in quant.SUPER_KINDS
+           for p in vnni):  # fmt: skip
         kernels += list(quant_int8.KERNELS)
     if any(p.kind == "Q8_16" and p.activations == "int8-vnni" for p in rewritten):
         kernels += list(quant_int8.HALVES_KERNELS)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-from corral.kernels.compute import quant, quant_amx, quant_int8, quant_rows
+from corral.kernels.compute import kquant_layout, quant, quant_amx, quant_int8, quant_rows
 from corral.kernels.compute.plan import ComputePlan
 from corral.model.config import LlamaConfig
 from corral.model.errors import ModelLoadError
@@ -187,6 +187,99 @@ def word_tiles(quants: np.ndarray, kind: str, n_tiles: int, tile: int) -> np.nda
     return np.ascontiguousarray(words.transpose(0, 3, 1, 4, 2, 5))
 
 
+SUPER_KINDS = ("Q4_K", "Q6_K")
+"""The K-quants kept in their own bytes on VNNI (`super_tiled`)."""
+
+
+@functools.cache
+def keeps_super_blocks(kind: str) -> bool:
+    """Whether a GGUF's `kind` (Q4_K, Q6_K) is loaded in its own bytes (`super_tiled`) on this
+    host: where the VNNI kernels run (`quant_int8.available()`), which alone read that form,
+    but for Q4_K not where AMX's kernels run (`quant_amx.available()`), whose tiles take the
+    Q4_1 words of `kquant_layout.as_blocks`. Elsewhere the float32 kernels read `as_blocks`'
+    form; a plan of float32 activations on a VNNI host expands the super blocks a few tiles
+    at a time (`expanded`)."""
+    if kind not in SUPER_KINDS or not quant_int8.available():
+        return False
+    return kind == "Q6_K" or not quant_amx.available()
+
+
+def super_tiled(raw: np.ndarray, kind: str, piece_rows: int = 8192) -> TiledMatrix:
+    """A Q4_K / Q6_K matrix in the super-block word tiles of the VNNI kernels
+    (`kquant_layout.as_super_blocks`, `quant_amx.SUPER4` / `SUPER6`): about the file's own
+    bytes (Q4_K 4.75 bits a weight, Q6_K 6.6), where `kquant_layout.as_blocks` takes 6 and 10.
+    Converted about `piece_rows` rows (whole tiles) at a time, which bounds the temporary
+    memory.  uint8 [n_out, bytes per row] -> TiledMatrix of `kind`: scales d, minimums -dmin
+    (Q4_K) or None, float32 [n_tiles, k/256, tile]; words uint8 [n_tiles, k/256, tile/16, W,
+    16, 4] (`kquant_layout.SUPER_WORDS`), zero rows padding.
+
+    Raises:
+        ValueError: as `kquant_layout.as_super_blocks`.
+    """
+    n_out = raw.shape[0]
+    n_tiles, tile = words_tile_shape(max(n_out, 1))
+    step = max(1, piece_rows // tile)
+    arrays: list = []
+    for first in range(0, n_tiles, step):
+        count = min(step, n_tiles - first)
+        d, coefs, rows = kquant_layout.as_super_blocks(raw[first * tile : (first + count) * tile],
+                                                       kind)  # fmt: skip
+        n_super, row_bytes = rows.shape[1:]
+        padded = np.zeros((count * tile, n_super, row_bytes), np.uint8)
+        padded[: rows.shape[0]] = rows
+        words = padded.reshape(count, tile // 16, 16, n_super, row_bytes // 4, 4)
+        pieces = (
+            quant.tile_rows(d, count, tile),
+            None if coefs is None else quant.tile_rows(coefs, count, tile),
+            words.transpose(0, 3, 1, 4, 2, 5),
+        )
+        if not arrays:
+            arrays = [None if a is None else np.empty((n_tiles, *a.shape[1:]), a.dtype)
+                      for a in pieces]  # fmt: skip
+        for whole, part in zip(arrays, pieces, strict=True):
+            if part is not None:
+                whole[first : first + count] = part
+    k = arrays[0].shape[1] * 256
+    return TiledMatrix(kind, n_out, k, arrays[0], arrays[1], None, arrays[2])
+
+
+def expanded(matrix: TiledMatrix, first: int, end: int) -> tuple:
+    """Tiles first..end-1 of a super-block matrix (`super_tiled`) in the form of
+    `kquant_layout.as_blocks` (Q4_K as Q4_1's words, Q6_K as `HALVES`), for the float32
+    kernels of `quant_rows`: the same float32 weights.  -> (scales, coefs, words) of
+    `quant_rows.float_matmul`'s arguments, [end - first] tiles."""
+    words = matrix.words[first:end]
+    n_tiles, n_super, groups = words.shape[:3]
+    d = matrix.scales[first:end][:, :, None, :]
+    tile = groups * 16
+
+    def bytes_of(start: int, stop: int) -> np.ndarray:  # lane bytes of words start..stop-1
+        lanes = words[:, :, :, start:stop].transpose(0, 1, 3, 5, 2, 4)  # [t, b, w, j, g, r]
+        return lanes.reshape(n_tiles, n_super, -1, tile).astype(np.float32)
+
+    if matrix.kind == "Q4_K":
+        scales = (bytes_of(32, 34) * d).reshape(n_tiles, -1, tile)
+        coefs = bytes_of(34, 36) * matrix.minimums[first:end][:, :, None, :]
+        nibbles = words[:, :, :, :32].reshape(n_tiles, n_super, groups, 8, 4, 16, 4)
+        plain = nibbles.transpose(0, 1, 3, 2, 4, 5, 6).reshape(n_tiles, -1, groups, 4, 16, 4)
+        return scales, coefs.reshape(n_tiles, -1, tile), np.ascontiguousarray(plain)
+    sc = bytes_of(48, 52).astype(np.uint8).view(np.int8).astype(np.float32) * d
+    sc = sc.reshape(n_tiles, n_super, 8, 2, tile)
+    sub = words[:, :, :, :48].reshape(n_tiles, n_super, groups, 8, 6, 16, 4)
+    low, high = sub[:, :, :, :, :4], sub[:, :, :, :, 4:]  # [t, b, g, i, w or half, r, j]
+    shifts = (2 * np.arange(4, dtype=np.uint8))[:, None, None]
+    halves = []
+    for h in range(2):
+        nibble = (low >> (4 * h)) & 15
+        top = (high[:, :, :, :, h : h + 1] >> shifts) & 3
+        halves.append(nibble | (top << 4))
+    u = np.concatenate(halves, axis=4) + np.uint8(96)  # q + 128, q = u - 32
+    plain = u.transpose(0, 1, 3, 2, 4, 5, 6).reshape(n_tiles, -1, groups, 8, 16, 4)
+    scales = np.ascontiguousarray(sc[:, :, :, 0].reshape(n_tiles, -1, tile))
+    coefs = np.ascontiguousarray(sc[:, :, :, 1].reshape(n_tiles, -1, tile))
+    return scales, coefs, np.ascontiguousarray(plain)
+
+
 @dataclass(frozen=True, eq=False)
 class TiledMatrix:
     """A weight matrix W [n_out, k] in Q4_1 or Q8_0 blocks, laid out for the kernels: output
@@ -195,7 +288,8 @@ class TiledMatrix:
 
     Attributes:
         kind: "Q4_1", "Q8_0", "Q8_16" or "Q5_0" (`BlockMatrix`; the last two only without
-            `quants`).
+            `quants`), or "Q4_K" / "Q6_K" in super blocks (`super_tiled`: scales and minimums
+            [n_tiles, k/256, tile], d and -dmin; words alone).
         n_out, k: W's shape.
         scales: float32 [n_tiles, k/32, tile].
         minimums: float32 [n_tiles, k/32, tile] for Q4_1; None for Q8_0.
@@ -247,8 +341,10 @@ class TiledMatrix:
         `one_row_q4_1_in_registers`: the same sums bit for bit). A matrix without `quants`
         (`BlockMatrix.tiled`'s `words_only`: K-quants rewritten) computes likewise, its
         float32 passes through `quant_rows` for every number of rows; "int8-vnni" takes every
-        word format (Q4_1, Q8_0, Q5_0, Q8_16), and on "int8-amx" the formats AMX's kernels
-        lack (Q5_0, Q8_16) go to VNNI's (to float32 where VNNI does not run).
+        word format (Q4_1, Q8_0, Q5_0, Q8_16, Q4_K and Q6_K's super blocks), and on "int8-amx"
+        the formats AMX's kernels lack (Q5_0, Q8_16, the super blocks) go to VNNI's (to
+        float32 where VNNI does not run). On float32 the super blocks are expanded a few
+        tiles at a time (`expanded`).
 
         Raises:
             ValueError: x is not two-dimensional with k columns, or parts < 1.
@@ -272,7 +368,7 @@ def _activations(kind: str, planned: str) -> str:
     """The activations a matrix of `kind` computes on under a plan's `planned` ones: those,
     but the formats AMX's kernels lack (Q5_0, Q8_16) on VNNI under "int8-amx" (float32 where
     VNNI does not run either)."""
-    if planned == "int8-amx" and kind in ("Q5_0", "Q8_16"):
+    if planned == "int8-amx" and kind in ("Q5_0", "Q8_16", *SUPER_KINDS):
         return "int8-vnni" if quant_int8.available() else "float32"
     return planned
 
@@ -297,6 +393,17 @@ def _vnni_matmul(matrix: TiledMatrix, x: np.ndarray, parts: int) -> np.ndarray:
 def _float_matmul(matrix: TiledMatrix, x: np.ndarray, parts: int) -> np.ndarray:
     """`TiledMatrix.matmul` on float32 activations (`parts` unused)."""
     rows, plan = x.shape[0], matrix.plan
+    if matrix.kind in SUPER_KINDS:  # as_blocks' form a few tiles at a time
+        out = np.empty((rows, matrix.n_out), np.float32)
+        n_tiles, _, tile = matrix.scales.shape
+        kernels = quant_rows.HALVES_MATMUL if matrix.kind == "Q6_K" else quant_rows.FLOAT_MATMUL
+        step = max(1, EXPAND_ROWS // tile)
+        for first in range(0, n_tiles, step):
+            end = min(first + step, n_tiles)
+            columns = slice(first * tile, min(end * tile, matrix.n_out))
+            part = np.empty((rows, columns.stop - columns.start), np.float32)
+            out[:, columns] = kernels[plan.lanes](x, *expanded(matrix, first, end), part)
+        return out
     in_registers = plan.one_row_q4_1_in_registers and matrix.kind == "Q4_1"
     if rows > 1 or in_registers or matrix.quants is None or matrix.kind in ("Q8_16", "Q5_0"):
         coefs = matrix.scales if matrix.minimums is None else matrix.minimums
@@ -313,6 +420,11 @@ def _float_matmul(matrix: TiledMatrix, x: np.ndarray, parts: int) -> np.ndarray:
         quant.q8_0_matmul(x, matrix.scales, matrix.quants, out)
     return np.ascontiguousarray(out[:, : matrix.n_out])
 
+
+EXPAND_ROWS = 1024
+"""About the most output rows of a super-block matrix (`super_tiled`) that a float32 product
+expands at once into `as_blocks`' form (`expanded`): the float32 kernels of `quant_rows` do not
+read the super-block words, so that form is built on the fly, a few tiles at a time."""
 
 MATMULS = {"int8-amx": _amx_matmul, "int8-vnni": _vnni_matmul, "float32": _float_matmul}
 """`TiledMatrix.matmul`'s kernels by the plan's `activations`: (matrix, x float32 [B, k] C-order,

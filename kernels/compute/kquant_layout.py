@@ -228,13 +228,8 @@ def as_blocks(raw: np.ndarray, kind: str) -> tuple[str, np.ndarray, np.ndarray |
             f"a {kind} row is a whole number of {size}-byte blocks, got {row_bytes} bytes"
         )
     blocks = raw.reshape(n_out, row_bytes // size, size)
-    if kind == "Q6_K":  # weight 128 h + 32 p + l (see the module docstring)
-        n_super = blocks.shape[1]
-        low = blocks[..., :128].reshape(n_out, n_super, 2, 2, 32)  # [h, p mod 2, l]
-        low = np.concatenate([low & 15, low >> 4], axis=3)  # [h, p, l]
-        top = blocks[..., 128:192].reshape(n_out, n_super, 2, 1, 32)
-        top = (top >> (2 * np.arange(4, dtype=np.uint8))[:, None]) & 3  # [h, p, l]
-        q = (low | (top << 4)).astype(np.int16) - 32
+    if kind == "Q6_K":
+        q = _q6_k_values(blocks).astype(np.int16) - 32
         s = _half(blocks, 208)[..., None] * blocks[..., 192:208].view(np.int8).astype(np.float32)
         s = s.reshape(n_out, -1)  # [n, k/16]
         quants = q.astype(np.int8).reshape(n_out, -1)
@@ -246,13 +241,98 @@ def as_blocks(raw: np.ndarray, kind: str) -> tuple[str, np.ndarray, np.ndarray |
         s = (d[..., None] * scales.reshape(n_out, n_super, 8).astype(np.float32)).reshape(n_out, -1)
         dmin = _half(blocks, 2)[..., None]
         m = -(dmin * minimums.reshape(n_out, n_super, 8).astype(np.float32)).reshape(n_out, -1)
-        # chunk c's 32 bytes: low nibbles are sub-block 2 c, high ones 2 c + 1
-        q = blocks[..., 16:].reshape(n_out, n_super, 4, 1, 32)
-        values = np.concatenate([q & 15, q >> 4], axis=3).reshape(n_out, -1, 32)
-        quants = values[..., :16] | (values[..., 16:] << 4)
-        return "Q4_1", s, m, np.ascontiguousarray(quants.reshape(n_out, -1))
+        return "Q4_1", s, m, np.ascontiguousarray(_q4_k_nibbles(blocks).reshape(n_out, -1))
     if kind == "Q4_0":
         quants = np.ascontiguousarray(blocks[..., 2:]).reshape(n_out, -1)
         return "Q4_1", d, d * np.float32(-8.0), quants
     quants = np.concatenate([blocks[..., 6:], blocks[..., 2:6]], axis=-1)  # nibbles, bits
     return "Q5_0", d, d * np.float32(-16.0), np.ascontiguousarray(quants.reshape(n_out, -1))
+
+
+def _q4_k_nibbles(blocks: np.ndarray) -> np.ndarray:
+    """Q4_K's quants in Q4_1's byte order: uint8 [n, b, 144] -> uint8 [n, b, 8, 16], byte j of
+    sub-block i holding its column j in the low nibble and j + 16 in the high one (chunk c's 32
+    bytes: low nibbles are sub-block 2 c, high ones 2 c + 1)."""
+    n_out, n_super = blocks.shape[:2]
+    q = blocks[..., 16:].reshape(n_out, n_super, 4, 1, 32)
+    values = np.concatenate([q & 15, q >> 4], axis=3).reshape(n_out, n_super, 8, 32)
+    return values[..., :16] | (values[..., 16:] << 4)
+
+
+def _q6_k_values(blocks: np.ndarray) -> np.ndarray:
+    """Q6_K's quants q in 0..63 (w = d sc (q - 32)) in column order: uint8 [n, b, 210] ->
+    uint8 [n, b, 256]; weight 128 h + 32 p + l (see the module docstring)."""
+    n_out, n_super = blocks.shape[:2]
+    low = blocks[..., :128].reshape(n_out, n_super, 2, 2, 32)  # [h, p mod 2, l]
+    low = np.concatenate([low & 15, low >> 4], axis=3)  # [h, p, l]
+    top = blocks[..., 128:192].reshape(n_out, n_super, 2, 1, 32)
+    top = (top >> (2 * np.arange(4, dtype=np.uint8))[:, None]) & 3  # [h, p, l]
+    return (low | (top << 4)).reshape(n_out, n_super, 256)
+
+
+SUPER_WORDS = {"Q4_K": 36, "Q6_K": 52}
+"""The 64-byte words of `as_super_blocks`' form per super-block of 256 weights and 16 rows
+(bytes per row and super-block: a quarter of it)."""
+
+
+def as_super_blocks(raw: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """W's raw Q4_K / Q6_K blocks in the super-block form of the VNNI kernels
+    (`quant_amx.SUPER4`, `SUPER6`; docs/numerics.md, "K-quants in their own bytes"): a row's
+    super-block of 256 weights keeps its float16 d (and Q4_K's dmin) widened to float32, its
+    scales as bytes and its quants at their own width, so that the kernels compute d sc (and
+    dmin m) per sub-block, exactly the float32 scales `as_blocks` stores:
+
+        Q4_K  per sub-block i of 32 (i in 0..7), bytes 16 i .. 16 i + 15: Q4_1's nibbles
+              (byte j: column j low, j + 16 high); bytes 128 + i: sc_i, 136 + i: m_i (the
+              6-bit fields unpacked). 144 bytes; w = d sc q + (-dmin) m.
+        Q6_K  per sub-block i of 32, bytes 24 i .. 24 i + 23: 16 bytes of the low nibbles of
+              q (Q4_1's order), then 4 bytes whose byte j holds the high 2 bits of column
+              4 w + j at bits 2 w (w in 0..3), then 4 bytes the same for columns 16 + 4 w + j;
+              bytes 192 + s: sc_s (int8, sub-block s of 16). 208 bytes; w = d sc (q - 32).
+
+    The bytes of a row's super-block go to the word tiles as `4 SUPER_WORDS[kind]` bytes,
+    word w's 4 bytes the row's lane (`model.quant.super_tiled`). O(n_out k) byte moves, at
+    load.
+
+    raw: uint8 [n_out, bytes per row] (as `repack` takes it); kind "Q4_K" or "Q6_K".
+    Returns (d float32 [n_out, k/256], coefs float32 [n_out, k/256] (Q4_K: -dmin) or None,
+    row bytes uint8 [n_out, k/256, 4 SUPER_WORDS[kind]]).
+
+    Raises:
+        ValueError: another kind, or raw as `repack` refuses it.
+    """
+    if kind not in SUPER_WORDS:
+        raise ValueError(f"kind must be one of {sorted(SUPER_WORDS)}, got {kind!r}")
+    raw = np.asarray(raw)
+    if raw.dtype != np.uint8 or raw.ndim != 2 or raw.shape[0] < 1:
+        raise ValueError(
+            f"raw must be uint8 [n_out >= 1, bytes per row], got {raw.dtype} {raw.shape}"
+        )
+    size = BLOCK_BYTES[kind][1]
+    n_out, row_bytes = raw.shape
+    if row_bytes == 0 or row_bytes % size:
+        raise ValueError(
+            f"a {kind} row is a whole number of {size}-byte blocks, got {row_bytes} bytes"
+        )
+    blocks = raw.reshape(n_out, row_bytes // size, size)
+    n_super = blocks.shape[1]
+    if kind == "Q4_K":
+        scales, minimums = _scale_minimums(blocks[..., 4:16])
+        row = np.concatenate(
+            [
+                _q4_k_nibbles(blocks).reshape(n_out, n_super, 128),
+                scales.reshape(n_out, n_super, 8),
+                minimums.reshape(n_out, n_super, 8),
+            ],
+            axis=-1,
+        )
+        return _half(blocks, 0), -_half(blocks, 2), np.ascontiguousarray(row)
+    q = _q6_k_values(blocks).reshape(n_out, n_super, 8, 32)
+    low = q & 15
+    nibbles = low[..., :16] | (low[..., 16:] << 4)  # [n, b, 8, 16]
+    top = (q >> 4).reshape(n_out, n_super, 8, 2, 4, 4)  # [half, w, j]
+    shifts = (2 * np.arange(4, dtype=np.uint8))[:, None]
+    high = np.bitwise_or.reduce(top << shifts, axis=4)  # [n, b, 8, half, j]
+    sub = np.concatenate([nibbles, high.reshape(n_out, n_super, 8, 8)], axis=-1)
+    row = np.concatenate([sub.reshape(n_out, n_super, 192), blocks[..., 192:208]], axis=-1)
+    return _half(blocks, 208), None, np.ascontiguousarray(row)

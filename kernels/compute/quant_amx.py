@@ -483,11 +483,275 @@ def form_operands(builder, form, word, index, fifth=None):
     return [(low, 4 * index), (high, BLOCK // 2 + 4 * index)]
 
 
-WORDS = {NIBBLES: 4, BYTES: 8, HALVES: 8, FIVE: 5}
-"""64-byte words a block of 16 rows takes in the word tiles, by format (`word_tiles`)."""
+SUPER4, SUPER6 = 4, 5
+"""The super-block word formats of GGUF's Q4_K and Q6_K in their own bytes
+(`kquant_layout.as_super_blocks`): a "block" of the kernels is a super-block of 256 weights
+(8 sub-blocks of 32), its 16 rows' words [W, 16, 4] holding each row's bytes of the
+super-block 4 to a word (`_emit_super_blocks`); the scales array holds d, the coefs -dmin
+(`SUPER4`), both float32 per super-block."""
+
+SUPER_FORMS = (SUPER4, SUPER6)
+
+SUB_BLOCKS = 8
+"""Sub-blocks of 32 in a super-block."""
+
+WORDS = {NIBBLES: 4, BYTES: 8, HALVES: 8, FIVE: 5, SUPER4: 36, SUPER6: 52}
+"""64-byte words a block of 16 rows takes in the word tiles, by format (`word_tiles`; the
+super-block formats per super-block)."""
 
 
-ROW_FORMS = (NIBBLES, BYTES, HALVES, FIVE)
+def _emit_super_blocks(builder, form, group, words_p, w_at, x_p, x_at, x_scales_p, terms_p,
+                       where, d, c, totals):  # fmt: skip
+    """IR: the 8 sub-blocks of one super-block of 16 output rows (`SUPER4`, `SUPER6`) times
+    `group` rows of x (two int8 parts on one scale), added to `totals` (float32 vectors, one a
+    row), in a loop over the sub-blocks. Returns the new totals.
+
+    words_p: the words (i8*), this super-block's 16 rows at byte w_at; x_p: x_q (i8*), row i's
+    sub-block 0 at byte x_at[i] (its 32 bytes of x_1, then x_2; sub-block b 1024 b on);
+    x_scales_p (float*) and terms_p (float* x_terms for `SUPER4`, i32* x_offsets for `SUPER6`)
+    at row i's sub-block 0 index where[i]; d, c: the 16 rows' d and -dmin (float vectors).
+    Per sub-block b, as `NIBBLES` (SUPER4) and `HALVES` (SUPER6) compute it on the float32
+    scales `kquant_layout.as_blocks` stores, the same float operations in the same order, so
+    the same results bit for bit:
+
+        SUPER4: s = d sc_b, c' = (-dmin) m_b (exact);  total = fma(c', term, fma(float(S),
+                d_x s, total)), S = 16 sum(q x_1) + sum(q x_2) over the nibbles
+        SUPER6: for h = 0, 1: s = d sc_{2b+h} (exact); total = fma(float(S_h - offset_h),
+                d_x s, total), S_h = 254 sum(u x_1) + sum(u x_2) over half h's 16 columns of
+                u = q (0..63: the nibble and its 2 high bits put in bits 4-5), offset_h = 32
+                sum(254 x_1 + x_2) over those columns (x_offsets[2 (where + b) + h])
+    """
+    i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
+    vec, fvec = ir.VectorType(i32, ROWS), ir.VectorType(f32, ROWS)
+    dpbusd = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(vec, [vec, vec, vec]), "llvm.x86.avx512.vpdpbusd.512"
+    )
+    fma = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(fvec, [fvec] * 3), "llvm.fma.v16f32"
+    )
+
+    def load(base, offset, element, align=1):
+        address = builder.bitcast(builder.gep(base, [offset]), element.as_pointer())
+        return builder.load(address, align=align, typ=element)
+
+    def splat(value, vector):
+        return _splat(builder, value, vector)
+
+    def const(value):
+        return vec([value] * ROWS)
+
+    def scale_bytes(word_index, byte, signed):  # byte `byte` of each lane of a word, as float
+        word = load(words_p, builder.add(w_at, builder.mul(word_index, i64(64))), vec)
+        shift = splat(builder.trunc(builder.mul(builder.sub(i64(3), byte), i64(8)), i32), vec)
+        top = builder.shl(word, shift)  # the byte in bits 24-31
+        if signed:
+            return builder.sitofp(builder.ashr(top, const(24)), fvec)
+        return builder.uitofp(builder.lshr(top, const(24)), fvec)
+
+    entry = builder.block
+    loop = builder.append_basic_block("sub_blocks")
+    done = builder.append_basic_block("sub_blocks_done")
+    builder.branch(loop)
+    builder.position_at_end(loop)
+    b = builder.phi(i64)
+    b.add_incoming(i64(0), entry)
+    phis = [builder.phi(fvec) for _ in totals]
+    for phi, total in zip(phis, totals, strict=True):
+        phi.add_incoming(total, entry)
+    following = list(phis)
+    sub_at = builder.add(w_at, builder.mul(b, i64(64 * (4 if form == SUPER4 else 6))))
+    x_b = [builder.add(at, builder.mul(b, i64(ROWS * X_ROW))) for at in x_at]
+    where_b = [builder.add(at, b) for at in where]
+    low, high = const(0x0F0F0F0F), const(-0x0F0F0F10)  # 0xF0F0F0F0
+
+    def x_word(i, part, column):
+        offset = builder.add(x_b[i], i64(BLOCK * part + column))
+        return splat(load(x_p, offset, i32), vec)
+
+    if form == SUPER4:
+        splits = max(1, 8 // group)
+        sums = [[const(0)] * splits for _ in range(group)]
+        turn = 0
+        for index in range(4):  # 16 q against x_1 and q against x_2: 16 S_1 + S_2
+            word = load(words_p, builder.add(sub_at, i64(64 * index)), vec)
+            column, right = 4 * index, builder.lshr(word, const(4))
+            operands = [
+                (builder.and_(builder.shl(word, const(4)), high), column, 0),
+                (builder.and_(word, low), column, 1),
+                (builder.and_(word, high), BLOCK // 2 + column, 0),
+                (builder.and_(right, low), BLOCK // 2 + column, 1),
+            ]
+            for operand, column_, part in operands:
+                slot = turn % splits
+                for i in range(group):
+                    sums[i][slot] = builder.call(
+                        dpbusd, [sums[i][slot], operand, x_word(i, part, column_)]
+                    )
+                turn += 1
+        quarter, byte = builder.udiv(b, i64(4)), builder.urem(b, i64(4))
+        s = builder.fmul(scale_bytes(builder.add(quarter, i64(32)), byte, False), d)
+        m = builder.fmul(scale_bytes(builder.add(quarter, i64(34)), byte, False), c)
+        for i in range(group):
+            total = sums[i][0]
+            for other in sums[i][1:]:
+                total = builder.add(total, other)
+            d_x = load(x_scales_p, where_b[i], f32, 4)
+            ds = builder.fmul(splat(d_x, fvec), s)
+            following[i] = builder.call(fma, [builder.sitofp(total, fvec), ds, following[i]])
+            term = load(terms_p, where_b[i], f32, 4)
+            following[i] = builder.call(fma, [m, splat(term, fvec), following[i]])
+    else:
+        splits = max(1, 4 // group)
+        tops = [load(words_p, builder.add(sub_at, i64(64 * (4 + h))), vec) for h in range(2)]
+        for h in range(2):
+            sums = [[[const(0)] * splits for _ in range(2)] for _ in range(group)]
+            for index in range(4):
+                word = load(words_p, builder.add(sub_at, i64(64 * index)), vec)
+                nibble = builder.and_(builder.lshr(word, const(4)) if h else word, low)
+                top = tops[h]  # column 4 index + j's high bits at bits 2 index of byte j
+                if index < 2:
+                    top = builder.shl(top, const(4 - 2 * index))
+                elif index == 3:
+                    top = builder.lshr(top, const(2))
+                operand = builder.or_(nibble, builder.and_(top, const(0x30303030)))
+                slot = index % splits
+                for part in range(2):
+                    for i in range(group):
+                        sums[i][part][slot] = builder.call(
+                            dpbusd,
+                            [sums[i][part][slot], operand, x_word(i, part, 16 * h + 4 * index)],
+                        )
+            sub = builder.add(builder.mul(b, i64(2)), i64(h))  # the sub-block of 16
+            s = builder.fmul(
+                scale_bytes(builder.add(builder.udiv(sub, i64(4)), i64(48)),
+                            builder.urem(sub, i64(4)), True), d
+            )  # fmt: skip
+            for i in range(group):
+                parts = []
+                for chain in sums[i]:
+                    total = chain[0]
+                    for other in chain[1:]:
+                        total = builder.add(total, other)
+                    parts.append(total)
+                combined = builder.add(_times_ratio(builder, parts[0], PART_RATIO), parts[1])
+                at = builder.add(builder.mul(where_b[i], i64(2)), i64(h))
+                combined = builder.sub(combined, splat(load(terms_p, at, i32, 4), vec))
+                d_x = load(x_scales_p, where_b[i], f32, 4)
+                ds = builder.fmul(splat(d_x, fvec), s)
+                following[i] = builder.call(fma, [builder.sitofp(combined, fvec), ds, following[i]])
+    next_b = builder.add(b, i64(1))
+    b.add_incoming(next_b, builder.block)
+    for phi, value in zip(phis, following, strict=True):
+        phi.add_incoming(value, builder.block)
+    builder.cbranch(builder.icmp_signed("<", next_b, i64(SUB_BLOCKS)), loop, done)
+    builder.position_at_end(done)
+    return following
+
+
+def emit_paired_super(context, builder, arg_types, args, form, group):
+    """Emit `quant_int8._paired_product`'s variant for a super-block format (`SUPER4`,
+    `SUPER6`): `group` rows of x times 16 output rows over every super-block (n_blocks of
+    them), the totals in vector registers, stored at the end. `args` and `arg_types`: its
+    arguments after the two keys (words, w_start, step, x_q, x_start, x_scales, x_terms,
+    x_offsets, xs_start, n_blocks, scales, coefs, sc_start, sc_step, total), with x_start
+    row 0's byte in x_q, xs_start its index in x_scales counted in super-blocks (row r, super-
+    block j: sub-block 8 j + i at 8 (xs_start + n_blocks r + j) + i), d and -dmin at
+    scales, coefs[sc_start + j sc_step + r]."""
+    i8, i32, i64, f32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
+    fvec = ir.VectorType(f32, ROWS)
+
+    def pointer(index, element):
+        array = context.make_array(arg_types[index])(context, builder, args[index])
+        return builder.bitcast(array.data, element.as_pointer())
+
+    words_p, x_p, x_scales_p = pointer(0, i8), pointer(3, i8), pointer(5, f32)
+    terms_p = pointer(6, f32) if form == SUPER4 else pointer(7, i32)
+    scales_p, coefs_p, total_p = pointer(10, f32), pointer(11, f32), pointer(14, f32)
+    w_start, step, x_start, xs_start, n_blocks = (args[i] for i in (1, 2, 4, 8, 9))
+    sc_start, sc_step = args[12], args[13]
+    prefetch = cgutils.get_or_insert_function(
+        builder.module,
+        ir.FunctionType(ir.VoidType(), [i8.as_pointer(), i32, i32, i32]),
+        "llvm.prefetch.p0",
+    )
+    entry = builder.block
+    loop = builder.append_basic_block("supers")
+    done = builder.append_basic_block("supers_done")
+    builder.branch(loop)
+    builder.position_at_end(loop)
+    j = builder.phi(i64)
+    j.add_incoming(i64(0), entry)
+    totals = [builder.phi(fvec) for _ in range(group)]
+    for phi in totals:
+        phi.add_incoming(ir.Constant(fvec, [0.0] * ROWS), entry)
+    w_at = builder.add(w_start, builder.mul(j, step))
+    sc_at = builder.add(sc_start, builder.mul(j, sc_step))
+    chunk = 64 * WORDS[form]  # the same super-block of the next 16 output rows into L1
+    for line in range(0, chunk, 64):
+        ahead = builder.add(w_at, i64(chunk + line))
+        builder.call(prefetch, [builder.gep(words_p, [ahead]), i32(0), i32(3), i32(1)])
+    for base in (scales_p, coefs_p):
+        address = builder.gep(base, [builder.add(sc_at, i64(ROWS))])
+        builder.call(prefetch, [builder.bitcast(address, i8.as_pointer()), i32(0), i32(3), i32(1)])
+
+    def vector_at(base, offset):
+        address = builder.bitcast(builder.gep(base, [offset]), fvec.as_pointer())
+        return builder.load(address, align=4, typ=fvec)
+
+    d, c = vector_at(scales_p, sc_at), vector_at(coefs_p, sc_at)
+    first = builder.add(x_start, builder.mul(j, i64(SUB_BLOCKS * ROWS * X_ROW)))
+    x_at = [builder.add(first, i64(X_ROW * i)) for i in range(group)]
+    where = [
+        builder.mul(builder.add(builder.add(xs_start, builder.mul(n_blocks, i64(i))), j),
+                    i64(SUB_BLOCKS))
+        for i in range(group)
+    ]  # fmt: skip
+    following = _emit_super_blocks(builder, form, group, words_p, w_at, x_p, x_at, x_scales_p,
+                                   terms_p, where, d, c, totals)  # fmt: skip
+    next_j = builder.add(j, i64(1))
+    j.add_incoming(next_j, builder.block)
+    for phi, value in zip(totals, following, strict=True):
+        phi.add_incoming(value, builder.block)
+    builder.cbranch(builder.icmp_signed("<", next_j, n_blocks), loop, done)
+    builder.position_at_end(done)
+    for i, value in enumerate(following):
+        address = builder.bitcast(builder.gep(total_p, [i64(ROWS * i)]), fvec.as_pointer())
+        builder.store(value, address, align=4)
+
+
+def _emit_row_super(context, builder, signature, args, form):
+    """Emit `_row_product`'s block for a super-block format (`SUPER4`, `SUPER6`; its arguments
+    after the key, both x_terms and x_offsets): one super-block j of 16 output rows added to
+    total[total_start..] (`_emit_super_blocks`); x_start is 1024 j (`_row_kernel`'s byte of
+    block j, so sub-block 0 of super-block j is at 8 x_start) and xs_at j (its sub-blocks at
+    8 j + i)."""
+    i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
+    fvec = ir.VectorType(f32, ROWS)
+    words_p = _data(context, builder, signature, args, 0)
+    x_p = _data(context, builder, signature, args, 2)
+    x_scales_p = _data(context, builder, signature, args, 5, f32)
+    terms_p = _data(context, builder, signature, args, 6 if form == SUPER4 else 7,
+                    f32 if form == SUPER4 else i32)  # fmt: skip
+    scales_p = _data(context, builder, signature, args, 9, f32)
+    coefs_p = _data(context, builder, signature, args, 10, f32)
+    total_p = _data(context, builder, signature, args, 12, f32)
+    w_start, x_start, xs_at, sc_start, total_start = (args[i] for i in (1, 3, 8, 11, 13))
+
+    def vector_at(base, offset):
+        address = builder.bitcast(builder.gep(base, [offset]), fvec.as_pointer())
+        return builder.load(address, align=1, typ=fvec)
+
+    address = builder.bitcast(builder.gep(total_p, [total_start]), fvec.as_pointer())
+    value = builder.load(address, align=4)
+    d, c = vector_at(scales_p, sc_start), vector_at(coefs_p, sc_start)
+    eight = i64(SUB_BLOCKS)
+    (value,) = _emit_super_blocks(builder, form, 1, words_p, w_start, x_p,
+                                  [builder.mul(x_start, eight)], x_scales_p, terms_p,
+                                  [builder.mul(xs_at, eight)], d, c, [value])  # fmt: skip
+    builder.store(value, address, align=4)
+
+
+ROW_FORMS = (NIBBLES, BYTES, HALVES, FIVE, SUPER4, SUPER6)
 """`_row_product`'s dispatch table: the word formats (`word_tiles`)."""
 
 
@@ -631,6 +895,11 @@ def _row_product(
             case = builder.append_basic_block(f"row_{form_}")
             switch.add_case(ir.IntType(64)(form_), case)
             builder.position_at_end(case)
+            if form_ in SUPER_FORMS:
+                inner = types.void(*signature.args[1:])
+                _emit_row_super(context, builder, inner, args[1:], form_)
+                builder.branch(done)
+                continue
             terms = 7 if form_ in (NIBBLES, FIVE) else 8  # x_terms or x_offsets
             chosen = [i for i in range(1, 15) if i not in (7, 8) or i == terms]
             inner = types.void(*(signature.args[i] for i in chosen))
@@ -811,6 +1080,10 @@ def form_of(words, halves):
         return NIBBLES
     if wide == 5:
         return FIVE
+    if wide == 36:  # WORDS[SUPER4] (a dict Numba does not read)
+        return SUPER4
+    if wide == 52:  # WORDS[SUPER6]
+        return SUPER6
     return HALVES if halves else BYTES
 
 
@@ -828,8 +1101,9 @@ def _quantized(x, groups, rows, form):  # pragma: no cover - compiled
     x_scales = np.zeros((rows, n_blocks), np.float32)
     x_sums = np.zeros((rows, n_blocks), np.int32)
     x_terms = np.zeros((rows, n_blocks), np.float32)
-    quantize_rows(x, x_q, x_scales, x_sums, x_terms, form == NIBBLES)
-    if form == HALVES:
+    quantize_rows(x, x_q, x_scales, x_sums, x_terms, form in (NIBBLES, SUPER4))
+    if form in (HALVES, SUPER6):
+        offset = 128 if form == HALVES else 32
         x_offsets = np.zeros((rows, 2 * n_blocks), np.int32)
         for row in range(min(rows, x.shape[0])):
             for block in range(n_blocks):
@@ -838,7 +1112,7 @@ def _quantized(x, groups, rows, form):  # pragma: no cover - compiled
                     for j in range(h * ROWS, (h + 1) * ROWS):
                         first = np.int32(x_q[row // ROWS, block, row % ROWS, j])
                         total += PART_RATIO * first + x_q[row // ROWS, block, row % ROWS, BLOCK + j]
-                    x_offsets[row, 2 * block + h] = total * 128
+                    x_offsets[row, 2 * block + h] = total * offset
         return x_q, x_scales, x_terms, x_offsets
     x_offsets = np.empty_like(x_sums)
     for row in range(rows):
@@ -939,6 +1213,10 @@ def _row_matmul(x, scales, coefs, words, out):  # pragma: no cover - compiled
         return _row_kernel(x, scales, coefs, words, out, NIBBLES)
     if words.shape[3] == 5:
         return _row_kernel(x, scales, coefs, words, out, FIVE)
+    if words.shape[3] == 36:  # WORDS[SUPER4]: a literal here
+        return _row_kernel(x, scales, coefs, words, out, SUPER4)
+    if words.shape[3] == 52:  # WORDS[SUPER6]
+        return _row_kernel(x, scales, coefs, words, out, SUPER6)
     return _row_kernel(x, scales, coefs, words, out, BYTES)
 
 

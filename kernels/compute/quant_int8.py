@@ -57,12 +57,14 @@ import numba
 import numpy as np
 from corral.kernels.compute.quant_amx import (
     ROWS,
+    SUPER_FORMS,
     WORDS,
     X_ROW,
     _quantized,
     _row_halves_matmul,
     _row_matmul,
     _times_ratio,
+    emit_paired_super,
     form_of,
     form_operands,
     ratio_of,
@@ -491,7 +493,7 @@ def _emit_paired_product(context, builder, arg_types, args, form, group):
         builder.store(value, address, align=4)
 
 
-PAIRED = tuple((form, group) for form in (NIBBLES, BYTES, HALVES, FIVE)
+PAIRED = tuple((form, group) for form in (NIBBLES, BYTES, HALVES, FIVE, *SUPER_FORMS)
                for group in (1, 2, 4, PAIRED_GROUP))  # fmt: skip
 """`_paired_product`'s dispatch table: (word format `form`, rows of x `group`)."""
 
@@ -567,6 +569,11 @@ def _paired_product(
             case = builder.append_basic_block(f"paired_{form_key}_{group_}")
             switch.add_case(i64((form_key << 8) | group_), case)
             builder.position_at_end(case)
+            if form_key in SUPER_FORMS:  # quant_amx's super-block K-quants
+                emit_paired_super(context, builder, signature.args[2:], args[2:], form_key,
+                                  group_)  # fmt: skip
+                builder.branch(done)
+                continue
             terms = 8 if form_key in (NIBBLES, FIVE) else 9  # x_terms or x_offsets
             chosen = [i for i in range(2, 19) if i not in (8, 9) or i == terms]
             inner = [signature.args[i] for i in chosen]
@@ -606,7 +613,7 @@ def _paired_kernel(x, scales, coefs, words, out, halves):  # pragma: no cover - 
         totals = np.empty(group * LANES, np.float32)
         groups = min(lane_groups, -(-(n_out - t * tile) // LANES))  # those with output rows
         for first in range(0, batch, group):
-            x_start = ((first // ROWS) * n_blocks * ROWS + first % ROWS) * X_ROW
+            x_start = ((first // ROWS) * (k // BLOCK) * ROWS + first % ROWS) * X_ROW
             for g in range(groups):
                 w_start = (t * n_blocks * lane_groups + g) * chunk
                 sc_start = t * n_blocks * tile + g * LANES

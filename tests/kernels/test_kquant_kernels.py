@@ -6,14 +6,24 @@ shapes; their batch invariance; their argument errors."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from corral.kernels.compute import quant_int8, quant_rows
-from corral.kernels.compute.kquant_layout import AS_BLOCKS, BLOCK_BYTES, MAX_TILE, as_blocks, repack
+from corral.kernels.compute.kquant_layout import (
+    AS_BLOCKS,
+    BLOCK_BYTES,
+    MAX_TILE,
+    as_blocks,
+    as_super_blocks,
+    repack,
+)
 from corral.kernels.compute.kquant_rows import ROWS
 from corral.kernels.compute.kquants import kquant_matmul
 from corral.kernels.compute.plan import ComputePlan
-from corral.model.quant import BlockMatrix
+from corral.model import quant
+from corral.model.quant import SUPER_KINDS, BlockMatrix, super_tiled
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -370,3 +380,118 @@ def test_a_rewritten_matrix_computes_on_its_plans_activations(kind, planned):
             np.testing.assert_array_equal(got, want[16](rows, w.scales, coefs, w.words, out))
         else:
             np.testing.assert_array_equal(got, int8_product(w, rows))
+
+
+# ----------------------------------------------------------------------------------------------
+# Q4_K and Q6_K in their own bytes (`quant.super_tiled`) on VNNI, and expanded for float32
+
+
+def super_matrix(raw: np.ndarray, kind: str, planned: str = "int8-vnni", lanes: int = 16):
+    """The blocks in the super-block word tiles, computing on `planned` activations."""
+    return dataclasses.replace(super_tiled(raw, kind), plan=ComputePlan(planned, lanes))
+
+
+@needs_vnni
+@settings(max_examples=40, deadline=None)
+@given(products(SUPER_KINDS), st.data())
+def test_super_blocks_give_the_rewritten_words_bits(case, data):
+    """The super-block form (d and the 6-bit sc and m as bytes for Q4_K; 4 + 2 bit planes and
+    int8 scales for Q6_K) gives, one row and several (groups of 1 to 8 rows past the first 16),
+    the very bits of `as_blocks`' float32 scales on the same VNNI sums, and so is within the
+    bound of gguf's dequantized weights; a row's bits are the same alone and in any batch."""
+    kind, raw, x = case
+    w = super_matrix(raw, kind)
+    assert w.activations == "int8-vnni"
+    old = rewritten(raw, kind)
+    expected = x.astype(np.float64) @ dequantized(raw, kind, raw.shape[0]).T
+    bound = 1.01 * error_bound(raw, kind, x) + activation_bound(raw, kind, x)
+    got = w.matmul(x)
+    np.testing.assert_array_equal(got, int8_product(old, x))
+    error = np.abs(got - expected)
+    worst = np.unravel_index(np.argmax(error - bound), error.shape)
+    assert (error <= bound).all(), (kind, worst, error[worst], bound[worst])
+    i = data.draw(st.integers(0, x.shape[0] - 1))
+    np.testing.assert_array_equal(w.matmul(x[i : i + 1])[0], got[i])
+    np.testing.assert_array_equal(int8_product(old, x[i : i + 1])[0], got[i])
+    order = list(data.draw(st.permutations(range(x.shape[0]))))
+    np.testing.assert_array_equal(w.matmul(x[order]), got[order])
+
+
+@settings(max_examples=30, deadline=None)
+@given(products(SUPER_KINDS), st.sampled_from(quant_rows.WIDTHS), st.integers(16, 700))
+def test_super_blocks_on_float32_give_the_rewritten_words_bits(case, lanes, expand_rows):
+    """On float32 activations (a plan without int8, any host) the super blocks, expanded into
+    `as_blocks`' form a few tiles at a time, give that form's bits."""
+    kind, raw, x = case
+    w = super_matrix(raw, kind, "float32", lanes)
+    assert w.activations == "float32"
+    saved, quant.EXPAND_ROWS = quant.EXPAND_ROWS, expand_rows
+    try:
+        got = w.matmul(x)
+    finally:
+        quant.EXPAND_ROWS = saved
+    np.testing.assert_array_equal(got, rewritten(raw, kind, lanes).matmul(x))
+
+
+@settings(max_examples=20, deadline=None)
+@given(products(SUPER_KINDS), st.integers(1, 700))
+def test_super_blocks_built_in_pieces_equal_them_built_whole(case, piece_rows):
+    kind, raw, _ = case
+    whole, pieces = super_tiled(raw, kind), super_tiled(raw, kind, piece_rows)
+    assert (pieces.kind, pieces.n_out, pieces.k) == (kind, raw.shape[0], whole.k)
+    for name in ("scales", "minimums", "words"):
+        a, b = getattr(pieces, name), getattr(whole, name)
+        assert (a is None) == (b is None)
+        if a is not None:
+            np.testing.assert_array_equal(a, b)
+
+
+def test_super_blocks_take_about_the_files_bytes():
+    """Per 256 weights of a row: Q4_K 152 bytes (the file's 144, d and dmin widened), Q6_K 212
+    (210); `as_blocks`' form takes 192 and 320."""
+    rng = np.random.default_rng(6)
+    for kind, size in (("Q4_K", 152), ("Q6_K", 212)):
+        raw = random_blocks(rng, kind, 64, 1024)
+        assert super_tiled(raw, kind).nbytes == size * 64 * 4
+        assert rewritten(raw, kind).nbytes >= 192 * 64 * 4
+
+
+@pytest.mark.parametrize(
+    ("raw", "kind", "message"),
+    [
+        (np.zeros((2, 22), np.uint8), "Q5_0", "kind must be one of"),
+        (np.zeros((2, 145), np.uint8), "Q4_K", "whole number of 144-byte blocks, got 145"),
+        (np.zeros((0, 210), np.uint8), "Q6_K", r"uint8 \[n_out >= 1"),
+    ],
+)
+def test_as_super_blocks_names_what_is_wrong(raw, kind, message):
+    with pytest.raises(ValueError, match=message):
+        as_super_blocks(raw, kind)
+
+
+@needs_vnni
+@pytest.mark.parametrize("kind", SUPER_KINDS)
+@pytest.mark.parametrize("planned", ["int8-vnni", "int8-amx"])
+def test_super_blocks_compute_on_vnni_under_an_int8_plan(kind, planned):
+    """AMX's kernels do not read the super blocks: "int8-amx" sends them to VNNI's."""
+    rng = np.random.default_rng(7)
+    raw = random_blocks(rng, kind, 70, 512)
+    x = rng.standard_normal((3, 512)).astype(np.float32)
+    w = super_matrix(raw, kind, planned)
+    assert w.activations == "int8-vnni"
+    np.testing.assert_array_equal(w.matmul(x), int8_product(rewritten(raw, kind), x))
+
+
+@needs_vnni
+@pytest.mark.parametrize("kind", SUPER_KINDS)
+def test_a_vnni_host_loads_q4_k_and_q6_k_as_super_blocks(kind):
+    """`gguf_model._part` (the load) keeps Q4_K and Q6_K in their own bytes where VNNI runs
+    (Q4_K not where AMX does)."""
+    from corral.kernels.compute import quant_amx
+    from corral.model import gguf_model
+
+    raw = random_blocks(np.random.default_rng(8), kind, 40, 256)
+    part = gguf_model._part(kind, raw)
+    super_form = kind == "Q6_K" or not quant_amx.available()
+    assert (part.kind == kind) == super_form
+    assert part.kind == (kind if super_form else AS_BLOCKS[kind])
