@@ -653,7 +653,8 @@ def emit_paired_super(context, builder, arg_types, args, form, group):
     `SUPER6`): `group` rows of x times 16 output rows over every super-block (n_blocks of
     them), the totals in vector registers, stored at the end. `args` and `arg_types`: its
     arguments after the two keys (words, w_start, step, x_q, x_start, x_scales, x_terms,
-    x_offsets, xs_start, n_blocks, scales, coefs, sc_start, sc_step, total), with x_start
+    x_offsets, xs_start, n_blocks, scales, coefs, sc_start, sc_step, total, total_start,
+    total_stride: row i's 16 totals at total[total_start + i total_stride]), with x_start
     row 0's byte in x_q, xs_start its index in x_scales counted in super-blocks (row r, super-
     block j: sub-block 8 j + i at 8 (xs_start + n_blocks r + j) + i), d and -dmin at
     scales, coefs[sc_start + j sc_step + r]."""
@@ -714,8 +715,10 @@ def emit_paired_super(context, builder, arg_types, args, form, group):
         phi.add_incoming(value, builder.block)
     builder.cbranch(builder.icmp_signed("<", next_j, n_blocks), loop, done)
     builder.position_at_end(done)
+    total_start, total_stride = args[15], args[16]
     for i, value in enumerate(following):
-        address = builder.bitcast(builder.gep(total_p, [i64(ROWS * i)]), fvec.as_pointer())
+        at = builder.add(total_start, builder.mul(total_stride, i64(i)))
+        address = builder.bitcast(builder.gep(total_p, [at]), fvec.as_pointer())
         builder.store(value, address, align=4)
 
 
