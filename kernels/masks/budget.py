@@ -215,7 +215,9 @@ class ThoughtBudget:
 
     Args:
         index: the answer's `TokenIndex`.
-        inside: bool `[n_states]`, the states inside the thinking block (`thought_region`).
+        inside: bool `[n_states]`, the states inside the thinking block (`thought_region`):
+            no path from a state outside it leads back inside (the block, once closed, is
+            not opened again), so the tokens after it need no thought budget.
         opened: bool `[n_states]`, those where the block's opener is written (an optional
             block may still be left out in the others); None: all inside states.
 

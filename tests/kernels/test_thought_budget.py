@@ -21,6 +21,21 @@ from kernel_strategies import (
 )
 
 
+def after_the_block(dfa, inside: np.ndarray) -> np.ndarray:
+    """bool `[n_states]`: the states a path reaches after an outside state, byte by byte. A
+    thinking block's states are those read before its closer (`thought_region`, which refuses
+    a state reached both inside and after it), so none of these is inside: a random `inside`
+    is cut to fit."""
+    after = np.zeros(dfa.n_states, bool)
+    stack = [s for s in range(dfa.n_states) if not inside[s]]
+    while stack:
+        for t in set(dfa.trans[stack.pop()].tolist()) - {-1}:
+            if not after[t]:
+                after[t] = True
+                stack.append(t)
+    return after
+
+
 def brute_force_closing(dfa, vocabulary, inside, k_max: int) -> list[list[int]]:
     """closing[k][s] for k = 0..k_max, walking every token's bytes with `Dfa.step`."""
     distance = brute_force_token_distance(dfa, vocabulary)
@@ -119,6 +134,7 @@ def test_a_walk_under_the_masks_keeps_both_budgets(dfa, vocabulary, data, budget
     index = TokenIndex(dfa, vocabulary)
     inside = np.array(data.draw(st.lists(st.booleans(), min_size=dfa.n_states,
                                          max_size=dfa.n_states)), dtype=bool)  # fmt: skip
+    inside &= ~after_the_block(dfa, inside)  # a block is never entered again (`thought_region`)
     thought = ThoughtBudget(index, inside)
     state, k, left = 0, budget, max_tokens
     if not thought.fits(state, k, left):
