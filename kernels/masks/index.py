@@ -24,11 +24,11 @@ Three modes:
   generation never visits cost nothing.
 - lazy: one state at a time on first request, cached in a bounded LRU, for DFAs whose full table
   would be large.
-`"auto"` (the default, `choose_mode`) is eager when every walk together is cheap, at most
-`EAGER_WORK_LIMIT` trie nodes (`n_states * n_nodes`, the most an all-states build can visit:
-638 states over SmolLM2's trie, 1.7 ms for 433 of them), so that every mask after compile is a
-lookup; else visit when `n_states * ceil(V / 32) * 4` bytes fits in `EAGER_LIMIT_BYTES`
-(32 MiB: 5,461 states at V = 49,152), else lazy. Every mode gives the same masks.
+`"auto"` (the default, `choose_mode`) is eager when every walk together is cheap: `walk_work`,
+the nodes of the subtrees under the root's children that each state's walk enters (the most it
+can visit), at most `EAGER_WORK_LIMIT` (16M), so that every mask after compile is a lookup;
+else visit when `n_states * ceil(V / 32) * 4` bytes fits in `EAGER_LIMIT_BYTES` (32 MiB: 5,461
+states at V = 49,152), else lazy. Every mode gives the same masks.
 
 Budget-aware ending (`Constraint.mask(tokens_left)`, used by the generation engine):
 `token_distance[s]` is the fewest text tokens from s to acceptance (`masks.distance`), and
@@ -66,10 +66,11 @@ ALL_CATEGORIES = (1 << N_CATEGORIES) - 1
 EAGER_LIMIT_BYTES = 32 << 20
 """All-states tables larger than this many bytes are kept in a bounded LRU (lazy) instead."""
 
-EAGER_WORK_LIMIT = 64_000_000
-"""`auto` builds every mask at construction (eager) when `n_states * trie nodes` is at most
-this: the bound on the nodes an all-states build visits (a few ns each; a real build visits far
-fewer, the dead and looping subtrees skipped)."""
+EAGER_WORK_LIMIT = 16_000_000
+"""`auto` builds every mask at construction (eager) when `walk_work`, a bound on the trie nodes
+an all-states build visits, is at most this (a few ns each; a real build visits fewer, the
+subtrees below depth 1 that die or loop skipped): a build of 1-40 ms over Gemma 4's trie
+(docs/benchmarks.md)."""
 
 PARALLEL_MIN_STATES = 1024
 """Eager tables of DFAs with fewer states are built on the calling thread: with subtree skipping
@@ -95,16 +96,60 @@ AFTER_MEMO_LIMIT = 1 << 14
 answers of 64 tokens took about 800 distinct steps, eight such batches 3,500."""
 
 
-def choose_mode(n_states: int, vocabulary_size: int, trie_nodes: int | None = None) -> str:
-    """`"eager"` when `n_states * trie_nodes` is at most `EAGER_WORK_LIMIT` (never when
-    `trie_nodes` is None), else `"visit"` when the all-states table
-    `n_states * ceil(V / 32) * 4` bytes fits in `EAGER_LIMIT_BYTES`, else `"lazy"`."""
+def choose_mode(
+    n_states: int, vocabulary_size: int, trie_nodes: int | None = None, work: int | None = None
+) -> str:
+    """`"eager"` when the work of building every mask, `work` trie nodes (`walk_work`; by
+    default the bound `n_states * trie_nodes`), is at most `EAGER_WORK_LIMIT` (never when both
+    are None), else `"visit"` when the all-states table `n_states * ceil(V / 32) * 4` bytes fits
+    in `EAGER_LIMIT_BYTES`, else `"lazy"`."""
     n_words = (vocabulary_size + 31) // 32
     if n_states * n_words * 4 > EAGER_LIMIT_BYTES:
         return "lazy"
-    if trie_nodes is not None and n_states * trie_nodes <= EAGER_WORK_LIMIT:
+    if work is None and trie_nodes is not None:
+        work = n_states * trie_nodes
+    if work is not None and work <= EAGER_WORK_LIMIT:
         return "eager"
     return "visit"
+
+
+def walk_work(trans: np.ndarray, loops: np.ndarray, own: np.ndarray, run: np.ndarray, trie: Trie):
+    """An upper bound on the trie nodes an all-states build visits (`all_masks`), tighter than
+    `n_states * n_nodes`: per state, the sizes of the subtrees under the root's children whose
+    byte is live and which the walk does not skip whole at depth 1 (a byte looped on, or a
+    subtree inside the state's run, `_walk`). O(n_states * children of the root).
+
+    Args:
+        trans: int32 `[n_states, 256]`; loops, own, run: `loop_categories`, `run_categories`.
+    """
+    work = _walk_work(
+        trans, loops, own, run, trie.byte, trie.end, trie.categories, trie.deepest,
+        trie.utf8_whole,
+    )  # fmt: skip
+    return int(work)
+
+
+@numba.njit(cache=True)
+def _walk_work(trans, loops, own, run, byte, end, categories, deepest, utf8_whole):
+    total = 0
+    n_nodes = byte.shape[0]
+    for s in range(trans.shape[0]):
+        decodes = own[s] & DECODES_UTF8 != 0
+        outside = ~np.uint16((own[s] | UTF8_CATEGORIES) if decodes else own[s])
+        c = 1
+        while c < n_nodes:
+            size = end[c] - c
+            if trans[s, byte[c]] >= 0 and categories[c] & ~loops[s] != 0:
+                inside = (
+                    own[s] != 0
+                    and categories[c] & outside == 0
+                    and deepest[c] <= run[s]
+                    and (utf8_whole[c] or not decodes)
+                )
+                if not inside:
+                    total += size
+            c = end[c]
+    return total
 
 
 class TokenIndex:
@@ -141,9 +186,6 @@ class TokenIndex:
         self.parallel = parallel
         self.dfa = dfa
         self.vocabulary = vocabulary
-        if mode == "auto":
-            mode = choose_mode(dfa.n_states, vocabulary.size, vocabulary.trie.n_nodes)
-        self.mode = mode
         self._trans = np.ascontiguousarray(dfa.trans, dtype=np.int32)
         self._accept = np.ascontiguousarray(dfa.accept, dtype=np.bool_)
         self._accepting: list[bool] = self._accept.tolist()
@@ -154,6 +196,10 @@ class TokenIndex:
         self._trie_arrays = walk_trie(t)
         self._loops = loop_categories(self._trans)
         self._own, self._run = run_categories(self._trans, self._loops, t.max_depth)
+        if mode == "auto":
+            work = walk_work(self._trans, self._loops, self._own, self._run, t)
+            mode = choose_mode(dfa.n_states, vocabulary.size, t.n_nodes, work)
+        self.mode = mode
         self._lock = threading.Lock()
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
         self._rows: list[np.ndarray | None] | None = None  # eager, visit: one per state
