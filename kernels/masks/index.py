@@ -204,7 +204,7 @@ class TokenIndex:
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
         self._rows: list[np.ndarray | None] | None = None  # eager, visit: one per state
         self._continues: list[bool | None] | None = None
-        self._unique: dict[bytes, np.ndarray] = {}  # visit: each distinct row once
+        self._unique: dict[int, list[np.ndarray]] = {}  # visit: distinct rows by `row_hash`
         self._after: dict[tuple[int, int], tuple[int, bool]] = {}  # `after`'s memo
         self.n_unique_masks = 0
         if self.mode == "eager":
@@ -294,16 +294,28 @@ class TokenIndex:
 
     def _visit(self, state: int) -> np.ndarray:
         """Walk `state` (visit mode), store its row (once per distinct content), return it."""
-        return self._store(state, self._walk(state, _NO_DISTANCE, -1))
+        row, key = visit_mask(
+            self._trans, self._loops, self._accept, self._trie_arrays, self._eos, self._n_words,
+            self._trie.max_depth, state, self._start_row(state), self._own[state],
+            self._run[state],
+        )  # fmt: skip
+        return self._store(state, row, key)
 
-    def _store(self, state: int, row: np.ndarray) -> np.ndarray:
-        """Keep `row` as the visit-mode mask of `state` (once per distinct content); return the
-        row kept."""
+    def _store(self, state: int, row: np.ndarray, key: int | None = None) -> np.ndarray:
+        """Keep `row` as the visit-mode mask of `state` (once per distinct content, found by
+        its `row_hash` `key` and compared whole); return the row kept."""
         row.setflags(write=False)
-        key = row.tobytes()
+        if key is None:
+            key = row_hash(row)
         with self._lock:
-            row = self._unique.setdefault(key, row)
-            self.n_unique_masks = len(self._unique)
+            kept = self._unique.setdefault(key, [])
+            for other in kept:
+                if np.array_equal(other, row):
+                    row = other
+                    break
+            else:
+                kept.append(row)
+                self.n_unique_masks += 1
             self._rows[state] = row
         return row
 
@@ -772,6 +784,40 @@ def one_mask(
         run,
     )  # fmt: skip
     return row
+
+
+@numba.njit(cache=True)
+def visit_mask(trans, loops, accept, trie, eos, n_words, max_depth, s, start, own, run):
+    """(`one_mask` of state `s` with no budget, its `row_hash`): a visit's walk and the key
+    its row is kept under, in one call (hashing the row's bytes in Python cost more than the
+    walk on a 262k vocabulary). O(nodes visited + n_words)."""
+    row = np.zeros(n_words, np.uint32)
+    stack = np.empty(max_depth + 1, np.int32)
+    no_pending = np.empty(0, np.int32)
+    no_distance = np.empty(0, np.int32)
+    _state_row(
+        trans, loops, accept, s, trie, eos, no_distance, -1, stack, row, no_pending, start, own,
+        run,
+    )  # fmt: skip
+    return row, _row_hash(row)
+
+
+def row_hash(row: np.ndarray) -> int:
+    """A 64-bit hash of a packed mask (uint32 `[n_words]`), the key under which visit mode
+    keeps distinct rows. O(n_words)."""
+    return int(_row_hash(np.ascontiguousarray(row, dtype=np.uint32)))
+
+
+@numba.njit(cache=True)
+def _row_hash(row):
+    """Sum over words of (word + 1) * an odd multiplier of its position (wrapping): no chain
+    between words, so the loop vectorizes. O(n_words)."""
+    h = np.uint64(0)
+    for j in range(row.shape[0]):
+        h += (np.uint64(row[j]) + np.uint64(1)) * (
+            np.uint64(2 * j + 1) * np.uint64(0x9E3779B97F4A7C15)
+        )
+    return h
 
 
 @numba.njit(cache=True)

@@ -284,8 +284,8 @@ def test_walk_work_counts_the_subtrees_entered(dfa, vocabulary):
     trans = np.ascontiguousarray(dfa.trans, dtype=np.int32)
     loops = loop_categories(trans)
     own, run = run_categories(trans, loops, trie.max_depth)
-    texts = {t for t in vocabulary.tokens if t} - {vocabulary.tokens[e] for e in vocabulary.eos_ids}
-    texts = {t for t in texts if any(t == vocabulary.tokens[i] for i in trie.token_ids.tolist())}
+    eos = set(vocabulary.eos_ids)
+    texts = {t for i, t in enumerate(vocabulary.tokens) if t and i not in eos}  # the trie's
     expected = 0
     for s in range(dfa.n_states):
         wide = int(own[s]) | (int(UTF8_CATEGORIES) if own[s] & DECODES_UTF8 else 0)
@@ -315,3 +315,27 @@ def _utf8_prefix(data: bytes) -> bool:
         except UnicodeDecodeError:
             continue
     return False
+
+
+@SETTINGS
+@given(random_dfas(), random_vocabularies())
+def test_visit_keeps_distinct_rows_when_their_hashes_collide(dfa, vocabulary):
+    """Visit mode keeps each distinct row once, found by its hash and compared whole: with
+    every hash made equal, each state still gets its own brute-force mask, and rows are
+    shared only when equal."""
+    from unittest import mock
+
+    from corral.kernels.masks import index as index_module
+
+    walk = index_module.visit_mask
+
+    def colliding(*args):
+        row, _ = walk(*args)
+        return row, 0
+
+    with mock.patch.object(index_module, "visit_mask", colliding):
+        visit = TokenIndex(dfa, vocabulary, mode="visit")
+        masks = [visit.mask(s) for s in range(dfa.n_states)]
+    for state, mask in enumerate(masks):
+        assert mask_ids(mask) == oracle_allowed(dfa, vocabulary, state)
+    assert visit.n_unique_masks == len({m.tobytes() for m in masks})
