@@ -660,10 +660,10 @@ def _walk(
     `own` (a loop that reads UTF-8 characters back to itself) a path stays inside through
     bytes >= 0x80 too while it is valid UTF-8 (`Trie.utf8_state`, `utf8_whole`).
     """
-    byte, depth, end, categories, token_start, token_ids, deepest, utf8_state, utf8_whole = trie
+    byte, depth, end, categories, token_start, token_ids, deepest, utf8_state, utf8_whole = trie[:9]
+    children = trie[9]
     decodes = own & DECODES_UTF8 != 0
     stack[0] = state
-    n_nodes = byte.shape[0]
     n_pending = 0
     inside[0] = limit < 0 and start_row.shape[0] > 0
     outside = np.uint16(0xFFFF)
@@ -671,8 +671,27 @@ def _walk(
         outside = ~np.uint16((own | UTF8_CATEGORIES) if decodes else own)
         for w in range(row.shape[0]):
             row[w] |= start_row[w]
-    i = 1
-    while i < n_nodes:
+    for first in range(256):  # the root's children (`Trie.children`): a dead one costs no
+        i = children[first]  # read of the node arrays (a cache miss each on a big trie)
+        if i < 0 or trans[state, first] == -1:
+            continue
+        n_pending = _walk_subtree(
+            trans, loops, i, end[i], byte, depth, end, categories, token_start, token_ids,
+            deepest, utf8_state, utf8_whole, decodes, distance, limit, stack, row, pending,
+            n_pending, own, run, inside, outside,
+        )  # fmt: skip
+    return n_pending
+
+
+@numba.njit(cache=True, inline="always")
+def _walk_subtree(
+    trans, loops, i, stop, byte, depth, end, categories, token_start, token_ids, deepest,
+    utf8_state, utf8_whole, decodes, distance, limit, stack, row, pending, n_pending, own, run,
+    inside, outside,
+):  # fmt: skip
+    """`_walk`'s walk of the nodes `[i, stop)` (one subtree of the root); returns `n_pending`
+    plus the edges it met into states not made yet."""
+    while i < stop:
         d = depth[i]
         if (
             inside[d - 1]
@@ -728,10 +747,9 @@ def _state_row(
 @numba.njit(cache=True, parallel=True)
 def all_masks(trans, loops, accept, trie, eos, n_words, max_depth, start_rows, start_of, own, run):
     """uint32 `[n_states, n_words]`: every state's mask, one trie walk per state, states split
-    among Numba's threads (prange). `trie` is the tuple (byte, depth, end, categories,
-    token_start, token_ids, deepest); state s's walk starts from `start_rows[start_of[s]]`, the
-    run row of (`own[s]`, `run[s]`) (`_walk`), none when `start_of[s]` < 0. O(sum over states of
-    nodes visited) work."""
+    among Numba's threads (prange). `trie` is `walk_trie`'s tuple; state s's walk starts from
+    `start_rows[start_of[s]]`, the run row of (`own[s]`, `run[s]`) (`_walk`), none when
+    `start_of[s]` < 0. O(sum over states of nodes visited) work."""
     n_states = trans.shape[0]
     table = np.zeros((n_states, n_words), np.uint32)
     no_distance = np.empty(0, np.int32)
@@ -838,11 +856,11 @@ def lazy_mask(trans, loops, accept, trie, eos, n_words, max_depth, s, pending, s
 
 def walk_trie(trie: Trie) -> tuple:
     """The trie arrays the walks read: (byte, depth, end, categories, token_start, token_ids,
-    deepest, utf8_state, utf8_whole)."""
+    deepest, utf8_state, utf8_whole, children)."""
     t = trie
     return (
         t.byte, t.depth, t.end, t.categories, t.token_start, t.token_ids, t.deepest,
-        t.utf8_state, t.utf8_whole,
+        t.utf8_state, t.utf8_whole, t.children,
     )  # fmt: skip
 
 
