@@ -452,7 +452,8 @@ def main(argv: list[str] | None = None) -> int:
     if skipped:
         print(f"\nsample candidates skipped: {skipped}")
     ids = {s: [r["id"] for r in records[: args.limit]] for s, records in data.items()}
-    covered = [e for e in ENGINES if e in store.engines()]
+    shown = args.report or "coverage" not in skip  # a skipped part prints nothing
+    covered = [e for e in ENGINES if e in store.engines()] if shown else []
     cells = coverage_cells(store, ids, covered) if covered else {}
     if cells:
         print(

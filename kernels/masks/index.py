@@ -24,11 +24,11 @@ Three modes:
   generation never visits cost nothing.
 - lazy: one state at a time on first request, cached in a bounded LRU, for DFAs whose full table
   would be large.
-`"auto"` (the default, `choose_mode`) is eager when every walk together is cheap, at most
-`EAGER_WORK_LIMIT` trie nodes (`n_states * n_nodes`, the most an all-states build can visit:
-638 states over SmolLM2's trie, 1.7 ms for 433 of them), so that every mask after compile is a
-lookup; else visit when `n_states * ceil(V / 32) * 4` bytes fits in `EAGER_LIMIT_BYTES`
-(32 MiB: 5,461 states at V = 49,152), else lazy. Every mode gives the same masks.
+`"auto"` (the default, `choose_mode`) is eager when every walk together is cheap: `walk_work`,
+the nodes of the subtrees under the root's children that each state's walk enters (the most it
+can visit), at most `EAGER_WORK_LIMIT` (16M), so that every mask after compile is a lookup;
+else visit when `n_states * ceil(V / 32) * 4` bytes fits in `EAGER_LIMIT_BYTES` (32 MiB: 5,461
+states at V = 49,152), else lazy. Every mode gives the same masks.
 
 Budget-aware ending (`Constraint.mask(tokens_left)`, used by the generation engine):
 `token_distance[s]` is the fewest text tokens from s to acceptance (`masks.distance`), and
@@ -66,10 +66,11 @@ ALL_CATEGORIES = (1 << N_CATEGORIES) - 1
 EAGER_LIMIT_BYTES = 32 << 20
 """All-states tables larger than this many bytes are kept in a bounded LRU (lazy) instead."""
 
-EAGER_WORK_LIMIT = 64_000_000
-"""`auto` builds every mask at construction (eager) when `n_states * trie nodes` is at most
-this: the bound on the nodes an all-states build visits (a few ns each; a real build visits far
-fewer, the dead and looping subtrees skipped)."""
+EAGER_WORK_LIMIT = 16_000_000
+"""`auto` builds every mask at construction (eager) when `walk_work`, a bound on the trie nodes
+an all-states build visits, is at most this (a few ns each; a real build visits fewer, the
+subtrees below depth 1 that die or loop skipped): a build of 1-40 ms over Gemma 4's trie
+(docs/benchmarks.md)."""
 
 PARALLEL_MIN_STATES = 1024
 """Eager tables of DFAs with fewer states are built on the calling thread: with subtree skipping
@@ -95,16 +96,60 @@ AFTER_MEMO_LIMIT = 1 << 14
 answers of 64 tokens took about 800 distinct steps, eight such batches 3,500."""
 
 
-def choose_mode(n_states: int, vocabulary_size: int, trie_nodes: int | None = None) -> str:
-    """`"eager"` when `n_states * trie_nodes` is at most `EAGER_WORK_LIMIT` (never when
-    `trie_nodes` is None), else `"visit"` when the all-states table
-    `n_states * ceil(V / 32) * 4` bytes fits in `EAGER_LIMIT_BYTES`, else `"lazy"`."""
+def choose_mode(
+    n_states: int, vocabulary_size: int, trie_nodes: int | None = None, work: int | None = None
+) -> str:
+    """`"eager"` when the work of building every mask, `work` trie nodes (`walk_work`; by
+    default the bound `n_states * trie_nodes`), is at most `EAGER_WORK_LIMIT` (never when both
+    are None), else `"visit"` when the all-states table `n_states * ceil(V / 32) * 4` bytes fits
+    in `EAGER_LIMIT_BYTES`, else `"lazy"`."""
     n_words = (vocabulary_size + 31) // 32
     if n_states * n_words * 4 > EAGER_LIMIT_BYTES:
         return "lazy"
-    if trie_nodes is not None and n_states * trie_nodes <= EAGER_WORK_LIMIT:
+    if work is None and trie_nodes is not None:
+        work = n_states * trie_nodes
+    if work is not None and work <= EAGER_WORK_LIMIT:
         return "eager"
     return "visit"
+
+
+def walk_work(trans: np.ndarray, loops: np.ndarray, own: np.ndarray, run: np.ndarray, trie: Trie):
+    """An upper bound on the trie nodes an all-states build visits (`all_masks`), tighter than
+    `n_states * n_nodes`: per state, the sizes of the subtrees under the root's children whose
+    byte is live and which the walk does not skip whole at depth 1 (a byte looped on, or a
+    subtree inside the state's run, `_walk`). O(n_states * children of the root).
+
+    Args:
+        trans: int32 `[n_states, 256]`; loops, own, run: `loop_categories`, `run_categories`.
+    """
+    work = _walk_work(
+        trans, loops, own, run, trie.byte, trie.end, trie.categories, trie.deepest,
+        trie.utf8_whole,
+    )  # fmt: skip
+    return int(work)
+
+
+@numba.njit(cache=True)
+def _walk_work(trans, loops, own, run, byte, end, categories, deepest, utf8_whole):
+    total = 0
+    n_nodes = byte.shape[0]
+    for s in range(trans.shape[0]):
+        decodes = own[s] & DECODES_UTF8 != 0
+        outside = ~np.uint16((own[s] | UTF8_CATEGORIES) if decodes else own[s])
+        c = 1
+        while c < n_nodes:
+            size = end[c] - c
+            if trans[s, byte[c]] >= 0 and categories[c] & ~loops[s] != 0:
+                inside = (
+                    own[s] != 0
+                    and categories[c] & outside == 0
+                    and deepest[c] <= run[s]
+                    and (utf8_whole[c] or not decodes)
+                )
+                if not inside:
+                    total += size
+            c = end[c]
+    return total
 
 
 class TokenIndex:
@@ -141,9 +186,6 @@ class TokenIndex:
         self.parallel = parallel
         self.dfa = dfa
         self.vocabulary = vocabulary
-        if mode == "auto":
-            mode = choose_mode(dfa.n_states, vocabulary.size, vocabulary.trie.n_nodes)
-        self.mode = mode
         self._trans = np.ascontiguousarray(dfa.trans, dtype=np.int32)
         self._accept = np.ascontiguousarray(dfa.accept, dtype=np.bool_)
         self._accepting: list[bool] = self._accept.tolist()
@@ -154,11 +196,15 @@ class TokenIndex:
         self._trie_arrays = walk_trie(t)
         self._loops = loop_categories(self._trans)
         self._own, self._run = run_categories(self._trans, self._loops, t.max_depth)
+        if mode == "auto":
+            work = walk_work(self._trans, self._loops, self._own, self._run, t)
+            mode = choose_mode(dfa.n_states, vocabulary.size, t.n_nodes, work)
+        self.mode = mode
         self._lock = threading.Lock()
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
         self._rows: list[np.ndarray | None] | None = None  # eager, visit: one per state
         self._continues: list[bool | None] | None = None
-        self._unique: dict[bytes, np.ndarray] = {}  # visit: each distinct row once
+        self._unique: dict[int, list[np.ndarray]] = {}  # visit: distinct rows by `row_hash`
         self._after: dict[tuple[int, int], tuple[int, bool]] = {}  # `after`'s memo
         self.n_unique_masks = 0
         if self.mode == "eager":
@@ -248,16 +294,28 @@ class TokenIndex:
 
     def _visit(self, state: int) -> np.ndarray:
         """Walk `state` (visit mode), store its row (once per distinct content), return it."""
-        return self._store(state, self._walk(state, _NO_DISTANCE, -1))
+        row, key = visit_mask(
+            self._trans, self._loops, self._accept, self._trie_arrays, self._eos, self._n_words,
+            self._trie.max_depth, state, self._start_row(state), self._own[state],
+            self._run[state],
+        )  # fmt: skip
+        return self._store(state, row, key)
 
-    def _store(self, state: int, row: np.ndarray) -> np.ndarray:
-        """Keep `row` as the visit-mode mask of `state` (once per distinct content); return the
-        row kept."""
+    def _store(self, state: int, row: np.ndarray, key: int | None = None) -> np.ndarray:
+        """Keep `row` as the visit-mode mask of `state` (once per distinct content, found by
+        its `row_hash` `key` and compared whole); return the row kept."""
         row.setflags(write=False)
-        key = row.tobytes()
+        if key is None:
+            key = row_hash(row)
         with self._lock:
-            row = self._unique.setdefault(key, row)
-            self.n_unique_masks = len(self._unique)
+            kept = self._unique.setdefault(key, [])
+            for other in kept:
+                if np.array_equal(other, row):
+                    row = other
+                    break
+            else:
+                kept.append(row)
+                self.n_unique_masks += 1
             self._rows[state] = row
         return row
 
@@ -602,10 +660,10 @@ def _walk(
     `own` (a loop that reads UTF-8 characters back to itself) a path stays inside through
     bytes >= 0x80 too while it is valid UTF-8 (`Trie.utf8_state`, `utf8_whole`).
     """
-    byte, depth, end, categories, token_start, token_ids, deepest, utf8_state, utf8_whole = trie
+    byte, depth, end, categories, token_start, token_ids, deepest, utf8_state, utf8_whole = trie[:9]
+    children = trie[9]
     decodes = own & DECODES_UTF8 != 0
     stack[0] = state
-    n_nodes = byte.shape[0]
     n_pending = 0
     inside[0] = limit < 0 and start_row.shape[0] > 0
     outside = np.uint16(0xFFFF)
@@ -613,8 +671,27 @@ def _walk(
         outside = ~np.uint16((own | UTF8_CATEGORIES) if decodes else own)
         for w in range(row.shape[0]):
             row[w] |= start_row[w]
-    i = 1
-    while i < n_nodes:
+    for first in range(256):  # the root's children (`Trie.children`): a dead one costs no
+        i = children[first]  # read of the node arrays (a cache miss each on a big trie)
+        if i < 0 or trans[state, first] == -1:
+            continue
+        n_pending = _walk_subtree(
+            trans, loops, i, end[i], byte, depth, end, categories, token_start, token_ids,
+            deepest, utf8_state, utf8_whole, decodes, distance, limit, stack, row, pending,
+            n_pending, own, run, inside, outside,
+        )  # fmt: skip
+    return n_pending
+
+
+@numba.njit(cache=True, inline="always")
+def _walk_subtree(
+    trans, loops, i, stop, byte, depth, end, categories, token_start, token_ids, deepest,
+    utf8_state, utf8_whole, decodes, distance, limit, stack, row, pending, n_pending, own, run,
+    inside, outside,
+):  # fmt: skip
+    """`_walk`'s walk of the nodes `[i, stop)` (one subtree of the root); returns `n_pending`
+    plus the edges it met into states not made yet."""
+    while i < stop:
         d = depth[i]
         if (
             inside[d - 1]
@@ -670,10 +747,9 @@ def _state_row(
 @numba.njit(cache=True, parallel=True)
 def all_masks(trans, loops, accept, trie, eos, n_words, max_depth, start_rows, start_of, own, run):
     """uint32 `[n_states, n_words]`: every state's mask, one trie walk per state, states split
-    among Numba's threads (prange). `trie` is the tuple (byte, depth, end, categories,
-    token_start, token_ids, deepest); state s's walk starts from `start_rows[start_of[s]]`, the
-    run row of (`own[s]`, `run[s]`) (`_walk`), none when `start_of[s]` < 0. O(sum over states of
-    nodes visited) work."""
+    among Numba's threads (prange). `trie` is `walk_trie`'s tuple; state s's walk starts from
+    `start_rows[start_of[s]]`, the run row of (`own[s]`, `run[s]`) (`_walk`), none when
+    `start_of[s]` < 0. O(sum over states of nodes visited) work."""
     n_states = trans.shape[0]
     table = np.zeros((n_states, n_words), np.uint32)
     no_distance = np.empty(0, np.int32)
@@ -729,6 +805,40 @@ def one_mask(
 
 
 @numba.njit(cache=True)
+def visit_mask(trans, loops, accept, trie, eos, n_words, max_depth, s, start, own, run):
+    """(`one_mask` of state `s` with no budget, its `row_hash`): a visit's walk and the key
+    its row is kept under, in one call (hashing the row's bytes in Python cost more than the
+    walk on a 262k vocabulary). O(nodes visited + n_words)."""
+    row = np.zeros(n_words, np.uint32)
+    stack = np.empty(max_depth + 1, np.int32)
+    no_pending = np.empty(0, np.int32)
+    no_distance = np.empty(0, np.int32)
+    _state_row(
+        trans, loops, accept, s, trie, eos, no_distance, -1, stack, row, no_pending, start, own,
+        run,
+    )  # fmt: skip
+    return row, _row_hash(row)
+
+
+def row_hash(row: np.ndarray) -> int:
+    """A 64-bit hash of a packed mask (uint32 `[n_words]`), the key under which visit mode
+    keeps distinct rows. O(n_words)."""
+    return int(_row_hash(np.ascontiguousarray(row, dtype=np.uint32)))
+
+
+@numba.njit(cache=True)
+def _row_hash(row):
+    """Sum over words of (word + 1) * an odd multiplier of its position (wrapping): no chain
+    between words, so the loop vectorizes. O(n_words)."""
+    h = np.uint64(0)
+    for j in range(row.shape[0]):
+        h += (np.uint64(row[j]) + np.uint64(1)) * (
+            np.uint64(2 * j + 1) * np.uint64(0x9E3779B97F4A7C15)
+        )
+    return h
+
+
+@numba.njit(cache=True)
 def lazy_mask(trans, loops, accept, trie, eos, n_words, max_depth, s, pending, start):
     """(mask uint32 `[n_words]`, n_pending): `one_mask` of state `s` in a lazy table, and the
     number of edges it met into states not made yet (their first `len(pending)` states written
@@ -746,11 +856,11 @@ def lazy_mask(trans, loops, accept, trie, eos, n_words, max_depth, s, pending, s
 
 def walk_trie(trie: Trie) -> tuple:
     """The trie arrays the walks read: (byte, depth, end, categories, token_start, token_ids,
-    deepest, utf8_state, utf8_whole)."""
+    deepest, utf8_state, utf8_whole, children)."""
     t = trie
     return (
         t.byte, t.depth, t.end, t.categories, t.token_start, t.token_ids, t.deepest,
-        t.utf8_state, t.utf8_whole,
+        t.utf8_state, t.utf8_whole, t.children,
     )  # fmt: skip
 
 

@@ -34,9 +34,11 @@ from corral.kernels.masks.index import (
     choose_mode,
     copy_mask,
     lazy_mask,
+    run_categories,
     unique_rows,
     unpack_ids,
     walk_trie,
+    walk_work,
 )
 from corral.kernels.masks.trie import BYTE_CATEGORY, loop_categories
 from corral.kernels.masks.vocabulary import Vocabulary
@@ -200,7 +202,10 @@ class LazyTokenIndex:
         self._made[:n] = [True] * n
         self._into.clear()
         self.finished = True
-        if choose_mode(n, self.vocabulary.size, self._trie.n_nodes) == "eager":
+        trans, loops = self._trans[:n], self._loops[:n]
+        own, run = run_categories(trans, loops, self._trie.max_depth)
+        work = walk_work(trans, loops, own, run, self._trie)
+        if choose_mode(n, self.vocabulary.size, self._trie.n_nodes, work) == "eager":
             table = build_table(
                 self._trans[:n], self._loops[:n], self._accept[:n], self.vocabulary, False
             )

@@ -127,6 +127,15 @@ class Trie:
         return _path_categories(self.byte, self.depth, BYTE_CATEGORY)
 
     @cached_property
+    def children(self) -> np.ndarray:
+        """int32 `[256]`: the node of the root's child with each byte, -1 where none, so that a
+        walk skips a dead first byte without reading the node arrays. O(n_nodes), once."""
+        out = np.full(256, -1, np.int32)
+        first = np.flatnonzero(self.depth == 1)
+        out[self.byte[first]] = first
+        return out
+
+    @cached_property
     def deepest(self) -> np.ndarray:
         """int32 `[n_nodes]`: the depth of the deepest node in each node's subtree (the node's
         own depth when it is a leaf). O(n_nodes), once."""

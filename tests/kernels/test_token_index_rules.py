@@ -245,3 +245,97 @@ def test_advance_follows_the_oracle_through_the_memo(dfa, vocabulary, walk, limi
                 assert constraint.done == bool(dfa.accept[end] and not text_next)
     finally:
         index_module.AFTER_MEMO_LIMIT = old_limit
+
+
+def test_auto_is_eager_when_the_walks_enter_few_subtrees(monkeypatch):
+    """`auto` weighs the subtrees each state's walk enters (`walk_work`), not `n_states *
+    n_nodes`: a counter that allows one byte walks one small subtree per state over a trie of
+    many nodes, and is built eagerly, with the masks of the visit mode."""
+    from corral.kernels.masks import index as index_module
+
+    tokens = [b"a", b"aa", b"aaa"] + [bytes([ord("x")]) + bytes([b]) * 3 for b in range(97, 123)]
+    vocabulary = Vocabulary.from_list(tokens, eos_ids=[0])
+    dfa = regex_to_dfa("a{1,30}")
+    n_nodes = vocabulary.trie.n_nodes
+    monkeypatch.setattr(index_module, "EAGER_WORK_LIMIT", dfa.n_states * n_nodes // 4)
+    auto = TokenIndex(dfa, vocabulary)
+    assert auto.mode == "eager"
+    visit = TokenIndex(dfa, vocabulary, mode="visit")
+    for state in range(dfa.n_states):
+        np.testing.assert_array_equal(auto.mask(state), visit.mask(state))
+
+
+@SETTINGS
+@given(random_dfas(), random_vocabularies())
+def test_walk_work_counts_the_subtrees_entered(dfa, vocabulary):
+    """`walk_work` is, per state, the nodes under the root's children whose byte is live and
+    which are neither looped on whole nor inside the state's run: counted here from each
+    child's subtree of token bytes, never more than `n_states * n_nodes`."""
+    from corral.kernels.masks.index import (
+        DECODES_UTF8,
+        UTF8_CATEGORIES,
+        loop_categories,
+        run_categories,
+        walk_work,
+    )
+    from corral.kernels.masks.trie import BYTE_CATEGORY
+
+    trie = vocabulary.trie
+    trans = np.ascontiguousarray(dfa.trans, dtype=np.int32)
+    loops = loop_categories(trans)
+    own, run = run_categories(trans, loops, trie.max_depth)
+    eos = set(vocabulary.eos_ids)
+    texts = {t for i, t in enumerate(vocabulary.tokens) if t and i not in eos}  # the trie's
+    expected = 0
+    for s in range(dfa.n_states):
+        wide = int(own[s]) | (int(UTF8_CATEGORIES) if own[s] & DECODES_UTF8 else 0)
+        for first in sorted({t[0] for t in texts}):
+            below = {t[:k] for t in texts if t[0] == first for k in range(1, len(t) + 1)}
+            categories = 0
+            for prefix in below:
+                categories |= int(BYTE_CATEGORY[prefix[-1]])
+            valid = all(_utf8_prefix(p) for p in below)
+            inside = (
+                own[s] != 0
+                and categories & ~wide & 0xFFFF == 0
+                and max(map(len, below)) <= run[s]
+                and (valid or not own[s] & DECODES_UTF8)
+            )
+            if trans[s, first] >= 0 and categories & ~int(loops[s]) and not inside:
+                expected += len(below)
+    assert walk_work(trans, loops, own, run, trie) == expected <= dfa.n_states * trie.n_nodes
+
+
+def _utf8_prefix(data: bytes) -> bool:
+    """Whether `data` is valid UTF-8 or a valid UTF-8 text cut inside its last character."""
+    for cut in range(4):
+        try:
+            (data + b"\x80" * cut).decode("utf-8") if cut else data.decode("utf-8")
+            return True
+        except UnicodeDecodeError:
+            continue
+    return False
+
+
+@SETTINGS
+@given(random_dfas(), random_vocabularies())
+def test_visit_keeps_distinct_rows_when_their_hashes_collide(dfa, vocabulary):
+    """Visit mode keeps each distinct row once, found by its hash and compared whole: with
+    every hash made equal, each state still gets its own brute-force mask, and rows are
+    shared only when equal."""
+    from unittest import mock
+
+    from corral.kernels.masks import index as index_module
+
+    walk = index_module.visit_mask
+
+    def colliding(*args):
+        row, _ = walk(*args)
+        return row, 0
+
+    with mock.patch.object(index_module, "visit_mask", colliding):
+        visit = TokenIndex(dfa, vocabulary, mode="visit")
+        masks = [visit.mask(s) for s in range(dfa.n_states)]
+    for state, mask in enumerate(masks):
+        assert mask_ids(mask) == oracle_allowed(dfa, vocabulary, state)
+    assert visit.n_unique_masks == len({m.tobytes() for m in masks})
