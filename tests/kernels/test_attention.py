@@ -123,9 +123,9 @@ def test_query_heads_cut_into_tasks_give_the_same_output_bit_for_bit(case, data)
 
 
 def test_few_pairs_are_cut_for_the_threads():
-    assert attention.query_splits(1, 4, 2) == 4  # Gemma 3 270M at batch 1: a head a task
-    assert attention.query_splits(3, 3, 2) == 2  # SmolLM2 at batch 1: 6 tasks
-    assert attention.query_splits(4, 3, 2) == 1  # enough pairs: each read once
+    assert attention.query_splits(1, 4, 2) == 2  # Gemma 3 270M at batch 1: a task a thread
+    assert attention.query_splits(3, 3, 2) == 1  # SmolLM2 at batch 1: enough pairs
+    assert attention.query_splits(1, 4, 8) == 4  # at most a head a task
     assert attention.query_splits(1, 1, 8) == 1
 
 
