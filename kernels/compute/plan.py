@@ -133,9 +133,9 @@ class ComputePlan:
                 where it runs, else float32; docs/numerics.md, "int8 activations on VNNI")
                 or False (float32).
             batch_invariant: see `ComputePlan.batch_invariant`.
-            kv_dtype: None (float16 where every pass is the same bit for bit and reads the
-                blocks, that is quantized weights on AMX; else float32), "float16" or
-                "float32".
+            kv_dtype: None (float16 where int8 activations serve quantized weights and
+                every pass reads the blocks, the same bit for bit however the passes are made
+                up: on AMX, or under `batch_invariant`; else float32), "float16" or "float32".
             quantized: whether the model reads quantization blocks (`load_model(weights=)`).
             features: LLVM feature names; None for this host's (`cpu_features()`), whose AMX
                 and VNNI kernels must also compile and check (`quant_amx.available()`, which
@@ -162,8 +162,8 @@ class ComputePlan:
         every_pass = activations == "int8-amx" or batch_invariant
         if kv_dtype is None:
             half = ComputePlan(activations, lanes, kv_dtype="float16")
-            amx = quantized and activations == "int8-amx" and runs(half)
-            kv_dtype = "float16" if amx else "float32"
+            int8 = activations != "float32"
+            kv_dtype = "float16" if quantized and int8 and every_pass and runs(half) else "float32"
         return ComputePlan(
             activations=activations,
             lanes=lanes,

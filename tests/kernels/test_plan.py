@@ -64,8 +64,9 @@ def test_the_plans_a_cpu_lacks_name_what_it_lacks():
     [
         (AVX2, {}, ComputePlan("float32", 8, one_row_q4_1_in_registers=True)),
         (AVX512, {}, ComputePlan("float32", 16)),
-        (VNNI, {}, ComputePlan("int8-vnni", 16)),  # faster than float32 at every batch
-        (VNNI, {"int8_activations": True}, ComputePlan("int8-vnni", 16)),
+        (VNNI, {}, ComputePlan("int8-vnni", 16, kv_dtype="float16")),  # faster than float32
+        (VNNI, {"int8_activations": True}, ComputePlan("int8-vnni", 16, kv_dtype="float16")),
+        (VNNI, {"quantized": False}, ComputePlan("int8-vnni", 16)),  # float32 weights
         (AVX512, {"int8_activations": True}, ComputePlan("float32", 16)),  # nothing to serve it
         (AMX, {}, ComputePlan("int8-amx", 16, kv_dtype="float16")),
         (AMX, {"int8_activations": False}, ComputePlan("float32", 16)),

@@ -1,4 +1,5 @@
-"""The float16 KV cache (a plan's `kv_dtype`, the default on AMX), against the float32 one:
+"""The float16 KV cache (a plan's `kv_dtype`, the default on int8 activations), against the
+float32 one:
 - every pass attends over the rounded cache contents: a float16 cache computes what float32
   arithmetic over keys and values rounded to float16 where they are made computes, through the
   prompt path (`llama.attend_prompt`), the ragged kernel (decode and short segments) and the
@@ -85,15 +86,15 @@ def test_without_f16c_a_float16_cache_is_refused_and_the_default_is_float32(tmp_
     not llvm.get_host_cpu_features().get("f16c") or numba.config.CPU_NAME is not None,
     reason="Numba compiles for a CPU without F16C",
 )
-def test_the_default_cache_is_float16_where_amx_serves_and_float32_is_chosen_at_load(
+def test_the_default_cache_is_float16_where_int8_serves_and_float32_is_chosen_at_load(
     model, tiny, tmp_path
 ):
     folder = tiny.write(tmp_path / "model")  # float32 weights: a float32 cache by default
     assert attention_kernels.float16_supported()
     assert load_model(folder).new_cache(1, 2).keys.dtype == np.float32
     assert load_model(folder, kv_dtype=np.float16).new_cache(1, 2).keys.dtype == np.float16
-    amx = model.plan.activations == "int8-amx"  # the default model on AMX: float16
-    assert model.kv_dtype is (np.float16 if amx else np.float32)
+    int8 = model.plan.activations != "float32"  # the default model on AMX or VNNI: float16
+    assert model.kv_dtype is (np.float16 if int8 else np.float32)
     amx_features = frozenset({"avx512f", "amx-tile", "amx-int8"})
     assert ComputePlan.detect(features=amx_features).kv_dtype == "float16"
     assert ComputePlan.detect(int8_activations=False, features=amx_features).kv_dtype == "float32"
