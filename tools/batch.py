@@ -248,7 +248,8 @@ class _Writer:
     def failure(self, line: _Line, error: Exception) -> None:
         """The error line of a line that raised `error` (then its duplicates' lines)."""
         line.failed = True
-        answer = openai_error(error)
+        field = "max_tokens" if line.request is None else line.request.max_tokens_field
+        answer = openai_error(error, field)
         self.write(line.custom_id, answer.status, answer.to_json(), None)
         self.duplicates(line)
 

@@ -41,6 +41,7 @@ from corral.tools.batch import (
 )
 from corral.tools.completions import Completions
 from corral.tools.errors import ToolError, invalid, openai_error
+from corral.tools.fields import unknown
 from corral.tools.output_file import answered_counts, drop_torn_tail
 from corral.tools.request import read_body
 from corral.tools.serving import BackgroundJob, EngineThread
@@ -251,7 +252,7 @@ class BatchService:
         known = {"input_file_id", "endpoint", "completion_window", "metadata"}
         for name in body:
             if name not in known:
-                raise invalid(name, f"Unknown parameter: '{name}'.", "unknown_parameter")
+                raise unknown(name)
         for name in ("input_file_id", "endpoint", "completion_window"):
             if not isinstance(body.get(name), str):
                 raise invalid(

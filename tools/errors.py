@@ -5,6 +5,8 @@ Batch runner, the server and the CLI use (docs/design.md section 5, "Errors").
 
 from __future__ import annotations
 
+import re
+
 from corral.automata import ConstrainError, SchemaError
 from corral.model.errors import RequestError
 
@@ -93,17 +95,24 @@ def unsupported(param: str, error: ConstrainError) -> ToolError:
     return ToolError(422, param, "unsupported_parameter", message)
 
 
-def refused(error: RequestError) -> ToolError:
+def refused(error: RequestError, max_tokens_field: str = "max_tokens") -> ToolError:
     """The 400 for a request the engine refuses at submission (`corral.model.RequestError`: a
     prompt past the context, code `context_length_exceeded`; a max_tokens below the shortest
-    answer; a bad logit_bias), keeping the engine's `param` and `code`."""
-    return ToolError(400, error.param, error.code, str(error))
+    answer; a bad logit_bias), keeping the engine's `param` and `code`. `max_tokens_field` is
+    the field the request set its limit with (`max_completion_tokens` or `max_tokens`): the
+    engine's `max_tokens` is named as that field, in `param` and in the message."""
+    param, message = error.param, str(error)
+    if max_tokens_field != "max_tokens":
+        message = re.sub(r"\bmax_tokens\b", max_tokens_field, message)
+        param = max_tokens_field if param == "max_tokens" else param
+    return ToolError(400, param, error.code, message)
 
 
-def openai_error(error: BaseException) -> ToolError:
+def openai_error(error: BaseException, max_tokens_field: str = "max_tokens") -> ToolError:
     """The API error answering a request whose reading, validation, compiling or submission
     raised `error`: a `ToolError` is itself; a `corral.model.RequestError` (a prompt past the
-    context, a max_tokens below the shortest answer) the 400 of `refused`; another
+    context, a max_tokens below the shortest answer) the 400 of `refused` (naming the engine's
+    `max_tokens` as `max_tokens_field`, the field the request used); another
     `ConstrainError`, or a value Python cannot convert, encode or recurse through
     (`OverflowError`, `UnicodeError`, `RecursionError`), a 400 `invalid_value` (the error's
     own `param` and `code` when it has them) naming the exception; anything else a 500
@@ -111,7 +120,7 @@ def openai_error(error: BaseException) -> ToolError:
     if isinstance(error, ToolError):
         return error
     if isinstance(error, RequestError):
-        return refused(error)
+        return refused(error, max_tokens_field)
     named = f"{type(error).__name__}: {error}"
     if isinstance(error, ConstrainError | RecursionError | OverflowError | UnicodeError):
         param, code = getattr(error, "param", None), getattr(error, "code", None)

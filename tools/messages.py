@@ -8,16 +8,52 @@ from __future__ import annotations
 import json
 
 from corral.tools.errors import ToolError, empty_array, invalid
+from corral.tools.fields import HONOURED, Field, check_keys
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
+_NAME = Field("refused", (), "corral's chat templates do not show a participant's name")
+_SPOKEN = {"role": HONOURED, "content": HONOURED, "name": _NAME}
+MESSAGE_FIELDS = {
+    "system": _SPOKEN,
+    "developer": _SPOKEN,
+    "user": _SPOKEN,
+    "assistant": {
+        **_SPOKEN,
+        "tool_calls": HONOURED,
+        "refusal": Field("refused", (), "corral does not render a past refusal"),
+        "audio": Field("refused", (), "corral writes text only"),
+        "function_call": Field("refused", (), "it is deprecated: use 'tool_calls'"),
+        "reasoning_content": Field("refused", (), "corral does not render a past reasoning"),
+    },
+    "tool": {"role": HONOURED, "content": HONOURED, "tool_call_id": HONOURED},
+}
+"""The members of a message of each role (OpenAI's, and vLLM's `reasoning_content`, which corral
+answers with), and what corral does with each (`corral.tools.fields.check_keys`)."""
+TEXT_PART = {"type": HONOURED, "text": HONOURED}
+CALL_FIELDS = {
+    "function": (
+        {"id": HONOURED, "type": HONOURED, "function": HONOURED},
+        {"name": HONOURED, "arguments": HONOURED},
+    ),
+    "custom": (
+        {"id": HONOURED, "type": HONOURED, "custom": HONOURED},
+        {"name": HONOURED, "input": HONOURED},
+    ),
+}
+"""The members of an assistant turn's tool call of each type, and of its `function` / `custom`
+object."""
 
 
 def check_messages(messages) -> list[dict]:
     """Validate OpenAI chat messages; return them unchanged (as a list).
 
     Roles: system, developer, user, assistant, tool. `content` is a string or a list of text
-    parts; it may be missing or null only in an assistant turn. An assistant turn's `tool_calls`
-    each need `function.name` and `function.arguments`, a JSON text or an object. Raises ToolError:
+    parts; it may be missing or null only in an assistant turn. A member a message, a text part,
+    a tool call or its function does not take (`MESSAGE_FIELDS`, `TEXT_PART`, `CALL_FIELDS`) is a
+    400 `unknown_parameter` naming its path (`messages[0].zzz`); one OpenAI defines that corral
+    does not render (`name`, `refusal`, ...) a 400 `unsupported_parameter` unless it is null. An
+    assistant turn's `tool_calls` each need `function.name` and `function.arguments`, a JSON text
+    or an object. Raises ToolError:
     400 naming the message index (`messages[2].tool_calls[0].function.arguments`) for what is
     malformed, 422 for content parts that are not text.
 
@@ -40,6 +76,7 @@ def check_messages(messages) -> list[dict]:
         role = message.get("role")
         if role not in ROLES:
             raise invalid(f"{where}.role", f"'{where}.role' must be one of {', '.join(ROLES)}.")
+        check_keys(message, MESSAGE_FIELDS[role], where)
         content = message.get("content")
         if content is None and role != "assistant":
             raise invalid(
@@ -109,6 +146,7 @@ def message_text(message: dict, i: int) -> str:
                 "unsupported_parameter",
                 f"Only text content parts are supported, not {part.get('type')!r}.",
             )
+        check_keys(part, TEXT_PART, f"{where}[{j}]")
         text = part.get("text")
         if not isinstance(text, str):
             raise invalid(
@@ -138,7 +176,16 @@ def message_calls(message: dict, i: int) -> list[tuple[str, str]]:
     result = []
     for j, call in enumerate(calls):
         at = f"{where}[{j}]"
-        if isinstance(call, dict) and call.get("type") == "custom":  # a custom tool's call
+        if not isinstance(call, dict):
+            raise invalid(at, f"'{at}' must be an object.", "invalid_type")
+        kind = "function" if call.get("type") is None else call["type"]
+        if not isinstance(kind, str) or kind not in CALL_FIELDS:
+            raise invalid(f"{at}.type", f"'{at}.type' must be 'function' or 'custom'.")
+        fields, inner = CALL_FIELDS[kind]
+        check_keys(call, fields, at)
+        if isinstance(call.get(kind), dict):
+            check_keys(call[kind], inner, f"{at}.{kind}")
+        if kind == "custom":  # a custom tool's call
             custom = call.get("custom")
             name = custom.get("name") if isinstance(custom, dict) else None
             text = custom.get("input") if isinstance(custom, dict) else None
@@ -149,7 +196,7 @@ def message_calls(message: dict, i: int) -> list[tuple[str, str]]:
                 (name, json.dumps({"input": text}, ensure_ascii=False, separators=(",", ":")))
             )
             continue
-        function = call.get("function") if isinstance(call, dict) else None
+        function = call.get("function")
         if not isinstance(function, dict):
             raise invalid(f"{at}.function", f"'{at}.function' must be an object.", "invalid_type")
         name = function.get("name")

@@ -116,7 +116,6 @@ MESSAGE_IN = {
     "properties": {
         "role": {"type": "string", "enum": ["system", "developer", "user", "assistant", "tool"]},
         "content": _TEXT,
-        "name": {"type": "string"},
         "tool_calls": {"type": "array", "items": _CALL},
         "tool_call_id": {"type": "string"},
     },

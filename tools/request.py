@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from corral.automata.schema.values import is_text, printable
 from corral.tools.errors import ToolError, empty_array, invalid, not_honoured
+from corral.tools.fields import HONOURED, NO_EFFECT, Field, check_keys
 from corral.tools.messages import check_messages
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -39,26 +40,7 @@ MAX_JSON_OBJECT_DEPTH = 7
 (0.9 s to build), depth 8 passes the DFA state limit while it is built (docs/tools.md)."""
 
 
-@dataclass(frozen=True)
-class Field:
-    """How corral treats one field of the chat completions API.
-
-    Attributes:
-        use: `honoured` (validated here and applied), `no_effect` (accepted: it cannot change the
-            output), or `refused` (a 400 `unsupported_parameter` naming it, unless it is null or
-            one of `allowed`).
-        allowed: the values of a refused field that ask for nothing corral does not do.
-        why: the end of the refusal's message.
-    """
-
-    use: str
-    allowed: tuple = ()
-    why: str = "corral does not support it"
-
-
 _VLLM_REMOVED = "vLLM removed it in v0.12: use 'structured_outputs': {{'{}': ...}}"
-HONOURED = Field("honoured")
-NO_EFFECT = Field("no_effect")
 FIELDS = {
     "messages": HONOURED,
     "model": HONOURED,  # the served model's name or absent (the server's check_model)
@@ -111,6 +93,57 @@ FIELDS = {
 (plus corral's extensions `jump_forward`, `json_object_depth` and `allowed_mass`, vLLM's
 `structured_outputs` and `thinking_token_budget`, and vLLM's removed `guided_*` fields, refused
 by name)."""
+
+
+_STRICT = NO_EFFECT  # corral enforces every schema: `strict` changes nothing (docs/tools.md)
+STREAM_OPTIONS = {
+    "include_usage": HONOURED,
+    "include_obfuscation": Field("refused", (False,), "corral does not pad stream events"),
+}
+TOOL_FIELDS = {
+    "function": {"type": HONOURED, "function": HONOURED},
+    "custom": {"type": HONOURED, "custom": HONOURED},
+}
+FUNCTION = {"name": HONOURED, "description": HONOURED, "parameters": HONOURED, "strict": _STRICT}
+CUSTOM = {"name": HONOURED, "description": HONOURED, "format": HONOURED}
+CUSTOM_FORMATS = {"text": {"type": HONOURED}, "grammar": {"type": HONOURED, "grammar": HONOURED}}
+GRAMMAR = {"syntax": HONOURED, "definition": HONOURED}
+TOOL_CHOICE = {
+    "function": {"type": HONOURED, "function": HONOURED},
+    "custom": {"type": HONOURED, "custom": HONOURED},
+}
+NAMED = {"name": HONOURED}
+RESPONSE_FORMATS = {
+    "text": {"type": HONOURED},
+    "json_object": {"type": HONOURED},
+    "json_schema": {"type": HONOURED, "json_schema": HONOURED},
+}
+JSON_SCHEMA = {
+    "name": HONOURED,
+    "schema": HONOURED,
+    "strict": _STRICT,
+    "description": Field(
+        "refused",
+        (),
+        "corral does not show the response format to the model (the schema "
+        "constrains the answer): leave it out or say it in a message",
+    ),
+}
+_VLLM_ONLY = "corral takes one of 'regex', 'grammar', 'choice' and 'json'"
+STRUCTURED_OUTPUTS = {
+    **dict.fromkeys(("regex", "grammar", "choice", "json"), HONOURED),
+    **dict.fromkeys(
+        (
+            "json_object", "disable_fallback", "disable_any_whitespace",
+            "disable_additional_properties", "whitespace_pattern", "structural_tag",
+        ),
+        Field("refused", (), _VLLM_ONLY),
+    ),
+}  # fmt: skip
+"""The members of each object nested in a request (`corral.tools.fields.check_keys`; messages:
+`corral.tools.messages.MESSAGE_FIELDS`), by type where an object's `type` chooses them; a
+schema (`parameters`, `schema`, `structured_outputs.json`), `logit_bias` and `metadata` are
+maps, whose keys are the client's."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -183,7 +216,9 @@ class ToolRequest:
 
     `tool_choice` is `none`, `auto`, `required` or `function` (then `function_name` names the
     tool). `messages` are the request's own dicts, validated (`check_messages`). Sampling fields
-    carry OpenAI's defaults when absent; `max_tokens` is None when the request sets no limit.
+    carry OpenAI's defaults when absent; `max_tokens` is None when the request sets no limit, and
+    `max_tokens_field` names the field that set it (`max_completion_tokens` or `max_tokens`), for
+    errors.
     `seed` is in [0, 2**64) (see the module docstring). `logprobs` asks for each token's logprob
     and `top_logprobs` (0 to 20, None when not asked) for the most likely alternatives;
     `logit_bias` holds `(token id, bias)` pairs, the bias in [-100, 100], added to the logits.
@@ -205,6 +240,7 @@ class ToolRequest:
     parallel_tool_calls: bool = True
     model: str | None = None
     max_tokens: int | None = None
+    max_tokens_field: str = "max_tokens"
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int | None = None
@@ -300,13 +336,7 @@ def streaming_fields(body: dict) -> tuple[dict, bool, bool]:
         raise invalid("stream_options", "'stream_options' must be an object.", "invalid_type")
     if not stream:
         raise invalid("stream_options", "'stream_options' is only allowed with 'stream: true'.")
-    unknown = sorted(set(options) - {"include_usage"})
-    if unknown:
-        raise invalid(
-            f"stream_options.{unknown[0]}",
-            f"Unknown parameter 'stream_options.{unknown[0]}'.",
-            "unknown_parameter",
-        )
+    check_keys(options, STREAM_OPTIONS, "stream_options")
     return rest, stream, _boolean(options, "include_usage", "stream_options")
 
 
@@ -333,7 +363,12 @@ def parse_tool_request(body: str | bytes | dict, vocabulary_size: int | None = N
             `prompt_cache_retention` `in_memory`); or refused with a 400
             `unsupported_parameter` naming it (`stream: true`, which a Batch line cannot use,
             the deprecated `functions` / `function_call`, `audio`, `prediction`, ...; null
-            counts as absent). A field the API does not define is a 400 `unknown_parameter`.
+            counts as absent). A field the API does not define is a 400 `unknown_parameter`,
+            at the top level and in every object nested in the body (a message, a content
+            part, a tool call, a tool, `tool_choice`, `response_format`, `structured_outputs`:
+            `STREAM_OPTIONS` to `STRUCTURED_OUTPUTS`, `corral.tools.messages.MESSAGE_FIELDS`),
+            its `param` the member's path (`messages[0].zzz`); a member OpenAI defines that
+            corral does not honour (a message's `name`, ...) a 400 `unsupported_parameter`.
             A value Python cannot convert, encode or recurse through is a 400 naming the
             param, checked first over the whole body without recursion (`check_values`): a
             string or key that is not UTF-8 text (a lone surrogate, `"\\ud800"`), NaN or an
@@ -428,6 +463,9 @@ def parse_tool_request(body: str | bytes | dict, vocabulary_size: int | None = N
         parallel_tool_calls=True if parallel is None else parallel,
         model=model,
         max_tokens=max_tokens,
+        max_tokens_field=(
+            "max_tokens" if body.get("max_completion_tokens") is None else "max_completion_tokens"
+        ),
         structured_outputs=structured,
         json_object_depth=depth,
         allowed_mass=allowed_mass,
@@ -530,25 +568,16 @@ def _param(place) -> str | None:
 
 
 def check_fields(body: dict) -> None:
-    """Refuse the fields corral does not honour (`FIELDS`). Raises ToolError 400: code
-    `unknown_parameter` for a field the API does not define, `unsupported_parameter` for a
+    """Refuse the fields corral does not honour (`FIELDS`, `check_keys`). Raises ToolError 400:
+    code `unknown_parameter` for a field the API does not define, `unsupported_parameter` for a
     refused one that is neither null nor one of its allowed values; `param` names it."""
-    for name, value in body.items():
-        field_ = FIELDS.get(name)
-        if field_ is None:
-            raise invalid(name, f"Unknown parameter: '{name}'.", "unknown_parameter")
-        if name == "reasoning_effort" and value is not None and value not in EFFORTS:
-            efforts = ", ".join(EFFORTS)
-            message = f"'reasoning_effort' must be one of {efforts}."
-            code = "invalid_value" if isinstance(value, str) else "invalid_type"
-            raise invalid(name, message, code)
-        if field_.use == "refused" and value is not None and not _allowed(value, field_.allowed):
-            raise not_honoured(name, field_.why)
-
-
-def _allowed(value, allowed: tuple) -> bool:
-    """Whether `value` is one of `allowed`, type included (`0` is not `False`)."""
-    return any(type(value) is type(a) and value == a for a in allowed)
+    check_keys(body, FIELDS)
+    value = body.get("reasoning_effort")
+    if value is not None and value not in EFFORTS:
+        efforts = ", ".join(EFFORTS)
+        message = f"'reasoning_effort' must be one of {efforts}."
+        code = "invalid_value" if isinstance(value, str) else "invalid_type"
+        raise invalid("reasoning_effort", message, code)
 
 
 # --- tools, tool_choice, response_format ------------------------------------------------------
@@ -568,6 +597,8 @@ def _tools(value) -> tuple[Tool, ...]:
         if not isinstance(entry, dict):
             raise invalid(where, f"'{where}' must be an object.", "invalid_type")
         kind = entry.get("type", "function")
+        if isinstance(kind, str) and kind in TOOL_FIELDS:
+            check_keys(entry, TOOL_FIELDS[kind], where)
         if kind == "custom":
             tool = _custom_tool(entry, where)
             if tool.name in names:
@@ -579,6 +610,7 @@ def _tools(value) -> tuple[Tool, ...]:
             raise invalid(f"{where}.type", f"'{where}.type' must be 'function' or 'custom'.")
         function = _field(entry, "function", where, dict, "an object", required=True)
         where += ".function"
+        check_keys(function, FUNCTION, where)
         name = _name(function, where, TOOL_NAME, "a-z, A-Z, 0-9, '_', '.', '-'")
         if name in names:
             raise invalid(f"{where}.name", f"Duplicate tool name '{name}'.")
@@ -596,16 +628,20 @@ def _custom_tool(entry: dict, where: str) -> Tool:
     "lark" | "regex", "definition"}}`. Raises ToolError 400 naming the field."""
     custom = _field(entry, "custom", where, dict, "an object", required=True)
     where += ".custom"
+    check_keys(custom, CUSTOM, where)
     name = _name(custom, where, TOOL_NAME, "a-z, A-Z, 0-9, '_', '.', '-'")
     description = _field(custom, "description", where, str, "a string")
     fmt = _field(custom, "format", where, dict, "an object") or {"type": "text"}
     kind = fmt.get("type")
+    if isinstance(kind, str) and kind in CUSTOM_FORMATS:
+        check_keys(fmt, CUSTOM_FORMATS[kind], f"{where}.format")
     if kind == "text":
         return Tool(name, dict(CUSTOM_PARAMETERS), description, None, ("text", None))
     if kind != "grammar":
         raise invalid(f"{where}.format.type", f"'{where}.format.type' must be 'text' or 'grammar'.")
     spec = _field(fmt, "grammar", f"{where}.format", dict, "an object", required=True)
     where += ".format.grammar"
+    check_keys(spec, GRAMMAR, where)
     syntax = spec.get("syntax")
     if syntax not in ("lark", "regex"):
         raise invalid(f"{where}.syntax", f"'{where}.syntax' must be 'lark' or 'regex'.")
@@ -637,7 +673,10 @@ def _tool_choice(value, tools: tuple[Tool, ...]) -> tuple[str, str | None]:
             "tool_choice",
             "'tool_choice' must be 'none', 'auto', 'required', a function or a custom tool.",
         )
+    check_keys(value, TOOL_CHOICE[kind], "tool_choice")
     function = value.get(kind)
+    if isinstance(function, dict):
+        check_keys(function, NAMED, f"tool_choice.{kind}")
     name = function.get("name") if isinstance(function, dict) else None
     param = f"tool_choice.{kind}.name"
     if not isinstance(name, str):
@@ -656,12 +695,15 @@ def _response_format(value) -> ResponseFormat:
     if not isinstance(value, dict):
         raise invalid("response_format", "'response_format' must be an object.", "invalid_type")
     kind = value.get("type")
+    if isinstance(kind, str) and kind in RESPONSE_FORMATS:
+        check_keys(value, RESPONSE_FORMATS[kind], "response_format")
     if kind in ("text", "json_object"):
         return ResponseFormat(kind)
     if kind == "json_schema":
         what = "an object with 'name' and 'schema'"
         spec = _field(value, "json_schema", "response_format", dict, what, required=True)
         where = "response_format.json_schema"
+        check_keys(spec, JSON_SCHEMA, where)
         name = _name(spec, where, FORMAT_NAME, "a-z, A-Z, 0-9, '_', '-'")
         schema = _field(spec, "schema", where, dict, "a JSON Schema object", required=True)
         strict = _field(spec, "strict", where, bool, "a boolean")
@@ -683,13 +725,8 @@ def _structured_outputs(value) -> StructuredOutputs | None:
         raise invalid(
             "structured_outputs", "'structured_outputs' must be an object.", "invalid_type"
         )
+    check_keys(value, STRUCTURED_OUTPUTS, "structured_outputs")
     given = [k for k, v in value.items() if v is not None]
-    other = [k for k in given if k not in STRUCTURED_KEYS]
-    if other:
-        raise not_honoured(
-            f"structured_outputs.{other[0]}",
-            "corral takes one of 'regex', 'grammar', 'choice' and 'json'",
-        )
     if len(given) != 1:
         raise invalid(
             "structured_outputs",

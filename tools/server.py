@@ -418,7 +418,7 @@ class Server:
         try:
             return [check_request(c, model.context_length, size, max_len) for c in choices]
         except RequestError as error:
-            raise refused(error) from None
+            raise refused(error, request.max_tokens_field) from None
 
     def _completion(self, request: ToolRequest, results: dict) -> dict:
         """The `chat.completion` body (`corral.tools.shapes.completion_json`, as `corral

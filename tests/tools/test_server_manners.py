@@ -306,24 +306,30 @@ def test_any_other_model_id_is_a_404_in_openais_shape(url, http, name):
 @given(
     st.integers(0, 400) | st.integers(0, 2 * CONTEXT),
     st.none() | st.integers(1, 10**12) | st.integers(1, 2 * CONTEXT),
+    st.sampled_from(["max_tokens", "max_completion_tokens"]),
 )
-def test_every_context_overflow_is_one_answer(url, http, model, length, max_tokens):
+def test_every_context_overflow_is_one_answer(url, http, model, length, max_tokens, name):
     """Past this server's `max_len` or past the model's context too, with any max_tokens or
     none: a 400 `context_length_exceeded` naming the limit the server enforces, its `max_len`
-    (256) and never the model's larger context (1024), with the prompt's figure; `param`
-    `max_tokens` when the prompt alone fits, `messages` otherwise (the stand-in's tokens are
-    bytes, so the prompt's length is known exactly)."""
+    (256) and never the model's larger context (1024), with the prompt's figure; `param` the
+    field the request set its limit with (`max_tokens` or `max_completion_tokens`, the message
+    naming it and not the other) when the prompt alone fits, `messages` otherwise (the
+    stand-in's tokens are bytes, so the prompt's length is known exactly)."""
     body = {"messages": [{"role": "user", "content": "x" * length}]}
     if max_tokens is not None:
-        body["max_tokens"] = max_tokens
+        body[name] = max_tokens
     prompt = len(model.tokenizer.encode(render_request(model, parse_tool_request(body))))
     response = http.post(f"{url}/v1/chat/completions", json=body, headers=AUTH)
     if prompt + (max_tokens or 1) <= MAX_LEN:
         assert response.status_code == 200, response.text
         return
     error = error_of(response, 400)
-    field = "max_tokens" if max_tokens is not None and prompt < MAX_LEN else "messages"
+    field = name if max_tokens is not None and prompt < MAX_LEN else "messages"
     assert (error["code"], error["param"]) == ("context_length_exceeded", field), error
+    if field == name:
+        other = ({"max_tokens", "max_completion_tokens"} - {name}).pop()
+        assert f"{name} asks for {max_tokens} more" in error["message"], error
+        assert other not in error["message"], error
     assert f"at most {MAX_LEN} tokens" in error["message"], error
     assert str(CONTEXT) not in error["message"] and str(prompt) in error["message"], error
 
