@@ -499,12 +499,7 @@ def _rewritten(kind: str, rows: np.ndarray) -> quant.TiledMatrix:
             None if minimums is None else quant_kernels.tile_rows(minimums, count, tile),
             quant.word_tiles(quants, block_kind, count, tile),
         )
-        if not arrays:
-            arrays = [None if a is None else np.empty((n_tiles, *a.shape[1:]), a.dtype)
-                      for a in pieces]  # fmt: skip
-        for whole, part in zip(arrays, pieces, strict=True):
-            if part is not None:
-                whole[first : first + count] = part
+        arrays = quant.place_tiles(arrays, pieces, n_tiles, first)
     k = arrays[0].shape[1] * quant_kernels.BLOCK
     return quant.TiledMatrix(block_kind, n_out, k, arrays[0], arrays[1], None, arrays[2])
 

@@ -204,6 +204,19 @@ def keeps_super_blocks(kind: str) -> bool:
     return kind == "Q6_K" or not quant_amx.available()
 
 
+def place_tiles(arrays: list, pieces: tuple, n_tiles: int, first: int) -> list:
+    """Copy a piece of tiles into the matrix's arrays from tile `first` on, allocating the
+    arrays (`n_tiles` tiles each, the pieces' other dimensions and dtypes) at the first piece.
+    pieces: arrays [count, ...] or None (a field the kind lacks). -> the arrays"""
+    if not arrays:
+        arrays = [None if a is None else np.empty((n_tiles, *a.shape[1:]), a.dtype)
+                  for a in pieces]  # fmt: skip
+    for whole, part in zip(arrays, pieces, strict=True):
+        if part is not None:
+            whole[first : first + len(part)] = part
+    return arrays
+
+
 def super_tiled(raw: np.ndarray, kind: str, piece_rows: int = 8192) -> TiledMatrix:
     """A Q4_K / Q6_K matrix in the super-block word tiles of the VNNI kernels
     (`kquant_layout.as_super_blocks`, `quant_amx.SUPER4` / `SUPER6`): about the file's own
@@ -233,12 +246,7 @@ def super_tiled(raw: np.ndarray, kind: str, piece_rows: int = 8192) -> TiledMatr
             None if coefs is None else quant.tile_rows(coefs, count, tile),
             words.transpose(0, 3, 1, 4, 2, 5),
         )
-        if not arrays:
-            arrays = [None if a is None else np.empty((n_tiles, *a.shape[1:]), a.dtype)
-                      for a in pieces]  # fmt: skip
-        for whole, part in zip(arrays, pieces, strict=True):
-            if part is not None:
-                whole[first : first + count] = part
+        arrays = place_tiles(arrays, pieces, n_tiles, first)
     k = arrays[0].shape[1] * 256
     return TiledMatrix(kind, n_out, k, arrays[0], arrays[1], None, arrays[2])
 
