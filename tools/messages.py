@@ -23,12 +23,14 @@ MESSAGE_FIELDS = {
         "refusal": Field("refused", (), "corral does not render a past refusal"),
         "audio": Field("refused", (), "corral writes text only"),
         "function_call": Field("refused", (), "it is deprecated: use 'tool_calls'"),
-        "reasoning_content": Field("refused", (), "corral does not render a past reasoning"),
+        "reasoning_content": HONOURED,
     },
     "tool": {"role": HONOURED, "content": HONOURED, "tool_call_id": HONOURED},
 }
 """The members of a message of each role (OpenAI's, and vLLM's `reasoning_content`, which corral
-answers with), and what corral does with each (`corral.tools.fields.check_keys`)."""
+answers with and a client sends back with the turn), and what corral does with each
+(`corral.tools.fields.check_keys`). A turn's `reasoning_content` goes to the chat template, which
+writes it or leaves it out as the family's own format does (`corral.tools.render`)."""
 TEXT_PART = {"type": HONOURED, "text": HONOURED}
 CALL_FIELDS = {
     "function": (
@@ -85,6 +87,13 @@ def check_messages(messages) -> list[dict]:
         message_text(message, i)
         if role == "assistant":
             message_calls(message, i)
+            thought = message.get("reasoning_content")
+            if thought is not None and not isinstance(thought, str):
+                raise invalid(
+                    f"{where}.reasoning_content",
+                    f"'{where}.reasoning_content' must be a string or null.",
+                    "invalid_type",
+                )
             calls = message.get("tool_calls")
             answered = (
                 (i, {c.get("id") for c in calls if isinstance(c.get("id"), str)}) if calls else None

@@ -65,7 +65,9 @@ def render_messages(messages, tools=()) -> list[dict]:
       by `\\n`, arguments verbatim when given as a JSON string, compact JSON when given as an
       object;
     - `tool` messages become a user turn wrapping each result in `<tool_response>\\n...\\n
-      </tool_response>` (consecutive tool messages share one user turn, joined by `\\n`).
+      </tool_response>` (consecutive tool messages share one user turn, joined by `\\n`);
+    - an assistant turn's `reasoning_content` (a string) stays its `reasoning_content`, for
+      the template to write or leave out as its family does.
 
     Raises ToolError (400) for malformed messages, naming the message index (arguments that are
     not JSON: `messages[i].tool_calls[j].function.arguments`).
@@ -86,6 +88,8 @@ def _turns(messages, tools) -> list[dict]:
         elif role == "assistant":
             calls = [call_text(name, arguments) for name, arguments in message_calls(message, i)]
             turns.append({"role": "assistant", "content": text + SEPARATOR.join(calls)})
+            if isinstance(message.get("reasoning_content"), str):
+                turns[-1]["reasoning_content"] = message["reasoning_content"]
         else:  # tool: a run of tool messages is one user turn (joined below, in O(its size))
             response = f"<tool_response>\n{text}\n</tool_response>"
             previous = messages[i - 1]["role"] if i > 0 else None
@@ -155,17 +159,22 @@ def render_request(
         extra = {**extra, "enable_thinking": thinking}
     if tools:
         extra = {**extra, "tools": [_tool_json(tool) for tool in tools]}
-    turns = template_turns(request.messages, turn_format.history_id)
+    thought_key = turn_format.thinking.history_key if turn_format.thinking else None
+    turns = template_turns(request.messages, turn_format.history_id, thought_key)
     if turn_format.max_calls == 1:
         turns = one_call_per_turn(turns)
     return _render(template, turns, add_generation_prompt, extra)
 
 
-def template_turns(messages, history_id=None) -> list[dict]:
+def template_turns(messages, history_id=None, thought_key="reasoning_content") -> list[dict]:
     """Checked OpenAI messages as chat templates that take tools read them (transformers'
     convention): `developer` turns are system turns, contents are text, an assistant turn's
     `tool_calls` are `{"id", "type": "function", "function": {"name", "arguments"}}` with the
-    arguments as an object, a `tool` turn keeps its `tool_call_id`.
+    arguments as an object, a `tool` turn keeps its `tool_call_id`. An assistant turn's
+    `reasoning_content` (a string) is given as its member `thought_key` (the format's
+    `Thinking.history_key`: gpt-oss's template reads `thinking`), as vLLM passes it; the
+    template writes it where its family shows an earlier thought (Qwen3's: the turns after the
+    last user message) and leaves it out elsewhere.
 
     `history_id` (a format's, Mistral's) maps each call id and `tool_call_id` to the id the
     template accepts. Raises ToolError 400 naming `messages[i].tool_calls[j].id` when two
@@ -200,6 +209,9 @@ def template_turns(messages, history_id=None) -> list[dict]:
                     (name, json.loads(arguments)) for name, arguments in message_calls(message, i)
                 )
             ]
+        thought = message.get("reasoning_content") if role == "assistant" else None
+        if isinstance(thought, str):
+            turn[thought_key or "reasoning_content"] = thought
         if role == "tool":
             call_id = message.get("tool_call_id")
             turn["tool_call_id"] = history_id(call_id) if history_id else call_id

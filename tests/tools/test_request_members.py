@@ -210,10 +210,6 @@ NOT_HONOURED = [
         "messages[1].function_call",
     ),
     (
-        {"messages": [*USER, {**ASSISTANT, "reasoning_content": "Hm."}, *USER]},
-        "messages[1].reasoning_content",
-    ),
-    (
         {
             "messages": USER,
             "response_format": {

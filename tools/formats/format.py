@@ -25,6 +25,8 @@ class Thinking:
         prompt_opens: the generation prompt already ends with `open` when thinking is on
             (DeepSeek R1 distills), so the answer starts inside the thought.
         optional: the model may answer without the block (Qwen3) although thinking is on.
+        history_key: the member of an assistant turn the family's chat template reads an
+            earlier thought from (`reasoning_content`, as Qwen3's; gpt-oss's `thinking`).
     """
 
     open: str
@@ -32,6 +34,7 @@ class Thinking:
     after: str = "\n\n"
     prompt_opens: bool = False
     optional: bool = False
+    history_key: str = "reasoning_content"
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,11 @@ HARMONY = TurnFormat(
     ),
     specials=("<|channel|>", "<|message|>", "<|end|>", "<|start|>", "<|constrain|>"),
     thinking=Thinking(
-        "<|channel|>analysis<|message|>", "<|end|>", "<|start|>assistant", optional=True
+        "<|channel|>analysis<|message|>",
+        "<|end|>",
+        "<|start|>assistant",
+        optional=True,
+        history_key="thinking",
     ),
     markers=(("<|channel|>",),),
     content_prefix=FINAL,
