@@ -220,8 +220,9 @@ def mlp(x: np.ndarray, layer: dict, config: LlamaConfig | None = None) -> np.nda
     """SwiGLU: down(silu(gate(x)) * up(x)).  [N, d], layer weights ([2F, d], [d, F]) -> [N, d]
 
     With `config.hidden_act` "gelu_pytorch_tanh" the gating is GELU's tanh form instead
-    (`kernels.compute.layers.geglu`, Gemma's GeGLU), and with `config.post_norms` the result
-    goes through the layer's "mlp_out_norm" (Gemma 3's `post_feedforward_layernorm`).
+    (`kernels.compute.layers.geglu`, `geglu_halves`: Gemma's GeGLU), and with
+    `config.post_norms` the result goes through the layer's "mlp_out_norm" (Gemma 3's
+    `post_feedforward_layernorm`).
 
     The gating is one compiled pass (`kernels.compute.layers.swiglu`, a vectorized exp), for every
     pass alike. It runs along the contiguous axis: BLAS's [N, 2F] result is the transpose of a
@@ -233,8 +234,7 @@ def mlp(x: np.ndarray, layer: dict, config: LlamaConfig | None = None) -> np.nda
     n, width = x.shape[0], layer["w_down"].shape[1]
     if config is not None and config.hidden_act != "silu":  # GeGLU
         if gate_up.flags.c_contiguous:  # the blocks' result: each row its two halves
-            out = np.empty((n, width), np.float32)
-            hidden = layer_kernels.geglu(gate_up[:, :width], gate_up[:, width:], out)
+            hidden = layer_kernels.geglu_halves(gate_up, np.empty((n, width), np.float32))
         else:  # BLAS's: the halves of C-order [2F, N], out [F, N] read as its transpose
             gate_up_t, out = gate_up.T, np.empty((width, n), np.float32)
             hidden = layer_kernels.geglu(gate_up_t[:width], gate_up_t[width:], out).T

@@ -169,6 +169,25 @@ def geglu(gate, up, out):  # pragma: no cover - compiled
     return out
 
 
+@numba.njit(cache=True, fastmath=_FASTMATH, parallel=True)
+def geglu_halves(gate_up, out):  # pragma: no cover - compiled
+    """`geglu` of the two halves of each row of one C-contiguous array (the blocks' result):
+    out[i] = gelu_tanh(gate_up[i, :F]) * gate_up[i, F:], the rows spread over Numba's threads.
+    O(N F / threads), vectorized.
+
+    gate_up float32 [N, 2F] (C-contiguous: its halves as slices are arrays of any layout, whose
+    loops Numba compiles with run-time strides, unvectorized: `geglu` on them took 16 times as
+    long, 3.4 against 0.2 ms for [256, 2 x 2048] on one thread); out float32 [N, F] (written).
+    Returns out. The same float32 operations a value as `geglu`, so the same results bit for
+    bit.
+    """
+    width = out.shape[1]
+    for i in numba.prange(out.shape[0]):
+        for j in range(width):
+            out[i, j] = _gelu_tanh(gate_up[i, j]) * gate_up[i, width + j]
+    return out
+
+
 @numba.njit(cache=True)
 def rope(x, cos, sin, out):  # pragma: no cover - compiled
     """Rotate each head's two halves by its token's angles (`rotate_half`).  O(N h hd).

@@ -107,6 +107,9 @@ def test_geglu_equals_gelu_tanh_of_gate_times_up_also_far_out(seed, transposed):
     else:
         out = np.full((n, width), np.nan, np.float32)
         got = layers.geglu(gate_up[:, :width], gate_up[:, width:], out)
+        # as `llama.mlp` on the blocks' C-contiguous result: the same operations, bit for bit
+        halves = layers.geglu_halves(gate_up, np.full((n, width), np.nan, np.float32))
+        np.testing.assert_array_equal(halves, got)
     g, up = gate_up[:, :width].astype(np.float64), gate_up[:, width:].astype(np.float64)
     # 0.5 (1 + tanh(u)) = sigmoid(2 u), without float64's cancellation in 1 + tanh(u) far out
     z = 2 * np.sqrt(2 / np.pi) * (g + 0.044715 * g**3)
