@@ -5,9 +5,10 @@ and the compiled causal softmax of `llama.attend_prompt` (`causal_softmax_`).
 A segment is the new tokens of one sequence: n query rows at positions start..start+n-1 of its
 cache slot, each seeing the slot's positions up to its own. One layer's cache is `[S, Hkv, T,
 hd]`, float32 or float16 (taken as its uint16 bits, `cache_bits`; `float16_supported` tells
-whether this target converts float16 in registers). With head width 64 a row's scores and
-weighted sum depend on its position alone (positional order), so a row attends alike, bit for
-bit, in a prompt prefilled whole, in pieces or token by token, in any batch. docs/numerics.md
+whether this target converts float16 in registers). With a head width of `POSITIONAL_WIDTHS`
+(64, 128, 256) a row's scores and weighted sum depend on its position alone (positional
+order), so a row attends alike, bit for bit, in a prompt prefilled whole, in pieces or token by
+token, in any batch. docs/numerics.md
 ("Attention") gives the kernel's design and figures.
 """
 
@@ -236,86 +237,133 @@ def _float_arrays(*arrays, cache) -> bool:
     )
 
 
+POSITIONAL_WIDTHS = (64, 128, 256)
+"""The head widths whose rows attend in positional order (the module docstring): blocks of 16
+keys by `_scores16` / `_weighted16`, compiled for each width (SmolLM2 and Llama 3.2 64, Qwen3 and
+Mistral 128, Gemma 3 256). Other widths take the general path."""
+
+
+def _literals(rows, width) -> tuple[int, int] | None:
+    """The literal row count and head width an intrinsic is compiled for, or None (not literal,
+    or not a supported pair: 1 or 2 rows, a width of `POSITIONAL_WIDTHS`)."""
+    if not isinstance(rows, types.IntegerLiteral) or not isinstance(width, types.IntegerLiteral):
+        return None
+    if rows.literal_value not in (1, 2) or width.literal_value not in POSITIONAL_WIDTHS:
+        return None
+    return rows.literal_value, width.literal_value
+
+
 @intrinsic
-def _scores16(typingctx, queries, q_start, keys, k_start, scores, s_start):  # pragma: no cover
-    """scores[s_start + l] = queries[q_start: +64] . keys[k_start + 64 l: +64] for l < 16:
-    one query row against 16 keys of width 64 (flat offsets into C-contiguous float32 arrays,
-    not bounds-checked). Each key's 64 products go into one vector of 16 partial sums (four
-    fmas); the 16 vectors are then summed across their lanes together, a tree of 15 pairwise
-    steps (two shuffles and an add each) that leaves key l's sum in lane l: half the shuffles
-    of one horizontal sum per key; each pair is summed as soon as both halves exist, so at
-    most 5 vectors wait (AVX2's 16 registers of 256 bits hold them). Plain LLVM vector IR.
-    O(16 64)
+def _scores16(
+    typingctx, queries, q_start, keys, k_start, scores, s_start, s_stride, rows, width
+):  # pragma: no cover
+    """scores[s_start + i s_stride + l] = queries[q_start + i width: +width] .
+    keys[k_start + width l: +width] for l < 16 and each of `rows` consecutive query rows i:
+    16 keys of width `width` (both literals: `_literals`) against 1 or 2 query rows (flat
+    offsets into C-contiguous float32 arrays, not bounds-checked). Each key's products go into
+    one vector of 16 partial sums (width / 16 fmas in order); the 16 vectors are then summed
+    across their lanes together, a tree of 15 pairwise steps (two shuffles and an add each)
+    that leaves key l's sum in lane l: half the shuffles of one horizontal sum per key; each
+    pair is summed as soon as both halves exist, so at most 5 vectors a row wait. Each key
+    chunk is loaded once for the rows, and each row's operations are the same, in the same order
+    (no fast-math flags: LLVM keeps them), whether it goes alone or with another: its scores
+    are the same bit for bit. Plain LLVM vector IR. O(rows 16 width)
 
     keys may be float16 bits (uint16, `cache_bits`): each 16-element chunk is loaded as half
     and widened to float32 in registers."""
-    if not _float_arrays(queries, scores, cache=keys):
+    literal = _literals(rows, width)
+    if literal is None or not _float_arrays(queries, scores, cache=keys):
         return None
+    n_rows, size = literal
+    chunks = size // 16
 
     def codegen(context, builder, signature, args):
         pointer, _, load_vector, fma = _vector_codegen_helpers(context, builder, signature, args)
         q_p, k_p, s_p = pointer(0), pointer(2), pointer(4)
-        q = [load_vector(q_p, args[1], 16 * c) for c in range(4)]
+        q = [
+            [load_vector(q_p, args[1], size * i + 16 * c) for c in range(chunks)]
+            for i in range(n_rows)
+        ]
         even = ir.Constant(ir.VectorType(ir.IntType(32), _BLOCK), list(range(0, 32, 2)))
         odd = ir.Constant(ir.VectorType(ir.IntType(32), _BLOCK), list(range(1, 32, 2)))
-        # the tree's pairs (keys 2i and 2i + 1, then pairs of those, ...) are summed as soon as
-        # both halves exist, a stack of at most 5 vectors by level, not 16 vectors at once:
-        # the same additions, so the same sums, in registers on AVX2 too (16 of 256 bits)
-        stack: list[tuple[int, ir.Value]] = []  # (level, vector)
+        stacks: list[list[tuple[int, ir.Value]]] = [[] for _ in range(n_rows)]  # (level, vector)
         for key in range(_BLOCK):
-            chunks = [load_vector(k_p, args[3], 64 * key + 16 * c) for c in range(4)]
-            total = builder.fmul(q[0], chunks[0])
-            for c in range(1, 4):
-                total = builder.call(fma, [q[c], chunks[c], total])
-            level = 0
-            while stack and stack[-1][0] == level:  # lanes 0..7: pairs of a's, 8..15: b's
-                _, a = stack.pop()
-                even_lanes = builder.shuffle_vector(a, total, even)
-                total = builder.fadd(even_lanes, builder.shuffle_vector(a, total, odd))
-                level += 1
-            stack.append((level, total))
-        ((_, sums),) = stack
-        where = builder.bitcast(builder.gep(s_p, [args[5]]), _VECTOR.as_pointer())
-        builder.store(sums, where, align=4)
+            keyed = [load_vector(k_p, args[3], size * key + 16 * c) for c in range(chunks)]
+            for i in range(n_rows):
+                total = builder.fmul(q[i][0], keyed[0])
+                for c in range(1, chunks):
+                    total = builder.call(fma, [q[i][c], keyed[c], total])
+                level, stack = 0, stacks[i]
+                while stack and stack[-1][0] == level:  # lanes 0..7: pairs of a's, 8..15: b's
+                    _, a = stack.pop()
+                    even_lanes = builder.shuffle_vector(a, total, even)
+                    total = builder.fadd(even_lanes, builder.shuffle_vector(a, total, odd))
+                    level += 1
+                stack.append((level, total))
+        offset = args[5]
+        for i in range(n_rows):
+            ((_, sums),) = stacks[i]
+            where = builder.bitcast(builder.gep(s_p, [offset]), _VECTOR.as_pointer())
+            builder.store(sums, where, align=4)
+            offset = builder.add(offset, args[6])
         return context.get_dummy_value()
 
-    return types.void(queries, q_start, keys, k_start, scores, s_start), codegen
+    signature = types.void(queries, q_start, keys, k_start, scores, s_start, s_stride, rows, width)
+    return signature, codegen
 
 
 @intrinsic
-def _weighted16(typingctx, out, o_start, weights, w_start, values, v_start):  # pragma: no cover
-    """out[o_start: +64] += sum over l < 16 of weights[w_start + l] values[v_start + 64 l: +64]:
-    16 value rows of width 64 weighted into one output row held in registers (four vectors,
-    two sets of them so that no fma waits on the one before), loaded and stored once (flat
-    offsets into C-contiguous float32 arrays, not bounds-checked; values may be float16 bits,
-    uint16, widened in registers as in `_scores16`). Plain LLVM vector IR. O(16 64)"""
-    if not _float_arrays(out, weights, cache=values):
+def _weighted16(
+    typingctx, out, o_start, weights, w_start, values, v_start, w_stride, rows, width
+):  # pragma: no cover
+    """out[o_start + i width: +width] += sum over l < 16 of weights[w_start + i w_stride + l]
+    values[v_start + width l: +width], for each of `rows` consecutive output rows i (rows,
+    width literals: `_literals`): 16 value rows weighted into each output row held in registers
+    (two sets of accumulators, so that no fma waits on the one before), loaded and stored once
+    (flat offsets into C-contiguous float32 arrays, not bounds-checked; values may be float16
+    bits, uint16, widened in registers as in `_scores16`). Each value chunk is loaded once for
+    the rows, and each row's operations are the same in the same order whether it goes alone
+    or with another. Plain LLVM vector IR. O(rows 16 width)"""
+    literal = _literals(rows, width)
+    if literal is None or not _float_arrays(out, weights, cache=values):
         return None
+    n_rows, size = literal
+    chunks = size // 16
 
     def codegen(context, builder, signature, args):
         pointer, address, load_vector, fma = _vector_codegen_helpers(
             context, builder, signature, args
         )
         o_p, w_p, v_p = pointer(0), pointer(2), pointer(4)
-        sums = [[load_vector(o_p, args[1], 16 * c) for c in range(4)]]
-        sums.append([ir.Constant(_VECTOR, [0.0] * _BLOCK)] * 4)
+        w_starts = [args[3]]
+        for _ in range(n_rows - 1):
+            w_starts.append(builder.add(w_starts[-1], args[6]))
+        zero = ir.Constant(_VECTOR, [0.0] * _BLOCK)
+        sums = [
+            [[load_vector(o_p, args[1], size * i + 16 * c) for c in range(chunks)], [zero] * chunks]
+            for i in range(n_rows)
+        ]
         lane0 = ir.Constant(ir.VectorType(ir.IntType(32), _BLOCK), [0] * _BLOCK)
         for row in range(_BLOCK):
-            weight = builder.load(address(w_p, args[3], row), align=4)
-            single = builder.insert_element(
-                ir.Constant(_VECTOR, None), weight, ir.Constant(ir.IntType(32), 0)
-            )
-            splat = builder.shuffle_vector(single, ir.Constant(_VECTOR, None), lane0)
-            part = sums[row % 2]
-            for c in range(4):
-                chunk = load_vector(v_p, args[5], 64 * row + 16 * c)
-                part[c] = builder.call(fma, [splat, chunk, part[c]])
-        for c in range(4):
-            where = builder.bitcast(address(o_p, args[1], 16 * c), _VECTOR.as_pointer())
-            builder.store(builder.fadd(sums[0][c], sums[1][c]), where, align=4)
+            valued = [load_vector(v_p, args[5], size * row + 16 * c) for c in range(chunks)]
+            for i in range(n_rows):
+                weight = builder.load(address(w_p, w_starts[i], row), align=4)
+                single = builder.insert_element(
+                    ir.Constant(_VECTOR, None), weight, ir.Constant(ir.IntType(32), 0)
+                )
+                splat = builder.shuffle_vector(single, ir.Constant(_VECTOR, None), lane0)
+                part = sums[i][row % 2]
+                for c in range(chunks):
+                    part[c] = builder.call(fma, [splat, valued[c], part[c]])
+        for i in range(n_rows):
+            for c in range(chunks):
+                where = address(o_p, args[1], size * i + 16 * c)
+                where = builder.bitcast(where, _VECTOR.as_pointer())
+                builder.store(builder.fadd(sums[i][0][c], sums[i][1][c]), where, align=4)
         return context.get_dummy_value()
 
-    return types.void(out, o_start, weights, w_start, values, v_start), codegen
+    signature = types.void(out, o_start, weights, w_start, values, v_start, w_stride, rows, width)
+    return signature, codegen
 
 
 @numba.njit(cache=True, inline="always")
@@ -362,6 +410,99 @@ def _axpy4(acc, r, rows, t, w0, w1, w2, w3, width):  # pragma: no cover - compil
         )
 
 
+@numba.njit(cache=True, fastmath=_FASTMATH, inline="always")
+def _positional_scores(
+    queries, key_run, key_rows, scores, start, group, origin, width
+):  # pragma: no cover - compiled
+    """The scores of `_attend`'s rows in positional order, for a head width of
+    `POSITIONAL_WIDTHS` (a literal here, inlined into `_attend` under its test): each block of
+    16 keys from `origin` on for every row that sees it whole (`_scores16`, two rows a call
+    where the task holds several tokens: half the key loads, the same sums; a decode task's
+    rows go one at a time, which read a stream from memory faster), then each row's own last
+    0..15 keys four at a time (`_dot4`), then one at a time. Returns the task's length (no key
+    left for the general path). O(rows (start + n) width)"""
+    n_rows = queries.shape[0]
+    length = start + n_rows // group
+    paired = n_rows > group and width <= 128  # 256: two rows' queries would fill the registers
+    t = origin
+    while t + _BLOCK <= length:  # keys t..t+15, for every row that sees all 16
+        if width > 128:  # rows of 512 bytes (float16) and more: fetched _PREFETCH_ROWS ahead
+            for u in range(t + _PREFETCH_ROWS, min(t + _PREFETCH_ROWS + _BLOCK, length)):
+                for i in range(0, width, 16):
+                    prefetch_l2(key_run, u * width + i)
+        r = max(0, t + _BLOCK - 1 - start) * group
+        if paired:
+            while r + 2 <= n_rows:
+                _scores16(queries, r * width, key_run, t * width, scores, r * length + t,
+                          length, 2, width)  # fmt: skip
+                r += 2
+        while r < n_rows:
+            _scores16(queries, r * width, key_run, t * width, scores, r * length + t, length, 1,
+                      width)  # fmt: skip
+            r += 1
+        t += _BLOCK
+    for r in range(n_rows):  # each row's last seen % 16 keys: 4 at a time, then 1
+        seen = start + r // group + 1
+        u = seen // _BLOCK * _BLOCK
+        while u + 4 <= seen:
+            a0, a1, a2, a3 = _dot4(queries, r, key_rows, u, width)
+            base = r * length + u
+            scores[base], scores[base + 1] = a0, a1
+            scores[base + 2], scores[base + 3] = a2, a3
+            u += 4
+        while u < seen:
+            total = np.float32(0.0)
+            for i in range(width):
+                total += queries[r, i] * _widen(key_rows[u, i])
+            scores[r * length + u] = total
+            u += 1
+    return length
+
+
+@numba.njit(cache=True, fastmath=_FASTMATH, inline="always")
+def _positional_values(
+    scores, value_run, value_rows, attended, start, group, origin, width
+):  # pragma: no cover - compiled
+    """The weighted sums of `_attend`'s rows in positional order, as `_positional_scores`
+    makes the scores: blocks of 16 values each row sees whole (`_weighted16`), then its own
+    last 0..15 four at a time (`_axpy4`), then one at a time. Returns the task's length.
+    O(rows (start + n) width)"""
+    n_rows = attended.shape[0]
+    length = start + n_rows // group
+    paired = n_rows > group and width <= 128
+    t = origin
+    while t + _BLOCK <= length:
+        if width > 128:
+            for u in range(t + _PREFETCH_ROWS, min(t + _PREFETCH_ROWS + _BLOCK, length)):
+                for i in range(0, width, 16):
+                    prefetch_l2(value_run, u * width + i)
+        r = max(0, t + _BLOCK - 1 - start) * group
+        if paired:
+            while r + 2 <= n_rows:
+                _weighted16(attended, r * width, scores, r * length + t, value_run, t * width,
+                            length, 2, width)  # fmt: skip
+                r += 2
+        while r < n_rows:
+            _weighted16(attended, r * width, scores, r * length + t, value_run, t * width,
+                        length, 1, width)  # fmt: skip
+            r += 1
+        t += _BLOCK
+    for r in range(n_rows):
+        seen = start + r // group + 1
+        u = seen // _BLOCK * _BLOCK
+        while u + 4 <= seen:
+            base = r * length + u
+            w0, w1, w2, w3 = scores[base], scores[base + 1], scores[base + 2], scores[base + 3]
+            _axpy4(attended, r, value_rows, u, w0, w1, w2, w3, width)
+            u += 4
+        while u < seen:
+            weight = scores[r * length + u]
+            for i in range(width):
+                attended[r, i] += weight * _widen(value_rows[u, i])
+            u += 1
+    return length
+
+
 @numba.njit(cache=True, fastmath=_FASTMATH)
 def _attend(q, keys, values, slot, start, first, n, head, heads, out, window):  # pragma: no cover
     """One task of `ragged_attention`: query heads `heads` = (g0, g1) of the G that share
@@ -372,12 +513,13 @@ def _attend(q, keys, values, slot, start, first, n, head, heads, out, window):  
 
     Each query row's sums run in the same order whichever heads share its task. The task's
     R = (g1 - g0) n query rows are copied into one `[R, hd]` block; row r = j G + g is query
-    head g of row j. With hd = 64, scores take 16 keys at a time (`_scores16`), the weighted
-    sum 16 values at a time (`_weighted16`), each block read once for all the rows that see it
-    whole (from L1 after the first); each row's own last 0..15 keys go four at a time (`_dot4`,
-    `_axpy4`), then one at a time (positional order, the module docstring). Every key of other
-    widths goes four at a time for all the rows that see it, then one at a time, the stream
-    fetched `_PREFETCH_ROWS` rows ahead. The rows that see none of the keys at hand are skipped, and
+    head g of row j. With hd in `POSITIONAL_WIDTHS`, scores take 16 keys at a time
+    (`_scores16`), the weighted sum 16 values at a time (`_weighted16`), each block read once
+    for all the rows that see it whole (from L1 after the first); each row's own last 0..15 keys
+    go four at a time (`_dot4`, `_axpy4`), then one at a time (positional order, the module
+    docstring; `_positional_scores`, `_positional_values`). Every key of other widths goes four
+    at a time for all the rows that see it, then one at a time, the stream fetched
+    `_PREFETCH_ROWS` rows ahead. The rows that see none of the keys at hand are skipped, and
     scores past a row's own position are zeroed after the softmax, so a row's output depends
     on no key past its position (the values there, the segment's own new tokens, are
     multiplied by zero). The sums run in the same order whatever the other tasks of the call:
@@ -403,37 +545,18 @@ def _attend(q, keys, values, slot, start, first, n, head, heads, out, window):  
     scores = np.empty(n_rows * length, np.float32)  # row r's at r length ..
     origin = max(0, start - window + 1) // _BLOCK * _BLOCK if window > 0 else 0
     if width == 64:  # each score made as the row's own position alone decides
-        t = origin
-        while t + _BLOCK <= length:  # keys t..t+15, for every row that sees all 16
-            for r in range(max(0, t + _BLOCK - 1 - start) * group, n_rows):
-                _scores16(queries, r * 64, key_run, t * 64, scores, r * length + t)
-            t += _BLOCK
-        for r in range(n_rows):  # each row's last seen % 16 keys: 4 at a time, then 1
-            seen = start + r // group + 1
-            u = seen // _BLOCK * _BLOCK
-            while u + 4 <= seen:
-                a0, a1, a2, a3 = _dot4(queries, r, key_rows, u, 64)
-                base = r * length + u
-                scores[base], scores[base + 1] = a0, a1
-                scores[base + 2], scores[base + 3] = a2, a3
-                u += 4
-            while u < seen:
-                total = np.float32(0.0)
-                for i in range(64):
-                    total += queries[r, i] * _widen(key_rows[u, i])
-                scores[r * length + u] = total
-                u += 1
-        t = length  # nothing left for the general path below
+        t = _positional_scores(queries, key_run, key_rows, scores, start, group, origin, 64)
+    elif width == 128:
+        t = _positional_scores(queries, key_run, key_rows, scores, start, group, origin, 128)
+    elif width == 256:
+        t = _positional_scores(queries, key_run, key_rows, scores, start, group, origin, 256)
     else:
         t = origin
     while t + 4 <= length:  # keys t..t+3, each read once for every row that sees t
         for u in range(t, t + 4):
             _prefetch_row(key_run, value_run, u + _PREFETCH_ROWS, length, width)
         for r in range(max(0, t - start) * group, n_rows):  # rows j >= t - start see t
-            if width == 64:
-                a0, a1, a2, a3 = _dot4(queries, r, key_rows, t, 64)
-            else:
-                a0, a1, a2, a3 = _dot4(queries, r, key_rows, t, width)
+            a0, a1, a2, a3 = _dot4(queries, r, key_rows, t, width)
             base = r * length + t
             scores[base] = a0  # t + 1.. may lie past row r's position: zeroed below
             scores[base + 1] = a1
@@ -457,25 +580,11 @@ def _attend(q, keys, values, slot, start, first, n, head, heads, out, window):  
     attended = np.zeros((n_rows, width), np.float32)  # local: no aliasing with `values`
     end = length * width
     if width == 64:  # as the scores: blocks of 16 a row sees whole, then its own last ones
-        t = origin
-        while t + _BLOCK <= length:
-            for r in range(max(0, t + _BLOCK - 1 - start) * group, n_rows):
-                _weighted16(attended, r * 64, scores, r * length + t, value_run, t * 64)
-            t += _BLOCK
-        for r in range(n_rows):
-            seen = start + r // group + 1
-            u = seen // _BLOCK * _BLOCK
-            while u + 4 <= seen:
-                base = r * length + u
-                w0, w1, w2, w3 = scores[base], scores[base + 1], scores[base + 2], scores[base + 3]
-                _axpy4(attended, r, value_rows, u, w0, w1, w2, w3, 64)
-                u += 4
-            while u < seen:
-                weight = scores[r * length + u]
-                for i in range(64):
-                    attended[r, i] += weight * _widen(value_rows[u, i])
-                u += 1
-        t = length
+        t = _positional_values(scores, value_run, value_rows, attended, start, group, origin, 64)
+    elif width == 128:
+        t = _positional_values(scores, value_run, value_rows, attended, start, group, origin, 128)
+    elif width == 256:
+        t = _positional_values(scores, value_run, value_rows, attended, start, group, origin, 256)
     else:
         t = origin
     while t + 4 <= length:  # values t..t+3, each read once for every row that sees t
@@ -486,10 +595,7 @@ def _attend(q, keys, values, slot, start, first, n, head, heads, out, window):  
         for r in range(max(0, t - start) * group, n_rows):
             base = r * length + t
             w0, w1, w2, w3 = scores[base], scores[base + 1], scores[base + 2], scores[base + 3]
-            if width == 64:
-                _axpy4(attended, r, value_rows, t, w0, w1, w2, w3, 64)
-            else:
-                _axpy4(attended, r, value_rows, t, w0, w1, w2, w3, width)
+            _axpy4(attended, r, value_rows, t, w0, w1, w2, w3, width)
         t += 4
     for u in range(t, length):
         for r in range(max(0, u - start) * group, n_rows):

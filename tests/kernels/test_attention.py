@@ -66,7 +66,7 @@ def ragged_passes(draw, most_rows=6):
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
     kv_heads, group = draw(st.integers(1, 3)), draw(st.integers(1, 4))
-    width = draw(st.sampled_from([4, 16, 64]))
+    width = draw(st.sampled_from([4, 16, 64, 128, 256]))
     max_len = draw(st.integers(1, 70))
     n_slots = draw(st.integers(1, 5))
     segments, row = [], 0
@@ -352,28 +352,60 @@ def test_a_segment_attends_alike_alone_and_in_any_batch(case, seed):
 
 
 @numba.njit  # no cache: it would outlive a change to the intrinsics it inlines
-def _blocks16(queries, q_start, rows, r_start, weights, w_start, scores, out):
-    attention._scores16(queries, q_start, rows, r_start, scores, 0)
-    attention._weighted16(out, 0, weights, w_start, rows, r_start)
+def _blocks16(queries, q_start, rows, r_start, weights, w_start, scores, out, width):
+    if width == 64:
+        attention._scores16(queries, q_start, rows, r_start, scores, 0, 16, 1, 64)
+        attention._weighted16(out, 0, weights, w_start, rows, r_start, 16, 1, 64)
+    elif width == 128:
+        attention._scores16(queries, q_start, rows, r_start, scores, 0, 16, 1, 128)
+        attention._weighted16(out, 0, weights, w_start, rows, r_start, 16, 1, 128)
+    else:
+        attention._scores16(queries, q_start, rows, r_start, scores, 0, 16, 1, 256)
+        attention._weighted16(out, 0, weights, w_start, rows, r_start, 16, 1, 256)
+
+
+@numba.njit
+def _pair16(queries, q_start, rows, r_start, weights, w_start, w_stride, scores, out, width):
+    if width == 64:
+        attention._scores16(queries, q_start, rows, r_start, scores, 0, 16, 2, 64)
+        attention._weighted16(out, 0, weights, w_start, rows, r_start, w_stride, 2, 64)
+    elif width == 128:
+        attention._scores16(queries, q_start, rows, r_start, scores, 0, 16, 2, 128)
+        attention._weighted16(out, 0, weights, w_start, rows, r_start, w_stride, 2, 128)
+    else:
+        attention._scores16(queries, q_start, rows, r_start, scores, 0, 16, 2, 256)
+        attention._weighted16(out, 0, weights, w_start, rows, r_start, w_stride, 2, 256)
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(0, 2**32 - 1))
-def test_the_16_row_intrinsics_equal_numpy_at_any_offset(seed):
-    """`_scores16`: 16 dot products of one query row of width 64 with 16 rows, key l's in lane
-    l; `_weighted16`: an output row plus the 16 rows weighted; both at arbitrary flat offsets."""
+@given(st.integers(0, 2**32 - 1), st.sampled_from(attention.POSITIONAL_WIDTHS))
+def test_the_16_row_intrinsics_equal_numpy_at_any_offset_and_alike_in_pairs(seed, width):
+    """`_scores16`: 16 dot products of a query row of width 64, 128 or 256 with 16 rows, key
+    l's in lane l; `_weighted16`: an output row plus the 16 rows weighted; both at arbitrary
+    flat offsets. Two rows in one call give each row's one-row results bit for bit."""
     rng = np.random.default_rng(seed)
-    rows = rng.standard_normal((int(rng.integers(16, 40)), 64)).astype(np.float32)
+    rows = rng.standard_normal((int(rng.integers(16, 40)), width)).astype(np.float32)
     t = int(rng.integers(0, len(rows) - 15))
-    queries = rng.standard_normal((3, 64)).astype(np.float32)
-    r = int(rng.integers(0, 3))
-    weights = rng.random(40).astype(np.float32)
-    w = int(rng.integers(0, 25))
-    scores, out = np.full(16, np.nan, np.float32), rng.standard_normal(64).astype(np.float32)
-    expected_out = out.astype(np.float64) + weights[w : w + 16] @ rows[t : t + 16].astype(float)
-    _blocks16(queries, r * 64, rows, t * 64, weights, w, scores, out)
-    np.testing.assert_allclose(scores, rows[t : t + 16] @ queries[r].astype(float), atol=1e-4)
-    np.testing.assert_allclose(out, expected_out, rtol=1e-5, atol=1e-5)
+    queries = rng.standard_normal((3, width)).astype(np.float32)
+    r = int(rng.integers(0, 2))
+    weights = rng.random(80).astype(np.float32)
+    w, stride = int(rng.integers(0, 25)), int(rng.integers(16, 40))
+    scores = np.full(32, np.nan, np.float32)
+    out = rng.standard_normal(2 * width).astype(np.float32)
+    expected_out = out[:width].astype(np.float64) + weights[w : w + 16] @ rows[t : t + 16]
+    alone_scores, alone_out = scores.copy(), out.copy()
+    _blocks16(queries, r * width, rows, t * width, weights, w, alone_scores, alone_out, width)
+    expected = rows[t : t + 16] @ queries[r].astype(float)
+    np.testing.assert_allclose(alone_scores[:16], expected, atol=1e-4 * width / 64)
+    np.testing.assert_allclose(alone_out[:width], expected_out, rtol=1e-5, atol=1e-5 * width / 64)
+    second_scores, second_out = scores.copy(), out.copy()
+    _blocks16(queries, (r + 1) * width, rows, t * width, weights, w + stride, second_scores,
+              second_out[width:], width)  # fmt: skip
+    _pair16(queries, r * width, rows, t * width, weights, w, stride, scores, out, width)
+    np.testing.assert_array_equal(scores[:16], alone_scores[:16])
+    np.testing.assert_array_equal(scores[16:], second_scores[:16])
+    np.testing.assert_array_equal(out[:width], alone_out[:width])
+    np.testing.assert_array_equal(out[width:], second_out[width:])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -483,17 +515,19 @@ def test_rope_store_and_store_rows_round_into_a_float16_cache_as_numpy(seed, n_s
         )
 
 
+@pytest.mark.parametrize("width", attention.POSITIONAL_WIDTHS)
 @settings(max_examples=40, deadline=None)
-@given(ragged_passes(most_rows=32), st.integers(0, 2**32 - 1))
-def test_with_head_width_64_a_row_attends_alike_in_any_segment_that_holds_it(case, seed):
-    """Positional order (the plan's `positional_attention`): with hd = 64 a row's output is the same
-    bit for bit whether its segment is cut into smaller ones at any rows (a prompt prefilled in
-    pieces, decode steps, jump-forward chunks), since what sums its scores and values is fixed
-    by its position alone."""
+@given(case=ragged_passes(most_rows=32), seed=st.integers(0, 2**32 - 1))
+def test_a_row_attends_alike_in_any_segment_that_holds_it(case, seed, width):
+    """Positional order (the plan's `positional_attention`): with a head width of
+    `POSITIONAL_WIDTHS` (64, 128, 256) a row's output is the same bit for bit whether its
+    segment is cut into smaller ones at any rows (a prompt prefilled in pieces, decode steps,
+    jump-forward chunks), since what sums its scores and values is fixed by its position
+    alone."""
     q, keys, values, segments = case
-    if q.shape[2] != 64:
-        q = np.tile(q, (1, 1, 64 // q.shape[2]))
-        keys, values = (np.tile(a, (1, 1, 1, 64 // a.shape[3])) for a in (keys, values))
+    if q.shape[2] != width:
+        q = np.resize(q, (*q.shape[:2], width))
+        keys, values = (np.resize(a, (*a.shape[:3], width)) for a in (keys, values))
     together = attention.ragged_attention(q, keys, values, segments, np.zeros_like(q))
     rng = np.random.default_rng(seed)
     pieces = []
