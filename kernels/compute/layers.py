@@ -20,19 +20,50 @@ _FASTMATH = {"reassoc", "contract", "nsz"}  # SwiGLU's loops vectorize; no inf o
 _EXP_MAX = np.float32(88.0)  # exp(88) ~ 1.65e38 < float32's largest: 2^n needs n <= 127
 
 
+SQUARE_LANES = 8
+"""`rms_norm` sums a row's squares in this many float64 partial sums (element j into sum j mod
+8, then the sums pairwise in a fixed tree): independent chains the CPU overlaps and LLVM packs
+into vectors. One sum was a chain of dependent float64 additions, 4 cycles an element:
+150 us for [256, 640] on one thread, 3-4% of a prefill."""
+
+
+@numba.njit(cache=True, inline="always")
+def _square_sum(x, i, d):  # pragma: no cover - compiled
+    """The sum of x[i, :d]'s squares in float64, in `SQUARE_LANES` partial sums, added in a fixed
+    order: the same value for the same row whatever else the pass holds. O(d)"""
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    j = 0
+    while j + 8 <= d:
+        v0, v1 = np.float64(x[i, j]), np.float64(x[i, j + 1])
+        v2, v3 = np.float64(x[i, j + 2]), np.float64(x[i, j + 3])
+        v4, v5 = np.float64(x[i, j + 4]), np.float64(x[i, j + 5])
+        v6, v7 = np.float64(x[i, j + 6]), np.float64(x[i, j + 7])
+        s0 += v0 * v0
+        s1 += v1 * v1
+        s2 += v2 * v2
+        s3 += v3 * v3
+        s4 += v4 * v4
+        s5 += v5 * v5
+        s6 += v6 * v6
+        s7 += v7 * v7
+        j += 8
+    while j < d:
+        value = np.float64(x[i, j])
+        s0 += value * value
+        j += 1
+    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+
+
 @numba.njit(cache=True)
 def rms_norm(x, weight, eps, out):  # pragma: no cover - compiled
     """out = x / sqrt(mean(x^2) + eps) * weight, row by row.  O(N d).
 
     x float32 [N, d]; weight float32 [d]; eps float; out float32 [N, d] (written; may not be x).
-    The mean square is accumulated in float64. Returns out.
+    The mean square is accumulated in float64 (`_square_sum`). Returns out.
     """
     n, d = x.shape
     for i in range(n):
-        total = 0.0
-        for j in range(d):
-            value = np.float64(x[i, j])
-            total += value * value
+        total = _square_sum(x, i, d)
         factor = np.float32(1.0 / np.sqrt(total / d + eps))
         for j in range(d):
             out[i, j] = x[i, j] * factor * weight[j]
