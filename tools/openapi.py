@@ -248,7 +248,7 @@ REQUEST = {
         "user": {"type": "string"},
         "safety_identifier": {"type": "string"},
         "prompt_cache_key": {"type": "string"},
-        "store": {"type": "boolean", "nullable": True},
+        "store": {"type": "boolean", "enum": [False], "nullable": True},
         "metadata": {
             "type": "object",
             "nullable": True,
