@@ -333,6 +333,7 @@ class Generator:
         prefills: list[_Prefill] = []
         for seq, tokens in admitted:
             seq.slot, reused, source = self._place(tokens, prefills, 1 + seq.awaiting)
+            seq.cached_tokens = min(reused, len(seq.prompt))
             depth = 0 if source is None else source.depth + 1
             prefills.append(_Prefill(seq, tokens, reused, source, depth))
             self.stats.prompt_tokens += len(tokens)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import codecs
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from corral.kernels import Constraint, SamplingParams
@@ -193,6 +193,11 @@ class GenerationResult:
         reasoning_tokens: the tokens written from states inside the thinking block
             (`GenerationRequest.thought`, with or without a thinking budget), its opener and
             closer included; 0 without one, or when an optional block was left out.
+        cached_tokens: the prompt tokens whose keys and values the prefix cache gave (copied
+            or kept from a prompt prefilled before, not computed for this request), at most
+            prompt_tokens; 0 without the prefix cache (OpenAI's
+            `prompt_tokens_details.cached_tokens`). Not compared by `==`: two results are
+            equal when their answers are, whatever the cache held.
 
     `text` is `data` decoded (`decode_text`), a property, so that no path can decode the bytes
     otherwise. Raises TypeError when `data` is not bytes (a str given for the text).
@@ -208,6 +213,7 @@ class GenerationResult:
     allowed_mass: tuple[float, ...] | None = None
     unmasked_logprobs: tuple[float, ...] | None = None
     reasoning_tokens: int = 0
+    cached_tokens: int = field(default=0, compare=False)  # what was cached, not the answer
 
     def __post_init__(self) -> None:
         if not isinstance(self.data, bytes):
