@@ -52,11 +52,13 @@ def message_json(
     custom: frozenset = frozenset(),
     reasoning: str | None = None,
 ) -> dict:
-    """The assistant `message` of a chat completion, as a JSON-ready dict. An empty `content`
-    becomes null; `tool_calls` is present only when there are calls (`call_json`, the custom
-    tools named in `custom`); `reasoning_content` (vLLM's and DeepSeek's field) only when the
-    answer thought."""
-    message: dict = {"role": "assistant", "content": content or None}
+    """The assistant `message` of a chat completion, as a JSON-ready dict. `content` is null
+    only beside tool calls, when they come with no text (OpenAI's shape); without calls it is
+    always a string, `""` for an empty answer (a regex or grammar whose match is empty, or
+    an answer that ended at once). `tool_calls` is present only when there are calls
+    (`call_json`, the custom tools named in `custom`); `reasoning_content` (vLLM's and
+    DeepSeek's field) only when the answer thought."""
+    message: dict = {"role": "assistant", "content": (content or None) if calls else content or ""}
     if reasoning:
         message["reasoning_content"] = reasoning
     if calls:
