@@ -485,7 +485,7 @@ def iter_generate(
     if not requests:
         return
     context = model.context_length
-    wanted = (len(r.prompt_ids) + (r.max_tokens or context) for r in requests)
+    wanted = (_wanted(r, context) for r in requests)
     max_len = min(context, max(1, *wanted))
     _check_size("batch_size", batch_size)
     batch_size = min(batch_size, len(requests))
@@ -511,6 +511,17 @@ def generate(
     for index, result in run:
         results[index] = result
     return results  # type: ignore[return-value]
+
+
+def _wanted(request: GenerationRequest, context: int) -> int:
+    """The tokens `request` may fill: its prompt plus max_tokens (None: the context); 1 for a
+    request whose fields are not those numbers (`Generator.submit` refuses it, naming them)."""
+    prompt, max_tokens = request.prompt_ids, request.max_tokens
+    if not isinstance(prompt, Sequence | np.ndarray):
+        return 1
+    if max_tokens is None:
+        return len(prompt) + context
+    return len(prompt) + max_tokens if is_integer(max_tokens) and max_tokens > 0 else 1
 
 
 def _check_requests(requests) -> None:

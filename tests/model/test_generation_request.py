@@ -108,6 +108,20 @@ def test_a_bad_field_is_refused_at_submit_naming_it(field, value):
     assert len(finished) == 1
 
 
+@settings(max_examples=200, deadline=None)
+@given(field=st.sampled_from(FIELDS), value=ANYTHING)
+def test_a_bad_field_is_refused_by_generate_naming_it(field, value):
+    """The same through `generate`, which sizes its engine from the requests first."""
+    fields = {"prompt_ids": PROMPT, "max_tokens": MAX_TOKENS} | {field: value}
+    try:
+        (result,) = generate(FakeModel(context_length=CONTEXT), [GenerationRequest(**fields)])
+    except RequestError as error:
+        assert not valid(field, value), error
+        assert error.param == PARAM.get(field, field), (error.param, str(error))
+    else:
+        assert valid(field, value), (field, value)
+
+
 def test_a_seed_not_an_integer_names_seed():
     """The fault seen: NumPy's "SeedSequence expects int" from inside the first step."""
     with pytest.raises(RequestError, match=r"^seed must be None or an integer") as caught:
