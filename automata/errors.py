@@ -64,7 +64,15 @@ class RepetitionTooLargeError(LimitError):
 
 
 class TooManyNfaStatesError(LimitError):
-    """The Thompson NFA would have more than `Limits.max_nfa_states` states."""
+    """The Thompson NFA would have more than `Limits.max_nfa_states` states.
+
+    Attributes:
+        pointer: for a JSON Schema, the JSON pointer of the deepest subschema whose NFA alone
+            passes the limit, also at the start of the message; None for a regex, or when no
+            part of the schema alone passes it.
+    """
+
+    pointer: str | None = None
 
 
 class TooManyDfaStatesError(LimitError):

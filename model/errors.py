@@ -45,7 +45,8 @@ class RequestError(ModelError):
 
     Attributes:
         param: the request field at fault, as OpenAI names it (`max_tokens`, `messages`,
-            `logit_bias`, `top_logprobs`).
+            `logit_bias`, `top_logprobs`, `seed`, `stop`), or as `GenerationRequest` names a
+            field OpenAI has not (`params`, `trigger`, `jump_forward`, ...).
         code: OpenAI's machine-readable error code.
     """
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from corral.kernels import SampleRow, Vocabulary, few_allowed_ids, sample_batch
 from corral.model import kv_cache
+from corral.model.errors import CacheError
 from corral.model.generation_request import (
     BudgetTooSmallError,
     GenerationRequest,
@@ -29,6 +30,7 @@ from corral.model.generation_request import (
     UnwritableGrammarError,
     check_budget,
     check_request,
+    is_integer,
 )
 from corral.model.jump_forward import ForcedTokenizer
 from corral.model.llama import MASKED_HEAD_MAX
@@ -108,8 +110,10 @@ class Generator:
         max_len: the context the engine serves, in tokens.
 
     Raises:
-        CacheError: batch_size below 1, or not even one slot fits in memory (the message gives
-            the figures and the longest max_len that fits).
+        CacheError: batch_size (or max_len) not an integer >= 1, or not even one slot fits in
+            memory (the message gives the figures and the longest max_len that fits).
+        TypeError: `stats` not a `GenerationStats`, or `prefix_cache` or `masked_head` not a
+            boolean.
     """
 
     def __init__(
@@ -121,6 +125,14 @@ class Generator:
         prefix_cache: bool = True,
         masked_head: bool = True,
     ):
+        _check_size("batch_size", batch_size)
+        if max_len is not None:
+            _check_size("max_len", max_len)
+        if stats is not None and not isinstance(stats, GenerationStats):
+            raise TypeError(f"stats must be None or a GenerationStats, not {stats!r}")
+        for name, value in (("prefix_cache", prefix_cache), ("masked_head", masked_head)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be a boolean, not {value!r}")
         self.model = model
         self.vocabulary: Vocabulary = model.vocabulary
         self.stats = stats if stats is not None else GenerationStats()
@@ -321,6 +333,7 @@ class Generator:
         prefills: list[_Prefill] = []
         for seq, tokens in admitted:
             seq.slot, reused, source = self._place(tokens, prefills, 1 + seq.awaiting)
+            seq.cached_tokens = min(reused, len(seq.prompt))
             depth = 0 if source is None else source.depth + 1
             prefills.append(_Prefill(seq, tokens, reused, source, depth))
             self.stats.prompt_tokens += len(tokens)
@@ -464,13 +477,17 @@ def iter_generate(
     Raises (before anything runs):
         RequestError: a request `Generator.submit` refuses (`ContextLengthError`,
             `BudgetTooSmallError`, ...).
-        CacheError: not even one slot fits in memory.
+        CacheError: batch_size not an integer >= 1, or not even one slot fits in memory.
+        TypeError: `requests` not a sequence of `GenerationRequest`s (or a `Generator`
+            argument of the wrong type).
     """
+    _check_requests(requests)
     if not requests:
         return
     context = model.context_length
-    wanted = (len(r.prompt_ids) + (r.max_tokens or context) for r in requests)
+    wanted = (_wanted(r, context) for r in requests)
     max_len = min(context, max(1, *wanted))
+    _check_size("batch_size", batch_size)
     batch_size = min(batch_size, len(requests))
     generator = Generator(model, batch_size, max_len, stats, prefix_cache, masked_head)
     for request in requests:
@@ -488,11 +505,39 @@ def generate(
     masked_head: bool = True,
 ) -> list[GenerationResult]:
     """Run `requests` (see `iter_generate`) and return their results in request order."""
+    _check_requests(requests)
     results: list[GenerationResult | None] = [None] * len(requests)
     run = iter_generate(model, requests, batch_size, stats, prefix_cache, masked_head)
     for index, result in run:
         results[index] = result
     return results  # type: ignore[return-value]
+
+
+def _wanted(request: GenerationRequest, context: int) -> int:
+    """The tokens `request` may fill: its prompt plus max_tokens (None: the context); 1 for a
+    request whose fields are not those numbers (`Generator.submit` refuses it, naming them)."""
+    prompt, max_tokens = request.prompt_ids, request.max_tokens
+    if not isinstance(prompt, Sequence | np.ndarray):
+        return 1
+    if max_tokens is None:
+        return len(prompt) + context
+    return len(prompt) + max_tokens if is_integer(max_tokens) and max_tokens > 0 else 1
+
+
+def _check_requests(requests) -> None:
+    """Raise a TypeError unless `requests` is a sequence of `GenerationRequest`s."""
+    if (
+        not isinstance(requests, Sequence)
+        or isinstance(requests, str | bytes)
+        or not all(isinstance(r, GenerationRequest) for r in requests)
+    ):
+        raise TypeError(f"requests must be a sequence of GenerationRequest, not {requests!r:.80}")
+
+
+def _check_size(name: str, value) -> None:
+    """Raise a `CacheError` naming `name` unless `value` is an integer >= 1."""
+    if not (is_integer(value) and value >= 1):
+        raise CacheError(f"{name} must be an integer >= 1, not {value!r}")
 
 
 def _head_ids(need: Need) -> np.ndarray | None:

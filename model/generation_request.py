@@ -11,7 +11,7 @@ from __future__ import annotations
 import codecs
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from corral.kernels import Constraint, SamplingParams
@@ -193,6 +193,11 @@ class GenerationResult:
         reasoning_tokens: the tokens written from states inside the thinking block
             (`GenerationRequest.thought`, with or without a thinking budget), its opener and
             closer included; 0 without one, or when an optional block was left out.
+        cached_tokens: the prompt tokens whose keys and values the prefix cache gave (copied
+            or kept from a prompt prefilled before, not computed for this request), at most
+            prompt_tokens; 0 without the prefix cache (OpenAI's
+            `prompt_tokens_details.cached_tokens`). Not compared by `==`: two results are
+            equal when their answers are, whatever the cache held.
 
     `text` is `data` decoded (`decode_text`), a property, so that no path can decode the bytes
     otherwise. Raises TypeError when `data` is not bytes (a str given for the text).
@@ -208,6 +213,7 @@ class GenerationResult:
     allowed_mass: tuple[float, ...] | None = None
     unmasked_logprobs: tuple[float, ...] | None = None
     reasoning_tokens: int = 0
+    cached_tokens: int = field(default=0, compare=False)  # what was cached, not the answer
 
     def __post_init__(self) -> None:
         if not isinstance(self.data, bytes):
@@ -302,23 +308,27 @@ def check_request(
         max_len: the most tokens the engine's KV cache holds per sequence (None: the context).
 
     Raises:
-        RequestError: an empty prompt or a token id outside 0..V-1 (param `messages`), a
-            max_tokens that is not an integer, a `logit_bias` id outside 0..V-1 or value that
-            is not a number within [-100, 100], a `top_logprobs` outside 0..20, or a
-            `jump_forward` or `allowed_mass` that is not a boolean.
+        RequestError: a field of the wrong type or out of range (`check_fields`), an empty
+            prompt or a token id outside 0..V-1 (param `messages`), a max_tokens that is not
+            an integer, a `logit_bias` that is not a mapping, or an id in it outside 0..V-1 or
+            a value that is not a number within [-100, 100], or a `top_logprobs` outside
+            0..20.
         ContextLengthError: the prompt plus max_tokens (absent: one token) exceed
             `context_length`, and `max_len` is not smaller.
         MaxLenError: they exceed a `max_len` smaller than the context: the limit the engine
             enforces, named whether or not they also exceed the context (`length_error`).
         BudgetTooSmallError: see `check_budget`.
     """
+    if not isinstance(request, GenerationRequest):
+        raise TypeError(f"a request must be a GenerationRequest, not {_shown(request)}")
+    check_fields(request)
     ids = np.asarray(request.prompt_ids)
     if ids.ndim != 1 or len(ids) == 0 or not np.issubdtype(ids.dtype, np.integer):
-        raise RequestError("the prompt must be at least one integer token id")
+        raise RequestError("the prompt (prompt_ids) must be at least one integer token id")
     if ids.min() < 0 or ids.max() >= vocab_size:
         raise RequestError(f"the prompt's token ids must lie within 0..{vocab_size - 1}")
     prompt, max_tokens = len(ids), request.max_tokens
-    if max_tokens is not None and not _is_int(max_tokens):
+    if max_tokens is not None and not is_integer(max_tokens):
         raise RequestError(f"max_tokens must be an integer, not {max_tokens!r}", "max_tokens")
     if max_tokens is not None and max_tokens < 1:
         check_budget(request)
@@ -328,20 +338,20 @@ def check_request(
     if max_tokens is None:
         request = replace(request, max_tokens=limit - prompt)
     check_budget(request)
-    if not isinstance(request.jump_forward, bool | np.bool_):
-        raise RequestError(f"jump_forward must be a boolean, not {request.jump_forward!r}")
-    if not isinstance(request.allowed_mass, bool | np.bool_):
-        raise RequestError(
-            f"allowed_mass must be a boolean, not {request.allowed_mass!r}", "allowed_mass"
-        )
     top = request.top_logprobs
-    if top is not None and not (_is_int(top) and 0 <= top <= MAX_TOP_LOGPROBS):
+    if top is not None and not (is_integer(top) and 0 <= top <= MAX_TOP_LOGPROBS):
         raise RequestError(
             f"top_logprobs must be an integer within 0..{MAX_TOP_LOGPROBS}, not {top!r}",
             "top_logprobs",
         )
+    if request.logit_bias is not None and not isinstance(request.logit_bias, Mapping):
+        raise RequestError(
+            "logit_bias must be a mapping of token id to bias, not "
+            f"{type(request.logit_bias).__name__}",
+            "logit_bias",
+        )
     for token, bias in (request.logit_bias or {}).items():
-        if not (_is_int(token) and 0 <= token < vocab_size):
+        if not (is_integer(token) and 0 <= token < vocab_size):
             raise RequestError(
                 f"logit_bias names token {token!r}, not an id within 0..{vocab_size - 1}",
                 "logit_bias",
@@ -357,6 +367,56 @@ def check_request(
     return request
 
 
-def _is_int(value) -> bool:
+def check_fields(request: GenerationRequest) -> None:
+    """Raise a `RequestError` naming the field (its `param`) when a field other than the
+    prompt, `max_tokens`, `logit_bias`'s entries and `top_logprobs` (`check_request` checks
+    those against the model) has the wrong type or an out-of-range value: `params` not a
+    `SamplingParams`; `seed` not None or an integer within 0..2**64-1; `stop` not a tuple or
+    list of strings (a bare str is refused, not split into characters); `constraint` or
+    `prelude` not None or a `Constraint`; `trigger` not None or a non-empty str, or set without
+    a constraint; `budget_aware`, `jump_forward` or `allowed_mass` not a boolean; `thought` not
+    None or a `ThoughtBudget`; `thinking_budget` not None or an integer >= 0, or set without
+    `thought`; `prelude` without `thought`."""
+    r = request
+
+    def refuse(param: str, wanted: str) -> RequestError:
+        value = getattr(r, param)
+        return RequestError(f"{param} must be {wanted}, not {_shown(value)}", param)
+
+    if not isinstance(r.params, SamplingParams):
+        raise refuse("params", "a SamplingParams")
+    if r.seed is not None and not (is_integer(r.seed) and 0 <= r.seed < 2**64):
+        raise refuse("seed", "None or an integer within 0..2**64-1")
+    stop = r.stop
+    if not isinstance(stop, tuple | list) or not all(isinstance(s, str) for s in stop):
+        raise refuse("stop", "a tuple of strings")
+    for param in ("constraint", "prelude"):
+        if getattr(r, param) is not None and not isinstance(getattr(r, param), Constraint):
+            raise refuse(param, "None or a Constraint")
+    if r.trigger is not None and not (isinstance(r.trigger, str) and r.trigger):
+        raise refuse("trigger", "None or a non-empty string")
+    if r.trigger is not None and r.constraint is None:
+        raise RequestError("trigger is set without a constraint to start", "trigger")
+    for param in ("budget_aware", "jump_forward", "allowed_mass"):
+        if not isinstance(getattr(r, param), bool | np.bool_):
+            raise refuse(param, "a boolean")
+    if r.thought is not None and not isinstance(r.thought, ThoughtBudget):
+        raise refuse("thought", "None or a ThoughtBudget")
+    budget = r.thinking_budget
+    if budget is not None and not (is_integer(budget) and budget >= 0):
+        raise refuse("thinking_budget", "None or an integer >= 0")
+    for param in ("thinking_budget", "prelude"):
+        if getattr(r, param) is not None and r.thought is None:
+            raise RequestError(f"{param} is set without thought (the thinking block)", param)
+
+
+def _shown(value) -> str:
+    """`value` in an error message: its repr, cut to 60 characters, and its type."""
+    text = repr(value)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    return f"{text} ({type(value).__name__})"
+
+
+def is_integer(value) -> bool:
     """Whether `value` is an integer (a Python or NumPy int, not a bool)."""
     return isinstance(value, int | np.integer) and not isinstance(value, bool)

@@ -99,6 +99,7 @@ class LiveSequence:
         if request.trigger is None and self.waiting is not None:
             self.constraint, self.waiting = self.waiting, None
         self.prompt = np.asarray(request.prompt_ids, dtype=np.int64)
+        self.cached_tokens = 0  # prompt tokens the prefix cache gave (set at admission)
         self.ids: list[int] = []
         self.logprobs: list[float] = []
         self.top: list[tuple[tuple[int, float], ...]] | None = (
@@ -408,6 +409,7 @@ class LiveSequence:
             allowed_mass=None if self.mass is None else tuple(self.mass),
             unmasked_logprobs=None if self.unmasked is None else tuple(self.unmasked),
             reasoning_tokens=self.reasoning_tokens,
+            cached_tokens=self.cached_tokens,
         )
 
 

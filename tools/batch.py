@@ -264,6 +264,26 @@ class _Writer:
         self.write(custom_id, None, None, {"code": "duplicate_custom_id", "message": message})
 
 
+class ForeignAnswerError(ValueError):
+    """The output a run resumes answers a custom_id more times than the input has lines of it
+    (most often one the input does not have: the output of another input file), so appending
+    to it would mix two batches' answers.
+
+    Attributes:
+        custom_id: the first such custom_id in the output's order (None: lines that named
+            none, whose error lines have a null custom_id).
+        answered: how many output lines answer it.
+        lines: how many input lines have it (0: none).
+    """
+
+    def __init__(self, custom_id: str | None, answered: int, lines: int):
+        self.custom_id, self.answered, self.lines = custom_id, answered, lines
+        named = "lines without a custom_id" if custom_id is None else f"custom_id {custom_id!r}"
+        has = f"has {lines} line{'s' * (lines != 1)} of it" if lines else "has no such line"
+        lines_of = f"{answered} line{'s' * (answered != 1)}"
+        super().__init__(f"it has {lines_of} answering {named} and the input {has}")
+
+
 def unanswered(
     lines: Iterable[str], counts: Mapping[str | None, int]
 ) -> tuple[list[int], list[str], dict[str, int]]:
@@ -275,7 +295,10 @@ def unanswered(
 
     Returns (the other non-blank lines' numbers from 1, their texts, `used`: custom_id -> the
     line number of its first line, for the custom_ids whose first line is answered, so that
-    `run_batch` reports their other lines as duplicates of it)."""
+    `run_batch` reports their other lines as duplicates of it).
+
+    Raises ForeignAnswerError when `counts` answers a custom_id more times than `lines` have it
+    (the first such in `counts`' order: the output's, for `answered_counts`)."""
     left = Counter(counts)
     numbers, texts, used = [], [], {}
     for number, text in enumerate(lines, start=1):
@@ -292,6 +315,10 @@ def unanswered(
             continue
         numbers.append(number)
         texts.append(text)
+    for custom_id, extra in left.items():
+        if extra > 0:
+            answered = counts[custom_id]
+            raise ForeignAnswerError(custom_id, answered, answered - extra)
     return numbers, texts, used
 
 

@@ -38,6 +38,7 @@ from corral.model.generation_request import check_request
 from corral.tools.batch import (
     ALLOWED_MASS_BELOW,
     DEFAULT_MAX_TOKENS,
+    ForeignAnswerError,
     input_lines,
     run_batch,
     unanswered,
@@ -388,6 +389,12 @@ def _resume_and_run(args: argparse.Namespace, lines: list[str], output: Path, ou
         return 0
     numbers, used, skipped, blanks = None, {}, 0, _blanks_skipped(lines)
     if args.resume:
+        try:  # before anything is written (the torn tail is in no count)
+            numbers, rest, used = unanswered(lines, answered_counts(output))
+        except ForeignAnswerError as error:
+            return _fail("generate", f"{output} is not an output of {args.input}: {error}; "
+                         "--resume appends only to this input's own output (nothing was "
+                         "written)")  # fmt: skip
         try:
             dropped = drop_torn_tail(output)
         except NotBatchOutputError as error:
@@ -395,7 +402,6 @@ def _resume_and_run(args: argparse.Namespace, lines: list[str], output: Path, ou
         if dropped:
             print(f"corral generate: dropped a torn last line of {output} ({dropped} bytes); "
                   "its request runs again", file=sys.stderr)  # fmt: skip
-        numbers, rest, used = unanswered(lines, answered_counts(output))
         skipped = sum(1 for text in lines if text.strip()) - len(rest)
         if not rest:
             print(f"corral generate: nothing to run: the {skipped} lines of {args.input} are "

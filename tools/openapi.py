@@ -248,7 +248,7 @@ REQUEST = {
         "user": {"type": "string"},
         "safety_identifier": {"type": "string"},
         "prompt_cache_key": {"type": "string"},
-        "store": {"type": "boolean", "nullable": True},
+        "store": {"type": "boolean", "enum": [False], "nullable": True},
         "metadata": {
             "type": "object",
             "nullable": True,
@@ -263,6 +263,10 @@ _USAGE = {
         "prompt_tokens": {"type": "integer"},
         "completion_tokens": {"type": "integer"},
         "total_tokens": {"type": "integer"},
+        "prompt_tokens_details": {
+            "type": "object",
+            "properties": {"cached_tokens": {"type": "integer"}},
+        },
         "completion_tokens_details": {
             "type": "object",
             "properties": {"reasoning_tokens": {"type": "integer"}},

@@ -94,12 +94,14 @@ def write_line(out, text: str) -> None:
 def answered_counts(*outputs: Path) -> Counter:
     """How many lines of the `outputs` answer each custom_id (None: input lines that named
     none, whose error lines have a null custom_id), for `--resume` (`batch.unanswered`); a line
-    that is not a JSON object with a custom_id (a torn last line) is not counted."""
+    that is not a JSON object with a custom_id, and the bytes after the last newline (a torn
+    last line, which `drop_torn_tail` drops), are not counted."""
     counts = Counter()
     for output in outputs:
         if not output.exists():
             continue
-        for text in output.read_text(encoding="utf-8", errors="replace").splitlines():
+        *whole, _torn = output.read_text(encoding="utf-8", errors="replace").split("\n")
+        for text in whole:
             try:
                 custom_id = json.loads(text)["custom_id"]
             except (json.JSONDecodeError, KeyError, TypeError):

@@ -70,8 +70,8 @@ FIELDS = {
     "guided_json": Field("refused", (), _VLLM_REMOVED.format("json")),
     "user": NO_EFFECT,
     "safety_identifier": NO_EFFECT,
-    "metadata": NO_EFFECT,
-    "store": NO_EFFECT,
+    "metadata": NO_EFFECT,  # tags a stored completion (OpenAI's): none is stored
+    "store": Field("refused", (False,), "corral stores no completion: false"),
     "prompt_cache_key": NO_EFFECT,
     "prompt_cache_retention": Field(
         "refused", ("in_memory",), "corral's prefix cache lives in memory only: in_memory"
@@ -358,9 +358,10 @@ def parse_tool_request(body: str | bytes | dict, vocabulary_size: int | None = N
             ranges. 422 `unsupported_parameter` for content parts that are not text.
             Every top-level field is in `FIELDS`: honoured; accepted because it cannot change
             the output (the identifiers `user`, `safety_identifier`, `prompt_cache_key`, and
-            `metadata`, `store`); refused unless its value asks for nothing corral does not do
-            (`service_tier` `auto`/`default`, `modalities` `["text"]`,
-            `prompt_cache_retention` `in_memory`); or refused with a 400
+            `metadata`, which tags a stored completion, and none is stored); refused unless its
+            value asks for nothing corral does not do (`store` `false`, `service_tier`
+            `auto`/`default`, `modalities` `["text"]`, `prompt_cache_retention` `in_memory`);
+            or refused with a 400
             `unsupported_parameter` naming it (`stream: true`, which a Batch line cannot use,
             the deprecated `functions` / `function_call`, `audio`, `prediction`, ...; null
             counts as absent). A field the API does not define is a 400 `unknown_parameter`,

@@ -52,11 +52,13 @@ def message_json(
     custom: frozenset = frozenset(),
     reasoning: str | None = None,
 ) -> dict:
-    """The assistant `message` of a chat completion, as a JSON-ready dict. An empty `content`
-    becomes null; `tool_calls` is present only when there are calls (`call_json`, the custom
-    tools named in `custom`); `reasoning_content` (vLLM's and DeepSeek's field) only when the
-    answer thought."""
-    message: dict = {"role": "assistant", "content": content or None}
+    """The assistant `message` of a chat completion, as a JSON-ready dict. `content` is null
+    only beside tool calls, when they come with no text (OpenAI's shape); without calls it is
+    always a string, `""` for an empty answer (a regex or grammar whose match is empty, or
+    an answer that ended at once). `tool_calls` is present only when there are calls
+    (`call_json`, the custom tools named in `custom`); `reasoning_content` (vLLM's and
+    DeepSeek's field) only when the answer thought."""
+    message: dict = {"role": "assistant", "content": (content or None) if calls else content or ""}
     if reasoning:
         message["reasoning_content"] = reasoning
     if calls:
@@ -207,13 +209,19 @@ def usage_json(results) -> dict:
     choice, their total, and `completion_tokens_details.reasoning_tokens`, the tokens of every
     choice's thinking block (`GenerationResult.reasoning_tokens`: opener and closer included,
     part of `completion_tokens`), 0 for an answer that does not think, as OpenAI reports it
-    for a model that does not reason."""
+    for a model that does not reason; `prompt_tokens_details.cached_tokens`, the prompt's
+    tokens the prefix cache gave (`GenerationResult.cached_tokens`; the prompt counted once,
+    the fewest of any choice: the other choices reuse the prompt the first prefills), 0 when
+    none, as OpenAI and vLLM report it."""
     prompt_tokens = results[-1].prompt_tokens if results else 0
     completion_tokens = sum(result.completion_tokens for result in results)
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {
+            "cached_tokens": min((result.cached_tokens for result in results), default=0)
+        },
         "completion_tokens_details": {
             "reasoning_tokens": sum(result.reasoning_tokens for result in results)
         },

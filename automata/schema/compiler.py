@@ -31,6 +31,7 @@ from corral.automata.errors import (
     LimitError,
     NonFiniteNumberError,
     SchemaError,
+    TooManyNfaStatesError,
 )
 from corral.automata.limits import DEFAULT_SCHEMA_LIMITS, NARROWER_BOUNDS, Limits, SchemaLimits
 from corral.automata.schema.algebra import Algebra, is_empty_range
@@ -51,7 +52,7 @@ from corral.automata.schema.keywords import (
     is_constraint,
 )
 from corral.automata.schema.merge import Merger, desugar, type_names
-from corral.automata.schema.nfa_size import check_nfa_states
+from corral.automata.schema.nfa_size import blame, check_nfa_states
 from corral.automata.schema.numbers import lower_integer, lower_number
 from corral.automata.schema.refs import RefResolver, has_own_id, ref_siblings, walk_pointer
 from corral.automata.schema.strings import lower_string
@@ -77,6 +78,8 @@ class Compiler:
         empty_at: None, or (pointer, keyword, reason) of the first subschema compiled to the
             empty language (the innermost: it is recorded as the recursion returns), which
             `EmptySchemaError` names when the whole schema admits no value.
+        pointers: id of a subschema's form -> the pointer it was first compiled at (the forms
+            are alive while the compile is), for `TooManyNfaStatesError.pointer` (`blame`).
     """
 
     def __init__(self, root, limits: Limits | None, schema_limits: SchemaLimits):
@@ -93,6 +96,7 @@ class Compiler:
         self.enum_cache: dict[int, tuple[dict, object]] = {}  # id -> (schema kept alive, form)
         self.empty_at: tuple[str, str | None, str] | None = None
         self.longest = [0, 0]  # the largest `maxLength`, `maxItems` compiled, capped
+        self.pointers: dict[int, str] = {}
         self.algebra = Algebra(self)
 
     def compile(self, schema, pointer: str, depth: int):
@@ -124,6 +128,7 @@ class Compiler:
         if out is NOTHING:
             keyword = next((k for k in _DISPATCH_ORDER if k in schema), "type")
             self.empty(schema, pointer, keyword, f"no value satisfies '{keyword}' here")
+        self.pointers.setdefault(id(out), pointer)
         return out
 
     def empty(self, schema, pointer: str, keyword: str | None, reason: str) -> None:
@@ -676,7 +681,7 @@ def _attempt(
     cycle, or, when `narrower`, a bound of `narrower_limits` that cuts it), a compile whose NFA
     is counted past the limit (`corral.automata.schema.nfa_size.check_nfa_states`) fails at
     once with the builder's `TooManyNfaStatesError`, before the tree and the NFA are made."""
-    compiler = Compiler(schema, limits, schema_limits)
+    compiler, form = Compiler(schema, limits, schema_limits), None
     try:
         with deep_recursion():
             form = _compile(schema, compiler)
@@ -686,6 +691,8 @@ def _attempt(
             tree = compiler.trees.build(form)
             return (tree if build is None else build(tree)), compiler.recursive, compiler.longest
     except STATE_LIMIT_ERRORS as error:
+        if isinstance(error, TooManyNfaStatesError) and form is not None:
+            error = blame(form, compiler.trees, compiler.pointers, error)
         longest = tuple(compiler.longest)
         raise StateLimit(error, compiler.recursive, schema_limits.max_recursion, longest) from None
     except EmptyLanguageError as error:

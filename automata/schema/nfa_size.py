@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from corral.automata.errors import TooManyNfaStatesError
 from corral.automata.limits import DEFAULT_LIMITS
-from corral.automata.nfa import tree_states
+from corral.automata.nfa import tree_states, tree_to_nfa
 from corral.automata.schema.form import (
     Choice,
     Lit,
@@ -48,6 +48,49 @@ def check_nfa_states(form, trees: TreeBuilder) -> None:
         raise TooManyNfaStatesError(
             "max_nfa_states", limit, "the pattern needs too many NFA states"
         ) from None
+
+
+def blame(form, trees: TreeBuilder, pointers: dict[int, str], error):
+    """`error`, a `TooManyNfaStatesError` of `form`'s compile, naming the schema part at fault:
+    the deepest subschema whose NFA built alone passes the limit without any one of its parts
+    doing so, by `pointers` (form id -> JSON pointer, `Compiler.pointers`). `error` itself when
+    the pointer is not known (the whole form's NFA alone does not pass the limit: a refusal of
+    the count). On a refusal only: a few builds per level, each stopped at the limit."""
+
+    def passes(node) -> bool:
+        try:
+            tree_to_nfa(trees.build(node), trees.limits)
+        except TooManyNfaStatesError:
+            return True
+        return False
+
+    if error.pointer is not None or not passes(form):
+        return error
+    node, pointer = form, pointers.get(id(form))
+    while True:
+        inner = next((part for part in _parts(node) if passes(part)), None)
+        if inner is None:
+            break
+        node, pointer = inner, pointers.get(id(inner), pointer)
+    if pointer is None:
+        return error
+    blamed = TooManyNfaStatesError(
+        error.limit, error.value, f"{pointer or '/'}: the schema needs too many NFA states here"
+    )
+    blamed.pointer = pointer
+    return blamed
+
+
+def _parts(node) -> tuple:
+    """The form nodes `node` is made of (none for a leaf)."""
+    kind = type(node)
+    if kind is Seq or kind is Choice:
+        return node.items
+    if kind is Repeat:
+        return (node.item,)
+    if kind is Object:
+        return tuple(member for member, _ in node.members)
+    return ()
 
 
 class TooLarge(Exception):

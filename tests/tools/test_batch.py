@@ -173,7 +173,7 @@ def test_the_prefix_cache_changes_no_output_line_and_shows_in_the_summary():
         )
         for i in range(5)
     ] + [line("other", tools=[TIME], temperature=0, max_tokens=6)]
-    outputs, summaries = [], []
+    outputs, summaries, cached = [], [], []
     for prefix_cache in (True, False):
         out = io.StringIO()
         summaries.append(
@@ -186,9 +186,13 @@ def test_the_prefix_cache_changes_no_output_line_and_shows_in_the_summary():
                 prefix_cache=prefix_cache,
             )
         )
-        outputs.append(sorted(_without_ids(t) for t in out.getvalue().splitlines()))
+        texts = out.getvalue().splitlines()
+        outputs.append(sorted(_without_ids(t) for t in texts))
+        usages = [json.loads(t)["response"]["body"]["usage"] for t in texts]
+        cached.append(sum(u["prompt_tokens_details"]["cached_tokens"] for u in usages))
     assert outputs[0] == outputs[1]
     on, off = summaries
+    assert 0 < cached[0] <= on.prefix_tokens and cached[1] == 0  # forced tokens: in the summary
     assert on.prefix_hits >= 4 and on.prefix_tokens > 0 and on.prompt_tokens == off.prompt_tokens
     assert (off.prefix_hits, off.prefix_tokens) == (0, 0)
     assert f"prefix cache {on.prefix_hits} hits, {on.prefix_tokens} of " in on.line()
@@ -201,6 +205,7 @@ def _without_ids(text: str) -> str:
     body = item["response"]["body"]
     for key in ("id", "created"):
         body.pop(key, None)
+    body["usage"].pop("prompt_tokens_details")  # what the prefix cache held before
     for choice in body["choices"]:
         for call in choice["message"].get("tool_calls") or []:
             call.pop("id")

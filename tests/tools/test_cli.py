@@ -616,6 +616,41 @@ def test_resume_after_any_cut_answers_every_line_once(
         assert f"{cut} line{'s' * (cut > 1)} skipped (already in the output)" in said, said
 
 
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    before=st.lists(st.sampled_from("abcd"), min_size=1, max_size=5),
+    after=st.lists(st.sampled_from("abcde"), min_size=1, max_size=5),
+)
+def test_resume_refuses_the_output_of_another_input(
+    tmp_path_factory, stand_in, capsys, before, after
+):
+    """The output of one input resumed with another: when it answers a custom_id more times
+    than the new input has lines of it (one the input lacks, most often), --resume refuses with
+    status 2, naming the output file and the first such custom_id in the output's order, and
+    leaves every byte of it; otherwise it goes on (oracle: the output's custom_ids counted)."""
+    folder = tmp_path_factory.mktemp("foreign")
+    source, output = folder / "in.jsonl", folder / "out.jsonl"
+    write_input(source, ids=before)
+    assert main(["generate", str(source), "-o", str(output), "--quiet"]) == 0
+    ours = output.read_bytes()
+    answered = [item["custom_id"] for item in read_jsonl(output)]
+    foreign = [c for c in dict.fromkeys(answered) if answered.count(c) > after.count(c)]
+    capsys.readouterr()
+    write_input(source, ids=after)
+    status = main(["generate", str(source), "-o", str(output), "--quiet", "--resume"])
+    err = capsys.readouterr().err
+    if foreign:
+        assert status == 2, err
+        assert output.read_bytes() == ours
+        assert f"{output} is not an output of {source}" in err, err
+        assert f"custom_id {foreign[0]!r}" in err, err
+    else:
+        assert status == 0, err
+        assert sorted(item["custom_id"] for item in read_jsonl(output)) == sorted(after)
+
+
 @pytest.mark.parametrize("flag", [[], ["--no-prefix-cache"]])
 def test_no_prefix_cache_turns_the_cache_off(tmp_path, stand_in, capsys, flag):
     """Three lines with one long prompt, one at a time: the later ones reuse the first's

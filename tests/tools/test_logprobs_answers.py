@@ -52,8 +52,13 @@ def run(engine, lines) -> dict[str, dict]:
 
 
 def answers(bodies: dict[str, dict]) -> dict:
+    """The messages and usage of each answer, but for `cached_tokens` (what the prefix cache
+    held before, not the answer)."""
     return {
-        key: ([c["message"] for c in body["choices"]], body["usage"])
+        key: (
+            [c["message"] for c in body["choices"]],
+            {k: v for k, v in body["usage"].items() if k != "prompt_tokens_details"},
+        )
         for key, body in bodies.items()
     }
 

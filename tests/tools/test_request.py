@@ -6,7 +6,7 @@ import pytest
 from corral.tools import ToolError, parse_tool_request
 from corral.tools.request import FIELDS, MAX_NESTING, check_model
 from example_schemas import WEATHER
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 TIME = {
@@ -340,7 +340,7 @@ def test_fields_that_cannot_change_the_output_are_accepted():
         "user": "u-1",
         "safety_identifier": "s",
         "metadata": {"k": "v"},
-        "store": True,
+        "store": False,
         "prompt_cache_key": "k",
         "service_tier": "auto",
         "modalities": ["text"],
@@ -351,6 +351,33 @@ def test_fields_that_cannot_change_the_output_are_accepted():
     for name, value in accepted.items():
         parse_tool_request(body(**{name: value}))
     assert parse_tool_request(body(service_tier="default")).n == 1
+
+
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(store=JSON, metadata=st.none() | st.dictionaries(st.text(max_size=8), st.text(max_size=8)))
+def test_store_asks_for_nothing_only_as_false(store, metadata):
+    """`store: true` asks OpenAI to keep the completion, which corral never does: refused as a
+    400 `unsupported_parameter` naming `store`, and so is any value but false or null (oracle:
+    OpenAI's definition). `metadata`, the tags of a stored completion, is taken beside a store
+    that asks for nothing."""
+    fields = {"store": store} if metadata is None else {"store": store, "metadata": metadata}
+    if store is None or store is False:
+        parse_tool_request(body(**fields))
+        return
+    error = refused(body(**fields))
+    assert (error.status, error.param, error.code) == (400, "store", "unsupported_parameter")
+    assert "'store'" in error.message
 
 
 def test_fields_the_api_does_not_define_are_400s_naming_them():

@@ -134,6 +134,7 @@ class Result:
     completion_tokens: int = 3
     top_logprobs: tuple | None = None
     reasoning_tokens: int = 0
+    cached_tokens: int = 0
 
 
 HI = Result(
@@ -214,6 +215,7 @@ def test_the_completion_body_of_n_choices_with_calls():
         "prompt_tokens": 7,
         "completion_tokens": 4,
         "total_tokens": 11,
+        "prompt_tokens_details": {"cached_tokens": 0},  # 0, not absent, as OpenAI's
         "completion_tokens_details": {"reasoning_tokens": 0},  # as OpenAI's, for no thought
     }
     assert completion_json(request(), [HI], "r1", "m", VOCABULARY)["model"] == "m"
