@@ -261,12 +261,11 @@ def qkv_extras(qkv: np.ndarray, layer: dict, config: LlamaConfig) -> np.ndarray:
         qkv = qkv + layer["b_qkv"]
     if "q_norm" not in layer:
         return qkv
-    n = qkv.shape[0]
-    hq, hkv, hd = config.num_attention_heads, config.num_key_value_heads, config.head_dim
-    eps = config.rms_norm_eps
-    q = rms_norm(qkv[:, : hq * hd].reshape(n * hq, hd), layer["q_norm"], eps)  # [N Hq, hd]
-    k = rms_norm(qkv[:, hq * hd : (hq + hkv) * hd].reshape(n * hkv, hd), layer["k_norm"], eps)
-    return np.concatenate([q.reshape(n, -1), k.reshape(n, -1), qkv[:, (hq + hkv) * hd :]], axis=1)
+    hq, hkv = config.num_attention_heads, config.num_key_value_heads
+    out = np.empty(qkv.shape, np.float32)
+    return layer_kernels.head_rms_norm(
+        qkv, layer["q_norm"], layer["k_norm"], hq, hkv, config.rms_norm_eps, out
+    )  # each head of q and k through its RMSNorm, v as it is
 
 
 def project_out(attended: np.ndarray, layer: dict, config: LlamaConfig) -> np.ndarray:

@@ -28,12 +28,14 @@ into vectors. One sum was a chain of dependent float64 additions, 4 cycles an el
 
 
 @numba.njit(cache=True, inline="always")
-def _square_sum(x, i, d):  # pragma: no cover - compiled
-    """The sum of x[i, :d]'s squares in float64, in `SQUARE_LANES` partial sums, added in a fixed
-    order: the same value for the same row whatever else the pass holds. O(d)"""
+def _square_sum(x, i, begin, d):  # pragma: no cover - compiled
+    """The sum of the squares of x[i, begin : begin + d] in float64, in `SQUARE_LANES` partial
+    sums added in a fixed order: the same value for the same values whatever else the pass
+    holds. O(d)"""
     s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
-    j = 0
-    while j + 8 <= d:
+    j = begin
+    end = begin + d
+    while j + 8 <= end:
         v0, v1 = np.float64(x[i, j]), np.float64(x[i, j + 1])
         v2, v3 = np.float64(x[i, j + 2]), np.float64(x[i, j + 3])
         v4, v5 = np.float64(x[i, j + 4]), np.float64(x[i, j + 5])
@@ -47,7 +49,7 @@ def _square_sum(x, i, d):  # pragma: no cover - compiled
         s6 += v6 * v6
         s7 += v7 * v7
         j += 8
-    while j < d:
+    while j < end:
         value = np.float64(x[i, j])
         s0 += value * value
         j += 1
@@ -63,10 +65,35 @@ def rms_norm(x, weight, eps, out):  # pragma: no cover - compiled
     """
     n, d = x.shape
     for i in range(n):
-        total = _square_sum(x, i, d)
+        total = _square_sum(x, i, 0, d)
         factor = np.float32(1.0 / np.sqrt(total / d + eps))
         for j in range(d):
             out[i, j] = x[i, j] * factor * weight[j]
+    return out
+
+
+@numba.njit(cache=True)
+def head_rms_norm(qkv, q_weight, k_weight, q_heads, kv_heads, eps, out):  # pragma: no cover
+    """RMSNorm over each head of q and of k in a fused q/k/v projection (Qwen3's and Gemma 3's
+    `q_norm`, `k_norm`), v copied as it is: `rms_norm` of each head's row, the same operations,
+    in one pass with no reshaped copies.  O(N (Hq + 2 Hkv) hd)
+
+    qkv float32 [N, (Hq + 2 Hkv) hd] (q's heads, then k's, then v's; any strides); q_weight,
+    k_weight float32 [hd]; out float32 [N, (Hq + 2 Hkv) hd] (written; may not be qkv).
+    Returns out.
+    """
+    n = qkv.shape[0]
+    width = q_weight.shape[0]
+    for t in range(n):
+        for h in range(q_heads + kv_heads):
+            weight = q_weight if h < q_heads else k_weight
+            base = h * width
+            total = _square_sum(qkv, t, base, width)
+            factor = np.float32(1.0 / np.sqrt(total / width + eps))
+            for j in range(width):
+                out[t, base + j] = qkv[t, base + j] * factor * weight[j]
+        for j in range((q_heads + kv_heads) * width, qkv.shape[1]):
+            out[t, j] = qkv[t, j]
     return out
 
 

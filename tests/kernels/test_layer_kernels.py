@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from corral.kernels.compute import layers
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.special import expit
 
 
@@ -19,6 +21,28 @@ def test_rms_norm_equals_the_formula(seed):
     x64 = x.astype(np.float64)
     expected = x64 / np.sqrt((x64**2).mean(axis=1, keepdims=True) + 1e-5) * weight
     np.testing.assert_allclose(got, expected, rtol=2e-6, atol=1e-6)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 6), st.integers(1, 3), st.integers(1, 5))
+def test_head_rms_norm_is_rms_norm_of_each_head_bit_for_bit(seed, q_heads, kv_heads, n):
+    """Qwen3's and Gemma 3's q/k norms in one pass: each head of q and of k equals `rms_norm` of
+    that head's row, v is copied, whatever the head width's remainder of 8."""
+    rng = np.random.default_rng(seed)
+    width = int(rng.integers(1, 40))
+    qkv = (rng.standard_normal((n, (q_heads + 2 * kv_heads) * width)) * 3).astype(np.float32)
+    q_weight, k_weight = rng.standard_normal((2, width)).astype(np.float32)
+    got = layers.head_rms_norm(qkv, q_weight, k_weight, q_heads, kv_heads, 1e-6,
+                               np.full(qkv.shape, np.nan, np.float32))  # fmt: skip
+    heads = qkv.reshape(n, -1, width)
+    q = layers.rms_norm(heads[:, :q_heads].reshape(-1, width).copy(), q_weight, 1e-6,
+                        np.empty((n * q_heads, width), np.float32))  # fmt: skip
+    k = layers.rms_norm(heads[:, q_heads : q_heads + kv_heads].reshape(-1, width).copy(),
+                        k_weight, 1e-6, np.empty((n * kv_heads, width), np.float32))  # fmt: skip
+    expected = np.concatenate(
+        [q.reshape(n, -1), k.reshape(n, -1), qkv[:, (q_heads + kv_heads) * width :]], axis=1
+    )
+    np.testing.assert_array_equal(got, expected)
 
 
 def test_rms_norm_of_zeros_is_zero_thanks_to_eps():
