@@ -96,7 +96,12 @@ PREFETCH_BYTES = 4096
 """How far ahead in the word tiles `row_matmul` asks for the weights (into L2): one row of x
 streams the weights from memory, and the hardware prefetchers lose the stream when other
 processes share the caches (the float32-activation kernels prefetch likewise,
-`kernels.compute.quant.PREFETCH_COLUMNS`)."""
+`kernels.compute.quant.PREFETCH_COLUMNS`). At least `PREFETCH_CHUNKS` blocks of 16 rows ahead."""
+
+PREFETCH_CHUNKS = 4
+"""The least distance of `row_matmul`'s prefetch in blocks of 16 output rows: a super block of
+16 rows (`SUPER4` 2,304 bytes, `SUPER6` 3,328) is most of `PREFETCH_BYTES`, which left the
+stream about one block ahead (docs/numerics.md, "Q6_K's halves in int32")."""
 
 _ARCH_REQ_XCOMP_PERM = 0x1023  # arch/x86/include/uapi/asm/prctl.h
 _XFEATURE_XTILEDATA = 18
@@ -1244,12 +1249,13 @@ def _row_kernel(x, scales, coefs, words, out, form):  # pragma: no cover - compi
     flat_terms, flat_offsets = x_terms.reshape(-1), x_offsets.reshape(-1)
     last_word = flat_words.shape[0]
     chunk = ROWS * 4 * words.shape[3]  # bytes of one block of 16 output rows
+    distance = max(PREFETCH_BYTES, PREFETCH_CHUNKS * chunk)
     for t in numba.prange(n_tiles):
         total = np.zeros(tile, np.float32)
         for block in range(n_blocks):
             for g in range(lane_groups):
                 w_start = ((t * n_blocks + block) * lane_groups + g) * chunk
-                ahead = w_start + PREFETCH_BYTES  # the stream, in memory order, fetched ahead
+                ahead = w_start + distance  # the stream, in memory order, fetched ahead
                 if ahead + chunk <= last_word:
                     for line in range(0, chunk, 64):
                         prefetch_l2(flat_words, ahead + line)
