@@ -14,7 +14,8 @@ parts on one scale: d_1 = max |v| / 127, x_1 = round(v / d_1) (ggml's Q8_1), and
 x_2 = round((v - d_1 x_1) / d), d = d_1 / R, so that v = d (R x_1 + x_2) to half a step d. The
 ratio R is the weights' (`ratio_of`): 254 for Q8_0 (`PART_RATIO`: the leftover is at most d_1 / 2
 = 127 d, so x_2 lies in -127..127; the error of `quant_int8`'s two parts, with one scale per
-block), 16 for Q4_1 (`NIBBLE_RATIO`: x_2 lies in -8..8). A row's block is 64 bytes, x_1 then
+block), 16 for Q4_1 (`NIBBLE_RATIO`: x_2 lies in -8..8), 127 for Q6_K's super blocks
+(`SIX_RATIO`, `quantize_rows_by`). A row's block is 64 bytes, x_1 then
 x_2, and a tile of 16 rows of a block 1 KB.
 
 **Weights.** The word tiles of `quant_int8.word_tiles` hold, per block and group of 16 output
