@@ -29,7 +29,9 @@ are "float32" and "int8-vnni" (and "paired").
 
 Kernels (`--kernels`): "float32" (the float32 plan's), "int8-vnni" (the int8-vnni plan's, with
 the parts the model asks for), "paired" (`quant_int8.paired_matmul`: x in two int8 parts on
-one scale), "q8_1-N" (`quant_int8.int8_matmul`: x in N parts of ggml's Q8_1).
+one scale), "q8_1-N" (`quant_int8.int8_matmul`: x in N parts of ggml's Q8_1), "super" (Q4_K
+and Q6_K in their own bytes, `quant.super_tiled`, on the int8-vnni plan: the form a model loads
+where VNNI runs; other kinds as "int8-vnni").
 """
 
 from __future__ import annotations
@@ -127,17 +129,24 @@ def gemm_peak(repeats: int, clock=time.perf_counter) -> float:
 def tiled_pair(rng: np.random.Generator, kind: str, n_out: int, k: int) -> dict:
     """{"float32", "int8-vnni": one random matrix of GGUF type `kind` on that plan} (the same
     arrays): Q4_1 and Q8_0 as `random_matrix`, tiled; the others rewritten by `as_blocks`, in
-    word tiles alone, as the model holds them."""
+    word tiles alone; Q4_K and Q6_K also "super": the same blocks in their own bytes
+    (`quant.super_tiled`), as the model holds them where VNNI runs."""
     if kind in ("Q4_1", "Q8_0"):
         tiled = random_matrix(rng, kind, n_out, k).tiled(ComputePlan("float32", 16))
     else:
         from corral.kernels.compute.kquant_layout import as_blocks
         from kquants import random_raw
 
-        block = quant.BlockMatrix(*as_blocks(random_raw(rng, kind, n_out, k), kind))
+        raw = random_raw(rng, kind, n_out, k)
+        block = quant.BlockMatrix(*as_blocks(raw, kind))
         tiled = block.tiled(ComputePlan("float32", 16), words_only=True)
-    return {name: dataclasses.replace(tiled, plan=ComputePlan(name, 16))
+    pair = {name: dataclasses.replace(tiled, plan=ComputePlan(name, 16))
             for name in ("float32", "int8-vnni")}  # fmt: skip
+    if kind in quant.SUPER_KINDS:  # the form the model loads where VNNI runs
+        pair["super"] = dataclasses.replace(
+            quant.super_tiled(raw, kind), plan=pair["int8-vnni"].plan
+        )
+    return pair
 
 
 def kernel_call(name: str, matrices: dict, product: str, x: np.ndarray):
@@ -145,6 +154,9 @@ def kernel_call(name: str, matrices: dict, product: str, x: np.ndarray):
     head = product == "lm_head"
     if name == "float32":
         return lambda: matrices["float32"].matmul(x)
+    if name == "super":
+        matrix = matrices.get("super", matrices["int8-vnni"])
+        return lambda: matrix.matmul(x)
     if name == "int8-vnni":
         parts = quant.HEAD_ACTIVATION_PARTS if head else quant.ACTIVATION_PARTS
         return lambda: matrices["int8-vnni"].matmul(x, parts)
@@ -255,7 +267,7 @@ def main() -> None:
     if unknown:
         parser.error(f"--products: {', '.join(unknown)} not in --set {args.set}'s {list(products)}")
     if args.set != "smollm2":
-        args.kernels = [k for k in args.kernels if k in ("float32", "int8-vnni", "paired")]
+        args.kernels = [k for k in args.kernels if k in ("float32", "int8-vnni", "paired", "super")]
     rng = np.random.default_rng(0)
     matrices = {product: tiled_pair(rng, *products[product]) for product in args.products}
     widest = max(products[product][2] for product in args.products)

@@ -647,7 +647,8 @@ def _paired_halves_matmul(x, scales, coefs, words, out):  # pragma: no cover - c
 def paired_matmul(x, scales, coefs, words, out, halves: bool = False):
     """out = x W^T for W in word tiles, x quantized by blocks in two int8 parts on one scale
     (`quant_amx.quantize_rows`: d = max |v| / (127 R), x_1 = round(v / (R d)), x_2 the
-    leftover's round(. / d), R = 16 for Q4_1 weights, 254 for the other formats), the integer
+    leftover's round(. / d), R = 16 for Q4_1 weights and Q4_K's super blocks, 127 for Q6_K's
+    (`quant_amx.SIX_RATIO`), 254 for the other formats), the integer
     sums in AVX-512 VNNI: one row by `quant_amx`'s one-row kernel, several by
     `_paired_product`, up to `PAIRED_GROUP` rows of x a load of the weights with each row's
     totals in registers over k, with the same integer sums and float operations, so a row's

@@ -282,3 +282,67 @@ def test_paired_matmul_of_1_to_64_rows_equals_float64_in_every_word_form(
         x[row : row + 1], tiled.scales, coefs, tiled.words, alone, tiled.kind == "Q8_16"
     )
     np.testing.assert_array_equal(alone[0], got[row])
+
+
+SUPER_RATIOS = {"Q4_K": 16, "Q6_K": 127}
+"""x's parts' ratio for Q4_K and Q6_K in their own bytes (`quant_amx.NIBBLE_RATIO`,
+`SIX_RATIO`)."""
+
+
+def super_parts(x: np.ndarray, ratio: int) -> np.ndarray:
+    """x quantized by `quant_amx.quantize_rows_by` with `ratio`, dequantized: d (ratio x_1 +
+    x_2) block by block, in float64.  -> [B, k]"""
+    from corral.kernels.compute import quant_amx
+
+    batch, k = x.shape
+    groups = -(-batch // 16)
+    tiles = np.zeros((groups, k // 32, 16, 2, 32), np.int8)
+    d = np.zeros((batch, k // 32), np.float32)
+    sums = np.zeros((batch, k // 32), np.int32)
+    terms = np.zeros((batch, k // 32), np.float32)
+    flat = tiles.reshape(groups, k // 32, 16, 64)
+    quant_amx.quantize_rows_by(x, flat, d, sums, terms, ratio)
+    parts = tiles.transpose(3, 0, 2, 1, 4).reshape(2, groups * 16, k)[:, :batch]
+    values = ratio * parts[0].astype(np.float64) + parts[1]
+    assert np.abs(parts[1]).max(initial=0) <= (ratio + 1) // 2  # the leftover, half a step
+    return (values.reshape(batch, -1, 32) * d[:, :, None]).reshape(batch, k)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    kind=st.sampled_from(["Q4_K", "Q6_K"]),
+    batch=ROWS_AND_EDGES,
+    n_out=st.one_of(st.integers(1, 600), st.sampled_from([16, 17, 31, 512, 513])),
+    blocks=st.integers(1, 3),
+)
+def test_super_blocks_of_1_to_64_rows_equal_float64_of_the_dequantized_parts(
+    seed, kind, batch, n_out, blocks
+):
+    """Q4_K and Q6_K in their own bytes (`quant.super_tiled`), 1 to 64 rows: the float64
+    product of gguf's dequantized weights with x's two parts dequantized (ratio 16 for Q4_K,
+    127 for Q6_K), to float32's rounding (Q6_K's halves summed exactly in int32, one float
+    epilogue a sub-block of 32); a row the same bits alone (the one-row kernel) as among the
+    others (the paired one)."""
+    from corral.model.quant import super_tiled
+
+    rng = np.random.default_rng(seed)
+    k = 256 * blocks
+    raw = kquant_blocks(rng, kind, n_out, k)
+    weights = kquant_dequantized(raw, kind, n_out)
+    tiled = super_tiled(raw, kind)
+    x = activations(rng, batch, k)
+    coefs = tiled.scales if tiled.minimums is None else tiled.minimums
+    out = np.full((batch, n_out), np.nan, np.float32)
+    got = quant_int8.paired_matmul(x, tiled.scales, coefs, tiled.words, out, False)
+    values = super_parts(x, SUPER_RATIOS[kind])
+    scale = np.abs(values) @ np.abs(weights).T  # the size of the terms summed
+    error = np.abs(got - values @ weights.T)
+    worst = np.unravel_index(np.argmax(error - 1e-5 * scale), error.shape)
+    assert (error <= 1e-5 * scale + 1e-6).all(), (worst, error[worst], scale[worst])
+    row = int(rng.integers(0, batch))
+    alone = np.full((1, n_out), np.nan, np.float32)
+    alone = quant_int8.paired_matmul(
+        x[row : row + 1], tiled.scales, coefs, tiled.words, alone, False
+    )
+    np.testing.assert_array_equal(alone[0], got[row])

@@ -308,12 +308,13 @@ def int8_product(w, x: np.ndarray) -> np.ndarray:
     return quant_int8.paired_matmul(x, w.scales, coefs, w.words, out, w.kind == "Q8_16")
 
 
-def activation_bound(raw: np.ndarray, kind: str, x: np.ndarray) -> np.ndarray:
+def activation_bound(raw: np.ndarray, kind: str, x: np.ndarray, ratio: int = 0) -> np.ndarray:
     """A bound on what quantizing x moves the products by: each value of a block of 32 is
-    within half a step d = max |x| / (127 R) of its two int8 parts (R = 16 where the words are
-    Q4_1's nibbles, 254 otherwise: docs/numerics.md, "int8 activations on VNNI"), so
-    |sum_j W_j dx_j| <= sum_j |W_j| d / 2 (2% slack for float32's d).  -> float64 [B, n_out]"""
-    ratio = 16 if AS_BLOCKS[kind] == "Q4_1" else 254
+    within half a step d = max |x| / (127 R) of its two int8 parts (R = `ratio`, by default 16
+    where the words are Q4_1's nibbles, 254 otherwise: docs/numerics.md, "int8 activations on
+    VNNI"), so |sum_j W_j dx_j| <= sum_j |W_j| d / 2 (2% slack for float32's d).  -> float64
+    [B, n_out]"""
+    ratio = ratio or (16 if AS_BLOCKS[kind] == "Q4_1" else 254)
     batch, k = x.shape
     d = np.abs(x.astype(np.float64)).reshape(batch, -1, 32).max(axis=2) / (127 * ratio)
     steps = np.repeat(d, 32, axis=1) * 0.5 * 1.02
@@ -391,30 +392,56 @@ def super_matrix(raw: np.ndarray, kind: str, planned: str = "int8-vnni", lanes: 
     return dataclasses.replace(super_tiled(raw, kind), plan=ComputePlan(planned, lanes))
 
 
+SUPER_RATIOS = {"Q4_K": 16, "Q6_K": 127}
+"""x's parts' ratio for each super-block form (`quant_amx.NIBBLE_RATIO`, `SIX_RATIO`)."""
+
+
 @needs_vnni
 @settings(max_examples=40, deadline=None)
 @given(products(SUPER_KINDS), st.data())
-def test_super_blocks_give_the_rewritten_words_bits(case, data):
+def test_super_blocks_are_within_gguf_bound_and_a_row_the_same_bits_in_any_batch(case, data):
     """The super-block form (d and the 6-bit sc and m as bytes for Q4_K; 4 + 2 bit planes and
-    int8 scales for Q6_K) gives, one row and several (groups of 1 to 8 rows past the first 16),
-    the very bits of `as_blocks`' float32 scales on the same VNNI sums, and so is within the
-    bound of gguf's dequantized weights; a row's bits are the same alone and in any batch."""
+    int8 scales for Q6_K), one row and several (groups of 1 to 8 rows past the first 16), is
+    within the float32 and activation bounds of gguf's dequantized weights (x's ratio 127 for
+    Q6_K); a row's bits are the same alone (the one-row kernel) and in any batch (the paired
+    one). Q4_K also gives the very bits of `as_blocks`' float32 scales on the same sums."""
     kind, raw, x = case
     w = super_matrix(raw, kind)
     assert w.activations == "int8-vnni"
-    old = rewritten(raw, kind)
     expected = x.astype(np.float64) @ dequantized(raw, kind, raw.shape[0]).T
-    bound = 1.01 * error_bound(raw, kind, x) + activation_bound(raw, kind, x)
+    bound = 1.01 * error_bound(raw, kind, x) + activation_bound(raw, kind, x, SUPER_RATIOS[kind])
     got = w.matmul(x)
-    np.testing.assert_array_equal(got, int8_product(old, x))
     error = np.abs(got - expected)
     worst = np.unravel_index(np.argmax(error - bound), error.shape)
     assert (error <= bound).all(), (kind, worst, error[worst], bound[worst])
     i = data.draw(st.integers(0, x.shape[0] - 1))
     np.testing.assert_array_equal(w.matmul(x[i : i + 1])[0], got[i])
-    np.testing.assert_array_equal(int8_product(old, x[i : i + 1])[0], got[i])
     order = list(data.draw(st.permutations(range(x.shape[0]))))
     np.testing.assert_array_equal(w.matmul(x[order]), got[order])
+    if kind == "Q4_K":
+        np.testing.assert_array_equal(got, int8_product(rewritten(raw, kind), x))
+
+
+@needs_vnni
+@pytest.mark.parametrize("quant", [0, 63])
+@pytest.mark.parametrize("rows", [1, 3])
+def test_q6_k_sub_blocks_at_the_int32_bound_sum_exactly(quant, rows):
+    """Q6_K's two halves of a sub-block are summed in int32 before the one float epilogue:
+    at the bound (every quant 0 or 63, so q - 32 = -32 or 31, every scale -128, every x the
+    block's largest, so every 127 x_1 + x_2 = 16,129) the sum is 2^31 - 33,423,360 (quants 0)
+    and must not wrap: the products equal the float64 ones to float32's rounding."""
+    n_out, k = 20, 512
+    raw = np.zeros((n_out, k // 256, 210), np.uint8)
+    raw[..., :128] = quant & 15 | (quant & 15) << 4  # the low nibbles
+    raw[..., 128:192] = (quant >> 4) * 0x55  # the 2 high bits of 4 quants a byte
+    raw[..., 192:208] = 0x80  # the scales, -128
+    raw[..., 208:210] = np.array([2.0**-10], np.float16).view(np.uint8)
+    raw = raw.reshape(n_out, -1)
+    x = np.ones((rows, k), np.float32)
+    x[-1, 256:] = -2.0
+    expected = x.astype(np.float64) @ dequantized(raw, "Q6_K", n_out).T
+    got = super_matrix(raw, "Q6_K").matmul(x)
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
 
 
 @settings(max_examples=30, deadline=None)
@@ -479,7 +506,7 @@ def test_super_blocks_compute_on_vnni_under_an_int8_plan(kind, planned):
     x = rng.standard_normal((3, 512)).astype(np.float32)
     w = super_matrix(raw, kind, planned)
     assert w.activations == "int8-vnni"
-    np.testing.assert_array_equal(w.matmul(x), int8_product(rewritten(raw, kind), x))
+    np.testing.assert_array_equal(w.matmul(x), int8_product(w, x))
 
 
 @needs_vnni
