@@ -118,9 +118,7 @@ class LazyTokenIndex:
         row = self.dfa.row(state)
         self._grow(self.dfa.n_states)
         self._made[state] = True
-        loops, n_fresh = _write_row(
-            self._trans, self._made, state, row, BYTE_CATEGORY, self._fresh
-        )
+        loops, n_fresh = _write_row(self._trans, self._made, state, row, BYTE_CATEGORY, self._fresh)
         self._loops[state] = loops  # the categories `state` loops on whole
         self._accept[state] = self.dfa.accepting(state)
         into = self._into
