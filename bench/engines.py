@@ -26,6 +26,8 @@ Run:  .venv/bin/python bench/engines.py [--results DIR] [--engines corral,xgramm
           [--exact]
           [--limit N] [--subset NAME ...] [--timeout 60] [--cover-timeout 60] [--retry timeout]
           [--json out.json] [--plot masks.png (default: bench/results/engines-masks.png)]
+`--json` also keeps, per sample schema and engine, its compile, first mask, per-step mask times
+and (corral's) states (`sample_per_schema`), to find which schemas and steps make the tail.
 Coverage is stored per engine in DIR and resumed (bench/engine_store.py); bench/README.md has
 the recipes. Small run while developing: --sample 10 --limit 5 --subset Github_easy.
 """
