@@ -64,7 +64,7 @@ class LazyDfa:
         # bytes is computed before `to_dfa` (it costs as much as the first mask's rows).
         self._subsets = Subsets(nfa, _EACH_BYTE, limits, nfa.edge_mask, live)
         self._rows: list[np.ndarray | None] = []
-        self._atom_bytes: dict[int, np.ndarray] = {}  # atom id -> bool [256]: its bytes
+        self._atom_bytes: dict[int, np.ndarray] = {}  # atom id -> its bytes, ascending
 
     @property
     def n_states(self) -> int:
@@ -105,8 +105,9 @@ class LazyDfa:
         first = len(subsets.edge_state)
         subsets.expand(state, state + 1)
         row = np.full(256, -1, dtype=np.int32)
+        atoms, targets = subsets.edge_atom, subsets.edge_to
         for k in range(first, len(subsets.edge_state)):
-            row[self._bytes_of(subsets.edge_atom[k])] = subsets.edge_to[k]
+            row[self._bytes_of(atoms[k])] = targets[k]
         row.setflags(write=False)
         if state >= len(self._rows):
             self._rows.extend([None] * (state + 1 - len(self._rows)))
@@ -114,10 +115,12 @@ class LazyDfa:
         return row
 
     def _bytes_of(self, atom: int) -> np.ndarray:
-        """bool `[256]`: the bytes of an atom (a 256-bit int), memoized per atom."""
+        """int64 `[n]`: the bytes of an atom (a 256-bit int), ascending, memoized per atom."""
         known = self._atom_bytes.get(atom)
         if known is None:
-            known = self._atom_bytes[atom] = _bits_matrix([self._subsets.atoms[atom]], 256)[0]
+            bits = np.frombuffer(self._subsets.atoms[atom].to_bytes(32, "little"), np.uint8)
+            known = np.flatnonzero(np.unpackbits(bits, bitorder="little"))
+            self._atom_bytes[atom] = known
         return known
 
     def finish(self) -> np.ndarray:

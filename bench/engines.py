@@ -26,6 +26,8 @@ Run:  .venv/bin/python bench/engines.py [--results DIR] [--engines corral,xgramm
           [--exact]
           [--limit N] [--subset NAME ...] [--timeout 60] [--cover-timeout 60] [--retry timeout]
           [--json out.json] [--plot masks.png (default: bench/results/engines-masks.png)]
+`--json` also keeps, per sample schema and engine, its compile, first mask, per-step mask times
+and (corral's) states (`sample_per_schema`), to find which schemas and steps make the tail.
 Coverage is stored per engine in DIR and resumed (bench/engine_store.py); bench/README.md has
 the recipes. Small run while developing: --sample 10 --limit 5 --subset Github_easy.
 """
@@ -124,6 +126,7 @@ class Bench:
         self.sample_results: dict[str, list[dict]] = collections.defaultdict(list)
         self.step_times: dict[str, list] = collections.defaultdict(list)
         self.diffs: list[tuple[str, str]] = []  # (category, line)
+        self.per_schema: dict[str, dict] = {}  # sample label -> engine -> its figures and steps
 
     def tokens(self, text: str) -> list[int]:
         return [*self.tokenizer.encode(text, add_special_tokens=False).ids, self.eos]
@@ -291,6 +294,15 @@ def run_sample(
                 bench.sample_results[engine].append(result)
             label = f"{subset}/{record['id']}"
             bench.record(label, "schema", record["schema"], walk, results, None)
+            bench.per_schema[label] = {
+                e: {
+                    "compile_s": r["compile_s"],
+                    "first_mask_s": r["first_mask_s"],
+                    "mask_s": list(r["mask_s"]),
+                    "states": list(r["states"]) if e.startswith("corral") else [],
+                }
+                for e, r in results.items()
+            }
         taken += got
         print(f"[sample] {subset}: {got}/{quota}", flush=True)
     bench.rows[f"sample of {taken} schemas"] = {
@@ -476,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
             "unavailable": unavailable,
             "figures_seconds_bytes": bench.rows,
             "sample_skipped": skipped,
+            "sample_per_schema": bench.per_schema,
             "coverage": {
                 s: {
                     e: {k: v for k, v in c.items() if k != "compile_s"}

@@ -124,17 +124,18 @@ def walk_work(trans: np.ndarray, loops: np.ndarray, own: np.ndarray, run: np.nda
     """
     work = _walk_work(
         trans, loops, own, run, trie.byte, trie.end, trie.categories, trie.deepest,
-        trie.utf8_whole,
+        trie.deepest_chars, trie.utf8_whole,
     )  # fmt: skip
     return int(work)
 
 
 @numba.njit(cache=True)
-def _walk_work(trans, loops, own, run, byte, end, categories, deepest, utf8_whole):
+def _walk_work(trans, loops, own, run, byte, end, categories, deepest, deepest_chars, utf8_whole):
     total = 0
     n_nodes = byte.shape[0]
     for s in range(trans.shape[0]):
         decodes = own[s] & DECODES_UTF8 != 0
+        longest = deepest_chars if decodes else deepest
         outside = ~np.uint16((own[s] | UTF8_CATEGORIES) if decodes else own[s])
         c = 1
         while c < n_nodes:
@@ -143,7 +144,7 @@ def _walk_work(trans, loops, own, run, byte, end, categories, deepest, utf8_whol
                 inside = (
                     own[s] != 0
                     and categories[c] & outside == 0
-                    and deepest[c] <= run[s]
+                    and longest[c] <= run[s]
                     and (utf8_whole[c] or not decodes)
                 )
                 if not inside:
@@ -663,6 +664,8 @@ def _walk(
     byte, depth, end, categories, token_start, token_ids, deepest, utf8_state, utf8_whole = trie[:9]
     children = trie[9]
     decodes = own & DECODES_UTF8 != 0
+    # how far a path is in the run: its bytes, or its characters when the run decodes UTF-8
+    length, longest = (trie[10], trie[11]) if decodes else (depth, deepest)
     stack[0] = state
     n_pending = 0
     inside[0] = limit < 0 and start_row.shape[0] > 0
@@ -677,26 +680,28 @@ def _walk(
             continue
         n_pending = _walk_subtree(
             trans, loops, i, end[i], byte, depth, end, categories, token_start, token_ids,
-            deepest, utf8_state, utf8_whole, decodes, distance, limit, stack, row, pending,
-            n_pending, own, run, inside, outside,
+            longest, length, utf8_state, utf8_whole, decodes, distance, limit, stack, row,
+            pending, n_pending, own, run, inside, outside,
         )  # fmt: skip
     return n_pending
 
 
 @numba.njit(cache=True, inline="always")
 def _walk_subtree(
-    trans, loops, i, stop, byte, depth, end, categories, token_start, token_ids, deepest,
-    utf8_state, utf8_whole, decodes, distance, limit, stack, row, pending, n_pending, own, run,
-    inside, outside,
+    trans, loops, i, stop, byte, depth, end, categories, token_start, token_ids, longest,
+    length, utf8_state, utf8_whole, decodes, distance, limit, stack, row, pending, n_pending,
+    own, run, inside, outside,
 ):  # fmt: skip
     """`_walk`'s walk of the nodes `[i, stop)` (one subtree of the root); returns `n_pending`
-    plus the edges it met into states not made yet."""
+    plus the edges it met into states not made yet. `length`, `longest`: per node, how far its
+    path goes into the run and the most of that in its subtree (`Trie.depth` and `deepest`, or
+    `chars` and `deepest_chars` when the run decodes UTF-8)."""
     while i < stop:
         d = depth[i]
         if (
             inside[d - 1]
             and categories[i] & outside == 0
-            and deepest[i] <= run
+            and longest[i] <= run
             and (utf8_whole[i] or not decodes)
         ):
             i = end[i]  # every token of the subtree is in `start_row`
@@ -720,7 +725,7 @@ def _walk_subtree(
         inside[d] = (
             inside[d - 1]
             and BYTE_CATEGORY[byte[i]] & outside == 0
-            and d <= run
+            and length[i] <= run
             and (utf8_state[i] >= 0 or not decodes)
         )
         if not inside[d] and _near(distance, s, limit):
@@ -856,11 +861,11 @@ def lazy_mask(trans, loops, accept, trie, eos, n_words, max_depth, s, pending, s
 
 def walk_trie(trie: Trie) -> tuple:
     """The trie arrays the walks read: (byte, depth, end, categories, token_start, token_ids,
-    deepest, utf8_state, utf8_whole, children)."""
+    deepest, utf8_state, utf8_whole, children, chars, deepest_chars)."""
     t = trie
     return (
         t.byte, t.depth, t.end, t.categories, t.token_start, t.token_ids, t.deepest,
-        t.utf8_state, t.utf8_whole, t.children,
+        t.utf8_state, t.utf8_whole, t.children, t.chars, t.deepest_chars,
     )  # fmt: skip
 
 
@@ -910,7 +915,7 @@ def _run_categories(trans, loops, byte_category, max_depth, decoder):
     for s in range(n):
         if loops[s] & ALL_CATEGORIES:
             own[s] = loops[s] & ALL_CATEGORIES
-            if _decodes_utf8(trans, s, decoder):
+            if _decodes_utf8(trans, s, decoder, s):
                 own[s] |= DECODES_UTF8
             run[s] = max_depth
             continue
@@ -945,14 +950,35 @@ def _run_categories(trans, loops, byte_category, max_depth, decoder):
             at = nxt
         own[s] = mine
         run[s] = steps
+        # a counter of characters: every UTF-8 character read from each state of the chain
+        # goes to the chain's next state, as its bytes of `mine` do (`maxLength` over JSON
+        # string characters); then the run counts characters, not bytes
+        k, at = 0, s
+        while k < steps:
+            nxt = target[at, _lowest_category(mine)]
+            if not _decodes_utf8(trans, at, decoder, nxt):
+                break
+            k += 1
+            at = nxt
+        if steps and k == steps:
+            own[s] |= DECODES_UTF8
     return own, run
 
 
+@numba.njit(cache=True, inline="always")
+def _lowest_category(categories):
+    c = 0
+    while not categories >> np.uint16(c) & 1:
+        c += 1
+    return c
+
+
 @numba.njit(cache=True)
-def _decodes_utf8(trans, s, decoder):
-    """True when every valid UTF-8 character read from `s` stays live and ends in `s` again:
-    the decoder's states map to states of `trans` (state 0 to `s`) consistently on every byte
-    >= 0x80 the decoder takes. O(8 * 128)."""
+def _decodes_utf8(trans, s, decoder, back):
+    """True when every valid UTF-8 character read from `s` stays live and ends in `back` (`s`
+    for a loop, the next state of a counter): the decoder's states map to states of `trans`
+    (state 0 to `s`, a character's end to `back`) consistently on every byte >= 0x80 the
+    decoder takes. O(8 * 128)."""
     image = np.full(decoder.shape[0], -2, np.int64)
     image[0] = s
     for u in range(decoder.shape[0]):  # state 0 names every other; they lead back to 0..2
@@ -965,7 +991,10 @@ def _decodes_utf8(trans, s, decoder):
             x = trans[image[u], b]
             if x < 0:
                 return False
-            if image[v] == -2:
+            if v == 0:  # a character ends
+                if x != back:
+                    return False
+            elif image[v] == -2:
                 image[v] = x
             elif image[v] != x:
                 return False

@@ -23,6 +23,7 @@ which needs every state; the generation engine, which checks budgets, uses `Toke
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 from corral.automata.lazy import LazyDfa
 from corral.kernels.masks.index import (
@@ -82,10 +83,11 @@ class LazyTokenIndex:
         self._trans = np.full((0, 256), -1, np.int32)  # rows made; -(t + 2): t not made yet
         self._loops = np.zeros(0, np.uint16)
         self._accept = np.zeros(0, np.bool_)
-        self._made: list[bool] = []
+        self._made = np.zeros(0, np.bool_)  # per state: its row is in the table
         self._into: dict[int, list[int]] = {}  # state not made -> rows with an edge into it
         self._masks: dict[int, np.ndarray] = {}
         self._pending = np.empty(PENDING_SLOTS, np.int32)
+        self._fresh = np.empty(256, np.int32)  # `_write_row`'s targets not made yet
         self.walks = 0  # trie walks so far (rounds of `mask`)
 
     @property
@@ -98,35 +100,32 @@ class LazyTokenIndex:
         size = self._trans.shape[0]
         if n <= size:
             return
-        size = max(n, 2 * size, 64)
+        size = max(n, 2 * size, 16)
         trans = np.full((size, 256), -1, np.int32)
         trans[: self._trans.shape[0]] = self._trans
         loops = np.zeros(size, np.uint16)
         loops[: self._loops.shape[0]] = self._loops
         accept = np.zeros(size, np.bool_)
         accept[: self._accept.shape[0]] = self._accept
-        self._trans, self._loops, self._accept = trans, loops, accept
-        self._made.extend([False] * (size - len(self._made)))
+        made = np.zeros(size, np.bool_)
+        made[: self._made.shape[0]] = self._made
+        self._trans, self._loops, self._accept, self._made = trans, loops, accept, made
 
     def _make(self, state: int) -> None:
         """Copy `state`'s row into the table (making it in the `LazyDfa` if needed), its edges
-        into states not made yet written -(t + 2), and rewrite the edges into it."""
+        into states not made yet written -(t + 2), and rewrite the edges into it: one kernel
+        call (`_write_row`) and a rewrite per row that points at `state`."""
         row = self.dfa.row(state)
         self._grow(self.dfa.n_states)
-        out = row.copy()
-        made = self._made
         self._made[state] = True
-        for t in np.unique(row[row >= 0]).tolist():
-            if not made[t]:
-                out[row == t] = -(t + 2)
-                self._into.setdefault(t, []).append(state)
-        self._trans[state] = out
-        leaves = np.bitwise_or.reduce(BYTE_CATEGORY[out != state])
-        self._loops[state] = ~leaves & 0xFFFF  # the categories `state` loops on whole
+        loops, n_fresh = _write_row(self._trans, self._made, state, row, BYTE_CATEGORY, self._fresh)
+        self._loops[state] = loops  # the categories `state` loops on whole
         self._accept[state] = self.dfa.accepting(state)
-        for source in self._into.pop(state, ()):
-            line = self._trans[source]
-            line[line == -(state + 2)] = state
+        into = self._into
+        for t in self._fresh[:n_fresh].tolist():
+            into.setdefault(t, []).append(state)
+        for source in into.pop(state, ()):
+            _relink(self._trans, source, state)
 
     def mask(self, state: int) -> np.ndarray:
         """The packed mask of `state`: uint32 `[ceil(V / 32)]`, read-only, kept; walks until no
@@ -199,7 +198,7 @@ class LazyTokenIndex:
         self._trans[:n] = table
         self._loops[:n] = loop_categories(table)
         self._accept[:n] = [self.dfa.accepting(s) for s in range(n)]
-        self._made[:n] = [True] * n
+        self._made[:n] = True
         self._into.clear()
         self.finished = True
         trans, loops = self._trans[:n], self._loops[:n]
@@ -266,3 +265,40 @@ class LazyTokenIndex:
 
     def is_eos(self, token: int) -> bool:
         return token in self._eos_set
+
+
+@numba.njit(cache=True)
+def _write_row(trans, made, state, row, byte_category, fresh):  # pragma: no cover - compiled
+    """Write `row` (int32 `[256]`, -1 dead) as `trans[state]`, each edge into a state t not
+    `made` as -(t + 2); the distinct such t go to `fresh` (int32 `[256]`). Returns (the
+    categories `state` loops on whole, as `loop_categories`; how many t were written). O(256 x
+    distinct targets not made)."""
+    leaves = 0
+    n = 0
+    for b in range(256):
+        t = row[b]
+        if t >= 0 and not made[t]:
+            trans[state, b] = -(t + 2)
+            seen = False
+            for k in range(n):
+                if fresh[k] == t:
+                    seen = True
+                    break
+            if not seen:
+                fresh[n] = t
+                n += 1
+        else:
+            trans[state, b] = t
+        if t != state:
+            leaves |= byte_category[b]
+    return np.uint16(~leaves & 0xFFFF), n
+
+
+@numba.njit(cache=True)
+def _relink(trans, source, state):  # pragma: no cover - compiled
+    """Rewrite row `source`'s edges into `state`, written -(state + 2) while it was not made,
+    to `state`. O(256)."""
+    pending = -(state + 2)
+    for b in range(256):
+        if trans[source, b] == pending:
+            trans[source, b] = state

@@ -139,16 +139,34 @@ class Trie:
     def deepest(self) -> np.ndarray:
         """int32 `[n_nodes]`: the depth of the deepest node in each node's subtree (the node's
         own depth when it is a leaf). O(n_nodes), once."""
-        return _subtree_deepest(self.depth)
+        return _subtree_deepest(self.depth, self.depth)
+
+    @cached_property
+    def chars(self) -> np.ndarray:
+        """int32 `[n_nodes]`: the UTF-8 characters on the path from the root to each node, a
+        character cut at the end counted as one (its bytes that are no continuation byte,
+        0x80-0xBF; meaningful where `utf8_state` >= 0). O(n_nodes), once."""
+        return _path_chars(self.byte, self.depth)
+
+    @cached_property
+    def deepest_chars(self) -> np.ndarray:
+        """int32 `[n_nodes]`: the most `chars` of a node in each node's subtree. O(n_nodes),
+        once."""
+        return _subtree_deepest(self.depth, self.chars)
 
     def run_rows(self, own: int, n_words: int) -> np.ndarray:
         """uint32 `[max_depth + 1, n_words]`: row L is the packed row of the tokens of at most L
         bytes every byte of which falls in the categories `own`: what a state allows whose next
         L steps on those categories each go, whatever the byte, to one live state (a run,
-        `index.run_categories`; a loop is a run of any length). A new array.
+        `index.run_categories`; a loop is a run of any length). With `DECODES_UTF8` in `own`
+        (a run that reads whole UTF-8 characters as steps too: a counter of characters), row L
+        holds the tokens of at most L characters (`chars`) whose bytes are in `own` or valid
+        UTF-8, whole or cut inside a character. A new array.
         O(n_nodes + (max_depth + 1) * n_words)."""
+        decodes = bool(own & DECODES_UTF8)
         return _run_rows(
-            self.path_categories, self.depth, self.token_start, self.token_ids, own,
+            self.path_categories, self.chars if decodes else self.depth, self.utf8_state,
+            self.token_start, self.token_ids, own & 0xFFFF, decodes, UTF8_CATEGORIES,
             self.max_depth, n_words,
         )  # fmt: skip
 
@@ -322,18 +340,19 @@ def _subtree_all_valid(depth, utf8_state):
 
 
 @numba.njit(cache=True)
-def _subtree_deepest(depth):
-    """int32 per node: the deepest depth in its subtree. One backward pass over the preorder
-    keeping per depth the deepest of the subtrees closed below: O(n_nodes)."""
+def _subtree_deepest(depth, value):
+    """int32 per node: the largest `value` in its subtree (`value` = `depth`: the deepest
+    depth). One backward pass over the preorder keeping per depth the largest of the subtrees
+    closed below: O(n_nodes)."""
     n = depth.shape[0]
     out = np.zeros(n, np.int32)
     max_depth = 0
     for i in range(n):
         max_depth = max(max_depth, depth[i])
-    below = np.zeros(max_depth + 2, np.int32)  # below[d]: deepest of pending subtrees at d
+    below = np.zeros(max_depth + 2, np.int32)  # below[d]: largest of pending subtrees at d
     for i in range(n - 1, -1, -1):
         d = depth[i]
-        deepest = max(d, below[d + 1])
+        deepest = max(value[i], below[d + 1])
         below[d + 1] = 0
         out[i] = deepest
         below[d] = max(below[d], deepest)
@@ -341,14 +360,35 @@ def _subtree_deepest(depth):
 
 
 @numba.njit(cache=True)
-def _run_rows(path_categories, depth, token_start, token_ids, own, max_depth, n_words):
-    """`Trie.run_rows`: the tokens at each depth whose path categories are all in `own`, then a
-    running OR over depths. O(n_nodes + max_depth * n_words)."""
+def _path_chars(byte, depth):
+    """int32 per node: the bytes on its path that are no UTF-8 continuation byte. One preorder
+    pass keeping the count per depth: O(n_nodes)."""
+    n = byte.shape[0]
+    out = np.zeros(n, np.int32)
+    max_depth = 0
+    for i in range(n):
+        max_depth = max(max_depth, depth[i])
+    at = np.zeros(max_depth + 1, np.int32)  # at[d]: the count of the open node at depth d
+    for i in range(1, n):
+        d = depth[i]
+        at[d] = at[d - 1] + (0 if 0x80 <= byte[i] < 0xC0 else 1)
+        out[i] = at[d]
+    return out
+
+
+@numba.njit(cache=True)
+def _run_rows(
+    path_categories, length, utf8_state, token_start, token_ids, own, decodes, utf8, max_depth,
+    n_words,
+):  # fmt: skip
+    """`Trie.run_rows`: the tokens at each `length` (depth, or characters with `decodes`) whose
+    path categories are all in `own` (with `decodes`: in `own` or `utf8`, and valid UTF-8 so
+    far), then a running OR over lengths. O(n_nodes + max_depth * n_words)."""
     rows = np.zeros((max_depth + 1, n_words), np.uint32)
-    outside = ~np.uint16(own)
+    outside = ~np.uint16((own | utf8) if decodes else own)
     for i in range(path_categories.shape[0]):
-        if path_categories[i] & outside == 0:
-            row = rows[depth[i]]
+        if path_categories[i] & outside == 0 and (not decodes or utf8_state[i] >= 0):
+            row = rows[length[i]]
             for k in range(token_start[i], token_start[i + 1]):
                 t = token_ids[k]
                 row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
