@@ -692,7 +692,8 @@ def _attempt(
             return (tree if build is None else build(tree)), compiler.recursive, compiler.longest
     except STATE_LIMIT_ERRORS as error:
         if isinstance(error, TooManyNfaStatesError) and form is not None:
-            error = blame(form, compiler.trees, compiler.pointers, error)
+            with deep_recursion():  # the builds of the parts recurse as deep as the compile's
+                error = blame(form, compiler.trees, compiler.pointers, error)
         longest = tuple(compiler.longest)
         raise StateLimit(error, compiler.recursive, schema_limits.max_recursion, longest) from None
     except EmptyLanguageError as error:
