@@ -71,7 +71,7 @@ FIELDS = {
     "user": NO_EFFECT,
     "safety_identifier": NO_EFFECT,
     "metadata": NO_EFFECT,  # tags a stored completion (OpenAI's): none is stored
-    "store": Field("refused", (False,), "corral stores no completion: false"),
+    "store": Field("refused", (False,), "corral stores no completion (send false or leave it out)"),
     "prompt_cache_key": NO_EFFECT,
     "prompt_cache_retention": Field(
         "refused", ("in_memory",), "corral's prefix cache lives in memory only: in_memory"

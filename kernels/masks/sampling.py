@@ -40,7 +40,9 @@ class SamplingParams:
             by it when positive, multiplied when negative; 1 is off.
 
     Raises:
-        ValueError: a value out of range.
+        TypeError: a value of the wrong type (top_k an int; the others real numbers; bool is
+            neither), naming the field.
+        ValueError: a value out of range or not finite, naming the field.
     """
 
     temperature: float = 1.0
@@ -52,6 +54,15 @@ class SamplingParams:
     repetition_penalty: float = 1.0
 
     def __post_init__(self) -> None:
+        for name in ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty",
+                     "repetition_penalty", "top_k"):  # fmt: skip
+            value = getattr(self, name)
+            kinds = (int, np.integer) if name == "top_k" else (int, float, np.integer, np.floating)
+            if isinstance(value, bool) or not isinstance(value, kinds):
+                kind = "an integer" if name == "top_k" else "a number"
+                raise TypeError(f"{name} must be {kind}, not {value!r}")
+            if not math.isfinite(value):
+                raise ValueError(f"{name} must be finite, not {value}")
         if not (self.temperature >= 0 and math.isfinite(self.temperature)):
             raise ValueError(f"temperature must be >= 0, not {self.temperature}")
         if self.top_k < 0:

@@ -281,3 +281,26 @@ def test_top_logprobs_agree_with_sample_and_sum_to_one_within_the_mask(v, densit
         tokens, logprobs = top_logprobs(logits, pack(allowed), 20)
         assert sorted(tokens.tolist()) == np.flatnonzero(allowed).tolist()
         assert float(np.exp(logprobs).sum()) == pytest.approx(1.0, abs=1e-5)
+
+
+FIELDS = ("temperature", "top_k", "top_p", "min_p", "presence_penalty", "frequency_penalty",
+          "repetition_penalty")  # fmt: skip
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.sampled_from(FIELDS),
+    st.one_of(
+        st.text(max_size=3), st.none(), st.booleans(), st.lists(st.integers(), max_size=2),
+        st.sampled_from([math.nan, math.inf, -math.inf, 1.5]),
+    ),
+)  # fmt: skip
+def test_a_sampling_parameter_of_the_wrong_type_or_not_finite_is_refused_by_name(name, value):
+    """Every field, any value of the wrong type (a string, None, a bool, a list; a fraction for
+    top_k) or not finite: a TypeError or ValueError whose message starts with the field's name,
+    never an error from a comparison inside."""
+    if name != "top_k" and value == 1.5:
+        value = "1.5"  # a fraction is a valid number for the other fields
+    with pytest.raises((TypeError, ValueError)) as caught:
+        SamplingParams(**{name: value})
+    assert str(caught.value).startswith(f"{name} must be"), caught.value
