@@ -372,7 +372,7 @@ def check_fields(request: GenerationRequest) -> None:
     prompt, `max_tokens`, `logit_bias`'s entries and `top_logprobs` (`check_request` checks
     those against the model) has the wrong type or an out-of-range value: `params` not a
     `SamplingParams`; `seed` not None or an integer within 0..2**64-1; `stop` not a tuple or
-    list of strings (a bare str is refused, not split into characters); `constraint` or
+    list of non-empty strings (a bare str is refused, not split into characters); `constraint` or
     `prelude` not None or a `Constraint`; `trigger` not None or a non-empty str, or set without
     a constraint; `budget_aware`, `jump_forward` or `allowed_mass` not a boolean; `thought` not
     None or a `ThoughtBudget`; `thinking_budget` not None or an integer >= 0, or set without
@@ -388,8 +388,8 @@ def check_fields(request: GenerationRequest) -> None:
     if r.seed is not None and not (is_integer(r.seed) and 0 <= r.seed < 2**64):
         raise refuse("seed", "None or an integer within 0..2**64-1")
     stop = r.stop
-    if not isinstance(stop, tuple | list) or not all(isinstance(s, str) for s in stop):
-        raise refuse("stop", "a tuple of strings")
+    if not isinstance(stop, tuple | list) or not all(isinstance(s, str) and s for s in stop):
+        raise refuse("stop", "a tuple or list of non-empty strings")
     for param in ("constraint", "prelude"):
         if getattr(r, param) is not None and not isinstance(getattr(r, param), Constraint):
             raise refuse(param, "None or a Constraint")

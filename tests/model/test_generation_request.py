@@ -65,7 +65,7 @@ def valid(field: str, value) -> bool:
     if field == "seed":
         return value is None or is_int(value) and 0 <= value < 2**64
     if field == "stop":
-        return isinstance(value, list | tuple) and all(isinstance(s, str) for s in value)
+        return isinstance(value, list | tuple) and all(isinstance(s, str) and s for s in value)
     if field in ("budget_aware", "jump_forward", "allowed_mass"):
         return isinstance(value, bool)
     if field == "logit_bias":
