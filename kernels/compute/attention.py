@@ -410,6 +410,15 @@ def _axpy4(acc, r, rows, t, w0, w1, w2, w3, width):  # pragma: no cover - compil
         )
 
 
+@numba.njit(cache=True, inline="always")
+def _prefetch_block(run, t, length, width):  # pragma: no cover - compiled
+    """Fetch into L2 the rows of the next block of 16 `_PREFETCH_ROWS` ahead of row t in a
+    flat `[T hd]` run (keys or values), those below `length`. O(16 hd / 16)"""
+    for u in range(t + _PREFETCH_ROWS, min(t + _PREFETCH_ROWS + _BLOCK, length)):
+        for i in range(0, width, 16):
+            prefetch_l2(run, u * width + i)
+
+
 @numba.njit(cache=True, fastmath=_FASTMATH, inline="always")
 def _positional_scores(
     queries, key_run, key_rows, scores, start, group, origin, width
@@ -427,9 +436,7 @@ def _positional_scores(
     t = origin
     while t + _BLOCK <= length:  # keys t..t+15, for every row that sees all 16
         if width > 128:  # rows of 512 bytes (float16) and more: fetched _PREFETCH_ROWS ahead
-            for u in range(t + _PREFETCH_ROWS, min(t + _PREFETCH_ROWS + _BLOCK, length)):
-                for i in range(0, width, 16):
-                    prefetch_l2(key_run, u * width + i)
+            _prefetch_block(key_run, t, length, width)
         r = max(0, t + _BLOCK - 1 - start) * group
         if paired:
             while r + 2 <= n_rows:
@@ -473,9 +480,7 @@ def _positional_values(
     t = origin
     while t + _BLOCK <= length:
         if width > 128:
-            for u in range(t + _PREFETCH_ROWS, min(t + _PREFETCH_ROWS + _BLOCK, length)):
-                for i in range(0, width, 16):
-                    prefetch_l2(value_run, u * width + i)
+            _prefetch_block(value_run, t, length, width)
         r = max(0, t + _BLOCK - 1 - start) * group
         if paired:
             while r + 2 <= n_rows:
