@@ -517,7 +517,7 @@ super-block formats per super-block)."""
 
 
 def _emit_super_blocks(builder, form, group, words_p, w_at, x_p, x_at, x_scales_p, terms_p,
-                       where, d, c, totals):  # fmt: skip
+                       where, d, c, totals, wide=False):  # fmt: skip
     """IR: the 8 sub-blocks of one super-block of 16 output rows (`SUPER4`, `SUPER6`) times
     `group` rows of x (two int8 parts on one scale), added to `totals` (float32 vectors, one a
     row), in a loop over the sub-blocks. Returns the new totals.
@@ -537,6 +537,9 @@ def _emit_super_blocks(builder, form, group, words_p, w_at, x_p, x_at, x_scales_
                 offset_h over half h's 16 columns of u = q (0..63: the nibble and its 2 high
                 bits put in bits 4-5), offset_h = 32 sum(127 x_1 + x_2) over those columns
                 (x_offsets[2 (where + b) + h]), so S_h = sum((q - 32)(127 x_1 + x_2))
+
+    `wide` (`SUPER6` only): x_q holds x as one int16 a column instead (`six_wide`), and T is
+    summed by `_six_wide_sums`: the same integer, so the same totals bit for bit.
 
     The code is the same for every `group`, one row's operations apart from the others', so a
     row's totals are the same bits whatever rows share the call.
@@ -644,6 +647,13 @@ def _emit_super_blocks(builder, form, group, words_p, w_at, x_p, x_at, x_scales_
             following[i] = builder.call(fma, [builder.sitofp(sums[i], fvec), ds, following[i]])
             term = load(terms_p, where_b[i], f32, 4)
             following[i] = builder.call(fma, [m, splat(term, fvec), following[i]])
+    elif wide:  # SUPER6 on x as one int16: (q - 32) sc in int16 pairs against it
+        scaled = _six_wide_sums(builder, group, words_p, sub_at, x_p, x_b, b, load, const,
+                                scale_bytes)  # fmt: skip
+        for i in range(group):  # one float epilogue a sub-block of 32, as below
+            d_x = load(x_scales_p, where_b[i], f32, 4)
+            dd = builder.fmul(splat(d_x, fvec), d)
+            following[i] = builder.call(fma, [builder.sitofp(scaled[i], fvec), dd, following[i]])
     else:
         splits = max(1, 4 // group)
         tops = [load(words_p, builder.add(sub_at, i64(64 * (4 + h))), vec) for h in range(2)]
@@ -692,6 +702,106 @@ def _emit_super_blocks(builder, form, group, words_p, w_at, x_p, x_at, x_scales_
     builder.cbranch(builder.icmp_signed("<", next_b, i64(SUB_BLOCKS)), loop, done)
     builder.position_at_end(done)
     return following
+
+
+SIX_WIDE_ORDER = (0, 2, 1, 3)
+"""Where `six_wide` puts column 4 i + j of a sub-block among its 4 int16 at 4 i: x's pairs for
+`vpdpwssd` are columns (4 i, 4 i + 2) and (4 i + 1, 4 i + 3), as `vpmaddubsw` pairs a word's
+bytes 0, 2 and 1, 3 (`_six_wide_sums`)."""
+
+
+@numba.njit(cache=True)
+def six_wide(x_q):  # pragma: no cover - compiled
+    """x_q (int8 [..., `X_ROW`]: each row's block of 32 as x_1, then x_2, `quantize_rows_by`
+    with R = `SIX_RATIO`) rewritten in place as one int16 a column, 127 x_1 + x_2 (|.| <=
+    16,129), column 4 i + j at int16 4 i + `SIX_WIDE_ORDER`[j] of the block's 64 bytes (for
+    `_six_wide_sums`). O(size of x_q)."""
+    flat = x_q.reshape(-1, X_ROW)
+    wide = flat.view(np.int16)
+    values = np.empty(BLOCK, np.int16)
+    for r in range(flat.shape[0]):
+        for column in range(BLOCK):  # all read before any is written over
+            values[column] = SIX_RATIO * np.int16(flat[r, column]) + flat[r, BLOCK + column]
+        for i in range(0, BLOCK, 4):
+            for j in range(4):
+                wide[r, i + SIX_WIDE_ORDER[j]] = values[i + j]
+
+
+@numba.njit(cache=True)
+def _quantized_wide(x, groups, rows):  # pragma: no cover - compiled
+    """`_quantized(x, groups, rows, SUPER6)` with x_q as one int16 a column (`six_wide`) for
+    `_six_wide_sums`, which needs no offsets (x_offsets an empty [rows, 0]).  O(B k)."""
+    n_blocks = x.shape[1] // BLOCK
+    x_q = np.zeros((groups, n_blocks, ROWS, X_ROW), np.int8)
+    x_scales = np.zeros((rows, n_blocks), np.float32)
+    x_sums = np.zeros((rows, n_blocks), np.int32)
+    x_terms = np.zeros((rows, n_blocks), np.float32)
+    quantize_rows_by(x, x_q, x_scales, x_sums, x_terms, SIX_RATIO)
+    six_wide(x_q)
+    return x_q, x_scales, x_terms, np.zeros((rows, 0), np.int32)
+
+
+def _six_wide_sums(builder, group, words_p, sub_at, x_p, x_b, b, load, const, scale_bytes):
+    """IR: T = sum((q - 32) sc (127 x_1 + x_2)) over sub-block b of 32 of `SUPER6`'s 16 output
+    rows, for `group` rows of x held as one int16 a column (`six_wide`), int32 vectors, one a
+    row. The weights are widened once for the rows: a word's bytes u = q (0..63: the nibble and
+    its 2 high bits, as `_emit_super_blocks`) times the half's int8 scale by `vpmaddubsw`
+    against (sc, 0, sc, 0) and (0, sc, 0, sc), less 32 sc (`vpsubw`): int16 pairs (q - 32) sc
+    (|.| <= 4,096) of columns (4 i, 4 i + 2) and (4 i + 1, 4 i + 3), then one `vpdpwssd` a pair
+    vector and row: 16 a row and sub-block, against the previous 16 `vpdpbusd` and the parts'
+    combination, offset and `vpmulld` a half. The same integer T (exact in int32, the bound of
+    `SIX_RATIO`), so the same bits."""
+    i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+    vec, wvec = ir.VectorType(i32, ROWS), ir.VectorType(i16, 2 * ROWS)
+    bvec = ir.VectorType(i8, 4 * ROWS)
+    dpwssd = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(vec, [vec, wvec, wvec]), "llvm.x86.avx512.vpdpwssd.512"
+    )
+    maddubs = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(wvec, [bvec, bvec]), "llvm.x86.avx512.pmaddubs.w.512"
+    )
+    low = const(0x0F0F0F0F)
+    splits = max(1, 8 // group)
+    sums = [[const(0)] * splits for _ in range(group)]
+    turn = 0
+    for h in range(2):
+        sub = builder.add(builder.mul(b, i64(2)), i64(h))  # the sub-block of 16
+        sc = scale_bytes(builder.add(builder.udiv(sub, i64(4)), i64(48)),
+                         builder.urem(sub, i64(4)), True, False)  # fmt: skip
+        sc16 = builder.shuffle_vector(  # sc (int16) in both halves of each lane
+            builder.bitcast(sc, wvec), ir.Constant(wvec, None),
+            ir.Constant(ir.VectorType(i32, 2 * ROWS), [2 * (k // 2) for k in range(2 * ROWS)]),
+        )  # fmt: skip
+        even = builder.and_(sc16, wvec([0xFF] * (2 * ROWS)))  # bytes (sc, 0, sc, 0)
+        odd = builder.shl(even, wvec([8] * (2 * ROWS)))  # bytes (0, sc, 0, sc)
+        offset = builder.shl(sc16, wvec([5] * (2 * ROWS)))  # 32 sc
+        top_word = load(words_p, builder.add(sub_at, i64(64 * (4 + h))), vec)
+        for index in range(4):
+            word = load(words_p, builder.add(sub_at, i64(64 * index)), vec)
+            nibble = builder.and_(builder.lshr(word, const(4)) if h else word, low)
+            top = top_word  # column 4 index + j's high bits at bits 2 index of byte j
+            if index < 2:
+                top = builder.shl(top, const(4 - 2 * index))
+            elif index == 3:
+                top = builder.lshr(top, const(2))
+            u = builder.bitcast(builder.or_(nibble, builder.and_(top, const(0x30303030))), bvec)
+            for pair, scale in enumerate((even, odd)):
+                product = builder.call(maddubs, [u, builder.bitcast(scale, bvec)])
+                weights = builder.sub(product, offset)  # (q - 32) sc
+                column = 16 * h + 4 * index  # x's int16 pair at 2 column + 4 pair bytes
+                slot = turn % splits
+                for i in range(group):
+                    at = builder.add(x_b[i], i64(2 * column + 4 * pair))
+                    x_pair = builder.bitcast(_splat(builder, load(x_p, at, i32), vec), wvec)
+                    sums[i][slot] = builder.call(dpwssd, [sums[i][slot], weights, x_pair])
+                turn += 1
+    totals = []
+    for row in sums:
+        total = row[0]
+        for other in row[1:]:
+            total = builder.add(total, other)
+        totals.append(total)
+    return totals
 
 
 def emit_paired_super(context, builder, arg_types, args, form, group):
@@ -754,7 +864,7 @@ def emit_paired_super(context, builder, arg_types, args, form, group):
         for i in range(group)
     ]  # fmt: skip
     following = _emit_super_blocks(builder, form, group, words_p, w_at, x_p, x_at, x_scales_p,
-                                   terms_p, where, d, c, totals)  # fmt: skip
+                                   terms_p, where, d, c, totals, form == SUPER6)  # fmt: skip
     next_j = builder.add(j, i64(1))
     j.add_incoming(next_j, builder.block)
     for phi, value in zip(totals, following, strict=True):
