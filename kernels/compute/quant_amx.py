@@ -538,7 +538,7 @@ def _emit_super_blocks(builder, form, group, words_p, w_at, x_p, x_at, x_scales_
                 bits put in bits 4-5), offset_h = 32 sum(127 x_1 + x_2) over those columns
                 (x_offsets[2 (where + b) + h]), so S_h = sum((q - 32)(127 x_1 + x_2))
 
-    `wide` (`SUPER6` only): x_q holds x as one int16 a column instead (`six_wide`), and T is
+    `wide` (`SUPER6` only): x_q holds x as one int16 a column (`_quantized_wide`), and T is
     summed by `_six_wide_sums`: the same integer, so the same totals bit for bit.
 
     The code is the same for every `group`, one row's operations apart from the others', so a
@@ -705,45 +705,37 @@ def _emit_super_blocks(builder, form, group, words_p, w_at, x_p, x_at, x_scales_
 
 
 SIX_WIDE_ORDER = (0, 2, 1, 3)
-"""Where `six_wide` puts column 4 i + j of a sub-block among its 4 int16 at 4 i: x's pairs for
-`vpdpwssd` are columns (4 i, 4 i + 2) and (4 i + 1, 4 i + 3), as `vpmaddubsw` pairs a word's
-bytes 0, 2 and 1, 3 (`_six_wide_sums`)."""
-
-
-@numba.njit(cache=True)
-def six_wide(x_q):  # pragma: no cover - compiled
-    """x_q (int8 [..., `X_ROW`]: each row's block of 32 as x_1, then x_2, `quantize_rows_by`
-    with R = `SIX_RATIO`) rewritten in place as one int16 a column, 127 x_1 + x_2 (|.| <=
-    16,129), column 4 i + j at int16 4 i + `SIX_WIDE_ORDER`[j] of the block's 64 bytes (for
-    `_six_wide_sums`). O(size of x_q)."""
-    flat = x_q.reshape(-1, X_ROW)
-    wide = flat.view(np.int16)
-    values = np.empty(BLOCK, np.int16)
-    for r in range(flat.shape[0]):
-        for column in range(BLOCK):  # all read before any is written over
-            values[column] = SIX_RATIO * np.int16(flat[r, column]) + flat[r, BLOCK + column]
-        for i in range(0, BLOCK, 4):
-            for j in range(4):
-                wide[r, i + SIX_WIDE_ORDER[j]] = values[i + j]
+"""Where `_quantized_wide` puts column 4 i + j of a block among its 4 int16 at 4 i (its own
+inverse): x's pairs for `vpdpwssd` are columns (4 i, 4 i + 2) and (4 i + 1, 4 i + 3), as
+`vpmaddubsw` pairs a word's bytes 0, 2 and 1, 3 (`_six_wide_sums`)."""
 
 
 @numba.njit(cache=True)
 def _quantized_wide(x, groups, rows):  # pragma: no cover - compiled
-    """`_quantized(x, groups, rows, SUPER6)` with x_q as one int16 a column (`six_wide`) for
-    `_six_wide_sums`, which needs no offsets (x_offsets an empty [rows, 0]).  O(B k)."""
+    """`_quantized(x, groups, rows, SUPER6)` with each row's block of x_q (64 bytes) holding
+    one int16 a column, 127 x_1 + x_2 (|.| <= 16,129) of the same parts, column 4 i + j at
+    int16 4 i + `SIX_WIDE_ORDER`[j] (for `_six_wide_sums`, which needs no offsets: x_offsets
+    an empty [rows, 0]).  O(B k)."""
     n_blocks = x.shape[1] // BLOCK
     x_q = np.zeros((groups, n_blocks, ROWS, X_ROW), np.int8)
     x_scales = np.zeros((rows, n_blocks), np.float32)
     x_sums = np.zeros((rows, n_blocks), np.int32)
     x_terms = np.zeros((rows, n_blocks), np.float32)
-    quantize_rows_by(x, x_q, x_scales, x_sums, x_terms, SIX_RATIO)
-    six_wide(x_q)
+    flat_x, tiles = x.reshape(-1), x_q.reshape(-1)
+    scales, sums, terms = x_scales.reshape(-1), x_sums.reshape(-1), x_terms.reshape(-1)
+    k = x.shape[1]
+    for row in range(x.shape[0]):  # as `quantize_rows_by`
+        group, lane = row // ROWS, row % ROWS
+        for block in range(n_blocks):
+            at = ((group * n_blocks + block) * ROWS + lane) * X_ROW
+            where = row * n_blocks + block
+            _quantize_wide(flat_x, row * k + block * BLOCK, tiles, at, scales, sums, terms, where)
     return x_q, x_scales, x_terms, np.zeros((rows, 0), np.int32)
 
 
 def _six_wide_sums(builder, group, words_p, sub_at, x_p, x_b, b, load, const, scale_bytes):
     """IR: T = sum((q - 32) sc (127 x_1 + x_2)) over sub-block b of 32 of `SUPER6`'s 16 output
-    rows, for `group` rows of x held as one int16 a column (`six_wide`), int32 vectors, one a
+    rows, for `group` rows of x held as one int16 a column (`_quantized_wide`), int32 vectors, one a
     row. The weights are widened once for the rows: a word's bytes u = q (0..63: the nibble and
     its 2 high bits, as `_emit_super_blocks`) times the half's int8 scale by `vpmaddubsw`
     against (sc, 0, sc, 0) and (0, sc, 0, sc), less 32 sc (`vpsubw`): int16 pairs (q - 32) sc
@@ -1110,7 +1102,7 @@ def available() -> bool:
     return bool(np.allclose(out, weights.sum(axis=1)[None, :], rtol=1e-6))
 
 
-def _make_quantize_block(ratio: int):
+def _make_quantize_block(ratio: int, wide: bool = False):
     """`_quantize_block` for the parts' `ratio` (`PART_RATIO` or `NIBBLE_RATIO`)."""
 
     @intrinsic
@@ -1123,13 +1115,16 @@ def _make_quantize_block(ratio: int):
         1 = round((v - d_1 part 0) / d) clipped to -127..127 to tiles[t_at + 32:t_at + 64];
         x_scales[s_at] = d, x_sums[s_at] = sum(ratio part 0 + part 1) (int32, exact),
         x_terms[s_at] = d x_sums. Flat offsets; not bounds-checked."""
-        return _quantize_signature(x, x_at, tiles, t_at, x_scales, x_sums, x_terms, s_at, ratio)
+        return _quantize_signature(x, x_at, tiles, t_at, x_scales, x_sums, x_terms, s_at, ratio,
+                                   wide)  # fmt: skip
 
     return quantize_block
 
 
-def _quantize_signature(x, x_at, tiles, t_at, x_scales, x_sums, x_terms, s_at, ratio):
-    """The signature and code generator of `_make_quantize_block(ratio)`'s intrinsic."""
+def _quantize_signature(x, x_at, tiles, t_at, x_scales, x_sums, x_terms, s_at, ratio, wide):
+    """The signature and code generator of `_make_quantize_block(ratio, wide)`'s intrinsic
+    (`wide`: the block's 64 bytes hold ratio x_1 + x_2 as int16 in `SIX_WIDE_ORDER`, not the
+    parts)."""
     arrays = (x, tiles, x_scales, x_sums, x_terms)
     wanted = (types.float32, types.int8, types.float32, types.int32, types.float32)
     if any(
@@ -1182,12 +1177,20 @@ def _quantize_signature(x, x_at, tiles, t_at, x_scales, x_sums, x_terms, s_at, r
             left = builder.fsub(values, builder.fmul(splat(d1), q1))
             q2 = builder.call(round_half_away, [builder.fmul(left, splat(inverse))])
             q2 = builder.call(minimum, [builder.call(maximum, [q2, low]), high])
-            for part, q in enumerate((q1, q2)):
+            for part, q in enumerate(() if wide else (q1, q2)):
                 at = builder.gep(tiles_p, [i32(BLOCK * part + ROWS * h)])
                 at = builder.bitcast(at, bvec.as_pointer())
                 builder.store(builder.fptosi(q, bvec), at, align=1)
             first = builder.mul(builder.fptosi(q1, ivec), ivec([ratio] * ROWS))
-            total = builder.add(total, builder.add(first, builder.fptosi(q2, ivec)))
+            combined = builder.add(first, builder.fptosi(q2, ivec))
+            total = builder.add(total, combined)
+            if wide:  # columns 16 h.. as int16, each 4 in SIX_WIDE_ORDER
+                hvec = ir.VectorType(ir.IntType(16), ROWS)
+                order = [4 * (p // 4) + SIX_WIDE_ORDER[p % 4] for p in range(ROWS)]
+                value = builder.shuffle_vector(builder.trunc(combined, hvec), ir.Constant(
+                    hvec, None), ir.Constant(ir.VectorType(i32, ROWS), order))  # fmt: skip
+                at = builder.bitcast(builder.gep(tiles_p, [i32(2 * ROWS * h)]), hvec.as_pointer())
+                builder.store(value, at, align=1)
         total = builder.call(reduce_add, [total])
         store(d, 4, args[7], f32)
         store(total, 5, args[7], i32)
@@ -1199,6 +1202,7 @@ def _quantize_signature(x, x_at, tiles, t_at, x_scales, x_sums, x_terms, s_at, r
 
 _quantize_254, _quantize_16 = _make_quantize_block(PART_RATIO), _make_quantize_block(NIBBLE_RATIO)
 _quantize_127 = _make_quantize_block(SIX_RATIO)
+_quantize_wide = _make_quantize_block(SIX_RATIO, True)
 
 
 @numba.njit(cache=True)

@@ -445,18 +445,24 @@ def test_q6_k_sub_blocks_at_the_int32_bound_sum_exactly(quant, rows):
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.integers(1, 40), st.integers(0, 2**32 - 1))
-def test_six_wide_holds_127_x1_plus_x2_in_the_pairs_order(rows, seed):
-    """`quant_amx.six_wide` rewrites each row's block of x's two parts (x_1, then x_2, int8)
-    in place as one int16 a column, 127 x_1 + x_2, columns 4 i + (0, 2, 1, 3) at int16 4 i +
-    (0, 1, 2, 3): checked against NumPy on random parts at their extremes included."""
+@given(st.integers(1, 40), st.integers(1, 12), st.integers(0, 2**32 - 1))
+def test_x_as_one_int16_holds_127_x1_plus_x2_in_the_pairs_order(rows, blocks, seed):
+    """`quant_amx._quantized_wide` (x for Q6_K's several-row kernel) holds, in each row's block
+    of 64 bytes, one int16 a column, 127 x_1 + x_2 of the parts `_quantized` makes for Q6_K,
+    columns 4 i + (0, 2, 1, 3) at int16 4 i + (0, 1, 2, 3), with the same scales and terms:
+    checked against NumPy on x with zero, huge and tiny blocks."""
     rng = np.random.default_rng(seed)
-    x_q = rng.integers(-128, 128, (rows, quant_amx.X_ROW), dtype=np.int8)
-    x_q[0, :2] = -127, 127
-    want = 127 * x_q[:, :32].astype(np.int32) + x_q[:, 32:]
-    want = want.reshape(rows, 8, 4)[:, :, [0, 2, 1, 3]].reshape(rows, 32)
-    quant_amx.six_wide(x_q)
-    np.testing.assert_array_equal(x_q.view(np.int16), want.astype(np.int16))
+    x = rng.standard_normal((rows, 32 * blocks)).astype(np.float32)
+    x *= np.exp2(rng.integers(-20, 21, (rows, blocks))).repeat(32, axis=1).astype(np.float32)
+    x[:, :32][rng.random(rows) < 0.2] = 0.0
+    groups, padded = -(-rows // 16), 16 * -(-rows // 16)
+    parts, scales, terms, _ = quant_amx._quantized(x, groups, padded, quant_amx.SUPER6)
+    wide, wide_scales, wide_terms, _ = quant_amx._quantized_wide(x, groups, padded)
+    want = 127 * parts[..., :32].astype(np.int32) + parts[..., 32:]
+    want = want.reshape(-1, 8, 4)[:, :, [0, 2, 1, 3]].reshape(parts.shape[:3] + (32,))
+    np.testing.assert_array_equal(wide.view(np.int16), want.astype(np.int16))
+    np.testing.assert_array_equal(wide_scales, scales)
+    np.testing.assert_array_equal(wide_terms, terms)
 
 
 @needs_vnni
