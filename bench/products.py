@@ -1,7 +1,8 @@
 """Each of SmolLM2-135M's block products alone, float32 activations against int8 activations on
-AVX-512 VNNI, at a few batches: GFLOP/s (2 B n_out k over the median time of a call) and the
+AVX-512 VNNI, at a few batches: GFLOP/s (2 B n_out k over the median time of a call), the
 share of the machine's float32 GEMM rate (NumPy's float32 matmul of two 2048 x 2048 matrices on
-the process's threads, measured in the same run). Printed, not asserted.
+the process's threads, measured in the same run) and GB/s (the weights' bytes over that time:
+at batch 1, where a call reads them once, their stream's rate). Printed, not asserted.
 
     .venv/bin/python bench/products.py                          # batches 1 8 32 64, 3 rounds
     .venv/bin/python bench/products.py --batches 32 --rounds 5 --repeats 30
@@ -69,6 +70,7 @@ SETS = {
         "down": ("Q4_K", 1024, 3072),
         "down_q6k": ("Q6_K", 1024, 3072),
         "lm_head": ("Q6_K", 151936, 1024),
+        "head_q4k": ("Q4_K", 151936, 1024),
     },
     "gemma3-270m": {
         "qkv": ("Q5_0", 1536, 640),
@@ -82,7 +84,8 @@ SETS = {
 """`--set`'s products: name -> (GGUF block type, n_out, k). Qwen3-0.6B: hidden 1024, 16 query
 and 8 key/value heads of 128, FFN 3072, vocabulary 151,936; Gemma 3 270M: hidden 640, 4 query
 and 1 key/value head of 256, FFN 2048, vocabulary 262,144 (its LM head alone, 168 MB as Q8_0,
-comes from memory)."""
+comes from memory). "head_q4k" is Qwen3's head as Q4_K, no product of the model: 92 MB of
+Q4_K from memory, the one-row kernel's stream as a batch-1 step reads it."""
 
 
 def random_matrix(rng: np.random.Generator, kind: str, n_out: int, k: int) -> quant.BlockMatrix:
@@ -168,6 +171,16 @@ def kernel_call(name: str, matrices: dict, product: str, x: np.ndarray):
         return lambda: quant_int8.paired_matmul(x, m.scales, coefs, m.words, out, halves)
     parts = int(name.removeprefix("q8_1-"))
     return lambda: quant_int8.int8_matmul(x, parts, m.scales, coefs, m.words, out)
+
+
+def weights_bytes(name: str, matrices: dict) -> int:
+    """The bytes of the weights kernel `name` reads (once per call at batch 1: the table's
+    GB/s column is these over the time)."""
+    if name == "float32":
+        return matrices["float32"].nbytes
+    if name == "super":
+        return matrices.get("super", matrices["int8-vnni"]).nbytes
+    return matrices["int8-vnni"].nbytes
 
 
 def model_speeds(
@@ -292,7 +305,7 @@ def main() -> None:
           f"{', '.join(f'{p:.0f}' for p in peaks)} GFLOP/s, best {peak:.0f}")  # fmt: skip
     header = f"{'product':>8} {'n_out x k':>12} {'type':>4} {'B':>3}"
     for name in args.kernels:
-        header += f" | {name:>14} us {'GFLOP/s':>7} {'peak':>5}"
+        header += f" | {name:>14} us {'GFLOP/s':>7} {'peak':>5} {'GB/s':>5}"
     print(header)
     for product in args.products:
         kind, n_out, k = products[product]
@@ -301,7 +314,8 @@ def main() -> None:
             for name in args.kernels:
                 seconds = best[(product, batch, name)]
                 rate = 2 * batch * n_out * k / seconds / 1e9
-                line += f" | {seconds * 1e6:17.0f} {rate:7.1f} {rate / peak:5.0%}"
+                read = weights_bytes(name, matrices[product]) / seconds / 1e9
+                line += f" | {seconds * 1e6:17.0f} {rate:7.1f} {rate / peak:5.0%} {read:5.1f}"
             print(line)
 
 

@@ -517,7 +517,7 @@ super-block formats per super-block)."""
 
 
 def _emit_super_blocks(builder, form, group, words_p, w_at, x_p, x_at, x_scales_p, terms_p,
-                       where, d, c, totals):  # fmt: skip
+                       where, d, c, totals, wide=False):  # fmt: skip
     """IR: the 8 sub-blocks of one super-block of 16 output rows (`SUPER4`, `SUPER6`) times
     `group` rows of x (two int8 parts on one scale), added to `totals` (float32 vectors, one a
     row), in a loop over the sub-blocks. Returns the new totals.
@@ -537,6 +537,9 @@ def _emit_super_blocks(builder, form, group, words_p, w_at, x_p, x_at, x_scales_
                 offset_h over half h's 16 columns of u = q (0..63: the nibble and its 2 high
                 bits put in bits 4-5), offset_h = 32 sum(127 x_1 + x_2) over those columns
                 (x_offsets[2 (where + b) + h]), so S_h = sum((q - 32)(127 x_1 + x_2))
+
+    `wide` (`SUPER6` only): x_q holds x as one int16 a column (`_quantized_wide`), and T is
+    summed by `_six_wide_sums`: the same integer, so the same totals bit for bit.
 
     The code is the same for every `group`, one row's operations apart from the others', so a
     row's totals are the same bits whatever rows share the call.
@@ -644,6 +647,13 @@ def _emit_super_blocks(builder, form, group, words_p, w_at, x_p, x_at, x_scales_
             following[i] = builder.call(fma, [builder.sitofp(sums[i], fvec), ds, following[i]])
             term = load(terms_p, where_b[i], f32, 4)
             following[i] = builder.call(fma, [m, splat(term, fvec), following[i]])
+    elif wide:  # SUPER6 on x as one int16: (q - 32) sc in int16 pairs against it
+        scaled = _six_wide_sums(builder, group, words_p, sub_at, x_p, x_b, b, load, const,
+                                scale_bytes)  # fmt: skip
+        for i in range(group):  # one float epilogue a sub-block of 32, as below
+            d_x = load(x_scales_p, where_b[i], f32, 4)
+            dd = builder.fmul(splat(d_x, fvec), d)
+            following[i] = builder.call(fma, [builder.sitofp(scaled[i], fvec), dd, following[i]])
     else:
         splits = max(1, 4 // group)
         tops = [load(words_p, builder.add(sub_at, i64(64 * (4 + h))), vec) for h in range(2)]
@@ -692,6 +702,98 @@ def _emit_super_blocks(builder, form, group, words_p, w_at, x_p, x_at, x_scales_
     builder.cbranch(builder.icmp_signed("<", next_b, i64(SUB_BLOCKS)), loop, done)
     builder.position_at_end(done)
     return following
+
+
+SIX_WIDE_ORDER = (0, 2, 1, 3)
+"""Where `_quantized_wide` puts column 4 i + j of a block among its 4 int16 at 4 i (its own
+inverse): x's pairs for `vpdpwssd` are columns (4 i, 4 i + 2) and (4 i + 1, 4 i + 3), as
+`vpmaddubsw` pairs a word's bytes 0, 2 and 1, 3 (`_six_wide_sums`)."""
+
+
+@numba.njit(cache=True)
+def _quantized_wide(x, groups, rows):  # pragma: no cover - compiled
+    """`_quantized(x, groups, rows, SUPER6)` with each row's block of x_q (64 bytes) holding
+    one int16 a column, 127 x_1 + x_2 (|.| <= 16,129) of the same parts, column 4 i + j at
+    int16 4 i + `SIX_WIDE_ORDER`[j] (for `_six_wide_sums`, which needs no offsets: x_offsets
+    an empty [rows, 0]).  O(B k)."""
+    n_blocks = x.shape[1] // BLOCK
+    x_q = np.zeros((groups, n_blocks, ROWS, X_ROW), np.int8)
+    x_scales = np.zeros((rows, n_blocks), np.float32)
+    x_sums = np.zeros((rows, n_blocks), np.int32)
+    x_terms = np.zeros((rows, n_blocks), np.float32)
+    flat_x, tiles = x.reshape(-1), x_q.reshape(-1)
+    scales, sums, terms = x_scales.reshape(-1), x_sums.reshape(-1), x_terms.reshape(-1)
+    k = x.shape[1]
+    for row in range(x.shape[0]):  # as `quantize_rows_by`
+        group, lane = row // ROWS, row % ROWS
+        for block in range(n_blocks):
+            at = ((group * n_blocks + block) * ROWS + lane) * X_ROW
+            where = row * n_blocks + block
+            _quantize_wide(flat_x, row * k + block * BLOCK, tiles, at, scales, sums, terms, where)
+    return x_q, x_scales, x_terms, np.zeros((rows, 0), np.int32)
+
+
+def _six_wide_sums(builder, group, words_p, sub_at, x_p, x_b, b, load, const, scale_bytes):
+    """IR: T = sum((q - 32) sc (127 x_1 + x_2)) over sub-block b of 32 of `SUPER6`'s 16 output
+    rows, for `group` rows of x held as one int16 a column (`_quantized_wide`), int32 vectors, one a
+    row. The weights are widened once for the rows: a word's bytes u = q (0..63: the nibble and
+    its 2 high bits, as `_emit_super_blocks`) times the half's int8 scale by `vpmaddubsw`
+    against (sc, 0, sc, 0) and (0, sc, 0, sc), less 32 sc (`vpsubw`): int16 pairs (q - 32) sc
+    (|.| <= 4,096) of columns (4 i, 4 i + 2) and (4 i + 1, 4 i + 3), then one `vpdpwssd` a pair
+    vector and row: 16 a row and sub-block, against the previous 16 `vpdpbusd` and the parts'
+    combination, offset and `vpmulld` a half. The same integer T (exact in int32, the bound of
+    `SIX_RATIO`), so the same bits."""
+    i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+    vec, wvec = ir.VectorType(i32, ROWS), ir.VectorType(i16, 2 * ROWS)
+    bvec = ir.VectorType(i8, 4 * ROWS)
+    dpwssd = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(vec, [vec, wvec, wvec]), "llvm.x86.avx512.vpdpwssd.512"
+    )
+    maddubs = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(wvec, [bvec, bvec]), "llvm.x86.avx512.pmaddubs.w.512"
+    )
+    low = const(0x0F0F0F0F)
+    splits = max(1, 8 // group)
+    sums = [[const(0)] * splits for _ in range(group)]
+    turn = 0
+    for h in range(2):
+        sub = builder.add(builder.mul(b, i64(2)), i64(h))  # the sub-block of 16
+        sc = scale_bytes(builder.add(builder.udiv(sub, i64(4)), i64(48)),
+                         builder.urem(sub, i64(4)), True, False)  # fmt: skip
+        sc16 = builder.shuffle_vector(  # sc (int16) in both halves of each lane
+            builder.bitcast(sc, wvec), ir.Constant(wvec, None),
+            ir.Constant(ir.VectorType(i32, 2 * ROWS), [2 * (k // 2) for k in range(2 * ROWS)]),
+        )  # fmt: skip
+        even = builder.and_(sc16, wvec([0xFF] * (2 * ROWS)))  # bytes (sc, 0, sc, 0)
+        odd = builder.shl(even, wvec([8] * (2 * ROWS)))  # bytes (0, sc, 0, sc)
+        offset = builder.shl(sc16, wvec([5] * (2 * ROWS)))  # 32 sc
+        top_word = load(words_p, builder.add(sub_at, i64(64 * (4 + h))), vec)
+        for index in range(4):
+            word = load(words_p, builder.add(sub_at, i64(64 * index)), vec)
+            nibble = builder.and_(builder.lshr(word, const(4)) if h else word, low)
+            top = top_word  # column 4 index + j's high bits at bits 2 index of byte j
+            if index < 2:
+                top = builder.shl(top, const(4 - 2 * index))
+            elif index == 3:
+                top = builder.lshr(top, const(2))
+            u = builder.bitcast(builder.or_(nibble, builder.and_(top, const(0x30303030))), bvec)
+            for pair, scale in enumerate((even, odd)):
+                product = builder.call(maddubs, [u, builder.bitcast(scale, bvec)])
+                weights = builder.sub(product, offset)  # (q - 32) sc
+                column = 16 * h + 4 * index  # x's int16 pair at 2 column + 4 pair bytes
+                slot = turn % splits
+                for i in range(group):
+                    at = builder.add(x_b[i], i64(2 * column + 4 * pair))
+                    x_pair = builder.bitcast(_splat(builder, load(x_p, at, i32), vec), wvec)
+                    sums[i][slot] = builder.call(dpwssd, [sums[i][slot], weights, x_pair])
+                turn += 1
+    totals = []
+    for row in sums:
+        total = row[0]
+        for other in row[1:]:
+            total = builder.add(total, other)
+        totals.append(total)
+    return totals
 
 
 def emit_paired_super(context, builder, arg_types, args, form, group):
@@ -754,7 +856,7 @@ def emit_paired_super(context, builder, arg_types, args, form, group):
         for i in range(group)
     ]  # fmt: skip
     following = _emit_super_blocks(builder, form, group, words_p, w_at, x_p, x_at, x_scales_p,
-                                   terms_p, where, d, c, totals)  # fmt: skip
+                                   terms_p, where, d, c, totals, form == SUPER6)  # fmt: skip
     next_j = builder.add(j, i64(1))
     j.add_incoming(next_j, builder.block)
     for phi, value in zip(totals, following, strict=True):
@@ -1000,7 +1102,7 @@ def available() -> bool:
     return bool(np.allclose(out, weights.sum(axis=1)[None, :], rtol=1e-6))
 
 
-def _make_quantize_block(ratio: int):
+def _make_quantize_block(ratio: int, wide: bool = False):
     """`_quantize_block` for the parts' `ratio` (`PART_RATIO` or `NIBBLE_RATIO`)."""
 
     @intrinsic
@@ -1013,13 +1115,16 @@ def _make_quantize_block(ratio: int):
         1 = round((v - d_1 part 0) / d) clipped to -127..127 to tiles[t_at + 32:t_at + 64];
         x_scales[s_at] = d, x_sums[s_at] = sum(ratio part 0 + part 1) (int32, exact),
         x_terms[s_at] = d x_sums. Flat offsets; not bounds-checked."""
-        return _quantize_signature(x, x_at, tiles, t_at, x_scales, x_sums, x_terms, s_at, ratio)
+        return _quantize_signature(x, x_at, tiles, t_at, x_scales, x_sums, x_terms, s_at, ratio,
+                                   wide)  # fmt: skip
 
     return quantize_block
 
 
-def _quantize_signature(x, x_at, tiles, t_at, x_scales, x_sums, x_terms, s_at, ratio):
-    """The signature and code generator of `_make_quantize_block(ratio)`'s intrinsic."""
+def _quantize_signature(x, x_at, tiles, t_at, x_scales, x_sums, x_terms, s_at, ratio, wide):
+    """The signature and code generator of `_make_quantize_block(ratio, wide)`'s intrinsic
+    (`wide`: the block's 64 bytes hold ratio x_1 + x_2 as int16 in `SIX_WIDE_ORDER`, not the
+    parts)."""
     arrays = (x, tiles, x_scales, x_sums, x_terms)
     wanted = (types.float32, types.int8, types.float32, types.int32, types.float32)
     if any(
@@ -1072,12 +1177,20 @@ def _quantize_signature(x, x_at, tiles, t_at, x_scales, x_sums, x_terms, s_at, r
             left = builder.fsub(values, builder.fmul(splat(d1), q1))
             q2 = builder.call(round_half_away, [builder.fmul(left, splat(inverse))])
             q2 = builder.call(minimum, [builder.call(maximum, [q2, low]), high])
-            for part, q in enumerate((q1, q2)):
+            for part, q in enumerate(() if wide else (q1, q2)):
                 at = builder.gep(tiles_p, [i32(BLOCK * part + ROWS * h)])
                 at = builder.bitcast(at, bvec.as_pointer())
                 builder.store(builder.fptosi(q, bvec), at, align=1)
             first = builder.mul(builder.fptosi(q1, ivec), ivec([ratio] * ROWS))
-            total = builder.add(total, builder.add(first, builder.fptosi(q2, ivec)))
+            combined = builder.add(first, builder.fptosi(q2, ivec))
+            total = builder.add(total, combined)
+            if wide:  # columns 16 h.. as int16, each 4 in SIX_WIDE_ORDER
+                hvec = ir.VectorType(ir.IntType(16), ROWS)
+                order = [4 * (p // 4) + SIX_WIDE_ORDER[p % 4] for p in range(ROWS)]
+                value = builder.shuffle_vector(builder.trunc(combined, hvec), ir.Constant(
+                    hvec, None), ir.Constant(ir.VectorType(i32, ROWS), order))  # fmt: skip
+                at = builder.bitcast(builder.gep(tiles_p, [i32(2 * ROWS * h)]), hvec.as_pointer())
+                builder.store(value, at, align=1)
         total = builder.call(reduce_add, [total])
         store(d, 4, args[7], f32)
         store(total, 5, args[7], i32)
@@ -1089,6 +1202,7 @@ def _quantize_signature(x, x_at, tiles, t_at, x_scales, x_sums, x_terms, s_at, r
 
 _quantize_254, _quantize_16 = _make_quantize_block(PART_RATIO), _make_quantize_block(NIBBLE_RATIO)
 _quantize_127 = _make_quantize_block(SIX_RATIO)
+_quantize_wide = _make_quantize_block(SIX_RATIO, True)
 
 
 @numba.njit(cache=True)

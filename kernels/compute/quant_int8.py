@@ -57,10 +57,12 @@ import numba
 import numpy as np
 from corral.kernels.compute.quant_amx import (
     ROWS,
+    SUPER6,
     SUPER_FORMS,
     WORDS,
     X_ROW,
     _quantized,
+    _quantized_wide,
     _row_halves_matmul,
     _row_matmul,
     _times_ratio,
@@ -595,7 +597,10 @@ def _paired_kernel(x, scales, coefs, words, out, halves):  # pragma: no cover - 
     lane_groups = tile // LANES
     rows = batch + (-batch) % ROWS  # zero rows pad x's last group of 16
     form = form_of(words, halves)
-    x_q, x_scales, x_terms, x_offsets = _quantized(x, rows // ROWS, rows, form)
+    if form == SUPER6:  # x as one int16 a column (`quant_amx.six_wide`)
+        x_q, x_scales, x_terms, x_offsets = _quantized_wide(x, rows // ROWS, rows)
+    else:
+        x_q, x_scales, x_terms, x_offsets = _quantized(x, rows // ROWS, rows, form)
     flat_words, flat_x = words.reshape(-1), x_q.reshape(-1)
     flat_xs, flat_terms, flat_offsets = (
         x_scales.reshape(-1),

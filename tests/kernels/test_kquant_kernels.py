@@ -10,7 +10,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from corral.kernels.compute import quant_int8, quant_rows
+from corral.kernels.compute import quant_amx, quant_int8, quant_rows
 from corral.kernels.compute.kquant_layout import (
     AS_BLOCKS,
     BLOCK_BYTES,
@@ -424,7 +424,7 @@ def test_super_blocks_are_within_gguf_bound_and_a_row_the_same_bits_in_any_batch
 
 @needs_vnni
 @pytest.mark.parametrize("quant", [0, 63])
-@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize("rows", [1, 3, 9])
 def test_q6_k_sub_blocks_at_the_int32_bound_sum_exactly(quant, rows):
     """Q6_K's two halves of a sub-block are summed in int32 before the one float epilogue:
     at the bound (every quant 0 or 63, so q - 32 = -32 or 31, every scale -128, every x the
@@ -442,6 +442,47 @@ def test_q6_k_sub_blocks_at_the_int32_bound_sum_exactly(quant, rows):
     expected = x.astype(np.float64) @ dequantized(raw, "Q6_K", n_out).T
     got = super_matrix(raw, "Q6_K").matmul(x)
     np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 12), st.integers(0, 2**32 - 1))
+def test_x_as_one_int16_holds_127_x1_plus_x2_in_the_pairs_order(rows, blocks, seed):
+    """`quant_amx._quantized_wide` (x for Q6_K's several-row kernel) holds, in each row's block
+    of 64 bytes, one int16 a column, 127 x_1 + x_2 of the parts `_quantized` makes for Q6_K,
+    columns 4 i + (0, 2, 1, 3) at int16 4 i + (0, 1, 2, 3), with the same scales and terms:
+    checked against NumPy on x with zero, huge and tiny blocks."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, 32 * blocks)).astype(np.float32)
+    x *= np.exp2(rng.integers(-20, 21, (rows, blocks))).repeat(32, axis=1).astype(np.float32)
+    x[:, :32][rng.random(rows) < 0.2] = 0.0
+    groups, padded = -(-rows // 16), 16 * -(-rows // 16)
+    parts, scales, terms, _ = quant_amx._quantized(x, groups, padded, quant_amx.SUPER6)
+    wide, wide_scales, wide_terms, _ = quant_amx._quantized_wide(x, groups, padded)
+    want = 127 * parts[..., :32].astype(np.int32) + parts[..., 32:]
+    want = want.reshape(-1, 8, 4)[:, :, [0, 2, 1, 3]].reshape(parts.shape[:3] + (32,))
+    np.testing.assert_array_equal(wide.view(np.int16), want.astype(np.int16))
+    np.testing.assert_array_equal(wide_scales, scales)
+    np.testing.assert_array_equal(wide_terms, terms)
+
+
+@needs_vnni
+@pytest.mark.parametrize("batch", [2, 3, 4, 7, 8, 9, 17, 33])
+def test_q6_k_rows_in_int16_are_within_gguf_bound_and_the_one_row_bits(batch):
+    """Several rows of x times Q6_K's super blocks (`vpdpwssd` on x as one int16 against the
+    weights widened to (q - 32) sc: groups of 2, 4 and 8 rows, a last group padded) are within
+    the float32 and activation bounds of gguf's dequantized weights, and each row is the same
+    bits as the one-row kernel's (`vpdpbusd` on the two parts: the same integers)."""
+    rng = np.random.default_rng(batch)
+    raw = random_blocks(rng, "Q6_K", 3 * MAX_TILE + 5, 768)
+    x = rng.standard_normal((batch, 768)).astype(np.float32)
+    x *= np.exp2(rng.integers(-4, 5, (batch, 1))).astype(np.float32)
+    w = super_matrix(raw, "Q6_K")
+    expected = x.astype(np.float64) @ dequantized(raw, "Q6_K", raw.shape[0]).T
+    bound = 1.01 * error_bound(raw, "Q6_K", x) + activation_bound(raw, "Q6_K", x, 127)
+    got = w.matmul(x)
+    assert (np.abs(got - expected) <= bound).all()
+    for i in range(batch):
+        np.testing.assert_array_equal(w.matmul(x[i : i + 1])[0], got[i])
 
 
 @settings(max_examples=30, deadline=None)
