@@ -15,6 +15,15 @@ equals the builder's count.
 `compile_schema` uses it to go straight past the `$ref` unrollings whose NFA cannot fit:
 counting costs a small fraction of building (a leaf is one step, not one per state), and it
 stops at `most`.
+
+Fresh continuations: a node built to continue at a state that no memo key holds yet (the
+`Repeat`s' copies after the first, each continuing at the state made for the copy before) makes
+states that none made before it can share, so it makes as many as its first such build did:
+that count is kept per node and added at once, with one new state standing for the copy's
+start. Nested counted repeats (`{"maxItems": 64, "items": {"maxItems": 64, ...}}`, a
+`{m,n}` of groups of `{m,n}`) are then counted in O(form nodes x nesting), not O(states):
+the count of an NFA of millions of states stops at `most` after a few hundred steps. (The count
+can only grow by this: the copy's start stands for a state a real copy might share.)
 """
 
 from __future__ import annotations
@@ -55,9 +64,22 @@ def blame(form, trees: TreeBuilder, pointers: dict[int, str], error):
     the deepest subschema whose NFA built alone passes the limit without any one of its parts
     doing so, by `pointers` (form id -> JSON pointer, `Compiler.pointers`). `error` itself when
     the pointer is not known (the whole form's NFA alone does not pass the limit: a refusal of
-    the count). On a refusal only: a few builds per level, each stopped at the limit."""
+    the count). A part passes when it is counted (`nfa_states`) past the limit times `MARGIN`
+    (as `check_nfa_states` refuses) or, counted between the limit and that, when its NFA built
+    alone passes the limit: nested counted repeats, each level past the limit, are named after
+    a count per level, not a build of up to `max_nfa_states` states per level."""
+    limit = (trees.limits or DEFAULT_LIMITS).max_nfa_states
 
     def passes(node) -> bool:
+        try:
+            nfa_states(node, trees, int(limit * MARGIN))
+        except TooLarge:
+            return True
+        try:
+            nfa_states(node, trees, limit)
+            return False  # the count is never below the builder's
+        except TooLarge:
+            pass
         try:
             tree_to_nfa(trees.build(node), trees.limits)
         except TooManyNfaStatesError:
@@ -114,6 +136,8 @@ class _Counter:
         self.most = most
         self.states = 1  # the accepting state, continuation 0
         self.memo: dict[tuple, int] = {}  # (node key, continuation) -> start state
+        self.used: set[int] = {0}  # continuations some memo key holds (0: the form's own)
+        self.fresh: dict[int, int] = {}  # id(node) -> states it makes at a fresh continuation
         self.leaf_sizes: dict[int, tuple[object, int]] = {}  # id -> (leaf kept alive, states)
 
     def count(self, form) -> int:
@@ -136,12 +160,23 @@ class _Counter:
             for byte in reversed(node.text.encode("utf-8")):
                 key = (-1 - byte, cont)  # never an id()
                 start = self.memo.get(key)
+                self.used.add(cont)
                 cont = self.memo[key] = self.new() if start is None else start
             return cont
         memo_key = (id(self.trees.build(node)) if kind is Regex else id(node), cont)
         start = self.memo.get(memo_key)
         if start is None:
-            start = self.memo[memo_key] = self._build(node, cont)
+            fresh = cont not in self.used
+            self.used.add(cont)
+            made = self.fresh.get(id(node)) if fresh else None
+            if made is not None:  # as many states as its first fresh build (module docstring)
+                start = cont if made == 0 else self.new(made)
+            else:
+                before = self.states
+                start = self._build(node, cont)
+                if fresh:
+                    self.fresh[id(node)] = self.states - before
+            self.memo[memo_key] = start
         return start
 
     def _build(self, node, cont: int) -> int:
@@ -212,8 +247,10 @@ class _Counter:
         key = ("tail", id(node), i)
         start = self.memo.get((key, cont))
         if start is None:
+            self.used.add(cont)
             piece = self.build(member, cont)
             comma = (("comma", id(node), i), piece)
+            self.used.add(piece)
             if comma not in self.memo:
                 self.memo[comma] = self.new()
             start = self.memo[comma] if required else self.new()
