@@ -52,7 +52,7 @@ from corral.automata.schema.keywords import (
     is_constraint,
 )
 from corral.automata.schema.merge import Merger, desugar, type_names
-from corral.automata.schema.nfa_size import blame, check_nfa_states
+from corral.automata.schema.nfa_size import blame, check_nfa_states, fits_nfa_states
 from corral.automata.schema.numbers import lower_integer, lower_number
 from corral.automata.schema.refs import RefResolver, has_own_id, ref_siblings, walk_pointer
 from corral.automata.schema.strings import lower_string
@@ -667,6 +667,16 @@ def narrower_limits(schema_limits: SchemaLimits, longest=None) -> list[SchemaLim
     return out
 
 
+@dataclass(frozen=True)
+class CountedBuild:
+    """A `build` of `compile_schema` told whether the tree's NFA is counted within
+    `Limits.max_nfa_states` (`fits_nfa_states`: then no build of it can pass the limit):
+    `make(tree, fits)`. `corral.automata.lazy` defers the NFA's parts only then, so the limit
+    is still met at once, where a narrower retry can follow."""
+
+    make: object
+
+
 def _attempt(
     schema,
     limits: Limits | None,
@@ -689,7 +699,11 @@ def _attempt(
             if build is not None and (narrower or shallower and compiler.recursive):
                 check_nfa_states(form, compiler.trees)
             tree = compiler.trees.build(form)
-            return (tree if build is None else build(tree)), compiler.recursive, compiler.longest
+            if isinstance(build, CountedBuild):
+                made = build.make(tree, fits_nfa_states(form, compiler.trees))
+            else:
+                made = tree if build is None else build(tree)
+            return made, compiler.recursive, compiler.longest
     except STATE_LIMIT_ERRORS as error:
         if isinstance(error, TooManyNfaStatesError) and form is not None:
             with deep_recursion():  # the builds of the parts recurse as deep as the compile's

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from corral.automata.errors import TooManyNfaStatesError
 from corral.automata.limits import DEFAULT_LIMITS
-from corral.automata.nfa import tree_states, tree_to_nfa
+from corral.automata.nfa import tree_states
 from corral.automata.schema.form import (
     Choice,
     Lit,
@@ -59,30 +59,32 @@ def check_nfa_states(form, trees: TreeBuilder) -> None:
         ) from None
 
 
+def fits_nfa_states(form, trees: TreeBuilder) -> bool:
+    """Whether `form`'s NFA is counted (`nfa_states`) within `max_nfa_states` (of
+    `trees.limits`): then the builder, whose count is never above it, cannot pass the limit."""
+    try:
+        nfa_states(form, trees, (trees.limits or DEFAULT_LIMITS).max_nfa_states)
+    except TooLarge:
+        return False
+    return True
+
+
 def blame(form, trees: TreeBuilder, pointers: dict[int, str], error):
     """`error`, a `TooManyNfaStatesError` of `form`'s compile, naming the schema part at fault:
     the deepest subschema whose NFA built alone passes the limit without any one of its parts
     doing so, by `pointers` (form id -> JSON pointer, `Compiler.pointers`). `error` itself when
     the pointer is not known (the whole form's NFA alone does not pass the limit: a refusal of
-    the count). A part passes when it is counted (`nfa_states`) past the limit times `MARGIN`
-    (as `check_nfa_states` refuses) or, counted between the limit and that, when its NFA built
-    alone passes the limit: nested counted repeats, each level past the limit, are named after
-    a count per level, not a build of up to `max_nfa_states` states per level."""
+    the count). A part passes when it is counted (`nfa_states`) past the limit: the count
+    equals the builder's but where the builder shares states between two leaves that end
+    alike, so nested counted repeats, each level past the limit, are named after a count per
+    level, not a build of up to `max_nfa_states` states per level (nor one per wrapper of a
+    level, when the count is within `MARGIN` of the limit)."""
     limit = (trees.limits or DEFAULT_LIMITS).max_nfa_states
 
     def passes(node) -> bool:
         try:
-            nfa_states(node, trees, int(limit * MARGIN))
-        except TooLarge:
-            return True
-        try:
             nfa_states(node, trees, limit)
-            return False  # the count is never below the builder's
         except TooLarge:
-            pass
-        try:
-            tree_to_nfa(trees.build(node), trees.limits)
-        except TooManyNfaStatesError:
             return True
         return False
 
@@ -208,12 +210,23 @@ class _Counter:
             for _ in range(max(lo - 1, 0)):
                 cur = self.build(item, cur)
             return cur
-        cur = cont
-        for _ in range(hi - lo):
+        cur, copies = cont, hi - lo
+        for k in range(copies):
+            made = self.fresh.get(id(item))
+            if made is not None and k:  # the copies left continue at fresh states: at once
+                self.states += (copies - k) * (1 + made) - 1
+                cur = self.new()
+                break
             start = self.new()
             self.build(item, cur)
             cur = start
-        for _ in range(lo):
+        for k in range(lo):
+            made = self.fresh.get(id(item)) if cur not in self.used else None
+            if made is not None:  # each copy continues at the fresh start of the one before
+                if made:
+                    self.states += (lo - k) * made - 1
+                    cur = self.new()
+                break
             cur = self.build(item, cur)
         return cur
 

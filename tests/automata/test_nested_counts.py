@@ -159,7 +159,10 @@ def test_nested_counts_compile_exactly_or_are_refused_after_bounded_work(schema,
             assert error.keyword == "pattern" and resolves(schema, error.pointer), error
     # Each attempt builds at most one NFA to the limit, and naming the part at fault builds
     # only parts counted within `MARGIN` of it (the old naming built every nested level).
-    assert work.nfa_states <= 2 * LIMITS.max_nfa_states * max(work.attempts, 1), work.attempts
+    assert work.nfa_states <= 2 * LIMITS.max_nfa_states * max(work.attempts, 1), (
+        work.attempts,
+        schema,
+    )
     if got is None:
         return
     check = jsonschema.Draft202012Validator(schema)
