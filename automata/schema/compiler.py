@@ -696,11 +696,13 @@ def _attempt(
         with deep_recursion():
             form = _compile(schema, compiler)
             narrower = narrower and narrower_limits(schema_limits, compiler.longest)
+            fits = None
             if build is not None and (narrower or shallower and compiler.recursive):
-                check_nfa_states(form, compiler.trees)
+                fits = check_nfa_states(form, compiler.trees)
             tree = compiler.trees.build(form)
             if isinstance(build, CountedBuild):
-                made = build.make(tree, fits_nfa_states(form, compiler.trees))
+                fits = fits_nfa_states(form, compiler.trees) if fits is None else fits
+                made = build.make(tree, fits)
             else:
                 made = tree if build is None else build(tree)
             return made, compiler.recursive, compiler.longest

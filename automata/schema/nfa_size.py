@@ -28,6 +28,8 @@ can only grow by this: the copy's start stands for a state a real copy might sha
 
 from __future__ import annotations
 
+import weakref
+
 from corral.automata.errors import TooManyNfaStatesError
 from corral.automata.limits import DEFAULT_LIMITS
 from corral.automata.nfa import tree_states
@@ -47,12 +49,13 @@ MARGIN = 1.1
 just above the limit (the count may be a few percent high) is left to the builder to decide."""
 
 
-def check_nfa_states(form, trees: TreeBuilder) -> None:
+def check_nfa_states(form, trees: TreeBuilder) -> bool:
     """Raise TooManyNfaStatesError, as the NFA builder would, when `form`'s NFA is counted
-    (`nfa_states`) past `max_nfa_states` (of `trees.limits`) times `MARGIN`; else nothing."""
+    (`nfa_states`) past `max_nfa_states` (of `trees.limits`) times `MARGIN`; else whether it
+    is counted within the limit (`fits_nfa_states`)."""
     limit = (trees.limits or DEFAULT_LIMITS).max_nfa_states
     try:
-        nfa_states(form, trees, int(limit * MARGIN))
+        return nfa_states(form, trees, int(limit * MARGIN)) <= limit
     except TooLarge:
         raise TooManyNfaStatesError(
             "max_nfa_states", limit, "the pattern needs too many NFA states"
@@ -115,6 +118,11 @@ def _parts(node) -> tuple:
     if kind is Object:
         return tuple(member for member, _ in node.members)
     return ()
+
+
+TREE_SIZES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""`tree_states` of the leaves' trees, while they live: the pinned trees of the common
+fragments (a string, an integer, a date) are counted once per process, not once per compile."""
 
 
 class TooLarge(Exception):
@@ -274,6 +282,9 @@ class _Counter:
         """States of a leaf's regex tree built alone."""
         hit = self.leaf_sizes.get(id(leaf))
         if hit is None:
-            size = tree_states(self.trees.build(leaf))
+            tree = self.trees.build(leaf)
+            size = TREE_SIZES.get(tree)
+            if size is None:
+                size = TREE_SIZES[tree] = tree_states(tree)
             hit = self.leaf_sizes[id(leaf)] = (leaf, size)
         return hit[1]
