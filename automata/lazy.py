@@ -53,10 +53,11 @@ class LazyDfa:
             states are made.
         deferred: build the NFA's parts as rows reach them (module docstring): True when the
             caller has counted the NFA within `max_nfa_states` (`lazy_schema_dfa` counts the
-            schema's form), False to build it whole here; None: deferred when `tree_states`
-            counts it within the limit (a regex's tree; a schema's DAG of shared tails counts
-            far above its NFA). An NFA with states that cannot reach acceptance is built whole
-            (its live states are found over all of it).
+            schema's form, and defers above `DEFER` states), False to build it whole here;
+            None: deferred when `tree_states` counts it above `DEFER` and within the limit (a
+            regex's tree; a schema's DAG of shared tails counts far above its NFA). An NFA
+            with states that cannot reach acceptance is built whole (its live states are
+            found over all of it).
 
     State 0 is the start. `n_states` grows as `row` makes states.
 
@@ -68,7 +69,7 @@ class LazyDfa:
 
     def __init__(self, node: Node, limits: Limits | None = None, deferred: bool | None = None):
         if deferred is None:
-            deferred = not _past_count(node, limits)
+            deferred = _deferred(node, limits)
         with deep_recursion():
             nfa = tree_to_nfa(node, limits, deferred=deferred)
             self._deferred = nfa.deferred  # None: the NFA is whole
@@ -200,11 +201,17 @@ class LazyDfa:
         return number_breadth_first(trans, accept, byte_to_class)
 
 
-def _past_count(node: Node, limits: Limits | None) -> bool:
+DEFER = 4_000
+"""An NFA counted at most this many states is built whole (about 4 ms of building at most):
+a deferred one's stubs, its walk for empty alternations and the closures searched before each
+row cost more than they save on a small NFA (docs/benchmarks.md, "The lazy first mask")."""
+
+
+def _deferred(node: Node, limits: Limits | None) -> bool:
     """Whether the tree's NFA is counted (`tree_states`: exact on the parser's trees, far above
-    the builder's on a schema's DAG of shared tails) past `max_nfa_states`: then it is built
-    whole at once, so that the limit is met at construction, as documented."""
-    return tree_states(node) + 1 > (limits or DEFAULT_LIMITS).max_nfa_states
+    the builder's on a schema's DAG of shared tails) above `DEFER` and within `max_nfa_states`:
+    past the limit it is built whole at once, so that the limit is met at construction."""
+    return DEFER < tree_states(node) + 1 <= (limits or DEFAULT_LIMITS).max_nfa_states
 
 
 def lazy_regex_dfa(pattern: str, limits: Limits | None = None) -> LazyDfa:
@@ -231,5 +238,7 @@ def lazy_schema_dfa(
     met later, as `LazyDfa.row` makes states (a `$ref` cycle is not unrolled less deeply then,
     as `schema_to_dfa` does before refusing).
     """
-    build = CountedBuild(lambda tree, fits: LazyDfa(tree, limits, deferred=fits))
+    build = CountedBuild(
+        lambda tree, states: LazyDfa(tree, limits, deferred=states is not None and states > DEFER)
+    )
     return compile_schema(schema, limits, schema_limits, build)[0]

@@ -33,7 +33,13 @@ from corral.automata.errors import (
     SchemaError,
     TooManyNfaStatesError,
 )
-from corral.automata.limits import DEFAULT_SCHEMA_LIMITS, NARROWER_BOUNDS, Limits, SchemaLimits
+from corral.automata.limits import (
+    DEFAULT_LIMITS,
+    DEFAULT_SCHEMA_LIMITS,
+    NARROWER_BOUNDS,
+    Limits,
+    SchemaLimits,
+)
 from corral.automata.schema.algebra import Algebra, is_empty_range
 from corral.automata.schema.containers import lower_array, lower_object
 from corral.automata.schema.disjoint import (
@@ -52,7 +58,7 @@ from corral.automata.schema.keywords import (
     is_constraint,
 )
 from corral.automata.schema.merge import Merger, desugar, type_names
-from corral.automata.schema.nfa_size import blame, check_nfa_states, fits_nfa_states
+from corral.automata.schema.nfa_size import blame, check_nfa_states, counted_nfa_states
 from corral.automata.schema.numbers import lower_integer, lower_number
 from corral.automata.schema.refs import RefResolver, has_own_id, ref_siblings, walk_pointer
 from corral.automata.schema.strings import lower_string
@@ -669,10 +675,11 @@ def narrower_limits(schema_limits: SchemaLimits, longest=None) -> list[SchemaLim
 
 @dataclass(frozen=True)
 class CountedBuild:
-    """A `build` of `compile_schema` told whether the tree's NFA is counted within
-    `Limits.max_nfa_states` (`fits_nfa_states`: then no build of it can pass the limit):
-    `make(tree, fits)`. `corral.automata.lazy` defers the NFA's parts only then, so the limit
-    is still met at once, where a narrower retry can follow."""
+    """A `build` of `compile_schema` told the tree's NFA states as counted
+    (`corral.automata.schema.nfa_size.counted_nfa_states`), or None past
+    `Limits.max_nfa_states` (within it, no build of the NFA can pass the limit):
+    `make(tree, states)`. `corral.automata.lazy` defers the NFA's parts only within the limit,
+    so the limit is still met at once, where a narrower retry can follow."""
 
     make: object
 
@@ -696,13 +703,17 @@ def _attempt(
         with deep_recursion():
             form = _compile(schema, compiler)
             narrower = narrower and narrower_limits(schema_limits, compiler.longest)
-            fits = None
+            counted = None
             if build is not None and (narrower or shallower and compiler.recursive):
-                fits = check_nfa_states(form, compiler.trees)
+                counted = check_nfa_states(form, compiler.trees)
             tree = compiler.trees.build(form)
             if isinstance(build, CountedBuild):
-                fits = fits_nfa_states(form, compiler.trees) if fits is None else fits
-                made = build.make(tree, fits)
+                limit = (limits or DEFAULT_LIMITS).max_nfa_states
+                if counted is None:
+                    counted = counted_nfa_states(form, compiler.trees)
+                made = build.make(
+                    tree, counted if counted is not None and counted <= limit else None
+                )
             else:
                 made = tree if build is None else build(tree)
             return made, compiler.recursive, compiler.longest

@@ -49,27 +49,26 @@ MARGIN = 1.1
 just above the limit (the count may be a few percent high) is left to the builder to decide."""
 
 
-def check_nfa_states(form, trees: TreeBuilder) -> bool:
+def check_nfa_states(form, trees: TreeBuilder) -> int:
     """Raise TooManyNfaStatesError, as the NFA builder would, when `form`'s NFA is counted
-    (`nfa_states`) past `max_nfa_states` (of `trees.limits`) times `MARGIN`; else whether it
-    is counted within the limit (`fits_nfa_states`)."""
+    (`nfa_states`) past `max_nfa_states` (of `trees.limits`) times `MARGIN`; else the count."""
     limit = (trees.limits or DEFAULT_LIMITS).max_nfa_states
     try:
-        return nfa_states(form, trees, int(limit * MARGIN)) <= limit
+        return nfa_states(form, trees, int(limit * MARGIN))
     except TooLarge:
         raise TooManyNfaStatesError(
             "max_nfa_states", limit, "the pattern needs too many NFA states"
         ) from None
 
 
-def fits_nfa_states(form, trees: TreeBuilder) -> bool:
-    """Whether `form`'s NFA is counted (`nfa_states`) within `max_nfa_states` (of
-    `trees.limits`): then the builder, whose count is never above it, cannot pass the limit."""
+def counted_nfa_states(form, trees: TreeBuilder) -> int | None:
+    """`form`'s NFA states as `nfa_states` counts them, or None past `max_nfa_states` (of
+    `trees.limits`). Within the limit, the builder, whose count is never above it, cannot pass
+    the limit."""
     try:
-        nfa_states(form, trees, (trees.limits or DEFAULT_LIMITS).max_nfa_states)
+        return nfa_states(form, trees, (trees.limits or DEFAULT_LIMITS).max_nfa_states)
     except TooLarge:
-        return False
-    return True
+        return None
 
 
 def blame(form, trees: TreeBuilder, pointers: dict[int, str], error):

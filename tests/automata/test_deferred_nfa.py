@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+import corral.automata.lazy as lazy_module
 import numpy as np
 import pytest
 from corral.automata import (
@@ -65,7 +66,7 @@ def test_a_deferred_nfa_gives_the_eager_canonical_dfa_and_res_language(pattern, 
         return
     except LimitError:
         assume(False)
-    lazy = lazy_regex_dfa(pattern)
+    lazy = LazyDfa(parse(pattern), deferred=True)  # (a small NFA is built whole by default)
     rng = np.random.default_rng(seed)
     make_in_order(lazy, rng, rows)
     got = lazy.to_dfa()
@@ -119,7 +120,10 @@ def test_a_deferred_schema_nfa_gives_the_schemas_canonical_dfa(depth, most, memb
         "properties": {f"p{i}": _arrays((depth + i) % 3, most + i) for i in range(members)},
     }
     expected = schema_to_dfa(schema)
-    lazy = lazy_schema_dfa(schema)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(lazy_module, "DEFER", 0)  # deferred however small
+        lazy = lazy_schema_dfa(schema)
+    assert lazy._deferred is not None
     make_in_order(lazy, np.random.default_rng(seed), 8)
     got = lazy.to_dfa()
     np.testing.assert_array_equal(got.trans, expected.trans)
@@ -128,7 +132,7 @@ def test_a_deferred_schema_nfa_gives_the_schemas_canonical_dfa(depth, most, memb
 
 def test_a_first_row_builds_only_what_it_reaches():
     """`{0,256}` strings in 12 members: the first rows build a small part of the NFA (the
-    eager one has 12 x 256 copies of a character)."""
+    eager one has 12 x 256 copies of a character). A small NFA is built whole (`DEFER`)."""
     schema = {
         "type": "object",
         "properties": {f"k{i}": {"type": "string", "maxLength": 256} for i in range(12)},
@@ -140,6 +144,7 @@ def test_a_first_row_builds_only_what_it_reaches():
     lazy.finish()
     whole = lazy._nfa.n_states
     assert made * 20 < whole, (made, whole)
+    assert lazy_schema_dfa({"type": "string", "maxLength": 8})._deferred is None
 
 
 def test_a_deferred_nfa_past_the_limit_is_refused_at_construction():
