@@ -159,9 +159,10 @@ class LazyDfa:
         Raises:
             TooManyDfaStatesError: the DFA passes `limits.max_dfa_states`.
         """
-        if self._deferred is not None and self._deferred.stubs:
+        if self._deferred is not None:
             with deep_recursion():
                 self._deferred.build_all()
+            self._deferred = None  # the NFA is whole: its builder's memo is freed
         subsets, rows = self._subsets, self._rows
         first_edge = len(subsets.edge_state)
         tail = len(rows)  # every state from here on is not expanded
