@@ -4,7 +4,11 @@ a caller asks for states, so that a grammar's first mask comes before its whole 
 
 A `LazyDfa` stops after the Thompson NFA: a state's row is made the first time it is asked for
 (`Subsets.expand`, each byte its own class), so a mask walked from the start state costs the
-states within a token's bytes of it, not the whole DFA.
+states within a token's bytes of it, not the whole DFA. The NFA itself is built on demand
+(`tree_to_nfa(..., deferred=True)`): each alternative and each copy of a counted repeat
+(`maxLength`, `maxItems`, `{m,n}`) is a stub until a closure of a row's targets reaches it, so
+a first mask does not pay for a `{0,256}` unrolled in full, nor for the members of an object
+it has not reached (docs/benchmarks.md, "The lazy first mask").
 
 What a `LazyDfa` is not: minimal or canonical. Its states are numbered in the order they are
 made, and two states may accept the same strings; `to_dfa()` makes the rest and gives the
@@ -29,11 +33,11 @@ from corral.automata.determinize import (
 )
 from corral.automata.dfa import Dfa
 from corral.automata.graph import true_cells
-from corral.automata.limits import Limits, SchemaLimits
+from corral.automata.limits import DEFAULT_LIMITS, Limits, SchemaLimits
 from corral.automata.minimize import minimize, number_breadth_first
-from corral.automata.nfa import tree_to_nfa
+from corral.automata.nfa import tree_states, tree_to_nfa
 from corral.automata.parse import parse
-from corral.automata.schema.compiler import compile_schema
+from corral.automata.schema.compiler import CountedBuild, compile_schema
 from corral.automata.tree import Node
 
 _EACH_BYTE = np.arange(256, dtype=np.int32)
@@ -47,17 +51,34 @@ class LazyDfa:
         node: a regex tree (`corral.automata.tree`), as `tree_to_dfa` takes.
         limits: `max_nfa_states` is checked here, `max_dfa_states` and `max_subset_work` as
             states are made.
+        deferred: build the NFA's parts as rows reach them (module docstring): True when the
+            caller has counted the NFA within `max_nfa_states` (`lazy_schema_dfa` counts the
+            schema's form, and defers above `DEFER` states), False to build it whole here;
+            None: deferred when `tree_states` counts it above `DEFER` and within the limit (a
+            regex's tree; a schema's DAG of shared tails counts far above its NFA). An NFA
+            with states that cannot reach acceptance is built whole (its live states are
+            found over all of it).
 
     State 0 is the start. `n_states` grows as `row` makes states.
 
     Raises:
         EmptyLanguageError: the tree matches no string.
-        TooManyNfaStatesError: the NFA passes `limits.max_nfa_states`.
+        TooManyNfaStatesError: the NFA passes `limits.max_nfa_states` (a deferred NFA that a
+            caller's `deferred=True` wrongly let through: as `row` builds its parts).
     """
 
-    def __init__(self, node: Node, limits: Limits | None = None):
+    def __init__(self, node: Node, limits: Limits | None = None, deferred: bool | None = None):
+        if deferred is None:
+            deferred = _deferred(node, limits)
         with deep_recursion():
-            nfa = tree_to_nfa(node, limits)
+            nfa = tree_to_nfa(node, limits, deferred=deferred)
+            self._deferred = nfa.deferred  # None: the NFA is whole
+            if self._deferred is not None and not nfa.trimmed:  # live states need it whole
+                self._deferred.build_all()
+                self._deferred = None
+            if self._deferred is not None:
+                self._deferred.ensure_closure(nfa.start)
+        self._nfa = nfa
         self._masks = nfa.edge_mask
         live = None if nfa.trimmed else live_nfa_states(nfa)
         # Each byte its own class: the edges' atoms are sets of bytes, and no partition of the
@@ -103,6 +124,11 @@ class LazyDfa:
             raise IndexError(f"state {state} has not been made (0 to {self.n_states - 1})")
         subsets = self._subsets
         first = len(subsets.edge_state)
+        if self._deferred is not None and self._deferred.stubs:  # the parts the row reaches
+            targets, ensure_closure = self._nfa.edge_target, self._deferred.ensure_closure
+            with deep_recursion():
+                for s in subsets.kernels[state]:
+                    ensure_closure(targets[s])
         subsets.expand(state, state + 1)
         row = np.full(256, -1, dtype=np.int32)
         atoms, targets = subsets.edge_atom, subsets.edge_to
@@ -133,6 +159,10 @@ class LazyDfa:
         Raises:
             TooManyDfaStatesError: the DFA passes `limits.max_dfa_states`.
         """
+        if self._deferred is not None:
+            with deep_recursion():
+                self._deferred.build_all()
+            self._deferred = None  # the NFA is whole: its builder's memo is freed
         subsets, rows = self._subsets, self._rows
         first_edge = len(subsets.edge_state)
         tail = len(rows)  # every state from here on is not expanded
@@ -164,11 +194,25 @@ class LazyDfa:
         Raises:
             TooManyDfaStatesError: the DFA passes `limits.max_dfa_states`.
         """
+        table = self.finish()  # (the NFA whole first: the classes read every mask)
         byte_to_class = byte_classes(self._masks)
-        trans = self.finish()[:, _first_bytes(byte_to_class)]
+        trans = table[:, _first_bytes(byte_to_class)]
         accept = np.array(self._subsets.accept, dtype=bool)
         trans, accept = minimize(trans, accept)
         return number_breadth_first(trans, accept, byte_to_class)
+
+
+DEFER = 4_000
+"""An NFA counted at most this many states is built whole (about 4 ms of building at most):
+a deferred one's stubs, its walk for empty alternations and the closures searched before each
+row cost more than they save on a small NFA (docs/benchmarks.md, "The lazy first mask")."""
+
+
+def _deferred(node: Node, limits: Limits | None) -> bool:
+    """Whether the tree's NFA is counted (`tree_states`: exact on the parser's trees, far above
+    the builder's on a schema's DAG of shared tails) above `DEFER` and within `max_nfa_states`:
+    past the limit it is built whole at once, so that the limit is met at construction."""
+    return DEFER < tree_states(node) + 1 <= (limits or DEFAULT_LIMITS).max_nfa_states
 
 
 def lazy_regex_dfa(pattern: str, limits: Limits | None = None) -> LazyDfa:
@@ -195,4 +239,7 @@ def lazy_schema_dfa(
     met later, as `LazyDfa.row` makes states (a `$ref` cycle is not unrolled less deeply then,
     as `schema_to_dfa` does before refusing).
     """
-    return compile_schema(schema, limits, schema_limits, lambda tree: LazyDfa(tree, limits))[0]
+    build = CountedBuild(
+        lambda tree, states: LazyDfa(tree, limits, deferred=states is not None and states > DEFER)
+    )
+    return compile_schema(schema, limits, schema_limits, build)[0]

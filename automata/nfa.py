@@ -59,6 +59,8 @@ class Nfa:
         trimmed: True when every state can reach `ACCEPT`: the tree had no empty alternation
             `Alt(())` and no empty byte set, the only nodes that make a state with no way on.
             Then every state of its subset construction is live.
+        deferred: None, or the parts not built yet of a `tree_to_nfa(..., deferred=True)`
+            (`Deferred`): a stub state each, with no edge until it is built.
     State `ACCEPT` (0) is the only accepting state.
     """
 
@@ -67,29 +69,94 @@ class Nfa:
     edge_mask: list[int]
     edge_target: list[int]
     trimmed: bool = False
+    deferred: Deferred | None = None
 
     @property
     def n_states(self) -> int:
         return len(self.epsilon)
 
 
-def tree_to_nfa(node: Node, limits: Limits | None = None) -> Nfa:
+def tree_to_nfa(node: Node, limits: Limits | None = None, deferred: bool = False) -> Nfa:
     """The Thompson NFA of a regex tree (shared subtrees in tail position built once).
+
+    With `deferred` (for `corral.automata.lazy`), the items of alternations and the copies of
+    a counted repeat `{m,n}` are not built: each is a stub state, built when a closure reaches
+    it (`Deferred`). A stub's one epsilon edge leads to the part's start, so the language is the
+    same, and the parts built are the states the whole build makes (the same memo keys); stubs
+    are not counted in `max_nfa_states`. `trimmed` is then the tree's (no `Alt(())`, no empty
+    byte set, found by a walk of its distinct nodes), as the whole build would find it.
 
     Raises:
         TooManyNfaStatesError: more than `limits.max_nfa_states` states would be needed; raised
-            while building, before the memory is spent.
+            while building, before the memory is spent (deferred: as the parts are built).
     """
-    builder = _Builder(limits or DEFAULT_LIMITS)
+    builder = _Builder(limits or DEFAULT_LIMITS, deferred=deferred)
     accept = builder.new_state()
     assert accept == ACCEPT
     start = builder.build(node, accept)
-    return Nfa(start, builder.epsilon, builder.edge_mask, builder.edge_target, builder.trimmed)
+    pending = builder.pending
+    if pending is not None:
+        if not pending.stubs:
+            pending = None
+        else:
+            builder.trimmed &= _trimmed(node)
+            pending.root = node  # the memo's keys are ids of its nodes: kept alive with it
+    return Nfa(
+        start, builder.epsilon, builder.edge_mask, builder.edge_target, builder.trimmed, pending
+    )
+
+
+class Deferred:
+    """The parts of a deferred NFA (`tree_to_nfa(..., deferred=True)`) not built yet: stub
+    states, each (a node, its continuation). The NFA's lists grow in place as parts are built,
+    so a reader holding them (the subset construction) sees them.
+
+    `ensure_closure(state)` builds every stub the epsilon closure of `state` meets: call it for
+    every state before its closure is searched (the start, and the targets of a DFA state's
+    byte edges before the state's row is made). O(closure) the first time for a state, O(1)
+    after; each part is built once, as the whole build would build it.
+
+    Raises (both methods): TooManyNfaStatesError, as the whole build would.
+    """
+
+    def __init__(self, builder: _Builder):
+        self.builder = builder
+        self.stubs: dict[int, tuple[Node, int]] = {}  # stub state -> (node, continuation)
+        self.closed: set[int] = set()  # states whose closure is built
+        self.root: Node | None = None  # the tree, kept alive while parts are built
+
+    def ensure_closure(self, state: int) -> None:
+        """Build every stub of the epsilon closure of `state`."""
+        if not self.stubs or state in self.closed:
+            return
+        seen, stack = {state}, [state]
+        stubs, epsilon, closed = self.stubs, self.builder.epsilon, self.closed
+        while stack:
+            s = stack.pop()
+            if s in stubs:
+                self._build(s)
+            for t in epsilon[s]:
+                if t not in seen and t not in closed:
+                    seen.add(t)
+                    stack.append(t)
+        closed |= seen
+
+    def build_all(self) -> None:
+        """Build every stub left (and those their parts make): the NFA is then whole."""
+        while self.stubs:
+            self._build(next(iter(self.stubs)))
+
+    def _build(self, stub: int) -> None:
+        node, next_state = self.stubs.pop(stub)
+        self.builder.epsilon[stub] = (self.builder.build(node, next_state),)
 
 
 class _Builder:
-    def __init__(self, limits: Limits, copies: bool = True):
+    def __init__(self, limits: Limits, copies: bool = True, deferred: bool = False):
         self.limit = limits.max_nfa_states
+        self.pending = Deferred(self) if deferred else None
+        self.stub_of: dict[tuple[int, int], int] = {}  # (id(node), continuation) -> stub
+        self.rests: dict[tuple, Repeat] = {}  # deferred: (id(item), lo, hi) -> a repeat's rest
         self.epsilon: list[Sequence[int]] = []
         self.edge_mask: list[int] = []
         self.edge_target: list[int] = []
@@ -98,7 +165,7 @@ class _Builder:
         self.copies = copies  # registered nodes are copies of their own NFAs
 
     def new_state(self) -> int:
-        if len(self.epsilon) >= self.limit:
+        if len(self.epsilon) - len(self.stub_of) >= self.limit:
             raise self._too_many()
         self.epsilon.append(())  # replaced, never appended to, when the state gets edges
         self.edge_mask.append(0)
@@ -128,7 +195,7 @@ class _Builder:
         end, its `ACCEPT` edges led to `next_state`. O(its states)."""
         size = own.n_states - 1
         first = len(self.epsilon)
-        if first + size > self.limit:
+        if first - len(self.stub_of) + size > self.limit:
             raise self._too_many()
         shift = first - 1  # own state x >= 1 becomes x + shift; ACCEPT becomes next_state
         self.epsilon.extend(
@@ -144,7 +211,7 @@ class _Builder:
     def _build(self, node: Node, next_state: int) -> int:
         kind = type(node)
         if kind is Concat:
-            memo, epsilon, limit = self.memo, self.epsilon, self.limit
+            memo, epsilon, limit = self.memo, self.epsilon, self.limit + len(self.stub_of)
             for item in reversed(node.items):
                 if type(item) is ByteSet:  # inlined `build` of a leaf: most nodes are these
                     key = (id(item), next_state)
@@ -164,9 +231,12 @@ class _Builder:
         if kind is Alt:
             self.trimmed &= len(node.items) > 0
             s = self.new_state()
-            self.epsilon[s] = [self.build(item, next_state) for item in node.items]
+            part = self.build if self.pending is None else self._stub
+            self.epsilon[s] = [part(item, next_state) for item in node.items]
             return s
         if kind is Repeat:
+            if self.pending is not None:
+                return self._deferred_repeat(node, next_state)
             return self._repeat(node, next_state)
         if kind is ByteSet:
             self.trimmed &= node.mask != 0
@@ -223,6 +293,76 @@ class _Builder:
         for _ in range(lo):
             cur = self.build(item, cur)
         return cur
+
+    def _deferred_repeat(self, node: Repeat, next_state: int) -> int:
+        """Deferred: `item{lo,hi}` as one copy of the item, then the rest, `item{lo-1,hi-1}`
+        (`lo` > 0), or a state that skips to `next_state` or reads a copy then the rest,
+        `item{0,hi-1}` (`lo` = 0): the item and the rest are stubs, so each copy is made as it
+        is reached. The states the eager `_repeat` makes, in the same shape (its copies built
+        from the end, these from the start), plus two stubs a copy. An unbounded repeat of at
+        most one copy before its loop is built as `_repeat` builds it."""
+        item, lo, hi = node.item, node.min, node.max
+        if (hi is None and lo <= 1) or hi == 0:
+            return self._repeat(node, next_state)
+        rest = self._rest(item, max(lo - 1, 0), None if hi is None else hi - 1, next_state)
+        if lo:
+            return self._stub(item, rest)
+        s = self.new_state()
+        self.epsilon[s] = [self._stub(item, rest), next_state]
+        return s
+
+    def _rest(self, item: Node, lo: int, hi: int | None, next_state: int) -> int:
+        """A stub of `item{lo,hi}` continuing to `next_state` (`next_state` itself for
+        `{0,0}`); the repeat nodes made here are kept, one per (item, lo, hi), so their ids
+        stay unique memo keys."""
+        if hi == 0:
+            return next_state
+        key = (id(item), lo, hi)
+        rest = self.rests.get(key)
+        if rest is None:
+            rest = self.rests[key] = Repeat(item, lo, hi)
+        return self._stub(rest, next_state)
+
+    def _stub(self, node: Node, next_state: int) -> int:
+        """Deferred: the start of `node` continuing to `next_state` when it is built (or a byte
+        set, built at once), else a stub state to be built when reached (`Deferred`)."""
+        key = (id(node), next_state)
+        start = self.memo.get(key)
+        if start is None:
+            start = self.stub_of.get(key)
+        if start is None:
+            if type(node) is ByteSet:
+                return self.build(node, next_state)
+            start = self.stub_of[key] = len(self.epsilon)  # not counted in the limit
+            self.epsilon.append(())
+            self.edge_mask.append(0)
+            self.edge_target.append(-1)
+            self.pending.stubs[start] = (node, next_state)
+        return start
+
+
+def _trimmed(node: Node) -> bool:
+    """Whether the tree has no empty alternation and no empty byte set (the nodes that make an
+    NFA state with no way on): a walk of its distinct nodes."""
+    seen, stack = set(), [node]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        kind = type(n)
+        if kind is ByteSet:
+            if not n.mask:
+                return False
+        elif kind is Alt:
+            if not n.items:
+                return False
+            stack.extend(n.items)
+        elif kind is Concat:
+            stack.extend(n.items)
+        elif kind is Repeat:
+            stack.append(n.item)
+    return True
 
 
 COUNT_MARGIN = 1.1

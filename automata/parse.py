@@ -268,15 +268,18 @@ class _Parser:
             return None
         if peek_only:
             return 0, None
-        lo = int(lo_text) if lo_text else 0
-        hi = int(hi_text) if hi_text else None
-        for bound in (lo, hi):
-            if bound is not None and bound > self.limits.max_repetition:
+        most = self.limits.max_repetition
+        for text in (lo_text, hi_text):  # compared as text: Python reads no 4,301-digit int
+            digits = text.lstrip("0")
+            if len(digits) > len(str(most)) or (digits and int(digits) > most):
+                shown = text if len(text) <= 20 else f"{text[:8]}... ({len(text)} digits)"
                 raise RepetitionTooLargeError(
                     "max_repetition",
-                    self.limits.max_repetition,
-                    f"position {start}: repetition bound {bound} is too large",
+                    most,
+                    f"position {start}: repetition bound {shown} is too large",
                 )
+        lo = int(lo_text) if lo_text else 0
+        hi = int(hi_text) if hi_text else None
         if hi is not None and lo > hi:
             raise self.error(start, f"repetition minimum {lo} is greater than maximum {hi}")
         self.pos = k + 1

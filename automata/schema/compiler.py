@@ -33,7 +33,13 @@ from corral.automata.errors import (
     SchemaError,
     TooManyNfaStatesError,
 )
-from corral.automata.limits import DEFAULT_SCHEMA_LIMITS, NARROWER_BOUNDS, Limits, SchemaLimits
+from corral.automata.limits import (
+    DEFAULT_LIMITS,
+    DEFAULT_SCHEMA_LIMITS,
+    NARROWER_BOUNDS,
+    Limits,
+    SchemaLimits,
+)
 from corral.automata.schema.algebra import Algebra, is_empty_range
 from corral.automata.schema.containers import lower_array, lower_object
 from corral.automata.schema.disjoint import (
@@ -52,7 +58,7 @@ from corral.automata.schema.keywords import (
     is_constraint,
 )
 from corral.automata.schema.merge import Merger, desugar, type_names
-from corral.automata.schema.nfa_size import blame, check_nfa_states
+from corral.automata.schema.nfa_size import blame, check_nfa_states, counted_nfa_states
 from corral.automata.schema.numbers import lower_integer, lower_number
 from corral.automata.schema.refs import RefResolver, has_own_id, ref_siblings, walk_pointer
 from corral.automata.schema.strings import lower_string
@@ -667,6 +673,17 @@ def narrower_limits(schema_limits: SchemaLimits, longest=None) -> list[SchemaLim
     return out
 
 
+@dataclass(frozen=True)
+class CountedBuild:
+    """A `build` of `compile_schema` told the tree's NFA states as counted
+    (`corral.automata.schema.nfa_size.counted_nfa_states`), or None past
+    `Limits.max_nfa_states` (within it, no build of the NFA can pass the limit):
+    `make(tree, states)`. `corral.automata.lazy` defers the NFA's parts only within the limit,
+    so the limit is still met at once, where a narrower retry can follow."""
+
+    make: object
+
+
 def _attempt(
     schema,
     limits: Limits | None,
@@ -686,10 +703,20 @@ def _attempt(
         with deep_recursion():
             form = _compile(schema, compiler)
             narrower = narrower and narrower_limits(schema_limits, compiler.longest)
+            counted = None
             if build is not None and (narrower or shallower and compiler.recursive):
-                check_nfa_states(form, compiler.trees)
+                counted = check_nfa_states(form, compiler.trees)
             tree = compiler.trees.build(form)
-            return (tree if build is None else build(tree)), compiler.recursive, compiler.longest
+            if isinstance(build, CountedBuild):
+                limit = (limits or DEFAULT_LIMITS).max_nfa_states
+                if counted is None:
+                    counted = counted_nfa_states(form, compiler.trees)
+                made = build.make(
+                    tree, counted if counted is not None and counted <= limit else None
+                )
+            else:
+                made = tree if build is None else build(tree)
+            return made, compiler.recursive, compiler.longest
     except STATE_LIMIT_ERRORS as error:
         if isinstance(error, TooManyNfaStatesError) and form is not None:
             with deep_recursion():  # the builds of the parts recurse as deep as the compile's

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from corral.automata.errors import LimitError, SchemaError, excerpt
 from corral.automata.limits import SchemaLimits
 from corral.automata.schema.form import EMPTY, NOTHING, Lit, Object, choice, repeat, seq
-from corral.automata.schema.keywords import child, count, unsupported
+from corral.automata.schema.keywords import child, count, unsupported, written
 from corral.automata.schema.values import dumps, json_key
 
 Compile = Callable[[object, str, int], object]
@@ -60,7 +60,9 @@ def lower_array(
     cap = schema_limits.max_array_length
     if min_items > cap:
         raise LimitError(
-            "max_array_length", cap, f"{pointer or '/'}: minItems {min_items} is too large"
+            "max_array_length",
+            cap,
+            f"{pointer or '/'}: minItems {written(schema['minItems'])} is too large",
         )
     if max_items is not None:
         max_items = min(max_items, cap)

@@ -5,6 +5,8 @@ readers every lowering step shares: JSON pointers, refusals, counts.
 
 from __future__ import annotations
 
+import math
+
 from corral.automata.errors import SchemaError
 from corral.automata.schema.values import is_int
 
@@ -100,6 +102,16 @@ def unsupported(pointer: str, keyword: str, detail: str = "") -> SchemaError:
     """The `SchemaError` of a keyword outside the subset: "keyword 'K' is not supported"."""
     reason = f"keyword {keyword!r} is not supported"
     return SchemaError(pointer, keyword, reason + (f": {detail}" if detail else ""))
+
+
+def written(value) -> str:
+    """A schema's number as its user wrote it, for an error message: a float as Python writes it
+    (`1e+308`, not its 309 digits), an integer of more than 20 digits in a short form
+    (`about 10**400`; Python refuses to write an integer of more than 4,300 digits)."""
+    if is_int(value) and abs(value).bit_length() > 66:
+        sign = "-" if value < 0 else ""
+        return f"{sign}about 10**{int(math.log10(abs(value)))}"
+    return repr(value)
 
 
 def count(schema: dict, key: str, pointer: str) -> int | None:

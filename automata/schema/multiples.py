@@ -24,7 +24,7 @@ from fractions import Fraction
 from corral.automata.compile import build_dfa
 from corral.automata.errors import SchemaError
 from corral.automata.parse import parse
-from corral.automata.schema.keywords import unsupported
+from corral.automata.schema.keywords import unsupported, written
 from corral.automata.schema.values import is_number
 from corral.automata.tree import EMPTY, Alt, ByteSet, Concat, Node
 
@@ -56,7 +56,7 @@ def integer_step(value, pointer: str) -> tuple[int, int]:
         return 1, (2**53 - 1) // m
     k = int(value)
     if k > MAX_STEP:
-        raise unsupported(pointer, "multipleOf", f"multipleOf {k} is above {MAX_STEP}")
+        raise unsupported(pointer, "multipleOf", f"multipleOf {written(value)} is above {MAX_STEP}")
     return k, None
 
 

@@ -15,13 +15,24 @@ equals the builder's count.
 `compile_schema` uses it to go straight past the `$ref` unrollings whose NFA cannot fit:
 counting costs a small fraction of building (a leaf is one step, not one per state), and it
 stops at `most`.
+
+Fresh continuations: a node built to continue at a state that no memo key holds yet (the
+`Repeat`s' copies after the first, each continuing at the state made for the copy before) makes
+states that none made before it can share, so it makes as many as its first such build did:
+that count is kept per node and added at once, with one new state standing for the copy's
+start. Nested counted repeats (`{"maxItems": 64, "items": {"maxItems": 64, ...}}`, a
+`{m,n}` of groups of `{m,n}`) are then counted in O(form nodes x nesting), not O(states):
+the count of an NFA of millions of states stops at `most` after a few hundred steps. (The count
+can only grow by this: the copy's start stands for a state a real copy might share.)
 """
 
 from __future__ import annotations
 
+import weakref
+
 from corral.automata.errors import TooManyNfaStatesError
 from corral.automata.limits import DEFAULT_LIMITS
-from corral.automata.nfa import tree_states, tree_to_nfa
+from corral.automata.nfa import tree_states
 from corral.automata.schema.form import (
     Choice,
     Lit,
@@ -38,16 +49,26 @@ MARGIN = 1.1
 just above the limit (the count may be a few percent high) is left to the builder to decide."""
 
 
-def check_nfa_states(form, trees: TreeBuilder) -> None:
+def check_nfa_states(form, trees: TreeBuilder) -> int:
     """Raise TooManyNfaStatesError, as the NFA builder would, when `form`'s NFA is counted
-    (`nfa_states`) past `max_nfa_states` (of `trees.limits`) times `MARGIN`; else nothing."""
+    (`nfa_states`) past `max_nfa_states` (of `trees.limits`) times `MARGIN`; else the count."""
     limit = (trees.limits or DEFAULT_LIMITS).max_nfa_states
     try:
-        nfa_states(form, trees, int(limit * MARGIN))
+        return nfa_states(form, trees, int(limit * MARGIN))
     except TooLarge:
         raise TooManyNfaStatesError(
             "max_nfa_states", limit, "the pattern needs too many NFA states"
         ) from None
+
+
+def counted_nfa_states(form, trees: TreeBuilder) -> int | None:
+    """`form`'s NFA states as `nfa_states` counts them, or None past `max_nfa_states` (of
+    `trees.limits`). Within the limit, the builder, whose count is never above it, cannot pass
+    the limit."""
+    try:
+        return nfa_states(form, trees, (trees.limits or DEFAULT_LIMITS).max_nfa_states)
+    except TooLarge:
+        return None
 
 
 def blame(form, trees: TreeBuilder, pointers: dict[int, str], error):
@@ -55,12 +76,17 @@ def blame(form, trees: TreeBuilder, pointers: dict[int, str], error):
     the deepest subschema whose NFA built alone passes the limit without any one of its parts
     doing so, by `pointers` (form id -> JSON pointer, `Compiler.pointers`). `error` itself when
     the pointer is not known (the whole form's NFA alone does not pass the limit: a refusal of
-    the count). On a refusal only: a few builds per level, each stopped at the limit."""
+    the count). A part passes when it is counted (`nfa_states`) past the limit: the count
+    equals the builder's but where the builder shares states between two leaves that end
+    alike, so nested counted repeats, each level past the limit, are named after a count per
+    level, not a build of up to `max_nfa_states` states per level (nor one per wrapper of a
+    level, when the count is within `MARGIN` of the limit)."""
+    limit = (trees.limits or DEFAULT_LIMITS).max_nfa_states
 
     def passes(node) -> bool:
         try:
-            tree_to_nfa(trees.build(node), trees.limits)
-        except TooManyNfaStatesError:
+            nfa_states(node, trees, limit)
+        except TooLarge:
             return True
         return False
 
@@ -93,6 +119,11 @@ def _parts(node) -> tuple:
     return ()
 
 
+TREE_SIZES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""`tree_states` of the leaves' trees, while they live: the pinned trees of the common
+fragments (a string, an integer, a date) are counted once per process, not once per compile."""
+
+
 class TooLarge(Exception):
     """The count passed `most` (`nfa_states`)."""
 
@@ -114,6 +145,8 @@ class _Counter:
         self.most = most
         self.states = 1  # the accepting state, continuation 0
         self.memo: dict[tuple, int] = {}  # (node key, continuation) -> start state
+        self.used: set[int] = {0}  # continuations some memo key holds (0: the form's own)
+        self.fresh: dict[int, int] = {}  # id(node) -> states it makes at a fresh continuation
         self.leaf_sizes: dict[int, tuple[object, int]] = {}  # id -> (leaf kept alive, states)
 
     def count(self, form) -> int:
@@ -136,12 +169,23 @@ class _Counter:
             for byte in reversed(node.text.encode("utf-8")):
                 key = (-1 - byte, cont)  # never an id()
                 start = self.memo.get(key)
+                self.used.add(cont)
                 cont = self.memo[key] = self.new() if start is None else start
             return cont
         memo_key = (id(self.trees.build(node)) if kind is Regex else id(node), cont)
         start = self.memo.get(memo_key)
         if start is None:
-            start = self.memo[memo_key] = self._build(node, cont)
+            fresh = cont not in self.used
+            self.used.add(cont)
+            made = self.fresh.get(id(node)) if fresh else None
+            if made is not None:  # as many states as its first fresh build (module docstring)
+                start = cont if made == 0 else self.new(made)
+            else:
+                before = self.states
+                start = self._build(node, cont)
+                if fresh:
+                    self.fresh[id(node)] = self.states - before
+            self.memo[memo_key] = start
         return start
 
     def _build(self, node, cont: int) -> int:
@@ -173,12 +217,23 @@ class _Counter:
             for _ in range(max(lo - 1, 0)):
                 cur = self.build(item, cur)
             return cur
-        cur = cont
-        for _ in range(hi - lo):
+        cur, copies = cont, hi - lo
+        for k in range(copies):
+            made = self.fresh.get(id(item))
+            if made is not None and k:  # the copies left continue at fresh states: at once
+                self.states += (copies - k) * (1 + made) - 1
+                cur = self.new()
+                break
             start = self.new()
             self.build(item, cur)
             cur = start
-        for _ in range(lo):
+        for k in range(lo):
+            made = self.fresh.get(id(item)) if cur not in self.used else None
+            if made is not None:  # each copy continues at the fresh start of the one before
+                if made:
+                    self.states += (lo - k) * made - 1
+                    cur = self.new()
+                break
             cur = self.build(item, cur)
         return cur
 
@@ -212,8 +267,10 @@ class _Counter:
         key = ("tail", id(node), i)
         start = self.memo.get((key, cont))
         if start is None:
+            self.used.add(cont)
             piece = self.build(member, cont)
             comma = (("comma", id(node), i), piece)
+            self.used.add(piece)
             if comma not in self.memo:
                 self.memo[comma] = self.new()
             start = self.memo[comma] if required else self.new()
@@ -224,6 +281,9 @@ class _Counter:
         """States of a leaf's regex tree built alone."""
         hit = self.leaf_sizes.get(id(leaf))
         if hit is None:
-            size = tree_states(self.trees.build(leaf))
+            tree = self.trees.build(leaf)
+            size = TREE_SIZES.get(tree)
+            if size is None:
+                size = TREE_SIZES[tree] = tree_states(tree)
             hit = self.leaf_sizes[id(leaf)] = (leaf, size)
         return hit[1]

@@ -45,7 +45,7 @@ from corral.automata.schema.form import (
 )
 from corral.automata.schema.formats import string_format
 from corral.automata.schema.json_text import QUOTE, UNICODE_ESCAPE
-from corral.automata.schema.keywords import count, unsupported
+from corral.automata.schema.keywords import count, unsupported, written
 from corral.automata.schema.lengths import char_length_bounds, length_product
 from corral.automata.tree import EMPTY, Alt, Automaton, ByteSet, Concat, Node, Repeat
 from corral.automata.utf8 import ranges_to_tree
@@ -101,7 +101,9 @@ def lower_string(schema: dict, pointer: str, trees: TreeBuilder, schema_limits: 
     cap = schema_limits.max_string_length
     if min_len > cap:
         raise LimitError(
-            "max_string_length", cap, f"{pointer or '/'}: minLength {min_len} is too large"
+            "max_string_length",
+            cap,
+            f"{pointer or '/'}: minLength {written(schema['minLength'])} is too large",
         )
     content = None
     fmt = schema.get("format")
