@@ -41,7 +41,7 @@ from corral.tools.batch import (
 )
 from corral.tools.completions import Completions
 from corral.tools.errors import ToolError, invalid, openai_error
-from corral.tools.fields import unknown
+from corral.tools.fields import check_metadata, unknown
 from corral.tools.output_file import answered_counts, drop_torn_tail
 from corral.tools.request import read_body
 from corral.tools.serving import BackgroundJob, EngineThread
@@ -247,8 +247,8 @@ class BatchService:
         """A new batch (status `validating`, or `failed` with `errors` when its input file is
         not JSONL at all). Raises ToolError 400 naming the parameter at fault (an unknown one,
         an `endpoint` other than /v1/chat/completions, a `completion_window` other than 24h,
-        an input file whose purpose is not batch, `metadata` that is not an object of at most
-        16 strings), 404 for an unknown `input_file_id`."""
+        an input file whose purpose is not batch, a `metadata` OpenAI refuses:
+        `corral.tools.fields.check_metadata`), 404 for an unknown `input_file_id`."""
         known = {"input_file_id", "endpoint", "completion_window", "metadata"}
         for name in body:
             if name not in known:
@@ -267,12 +267,7 @@ class BatchService:
                 f"{body['completion_window']!r}.",
             )
         metadata = body.get("metadata")
-        if metadata is not None and not (
-            isinstance(metadata, dict)
-            and len(metadata) <= 16
-            and all(isinstance(v, str) for v in metadata.values())
-        ):
-            raise invalid("metadata", "'metadata' must be an object of at most 16 strings.")
+        check_metadata(metadata)
         source = self.file(body["input_file_id"])
         if source["purpose"] != "batch":
             raise invalid(
