@@ -85,6 +85,28 @@ class LineError(ValueError):
         super().__init__(message)
 
 
+_OTHER_ENCODINGS = (  # longest first: UTF-32's little-endian mark begins as UTF-16's
+    (codecs.BOM_UTF32_LE, "UTF-32"),
+    (codecs.BOM_UTF32_BE, "UTF-32"),
+    (codecs.BOM_UTF16_LE, "UTF-16"),
+    (codecs.BOM_UTF16_BE, "UTF-16"),
+)
+
+
+def encoding_problem(data: bytes) -> str | None:
+    """Why a Batch input file's bytes are not UTF-8 text as a whole: it begins with a UTF-16 or
+    UTF-32 byte-order mark (what Windows tools write by default; read as UTF-8, every line would
+    be refused as not JSON); None otherwise (a byte that is not UTF-8 is then its line's error,
+    `read_line`)."""
+    for mark, name in _OTHER_ENCODINGS:
+        if data.startswith(mark):
+            return (
+                f"the file is {name} (it begins with a {name} byte-order mark): a Batch input "
+                "file is UTF-8 JSONL; convert it, e.g. with iconv -t UTF-8"
+            )
+    return None
+
+
 def input_lines(data: bytes) -> list[str]:
     """The lines of a Batch input file's bytes (split at b"\\n", a leading UTF-8 byte-order mark
     dropped), each decoded as UTF-8. A byte that is not part of valid UTF-8 is kept as a lone

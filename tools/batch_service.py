@@ -36,6 +36,7 @@ from corral.tools.batch import (
     _finish,
     _prepare,
     _Writer,
+    encoding_problem,
     input_lines,
     unanswered,
 )
@@ -80,7 +81,10 @@ def not_found(kind: str, name: str, param: str) -> ToolError:
 
 def jsonl_problem(data: bytes) -> tuple[str, str] | None:
     """`(code, message)` when `data` is not JSONL at all (no line, or no line that is JSON);
-    None when some line is JSON (the other lines become error lines)."""
+    None when some line is JSON (the other lines become error lines). A file in UTF-16 or
+    UTF-32 (`corral.tools.batch.encoding_problem`) is `invalid_encoding`."""
+    if encoding_problem(data):
+        return "invalid_encoding", f"The input file is not UTF-8: {encoding_problem(data)}."
     lines = [text for text in input_lines(data) if text.strip()]
     if not lines:
         return "empty_file", "The input file holds no line."
