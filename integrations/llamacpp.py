@@ -16,10 +16,16 @@ How it reads the vocabulary, EOS ids and rows: docs/integrations.md.
 from __future__ import annotations
 
 import numpy as np
-from corral.integrations.rows import RowConstraints, grammar_index
+from corral.integrations.rows import (
+    RowConstraints,
+    check_grammars,
+    check_max_new_tokens,
+    check_vocabulary,
+    grammar_index,
+)
 from corral.kernels import Vocabulary
 from corral.model.vocabulary import vocabulary_from_gguf
-from llama_cpp import LogitsProcessorList
+from llama_cpp import Llama, LogitsProcessorList
 
 
 def llama_vocabulary(llm) -> Vocabulary:
@@ -61,10 +67,25 @@ def logits_processor(
     2) or a JSON Schema (section 3; dict or JSON text); exactly one is given. `vocabulary`: an
     earlier `llama_vocabulary(llm)`, to skip reading it.
 
+    Every parameter is checked before the vocabulary is read or a grammar compiled.
+
     Raises:
-        ValueError: neither or both of regex and schema.
+        TypeError: `llm` is not a `llama_cpp.Llama`; a regex, schema, max_new_tokens or
+            vocabulary of another type (`corral.integrations.rows`' checks), naming it.
+        ValueError: neither or both of regex and schema; max_new_tokens below 1; a
+            `vocabulary` whose size is not the model's.
         corral.automata.ConstrainError: a regex or schema outside the subset.
     """
-    vocabulary = vocabulary or llama_vocabulary(llm)
+    if not isinstance(llm, Llama):
+        raise TypeError(f"llm must be a llama_cpp.Llama, not {type(llm).__name__}")
+    check_grammars(regex, schema)
+    check_max_new_tokens(max_new_tokens)
+    if check_vocabulary(vocabulary) is None:
+        vocabulary = llama_vocabulary(llm)
+    elif vocabulary.size != llm.n_vocab():
+        raise ValueError(
+            f"vocabulary holds {vocabulary.size} tokens and the model {llm.n_vocab()}: pass "
+            "llama_vocabulary(llm) of this model"
+        )
     index = grammar_index(vocabulary, regex=regex, schema=schema)
     return LogitsProcessorList([CorralLlamaProcessor(index, max_new_tokens)])

@@ -4,6 +4,7 @@ processors (docs/design.md section 4; why each rule: docs/integrations.md)."""
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 import numpy as np
@@ -14,6 +15,60 @@ Key = tuple[int, tuple[int, ...]]
 """(grammar number, generated ids) of a row."""
 
 
+def _kind(value) -> str:
+    """A value named for an error message: its type and its repr cut to 40 characters."""
+    shown = repr(value)
+    return f"{type(value).__name__} {shown if len(shown) <= 40 else shown[:37] + '...'}"
+
+
+def check_max_new_tokens(max_new_tokens) -> int | None:
+    """`max_new_tokens` as an int: None, or an integer (Python's or NumPy's, not a bool) of at
+    least 1. Raises TypeError (another type) or ValueError (below 1), naming `max_new_tokens`."""
+    if max_new_tokens is None:
+        return None
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral):
+        raise TypeError(f"max_new_tokens must be an integer or None, not {_kind(max_new_tokens)}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be at least 1, not {max_new_tokens}")
+    return int(max_new_tokens)
+
+
+def check_vocabulary(vocabulary) -> Vocabulary | None:
+    """`vocabulary` when it is None or a `corral.kernels.Vocabulary`. Raises TypeError naming
+    `vocabulary`."""
+    if vocabulary is not None and not isinstance(vocabulary, Vocabulary):
+        raise TypeError(
+            f"vocabulary must be a corral.kernels.Vocabulary or None, not {_kind(vocabulary)}"
+        )
+    return vocabulary
+
+
+def check_grammars(regex, schema, many: bool = False) -> list[tuple[str | None, object]]:
+    """The grammars a processor is asked for, as `(regex, schema)` pairs (one None in each),
+    checked before any is compiled: exactly one of `regex` (a str) and `schema` (a dict, or its
+    JSON text as a str); with `many`, either may be a non-empty list or tuple of such, one per
+    batch item. Raises ValueError (neither or both given, an empty list) or TypeError (a value of
+    another type, naming the parameter and the item)."""
+    if (regex is None) == (schema is None):
+        raise ValueError("give exactly one of regex and schema")
+    name, value = ("regex", regex) if regex is not None else ("schema", schema)
+    kinds = (str,) if name == "regex" else (dict, str)
+    what = "a str" if name == "regex" else "a dict or its JSON text (a str)"
+    if isinstance(value, kinds):
+        items = [value]
+    elif many and isinstance(value, list | tuple):
+        if not value:
+            raise ValueError(f"{name} is an empty {type(value).__name__}: give one per batch item")
+        for i, item in enumerate(value):
+            if not isinstance(item, kinds):
+                raise TypeError(f"{name}[{i}] must be {what}, not {_kind(item)}")
+        items = list(value)
+    else:
+        lists = ", or a list of them, one per batch item" if many else ""
+        raise TypeError(f"{name} must be {what}{lists}, not {_kind(value)}")
+    return [(item, None) if name == "regex" else (None, item) for item in items]
+
+
 def grammar_index(
     vocabulary: Vocabulary, regex: str | None = None, schema: dict | str | None = None
 ) -> TokenIndex:
@@ -22,11 +77,14 @@ def grammar_index(
 
     Raises:
         ValueError: neither or both are given.
+        TypeError: a vocabulary, regex or schema of another type (`check_grammars`).
         corral.automata.ConstrainError: the regex or schema is outside corral's subset, or its
             automaton passes a size limit (the error names the position or keyword).
     """
-    if (regex is None) == (schema is None):
-        raise ValueError("give exactly one of regex and schema")
+    if vocabulary is None:
+        raise TypeError("vocabulary must be a corral.kernels.Vocabulary, not None")
+    check_vocabulary(vocabulary)
+    check_grammars(regex, schema)
     dfa = automata.regex_to_dfa(regex) if regex is not None else automata.schema_to_dfa(schema)
     return TokenIndex(dfa, vocabulary)
 
@@ -69,6 +127,7 @@ class RowConstraints:
 
     Raises:
         ValueError: no index, or indexes over different vocabularies, or max_new_tokens < 1.
+        TypeError: max_new_tokens is neither None nor an integer (`check_max_new_tokens`).
         VocabularyError: the vocabulary names no EOS id (a finished answer could not stop).
     """
 
@@ -81,9 +140,7 @@ class RowConstraints:
             raise ValueError("every token index must be over the same vocabulary")
         if not self.vocabulary.eos_ids:
             raise VocabularyError("the vocabulary names no EOS id: an answer could not end")
-        if max_new_tokens is not None and max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be at least 1, not {max_new_tokens}")
-        self.max_new_tokens = max_new_tokens
+        self.max_new_tokens = check_max_new_tokens(max_new_tokens)
         self._eos_mask = np.zeros(self.vocabulary.n_words, dtype=np.uint32)
         for e in self.vocabulary.eos_ids:
             self._eos_mask[e >> 5] |= np.uint32(1) << np.uint32(e & 31)

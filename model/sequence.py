@@ -167,8 +167,8 @@ class LiveSequence:
     def need(self) -> Need:
         """What the next step needs, from the state alone (no side effect; the logits are not
         read): `Finish` when nothing the model could say would continue the sequence (its
-        answer complete with nothing left to allow: "stop"; its budget spent: "stop" if the
-        answer is complete, else "length"); `Force` for a token already chosen; else `Sample`
+        answer complete with nothing left to allow: "stop"; its budget spent: "length", a
+        complete answer's too); `Force` for a token already chosen; else `Sample`
         under the constraint's mask (with the budget rule when `budget_aware`), or free text,
         under a lazy trigger's budget mask when some token may not complete the trigger yet.
         The engine asks once per step, after the step's tokens are written."""
@@ -176,9 +176,8 @@ class LiveSequence:
         left = self.request.max_tokens - self.generated
         if constraint is not None and constraint.done:
             return Finish("stop")
-        if left <= 0:
-            complete = constraint is not None and constraint.is_complete()
-            return Finish("stop" if complete else "length")
+        if left <= 0:  # the budget, not the model, ended it: OpenAI's and vLLM's "length"
+            return Finish("length")
         if self.forced:
             return Force(self.forced[0])
         if constraint is None:

@@ -85,6 +85,28 @@ class LineError(ValueError):
         super().__init__(message)
 
 
+_OTHER_ENCODINGS = (  # longest first: UTF-32's little-endian mark begins as UTF-16's
+    (codecs.BOM_UTF32_LE, "UTF-32"),
+    (codecs.BOM_UTF32_BE, "UTF-32"),
+    (codecs.BOM_UTF16_LE, "UTF-16"),
+    (codecs.BOM_UTF16_BE, "UTF-16"),
+)
+
+
+def encoding_problem(data: bytes) -> str | None:
+    """Why a Batch input file's bytes are not UTF-8 text as a whole: it begins with a UTF-16 or
+    UTF-32 byte-order mark (what Windows tools write by default; read as UTF-8, every line would
+    be refused as not JSON); None otherwise (a byte that is not UTF-8 is then its line's error,
+    `read_line`)."""
+    for mark, name in _OTHER_ENCODINGS:
+        if data.startswith(mark):
+            return (
+                f"the file is {name} (it begins with a {name} byte-order mark): a Batch input "
+                "file is UTF-8 JSONL; convert it, e.g. with iconv -t UTF-8"
+            )
+    return None
+
+
 def input_lines(data: bytes) -> list[str]:
     """The lines of a Batch input file's bytes (split at b"\\n", a leading UTF-8 byte-order mark
     dropped), each decoded as UTF-8. A byte that is not part of valid UTF-8 is kept as a lone
@@ -161,17 +183,16 @@ def _json_value(value) -> str:
 
 @dataclass
 class BatchSummary:
-    """Counts of a batch run: lines answered and their answers (choices: `n` a line),
-    lines refused (error lines), lines skipped (already
-    answered in the output a run resumes: `unanswered`), answers (choices)
-    that are not valid for their request (must stay 0), answers cut by max_tokens (free text
-    only: constrained answers end within their budget), tokens and seconds, the grammar
-    cache's hits and misses during the run (`GrammarCompiler.hits` and `misses`: a miss built, or
-    tried to build, a grammar's token index), and the prefix cache's hits among the prompts
-    admitted, with the tokens whose prefill they saved, of the tokens admitted: the prompts'
-    and the text jump-forward forced at their start, which goes with them (`GenerationStats`;
-    so `prompt_tokens` exceeds the answers' `usage.prompt_tokens` by those forced tokens);
-    `allowed_mass_minima`: the minimum allowed mass of each answer that asked for
+    """Counts of a batch run: lines answered and their answers (choices: `n` a line), lines refused
+    (error lines), lines skipped (already answered in the output a run resumes: `unanswered`),
+    answers (choices) that are not valid for their request (must stay 0), answers whose max_tokens
+    ended them (`length`: free text cut, or a constrained answer the budget rule ended complete),
+    tokens and seconds, the grammar cache's hits and misses during the run (`GrammarCompiler.hits`
+    and `misses`: a miss built, or tried to build, a grammar's token index), and the prefix cache's
+    hits among the prompts admitted, with the tokens whose prefill they saved, of the tokens
+    admitted: the prompts' and the text jump-forward forced at their start, which goes with them
+    (`GenerationStats`; so `prompt_tokens` exceeds the answers' `usage.prompt_tokens` by those
+    forced tokens); `allowed_mass_minima`: the minimum allowed mass of each answer that asked for
     `allowed_mass` and has a token, in the order written."""
 
     requests: int = 0
@@ -589,15 +610,15 @@ def _finish(engine, line: _Line, writer: _Writer) -> None:
         if minimum is not None:
             summary.allowed_mass_minima.append(minimum)
         if line.results[choice["index"]].finish_reason == "length":
-            summary.cut += 1
-        elif not valid_choice(line.request, choice):
+            summary.cut += 1  # a constrained one ended complete: validated all the same
+        if not valid_choice(line.request, choice):
             summary.invalid += 1
     writer.write(line.custom_id, 200, body, None)
     writer.duplicates(line)
 
 
 def valid_choice(request: ToolRequest, choice: dict) -> bool:
-    """Whether a finished (not cut) choice is what its request promises, checked by the
+    """Whether a choice is what its request promises, checked by the
     `jsonschema` library (independent of corral's compiler): each call names a tool and its
     arguments validate against that tool's parameters; a forced call was made; a json_schema
     content validates against the schema, a json_object content is a JSON object."""

@@ -36,12 +36,13 @@ from corral.tools.batch import (
     _finish,
     _prepare,
     _Writer,
+    encoding_problem,
     input_lines,
     unanswered,
 )
 from corral.tools.completions import Completions
 from corral.tools.errors import ToolError, invalid, openai_error
-from corral.tools.fields import unknown
+from corral.tools.fields import check_metadata, unknown
 from corral.tools.output_file import answered_counts, drop_torn_tail
 from corral.tools.request import read_body
 from corral.tools.serving import BackgroundJob, EngineThread
@@ -80,7 +81,10 @@ def not_found(kind: str, name: str, param: str) -> ToolError:
 
 def jsonl_problem(data: bytes) -> tuple[str, str] | None:
     """`(code, message)` when `data` is not JSONL at all (no line, or no line that is JSON);
-    None when some line is JSON (the other lines become error lines)."""
+    None when some line is JSON (the other lines become error lines). A file in UTF-16 or
+    UTF-32 (`corral.tools.batch.encoding_problem`) is `invalid_encoding`."""
+    if encoding_problem(data):
+        return "invalid_encoding", f"The input file is not UTF-8: {encoding_problem(data)}."
     lines = [text for text in input_lines(data) if text.strip()]
     if not lines:
         return "empty_file", "The input file holds no line."
@@ -247,8 +251,8 @@ class BatchService:
         """A new batch (status `validating`, or `failed` with `errors` when its input file is
         not JSONL at all). Raises ToolError 400 naming the parameter at fault (an unknown one,
         an `endpoint` other than /v1/chat/completions, a `completion_window` other than 24h,
-        an input file whose purpose is not batch, `metadata` that is not an object of at most
-        16 strings), 404 for an unknown `input_file_id`."""
+        an input file whose purpose is not batch, a `metadata` OpenAI refuses:
+        `corral.tools.fields.check_metadata`), 404 for an unknown `input_file_id`."""
         known = {"input_file_id", "endpoint", "completion_window", "metadata"}
         for name in body:
             if name not in known:
@@ -267,12 +271,7 @@ class BatchService:
                 f"{body['completion_window']!r}.",
             )
         metadata = body.get("metadata")
-        if metadata is not None and not (
-            isinstance(metadata, dict)
-            and len(metadata) <= 16
-            and all(isinstance(v, str) for v in metadata.values())
-        ):
-            raise invalid("metadata", "'metadata' must be an object of at most 16 strings.")
+        check_metadata(metadata)
         source = self.file(body["input_file_id"])
         if source["purpose"] != "batch":
             raise invalid(

@@ -39,6 +39,7 @@ from corral.tools.batch import (
     ALLOWED_MASS_BELOW,
     DEFAULT_MAX_TOKENS,
     ForeignAnswerError,
+    encoding_problem,
     input_lines,
     run_batch,
     unanswered,
@@ -343,7 +344,10 @@ def _generate(args: argparse.Namespace) -> int:
             dfa = _quick_dfa(args)
         else:
             source = Path(args.input)
-            lines = input_lines(read_bytes(args.input))  # a line not UTF-8: its error line
+            data = read_bytes(args.input)
+            if encoding_problem(data):
+                raise InputError(f"{args.input}: {encoding_problem(data)}")
+            lines = input_lines(data)  # a line not UTF-8: its error line
             default = source.with_name(source.stem + ".output.jsonl")
             output = Path(args.output) if args.output else default
             check_output(source, output, args.resume)

@@ -47,6 +47,51 @@ def check_keys(obj: dict, fields: dict[str, Field], where: str = "") -> None:
             raise not_honoured(param, field.why)
 
 
+METADATA_PAIRS, METADATA_KEY_LENGTH, METADATA_VALUE_LENGTH = 16, 64, 512
+"""OpenAI's bounds on a `metadata` object: pairs, characters of a key, characters of a value."""
+
+
+def check_metadata(value) -> None:
+    """Refuse a `metadata` (a chat completion's or a batch's) that OpenAI refuses: anything but
+    null or an object of at most 16 pairs whose keys are strings of at most 64 characters and
+    whose values strings of at most 512. O(len(value)). Raises ToolError 400: `param`
+    `metadata` for a value that is not an object, too many pairs or a key too long (the key
+    named in the message), `metadata.KEY` for a value that is not a string or is too long."""
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise invalid(
+            "metadata", "'metadata' must be an object of string keys and values.", "invalid_type"
+        )
+    if len(value) > METADATA_PAIRS:
+        raise invalid(
+            "metadata",
+            f"'metadata' holds {len(value)} pairs; at most {METADATA_PAIRS} are allowed.",
+            "object_above_max_properties",
+        )
+    for key, item in value.items():
+        if len(key) > METADATA_KEY_LENGTH:
+            raise invalid(
+                "metadata",
+                f"'metadata' key {key[:70]!r} has {len(key)} characters; at most "
+                f"{METADATA_KEY_LENGTH} are allowed.",
+            )
+        if not isinstance(item, str):
+            raise invalid(
+                f"metadata.{key}",
+                f"'metadata.{key}' must be a string.",
+                "invalid_type",
+            )
+        if len(item) > METADATA_VALUE_LENGTH:
+            raise invalid(
+                f"metadata.{key}",
+                f"Invalid 'metadata.{key}': string too long. Expected a string with maximum "
+                f"length {METADATA_VALUE_LENGTH}, but got a string with length {len(item)} "
+                "instead.",
+                "string_above_max_length",
+            )
+
+
 def unknown(param: str) -> ToolError:
     """The 400 `unknown_parameter` for a member the API does not define, as OpenAI words it."""
     return invalid(param, f"Unknown parameter: '{param}'.", "unknown_parameter")

@@ -34,6 +34,12 @@ ERROR = {
 }
 
 _TEXT = {"type": "string", "nullable": True}
+METADATA = {  # keys of at most 64 characters too (OpenAPI 3.0 cannot say it)
+    "type": "object",
+    "nullable": True,
+    "maxProperties": 16,
+    "additionalProperties": {"type": "string", "maxLength": 512},
+}
 _FUNCTION = {
     "type": "object",
     "required": ["name"],
@@ -246,14 +252,10 @@ REQUEST = {
         },
         # accepted, no effect on the answer
         "user": {"type": "string"},
-        "safety_identifier": {"type": "string"},
+        "safety_identifier": {"type": "string", "maxLength": 64},
         "prompt_cache_key": {"type": "string"},
         "store": {"type": "boolean", "enum": [False], "nullable": True},
-        "metadata": {
-            "type": "object",
-            "nullable": True,
-            "additionalProperties": {"type": "string"},
-        },
+        "metadata": METADATA,
     },
 }
 _USAGE = {
@@ -401,11 +403,7 @@ BATCH = {
                 "failed": {"type": "integer"},
             },
         },
-        "metadata": {
-            "type": "object",
-            "nullable": True,
-            "additionalProperties": {"type": "string"},
-        },
+        "metadata": METADATA,
         "model": {"type": "string"},
     },
 }  # fmt: skip
@@ -417,12 +415,7 @@ CREATE_BATCH = {
         "input_file_id": {"type": "string"},
         "endpoint": {"type": "string", "enum": ["/v1/chat/completions"]},
         "completion_window": {"type": "string", "enum": ["24h"]},
-        "metadata": {
-            "type": "object",
-            "nullable": True,
-            "maxProperties": 16,
-            "additionalProperties": {"type": "string"},
-        },
+        "metadata": METADATA,
     },
 }
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from corral.automata.schema.values import is_text, printable
 from corral.tools.errors import ToolError, empty_array, invalid, not_honoured
-from corral.tools.fields import HONOURED, NO_EFFECT, Field, check_keys
+from corral.tools.fields import HONOURED, NO_EFFECT, Field, check_keys, check_metadata
 from corral.tools.messages import check_messages
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -95,6 +95,7 @@ FIELDS = {
 by name)."""
 
 
+MAX_SAFETY_IDENTIFIER = 64  # characters, OpenAI's bound
 _STRICT = NO_EFFECT  # corral enforces every schema: `strict` changes nothing (docs/tools.md)
 STREAM_OPTIONS = {
     "include_usage": HONOURED,
@@ -358,7 +359,9 @@ def parse_tool_request(body: str | bytes | dict, vocabulary_size: int | None = N
             ranges. 422 `unsupported_parameter` for content parts that are not text.
             Every top-level field is in `FIELDS`: honoured; accepted because it cannot change
             the output (the identifiers `user`, `safety_identifier`, `prompt_cache_key`, and
-            `metadata`, which tags a stored completion, and none is stored); refused unless its
+            `metadata`, which tags a stored completion, and none is stored), when its value is
+            one OpenAI takes (strings; `safety_identifier` at most 64 characters; `metadata`
+            as `corral.tools.fields.check_metadata` says), else a 400 naming it; refused unless its
             value asks for nothing corral does not do (`store` `false`, `service_tier`
             `auto`/`default`, `modalities` `["text"]`, `prompt_cache_retention` `in_memory`);
             or refused with a 400
@@ -386,6 +389,15 @@ def parse_tool_request(body: str | bytes | dict, vocabulary_size: int | None = N
         )
     check_values(body)
     check_fields(body)
+    check_metadata(body.get("metadata"))
+    for name in ("user", "safety_identifier", "prompt_cache_key"):  # identifiers: strings
+        _field(body, name, "", str, "a string")
+    if len(body.get("safety_identifier") or "") > MAX_SAFETY_IDENTIFIER:
+        raise invalid(
+            "safety_identifier",
+            f"'safety_identifier' holds more than {MAX_SAFETY_IDENTIFIER} characters.",
+            "string_above_max_length",
+        )
 
     messages = check_messages(body.get("messages"))
     parallel = _field(body, "parallel_tool_calls", "", bool, "a boolean")

@@ -45,9 +45,9 @@ from corral.tools.request import (
 )
 from corral.tools.serving import DEFAULT_MAX_WAITING, ChoiceStream, EngineThread, Job, Metrics
 from corral.tools.shapes import (
+    ChoiceDeltas,
     allowed_mass_json,
     completion_json,
-    delta_json,
     finish_reason,
     logprobs_json,
     usage_json,
@@ -441,13 +441,14 @@ class Server:
         created = int(time.time())
         model = self.config.model_name
         n = len(job.choices)
-        streams = []
+        streams, shapes = [], []
         syntax = self.engine.syntax(request)
         for i in range(n):
             call_id = None
             if syntax is not None:
                 call_id = f"{request_id}_{i}" if request.n > 1 else request_id
             streams.append(ChoiceStream(call_id, request.stop, syntax, self.engine.vocabulary))
+            shapes.append(ChoiceDeltas(streams[i].parser is None))
 
         def chunk(choices: list, **extra) -> dict:
             body = {
@@ -460,7 +461,7 @@ class Server:
             if usage:
                 body["usage"] = None
             body.update(extra)
-            return {"data": json.dumps(body, ensure_ascii=False)}
+            return {"data": event_json(body)}
 
         def choice(i: int, delta: dict, reason: str | None = None, logprobs=None) -> dict:
             return {"index": i, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
@@ -482,14 +483,16 @@ class Server:
                     if mass is None
                     else ([mass[j] for j in positions], [unmasked[j] for j in positions]),
                 )
-                delta = {} if item is None else delta_json(item)
-                chunks.append(chunk([choice(i, delta, None, logprobs)]))
+                deltas = [{}] if item is None else shapes[i].event(item) or [{}]
+                chunks += [chunk([choice(i, delta)]) for delta in deltas[:-1]]
+                chunks.append(chunk([choice(i, deltas[-1], None, logprobs)]))
             return chunks
 
         results = []  # the ended choices', for `usage`
         try:
             for i in range(n):
-                yield chunk([choice(i, {"role": "assistant", "content": ""})])
+                for delta in shapes[i].opening():
+                    yield chunk([choice(i, delta)])
             ended = 0
             deadline = None
             while ended < n:
@@ -506,12 +509,13 @@ class Server:
                     continue
                 if event[0] == "error":
                     error = error_response(engine_failure(event[1]))
-                    yield {"data": error.body.decode("utf-8")}
+                    yield {"data": error.body.decode("utf-8").translate(_LINE_BREAKS)}
                     return
                 i = event[1]
                 if event[0] == "text":
                     for item in streams[i].feed(event[2]):
-                        yield chunk([choice(i, delta_json(item))])
+                        for delta in shapes[i].event(item):
+                            yield chunk([choice(i, delta)])
                     continue
                 result = event[2]
                 ended += 1
@@ -521,9 +525,10 @@ class Server:
                         yield piece
                 else:
                     for item in streams[i].finish(result):
-                        yield chunk([choice(i, delta_json(item))])
+                        for delta in shapes[i].event(item):
+                            yield chunk([choice(i, delta)])
                 reason = finish_reason(streams[i].calls, result.finish_reason)
-                last = choice(i, {}, reason)
+                last = choice(i, shapes[i].closing(), reason)
                 if request.allowed_mass:  # corral's, on the choice's last chunk
                     last["allowed_mass"] = allowed_mass_json(result.allowed_mass)
                 yield chunk([last])
@@ -532,6 +537,18 @@ class Server:
             yield {"data": "[DONE]"}
         finally:
             self.thread.cancel(job)
+
+
+# characters JSON leaves unescaped that `str.splitlines` (httpx's `iter_lines`, and so many SSE
+# clients) takes for line breaks
+_LINE_BREAKS = str.maketrans({c: f"\\u{ord(c):04x}" for c in "\x85\u2028\u2029"})
+
+
+def event_json(body: dict) -> str:
+    """`body` as one server-sent event's JSON text: UTF-8 as it is, except the characters a
+    client may take for a line break (U+0085, U+2028, U+2029), escaped, so that every event is
+    one line to every client (the others JSON escapes already)."""
+    return json.dumps(body, ensure_ascii=False).translate(_LINE_BREAKS)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

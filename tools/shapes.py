@@ -91,6 +91,66 @@ def delta_json(event: ToolEvent) -> dict:
     raise TypeError(f"not a ToolEvent: {event!r}")
 
 
+class ChoiceDeltas:
+    """The deltas of one streamed choice, shaped so that joined as OpenAI's client joins them (a
+    member's first value taken as it is, strings concatenated) they give the answer's `message`
+    (`message_json`) in every member: the role comes with the choice's first delta; `content`
+    is `""` before the first text (OpenAI's `{"role": "assistant", "content": ""}`), null beside
+    a call when no text came before it (OpenAI's first delta of a pure tool-call answer is
+    `{"role": "assistant", "content": null, "tool_calls": [...]}`), and `""` on the last delta
+    of an answer that ended with neither text nor calls. A thought's first delta carries the
+    role and its `reasoning_content` alone, since the content is not known yet.
+
+    Args:
+        text_only: the choice can only hold text (no calls, no thought): its role delta is sent
+            at once (`opening`), as its content is a string whatever comes.
+    """
+
+    def __init__(self, text_only: bool):
+        self.text_only = text_only
+        self.role = False  # the role was sent
+        self.content = False  # a `content` member was sent
+        self.calls = 0
+
+    def opening(self) -> list[dict]:
+        """The deltas to send before any event: the role's when `text_only`, else none."""
+        if not self.text_only:
+            return []
+        self.role = self.content = True
+        return [{"role": "assistant", "content": ""}]
+
+    def event(self, event: ToolEvent) -> list[dict]:
+        """The deltas of one event (none for empty text)."""
+        if isinstance(event, Content) and not event.text:
+            return []
+        deltas = []
+        if isinstance(event, Content) and not self.content:
+            if not self.role:
+                deltas.append({"role": "assistant", "content": ""})
+            self.role = self.content = True
+        delta = delta_json(event)
+        if isinstance(event, CallStart):
+            self.calls += 1
+            if not self.content:
+                delta = {"content": None, **delta}
+                self.content = True
+        if not self.role:
+            delta = {"role": "assistant", **delta}
+            self.role = True
+        return [*deltas, delta]
+
+    def closing(self) -> dict:
+        """The delta of the choice's last chunk (the one with its `finish_reason`): `{}`, or
+        what the message still needs (the role, a `""` content)."""
+        delta = {}
+        if not self.role:
+            delta["role"] = "assistant"
+        if not self.content:
+            delta["content"] = None if self.calls else ""
+        self.role = self.content = True
+        return delta
+
+
 def token_json(token_id: int, logprob: float, vocabulary) -> dict:
     """`{"token", "logprob", "bytes"}` of one token: `bytes` are its raw bytes as a list of ints
     (`vocabulary.tokens[token_id]`, a `corral.kernels.Vocabulary`) and `token` those bytes

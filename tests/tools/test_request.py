@@ -365,7 +365,10 @@ JSON = st.recursive(
 
 
 @settings(max_examples=150, deadline=None)
-@given(store=JSON, metadata=st.none() | st.dictionaries(st.text(max_size=8), st.text(max_size=8)))
+@given(
+    store=JSON,
+    metadata=st.none() | st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=16),
+)
 def test_store_asks_for_nothing_only_as_false(store, metadata):
     """`store: true` asks OpenAI to keep the completion, which corral never does: refused as a
     400 `unsupported_parameter` naming `store`, and so is any value but false or null (oracle:

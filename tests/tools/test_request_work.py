@@ -89,7 +89,15 @@ KINDS = {
     },
     "nesting": lambda n, w: {
         "messages": ASK,
-        "metadata": {"k": _nested(n, w)},
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "f",
+                    "parameters": {"type": "object", "default": _nested(n, w)},
+                },
+            }
+        ],
     },
     "logit_bias": lambda n, w: {"messages": ASK, "logit_bias": {str(i): 1 for i in range(n)}},
 }
