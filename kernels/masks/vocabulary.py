@@ -152,8 +152,8 @@ class Vocabulary:
         what a DFA state that loops to itself on those categories allows without leaving
         itself; with `decodes_utf8` (a state that also reads every UTF-8 character back to
         itself) also the tokens mixing those bytes with whole or partial valid UTF-8
-        characters. The mask walks start from it
-        (`corral.kernels.masks.index`). `run_row` with no bound on the length."""
+        characters. The mask walks start from it (`corral.kernels.masks.index`). `run_row`
+        with no bound on the length."""
         own = loops & ((1 << N_CATEGORIES) - 1) | (DECODES_UTF8 if decodes_utf8 else 0)
         return self.run_row(own, self.trie.max_depth)
 
