@@ -258,7 +258,7 @@ class TokenIndex:
                 return row
         if not 0 <= state < self.n_states:
             raise IndexError(f"state {state} out of range")
-        row = self._walk(state, _NO_DISTANCE, -1)
+        row, _ = self._visit_walk(state)  # the visit's kernel: one kernel to load, not two
         row.setflags(write=False)
         with self._lock:
             self._cache[state] = row
@@ -282,7 +282,7 @@ class TokenIndex:
         """
         rows = self._rows
         row = rows[state] if rows is not None and 0 <= state < len(rows) else None
-        return self.fill_mask_from(self.mask(state) if row is None else row, out)
+        return copy_mask(self.mask(state) if row is None else row, out)
 
     def fill_mask_from(self, row: np.ndarray, out: np.ndarray) -> np.ndarray:
         """Copy the packed mask `row` (one of this index's) into `out` after checking `out` as
@@ -295,12 +295,15 @@ class TokenIndex:
 
     def _visit(self, state: int) -> np.ndarray:
         """Walk `state` (visit mode), store its row (once per distinct content), return it."""
-        row, key = visit_mask(
+        return self._store(state, *self._visit_walk(state))
+
+    def _visit_walk(self, state: int) -> tuple[np.ndarray, int]:
+        """`visit_mask` of `state`: (its mask, a new array; the mask's `row_hash`)."""
+        return visit_mask(
             self._trans, self._loops, self._accept, self._trie_arrays, self._eos, self._n_words,
             self._trie.max_depth, state, self._start_row(state), self._own[state],
             self._run[state],
         )  # fmt: skip
-        return self._store(state, row, key)
 
     def _store(self, state: int, row: np.ndarray, key: int | None = None) -> np.ndarray:
         """Keep `row` as the visit-mode mask of `state` (once per distinct content, found by
@@ -545,20 +548,23 @@ def copy_mask(row: np.ndarray, out: np.ndarray) -> np.ndarray:
         ValueError: `out` is not a writable uint32 or int32 array of `row`'s shape (naming its
             dtype and shape).
     """
-    if (
-        type(out) is not np.ndarray
-        or out.shape != row.shape
-        or out.dtype not in _MASK_DTYPES
-        or not out.flags.writeable
-    ):
-        if not isinstance(out, np.ndarray):
-            raise ValueError(f"out must be a NumPy array, not {type(out).__name__}")
-        raise ValueError(
-            f"out must be a writable uint32 or int32 array of shape {row.shape}, not "
-            f"{out.dtype} {out.shape}{'' if out.flags.writeable else ' (read-only)'}"
-        )
-    np.copyto(out, row, casting="unsafe")
+    if type(out) is not np.ndarray or out.dtype not in _MASK_DTYPES or out.shape != row.shape:
+        raise _not_a_mask_buffer(row, out)
+    try:  # a read-only `out` is refused by the copy itself (cheaper than reading its flags)
+        np.copyto(out, row, casting="unsafe")
+    except ValueError:
+        raise _not_a_mask_buffer(row, out) from None
     return out
+
+
+def _not_a_mask_buffer(row: np.ndarray, out) -> ValueError:
+    """`copy_mask`'s error for an `out` it cannot write `row` into, naming what is wrong."""
+    if not isinstance(out, np.ndarray):
+        return ValueError(f"out must be a NumPy array, not {type(out).__name__}")
+    return ValueError(
+        f"out must be a writable uint32 or int32 array of shape {row.shape}, not "
+        f"{out.dtype} {out.shape}{'' if out.flags.writeable else ' (read-only)'}"
+    )
 
 
 def check_token(token: int, size: int) -> int:

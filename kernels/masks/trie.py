@@ -154,22 +154,6 @@ class Trie:
         once."""
         return _subtree_deepest(self.depth, self.chars)
 
-    def run_rows(self, own: int, n_words: int) -> np.ndarray:
-        """uint32 `[max_depth + 1, n_words]`: row L is the packed row of the tokens of at most L
-        bytes every byte of which falls in the categories `own`: what a state allows whose next
-        L steps on those categories each go, whatever the byte, to one live state (a run,
-        `index.run_categories`; a loop is a run of any length). With `DECODES_UTF8` in `own`
-        (a run that reads whole UTF-8 characters as steps too: a counter of characters), row L
-        holds the tokens of at most L characters (`chars`) whose bytes are in `own` or valid
-        UTF-8, whole or cut inside a character. A new array.
-        O(n_nodes + (max_depth + 1) * n_words)."""
-        decodes = bool(own & DECODES_UTF8)
-        return _run_rows(
-            self.path_categories, self.chars if decodes else self.depth, self.utf8_state,
-            self.token_start, self.token_ids, own & 0xFFFF, decodes, UTF8_CATEGORIES,
-            self.max_depth, n_words,
-        )  # fmt: skip
-
     @cached_property
     def utf8_state(self) -> np.ndarray:
         """int8 `[n_nodes]`: the state of `UTF8_DECODER` after the bytes from the root to each
@@ -182,17 +166,61 @@ class Trie:
         """bool `[n_nodes]`: every node of the subtree has `utf8_state` >= 0. O(n_nodes), once."""
         return _subtree_all_valid(self.depth, self.utf8_state)
 
-    def loop_row(self, loops: int, n_words: int, decodes_utf8: bool = False) -> np.ndarray:
-        """uint32 `[n_words]`: the packed row of the tokens every byte of which falls in the
-        categories `loops` (a `loop_categories` value): exactly the tokens a state that loops
-        on those categories allows without leaving itself. With `decodes_utf8`, also the tokens
-        mixing those bytes with whole or partial UTF-8 characters (bytes >= 0x80, `utf8_state`
-        >= 0): what such a state allows without leaving its characters. A new array.
-        O(n_nodes + tokens set).
-        """
-        return _loop_row(
-            self.path_categories, self.utf8_state, self.token_start, self.token_ids, loops,
-            decodes_utf8, UTF8_CATEGORIES, n_words,
+    def token_groups(self, n_words: int) -> TokenGroups:
+        """The text tokens grouped by the categories of their bytes and whether they are valid
+        UTF-8 (whole or cut inside a character), each group as a packed row and as ids sorted
+        by length, from which `start_row` makes any run's row. A new object; O(n_nodes + tokens
+        + n_groups * n_words) (a vocabulary has a few dozen groups: 65 for Gemma 4's 262k
+        tokens)."""
+        return TokenGroups(
+            *_token_groups(
+                self.path_categories, self.utf8_state, self.depth, self.chars, self.token_start,
+                self.token_ids, self.max_depth, n_words,
+            )
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, eq=False)
+class TokenGroups:
+    """A vocabulary's text tokens in groups of equal (categories of their bytes, valid UTF-8):
+    the start rows of the mask walks are unions of whole groups, less their tokens past a
+    length (`start_row`).
+
+    Attributes:
+        categories: uint16 `[n_groups]`, the OR of `BYTE_CATEGORY` over a group's bytes.
+        valid: bool `[n_groups]`, its tokens are valid UTF-8, whole or cut inside a character.
+        rows: uint32 `[n_groups, n_words]`, each group's tokens as a packed row.
+        by_bytes: int32 `[n_tokens]`, the token ids grouped, each group's sorted by length.
+        bytes_start: int32 `[n_groups, max_depth + 2]`: group g's tokens of at most L bytes
+            are `by_bytes[bytes_start[g, 0]:bytes_start[g, L + 1]]`.
+        by_chars, chars_start: the same by characters (`Trie.chars`).
+    """
+
+    categories: np.ndarray
+    valid: np.ndarray
+    rows: np.ndarray
+    by_bytes: np.ndarray
+    bytes_start: np.ndarray
+    by_chars: np.ndarray
+    chars_start: np.ndarray
+
+    def start_row(self, own: int, length: int) -> np.ndarray:
+        """uint32 `[n_words]`: the packed row of the tokens of at most `length` bytes every
+        byte of which falls in the categories `own`: what a state allows whose next `length`
+        steps on those categories each go, whatever the byte, to one live state (a run,
+        `index.run_categories`; a loop is a run of any length, `length` >= the longest token).
+        With `DECODES_UTF8` in `own` (a run that reads whole UTF-8 characters as steps too),
+        the tokens of at most `length` characters (`Trie.chars`) whose bytes are in `own` or
+        valid UTF-8, whole or cut inside a character. A new array. O(groups taken * n_words +
+        tokens set or cleared): a group is ORed whole and its longer tokens cleared, or its
+        shorter tokens set, whichever touches fewer tokens."""
+        decodes = bool(own & DECODES_UTF8)
+        ids, starts = (
+            (self.by_chars, self.chars_start) if decodes else (self.by_bytes, self.bytes_start)
+        )
+        return _start_row(
+            self.categories, self.valid, self.rows, ids, starts, own & 0x1FFF, decodes,
+            UTF8_CATEGORIES, max(length, 0),
         )  # fmt: skip
 
 
@@ -377,28 +405,6 @@ def _path_chars(byte, depth):
 
 
 @numba.njit(cache=True)
-def _run_rows(
-    path_categories, length, utf8_state, token_start, token_ids, own, decodes, utf8, max_depth,
-    n_words,
-):  # fmt: skip
-    """`Trie.run_rows`: the tokens at each `length` (depth, or characters with `decodes`) whose
-    path categories are all in `own` (with `decodes`: in `own` or `utf8`, and valid UTF-8 so
-    far), then a running OR over lengths. O(n_nodes + max_depth * n_words)."""
-    rows = np.zeros((max_depth + 1, n_words), np.uint32)
-    outside = ~np.uint16((own | utf8) if decodes else own)
-    for i in range(path_categories.shape[0]):
-        if path_categories[i] & outside == 0 and (not decodes or utf8_state[i] >= 0):
-            row = rows[length[i]]
-            for k in range(token_start[i], token_start[i + 1]):
-                t = token_ids[k]
-                row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
-    for d in range(1, max_depth + 1):
-        for w in range(n_words):
-            rows[d, w] |= rows[d - 1, w]
-    return rows
-
-
-@numba.njit(cache=True)
 def _path_categories(byte, depth, byte_category):
     """uint16 per node: the OR of the categories of the bytes from the root to the node. One
     preorder pass keeping the value per depth: O(n_nodes)."""
@@ -416,15 +422,89 @@ def _path_categories(byte, depth, byte_category):
 
 
 @numba.njit(cache=True)
-def _loop_row(path_categories, utf8_state, token_start, token_ids, loops, decodes, utf8, n_words):
-    """uint32 `[n_words]`: the bits of the tokens ending at nodes whose path categories are all
-    in `loops` (with `decodes`: in `loops` or `utf8`, and valid UTF-8 so far).
-    O(n_nodes + tokens set)."""
-    row = np.zeros(n_words, np.uint32)
-    outside = ~np.uint16((loops | utf8) if decodes else loops)
-    for i in range(path_categories.shape[0]):
-        if path_categories[i] & outside == 0 and (not decodes or utf8_state[i] >= 0):
+def _token_groups(
+    path_categories, utf8_state, depth, chars, token_start, token_ids, max_depth, n_words
+):
+    """`Trie.token_groups`' arrays: one pass over the nodes numbers the groups (key: the
+    path's categories, and valid UTF-8 as bit 13) and counts their tokens per length, a
+    second places the ids (a counting sort by group then length). O(n_nodes + tokens +
+    n_groups * n_words)."""
+    n = path_categories.shape[0]
+    group_of = np.full(1 << 14, -1, np.int32)
+    n_groups = 0
+    for i in range(1, n):
+        if token_start[i + 1] > token_start[i]:
+            key = np.int32(path_categories[i]) | (np.int32(utf8_state[i] >= 0) << 13)
+            if group_of[key] < 0:
+                group_of[key] = n_groups
+                n_groups += 1
+    categories = np.zeros(n_groups, np.uint16)
+    valid = np.zeros(n_groups, np.bool_)
+    for key in range(1 << 14):
+        if group_of[key] >= 0:
+            categories[group_of[key]] = key & 0x1FFF
+            valid[group_of[key]] = key >> 13 != 0
+    rows = np.zeros((n_groups, n_words), np.uint32)
+    n_ids = token_ids.shape[0]
+    by_bytes = np.empty(n_ids, np.int32)
+    by_chars = np.empty(n_ids, np.int32)
+    bytes_start = np.zeros((n_groups, max_depth + 2), np.int32)
+    chars_start = np.zeros((n_groups, max_depth + 2), np.int32)
+    for lengths, ids, starts in ((depth, by_bytes, bytes_start), (chars, by_chars, chars_start)):
+        count = np.zeros(n_groups * (max_depth + 1), np.int64)  # by (group, length)
+        for i in range(1, n):
+            k = token_start[i + 1] - token_start[i]
+            if k:
+                key = np.int32(path_categories[i]) | (np.int32(utf8_state[i] >= 0) << 13)
+                count[group_of[key] * (max_depth + 1) + lengths[i]] += k
+        at = np.zeros(n_groups * (max_depth + 1), np.int64)  # where each (group, length) starts
+        total = 0
+        for j in range(count.shape[0]):
+            at[j] = total
+            total += count[j]
+        for g in range(n_groups):
+            for length in range(max_depth + 1):
+                starts[g, length] = at[g * (max_depth + 1) + length]
+            starts[g, max_depth + 1] = (
+                at[g * (max_depth + 1) + max_depth] + count[g * (max_depth + 1) + max_depth]
+            )
+        for i in range(1, n):
+            if token_start[i + 1] > token_start[i]:
+                key = np.int32(path_categories[i]) | (np.int32(utf8_state[i] >= 0) << 13)
+                j = group_of[key] * (max_depth + 1) + lengths[i]
+                for k in range(token_start[i], token_start[i + 1]):
+                    ids[at[j]] = token_ids[k]
+                    at[j] += 1
+    for i in range(1, n):
+        if token_start[i + 1] > token_start[i]:
+            key = np.int32(path_categories[i]) | (np.int32(utf8_state[i] >= 0) << 13)
+            row = rows[group_of[key]]
             for k in range(token_start[i], token_start[i + 1]):
                 t = token_ids[k]
                 row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+    return categories, valid, rows, by_bytes, bytes_start, by_chars, chars_start
+
+
+@numba.njit(cache=True)
+def _start_row(categories, valid, rows, ids, starts, own, decodes, utf8, length):
+    """`TokenGroups.start_row`. O(groups taken * n_words + tokens set or cleared)."""
+    row = np.zeros(rows.shape[1], np.uint32)
+    outside = ~np.uint16((own | utf8) if decodes else own)
+    last = starts.shape[1] - 1  # starts[g, last]: the end of group g
+    cut = min(length, last - 1) + 1
+    for g in range(categories.shape[0]):
+        if categories[g] & outside != 0 or (decodes and not valid[g]):
+            continue
+        low, middle, high = starts[g, 0], starts[g, cut], starts[g, last]
+        if middle - low <= high - middle:
+            for k in range(low, middle):
+                t = ids[k]
+                row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+        else:
+            whole = rows[g]
+            for w in range(row.shape[0]):
+                row[w] |= whole[w]
+            for k in range(middle, high):
+                t = ids[k]
+                row[t >> 5] &= ~(np.uint32(1) << np.uint32(t & 31))
     return row

@@ -23,7 +23,10 @@ from functools import cached_property
 import numpy as np
 from corral.automata.special import SYMBOL_MARKER, special_symbol, split_symbols
 from corral.kernels.errors import VocabularyError
-from corral.kernels.masks.trie import Trie, build_trie
+from corral.kernels.masks.trie import DECODES_UTF8, N_CATEGORIES, TokenGroups, Trie, build_trie
+
+START_ROWS_LIMIT = 1024
+"""The most start rows (`Vocabulary.run_row`) a vocabulary keeps: 32 MiB at 262k tokens."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -145,49 +148,50 @@ class Vocabulary:
 
     def loop_row(self, loops: int, decodes_utf8: bool = False) -> np.ndarray:
         """The packed mask (uint32 `[ceil(V / 32)]`, read-only, shared) of the text tokens all of
-        whose bytes fall in the byte categories `loops` (`Trie.loop_row`): what a DFA state that
-        loops to itself on those categories allows without leaving itself; with `decodes_utf8`
-        (a state that also reads every UTF-8 character back to itself) also the tokens mixing
-        those bytes with whole or partial valid UTF-8 characters. The mask walks start from it
-        (`corral.kernels.masks.index`). O(trie nodes) on the first call per value, kept per
-        vocabulary (at most 2^14 values; a grammar has a few)."""
-        key = (loops, bool(decodes_utf8))
-        rows = self._loop_rows
-        row = rows.get(key)
-        if row is None:
-            row = self.trie.loop_row(loops, self.n_words, bool(decodes_utf8))
-            row.setflags(write=False)
-            row = rows.setdefault(key, row)
-        return row
+        whose bytes fall in the byte categories `loops` (bits past the 13 categories ignored):
+        what a DFA state that loops to itself on those categories allows without leaving
+        itself; with `decodes_utf8` (a state that also reads every UTF-8 character back to
+        itself) also the tokens mixing those bytes with whole or partial valid UTF-8
+        characters. The mask walks start from it (`corral.kernels.masks.index`). `run_row`
+        with no bound on the length."""
+        own = loops & ((1 << N_CATEGORIES) - 1) | (DECODES_UTF8 if decodes_utf8 else 0)
+        return self.run_row(own, self.trie.max_depth)
 
     def run_row(self, own: int, length: int) -> np.ndarray:
         """The packed mask (uint32 `[ceil(V / 32)]`, read-only, shared) of the text tokens of at
-        most `length` bytes all of which fall in the byte categories `own` (`Trie.run_rows`):
-        what a DFA state allows whose next `length` steps on those categories each go to one
-        live state whatever the byte (a length-bounded string's counter). `length` >= the
-        longest token gives `loop_row(own)`. O(trie nodes + max_depth * V / 32) on the first
-        call per `own`, kept per vocabulary (a grammar has a few values).
+        most `length` bytes all of which fall in the byte categories `own`
+        (`TokenGroups.start_row`; with `DECODES_UTF8` in `own`, of at most `length` characters
+        mixing those bytes with valid UTF-8): what a DFA state allows whose next `length` steps
+        on those categories each go to one live state whatever the byte (a length-bounded
+        string's counter). `length` >= the longest token gives `loop_row(own)`. Made from the
+        vocabulary's token groups (built on the first call, O(trie nodes + groups * V / 32))
+        in O(groups * V / 32 + tokens set) on the first call per (`own`, `length`), then kept
+        (at most `START_ROWS_LIMIT` rows; emptied when full).
 
         Raises:
             ValueError: `length` is negative.
         """
         if length < 0:
             raise ValueError(f"length must be >= 0, not {length}")
-        rows = self._run_rows.get(own)
-        if rows is None:
-            rows = self.trie.run_rows(own, self.n_words)
-            rows.setflags(write=False)
-            rows = self._run_rows.setdefault(own, rows)
-        return rows[min(length, rows.shape[0] - 1)]
+        key = (own, min(length, self.trie.max_depth))
+        rows = self._start_rows
+        row = rows.get(key)
+        if row is None:
+            row = self._token_groups.start_row(own, length)
+            row.setflags(write=False)
+            if len(rows) >= START_ROWS_LIMIT:
+                rows.clear()
+            row = rows.setdefault(key, row)
+        return row
 
     @cached_property
-    def _run_rows(self) -> dict[int, np.ndarray]:
-        """`run_row`'s tables by `own`."""
-        return {}
+    def _token_groups(self) -> TokenGroups:
+        """The text tokens by categories and UTF-8 validity (`Trie.token_groups`)."""
+        return self.trie.token_groups(self.n_words)
 
     @cached_property
-    def _loop_rows(self) -> dict[tuple[int, bool], np.ndarray]:
-        """`loop_row`'s rows by value."""
+    def _start_rows(self) -> dict[tuple[int, int], np.ndarray]:
+        """`run_row`'s rows by (own, length)."""
         return {}
 
     def decode(self, ids: Iterable[int]) -> bytes:
