@@ -4,6 +4,7 @@ processors (docs/design.md section 4; why each rule: docs/integrations.md)."""
 
 from __future__ import annotations
 
+import json
 import numbers
 from collections.abc import Sequence
 
@@ -45,15 +46,16 @@ def check_vocabulary(vocabulary) -> Vocabulary | None:
 
 def check_grammars(regex, schema, many: bool = False) -> list[tuple[str | None, object]]:
     """The grammars a processor is asked for, as `(regex, schema)` pairs (one None in each),
-    checked before any is compiled: exactly one of `regex` (a str) and `schema` (a dict, or its
-    JSON text as a str); with `many`, either may be a non-empty list or tuple of such, one per
-    batch item. Raises ValueError (neither or both given, an empty list) or TypeError (a value of
+    checked before any is compiled: exactly one of `regex` (a str) and `schema` (a dict or a
+    bool, or its JSON text as a str, parsed here); with `many`, either may be a non-empty list or
+    tuple of such, one per batch item. Raises ValueError (neither or both given, an empty list,
+    a schema's text that is not JSON, naming its line and column) or TypeError (a value of
     another type, naming the parameter and the item)."""
     if (regex is None) == (schema is None):
         raise ValueError("give exactly one of regex and schema")
     name, value = ("regex", regex) if regex is not None else ("schema", schema)
-    kinds = (str,) if name == "regex" else (dict, str)
-    what = "a str" if name == "regex" else "a dict or its JSON text (a str)"
+    kinds = (str,) if name == "regex" else (dict, bool, str)
+    what = "a str" if name == "regex" else "a dict, a bool or its JSON text (a str)"
     if isinstance(value, kinds):
         items = [value]
     elif many and isinstance(value, list | tuple):
@@ -66,7 +68,27 @@ def check_grammars(regex, schema, many: bool = False) -> list[tuple[str | None, 
     else:
         lists = ", or a list of them, one per batch item" if many else ""
         raise TypeError(f"{name} must be {what}{lists}, not {_kind(value)}")
-    return [(item, None) if name == "regex" else (None, item) for item in items]
+    if name == "regex":
+        return [(item, None) for item in items]
+    listed = not isinstance(value, kinds)  # a list or tuple, one per batch item
+    return [
+        (None, _parsed(item, f"schema[{i}]" if listed else "schema"))
+        for i, item in enumerate(items)
+    ]
+
+
+def _parsed(schema, name: str):
+    """A schema given as JSON text parsed (any other value as it is). Raises ValueError naming
+    `name` and json's position when the text is not JSON (or nests past Python's recursion
+    limit)."""
+    if not isinstance(schema, str):
+        return schema
+    try:
+        return json.loads(schema)
+    except RecursionError:
+        raise ValueError(f"{name} is JSON text nested too deeply to read") from None
+    except ValueError as error:  # json.JSONDecodeError, an integer of too many digits
+        raise ValueError(f"{name} is not JSON text: {error}") from None
 
 
 def grammar_index(
@@ -84,7 +106,7 @@ def grammar_index(
     if vocabulary is None:
         raise TypeError("vocabulary must be a corral.kernels.Vocabulary, not None")
     check_vocabulary(vocabulary)
-    check_grammars(regex, schema)
+    ((regex, schema),) = check_grammars(regex, schema)
     dfa = automata.regex_to_dfa(regex) if regex is not None else automata.schema_to_dfa(schema)
     return TokenIndex(dfa, vocabulary)
 

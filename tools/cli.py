@@ -58,7 +58,7 @@ from corral.tools.output_file import (
     nothing_written,
     open_output,
 )
-from corral.tools.request import MAX_JSON_OBJECT_DEPTH
+from corral.tools.request import MAX_JSON_OBJECT_DEPTH, json_int
 
 INTERRUPTED = 130  # Ctrl-C
 TERMINATED = 143  # SIGTERM: 128 + 15, as a shell reports it
@@ -122,11 +122,13 @@ def read_text(path: str) -> str:
 
 def read_json(path: str):
     """The JSON value of a UTF-8 file. Raises InputError as `read_text` does, or when the text is
-    not JSON or is nested deeper than Python's recursion limit lets `json.loads` read."""
+    not JSON, holds an integer of more digits than are read (`corral.tools.request.json_int`,
+    as a request's body) or is nested deeper than Python's recursion limit lets `json.loads`
+    read."""
     text = read_text(path)
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
+        return json.loads(text, parse_int=json_int)
+    except ValueError as error:  # json.JSONDecodeError included
         raise InputError(f"{path}: not JSON: {error}") from None
     except RecursionError:
         raise InputError(_too_deep(path)) from None

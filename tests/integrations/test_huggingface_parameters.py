@@ -7,6 +7,7 @@ generation. The oracle of what is good is written here, apart from corral's chec
 
 from __future__ import annotations
 
+import json
 import numbers
 from collections.abc import Iterable
 
@@ -55,6 +56,14 @@ def vocabulary(tokenizer):
     return hf_vocabulary(tokenizer)
 
 
+def is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
 def is_int(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
@@ -71,7 +80,9 @@ def valid(field: str, value, tokenizer, vocabulary) -> bool:
         return value is None or bool(items) and all(isinstance(r, str) for r in items)
     if field == "schema":
         items = value if isinstance(value, list | tuple) else [value]
-        return bool(items) and all(isinstance(s, dict | str) for s in items)
+        return bool(items) and all(
+            isinstance(s, dict | bool) or isinstance(s, str) and is_json(s) for s in items
+        )
     if field == "max_new_tokens":
         return value is None or is_int(value) and value >= 1
     if field == "eos_token_id":

@@ -6,6 +6,7 @@ good is written here, apart from corral's checks."""
 
 from __future__ import annotations
 
+import json
 import numbers
 
 import numpy as np
@@ -52,6 +53,14 @@ def vocabulary(llm):
     return llama_vocabulary(llm)
 
 
+def is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
 def is_int(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
@@ -64,8 +73,8 @@ def valid(field: str, value, llm, vocabulary) -> bool:
         return value is llm
     if field == "regex":
         return value is None or isinstance(value, str)  # None: then schema is needed
-    if field == "schema":
-        return isinstance(value, dict | str)
+    if field == "schema":  # JSON text is read (json.loads) before it is compiled
+        return isinstance(value, dict | bool) or isinstance(value, str) and is_json(value)
     if field == "max_new_tokens":
         return value is None or is_int(value) and value >= 1
     if field == "vocabulary":

@@ -103,3 +103,27 @@ def test_a_budget_without_room_for_eos_cuts_the_answer(name):
     for max_new_tokens in range(1, shortest + 1):
         rows = RowConstraints([index(name)], max_new_tokens)
         assert host_run(rows, max_new_tokens, seed=max_new_tokens)[1] == "length"
+
+
+SCHEMAS = [g for kind, g in GRAMMARS.values() if kind == "schema"] + [
+    True,
+    {"enum": ["a", 1, None]},
+    {"type": "string", "pattern": "^[a-c]{2}$"},
+]
+
+
+@settings(max_examples=20, deadline=None)
+@given(schema=st.sampled_from(SCHEMAS), indent=st.sampled_from([None, 0, 2, "\t"]))
+def test_a_schema_as_json_text_is_the_schema_it_spells(schema, indent):
+    vocabulary = index("number").vocabulary
+    text = json.dumps(schema, indent=indent)
+    from_text, from_value = (grammar_index(vocabulary, schema=s).dfa for s in (text, schema))
+    assert np.array_equal(from_text.trans, from_value.trans)  # canonical: equal languages,
+    assert np.array_equal(from_text.accept, from_value.accept)  # equal tables
+
+
+@pytest.mark.parametrize("text", ["{nope", '{"type": "string"', "", "[1, 2", "{} {}"])
+def test_a_schema_text_that_is_not_json_is_a_value_error_naming_schema(text):
+    vocabulary = index("number").vocabulary
+    with pytest.raises(ValueError, match=r"^schema is not JSON text: .*line \d+ column \d+"):
+        grammar_index(vocabulary, schema=text)

@@ -261,6 +261,33 @@ def test_every_bad_command_line_is_one_line_and_status_2_before_the_model_loads(
     assert after == before  # nothing was written, truncated or created
 
 
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    digits=st.integers(4301, 6000),
+    keyword=st.sampled_from(["minLength", "maxItems", "const", "enum", "default", "minimum"]),
+    command=st.sampled_from(["compile", "generate"]),
+)
+def test_a_schema_file_with_an_integer_too_long_to_read_is_one_line_and_status_2(
+    tmp_path, capsys, model_never_loads, digits, keyword, command
+):
+    # Python reads at most 4300 digits of an int (its int-from-text limit): a file past it was
+    # a ValueError traceback in `read_json`, where the server and Batch lines say what it is.
+    number = "9" * digits
+    value = f"[{number}]" if keyword == "enum" else number
+    path = tmp_path / "big.json"
+    path.write_text(f'{{"type": "string", "{keyword}": {value}}}')
+    argv = ["compile", "--schema", str(path)]
+    if command == "generate":
+        argv = ["generate", "--schema", str(path), "--prompt", "hi"]
+    status = main(argv)
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert f"{digits} digits" in err and str(path) in err, err
+
+
 def test_a_byte_order_mark_is_accepted(tmp_path, stand_in):
     source = tmp_path / "bom.jsonl"
     source.write_bytes(codecs.BOM_UTF8 + (request_line("a") + "\n").encode("utf-8"))
