@@ -681,6 +681,12 @@ def _tool_choice(value, tools: tuple[Tool, ...]) -> tuple[str, str | None]:
             )
         return value, None
     kind = value.get("type") if isinstance(value, dict) else None
+    if kind == "allowed_tools":  # OpenAI's subset of the tools with a mode: not built here
+        raise not_honoured(
+            "tool_choice.type",
+            "'allowed_tools' is not served (send the allowed tools as 'tools' with 'auto' or "
+            "'required')",
+        )
     if kind not in ("function", "custom"):
         raise invalid(
             "tool_choice",

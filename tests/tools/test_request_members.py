@@ -276,3 +276,22 @@ def test_a_batch_line_refused_for_its_limit_names_the_field_it_set(name):
     for error in errors.values():
         assert error["param"] == name, error
         assert name in error["message"] and other not in error["message"], error
+
+
+@pytest.mark.parametrize("mode", ["auto", "required"])
+def test_tool_choice_allowed_tools_is_refused_by_name(mode):
+    # OpenAI's `allowed_tools` (a subset of the tools, with a mode) is not served: refused as
+    # such, never read as another tool_choice nor answered as a generic bad value.
+    allowed = {"mode": mode, "tools": [{"type": "function", "function": {"name": "get_weather"}}]}
+    body = {
+        "messages": copy.deepcopy(USER),
+        "tools": [copy.deepcopy(WEATHER)],
+        "tool_choice": {"type": "allowed_tools", "allowed_tools": allowed},
+    }
+    error = refusal(body)
+    assert (error.status, error.code, error.param) == (
+        400,
+        "unsupported_parameter",
+        "tool_choice.type",
+    ), error
+    assert "allowed_tools" in error.message
