@@ -7,8 +7,6 @@ generation. The oracle of what is good is written here, apart from corral's chec
 
 from __future__ import annotations
 
-import json
-import numbers
 from collections.abc import Iterable
 
 import numpy as np
@@ -22,6 +20,7 @@ from corral.kernels import Vocabulary, VocabularyError  # noqa: E402
 from corral.model.loading import default_model_folder  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from parameter_oracle import is_int, is_json  # noqa: E402
 from transformers import PreTrainedTokenizerFast  # noqa: E402
 
 FIELDS = ["tokenizer", "regex", "schema", "max_new_tokens", "eos_token_id", "vocabulary"]
@@ -54,18 +53,6 @@ def tokenizer():
 @pytest.fixture(scope="module")
 def vocabulary(tokenizer):
     return hf_vocabulary(tokenizer)
-
-
-def is_json(text: str) -> bool:
-    try:
-        json.loads(text)
-    except ValueError:
-        return False
-    return True
-
-
-def is_int(value) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def valid(field: str, value, tokenizer, vocabulary) -> bool:

@@ -6,9 +6,6 @@ good is written here, apart from corral's checks."""
 
 from __future__ import annotations
 
-import json
-import numbers
-
 import numpy as np
 import pytest
 
@@ -19,6 +16,7 @@ from corral.kernels import Vocabulary  # noqa: E402
 from corral.model.loading import default_gguf  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from parameter_oracle import is_int, is_json  # noqa: E402
 
 FIELDS = ["llm", "regex", "schema", "max_new_tokens", "vocabulary"]
 BYTES = Vocabulary(tuple(bytes([b]) for b in range(256)) + (None,), (256,))  # another model's
@@ -51,18 +49,6 @@ def llm():
 @pytest.fixture(scope="module")
 def vocabulary(llm):
     return llama_vocabulary(llm)
-
-
-def is_json(text: str) -> bool:
-    try:
-        json.loads(text)
-    except ValueError:
-        return False
-    return True
-
-
-def is_int(value) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def valid(field: str, value, llm, vocabulary) -> bool:
