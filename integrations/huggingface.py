@@ -24,7 +24,7 @@ from corral.integrations.rows import (
     check_grammars,
     check_max_new_tokens,
     check_vocabulary,
-    grammar_index,
+    checked_index,
 )
 from corral.kernels import TokenIndex, Vocabulary, VocabularyError
 from corral.model.vocabulary import vocabulary_from_tokenizer
@@ -178,7 +178,7 @@ def logits_processor(
             f"vocabulary holds {vocabulary.size} tokens and the tokenizer {size}: pass "
             "hf_vocabulary(tokenizer) of this tokenizer"
         )
-    indexes = [grammar_index(vocabulary, regex=r, schema=s) for r, s in grammars]
+    indexes = [checked_index(vocabulary, r, s) for r, s in grammars]
     return LogitsProcessorList([CorralLogitsProcessor(indexes, max_new_tokens)])
 
 

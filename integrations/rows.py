@@ -107,6 +107,12 @@ def grammar_index(
         raise TypeError("vocabulary must be a corral.kernels.Vocabulary, not None")
     check_vocabulary(vocabulary)
     ((regex, schema),) = check_grammars(regex, schema)
+    return checked_index(vocabulary, regex, schema)
+
+
+def checked_index(vocabulary: Vocabulary, regex: str | None, schema) -> TokenIndex:
+    """`grammar_index` of a pair `check_grammars` returned (its schema already read from its
+    text: any JSON value, which the compiler refuses unless it is an object or a bool)."""
     dfa = automata.regex_to_dfa(regex) if regex is not None else automata.schema_to_dfa(schema)
     return TokenIndex(dfa, vocabulary)
 
